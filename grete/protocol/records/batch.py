@@ -70,6 +70,22 @@ class RecordBatch:
         "producer_epoch", "base_sequence", "records_count",
     )
 
+    buf: bytes | bytearray | memoryview
+    pos: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
     def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0) -> None:
         (self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic, self.crc,
          self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
@@ -139,25 +155,25 @@ class RecordBatch:
     # --- in-place patching ------------------------------------------------------------------
     def set_base_offset(self, offset: int) -> None:
         """Outside the CRC: no recomputation."""
-        _INT64.pack_into(self.buf, self.pos, offset)  # type: ignore[arg-type]
+        _INT64.pack_into(self.buf, self.pos, offset)
         self.base_offset = offset
 
     def set_partition_leader_epoch(self, epoch: int) -> None:
         """Outside the CRC: no recomputation."""
-        _INT32.pack_into(self.buf, self.pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)  # type: ignore[arg-type]
+        _INT32.pack_into(self.buf, self.pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
         self.partition_leader_epoch = epoch
 
     def set_log_append_time(self, timestamp_ms: int) -> None:
         """Stamp LogAppendTime: sets the timestamp-type bit and maxTimestamp, then re-CRCs."""
         self.attributes |= TIMESTAMP_TYPE_MASK
-        _INT16.pack_into(self.buf, self.pos + ATTRIBUTES_OFFSET, self.attributes)  # type: ignore[arg-type]
-        _INT64.pack_into(self.buf, self.pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)  # type: ignore[arg-type]
+        _INT16.pack_into(self.buf, self.pos + ATTRIBUTES_OFFSET, self.attributes)
+        _INT64.pack_into(self.buf, self.pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
         self.max_timestamp = timestamp_ms
         self.rewrite_crc()
 
     def rewrite_crc(self) -> None:
         self.crc = self.compute_crc()
-        _UINT32.pack_into(self.buf, self.pos + CRC_OFFSET, self.crc)  # type: ignore[arg-type]
+        _UINT32.pack_into(self.buf, self.pos + CRC_OFFSET, self.crc)
 
     def __repr__(self) -> str:
         return (f"RecordBatch(base_offset={self.base_offset}, size={self.size}, magic={self.magic}, "

@@ -1,0 +1,305 @@
+"""Fixtures for the compatibility tests: one broker per session, either grete or a reference Kafka.
+
+    pytest compat-tests --target=grete        (default; or GRETE_TEST_TARGET=grete)
+    pytest compat-tests --target=kafka-3.9    Apache Kafka 3.9.x from Maven Central, KRaft single node
+    pytest compat-tests --target=kafka-4      Apache Kafka 4.x
+
+The same test body runs against every target, which makes the reference runs the oracle for what
+grete must do. Every test under compat-tests/ is marked ``compat``; against a reference Kafka it is
+also marked ``slow`` (those runs exist to validate the tests, not grete).
+
+Kafka's CLI tools run from the jars of every pinned version (``kafka_cli`` is parametrized over
+them; GRETE_CLI_VERSIONS="4" narrows it).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # tools/ is not an installed package
+    sys.path.insert(0, str(REPO))
+
+from tools import kafka_dist  # noqa: E402
+from tools.reference_kafka import ReferenceKafka, free_port, port_open, stop_process  # noqa: E402
+
+TARGETS = ("grete", "kafka-3.9", "kafka-4")
+COMPAT_DIR = Path(__file__).resolve().parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--target", choices=TARGETS, default=None,
+                     help="broker the compat tests run against (default: $GRETE_TEST_TARGET or grete)")
+
+
+def target_of(config: pytest.Config) -> str:
+    chosen = config.getoption("--target", default=None) or os.environ.get("GRETE_TEST_TARGET") or "grete"
+    if chosen not in TARGETS:
+        raise pytest.UsageError(f"unknown target {chosen!r}; choose one of {', '.join(TARGETS)}")
+    return str(chosen)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects, so the added marks count
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reference = target_of(config) != "grete"
+    for item in items:
+        if COMPAT_DIR not in Path(str(item.path)).parents:
+            continue
+        item.add_marker(pytest.mark.compat)
+        if reference:
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"compat target: {target_of(config)}"
+
+
+# --- the broker ------------------------------------------------------------------------------
+
+@dataclass
+class Broker:
+    bootstrap: str  # "host:port"
+    kind: str  # "grete" or "kafka-<full version>"
+    log_dir: Path
+    reference: ReferenceKafka | None = field(default=None, repr=False)
+
+    @property
+    def is_grete(self) -> bool:
+        return self.kind == "grete"
+
+
+def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
+    """One ApiVersions v0 round trip on a raw socket: the least any Kafka client does first."""
+    import socket
+
+    client_id = b"grete-compat"
+    correlation = 0x2A7E
+    body = struct.pack(">hhih", 18, 0, correlation, len(client_id)) + client_id
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            head = _recv_exact(s, 4)
+            (size,) = struct.unpack(">i", head)
+            resp = _recv_exact(s, size)
+    except (OSError, ValueError):
+        return False
+    if len(resp) < 6:
+        return False
+    got_correlation, error_code = struct.unpack(">ih", resp[:6])
+    return got_correlation == correlation and error_code == 0
+
+
+def _recv_exact(s: object, n: int) -> bytes:
+    import socket
+
+    assert isinstance(s, socket.socket)
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ValueError("connection closed")
+        buf += chunk
+    return bytes(buf)
+
+
+class GreteProcess:
+    """grete's broker as a subprocess on a free port; skips the session if it cannot start."""
+
+    def __init__(self, data_dir: Path, start_timeout: float = 30.0) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.start_timeout = start_timeout
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        listener = f"PLAINTEXT://127.0.0.1:{self.port}"
+        return [sys.executable, "-m", "grete.cli", "serve",
+                "--override", f"listeners={listener}",
+                "--override", f"advertised.listeners={listener}",
+                "--override", f"log.dirs={self.data_dir}"]
+
+    def start(self) -> None:
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.skip(f"grete broker did not start (exit {self.proc.returncode}): {self.log_tail(5)}")
+            if port_open("127.0.0.1", self.port) and api_versions_ok("127.0.0.1", self.port):
+                return
+            time.sleep(0.05)
+        self.stop()
+        pytest.fail(f"grete broker not serving ApiVersions after {self.start_timeout}s: {self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-lines:])
+        except OSError:
+            return "(no output)"
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, grace=10.0)
+            self.proc = None
+
+
+@pytest.fixture(scope="session")
+def target(pytestconfig: pytest.Config) -> str:
+    return target_of(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def broker(target: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    if target == "grete":
+        data = tmp_path_factory.mktemp("grete-data")
+        proc = GreteProcess(data)
+        try:
+            proc.start()
+            yield Broker(bootstrap=f"127.0.0.1:{proc.port}", kind="grete", log_dir=data)
+        finally:
+            proc.stop()
+        return
+    version = target.removeprefix("kafka-")
+    try:
+        kafka_dist.fetch(version)
+    except Exception as exc:  # no mvn / no network: the reference runs cannot happen here
+        pytest.skip(f"Kafka {version} jars unavailable: {exc}")
+    with ReferenceKafka(version) as ref:
+        yield Broker(bootstrap=ref.bootstrap, kind=ref.kind, log_dir=ref.log_dir, reference=ref)
+
+
+# --- topics ----------------------------------------------------------------------------------
+
+def unique_name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def admin_client(bootstrap: str) -> object:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None,
+                 timeout: float = 30.0) -> None:
+    """Create through confluent-kafka's AdminClient and wait until every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                            config=dict(config or {}))], operation_timeout=timeout)
+    futures[name].result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic=name, timeout=5)
+        t = md.topics.get(name)
+        if t is not None and t.error is None and len(t.partitions) == partitions and \
+                all(p.leader >= 0 for p in t.partitions.values()):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"topic {name} has no leaders after {timeout}s")
+
+
+@pytest.fixture
+def make_topic(broker: Broker) -> Callable[..., str]:
+    """Factory: ``make_topic(partitions=3, config={"cleanup.policy": "compact"}) -> name``."""
+    def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
+        name = unique_name(prefix)
+        create_topic(broker.bootstrap, name, partitions, config)
+        return name
+    return make
+
+
+@pytest.fixture
+def fresh_topic(request: pytest.FixtureRequest, make_topic: Callable[..., str]) -> str:
+    """A new topic with 1 partition, or N with ``@pytest.mark.parametrize("fresh_topic", [N], indirect=True)``."""
+    partitions = int(getattr(request, "param", 1))
+    return make_topic(partitions=partitions)
+
+
+# --- Kafka's CLI tools -----------------------------------------------------------------------
+
+@dataclass
+class KafkaCli:
+    """Runs one Kafka version's CLI tools against the session's broker."""
+
+    version: str
+    broker: Broker
+
+    @property
+    def major(self) -> int:
+        return kafka_dist.major(self.version)
+
+    def reader_property(self) -> str:
+        """The console producer's flag for parse.key and friends (4.x deprecates --property)."""
+        return "--reader-property" if self.major >= 4 else "--property"
+
+    def formatter_property(self) -> str:
+        """The console consumer's flag for print.key and friends (4.x deprecates --property)."""
+        return "--formatter-property" if self.major >= 4 else "--property"
+
+    def run(self, tool: str, *args: str, input: str | None = None, timeout: float = 120.0,
+            bootstrap_flag: bool = True) -> subprocess.CompletedProcess[str]:
+        flag = ("--bootstrap-server", self.broker.bootstrap) if bootstrap_flag else ()
+        return kafka_dist.run_tool(self.version, tool, *flag, *args, input=input, timeout=timeout)
+
+    def ok(self, tool: str, *args: str, **kw: object) -> str:
+        """Run and assert exit 0; returns stdout."""
+        done = self.run(tool, *args, **kw)  # type: ignore[arg-type]
+        assert done.returncode == 0, (
+            f"{tool} {' '.join(args)} (Kafka {self.version} tools) exited {done.returncode}\n"
+            f"stdout: {done.stdout[-3000:]}\nstderr: {done.stderr[-3000:]}")
+        return done.stdout
+
+
+def cli_versions() -> list[str]:
+    wanted = os.environ.get("GRETE_CLI_VERSIONS")
+    if wanted:
+        return [kafka_dist.resolve_version(v.strip()) for v in wanted.split(",") if v.strip()]
+    return list(kafka_dist.PINNED)
+
+
+@pytest.fixture(params=cli_versions(), ids=lambda v: f"cli-{v}")
+def kafka_cli(request: pytest.FixtureRequest, broker: Broker) -> KafkaCli:
+    version = str(request.param)
+    try:
+        kafka_dist.fetch(version)
+    except Exception as exc:
+        pytest.skip(f"Kafka {version} tools unavailable: {exc}")
+    return KafkaCli(version=version, broker=broker)
+
+
+# --- stock-client helpers --------------------------------------------------------------------
+
+@pytest.fixture
+def produce(broker: Broker) -> Callable[..., int]:
+    """``produce(topic, [(key, value), ...], partition=None, **producer_config) -> count`` via librdkafka."""
+    from confluent_kafka import Producer
+
+    def send(topic: str, messages: list[tuple[bytes | None, bytes]], partition: int | None = None,
+             **config: object) -> int:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, **config})
+        errors: list[object] = []
+        for key, value in messages:
+            kw: dict[str, object] = {"key": key, "value": value,
+                                     "on_delivery": lambda err, _m: errors.append(err) if err else None}
+            if partition is not None:
+                kw["partition"] = partition
+            p.produce(topic, **kw)
+        left = p.flush(30)
+        assert left == 0, f"{left} messages not delivered"
+        assert not errors, f"delivery errors: {errors}"
+        return len(messages)
+    return send

@@ -1,0 +1,372 @@
+"""Broker and topic configuration, under Kafka's own key names and defaults.
+
+A broker is configured the way ``kafka-server-start.sh`` is: a ``server.properties`` file plus
+``--override key=value`` pairs. Topic configs (``segment.bytes``, ``retention.ms`` ...) default to
+their broker-level synonyms (``log.segment.bytes``, ``log.retention.hours`` ...), exactly as Kafka
+resolves them; DescribeConfigs reports that chain as synonyms with their sources.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs v3+ config_type."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigs v1+ config_source."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigError(ValueError):
+    """A config key or value Kafka would refuse (INVALID_CONFIG on the wire)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: str | None
+    doc: str = ""
+    sensitive: bool = False
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+
+    def parse(self, raw: str) -> object:
+        """Parse and validate ``raw``; raises ConfigError with Kafka-like wording."""
+        text = raw.strip()
+        try:
+            value: object
+            if self.type in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
+                value = int(text)
+            elif self.type == ConfigType.DOUBLE:
+                value = float(text)
+            elif self.type == ConfigType.BOOLEAN:
+                if text.lower() not in ("true", "false"):
+                    raise ValueError(text)
+                value = text.lower() == "true"
+            elif self.type == ConfigType.LIST:
+                value = [p.strip() for p in text.split(",") if p.strip()]
+            else:
+                value = text
+        except ValueError:
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
+                              f"expected a {self.type.name.lower()}") from None
+        self._check(value, raw)
+        return value
+
+    def _check(self, value: object, raw: str) -> None:
+        if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
+                              f"Value must be at least {self.minimum:g}")
+        if self.choices is not None:
+            items = value if isinstance(value, list) else [value]
+            bad = [v for v in items if v not in self.choices]
+            if bad or (isinstance(value, list) and not value and self.type == ConfigType.LIST):
+                raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
+                                  f"String must be one of: {', '.join(self.choices)}")
+
+
+def _d(name: str, type_: ConfigType, default: str | None, doc: str = "", **kw: object) -> ConfigDef:
+    return ConfigDef(name, type_, default, doc, **kw)  # type: ignore[arg-type]
+
+
+I, L, S, B, D, LST, P = (ConfigType.INT, ConfigType.LONG, ConfigType.STRING, ConfigType.BOOLEAN,
+                         ConfigType.DOUBLE, ConfigType.LIST, ConfigType.PASSWORD)
+_TS_TYPES = ("CreateTime", "LogAppendTime")
+_CODECS = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+# --- topic-level configs, each with the broker key it falls back to (Kafka's LogConfig) -------
+TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, syn) for d, syn in [
+    (_d("cleanup.policy", LST, "delete", "delete and/or compact", choices=("delete", "compact")),
+     "log.cleanup.policy"),
+    (_d("compression.type", S, "producer", choices=_CODECS), "compression.type"),
+    (_d("delete.retention.ms", L, "86400000", minimum=0), "log.cleaner.delete.retention.ms"),
+    (_d("file.delete.delay.ms", L, "60000", minimum=0), "log.segment.delete.delay.ms"),
+    (_d("flush.messages", L, str(LONG_MAX), minimum=1), "log.flush.interval.messages"),
+    (_d("flush.ms", L, str(LONG_MAX), minimum=0), "log.flush.interval.ms"),
+    (_d("follower.replication.throttled.replicas", LST, ""), None),
+    (_d("index.interval.bytes", I, "4096", minimum=0), "log.index.interval.bytes"),
+    (_d("leader.replication.throttled.replicas", LST, ""), None),
+    (_d("local.retention.bytes", L, "-2", minimum=-2), "log.local.retention.bytes"),
+    (_d("local.retention.ms", L, "-2", minimum=-2), "log.local.retention.ms"),
+    (_d("max.compaction.lag.ms", L, str(LONG_MAX), minimum=1), "log.cleaner.max.compaction.lag.ms"),
+    (_d("max.message.bytes", I, "1048588", minimum=0), "message.max.bytes"),
+    (_d("message.timestamp.after.max.ms", L, str(LONG_MAX), minimum=0),
+     "log.message.timestamp.after.max.ms"),
+    (_d("message.timestamp.before.max.ms", L, str(LONG_MAX), minimum=0),
+     "log.message.timestamp.before.max.ms"),
+    (_d("message.timestamp.type", S, "CreateTime", choices=_TS_TYPES), "log.message.timestamp.type"),
+    (_d("min.cleanable.dirty.ratio", D, "0.5", minimum=0), "log.cleaner.min.cleanable.ratio"),
+    (_d("min.compaction.lag.ms", L, "0", minimum=0), "log.cleaner.min.compaction.lag.ms"),
+    (_d("min.insync.replicas", I, "1", minimum=1), "min.insync.replicas"),
+    (_d("preallocate", B, "false"), "log.preallocate"),
+    (_d("remote.storage.enable", B, "false"), None),
+    (_d("retention.bytes", L, "-1"), "log.retention.bytes"),
+    (_d("retention.ms", L, "604800000", minimum=-1), "log.retention.ms"),
+    (_d("segment.bytes", I, "1073741824", minimum=14), "log.segment.bytes"),
+    (_d("segment.index.bytes", I, "10485760", minimum=4), "log.index.size.max.bytes"),
+    (_d("segment.jitter.ms", L, "0", minimum=0), "log.roll.jitter.ms"),
+    (_d("segment.ms", L, "604800000", minimum=1), "log.roll.ms"),
+    (_d("unclean.leader.election.enable", B, "false"), "unclean.leader.election.enable"),
+]}
+
+# Broker keys that are derived from coarser units when not set themselves (Kafka's precedence).
+_UNIT_FALLBACKS: dict[str, list[tuple[str, int]]] = {
+    "log.retention.ms": [("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)],
+    "log.roll.ms": [("log.roll.hours", 3_600_000)],
+    "log.roll.jitter.ms": [("log.roll.jitter.hours", 3_600_000)],
+    "log.flush.interval.ms": [("log.flush.scheduler.interval.ms", 1)],
+}
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
+    _d("node.id", I, "1", "this broker's id (KRaft name)"),
+    _d("broker.id", I, "-1", "this broker's id (ZooKeeper-era name; node.id wins when both are set)"),
+    _d("listeners", LST, "PLAINTEXT://127.0.0.1:9092"),
+    _d("advertised.listeners", LST, None),
+    _d("listener.security.protocol.map", LST,
+       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
+    _d("inter.broker.listener.name", S, None),
+    _d("process.roles", LST, "broker,controller"),
+    _d("controller.listener.names", LST, None),
+    _d("log.dirs", LST, None),
+    _d("log.dir", S, "./grete-data"),
+    _d("num.partitions", I, "1", minimum=1),
+    _d("default.replication.factor", I, "1", minimum=1),
+    _d("auto.create.topics.enable", B, "true"),
+    _d("delete.topic.enable", B, "true"),
+    _d("message.max.bytes", I, "1048588", minimum=0),
+    _d("socket.request.max.bytes", I, "104857600", minimum=1),
+    _d("socket.send.buffer.bytes", I, "102400"),
+    _d("socket.receive.buffer.bytes", I, "102400"),
+    _d("connections.max.idle.ms", L, "600000"),
+    _d("queued.max.requests", I, "500", minimum=1),
+    _d("num.network.threads", I, "3", minimum=1),
+    _d("num.io.threads", I, "8", minimum=1),
+    _d("num.recovery.threads.per.data.dir", I, "1", minimum=1),
+    _d("log.cleanup.policy", LST, "delete", choices=("delete", "compact")),
+    _d("compression.type", S, "producer", choices=_CODECS),
+    _d("log.cleaner.enable", B, "true"),
+    _d("log.cleaner.threads", I, "1", minimum=0),
+    _d("log.cleaner.backoff.ms", L, "15000", minimum=0),
+    _d("log.cleaner.delete.retention.ms", L, "86400000", minimum=0),
+    _d("log.cleaner.min.cleanable.ratio", D, "0.5", minimum=0),
+    _d("log.cleaner.min.compaction.lag.ms", L, "0", minimum=0),
+    _d("log.cleaner.max.compaction.lag.ms", L, str(LONG_MAX), minimum=1),
+    _d("log.segment.delete.delay.ms", L, "60000", minimum=0),
+    _d("log.flush.interval.messages", L, str(LONG_MAX), minimum=1),
+    _d("log.flush.interval.ms", L, None),
+    _d("log.flush.scheduler.interval.ms", L, str(LONG_MAX)),
+    _d("log.flush.offset.checkpoint.interval.ms", I, "60000", minimum=0),
+    _d("log.flush.start.offset.checkpoint.interval.ms", I, "60000", minimum=0),
+    _d("log.index.interval.bytes", I, "4096", minimum=0),
+    _d("log.index.size.max.bytes", I, "10485760", minimum=4),
+    _d("log.local.retention.bytes", L, "-2"),
+    _d("log.local.retention.ms", L, "-2"),
+    _d("log.message.timestamp.type", S, "CreateTime", choices=_TS_TYPES),
+    _d("log.message.timestamp.before.max.ms", L, str(LONG_MAX), minimum=0),
+    _d("log.message.timestamp.after.max.ms", L, str(LONG_MAX), minimum=0),
+    _d("log.preallocate", B, "false"),
+    _d("log.retention.bytes", L, "-1"),
+    _d("log.retention.ms", L, None),
+    _d("log.retention.minutes", I, None),
+    _d("log.retention.hours", I, "168"),
+    _d("log.retention.check.interval.ms", L, "300000", minimum=1),
+    _d("log.roll.ms", L, None),
+    _d("log.roll.hours", I, "168", minimum=1),
+    _d("log.roll.jitter.ms", L, None),
+    _d("log.roll.jitter.hours", I, "0", minimum=0),
+    _d("log.segment.bytes", I, "1073741824", minimum=14),
+    _d("min.insync.replicas", I, "1", minimum=1),
+    _d("unclean.leader.election.enable", B, "false"),
+    _d("offsets.topic.num.partitions", I, "50", minimum=1),
+    _d("offsets.topic.replication.factor", I, "3", minimum=1),
+    _d("offsets.topic.segment.bytes", I, "104857600", minimum=1),
+    _d("offsets.retention.minutes", I, "10080", minimum=1),
+    _d("offsets.retention.check.interval.ms", L, "600000", minimum=1),
+    _d("offsets.commit.timeout.ms", I, "5000", minimum=1),
+    _d("offset.metadata.max.bytes", I, "4096"),
+    _d("group.min.session.timeout.ms", I, "6000"),
+    _d("group.max.session.timeout.ms", I, "1800000"),
+    _d("group.initial.rebalance.delay.ms", I, "3000", minimum=0),
+    _d("group.max.size", I, str(2**31 - 1), minimum=1),
+    _d("transaction.state.log.num.partitions", I, "50", minimum=1),
+    _d("transaction.state.log.replication.factor", I, "3", minimum=1),
+    _d("transaction.state.log.min.isr", I, "2", minimum=1),
+    _d("transaction.state.log.segment.bytes", I, "104857600", minimum=1),
+    _d("transaction.max.timeout.ms", I, "900000", minimum=1),
+    _d("transactional.id.expiration.ms", I, "604800000", minimum=1),
+    _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", I, "10000", minimum=1),
+    _d("producer.id.expiration.ms", I, "86400000", minimum=1),
+    _d("auto.leader.rebalance.enable", B, "true"),
+    _d("zookeeper.connect", S, None),
+    _d("zookeeper.session.timeout.ms", I, "18000"),
+    _d("cluster.id", S, None, "grete: cluster id for a fresh data dir (Kafka takes it from kafka-storage)"),
+    _d("grete.produce.validation", S, "header", "header: batch header + CRC only (no per-record work); "
+       "full: also decode every record, as Kafka does", choices=("header", "full")),
+]}
+
+
+def _broker_default_for_topic(topic_key: str) -> str | None:
+    definition, synonym = TOPIC_CONFIGS[topic_key]
+    if synonym is None:
+        return definition.default
+    broker_def = BROKER_CONFIGS.get(synonym)
+    return broker_def.default if broker_def is not None else definition.default
+
+
+class BrokerConfig:
+    """Static broker configuration: defaults, then the properties file, then overrides."""
+
+    def __init__(self, props: Mapping[str, str] | None = None, *, strict: bool = False) -> None:
+        self.originals: dict[str, str] = {}
+        self.unknown: list[str] = []
+        for key, raw in (props or {}).items():
+            definition = BROKER_CONFIGS.get(key) or (TOPIC_CONFIGS[key][0] if key in TOPIC_CONFIGS else None)
+            if definition is None:
+                if strict:
+                    raise ConfigError(f"Unknown configuration '{key}'")
+                self.unknown.append(key)
+                log.warning("The configuration '%s' was supplied but isn't a known config.", key)
+            else:
+                definition.parse(raw)  # validate early: a bad value stops start-up with its name
+            self.originals[key] = raw
+
+    @classmethod
+    def load(cls, path: str | Path | None, overrides: Iterable[str] = (), *,
+             strict: bool = False) -> BrokerConfig:
+        props = read_properties(Path(path)) if path else {}
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"Invalid override '{item}': expected key=value")
+            props[key.strip()] = value.strip()
+        return cls(props, strict=strict)
+
+    # --- typed access -------------------------------------------------------------------------
+    def raw(self, key: str) -> str | None:
+        if key in self.originals:
+            return self.originals[key]
+        for coarser, factor in _UNIT_FALLBACKS.get(key, []):
+            value = self.raw(coarser)
+            if value is not None:
+                return str(int(value) * factor)
+        definition = BROKER_CONFIGS.get(key)
+        return definition.default if definition else None
+
+    def get(self, key: str) -> object:
+        raw = self.raw(key)
+        if raw is None:
+            return None
+        definition = BROKER_CONFIGS.get(key) or TOPIC_CONFIGS[key][0]
+        return definition.parse(raw)
+
+    def int(self, key: str) -> int:
+        value = self.get(key)
+        assert isinstance(value, int), key
+        return value
+
+    def bool(self, key: str) -> bool:
+        return bool(self.get(key))
+
+    def str(self, key: str) -> str:
+        return str(self.get(key) or "")
+
+    def list(self, key: str) -> list[str]:
+        value = self.get(key)
+        return list(value) if isinstance(value, list) else []
+
+    @property
+    def node_id(self) -> int:
+        if "node.id" in self.originals or "broker.id" not in self.originals:
+            return self.int("node.id")
+        return self.int("broker.id")
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.list("log.dirs") or [self.str("log.dir")]
+        return [Path(d).expanduser() for d in dirs]
+
+    def topic_default(self, topic_key: str) -> str | None:
+        """The value a topic gets for ``topic_key`` without an override: broker synonym or default."""
+        _, synonym = TOPIC_CONFIGS[topic_key]
+        if synonym is not None:
+            value = self.raw(synonym)
+            if value is not None:
+                return value
+        return _broker_default_for_topic(topic_key)
+
+    def topic_defaults(self) -> dict[str, str]:
+        return {key: value for key in TOPIC_CONFIGS if (value := self.topic_default(key)) is not None}
+
+    def broker_source(self, key: str) -> ConfigSource:
+        if key in self.originals:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        return ConfigSource.DEFAULT_CONFIG
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Validate topic overrides; raises ConfigError naming the first bad key or value."""
+    clean: dict[str, str] = {}
+    for key, value in configs.items():
+        if key not in TOPIC_CONFIGS:
+            raise ConfigError(f"Unknown topic config name: {key}")
+        if value is None:
+            raise ConfigError(f"Null value not supported for topic configs: {key}")
+        TOPIC_CONFIGS[key][0].parse(value)
+        clean[key] = value
+    if clean.get("remote.storage.enable", "false").lower() == "true":
+        raise ConfigError("Tiered storage is not supported by grete: remote.storage.enable must be false")
+    return clean
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java .properties subset: key=value or key: value, # and ! comments, \\ line continuation."""
+    props: dict[str, str] = {}
+    pending = ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped[0] in "#!"):
+            continue
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            pending += stripped[:-1]
+            continue
+        stripped, pending = pending + stripped, ""
+        key, value = _split_property(stripped)
+        props[key] = value
+    return props
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    for i, ch in enumerate(line):
+        if ch in "=:" or ch.isspace():
+            rest = line[i + 1:].lstrip() if ch in "=:" else line[i:].lstrip().lstrip("=:").lstrip()
+            return line[:i].strip(), rest
+    return line, ""

@@ -1,0 +1,343 @@
+"""One client connection: framing into a reused buffer, dispatch, in-order responses, sendfile.
+
+Why this shape (see reference/machine_limits.md): ``asyncio.BufferedProtocol`` receiving into one
+reused bytearray costs a fraction of Streams per small request and avoids fresh-page faults on large
+ones. Requests on a connection may be pipelined; their responses go back strictly in request order,
+so each request takes a slot in ``_slots`` and slots are written from the head as they fill.
+
+Handlers may keep no reference to the request's bytes after they return (the buffer is reused):
+the only zero-copy field is Produce's ``records``, which is appended synchronously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from grete.broker.context import CloseConnection, RequestContext
+from grete.broker.registry import Handler, handlers
+from grete.protocol.codec import Reader, Writer
+from grete.protocol.errors import ErrorCode, ProtocolError
+from grete.protocol.headers import decode_request_header, encode_response_header
+from grete.protocol.messages import APIS, response_header_version
+
+if TYPE_CHECKING:
+    from grete.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_KEY = 18
+INITIAL_BUFFER = 64 * 1024
+SHRINK_ABOVE = 8 * 1024 * 1024      # give a huge buffer back once the big frames stop
+SENDFILE_MIN_BYTES = 64 * 1024      # below this, pread + write is as cheap and keeps one write path
+MAX_PENDING_RESPONSES = 100         # stop reading while this many responses wait (backpressure)
+
+
+class _Slot:
+    """A response place-holder, in request order."""
+
+    __slots__ = ("parts", "done")
+
+    def __init__(self) -> None:
+        self.parts: list[Any] | None = None
+        self.done = False
+
+
+class _FdFile:
+    """Minimal file object for loop.sendfile: only fileno() is used on the native path.
+
+    asyncio lseek()s the descriptor after sending; segments are appended with pwrite/O_APPEND,
+    so the file position is never relied upon.
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    def __init__(self, broker: Broker, listener: str = "PLAINTEXT") -> None:
+        self.broker = broker
+        self.listener = listener
+        self.max_frame = broker.config.int("socket.request.max.bytes")
+        self._handlers = handlers()
+        self._buf = bytearray(INITIAL_BUFFER)
+        self._start = 0
+        self._end = 0
+        self._slots: deque[_Slot] = deque()
+        self._sending = False
+        self._paused_reading = False
+        self._paused_writing = False
+        self._closed = False
+        self.transport: asyncio.Transport | None = None
+        self.peer = "unknown"
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self._idle_ms = broker.config.int("connections.max.idle.ms")
+        self._loop = asyncio.get_running_loop()
+
+    # --- asyncio callbacks ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if peer else "unknown"
+        self.broker.connections.add(self)
+        self._touch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.broker.connections.discard(self)
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        self._maybe_resume_reading()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._end == len(self._buf):
+            self._make_room(1)
+        return memoryview(self._buf)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._end += nbytes
+        self._touch()
+        try:
+            self._process_frames()
+        except ProtocolError as exc:
+            self._protocol_violation(str(exc))
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    # --- framing ----------------------------------------------------------------------------
+    def _process_frames(self) -> None:
+        buf = self._buf
+        while not self._closed:
+            available = self._end - self._start
+            if available < 4:
+                break
+            size = int.from_bytes(buf[self._start:self._start + 4], "big", signed=True)
+            if size < 0 or size > self.max_frame:
+                # Kafka closes the connection before allocating (InvalidReceiveException).
+                self._protocol_violation(f"frame size {size} outside [0, {self.max_frame}] "
+                                         "(socket.request.max.bytes)")
+                return
+            if available < 4 + size:
+                self._make_room(4 + size)
+                break
+            frame = memoryview(buf)[self._start + 4:self._start + 4 + size]
+            self._start += 4 + size
+            self._dispatch(frame)
+            if self._paused_reading:
+                break
+        if self._start == self._end:
+            self._start = self._end = 0
+            if len(self._buf) > SHRINK_ABOVE:
+                self._buf = bytearray(INITIAL_BUFFER)
+
+    def _make_room(self, frame_bytes: int) -> None:
+        """Ensure buf[start:] can hold ``frame_bytes``; never resizes in place (views exist)."""
+        pending = self._end - self._start
+        needed = max(frame_bytes, pending + 1)
+        if needed > len(self._buf):
+            new = bytearray(max(needed, 2 * len(self._buf)))
+            new[:pending] = self._buf[self._start:self._end]
+            self._buf = new
+        elif self._start + needed > len(self._buf) or self._end == len(self._buf):
+            self._buf[:pending] = self._buf[self._start:self._end]
+        else:
+            return
+        self._start, self._end = 0, pending
+
+    # --- dispatch ---------------------------------------------------------------------------
+    def _dispatch(self, frame: memoryview) -> None:
+        header, body_pos = decode_request_header(frame)
+        handler = self._handlers.get(header.api_key)
+        version = header.api_version
+        if handler is None or not handler.min_version <= version <= handler.max_version:
+            if header.api_key == API_VERSIONS_KEY:
+                self._answer_unsupported_api_versions(header.correlation_id)
+                return
+            # Kafka cannot parse such a request and closes the connection.
+            self._protocol_violation(f"unsupported API {header.api_key} v{version} "
+                                     f"from client {header.client_id!r}")
+            return
+        request = handler.request_cls.decode(Reader(frame, body_pos), version)  # type: ignore[attr-defined]
+        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id,
+                             header.client_id, self.peer, self.listener)
+        try:
+            result = handler.fn(ctx, request)
+        except CloseConnection as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self._close()
+            return
+        except Exception:
+            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version,
+                          self.peer)
+            self._close()
+            return
+        if result is None:
+            return  # acks=0 produce: no response at all
+        slot = _Slot()
+        self._slots.append(slot)
+        if len(self._slots) >= MAX_PENDING_RESPONSES:
+            self._pause_reading()
+        if isinstance(result, asyncio.Future | asyncio.Task) or asyncio.iscoroutine(result):
+            future = asyncio.ensure_future(result)
+            future.add_done_callback(
+                lambda f: self._complete_async(f, slot, handler, version, header.correlation_id))
+        else:
+            slot.parts = self._encode(result, handler, version, header.correlation_id)
+            self._flush()
+
+    def _complete_async(self, future: asyncio.Future[Any], slot: _Slot, handler: Handler,
+                        version: int, correlation_id: int) -> None:
+        if self._closed:
+            return
+        try:
+            response = future.result()
+        except Exception:
+            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version,
+                          self.peer)
+            self._close()
+            return
+        if response is None:
+            slot.parts = []
+        else:
+            slot.parts = self._encode(response, handler, version, correlation_id)
+        self._flush()
+
+    def _encode(self, response: Any, handler: Handler, version: int, correlation_id: int) -> list[Any]:
+        w = Writer()
+        size_pos = w.reserve_int32()
+        encode_response_header(w, correlation_id, response_header_version(handler.api_key, version))
+        response.encode(w, version)
+        w.patch_int32(size_pos, w.nbytes - 4)
+        return w.parts()
+
+    def _answer_unsupported_api_versions(self, correlation_id: int) -> None:
+        """KIP-511: a v0-format body with UNSUPPORTED_VERSION and our ApiVersions range."""
+        info = APIS[API_VERSIONS_KEY]
+        handler = self._handlers[API_VERSIONS_KEY]
+        response = info.response(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+            info.response.ApiVersion(api_key=API_VERSIONS_KEY, min_version=handler.min_version,
+                                     max_version=handler.max_version)])
+        slot = _Slot()
+        slot.parts = self._encode(response, handler, 0, correlation_id)
+        self._slots.append(slot)
+        self._flush()
+
+    # --- writing ----------------------------------------------------------------------------
+    def _flush(self) -> None:
+        transport = self.transport
+        if self._sending or transport is None or self._closed:
+            return
+        slots = self._slots
+        while slots and slots[0].parts is not None:
+            parts = slots.popleft().parts
+            assert parts is not None
+            if any(not isinstance(p, bytes | bytearray | memoryview) for p in parts):
+                if self._needs_sendfile(parts):
+                    self._sending = True
+                    asyncio.ensure_future(self._send_with_files(parts))
+                    return
+                parts = [self._read_slice(p) if not isinstance(p, bytes | bytearray | memoryview) else p
+                         for p in parts]
+            transport.writelines(parts)
+        self._maybe_resume_reading()
+
+    @staticmethod
+    def _needs_sendfile(parts: list[Any]) -> bool:
+        return sum(p.size for p in parts if not isinstance(p, bytes | bytearray | memoryview)) \
+            >= SENDFILE_MIN_BYTES
+
+    @staticmethod
+    def _read_slice(part: Any) -> bytes:
+        data = os.pread(part.fd, part.size, part.position)
+        if len(data) != part.size:
+            raise OSError(f"short read of a log segment: {len(data)} of {part.size} bytes")
+        return data
+
+    async def _send_with_files(self, parts: list[Any]) -> None:
+        transport = self.transport
+        try:
+            for part in parts:
+                if self._closed or transport is None:
+                    return
+                if isinstance(part, bytes | bytearray | memoryview):
+                    transport.write(part)
+                else:
+                    await self._loop.sendfile(transport, _FdFile(part.fd),  # type: ignore[arg-type]
+                                              part.position, part.size, fallback=True)
+        except (ConnectionError, OSError) as exc:
+            log.debug("sendfile to %s failed: %s", self.peer, exc)
+            self._close()
+            return
+        finally:
+            self._sending = False
+        self._flush()
+
+    # --- flow control and closing -----------------------------------------------------------
+    def _pause_reading(self) -> None:
+        if not self._paused_reading and self.transport is not None and not self._closed:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        if (self._paused_reading and not self._paused_writing and not self._closed
+                and len(self._slots) < MAX_PENDING_RESPONSES // 2 and self.transport is not None):
+            self._paused_reading = False
+            self.transport.resume_reading()
+            if self._end > self._start:  # frames that arrived before the pause
+                self._loop.call_soon(self._resume_processing)
+
+    def _resume_processing(self) -> None:
+        try:
+            self._process_frames()
+        except ProtocolError as exc:
+            self._protocol_violation(str(exc))
+
+    def _touch(self) -> None:
+        if self._idle_ms <= 0:
+            return
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        self._idle_handle = self._loop.call_later(self._idle_ms / 1000, self._idle_timeout)
+
+    def _idle_timeout(self) -> None:
+        if self._slots:  # still answering: not idle
+            self._touch()
+            return
+        log.debug("closing idle connection from %s (connections.max.idle.ms)", self.peer)
+        self._close()
+
+    def _protocol_violation(self, why: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, why)
+        self._close()
+
+    def _close(self) -> None:
+        if not self._closed and self.transport is not None:
+            self._closed = True
+            self.transport.close()
+
+    def close(self) -> None:
+        self._close()

@@ -1,0 +1,69 @@
+"""The group coordinator's home in the broker: ``__consumer_offsets`` as its store.
+
+Commits and group metadata are records in Kafka's key/value format, appended as one batch per call
+to the partition ``partition_for(group)`` of the compacted offsets topic; at start-up every
+partition is replayed to rebuild groups and offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from grete.coordinator.group import GroupCoordinator
+from grete.coordinator.group_types import GroupConfig
+from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.record import Record, decode_records
+from grete.protocol.records.record import build_batch as build_record_batch
+
+if TYPE_CHECKING:
+    from grete.broker.broker import Broker
+
+
+class LogOffsetsStore:
+    """``OffsetsStore`` over the broker's own ``__consumer_offsets`` partitions."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        from grete.broker.broker import OFFSETS_TOPIC
+
+        self.broker.ensure_offsets_topic()
+        now = self.broker.now_ms()
+        batch = build_record_batch([Record(i, 0, key, value) for i, (key, value) in enumerate(records)],
+                                   base_timestamp=now)
+        self.broker.partition(OFFSETS_TOPIC, partition).append(RecordBatch(batch), now)
+
+    def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        from grete.broker.broker import OFFSETS_TOPIC
+
+        found = self.broker.partitions.get((OFFSETS_TOPIC, partition))
+        if found is None:
+            return
+        for batch in found.log.batches(found.log.log_start_offset, found.high_watermark):
+            if batch.is_control:
+                continue
+            for record in decode_records(batch):
+                if record.key is not None:
+                    yield record.key, record.value
+
+
+def group_config(broker: Broker) -> GroupConfig:
+    cfg = broker.config
+    return GroupConfig(
+        group_min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
+        group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
+        group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
+        group_max_size=cfg.int("group.max.size"),
+        offsets_topic_num_partitions=cfg.int("offsets.topic.num.partitions"),
+        offsets_retention_minutes=cfg.int("offsets.retention.minutes"),
+        offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes"),
+        offsets_retention_check_interval_ms=cfg.int("offsets.retention.check.interval.ms"),
+    )
+
+
+async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
+    coordinator = GroupCoordinator(group_config(broker), LogOffsetsStore(broker), now_ms=broker.now_ms)
+    await coordinator.load()
+    return coordinator

@@ -1,0 +1,15 @@
+"""DeleteGroups (42): only empty groups (NON_EMPTY_GROUP otherwise); offsets go with them."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.messages import DeleteGroupsRequest, DeleteGroupsResponse
+
+
+@api(42, 0, 2)
+async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    results = await ctx.broker.group_coordinator.delete_groups(list(request.groups_names))
+    return DeleteGroupsResponse(throttle_time_ms=0, results=[
+        DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=results[g])
+        for g in request.groups_names])

@@ -1,0 +1,32 @@
+"""DescribeGroups (15): state, protocol and members with their metadata and assignment bytes
+unchanged (kafka-consumer-groups decodes them)."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DescribeGroupsRequest, DescribeGroupsResponse
+
+# READ, DESCRIBE, DELETE on a group, with no authorizer.
+GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
+
+
+@api(15, 0, 5)
+def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    described = []
+    for group_id in request.groups:
+        d = ctx.broker.group_coordinator.describe_group(group_id)
+        error = d.error
+        if not d.found and ctx.version >= 6:
+            error = ErrorCode.GROUP_ID_NOT_FOUND
+        described.append(DescribeGroupsResponse.DescribedGroup(
+            error_code=error, group_id=group_id, group_state=d.state, protocol_type=d.protocol_type,
+            protocol_data=d.protocol,
+            members=[DescribeGroupsResponse.DescribedGroupMember(
+                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
+                for m in d.members],
+            authorized_operations=GROUP_OPERATIONS if request.include_authorized_operations
+            else -2147483648))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=described)

@@ -1,0 +1,44 @@
+"""FindCoordinator (10): this node coordinates every group (and, later, every transactional id).
+
+The offsets topic is created on the first group lookup, as Kafka does."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+
+GROUP, TRANSACTION = 0, 1
+
+
+@api(10, 0, 4)
+def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    broker = ctx.broker
+    listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
+    keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
+    coordinators = []
+    for key in keys:
+        error, message = _check(ctx, request.key_type, key)
+        coordinators.append(FindCoordinatorResponse.Coordinator(
+            key=key, node_id=broker.node_id if not error else -1, host=listener.host if not error else "",
+            port=listener.port if not error else -1, error_code=error, error_message=message))
+    if ctx.version >= 4:
+        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+    only = coordinators[0]
+    return FindCoordinatorResponse(throttle_time_ms=0, error_code=only.error_code,
+                                   error_message=only.error_message, node_id=only.node_id,
+                                   host=only.host, port=only.port)
+
+
+def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str | None]:
+    if key_type == GROUP:
+        if not key:
+            return ErrorCode.INVALID_REQUEST, "group id must not be empty"
+        ctx.broker.ensure_offsets_topic()
+        return 0, None
+    if key_type == TRANSACTION:
+        if ctx.broker.txn_coordinator is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet"
+        return 0, None
+    return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"

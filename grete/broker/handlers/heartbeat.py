@@ -1,0 +1,15 @@
+"""Heartbeat (12): keeps a member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.messages import HeartbeatRequest, HeartbeatResponse
+
+
+@api(12, 0, 4)
+async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    error = await ctx.broker.group_coordinator.heartbeat(
+        group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
+        group_instance_id=request.group_instance_id)
+    return HeartbeatResponse(throttle_time_ms=0, error_code=error)

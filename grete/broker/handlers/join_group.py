@@ -1,0 +1,28 @@
+"""JoinGroup (11): parked until the rebalance completes (grete.coordinator.group)."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.messages import JoinGroupRequest, JoinGroupResponse
+
+
+@api(11, 0, 9)
+async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    result = await ctx.broker.group_coordinator.join_group(
+        group_id=request.group_id, member_id=request.member_id,
+        group_instance_id=request.group_instance_id, client_id=ctx.client_id or "",
+        client_host=f"/{ctx.client_host}", session_timeout_ms=request.session_timeout_ms,
+        # v0 has no rebalance timeout: Kafka uses the session timeout for it.
+        rebalance_timeout_ms=request.rebalance_timeout_ms if ctx.version >= 1 else request.session_timeout_ms,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        require_known_member_id=ctx.version >= 4, reason=request.reason)
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=result.error, generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name if result.protocol_name is not None or ctx.version >= 7 else "",
+        leader=result.leader, skip_assignment=result.skip_assignment, member_id=result.member_id,
+        members=[JoinGroupResponse.JoinGroupResponseMember(member_id=m.member_id,
+                                                           group_instance_id=m.group_instance_id,
+                                                           metadata=m.metadata) for m in result.members])

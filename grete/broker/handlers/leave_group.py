@@ -1,0 +1,23 @@
+"""LeaveGroup (13): one member (v0-2) or a batch of members by id or instance id (v3+)."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.coordinator.group_types import LeaveMember
+from grete.protocol.messages import LeaveGroupRequest, LeaveGroupResponse
+
+
+@api(13, 0, 5)
+async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    if ctx.version >= 3:
+        members = [LeaveMember(m.member_id, m.group_instance_id, m.reason) for m in request.members]
+    else:
+        members = [LeaveMember(request.member_id)]
+    error, results = await ctx.broker.group_coordinator.leave_group(group_id=request.group_id,
+                                                                    members=members)
+    if ctx.version < 3 and results and not error:
+        error = results[0][1]
+    return LeaveGroupResponse(throttle_time_ms=0, error_code=error, members=[
+        LeaveGroupResponse.MemberResponse(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                          error_code=code) for m, code in results])

@@ -1,0 +1,57 @@
+"""ListOffsets (2): earliest (-2), latest (-1, HW or LSO by isolation), max timestamp (-3), and
+the first offset at or after a timestamp (time index). No match answers offset -1, timestamp -1."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
+
+
+@api(2, 1, 7)
+def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    topics = []
+    for topic in request.topics:
+        seen: set[int] = set()
+        partitions = []
+        for wanted in topic.partitions:
+            if wanted.partition_index in seen:
+                partitions.append(PartitionResponse(partition_index=wanted.partition_index,
+                                                    error_code=ErrorCode.INVALID_REQUEST))
+                continue
+            seen.add(wanted.partition_index)
+            partitions.append(_lookup(ctx, topic.name, wanted, request.isolation_level))
+        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffsetsPartition,
+            isolation_level: int) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
+    index = wanted.partition_index
+    try:
+        partition = ctx.broker.partition(topic, index)
+        partition.check_leader_epoch(wanted.current_leader_epoch)
+        fetchable = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
+        epoch = partition.leader_epoch
+        if wanted.timestamp == LATEST:
+            return PartitionResponse(partition_index=index, timestamp=-1, offset=fetchable, leader_epoch=epoch)
+        if wanted.timestamp == EARLIEST:
+            return PartitionResponse(partition_index=index, timestamp=-1,
+                                     offset=partition.log_start_offset, leader_epoch=epoch)
+        if wanted.timestamp == MAX_TIMESTAMP:
+            found = partition.log.offset_of_max_timestamp()
+        elif wanted.timestamp < 0:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                             f"unsupported special timestamp {wanted.timestamp}")
+        else:
+            found = partition.log.offset_for_timestamp(wanted.timestamp)
+        if found is None or found[0] < 0 or found[0] >= fetchable:
+            return PartitionResponse(partition_index=index, timestamp=-1, offset=-1, leader_epoch=-1)
+        return PartitionResponse(partition_index=index, timestamp=found[1], offset=found[0],
+                                 leader_epoch=epoch)
+    except KafkaError as exc:
+        return PartitionResponse(partition_index=index, error_code=exc.code, timestamp=-1, offset=-1)

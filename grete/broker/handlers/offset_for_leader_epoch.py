@@ -1,0 +1,32 @@
+"""OffsetForLeaderEpoch (23): the end offset of a leader epoch, from the leader-epoch cache.
+
+librdkafka sends exactly v2; Java validates positions only when v3+ is advertised (KIP-320)."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import KafkaError
+from grete.protocol.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+
+EpochEndOffset = OffsetForLeaderEpochResponse.EpochEndOffset
+
+
+@api(23, 2, 4)
+def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+    topics = []
+    for topic in request.topics:
+        results = []
+        for wanted in topic.partitions:
+            try:
+                partition = ctx.broker.partition(topic.topic, wanted.partition)
+                partition.check_leader_epoch(wanted.current_leader_epoch)
+                epoch, end_offset = partition.log.end_offset_for_epoch(wanted.leader_epoch)
+                results.append(EpochEndOffset(error_code=0, partition=wanted.partition, leader_epoch=epoch,
+                                              end_offset=end_offset))
+            except KafkaError as exc:
+                results.append(EpochEndOffset(error_code=exc.code, partition=wanted.partition,
+                                              leader_epoch=-1, end_offset=-1))
+        topics.append(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=topic.topic,
+                                                                             partitions=results))
+    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)

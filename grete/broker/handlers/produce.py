@@ -1,0 +1,78 @@
+"""Produce (0): validate each partition's batch header and CRC, append it with one write.
+
+No per-record Python on this path: ``validate_produce_records`` reads the 61-byte header and runs
+CRC32C in C; records are decoded only where semantics need it (compacted topics need keys,
+configured timestamp bounds, or ``grete.produce.validation=full``). v0-2 carry legacy message sets,
+which are up-converted to one v2 batch (Kafka 4.x rejects them; old clients still send them).
+"""
+
+from __future__ import annotations
+
+from grete.broker.broker import INTERNAL_TOPICS
+from grete.broker.config import LONG_MAX
+from grete.broker.context import CloseConnection, RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import ProduceRequest, ProduceResponse
+from grete.protocol.records.validate import RecordValidationError, validate_produce_records
+
+PartitionResponse = ProduceResponse.PartitionProduceResponse
+
+
+@api(0, 0, 9)
+def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    broker = ctx.broker
+    acks = request.acks
+    now_ms = broker.now_ms()
+    full = broker.config.str("grete.produce.validation") == "full"
+    failed = False
+    topics = []
+    for topic_data in request.topic_data:
+        responses = []
+        for part in topic_data.partition_data:
+            response = _append(ctx, topic_data.name, part, acks, now_ms, full)
+            failed = failed or response.error_code != 0
+            responses.append(response)
+        topics.append(ProduceResponse.TopicProduceResponse(name=topic_data.name,
+                                                           partition_responses=responses))
+    if acks == 0:
+        if failed:
+            raise CloseConnection("acks=0 produce failed")
+        return None
+    return ProduceResponse(responses=topics, throttle_time_ms=0)
+
+
+def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProduceData, acks: int,
+            now_ms: int, full: bool) -> ProduceResponse.PartitionProduceResponse:
+    try:
+        if acks not in (-1, 0, 1):
+            raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
+        if topic in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                             f"Cannot append to internal topic {topic}")
+        partition = ctx.broker.partition(topic, part.index)
+        cfg = partition.log.config
+        bounded = (cfg.message_timestamp_before_max_ms != LONG_MAX
+                   or cfg.message_timestamp_after_max_ms != LONG_MAX)
+        batch = validate_produce_records(
+            part.records, produce_version=ctx.version, compacted=cfg.compact,
+            max_message_bytes=cfg.max_message_bytes, timestamp_type=cfg.message_timestamp_type,
+            timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
+            timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
+            deep=full or cfg.compact or bounded)
+        result = partition.append(batch, now_ms)
+    except RecordValidationError as exc:
+        return _error(exc, [PartitionResponse.BatchIndexAndErrorMessage(
+            batch_index=index, batch_index_error_message=message) for index, message in exc.record_errors],
+            part.index)
+    except KafkaError as exc:
+        return _error(exc, [], part.index)
+    return PartitionResponse(index=part.index, error_code=0, base_offset=result.base_offset,
+                             log_append_time_ms=result.log_append_time,
+                             log_start_offset=result.log_start_offset)
+
+
+def _error(exc: KafkaError, record_errors: list[PartitionResponse.BatchIndexAndErrorMessage],
+           index: int) -> PartitionResponse:
+    return PartitionResponse(index=index, error_code=exc.code, base_offset=-1, log_append_time_ms=-1,
+                             log_start_offset=-1, record_errors=record_errors, error_message=exc.message)

@@ -1,0 +1,18 @@
+"""SyncGroup (14): followers park until the leader's assignment arrives."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.messages import SyncGroupRequest, SyncGroupResponse
+
+
+@api(14, 0, 5)
+async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    result = await ctx.broker.group_coordinator.sync_group(
+        group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
+        group_instance_id=request.group_instance_id, protocol_type=request.protocol_type,
+        protocol_name=request.protocol_name,
+        assignments=[(a.member_id, bytes(a.assignment)) for a in request.assignments])
+    return SyncGroupResponse(throttle_time_ms=0, error_code=result.error, protocol_type=result.protocol_type,
+                             protocol_name=result.protocol_name, assignment=result.assignment)

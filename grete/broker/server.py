@@ -1,0 +1,42 @@
+"""Run a broker until SIGTERM/SIGINT: ``grete serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from grete.broker.broker import Broker
+from grete.broker.config import BrokerConfig
+
+log = logging.getLogger("grete")
+
+# The embedded single-node default (no properties file): a newcomer's first consumer group should
+# not wait Kafka's 3 s initial rebalance delay, and there is no ZooKeeper.
+EMBEDDED_DEFAULTS = {
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+def embedded_config(overrides: list[str] | tuple[str, ...] = (), *, strict: bool = False) -> BrokerConfig:
+    items = [f"{k}={v}" for k, v in EMBEDDED_DEFAULTS.items()] + list(overrides)
+    return BrokerConfig.load(None, items, strict=strict)
+
+
+async def serve(config: BrokerConfig, *, started: float | None = None) -> None:
+    broker = Broker(config)
+    await broker.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
+    elapsed = time.monotonic() - (started if started is not None else broker.started_at)
+    where = ", ".join(f"{b.name}://{b.host or '0.0.0.0'}:{b.port}" for b in broker.bound)
+    log.info("grete node %d serving on %s (data in %s, cluster %s) in %.3f s", broker.node_id, where,
+             ", ".join(str(d) for d in broker.log_dirs), broker.metadata.cluster_id, elapsed)
+    await broker.wait_stopped()
+    log.info("grete node %d stopped cleanly", broker.node_id)
+
+
+def run(config: BrokerConfig, *, started: float | None = None) -> None:
+    asyncio.run(serve(config, started=started))

@@ -1,0 +1,688 @@
+"""One partition's log: an ordered list of segments plus the state derived from them."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.control import parse_control_record
+from grete.storage.config import LogConfig
+from grete.storage.files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TMP_SUFFIX,
+    parse_offset_name,
+    parse_partition_dir,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from grete.storage.leader_epoch import LeaderEpochCache
+from grete.storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
+from grete.storage.segment import CorruptSegmentError, LogSegment, SegmentFile
+from grete.storage.timestamps import exact_offset_for_timestamp
+
+log = logging.getLogger(__name__)
+
+# (segment, the segment after it or None) -> delete it?
+_Predicate = Callable[[LogSegment, LogSegment | None], bool]
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """``size`` bytes at ``position`` of the file open as ``fd``; holds ``file`` so the descriptor
+    outlives segment deletion for as long as the slice exists."""
+
+    fd: int
+    position: int
+    size: int
+    file: SegmentFile
+
+
+@dataclass
+class ReadResult:
+    slices: list[FileSlice]
+    size: int
+    first_offset: int
+
+    @property
+    def chunks(self) -> list[FileSlice]:
+        return self.slices
+
+    def read_bytes(self) -> bytes:
+        """Copy the slices into memory (tests, tools; the broker sends them with sendfile)."""
+        return b"".join(os.pread(s.fd, s.size, s.position) for s in self.slices)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    duplicate: bool = False
+    max_timestamp: int = -1
+    completed_txn: CompletedTxn | None = None
+
+
+@dataclass
+class _PendingDelete:
+    due_ms: int
+    segment: LogSegment
+
+
+@dataclass
+class LogOffline(Exception):
+    """Raised by Log.open when a segment that must be whole is corrupt: never serve it."""
+
+    path: Path
+    position: int
+    reason: str = field(default="")
+
+    def __str__(self) -> str:
+        return f"{self.path}: corrupt at byte {self.position}: {self.reason}"
+
+
+class Log:
+    """Directory ``<topic>-<partition>/`` with:
+
+    * segments ``<base>.log/.index/.timeindex/.txnindex`` (see LogSegment, OffsetIndex, TimeIndex,
+      TransactionIndex),
+    * ``<offset>.snapshot`` producer-state snapshots (ProducerStateManager),
+    * ``leader-epoch-checkpoint`` (LeaderEpochCache),
+    * ``partition.metadata``: ``version: 0\\ntopic_id: <22-char URL-safe base64 of the UUID>``.
+
+    All methods are synchronous and meant for one thread (the event loop); the cleaner thread
+    only takes ``lock`` to swap finished segments in, which is a handful of renames.
+    """
+
+    def __init__(self, directory: Path, config: LogConfig, topic: str, partition: int,
+                 topic_id: uuid.UUID | None) -> None:
+        self.dir = directory
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.lock = threading.RLock()
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self._high_watermark = 0
+        self.recovery_point = 0
+        self.epochs = LeaderEpochCache(directory)
+        self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
+        self._pending_deletes: list[_PendingDelete] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = int(time.time() * 1000)
+        self.closed = False
+
+    # ==== opening and recovery ===================================================================
+    @classmethod
+    def open(cls, dir: Path, config: LogConfig, *, topic_id: uuid.UUID | None = None,
+             recovery_point: int = 0, log_start_offset: int | None = None, clean_shutdown: bool = False,
+             high_watermark: int | None = None, now_ms: int | None = None) -> Log:
+        parsed = parse_partition_dir(dir.name)
+        if parsed is None:
+            raise ValueError(f"{dir}: not a <topic>-<partition> directory")
+        dir.mkdir(parents=True, exist_ok=True)
+        stored_id = read_partition_metadata(dir)
+        if topic_id is not None and stored_id is not None and stored_id != topic_id:
+            raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID if hasattr(ErrorCode, "INCONSISTENT_TOPIC_ID")
+                             else ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"{dir}: topic id {stored_id} on disk, {topic_id} expected")
+        if topic_id is not None and stored_id is None:
+            write_partition_metadata(dir, topic_id)
+        self = cls(dir, config, parsed[0], parsed[1], topic_id or stored_id)
+        self._load(clean_shutdown, recovery_point, log_start_offset,
+                   now_ms if now_ms is not None else int(time.time() * 1000))
+        hw = self.log_end_offset if high_watermark is None else high_watermark
+        self._high_watermark = max(self.log_start_offset, min(hw, self.log_end_offset))
+        return self
+
+    def _new_segment(self, base: int, *, active: bool, create: bool, suffix: str = "") -> LogSegment:
+        return LogSegment(self.dir, base, index_bytes=self.config.segment_index_bytes,
+                          index_interval=self.config.index_interval_bytes, active=active, suffix=suffix,
+                          create=create)
+
+    def _load(self, clean: bool, recovery_point: int, start: int | None, now_ms: int) -> None:
+        self._clean_up_leftovers()
+        bases = sorted(b for b in (parse_offset_name(n) for n in os.listdir(self.dir)
+                                   if n.endswith(LOG_SUFFIX)) if b is not None)
+        segs = [self._new_segment(b, active=(i == len(bases) - 1), create=False) for i, b in enumerate(bases)]
+        first_unflushed = self._first_unflushed(bases, recovery_point) if not clean else len(bases)
+        try:
+            for seg in segs[:first_unflushed]:
+                if seg.index_rebuild_needed:  # flushed data: must be whole, or the partition goes offline
+                    seg.rebuild(strict=True)
+                else:
+                    seg.load_tail()
+        except CorruptSegmentError as exc:
+            for s in segs:
+                s.close()
+            log.error("partition %s-%s is offline: %s", self.topic, self.partition, exc)
+            raise LogOffline(exc.path, exc.position, str(exc)) from exc
+        segs = self._recover(segs, first_unflushed)
+        if not segs:
+            base = start if start is not None else 0
+            segs = [self._new_segment(base, active=True, create=True)]
+        segs[-1].offset_index.make_writable()
+        segs[-1].time_index.make_writable()
+        self.segments = segs
+        self._bases = [s.base_offset for s in segs]
+        leo = self.log_end_offset
+        self.log_start_offset = min(max(start or 0, segs[0].base_offset), leo)
+        self.epochs.truncate_from_end(leo)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self._load_producer_state(now_ms, clean)
+        if first_unflushed < len(bases):
+            self.flush()
+        self.recovery_point = leo if first_unflushed < len(bases) else max(min(recovery_point, leo), 0)
+        if clean:
+            self.recovery_point = leo
+
+    @staticmethod
+    def _first_unflushed(bases: list[int], recovery_point: int) -> int:
+        """Index of the segment holding the recovery point: it and all later ones get rescanned."""
+        idx = bisect.bisect_right(bases, recovery_point) - 1
+        return max(idx, 0)
+
+    def _recover(self, segs: list[LogSegment], first: int) -> list[LogSegment]:
+        for i in range(first, len(segs)):
+            seg = segs[i]
+            truncated = seg.rebuild(on_batch=self._note_epoch)
+            if truncated:
+                log.warning("%s: truncated %d invalid bytes at position %d during recovery",
+                            seg.log_path, truncated, seg.size)
+                for later in segs[i + 1:]:
+                    log.warning("%s: deleted after corruption in an earlier segment", later.log_path)
+                    later.close()
+                    later.delete_files()
+                segs = segs[:i + 1]
+                break
+        # A trailing empty segment whose base is past its predecessor's end is legitimate (roll).
+        return segs
+
+    def _note_epoch(self, batch: RecordBatch) -> None:
+        if batch.partition_leader_epoch >= 0:
+            self.epochs.assign(batch.partition_leader_epoch, batch.base_offset, persist=False)
+
+    def _clean_up_leftovers(self) -> None:
+        """Temp files go; interrupted cleaner swaps are completed; pending deletes are finished."""
+        names = os.listdir(self.dir)
+        for name in names:
+            if name.endswith((TMP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)):
+                (self.dir / name).unlink(missing_ok=True)
+        for name in sorted(os.listdir(self.dir)):
+            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+                base = parse_offset_name(name)
+                if base is not None:
+                    self._finish_swap(base)
+        for name in os.listdir(self.dir):
+            if name.endswith(SWAP_SUFFIX):  # index swaps whose log never made it: rebuilt instead
+                (self.dir / name).unlink(missing_ok=True)
+
+    def _finish_swap(self, base: int) -> None:
+        swap = self._new_segment(base, active=False, create=False, suffix=SWAP_SUFFIX)
+        swap.rebuild()
+        end = swap.next_offset
+        for name in os.listdir(self.dir):
+            other = parse_offset_name(name)
+            if (other is not None and base <= other < end and name.endswith(LOG_SUFFIX)):
+                old = self._new_segment(other, active=False, create=False)
+                old.close()
+                old.delete_files()
+        swap.on_become_inactive()
+        swap.change_suffix("")
+        swap.close()
+        log.info("%s: completed an interrupted segment swap", swap.log_path)
+
+    def _load_producer_state(self, now_ms: int, clean: bool) -> None:
+        psm = self.producer_state
+        leo = self.log_end_offset
+        psm.delete_snapshots(above=leo)
+        candidates = [o for o in psm.snapshot_offsets() if o >= self.segments[0].base_offset]
+        loaded = False
+        while candidates and not loaded:
+            loaded = psm.load_snapshot(candidates.pop(), now_ms)
+        if not loaded:
+            psm.reset(self.segments[0].base_offset)
+        if psm.map_end_offset < leo:
+            self._replay(psm.map_end_offset)
+        psm.remove_expired(now_ms)
+        if not clean or not loaded or psm.map_end_offset != leo:
+            psm.map_end_offset = leo
+            psm.take_snapshot()
+
+    def _replay(self, start: int) -> None:
+        """Producer state from batch headers (markers read whole), and missing txn-index entries."""
+        psm = self.producer_state
+        i = max(bisect.bisect_right(self._bases, start) - 1, 0)
+        for seg in self.segments[i:]:
+            hit = seg.find_batch(start)
+            if hit is None:
+                continue
+            for bp, batch in seg.scan(hit.position, seg.size, full=False):
+                if bp.last_offset < start or batch.producer_id < 0:
+                    psm.map_end_offset = max(psm.map_end_offset, bp.last_offset + 1)
+                    continue
+                if batch.is_control:
+                    batch = seg.read_batch(bp.position, bp.size)
+                done = psm.update(batch)
+                if done is not None and done.aborted:
+                    if all(t.last_offset != done.last_offset for t in seg.txn_index.entries):
+                        seg.txn_index.append(psm.aborted_entry(done))
+
+    # ==== offsets ===================================================================================
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self._high_watermark = max(self.log_start_offset, min(value, self.log_end_offset))
+
+    @property
+    def last_stable_offset(self) -> int:
+        first = self.producer_state.first_unstable_offset
+        hw = self._high_watermark
+        return hw if first is None else min(first, hw)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        self.producer_state.expiration_ms = config.producer_id_expiration_ms
+
+    # ==== appending ==================================================================================
+    def append(self, batch: RecordBatch, *, leader_epoch: int, now_ms: int,
+               coordinator_epoch: int | None = None) -> AppendResult:
+        """Append one validated client batch (or, if it is a control batch, a broker-built marker).
+
+        Offsets and the leader epoch are patched into the caller's buffer; the bytes go to disk in
+        one write. Producer-state violations raise KafkaError before anything is written.
+        """
+        with self.lock:
+            self._ensure_open()
+            if batch.is_control:
+                return self._append_marker(batch, leader_epoch, now_ms, coordinator_epoch)
+            if batch.producer_id >= 0:
+                dup = self.producer_state.check(batch)
+                if dup is not None:
+                    return AppendResult(dup.first_offset, dup.last_offset, dup.timestamp,
+                                        self.log_start_offset, True, dup.timestamp)
+            return self._write(batch, leader_epoch, now_ms)
+
+    def append_control(self, batch: RecordBatch, *, leader_epoch: int, now_ms: int,
+                       coordinator_epoch: int | None = None) -> AppendResult:
+        """Append an end-transaction marker batch built by the broker (control + transactional)."""
+        if not batch.is_control:
+            raise ValueError("append_control needs a control batch")
+        return self.append(batch, leader_epoch=leader_epoch, now_ms=now_ms, coordinator_epoch=coordinator_epoch)
+
+    def _append_marker(self, batch: RecordBatch, leader_epoch: int, now_ms: int,
+                       coordinator_epoch: int | None) -> AppendResult:
+        if coordinator_epoch is None:
+            coordinator_epoch = parse_control_record(batch)[1]
+        self.producer_state.check_marker(batch, -1 if coordinator_epoch is None else coordinator_epoch)
+        return self._write(batch, leader_epoch, now_ms)
+
+    def _write(self, batch: RecordBatch, leader_epoch: int, now_ms: int) -> AppendResult:
+        size = batch.size
+        if size > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"batch of {size} bytes exceeds segment.bytes {self.config.segment_bytes}")
+        base = self.log_end_offset
+        last = base + batch.last_offset_delta
+        if self.active.should_roll(size, last, now_ms, self.config.segment_bytes,
+                                   self.config.segment_ms - self.config.segment_jitter_ms):
+            self.roll(now_ms)
+        batch.set_base_offset(base)
+        batch.set_partition_leader_epoch(leader_epoch)
+        append_time = -1
+        if self.config.log_append_time and not batch.is_control:
+            append_time = now_ms
+            batch.set_log_append_time(now_ms)
+        seg = self.active
+        seg.append(batch.bytes_view(), last, batch.max_timestamp)
+        if leader_epoch >= 0 and leader_epoch > self.epochs.latest_epoch:
+            self.epochs.assign(leader_epoch, base)
+        done = self.producer_state.update(batch) if batch.producer_id >= 0 else None
+        self.producer_state.map_end_offset = last + 1
+        if done is not None and done.aborted:
+            seg.txn_index.append(self.producer_state.aborted_entry(done))
+        self._unflushed_messages += batch.last_offset_delta + 1
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendResult(base, last, append_time, self.log_start_offset, False, batch.max_timestamp, done)
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Close the active segment and start a new one at the log end offset."""
+        with self.lock:
+            old = self.active
+            leo = old.next_offset
+            if old.size == 0 and old.base_offset == leo:
+                return old
+            old.on_become_inactive()
+            self.producer_state.map_end_offset = leo
+            self.producer_state.take_snapshot(sync=False)
+            seg = self._new_segment(leo, active=True, create=True)
+            self.segments = [*self.segments, seg]
+            self._bases = [*self._bases, leo]
+            return seg
+
+    # ==== reading ====================================================================================
+    def read(self, offset: int, max_bytes: int, *, upper_bound: int | None = None,
+             min_one: bool = True) -> ReadResult:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least one batch
+        when ``min_one``), never reaching ``upper_bound`` (HW or LSO; default: log end)."""
+        with self.lock:
+            leo = self.log_end_offset
+            if offset < self.log_start_offset or offset > leo:
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                 f"offset {offset} is outside [{self.log_start_offset}, {leo}] of "
+                                 f"{self.topic}-{self.partition}")
+            bound = leo if upper_bound is None else min(upper_bound, leo)
+            segments, bases = self.segments, self._bases
+        empty = ReadResult([], 0, offset)
+        if offset >= bound:
+            return empty
+        i = max(bisect.bisect_right(bases, offset) - 1, 0)
+        for seg in segments[i:]:
+            if seg.base_offset >= bound:
+                return empty
+            hit = seg.find_batch(offset)
+            if hit is None:
+                continue
+            if hit.base_offset >= bound:
+                return empty
+            end_pos = seg.size
+            if bound < seg.next_offset:
+                stop = seg.find_batch(bound, hit.position)
+                end_pos = stop.position if stop is not None else seg.size
+            end = seg.end_within(hit.position, min(hit.position + max_bytes, end_pos))
+            if end <= hit.position:
+                if not min_one:
+                    return empty
+                end = hit.position + hit.size
+            size = end - hit.position
+            return ReadResult([FileSlice(seg.fd, hit.position, size, seg.file)], size, hit.base_offset)
+        return empty
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
+        """Every batch overlapping [start, end), read whole (tests, tools, the cleaner)."""
+        stop = self.log_end_offset if end is None else end
+        for seg in list(self.segments):
+            if seg.next_offset <= start:
+                continue
+            if seg.base_offset >= stop:
+                return
+            hit = seg.find_batch(start)
+            if hit is None:
+                continue
+            for bp, batch in seg.scan(hit.position, seg.size, full=True):
+                if bp.base_offset >= stop:
+                    return
+                yield batch
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of aborted txns overlapping [start_offset, end_offset)."""
+        out: list[tuple[int, int]] = []
+        i = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        for seg in self.segments[i:]:
+            found, complete = seg.txn_index.collect(start_offset, end_offset)
+            out.extend((t.producer_id, t.first_offset) for t in found)
+            if complete:
+                break
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """First (offset, timestamp) with timestamp >= ``timestamp``, or None."""
+        with self.lock:
+            segments = self.segments
+        for seg in segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            found = seg.find_timestamp(timestamp, self.log_start_offset)
+            if found is None:
+                continue
+            position, _ = found
+            batch = seg.read_batch(position, _batch_size_at(seg, position))
+            exact = exact_offset_for_timestamp(batch, timestamp, self.log_start_offset)
+            if exact is not None:
+                return exact
+        return None
+
+    def offset_of_max_timestamp(self) -> tuple[int, int]:
+        """(offset, timestamp) of the largest timestamp in the log; (-1, -1) if there is none."""
+        best = (-1, -1)
+        for seg in self.segments:
+            if seg.max_timestamp > best[1]:
+                best = (seg.offset_of_max_timestamp, seg.max_timestamp)
+        return best
+
+    # ==== leader epochs =============================================================================
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        self.epochs.assign(epoch, start_offset)
+
+    # ==== producer state accessors (for the transaction coordinator) ================================
+    def producer(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producer_state.producers.get(producer_id)
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its open transaction."""
+        return {pid: first for first, pid in self.producer_state.ongoing.items()}
+
+    def last_sequence(self, producer_id: int) -> int:
+        entry = self.producer_state.producers.get(producer_id)
+        return entry.last_seq if entry is not None else -1
+
+    # ==== truncation, deletion =======================================================================
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: raise the log start offset (whole segments below it are deleted)."""
+        with self.lock:
+            if offset > self._high_watermark:
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                 f"cannot delete before {offset}: high watermark is {self._high_watermark}")
+            if offset > self.log_start_offset:
+                self._advance_log_start(offset)
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= offset,
+                                      int(time.time() * 1000))
+            return self.log_start_offset
+
+    def _advance_log_start(self, offset: int) -> None:
+        self.log_start_offset = offset
+        self.epochs.truncate_from_start(offset)
+        psm = self.producer_state
+        for pid in [p for p, e in psm.producers.items()
+                    if e.last_offset < offset and e.current_txn_first_offset < 0]:
+            del psm.producers[pid]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at and after ``offset`` (replication: a follower's divergent tail)."""
+        with self.lock:
+            if offset >= self.log_end_offset:
+                return
+            if offset < self.segments[0].base_offset or offset <= self.log_start_offset:
+                self._truncate_fully(max(offset, self.log_start_offset))
+                return
+            keep = [s for s in self.segments if s.base_offset < offset]
+            for seg in self.segments[len(keep):]:
+                seg.release()
+                seg.delete_files()
+            keep[-1].truncate_to(offset)
+            keep[-1].offset_index.make_writable()
+            keep[-1].time_index.make_writable()
+            self.segments, self._bases = keep, [s.base_offset for s in keep]
+            self._after_truncation(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        for seg in self.segments:
+            seg.release()
+            seg.delete_files()
+        seg = self._new_segment(offset, active=True, create=True)
+        self.segments, self._bases = [seg], [offset]
+        self.log_start_offset = offset
+        self._after_truncation(offset)
+
+    def _after_truncation(self, offset: int) -> None:
+        self.epochs.truncate_from_end(offset)
+        self._high_watermark = min(self._high_watermark, offset)
+        self.recovery_point = min(self.recovery_point, offset)
+        self.producer_state.delete_snapshots(above=offset)
+        self._load_producer_state(int(time.time() * 1000), clean=False)
+
+    def _delete_segments(self, predicate: _Predicate, now_ms: int) -> int:
+        """Delete the longest prefix of segments matching ``predicate`` (never past the HW)."""
+        doomed: list[LogSegment] = []
+        segs = self.segments
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            end = nxt.base_offset if nxt is not None else self.log_end_offset
+            if nxt is None and seg.size == 0:
+                break
+            if not predicate(seg, nxt) or self._high_watermark < end:
+                break
+            doomed.append(seg)
+        if not doomed:
+            return 0
+        if doomed[-1] is segs[-1]:
+            self.roll(now_ms)
+        keep = self.segments[len(doomed):]
+        self.segments, self._bases = keep, [s.base_offset for s in keep]
+        if keep[0].base_offset > self.log_start_offset:
+            self._advance_log_start(keep[0].base_offset)
+        for seg in doomed:
+            self._schedule_delete(seg, now_ms)
+        self.producer_state.delete_snapshots(below=keep[0].base_offset)
+        return len(doomed)
+
+    def _schedule_delete(self, seg: LogSegment, now_ms: int) -> None:
+        """Rename to ``.deleted`` now; unlink after file.delete.delay.ms (slices stay readable)."""
+        seg.change_suffix(DELETED_SUFFIX)
+        self._pending_deletes.append(_PendingDelete(now_ms + self.config.file_delete_delay_ms, seg))
+
+    def run_pending_deletes(self, now_ms: int, *, force: bool = False) -> None:
+        due = [p for p in self._pending_deletes if force or p.due_ms <= now_ms]
+        if not due:
+            return
+        self._pending_deletes = [p for p in self._pending_deletes if p not in due]
+        for p in due:
+            p.segment.delete_files()
+
+    # ==== retention ===================================================================================
+    def apply_retention(self, now_ms: int) -> int:
+        """retention.ms, retention.bytes and the log start offset; returns segments deleted."""
+        with self.lock:
+            deleted = self._delete_segments(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset, now_ms)
+            if not self.config.delete:
+                return deleted
+            if self.config.retention_ms >= 0:
+                limit = self.config.retention_ms
+                deleted += self._delete_segments(lambda seg, nxt: now_ms - seg.largest_timestamp > limit,
+                                                 now_ms)
+            if self.config.retention_bytes >= 0:
+                excess = [self.size_bytes - self.config.retention_bytes]
+
+                def over(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                    if excess[0] - seg.size >= 0:
+                        excess[0] -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_segments(over, now_ms)
+            return deleted
+
+    def maintenance(self, now_ms: int) -> None:
+        self.run_pending_deletes(now_ms)
+        self.apply_retention(now_ms)
+        with self.lock:
+            self.producer_state.remove_expired(now_ms)
+            if (self._unflushed_messages and self.config.flush_ms < 2**62
+                    and now_ms - self._last_flush_ms >= self.config.flush_ms):
+                self.flush()
+
+    # ==== durability, lifecycle =======================================================================
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync segments holding offsets below ``up_to`` (default: everything)."""
+        with self.lock:
+            target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
+            if target <= self.recovery_point and self._unflushed_messages == 0:
+                return
+            for seg in self.segments:
+                if seg.next_offset > self.recovery_point or seg is self.active:
+                    seg.flush()
+                if seg.base_offset >= target:
+                    break
+            self.recovery_point = max(self.recovery_point, target)
+            if target == self.log_end_offset:
+                self._unflushed_messages = 0
+            self._last_flush_ms = int(time.time() * 1000)
+
+    def close(self) -> None:
+        """Flush, snapshot producer state at the log end, trim the active indexes, close files."""
+        with self.lock:
+            if self.closed:
+                return
+            self.flush()
+            self.producer_state.map_end_offset = self.log_end_offset
+            self.producer_state.take_snapshot()
+            self.epochs.flush()
+            self.run_pending_deletes(0, force=True)
+            for seg in self.segments:
+                seg.close()
+            self.closed = True
+
+    def delete(self) -> None:
+        """Rename the directory to ``<topic>-<p>.<uuid>-delete`` then remove it. Open fetch slices
+        keep their descriptors, so in-flight reads finish."""
+        with self.lock:
+            for seg in self.segments:
+                seg.release()
+            for p in self._pending_deletes:
+                p.segment.release()
+            self.segments = []
+            self._pending_deletes = []
+            self.closed = True
+            target = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
+            os.rename(self.dir, target)
+            self.dir = target
+            shutil.rmtree(target, ignore_errors=True)
+
+    def _ensure_open(self) -> None:
+        if self.closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.dir} is closed")
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self.segments)})")
+
+
+def _batch_size_at(seg: LogSegment, position: int) -> int:
+    head = os.pread(seg.fd, 12, position)
+    return int.from_bytes(head[8:12], "big", signed=True) + 12
+

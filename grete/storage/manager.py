@@ -1,0 +1,209 @@
+"""All partition logs of a broker, spread over its log dirs, with the per-dir checkpoint files."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.storage.config import LogConfig
+from grete.storage.files import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANER_CHECKPOINT,
+    LOG_START_CHECKPOINT,
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_CHECKPOINT,
+    atomic_write,
+    is_deleted_dir,
+    parse_partition_dir,
+    partition_dir_name,
+    read_offset_checkpoint,
+    read_properties,
+    uuid_to_kafka,
+    write_offset_checkpoint,
+    write_properties,
+)
+from grete.storage.log import Log, LogOffline
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+CHECKPOINT_INTERVAL_MS = 5000
+
+
+class LogManager:
+    """Owns ``log.dirs``. Per directory it keeps (Kafka's names and text formats):
+
+    * ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+      ``replication-offset-checkpoint`` (high watermarks), ``cleaner-offset-checkpoint``: each
+      ``0\\n<count>\\n<topic> <partition> <offset>\\n...``, replaced atomically;
+    * ``meta.properties``: Java properties, KRaft form ``version=1``, ``cluster.id``,
+      ``node.id``, ``directory.id`` (ids as 22-character URL-safe base64);
+    * ``.kafka_cleanshutdown``: present only while the broker is cleanly stopped; its absence at
+      startup makes every log recover from its recovery point.
+    """
+
+    def __init__(self, log_dirs: list[Path], default_config: LogConfig,
+                 topic_config: Callable[[str], LogConfig] | None = None) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self.topic_config = topic_config
+        self.logs: dict[TopicPartition, Log] = {}
+        self.offline: dict[TopicPartition, str] = {}
+        self.dir_ids: dict[Path, uuid.UUID] = {}
+        self.cleaner_offsets: dict[TopicPartition, int] = {}
+        self._last_checkpoint_ms = 0
+        self._cleaner: object | None = None
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self.topic_config(topic) if self.topic_config is not None else self.default_config
+
+    # ==== startup =================================================================================
+    def startup(self, cluster_id: str | None = None, node_id: int | None = None,
+                configs: Mapping[str, LogConfig] | None = None) -> dict[TopicPartition, Log]:
+        """Load every partition directory; recover after an unclean shutdown."""
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            self._ensure_meta(d, cluster_id, node_id)
+            self._load_dir(d, configs or {})
+        self.checkpoint()
+        return dict(self.logs)
+
+    def _ensure_meta(self, d: Path, cluster_id: str | None, node_id: int | None) -> None:
+        path = d / META_PROPERTIES
+        props = read_properties(path)
+        if props is not None:
+            if cluster_id is not None and props.get("cluster.id") not in (None, cluster_id):
+                raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID if hasattr(ErrorCode, "INCONSISTENT_CLUSTER_ID")
+                                 else ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"{path}: cluster.id {props.get('cluster.id')} != {cluster_id}")
+            if node_id is not None and props.get("node.id") not in (None, str(node_id)):
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"{path}: node.id {props.get('node.id')} != {node_id}")
+            raw_dir_id = props.get("directory.id")
+            if raw_dir_id:
+                from grete.storage.files import uuid_from_kafka
+                self.dir_ids[d] = uuid_from_kafka(raw_dir_id)
+                return
+        dir_id = uuid.uuid4()
+        self.dir_ids[d] = dir_id
+        new = {"version": "1"}
+        if cluster_id is not None:
+            new["cluster.id"] = cluster_id
+        if node_id is not None:
+            new["node.id"] = str(node_id)
+        new["directory.id"] = uuid_to_kafka(dir_id)
+        if props:
+            new = {**props, **new, "cluster.id": props.get("cluster.id", new.get("cluster.id", ""))}
+            new = {k: v for k, v in new.items() if v}
+        write_properties(path, new)
+
+    def _load_dir(self, d: Path, configs: Mapping[str, LogConfig]) -> None:
+        marker = d / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery = read_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
+        starts = read_offset_checkpoint(d / LOG_START_CHECKPOINT)
+        hws = read_offset_checkpoint(d / REPLICATION_CHECKPOINT)
+        self.cleaner_offsets.update(read_offset_checkpoint(d / CLEANER_CHECKPOINT))
+        for name in sorted(os.listdir(d)):
+            path = d / name
+            if not path.is_dir():
+                continue
+            if is_deleted_dir(name):
+                shutil.rmtree(path, ignore_errors=True)  # a delete interrupted by a crash
+                continue
+            parsed = parse_partition_dir(name)
+            if parsed is None:
+                continue
+            config = configs.get(parsed[0]) or self.config_for(parsed[0])
+            try:
+                opened = Log.open(path, config, recovery_point=recovery.get(parsed, 0),
+                                  log_start_offset=starts.get(parsed), clean_shutdown=clean,
+                                  high_watermark=hws.get(parsed))
+            except (LogOffline, OSError, ValueError) as exc:
+                log.error("partition %s-%d offline: %s", parsed[0], parsed[1], exc)
+                self.offline[parsed] = str(exc)
+                continue
+            self.logs[parsed] = opened
+        # From here on a crash is unclean: the marker only comes back with shutdown().
+        marker.unlink(missing_ok=True)
+
+    # ==== partitions =================================================================================
+    def create_log(self, topic: str, partition: int, config: LogConfig | None = None,
+                   topic_id: uuid.UUID | None = None) -> Log:
+        key = (topic, partition)
+        existing = self.logs.get(key)
+        if existing is not None:
+            return existing
+        d = min(self.log_dirs, key=lambda p: sum(1 for k, lg in self.logs.items() if lg.dir.parent == p))
+        opened = Log.open(d / partition_dir_name(topic, partition), config or self.config_for(topic),
+                          topic_id=topic_id, clean_shutdown=True)
+        self.logs[key] = opened
+        return opened
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        found = self.logs.pop((topic, partition), None)
+        self.cleaner_offsets.pop((topic, partition), None)
+        if found is not None:
+            found.delete()
+
+    # ==== periodic work ===============================================================================
+    def maintenance(self, now_ms: int | None = None) -> None:
+        """Retention, delayed file deletion, flush-by-time, producer expiry, compaction scheduling,
+        and checkpoints every few seconds. Quick: compaction itself runs on the cleaner thread."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        for lg in list(self.logs.values()):
+            try:
+                lg.maintenance(now)
+            except OSError as exc:
+                log.error("maintenance of %s failed: %s", lg, exc)
+        cleaner = self.cleaner()
+        cleaner.schedule(now)
+        if now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
+            self.checkpoint()
+            self._last_checkpoint_ms = now
+
+    def cleaner(self) -> LogCleaner:
+        if self._cleaner is None:
+            self._cleaner = LogCleaner(self)
+        assert isinstance(self._cleaner, LogCleaner)
+        return self._cleaner
+
+    def checkpoint(self) -> None:
+        for d in self.log_dirs:
+            mine = {k: lg for k, lg in self.logs.items() if lg.dir.parent == d}
+            write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, {k: lg.recovery_point for k, lg in mine.items()})
+            write_offset_checkpoint(d / LOG_START_CHECKPOINT,
+                                    {k: lg.log_start_offset for k, lg in mine.items() if lg.log_start_offset > 0})
+            write_offset_checkpoint(d / REPLICATION_CHECKPOINT, {k: lg.high_watermark for k, lg in mine.items()})
+            write_offset_checkpoint(d / CLEANER_CHECKPOINT,
+                                    {k: o for k, o in self.cleaner_offsets.items() if k in mine})
+
+    def flush(self) -> None:
+        for lg in self.logs.values():
+            lg.flush()
+
+    def shutdown(self) -> None:
+        """Stop the cleaner, close every log (flush + snapshot), checkpoint, mark the dirs clean."""
+        if self._cleaner is not None:
+            self.cleaner().stop()
+        for lg in self.logs.values():
+            lg.close()
+        self.checkpoint()
+        for d in self.log_dirs:
+            atomic_write(d / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": -1}).encode())
+
+
+from grete.storage.cleaner import LogCleaner  # noqa: E402  (the cleaner needs LogManager's types)

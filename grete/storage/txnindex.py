@@ -1,0 +1,101 @@
+"""Aborted-transaction index of one segment."""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+_ENTRY: Final = struct.Struct(">hqqqq")
+ENTRY_SIZE: Final = _ENTRY.size  # 34
+
+
+@dataclass(frozen=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class TransactionIndex:
+    """``<base>.txnindex``: 34-byte entries, one per ABORT marker in the segment.
+
+    Entry layout (big-endian): ``version:int16 (0), producerId:int64, firstOffset:int64,
+    lastOffset:int64 (the marker's offset), lastStableOffset:int64 (LSO once the txn closed)``.
+    The file is created lazily on the first entry. Entries are also kept in memory: they are
+    few, and read_committed fetches consult them on every request.
+    """
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.entries: list[AbortedTxn] = []
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        usable = len(data) - len(data) % ENTRY_SIZE  # a torn last entry is dropped
+        for pos in range(0, usable, ENTRY_SIZE):
+            version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
+            if version != 0:
+                raise ValueError(f"{self.path}: unknown aborted-txn entry version {version} at {pos}")
+            self.entries.append(AbortedTxn(pid, first, last, lso))
+
+    def append(self, txn: AbortedTxn) -> None:
+        if self.entries and txn.last_offset < self.entries[-1].last_offset:
+            raise ValueError(f"{self.path}: aborted txn at {txn.last_offset} is before the last entry")
+        data = _ENTRY.pack(0, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        self.entries.append(txn)
+
+    def collect(self, start: int, end: int) -> tuple[list[AbortedTxn], bool]:
+        """Entries overlapping [start, end); ``complete`` once an entry's LSO reaches ``end``."""
+        found: list[AbortedTxn] = []
+        for txn in self.entries:
+            if txn.last_offset >= start and txn.first_offset < end:
+                found.append(txn)
+            if txn.last_stable_offset >= end:
+                return found, True
+        return found, False
+
+    def truncate_to(self, offset: int) -> None:
+        keep = [t for t in self.entries if t.last_offset < offset]
+        if len(keep) != len(self.entries):
+            self.rewrite(keep)
+
+    def rewrite(self, entries: list[AbortedTxn]) -> None:
+        self.entries = list(entries)
+        if not entries:
+            self.path.unlink(missing_ok=True)
+            return
+        data = b"".join(_ENTRY.pack(0, t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+                        for t in entries)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, self.path)
+
+    def rename(self, new_path: Path) -> None:
+        if self.path.exists():
+            os.rename(self.path, new_path)
+        self.path = new_path
+
+    def flush(self) -> None:
+        if self.path.exists():
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def size_bytes(self) -> int:
+        return len(self.entries) * ENTRY_SIZE

@@ -1,0 +1,163 @@
+"""``python -m tools.codegen [--specs DIR] [--check]``: regenerate grete/protocol/messages/ from specs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tools.codegen.emit import HEADER_LINE, api_base, module_name
+from tools.codegen.emit import emit_module as emit_module
+from tools.codegen.specs import Message, load_all
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_SPECS = ROOT.parent / "shared" / "kafka-message-specs"
+SPEC_DIRS = ["trunk-2024-10", "ak-4.0", "ak-4.3"]
+OUT_DIR = ROOT / "grete" / "protocol" / "messages"
+
+# "data" schemas the broker needs; the rest (KRaft control records, forwarded principals) are not
+# part of the client protocol and are reported as skipped.
+DATA_WANTED = {"ConsumerProtocolSubscription", "ConsumerProtocolAssignment"}
+
+
+def select(messages: dict[str, Message]) -> tuple[dict[str, list[Message]], list[str]]:
+    modules: dict[str, list[Message]] = {}
+    skipped: list[str] = []
+    for name, msg in sorted(messages.items()):
+        if msg.type in ("request", "response") or name in DATA_WANTED:
+            modules.setdefault(module_name(msg), []).append(msg)
+        elif msg.type == "header":
+            skipped.append(f"{name}: header, hand-written in grete/protocol/headers.py")
+        else:
+            skipped.append(f"{name}: data schema not used by the broker")
+    for msgs in modules.values():
+        # Request before response; Subscription before Assignment is alphabetical anyway.
+        msgs.sort(key=lambda m: (m.type != "request", m.name))
+    return modules, skipped
+
+
+def render_init(modules: dict[str, list[Message]]) -> str:
+    lines = [
+        HEADER_LINE,
+        '"""Every generated message class, and ``APIS``: what grete knows about each API key."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from dataclasses import dataclass",
+        "",
+        "from grete.protocol.codec import Message",
+        "",
+    ]
+    exported: list[str] = []
+    for mod in sorted(modules):
+        names = sorted(m.name for m in modules[mod])
+        exported += names
+        lines.append(f"from grete.protocol.messages.{mod} import {', '.join(names)}")
+    lines += [
+        "",
+        "",
+        "@dataclass(frozen=True, slots=True)",
+        "class ApiInfo:",
+        '    """One API key: its message classes and the version range the codecs support."""',
+        "",
+        "    key: int",
+        "    name: str",
+        "    request: type[Message]",
+        "    response: type[Message]",
+        "    min_version: int",
+        "    max_version: int",
+        "    flexible_from: int | None",
+        "",
+        "",
+        "APIS: dict[int, ApiInfo] = {",
+    ]
+    apis: list[tuple[int, str, Message, Message]] = []
+    for msgs in modules.values():
+        req = [m for m in msgs if m.type == "request"]
+        resp = [m for m in msgs if m.type == "response"]
+        if req and resp:
+            apis.append((req[0].api_key or 0, api_base(req[0].name), req[0], resp[0]))
+    for key, name, req, resp in sorted(apis, key=lambda a: a[0]):
+        lo = min(req.valid | resp.valid)
+        hi = max(req.valid | resp.valid)
+        if req.valid != resp.valid or req.flexible_from != resp.flexible_from:
+            raise SystemExit(f"{name}: request and response disagree on versions")
+        lines.append(f"    {key}: ApiInfo({key}, {name!r}, {req.name}, {resp.name}, {lo}, {hi}, "
+                     f"{req.flexible_from!r}),")
+    lines += [
+        "}",
+        "",
+        "_CONTROLLED_SHUTDOWN = 7",
+        "_API_VERSIONS = 18",
+        "",
+        "",
+        "def _flexible(api_key: int, api_version: int) -> bool:",
+        "    info = APIS.get(api_key)",
+        "    return info is not None and info.flexible_from is not None and api_version >= info.flexible_from",
+        "",
+        "",
+        "def request_header_version(api_key: int, api_version: int) -> int:",
+        '    """2 for flexible requests, 1 otherwise; 0 only for ControlledShutdown v0."""',
+        "    if api_key == _CONTROLLED_SHUTDOWN and api_version == 0:",
+        "        return 0",
+        "    return 2 if _flexible(api_key, api_version) else 1",
+        "",
+        "",
+        "def response_header_version(api_key: int, api_version: int) -> int:",
+        '    """1 for flexible responses, 0 otherwise; ApiVersions always uses 0 (clients parse it first)."""',
+        "    if api_key == _API_VERSIONS:",
+        "        return 0",
+        "    return 1 if _flexible(api_key, api_version) else 0",
+        "",
+        "",
+        "__all__ = [",
+        '    "APIS",',
+        '    "ApiInfo",',
+        '    "request_header_version",',
+        '    "response_header_version",',
+    ]
+    lines += [f"    {n!r}," for n in sorted(exported)]
+    lines += ["]", ""]
+    return "\n".join(lines).replace("'", '"')
+
+
+def render_all(spec_root: Path) -> tuple[dict[str, str], list[str]]:
+    messages, notes = load_all(spec_root, SPEC_DIRS)
+    modules, skipped = select(messages)
+    note = ("Merged from Kafka's JSON message specs (" + ", ".join(SPEC_DIRS) + "): valid versions are "
+            "the union of every copy.")
+    files = {f"{mod}.py": emit_module(msgs, note) for mod, msgs in sorted(modules.items())}
+    files["__init__.py"] = render_init(modules)
+    return files, notes + skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.codegen", description=__doc__)
+    parser.add_argument("--specs", type=Path, default=DEFAULT_SPECS)
+    parser.add_argument("--out", type=Path, default=OUT_DIR)
+    parser.add_argument("--check", action="store_true", help="exit 1 if regenerating would change anything")
+    args = parser.parse_args(argv)
+    files, notes = render_all(args.specs)
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+    existing = {p.name for p in args.out.glob("*.py")} if args.out.is_dir() else set()
+    stale = sorted(existing - set(files))
+    changed = sorted(n for n, text in files.items()
+                     if not (args.out / n).is_file() or (args.out / n).read_text(encoding="utf-8") != text)
+    if args.check:
+        for n in changed:
+            print(f"out of date: {n}", file=sys.stderr)
+        for n in stale:
+            print(f"stale (not generated): {n}", file=sys.stderr)
+        return 1 if changed or stale else 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for n in changed:
+        (args.out / n).write_text(files[n], encoding="utf-8")
+    for n in stale:
+        (args.out / n).unlink()
+    print(f"{len(files)} files, {len(changed)} written, {len(stale)} removed", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""Apache Kafka's jars from Maven Central, cached, plus the command lines to run its tools.
+
+kafka.apache.org is not reachable from the test machines, so instead of the binary tarball this
+resolves the same jars through Maven: a throwaway pom lists the broker, the tools and a logging
+binding; ``mvn dependency:copy-dependencies`` copies the runtime closure into
+``$GRETE_CACHE/kafka/<version>/libs`` (default ``~/.cache/grete``). A stamp file holding a hash of
+the pom makes the second run a no-op.
+
+    python -m tools.kafka_dist fetch [--all | <version> ...]
+    python -m tools.kafka_dist run <version> <tool> [args ...]     # e.g. run 4 kafka-topics --list ...
+    python -m tools.kafka_dist classpath <version>
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# The two pinned releases. 4.4.0 was only partly on Central when this was written (no kafka-tools).
+PINNED: tuple[str, ...] = ("3.9.2", "4.3.1")
+ALIASES: dict[str, str] = {"3.9": "3.9.2", "4": "4.3.1", "4.3": "4.3.1"}
+
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+JAVA_HEAP = os.environ.get("GRETE_KAFKA_HEAP", "-Xmx512m")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    group: str
+    artifact: str
+    version: str
+    exclusions: tuple[str, ...] = ()  # "group:artifact"
+
+
+def resolve_version(version: str) -> str:
+    """'3.9' / '4' / 'kafka-4' -> the pinned full version; a full version passes through."""
+    v = version.removeprefix("kafka-")
+    return ALIASES.get(v, v)
+
+
+def major(version: str) -> int:
+    return int(resolve_version(version).split(".")[0])
+
+
+def artifacts(version: str) -> list[Artifact]:
+    """What the distribution's libs/ needs for the broker and the CLI tools we drive."""
+    v = resolve_version(version)
+    kafka = "org.apache.kafka"
+    deps = [
+        Artifact(kafka, "kafka_2.13", v),
+        Artifact(kafka, "kafka-clients", v),
+        Artifact(kafka, "kafka-server", v),
+        Artifact(kafka, "kafka-storage", v),
+        # connect-runtime drags in Jetty/Jersey for the connect-plugin-path tool only; none of ours need it.
+        Artifact(kafka, "kafka-tools", v, exclusions=(f"{kafka}:connect-runtime",)),
+    ]
+    if major(v) >= 4:
+        # 4.x ships log4j2 behind slf4j 1.7 (what its own libs/ holds).
+        log4j = "2.25.4"
+        deps += [
+            Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", log4j),
+            Artifact("org.apache.logging.log4j", "log4j-core", log4j),
+            Artifact("org.apache.logging.log4j", "log4j-api", log4j),
+        ]
+    else:
+        # 3.x ships reload4j (a maintained log4j 1.2) behind slf4j 1.7.
+        deps += [
+            Artifact("org.slf4j", "slf4j-reload4j", "1.7.36"),
+            Artifact("ch.qos.reload4j", "reload4j", "1.2.25"),
+        ]
+    return deps
+
+
+def pom_xml(version: str) -> str:
+    v = resolve_version(version)
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        '<project xmlns="http://maven.apache.org/POM/4.0.0">',
+        "  <modelVersion>4.0.0</modelVersion>",
+        "  <groupId>grete.testing</groupId>",
+        "  <artifactId>kafka-dist</artifactId>",
+        f"  <version>{v}</version>",
+        "  <packaging>pom</packaging>",
+        "  <dependencies>",
+    ]
+    for a in artifacts(v):
+        parts.append("    <dependency>")
+        parts.append(f"      <groupId>{a.group}</groupId><artifactId>{a.artifact}</artifactId>"
+                     f"<version>{a.version}</version>")
+        if a.exclusions:
+            parts.append("      <exclusions>")
+            for ex in a.exclusions:
+                g, n = ex.split(":")
+                parts.append(f"        <exclusion><groupId>{g}</groupId><artifactId>{n}</artifactId></exclusion>")
+            parts.append("      </exclusions>")
+        parts.append("    </dependency>")
+    parts += ["  </dependencies>", "</project>", ""]
+    return "\n".join(parts)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("GRETE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "grete")
+    return Path(base)
+
+
+def dist_dir(version: str) -> Path:
+    return cache_root() / "kafka" / resolve_version(version)
+
+
+def libs_dir(version: str) -> Path:
+    return dist_dir(version) / "libs"
+
+
+def _stamp(version: str) -> Path:
+    return dist_dir(version) / "libs.stamp"
+
+
+def _pom_hash(version: str) -> str:
+    return hashlib.sha256(pom_xml(version).encode()).hexdigest()
+
+
+def is_fetched(version: str) -> bool:
+    stamp = _stamp(version)
+    return stamp.is_file() and stamp.read_text().strip() == _pom_hash(version)
+
+
+def fetch(version: str, quiet: bool = True) -> Path:
+    """Resolve the jars into libs/ unless the stamp says they are already there. Returns libs/."""
+    v = resolve_version(version)
+    libs = libs_dir(v)
+    if is_fetched(v):
+        return libs
+    if shutil.which("mvn") is None:
+        raise RuntimeError("mvn is not installed (apt-get install maven)")
+    dist = dist_dir(v)
+    dist.mkdir(parents=True, exist_ok=True)
+    # Copy into a fresh directory and swap it in, so an interrupted fetch never looks complete.
+    staging = Path(tempfile.mkdtemp(prefix="libs.", dir=dist))
+    try:
+        with tempfile.TemporaryDirectory(prefix="kafka-pom.") as work:
+            pom = Path(work) / "pom.xml"
+            pom.write_text(pom_xml(v))
+            cmd = ["mvn", "-B", "-Dstyle.color=never", "-f", str(pom), f"-Dmaven.repo.local={cache_root() / 'm2'}",
+                   f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
+                   f"-DoutputDirectory={staging}"]
+            if quiet:
+                cmd.insert(1, "-q")
+            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"mvn failed for kafka {v} ({done.returncode}):\n{done.stdout[-4000:]}")
+        _link_to_repo(staging)
+        if libs.exists():
+            shutil.rmtree(libs)
+        staging.rename(libs)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    _stamp(v).write_text(_pom_hash(v) + "\n")
+    return libs
+
+
+def _link_to_repo(libs: Path) -> None:
+    """Replace each copied jar by a hard link to its twin in the Maven repo, halving the cache's disk use."""
+    repo = cache_root() / "m2"
+    twins = {p.name: p for p in repo.rglob("*.jar")}
+    for jar in libs.glob("*.jar"):
+        twin = twins.get(jar.name)
+        if twin is None or twin.stat().st_size != jar.stat().st_size or not filecmp.cmp(jar, twin, shallow=False):
+            continue
+        try:
+            tmp = jar.with_suffix(".link")
+            os.link(twin, tmp)
+            tmp.replace(jar)
+        except OSError:  # another filesystem: keep the copy
+            pass
+
+
+def kafka_classpath(version: str) -> str:
+    """The classpath of every jar in the version's libs/ (fetched first if needed)."""
+    libs = fetch(version)
+    jars = sorted(str(p) for p in libs.glob("*.jar"))
+    if not jars:
+        raise RuntimeError(f"no jars in {libs}")
+    return os.pathsep.join(jars)
+
+
+# Tool name -> main class, per major version, as found by listing the jars (several tools moved
+# from the Scala core jar into kafka-tools between 3.9 and 4.x). tests/test_tooling.py asserts that
+# every class named here exists in the pinned version's jars.
+_TOOLS_COMMON: dict[str, str] = {
+    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
+    "kafka-configs": "kafka.admin.ConfigCommand",
+    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+    "kafka-storage": "kafka.tools.StorageTool",
+    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
+    "kafka-server-start": "kafka.Kafka",
+}
+_TOOLS_BY_MAJOR: dict[int, dict[str, str]] = {
+    3: {
+        "kafka-console-producer": "kafka.tools.ConsoleProducer",
+        "kafka-dump-log": "kafka.tools.DumpLogSegments",
+        "kafka-broker-api-versions": "kafka.admin.BrokerApiVersionsCommand",
+        "kafka-acls": "kafka.admin.AclCommand",
+    },
+    4: {
+        "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
+        "kafka-dump-log": "org.apache.kafka.tools.DumpLogSegments",
+        "kafka-broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
+        "kafka-acls": "org.apache.kafka.tools.AclCommand",
+    },
+}
+
+
+def tools(version: str) -> dict[str, str]:
+    table = dict(_TOOLS_COMMON)
+    table.update(_TOOLS_BY_MAJOR.get(major(version), {}))
+    return table
+
+
+def main_class(version: str, tool: str) -> str:
+    table = tools(version)
+    if tool in table:
+        return table[tool]
+    if "." in tool:  # already a class name
+        return tool
+    raise KeyError(f"unknown Kafka tool {tool!r}; known: {', '.join(sorted(table))}")
+
+
+def log_config(version: str) -> Path:
+    """A logging config (written once into the cache): INFO to stderr, noisy packages at WARN."""
+    path = dist_dir(version) / ("log4j2.properties" if major(version) >= 4 else "log4j.properties")
+    if path.is_file():
+        return path
+    if major(version) >= 4:
+        text = (
+            "status = warn\n"
+            "appender.err.type = Console\nappender.err.name = STDERR\nappender.err.target = SYSTEM_ERR\n"
+            "appender.err.layout.type = PatternLayout\n"
+            "appender.err.layout.pattern = [%d] %p %m (%c)%n\n"
+            "rootLogger.level = ${sys:grete.kafka.loglevel:-WARN}\n"
+            "rootLogger.appenderRef.err.ref = STDERR\n"
+        )
+    else:
+        text = (
+            "log4j.rootLogger=${grete.kafka.loglevel}, stderr\n"
+            "log4j.appender.stderr=org.apache.log4j.ConsoleAppender\n"
+            "log4j.appender.stderr.Target=System.err\n"
+            "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def java_cmd(version: str, main: str, *args: str, log_level: str = "WARN",
+             heap: str = JAVA_HEAP, quick_start: bool = True) -> list[str]:
+    """The java command line that runs ``main`` (a class or a tool name) from the version's jars.
+
+    ``quick_start`` (for short-lived CLI tools) stops the JIT at C1: a tool then starts in about half
+    the time, but a long-running broker wants the full JIT.
+    """
+    v = resolve_version(version)
+    cls = main_class(v, main)
+    logging = (
+        [f"-Dlog4j2.configurationFile={log_config(v)}"] if major(v) >= 4
+        else [f"-Dlog4j.configuration=file:{log_config(v)}"]
+    )
+    jit = ["-XX:TieredStopAtLevel=1"] if quick_start else []
+    return [
+        "java", heap, "-XX:+UseSerialGC", *jit, "-Xshare:auto",
+        "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
+        f"-Dgrete.kafka.loglevel={log_level}", *logging,
+        "-cp", kafka_classpath(v), cls, *args,
+    ]
+
+
+def run_tool(version: str, tool: str, *args: str, timeout: float = 120.0, check: bool = False,
+             input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka CLI tool to completion and capture its output."""
+    return subprocess.run(java_cmd(version, tool, *args), capture_output=True, text=True,
+                          timeout=timeout, check=check, input=input,
+                          stdin=None if input is not None else subprocess.DEVNULL)
+
+
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.kafka_dist")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fetch", help="resolve the jars into the cache")
+    f.add_argument("versions", nargs="*")
+    f.add_argument("--all", action="store_true", help=f"every pinned version: {', '.join(PINNED)}")
+    c = sub.add_parser("classpath", help="print the classpath")
+    c.add_argument("version")
+    r = sub.add_parser("run", help="run a Kafka CLI tool (kafka-topics, kafka-dump-log, ...)")
+    r.add_argument("version")
+    r.add_argument("tool")
+    r.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("tools", help="list tool names")
+    a = parser.parse_args(argv)
+    if a.cmd == "fetch":
+        versions = list(PINNED) if a.all or not a.versions else a.versions
+        for v in versions:
+            t0 = time.monotonic()
+            was = is_fetched(v)
+            libs = fetch(v, quiet=True)
+            state = "cached" if was else f"fetched in {time.monotonic() - t0:.1f}s"
+            print(f"kafka {resolve_version(v)}: {state} -> {libs}")
+        return 0
+    if a.cmd == "classpath":
+        print(kafka_classpath(a.version))
+        return 0
+    if a.cmd == "tools":
+        for v in PINNED:
+            for name, cls in sorted(tools(v).items()):
+                print(f"{v}\t{name}\t{cls}")
+        return 0
+    cmd = java_cmd(a.version, a.tool, *a.args)
+    os.execvp(cmd[0], cmd)
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(_cli(sys.argv[1:]))

@@ -1,0 +1,237 @@
+"""A real Apache Kafka broker for differential testing: one KRaft node (broker + controller) on 127.0.0.1.
+
+    with ReferenceKafka("4") as kafka:
+        print(kafka.bootstrap)        # "127.0.0.1:<port>"
+
+The jars come from tools.kafka_dist (Maven Central). Data, config and the broker's log live in a
+temporary directory that is removed on exit (set GRETE_KEEP_TMP=1 to keep it for a post-mortem).
+``python -m tools.reference_kafka 4`` starts one and waits for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from tools import kafka_dist
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the kernel's choice; there is a small race until it is bound)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def metadata_ok(bootstrap: str, timeout: float = 5.0) -> bool:
+    """True when a stock client gets a Metadata answer that lists at least one broker."""
+    from confluent_kafka.admin import AdminClient  # imported late: only the waiting needs it
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
+                         "log_level": 0, "logger": _silent_logger()})
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except Exception:  # KafkaException while the broker is still coming up
+        return False
+    return len(md.brokers) > 0
+
+
+def _silent_logger() -> object:
+    import logging
+
+    log = logging.getLogger("grete.reference_kafka.librdkafka")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
+    return log
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
+    """SIGTERM the process group, wait ``grace`` seconds, then SIGKILL it."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+
+class ReferenceKafka:
+    """Starts Apache Kafka ``version`` ('3.9', '4', or a full pinned version) as a single KRaft node."""
+
+    def __init__(self, version: str = "4", overrides: dict[str, str] | None = None,
+                 start_timeout: float = 90.0, log_level: str = "INFO") -> None:
+        self.version = kafka_dist.resolve_version(version)
+        self.overrides = dict(overrides or {})
+        self.start_timeout = start_timeout
+        self.log_level = log_level
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.controller_port = 0
+        self.workdir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_seconds: float | None = None
+
+    # --- what tests use -------------------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_dir(self) -> Path:
+        assert self.workdir is not None, "not started"
+        return self.workdir / "data"
+
+    @property
+    def server_log(self) -> Path:
+        assert self.workdir is not None, "not started"
+        return self.workdir / "server.log"
+
+    @property
+    def kind(self) -> str:
+        return f"kafka-{self.version}"
+
+    # --- configuration --------------------------------------------------------------------
+    def properties(self) -> dict[str, str]:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.log_dir),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "true",
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "min.insync.replicas": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Fewer background threads: the box has two cores.
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "num.recovery.threads.per.data.dir": "1",
+            "background.threads": "2",
+        }
+        props.update(self.overrides)
+        return props
+
+    def _write_config(self) -> Path:
+        assert self.workdir is not None
+        path = self.workdir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
+        return path
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> ReferenceKafka:
+        t0 = time.monotonic()
+        kafka_dist.fetch(self.version)
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"refkafka-{self.version}-"))
+        self.port, self.controller_port = free_port(), free_port()
+        while self.controller_port == self.port:
+            self.controller_port = free_port()
+        config = self._write_config()
+        self._format(config)
+        self._launch(config)
+        try:
+            self._wait_ready(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - t0
+        return self
+
+    def _format(self, config: Path) -> None:
+        # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
+        import base64
+
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        done = kafka_dist.run_tool(self.version, "kafka-storage", "format", "-t", cluster_id,
+                                   "-c", str(config), timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+
+    def _launch(self, config: Path) -> None:
+        cmd = kafka_dist.java_cmd(self.version, "kafka-server-start", str(config),
+                                  log_level=self.log_level, quick_start=False)
+        with open(self.server_log, "wb") as log:
+            # Own process group, so stop() reaches the JVM and anything it forks.
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=self.workdir)
+
+    def _wait_ready(self, t0: float) -> None:
+        assert self.proc is not None
+        deadline = t0 + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Kafka {self.version} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if port_open(self.host, self.port) and metadata_ok(self.bootstrap, timeout=2.0):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"Kafka {self.version} not serving after {self.start_timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.server_log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+            self.proc = None
+        if self.workdir is not None and not os.environ.get("GRETE_KEEP_TMP"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> ReferenceKafka:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _main(argv: list[str]) -> int:
+    version = argv[0] if argv else "4"
+    with ReferenceKafka(version) as kafka:
+        print(f"Kafka {kafka.version} on {kafka.bootstrap} (started in {kafka.startup_seconds:.1f}s), "
+              f"data {kafka.log_dir}; Ctrl-C stops it", flush=True)
+        try:
+            while kafka.proc is not None and kafka.proc.poll() is None:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
