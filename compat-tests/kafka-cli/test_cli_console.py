@@ -58,11 +58,13 @@ def test_dump_log_reads_the_segment(kafka_cli, broker, fresh_topic, produce):
     segment = broker.log_dir / f"{fresh_topic}-0" / "00000000000000000000.log"
     assert segment.is_file(), sorted(p.name for p in broker.log_dir.iterdir())
     out = kafka_cli.ok("kafka-dump-log", "--files", str(segment), "--print-data-log", bootstrap_flag=False)
-    offsets = [int(m) for m in re.findall(r"\boffset: (\d+)", out)]
+    # Record lines start with "| offset: N" (the header line "Log starting offset" must not count).
+    offsets = [int(m) for m in re.findall(r"^\| offset: (\d+)", out, re.M)]
     assert offsets == list(range(10)), out
     payloads = re.findall(r"payload: (\S+)", out)
     assert payloads == [v.decode() for v in values], out
     assert "isvalid: true" in out and "isvalid: false" not in out
+    assert sum(int(c) for c in re.findall(r"\bcount: (\d+)", out)) == 10
 
 
 def test_producer_and_consumer_perf(kafka_cli, fresh_topic):

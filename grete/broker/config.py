@@ -332,6 +332,17 @@ class BrokerConfig:
         return ConfigSource.DEFAULT_CONFIG
 
 
+def broker_synonyms(key: str) -> list[str]:
+    """``key`` and the coarser-unit keys it falls back to, in precedence order (Kafka's
+    DynamicBrokerConfig.brokerConfigSynonyms): ``log.retention.ms`` -> ``log.retention.minutes`` ->
+    ``log.retention.hours``. A coarser key maps to the whole chain too."""
+    for finest, coarser in _UNIT_FALLBACKS.items():
+        chain = [finest] + [name for name, _ in coarser]
+        if key in chain:
+            return chain
+    return [key]
+
+
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Validate topic overrides; raises ConfigError naming the first bad key or value."""
     clean: dict[str, str] = {}

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from grete.coordinator.group_state import Group, GroupState
 from grete.coordinator.group_store import OffsetsStore, Record
@@ -27,6 +27,8 @@ from grete.coordinator.offsets_format import (
 from grete.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("grete.coordinator")
+
+T = TypeVar("T")
 
 # How Kafka reports a failed write of group metadata (GroupMetadataManager.storeGroup).
 _GROUP_WRITE_ERRORS: dict[ErrorCode, ErrorCode] = {
@@ -51,13 +53,13 @@ OFFSET_WRITE_ERRORS: dict[ErrorCode, ErrorCode] = {
 }
 
 
-def _wall_clock_ms() -> int:
+def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
 class CoordinatorBase:
     def __init__(self, config: GroupConfig, store: OffsetsStore, *,
-                 now_ms: Callable[[], int] = _wall_clock_ms) -> None:
+                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.config = config
         self.store = store
         self.now_ms = now_ms
@@ -102,11 +104,17 @@ class CoordinatorBase:
     def call_later(self, delay_ms: int, callback: Callable[..., None], *args: Any) -> asyncio.TimerHandle:
         return asyncio.get_running_loop().call_later(max(delay_ms, 0) / 1000, callback, *args)
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run a write in the background (from a timer callback); shutdown() waits for it."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def detached(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await a state change that must finish even if the calling handler is cancelled (its client
+        went away): a write half-applied to memory would leave the group stuck."""
+        return await asyncio.shield(self.spawn(coro))
 
     async def drain_tasks(self) -> None:
         while self._tasks:
@@ -124,7 +132,7 @@ class CoordinatorBase:
         protocol = group.protocol_name
         members = tuple(
             MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                        m.session_timeout_ms, m.metadata(protocol) if protocol is not None else b"",
+                        m.session_timeout_ms, m.metadata_or_empty(protocol),
                         assignment.get(m.member_id, b""))
             for m in group.members.values())
         return GroupValue(group.protocol_type or "", group.generation_id, protocol, group.leader_id,

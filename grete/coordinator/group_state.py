@@ -92,6 +92,12 @@ class Member:
                 return data
         raise KeyError(f"member {self.member_id} does not support protocol {protocol}")
 
+    def metadata_or_empty(self, protocol: str | None) -> bytes:
+        for name, data in self.protocols:
+            if name == protocol:
+                return data
+        return b""
+
     def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
         """Same protocols, same order, same metadata bytes."""
         return list(protocols) == list(self.protocols)
@@ -282,15 +288,15 @@ class Group:
         self.generation_id += 1
         if self.members:
             self.protocol_name = self.select_protocol()
-            self.subscribed_topics = self._compute_subscribed_topics()
+            self.subscribed_topics = self.compute_subscribed_topics()
             self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
         else:
             self.protocol_name = None
-            self.subscribed_topics = self._compute_subscribed_topics()
+            self.subscribed_topics = self.compute_subscribed_topics()
             self.transition_to(GroupState.EMPTY, now_ms)
         self.pending_sync = set(self.members)
 
-    def _compute_subscribed_topics(self) -> set[str] | None:
+    def compute_subscribed_topics(self) -> set[str] | None:
         """Topics the consumer members subscribe to; None when unknown (not a consumer group or
         unreadable metadata), which offset expiry and OffsetDelete treat as "subscribed to nothing
         we know of"."""

@@ -343,9 +343,9 @@ def _decode_member(r: _Reader, version: int) -> MemberValue:
     instance_id = r.nullable_string() if version >= 3 else None
     client_id = r.string()
     client_host = r.string()
-    rebalance_timeout = r.i32() if version >= 1 else -1
+    rebalance_timeout = r.i32() if version >= 1 else None
     session_timeout = r.i32()
-    if rebalance_timeout < 0:
+    if rebalance_timeout is None:
         # v0 had no rebalance timeout: clients then used the session timeout for both.
         rebalance_timeout = session_timeout
     subscription = r.bytes_()

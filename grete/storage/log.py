@@ -119,6 +119,9 @@ class Log:
         self._bases: list[int] = []
         self.log_start_offset = 0
         self._high_watermark = 0
+        # Single node: every append is committed at once. Replication will turn this off and
+        # set high_watermark from follower progress.
+        self.hw_follows_leo = True
         self.recovery_point = 0
         self.epochs = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
@@ -371,6 +374,8 @@ class Log:
         self.producer_state.map_end_offset = last + 1
         if done is not None and done.aborted:
             seg.txn_index.append(self.producer_state.aborted_entry(done))
+        if self.hw_follows_leo:
+            self._high_watermark = last + 1
         self._unflushed_messages += batch.last_offset_delta + 1
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()

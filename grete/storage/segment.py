@@ -201,7 +201,7 @@ class LogSegment:
         return truncated
 
     # --- appending ---------------------------------------------------------------------------------
-    def append(self, data: memoryview | bytes, last_offset: int, max_timestamp: int) -> int:
+    def append(self, data: memoryview | bytes | bytearray, last_offset: int, max_timestamp: int) -> int:
         """Write whole batches; returns the file position they start at."""
         position = self.size
         view = memoryview(data)

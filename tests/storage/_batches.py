@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.control import build_end_txn_marker
 from grete.protocol.records.record import Record, absolute_records, build_batch
 from grete.storage import AppendResult, Log
 
 
-def make_batch(values: list[bytes | None], keys: list[bytes | None] | None = None, *, ts: int = 1_000,
+def make_batch(values: list[bytes | None], keys: list[bytes | None] | None = None, *, ts: int | None = None,
                ts_step: int = 1, producer_id: int = -1, epoch: int = -1, seq: int = -1,
                transactional: bool = False, compression: int = 0) -> RecordBatch:
+    if ts is None:  # producer expiry compares batch timestamps with the wall clock
+        ts = int(time.time() * 1000)
     records = [Record(i, i * ts_step, None if keys is None else keys[i], v) for i, v in enumerate(values)]
     buf = build_batch(records, base_timestamp=ts, producer_id=producer_id, producer_epoch=epoch,
                       base_sequence=seq, transactional=transactional, compression=compression)

@@ -39,7 +39,7 @@ def test_append_assigns_offsets_and_writes_wire_bytes(tmp_path: Path) -> None:
 
 def test_read_returns_whole_batches_from_the_containing_one(tmp_path: Path) -> None:
     log = open_log(tmp_path)
-    for i in range(10):
+    for _i in range(10):
         append(log, [b"x" * 100, b"y" * 100])  # offsets 2i, 2i+1
     res = log.read(5, 10_000)
     batches = fetched_batches(res.read_bytes())
@@ -113,8 +113,9 @@ def test_reopen_after_clean_close_keeps_everything(tmp_path: Path) -> None:
     again = open_log(tmp_path, segment_bytes=1500, index_interval_bytes=100)
     assert again.log_end_offset == 30 and records(again) == before
     assert [seg.offset_index.entries for seg in again.segments] == idx_sizes
-    assert append(again, [b"more"]).base_offset == 30
     assert again.offset_of_max_timestamp() == (29, 1029)
+    assert append(again, [b"more"], ts=5000).base_offset == 30
+    assert again.offset_of_max_timestamp() == (30, 5000)
 
 
 def test_unclean_reopen_truncates_a_torn_tail(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ _UNCHECKED = set(range(0, 8)) | set(range(12, 16))
 def build(tmp_path: Path, n: int = 60) -> tuple[Path, list[tuple[int, int]]]:
     log = Log.open(tmp_path / "t-0", CFG, clean_shutdown=True)
     rnd = random.Random(n)
-    for i in range(n):
+    for _i in range(n):
         append(log, [os.urandom(rnd.randrange(1, 200)) for _ in range(rnd.randrange(1, 4))])
     log.close()
     ranges = []

@@ -62,7 +62,7 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
             deep=full or cfg.compact or bounded)
         result = partition.append(batch, now_ms)
     except RecordValidationError as exc:
-        return _error(exc, [PartitionResponse.BatchIndexAndErrorMessage(
+        return _error(exc, [ProduceResponse.BatchIndexAndErrorMessage(
             batch_index=index, batch_index_error_message=message) for index, message in exc.record_errors],
             part.index)
     except KafkaError as exc:
@@ -72,7 +72,7 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
                              log_start_offset=result.log_start_offset)
 
 
-def _error(exc: KafkaError, record_errors: list[PartitionResponse.BatchIndexAndErrorMessage],
+def _error(exc: KafkaError, record_errors: list[ProduceResponse.BatchIndexAndErrorMessage],
            index: int) -> PartitionResponse:
     return PartitionResponse(index=index, error_code=exc.code, base_offset=-1, log_append_time_ms=-1,
                              log_start_offset=-1, record_errors=record_errors, error_message=exc.message)

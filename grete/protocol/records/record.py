@@ -98,17 +98,34 @@ def _read_headers(buf: Buffer, pos: int, end: int) -> tuple[list[Header], int]:
 
 
 def read_record(buf: Buffer, pos: int, limit: int) -> tuple[Record, int]:
-    """Decode one record at ``pos`` (not beyond ``limit``); returns (record, next position)."""
+    """Decode one record at ``pos`` (not beyond ``limit``); returns (record, next position).
+
+    Deep validation calls this once per record, so single-byte varints (the common case for
+    attributes-adjacent fields) are decoded inline instead of through a function call.
+    """
     length, pos = read_varint(buf, pos, limit)
     end = pos + length
     if length < 1 or end > limit:
         raise _invalid(f"invalid record size {length} with {limit - pos} bytes remaining")
     attributes = buf[pos]
-    timestamp_delta, pos = read_varlong(buf, pos + 1, end)
-    offset_delta, pos = read_varint(buf, pos, end)
+    pos += 1
+    if pos < end and (byte := buf[pos]) < 0x80:
+        timestamp_delta = (byte >> 1) ^ -(byte & 1)
+        pos += 1
+    else:
+        timestamp_delta, pos = read_varlong(buf, pos, end)
+    if pos < end and (byte := buf[pos]) < 0x80:
+        offset_delta = (byte >> 1) ^ -(byte & 1)
+        pos += 1
+    else:
+        offset_delta, pos = read_varint(buf, pos, end)
     key, pos = _read_bytes(buf, pos, end)
     value, pos = _read_bytes(buf, pos, end)
-    headers, pos = _read_headers(buf, pos, end)
+    if pos < end and buf[pos] == 0:  # no headers: the usual case
+        headers: list[Header] = []
+        pos += 1
+    else:
+        headers, pos = _read_headers(buf, pos, end)
     if pos != end:
         raise _invalid(f"invalid record size: expected {length} bytes, read {length - (end - pos)}")
     return Record(offset_delta, timestamp_delta, key, value, headers, attributes), end

@@ -73,7 +73,10 @@ def _read_raw(buf: Buffer, pos: int, limit: int, max_bytes: int) -> tuple[int, i
 
 def read_varint(buf: Buffer, pos: int, limit: int | None = None) -> tuple[int, int]:
     """Decode a 32-bit zig-zag varint at ``pos``; returns (value, next position)."""
-    raw, pos = _read_raw(buf, pos, len(buf) if limit is None else limit, _MAX_VARINT_BYTES)
+    end = len(buf) if limit is None else limit
+    if pos < end and (byte := buf[pos]) < 0x80:  # fast path: most record fields fit one byte
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    raw, pos = _read_raw(buf, pos, end, _MAX_VARINT_BYTES)
     value = unzigzag(raw)
     if not _INT32_MIN <= value <= _INT32_MAX:
         raise KafkaError(ErrorCode.INVALID_RECORD, "varint out of int32 range")
@@ -82,7 +85,10 @@ def read_varint(buf: Buffer, pos: int, limit: int | None = None) -> tuple[int, i
 
 def read_varlong(buf: Buffer, pos: int, limit: int | None = None) -> tuple[int, int]:
     """Decode a 64-bit zig-zag varlong at ``pos``; returns (value, next position)."""
-    raw, pos = _read_raw(buf, pos, len(buf) if limit is None else limit, _MAX_VARLONG_BYTES)
+    end = len(buf) if limit is None else limit
+    if pos < end and (byte := buf[pos]) < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    raw, pos = _read_raw(buf, pos, end, _MAX_VARLONG_BYTES)
     value = unzigzag(raw)
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise KafkaError(ErrorCode.INVALID_RECORD, "varlong out of int64 range")

@@ -1,0 +1,104 @@
+"""AlterConfigs (33): v0-2, the legacy form that replaces a resource's whole override set.
+
+Topic resources: the request's configs become the topic's overrides (keys left out go back to
+their defaults) and apply live to every partition's log. Broker resources: grete has no dynamic
+broker configs, so any key answers INVALID_REQUEST "Cannot update these configs dynamically", as
+Kafka answers for its static keys; an empty set is a no-op success.
+
+The checks shared with IncrementalAlterConfigs live here, in Kafka's order: a resource named twice,
+duplicate keys, null values, then the resource name, the new configs, and the topic's existence.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from grete.broker.broker import validate_topic_name
+from grete.broker.config import ConfigError, validate_topic_configs
+from grete.broker.context import RequestContext
+from grete.broker.handlers.describe_configs import BROKER, TOPIC
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import AlterConfigsRequest, AlterConfigsResponse
+
+
+class AlterResource(Protocol):
+    resource_type: int
+    resource_name: str
+
+
+def answer_each(resources: Sequence[AlterResource],
+                apply: Callable[[AlterResource], None]) -> list[tuple[AlterResource, KafkaError | None]]:
+    """Run ``apply`` on every resource named once; a resource named twice fails in both places."""
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    results: list[tuple[AlterResource, KafkaError | None]] = []
+    for resource in resources:
+        if counts[(resource.resource_type, resource.resource_name)] > 1:
+            results.append((resource, KafkaError(ErrorCode.INVALID_REQUEST,
+                                                 "Each resource must appear at most once.")))
+            continue
+        try:
+            apply(resource)
+            results.append((resource, None))
+        except KafkaError as exc:
+            results.append((resource, exc))
+    return results
+
+
+def check_keys(names: list[str], null_names: list[str]) -> None:
+    if len(set(names)) != len(names):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    if null_names:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(null_names))
+
+
+def check_broker_resource(ctx: RequestContext, name: str, keys: list[str]) -> None:
+    """This node's id or "" (cluster default); no key can change at run time."""
+    if name:
+        try:
+            requested = int(name)
+        except ValueError:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
+        if requested != ctx.broker.node_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Unexpected broker id, expected {ctx.broker.node_id}, but received {name}")
+    if keys:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Cannot update these configs dynamically: Set({', '.join(keys)})")
+
+
+def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str], validate_only: bool) -> None:
+    """Validate ``configs`` as the topic's complete override set, then install it live."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
+    validate_topic_name(name)
+    try:
+        clean = validate_topic_configs(configs)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    if ctx.broker.metadata.topic(name) is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+    if not validate_only:
+        ctx.broker.set_topic_configs(name, clean)
+
+
+@api(33, 0, 2)
+def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    def apply(resource: AlterResource) -> None:
+        assert isinstance(resource, AlterConfigsRequest.AlterConfigsResource)
+        check_keys([c.name for c in resource.configs], [c.name for c in resource.configs if c.value is None])
+        configs = {c.name: c.value for c in resource.configs if c.value is not None}
+        if resource.resource_type == BROKER:
+            check_broker_resource(ctx, resource.resource_name, list(configs))
+        elif resource.resource_type == TOPIC:
+            replace_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
+
+    responses = [AlterConfigsResponse.AlterConfigsResourceResponse(
+        error_code=exc.code if exc else 0, error_message=exc.message if exc else None,
+        resource_type=resource.resource_type, resource_name=resource.resource_name)
+        for resource, exc in answer_each(request.resources, apply)]
+    return AlterConfigsResponse(throttle_time_ms=0, responses=responses)

@@ -1,0 +1,57 @@
+"""CreatePartitions (37): v0-3, grow a topic to ``count`` partitions (never shrink).
+
+Checks and messages follow Kafka's controller; manual assignments must name only this node, one
+list per added partition.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from grete.broker.context import RequestContext
+from grete.broker.handlers.create_topics import check_replica_list
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import CreatePartitionsRequest, CreatePartitionsResponse
+
+Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+
+
+@api(37, 0, 3)
+def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    counts = Counter(topic.name for topic in request.topics)
+    results = []
+    for topic in request.topics:
+        if counts[topic.name] == 1:
+            results.append(_grow(ctx, topic, request.validate_only))
+    for name in dict.fromkeys(t.name for t in request.topics if counts[t.name] > 1):
+        results.append(Result(name=name, error_code=ErrorCode.INVALID_REQUEST,
+                              error_message="Duplicate topic name."))
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+
+def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTopic,
+          validate_only: bool) -> Result:
+    broker = ctx.broker
+    try:
+        meta = broker.metadata.topic(topic.name)
+        if meta is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             "This server does not host this topic-partition.")
+        current = len(meta.partitions)
+        if topic.count == current:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+        if topic.count < current:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"The topic {topic.name} currently has {current} "
+                             f"partition(s); {topic.count} would not be an increase.")
+        if topic.assignments is not None:
+            added = topic.count - current
+            if len(topic.assignments) != added:
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {added} additional "
+                                 f"partition(s), but only {len(topic.assignments)} assignment(s) were specified.")
+            for assignment in topic.assignments:
+                check_replica_list(assignment.broker_ids, broker.node_id, 1)
+        broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+    except KafkaError as exc:
+        return Result(name=topic.name, error_code=exc.code, error_message=exc.message)
+    return Result(name=topic.name, error_code=0, error_message=None)

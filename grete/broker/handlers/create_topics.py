@@ -1,0 +1,145 @@
+"""CreateTopics (19): v2-7, with the checks and messages of Kafka's KRaft controller.
+
+-1 partitions / replication factor mean the broker defaults (``num.partitions``,
+``default.replication.factor``), which kafka-topics.sh sends. v5+ answers the new topic's
+partition count, replication factor and every config with its source; v7 its topic id.
+Manual replica assignments are accepted when each names exactly this node.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+from grete.broker.broker import Broker, validate_topic_name
+from grete.broker.config import ConfigError, validate_topic_configs
+from grete.broker.context import RequestContext
+from grete.broker.handlers.describe_configs import topic_config_entries
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import CreateTopicsRequest, CreateTopicsResponse
+
+ZERO_UUID = uuid.UUID(int=0)
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+Result = CreateTopicsResponse.CreatableTopicResult
+
+
+@api(19, 2, 7)
+def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    counts = Counter(topic.name for topic in request.topics)
+    results = [_create(ctx, topic, request.validate_only) for topic in request.topics if counts[topic.name] == 1]
+    # Kafka answers each duplicated name once, after the others, and creates none of them.
+    for name in dict.fromkeys(t.name for t in request.topics if counts[t.name] > 1):
+        results.append(_error(name, KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")))
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool) -> Result:
+    broker = ctx.broker
+    try:
+        if topic.name == CLUSTER_METADATA_TOPIC:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.")
+        validate_topic_name(topic.name)
+        _check_collision(broker, topic.name)
+        if broker.metadata.topic(topic.name) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
+        configs = _configs(topic)
+        partitions, replication = _sizes(broker, topic)
+        meta = broker.create_topic(topic.name, partitions, replication, configs, validate_only=validate_only)
+    except KafkaError as exc:
+        return _error(topic.name, exc)
+    result = Result(name=topic.name, topic_id=meta.topic_id if meta is not None else ZERO_UUID,
+                    error_code=0, error_message=None, topic_config_error_code=0)
+    if ctx.version >= 5:
+        result.num_partitions = len(meta.partitions) if meta is not None else _resolved(broker, partitions)
+        result.replication_factor = 1
+        result.configs = [CreateTopicsResponse.CreatableTopicConfigs(
+            name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+            is_sensitive=e.sensitive) for e in topic_config_entries(broker.config, configs)]
+    return result
+
+
+def _error(name: str, exc: KafkaError) -> Result:
+    return Result(name=name, topic_id=ZERO_UUID, error_code=exc.code, error_message=exc.message,
+                  num_partitions=-1, replication_factor=-1, configs=[])
+
+
+def _check_collision(broker: Broker, name: str) -> None:
+    """'.' and '_' collide in metric names, so Kafka refuses a topic that differs only by them."""
+    if "." not in name and "_" not in name:
+        return
+    unified = name.replace(".", "_")
+    for existing in broker.metadata.topics():
+        if existing != name and existing.replace(".", "_") == unified:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                             f"Topic '{name}' collides with existing topic: {existing}")
+
+
+def _configs(topic: CreateTopicsRequest.CreatableTopic) -> dict[str, str]:
+    nulls = [c.name for c in topic.configs if c.value is None]
+    if nulls:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: " + ",".join(nulls))
+    try:
+        return validate_topic_configs({c.name: c.value for c in topic.configs})
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+
+def _sizes(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> tuple[int, int]:
+    """(partitions, replication factor) to create, -1 meaning the broker default."""
+    if topic.assignments:
+        return _manual_assignment(broker, topic), 1  # each list names this node once
+    if topic.replication_factor < -1 or topic.replication_factor == 0:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         "Replication factor must be larger than 0, or -1 to use the default value.")
+    if topic.num_partitions < -1 or topic.num_partitions == 0:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                         "Number of partitions was set to an invalid non-positive value.")
+    return topic.num_partitions, topic.replication_factor
+
+
+def _resolved(broker: Broker, partitions: int) -> int:
+    return broker.config.int("num.partitions") if partitions == -1 else partitions
+
+
+def _manual_assignment(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> int:
+    if topic.replication_factor != -1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, "
+                         "but replication factor was not set to -1.")
+    if topic.num_partitions != -1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, "
+                         "but numPartitions was not set to -1.")
+    seen: set[int] = set()
+    replication: int | None = None
+    for assignment in topic.assignments:
+        if assignment.partition_index in seen:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Found multiple manual partition "
+                             f"assignments for partition {assignment.partition_index}")
+        seen.add(assignment.partition_index)
+        check_replica_list(assignment.broker_ids, broker.node_id, replication)
+        replication = len(assignment.broker_ids)
+    if seen != set(range(len(seen))):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "partitions should be a consecutive 0-based integer sequence")
+    return len(seen)
+
+
+def check_replica_list(broker_ids: list[int], node_id: int, replication: int | None) -> None:
+    """Kafka's validateManualPartitionAssignment, where this node is the only registered broker."""
+    if not broker_ids:
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "The manual partition assignment includes an empty replica list.")
+    previous = None
+    for broker_id in sorted(broker_ids):
+        if broker_id != node_id:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment "
+                             f"includes broker {broker_id}, but no such broker is registered.")
+        if broker_id == previous:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment "
+                             f"includes the broker {broker_id} more than once.")
+        previous = broker_id
+    if replication is not None and len(broker_ids) != replication:
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes "
+                         f"a partition with {len(broker_ids)} replica(s), but this is not consistent with "
+                         f"previous partitions, which have {replication} replica(s).")

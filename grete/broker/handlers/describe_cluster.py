@@ -1,0 +1,45 @@
+"""DescribeCluster (60): v0-1, the brokers (this node), the controller (this node) and cluster id.
+
+The Java Admin client prefers it to Metadata for describeCluster. Brokers are reported with the
+address advertised for the listener the request came in on, as Metadata does. With no authorizer,
+the cluster's authorized operations are every cluster operation. Only broker endpoints are
+served (endpoint type 1); asking this node for controller endpoints is MISMATCHED_ENDPOINT_TYPE.
+"""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.handlers.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DescribeClusterRequest, DescribeClusterResponse
+
+BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2
+ENDPOINT_NAMES = {BROKER_ENDPOINTS: "BROKER", CONTROLLER_ENDPOINTS: "CONTROLLER"}
+
+
+@api(60, 0, 1)
+def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
+    broker = ctx.broker
+    endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKER_ENDPOINTS
+    if endpoint_type not in ENDPOINT_NAMES:
+        code = ErrorCode.INVALID_REQUEST if ctx.version == 0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        return _error(code, f"Unsupported endpoint type {endpoint_type}")
+    if endpoint_type != BROKER_ENDPOINTS:
+        code = ErrorCode.INVALID_REQUEST if ctx.version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
+        # Kafka's wording, which names the two types the other way round.
+        return _error(code, "The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
+                            f"of type {ENDPOINT_NAMES[endpoint_type]}")
+    listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
+    return DescribeClusterResponse(
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINTS,
+        cluster_id=broker.metadata.cluster_id, controller_id=broker.node_id,
+        brokers=[DescribeClusterResponse.DescribeClusterBroker(
+            broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)],
+        cluster_authorized_operations=(CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
+                                       else OPERATIONS_NOT_REQUESTED))
+
+
+def _error(code: ErrorCode, message: str) -> DescribeClusterResponse:
+    return DescribeClusterResponse(throttle_time_ms=0, error_code=code, error_message=message,
+                                   cluster_id="", controller_id=-1, brokers=[])

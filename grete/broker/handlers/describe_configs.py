@@ -1,0 +1,202 @@
+"""DescribeConfigs (32): topic, broker and broker-logger configs with sources and synonyms.
+
+A topic config's value is its override, else its broker synonym chain (``log.retention.ms`` ->
+``log.retention.minutes`` -> ``log.retention.hours``, static before default), else the topic
+default; ``config_source`` names where the value came from and ``synonyms`` (when asked) lists
+that chain in Kafka's order: topic override first, then dynamic/static/default broker entries.
+
+One deliberate difference: Kafka drops broker synonyms ahead of the primary one (a filter meant
+for listener-prefixed keys), so it reports ``retention.ms`` as DEFAULT_CONFIG with no synonyms even
+when ``log.retention.hours`` is set in server.properties. grete keeps the whole chain.
+
+The entry builders here are shared by CreateTopics (v5+ returns a new topic's configs).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from grete.broker.broker import validate_topic_name
+from grete.broker.config import (
+    BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigDef,
+    ConfigSource,
+    ConfigType,
+    broker_synonyms,
+)
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
+
+# ConfigResource.Type ids
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+DYNAMIC_BROKER_LOGGER_CONFIG = 6  # ConfigSource id Kafka uses for logger levels
+
+Result = DescribeConfigsResponse.DescribeConfigsResult
+Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
+Synonym = DescribeConfigsResponse.DescribeConfigsSynonym
+
+
+@dataclass(slots=True)
+class ConfigEntry:
+    """One resolved config: what DescribeConfigs and CreateTopics (v5+) report."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    sensitive: bool
+    type: ConfigType
+    doc: str | None
+    synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+
+# --- resolution -----------------------------------------------------------------------------
+def _broker_chain(config: BrokerConfig, key: str, sensitive: bool) -> list[tuple[str, str | None, int]]:
+    """(name, value, source) for each broker synonym of ``key`` that is set: static, then default."""
+    chain = broker_synonyms(key)
+    found: list[tuple[str, str | None, int]] = []
+    for name in chain:
+        if name in config.originals:
+            found.append((name, None if sensitive else config.originals[name],
+                          ConfigSource.STATIC_BROKER_CONFIG))
+    for name in chain:
+        definition = BROKER_CONFIGS.get(name)
+        if definition is not None and definition.default is not None:
+            found.append((name, None if sensitive else definition.default, ConfigSource.DEFAULT_CONFIG))
+    return found
+
+
+def topic_config_entry(config: BrokerConfig, overrides: dict[str, str], key: str, *,
+                       with_docs: bool = False) -> ConfigEntry:
+    definition, synonym = TOPIC_CONFIGS[key]
+    sensitive = definition.type == ConfigType.PASSWORD
+    synonyms = _broker_chain(config, synonym, sensitive) if synonym is not None else []
+    if key in overrides:
+        value: str | None = overrides[key]
+        synonyms.insert(0, (key, None if sensitive else value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
+    else:
+        value = config.topic_default(key)
+    source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+    return ConfigEntry(key, None if sensitive else value, source, False, sensitive, definition.type,
+                       _doc(definition) if with_docs else None, synonyms)
+
+
+def topic_config_entries(config: BrokerConfig, overrides: dict[str, str], *,
+                         with_docs: bool = False) -> list[ConfigEntry]:
+    """Every topic config, sorted by name (as CreateTopics answers them)."""
+    return [topic_config_entry(config, overrides, key, with_docs=with_docs) for key in sorted(TOPIC_CONFIGS)]
+
+
+def broker_config_entry(config: BrokerConfig, key: str, *, with_docs: bool = False) -> ConfigEntry:
+    definition = BROKER_CONFIGS[key]
+    sensitive = definition.type == ConfigType.PASSWORD
+    chain = _broker_chain(config, key, sensitive)
+    # Kafka drops coarser/finer siblings listed before the key itself (log.retention.ms when
+    # describing log.retention.hours): they are synonyms of a different entry.
+    while chain and chain[0][0] != key:
+        chain.pop(0)
+    value = config.originals.get(key, definition.default)
+    source = chain[0][2] if chain else ConfigSource.DEFAULT_CONFIG
+    # No broker config can be changed at run time (AlterConfigs refuses them), so all are read-only.
+    return ConfigEntry(key, None if sensitive else value, source, True, sensitive, definition.type,
+                       _doc(definition) if with_docs else None, chain)
+
+
+def _doc(definition: ConfigDef) -> str | None:
+    return definition.doc or None
+
+
+# --- handler --------------------------------------------------------------------------------
+@api(32, 1, 4)
+def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    results = []
+    for resource in request.resources:
+        try:
+            entries = _describe(ctx, resource, request.include_documentation and ctx.version >= 3)
+            keys = resource.configuration_keys
+            if keys:
+                wanted = set(keys)
+                entries = [e for e in entries if e.name in wanted]
+            result = Result(error_code=0, error_message=None,
+                            configs=[_encode(e, request.include_synonyms, ctx.version) for e in entries])
+        except KafkaError as exc:
+            result = Result(error_code=exc.code, error_message=exc.message, configs=[])
+        result.resource_type = resource.resource_type
+        result.resource_name = resource.resource_name
+        results.append(result)
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+
+def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConfigsResource,
+              with_docs: bool) -> list[ConfigEntry]:
+    broker = ctx.broker
+    name = resource.resource_name
+    if resource.resource_type == TOPIC:
+        validate_topic_name(name)
+        meta = broker.metadata.topic(name)
+        if meta is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)  # Kafka sends no message here
+        return topic_config_entries(broker.config, meta.configs, with_docs=with_docs)
+    if resource.resource_type == BROKER:
+        if not name:
+            return []  # cluster-wide dynamic defaults: grete has none
+        check_broker_id(name, broker.node_id)
+        return [broker_config_entry(broker.config, key, with_docs=with_docs) for key in sorted(BROKER_CONFIGS)]
+    if resource.resource_type == BROKER_LOGGER:
+        if not name:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
+        check_broker_id(name, broker.node_id)
+        return logger_entries()
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {_type_name(resource.resource_type)}")
+
+
+def check_broker_id(name: str, node_id: int) -> None:
+    try:
+        requested = int(name)
+    except ValueError:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}") from None
+    if requested != node_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Unexpected broker id, expected {node_id} or empty string, but received {name}")
+
+
+def _type_name(resource_type: int) -> str:
+    return {0: "UNKNOWN", 16: "CLIENT_METRICS", 32: "GROUP"}.get(resource_type, "UNKNOWN")
+
+
+def _encode(entry: ConfigEntry, include_synonyms: bool, version: int) -> Entry:
+    synonyms = [Synonym(name=n, value=v, source=s) for n, v, s in entry.synonyms] if include_synonyms else []
+    return Entry(name=entry.name, value=entry.value, read_only=entry.read_only,
+                 config_source=entry.source, is_sensitive=entry.sensitive, synonyms=synonyms,
+                 config_type=entry.type if version >= 3 else 0, documentation=entry.doc)
+
+
+# --- broker loggers (Python logging levels under Kafka's log4j names) --------------------------
+LOG4J_LEVELS = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
+                "ERROR": logging.ERROR, "FATAL": logging.CRITICAL, "OFF": logging.CRITICAL + 10}
+ROOT_LOGGER = "root"
+
+
+def level_name(level: int) -> str:
+    best = "TRACE"
+    for name, value in LOG4J_LEVELS.items():
+        if level >= value:
+            best = name
+    return best
+
+
+def logger_entries() -> list[ConfigEntry]:
+    """The root logger and every ``grete`` logger, with its effective level."""
+    names = sorted(n for n in logging.root.manager.loggerDict if n == "grete" or n.startswith("grete."))
+    entries = [ConfigEntry(ROOT_LOGGER, level_name(logging.root.level), DYNAMIC_BROKER_LOGGER_CONFIG,
+                           False, False, ConfigType.UNKNOWN, None)]
+    for name in names:
+        level = logging.getLogger(name).getEffectiveLevel()
+        entries.append(ConfigEntry(name, level_name(level), DYNAMIC_BROKER_LOGGER_CONFIG, False, False,
+                                   ConfigType.UNKNOWN, None))
+    return entries

@@ -1,0 +1,52 @@
+"""DescribeLogDirs (35): v1-4, each log dir with the partitions it holds and their sizes.
+
+One replica per partition, so ``offset_lag`` is 0 and there are no future (moving) replicas.
+v4 adds the file system's total and usable bytes (``os.statvfs``); a dir that cannot be read is
+answered with KAFKA_STORAGE_ERROR, as Kafka answers for an offline dir.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsResponse
+
+Result = DescribeLogDirsResponse.DescribeLogDirsResult
+
+
+@api(35, 1, 4)
+def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    wanted = None if request.topics is None else {
+        (t.topic, p) for t in request.topics for p in t.partitions}
+    by_dir: dict[Path, dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]]] = {}
+    for (topic, index), partition in sorted(ctx.broker.partitions.items()):
+        if wanted is not None and (topic, index) not in wanted:
+            continue
+        log = partition.log
+        by_dir.setdefault(_absolute(log.dir.parent), {}).setdefault(topic, []).append(
+            DescribeLogDirsResponse.DescribeLogDirsPartition(
+                partition_index=index, partition_size=int(log.size_bytes), offset_lag=0, is_future_key=False))
+    results = [_describe_dir(_absolute(d), by_dir.get(_absolute(d), {})) for d in ctx.broker.log_dirs]
+    return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
+
+
+def _describe_dir(directory: Path,
+                  topics: dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]]) -> Result:
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return Result(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=str(directory), topics=[],
+                      total_bytes=-1, usable_bytes=-1)
+    return Result(error_code=0, log_dir=str(directory),
+                  topics=[DescribeLogDirsResponse.DescribeLogDirsTopic(name=name, partitions=parts)
+                          for name, parts in sorted(topics.items())],
+                  total_bytes=stats.f_blocks * stats.f_frsize, usable_bytes=stats.f_bavail * stats.f_frsize)
+
+
+def _absolute(directory: Path) -> Path:
+    """Kafka reports each dir's absolute path (symlinks kept, as File.getAbsolutePath does)."""
+    return Path(os.path.abspath(directory))

@@ -1,0 +1,133 @@
+"""The classic-protocol group coordinator: one per broker, asyncio, independent of the wire codecs.
+
+Request handlers call the methods here with decoded fields and turn the results into responses:
+
+* ``join_group`` / ``sync_group`` / ``heartbeat`` / ``leave_group``   (``group_membership``)
+* ``commit_offsets`` / ``fetch_offsets`` / ``delete_offsets`` / ``delete_groups``   (``group_offsets``)
+* ``describe_group`` / ``list_groups``   (here)
+
+Lifecycle: ``await start()`` loads every group and offset from ``__consumer_offsets`` (through the
+``OffsetsStore``) and starts the retention timer; ``await shutdown()`` stops all timers and answers
+any parked JoinGroup/SyncGroup with NOT_COORDINATOR. Until start() finishes, every API answers
+COORDINATOR_NOT_AVAILABLE, and COORDINATOR_LOAD_IN_PROGRESS while loading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from grete.coordinator.group_base import cancel, log, wall_clock_ms
+from grete.coordinator.group_loader import build_groups
+from grete.coordinator.group_membership import MembershipMixin
+from grete.coordinator.group_offsets import OffsetsMixin
+from grete.coordinator.group_state import Group, GroupState
+from grete.coordinator.group_store import OffsetsStore
+from grete.coordinator.group_types import (
+    CLASSIC_GROUP_TYPE,
+    GroupConfig,
+    GroupDescription,
+    GroupListing,
+    JoinResult,
+    MemberDescription,
+    SyncResult,
+)
+from grete.protocol.errors import ErrorCode
+
+__all__ = ["GroupCoordinator"]
+
+
+class GroupCoordinator(MembershipMixin, OffsetsMixin):
+    def __init__(self, config: GroupConfig, store: OffsetsStore, *,
+                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
+        super().__init__(config, store, now_ms=now_ms)
+        self._loaded = False
+        self._retention_timer: asyncio.TimerHandle | None = None
+
+    # ============================================================================ lifecycle
+
+    async def load(self) -> None:
+        """Rebuild every group of every ``__consumer_offsets`` partition from the store."""
+        self._loading = True
+        try:
+            for partition in range(self.config.offsets_topic_num_partitions):
+                for group in build_groups(self.store.read(partition), self.now_ms()):
+                    self._install(group)
+                await asyncio.sleep(0)  # let other connections get LOAD_IN_PROGRESS meanwhile
+        finally:
+            self._loading = False
+        self._loaded = True
+        log.info("loaded %d groups from __consumer_offsets", len(self.groups))
+
+    def _install(self, group: Group) -> None:
+        self.groups[group.group_id] = group
+        # Restored members must keep heartbeating; those that are gone time out as usual.
+        for member in group.members.values():
+            self._schedule_session(group, member, member.session_timeout_ms)
+
+    async def start(self) -> None:
+        if not self._loaded:
+            await self.load()
+        self._active = True
+        self._schedule_retention()
+
+    async def shutdown(self) -> None:
+        self._active = False
+        cancel(self._retention_timer)
+        self._retention_timer = None
+        for group in self.groups.values():
+            self._unload(group)
+        await self.drain_tasks()
+
+    def _unload(self, group: Group) -> None:
+        cancel(group.join_timer)
+        cancel(group.sync_timer)
+        group.join_timer = group.sync_timer = None
+        for handle in group.pending_members.values():
+            cancel(handle)
+        for member in group.members.values():
+            cancel(member.session_timer)
+            member.session_timer = None
+            group.complete_join(member, JoinResult.failed(member.member_id, ErrorCode.NOT_COORDINATOR))
+            group.complete_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR))
+
+    def _schedule_retention(self) -> None:
+        self._retention_timer = self.call_later(self.config.offsets_retention_check_interval_ms,
+                                                self._on_retention_timer)
+
+    def _on_retention_timer(self) -> None:
+        if self._active:
+            self.spawn(self.expire_offsets())
+            self._schedule_retention()
+
+    # =========================================================================== describing
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """DescribeGroups for one group. Member metadata and assignments are reported (byte for byte)
+        only for a Stable group, as Kafka does."""
+        error = self.status_error(group_id, allow_empty_id=True)
+        if error is not None:
+            return GroupDescription(group_id, error, "")
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value, found=False)
+        stable = group.is_(GroupState.STABLE) and group.protocol_name is not None
+        members = [
+            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                              m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
+                              m.assignment if stable else b"")
+            for m in group.members.values()]
+        return GroupDescription(group_id, ErrorCode.NONE, group.state.value, group.protocol_type or "",
+                                (group.protocol_name or "") if stable else "", members)
+
+    def list_groups(self, states: set[str] | None = None, types: set[str] | None = None) -> list[GroupListing]:
+        """ListGroups. Empty or None filters match everything; names compare case-insensitively.
+        Handlers report ``availability_error()`` as the response's error code."""
+        if self.availability_error() is ErrorCode.COORDINATOR_NOT_AVAILABLE:
+            return []
+        if types and CLASSIC_GROUP_TYPE not in {t.lower() for t in types}:
+            return []
+        wanted = {s.lower() for s in states} if states else None
+        return [GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+                for g in self.groups.values()
+                if not g.is_(GroupState.DEAD) and (wanted is None or g.state.value.lower() in wanted)]

@@ -1,0 +1,223 @@
+"""OffsetCommit, OffsetFetch, OffsetDelete, DeleteGroups and offset retention.
+
+Committed offsets live in ``group.offsets`` and, durably, as OffsetCommitKey/OffsetCommitValue records
+in ``__consumer_offsets``; an offset changes in memory only after its record was appended, so a fetch
+never returns an offset that a restart would lose.
+
+Transactional commits (TxnOffsetCommit) are not implemented yet. The seam: stage them in
+``group.pending_txn_offsets[producer_id]`` (written to the log as part of the producer's transaction),
+move them into ``group.offsets`` when the COMMIT marker is written, drop them on ABORT. OffsetFetch
+with require_stable already answers UNSTABLE_OFFSET_COMMIT for partitions staged there, and retention
+already skips them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from grete.coordinator.group_base import OFFSET_WRITE_ERRORS, CoordinatorBase, log
+from grete.coordinator.group_state import CommittedOffset, Group, GroupState, TopicPartition
+from grete.coordinator.group_store import Record
+from grete.coordinator.group_types import (
+    NO_LEADER_EPOCH,
+    NO_OFFSET,
+    UNKNOWN_MEMBER_ID,
+    OffsetAndMetadata,
+    OffsetCommit,
+)
+from grete.coordinator.offsets_format import (
+    OffsetValue,
+    encode_group_key,
+    encode_offset_key,
+    encode_offset_value,
+)
+from grete.protocol.errors import ErrorCode
+
+NO_RETENTION = -1  # OffsetCommit v2-v4 retention_time_ms default: use the broker's retention
+
+
+class OffsetsMixin(CoordinatorBase):
+    def touch_member(self, group: Group, member_id: str) -> None:  # provided by MembershipMixin
+        raise NotImplementedError
+
+    def validate_current_member(self, group: Group, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        raise NotImplementedError  # provided by MembershipMixin
+
+    # ========================================================================= OffsetCommit
+
+    async def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
+                             group_instance_id: str | None, retention_ms: int,
+                             offsets: list[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit. Generation -1 with an empty member id is a simple (standalone) commit, allowed
+        only while the group has no members. ``retention_ms`` is v2-v4's retention_time_ms; -1 (and
+        every other version) means offsets.retention.minutes applies."""
+        tps = [(c.topic, c.partition) for c in offsets]
+        error = self.status_error(group_id, allow_empty_id=True)
+        if error is not None:
+            return dict.fromkeys(tps, error)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # Either a stale member of a group that no longer exists or a bogus generation.
+                return dict.fromkeys(tps, ErrorCode.ILLEGAL_GENERATION)
+            group = self.new_group(group_id)
+        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+        if error is not None:
+            return dict.fromkeys(tps, error)
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            # The member knows the new generation but has no assignment yet.
+            return dict.fromkeys(tps, ErrorCode.REBALANCE_IN_PROGRESS)
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            self.touch_member(group, member_id)
+        return await self.detached(self._store_offsets(group, offsets, retention_ms))
+
+    def _validate_offset_commit(self, group: Group, generation_id: int, member_id: str,
+                                instance_id: str | None) -> ErrorCode | None:
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
+            error = self.validate_current_member(group, member_id, instance_id)
+            if error is not None:
+                return error
+            return ErrorCode.ILLEGAL_GENERATION if generation_id != group.generation_id else None
+        if not group.is_(GroupState.EMPTY):
+            return ErrorCode.UNKNOWN_MEMBER_ID  # only members may commit for a group with members
+        return None
+
+    async def _store_offsets(self, group: Group, offsets: list[OffsetCommit],
+                             retention_ms: int) -> dict[TopicPartition, ErrorCode]:
+        now = self.now_ms()
+        expire = now + retention_ms if retention_ms is not None and retention_ms >= 0 else -1
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        for commit in offsets:
+            tp = (commit.topic, commit.partition)
+            metadata = commit.metadata or ""
+            if len(metadata) > self.config.offset_metadata_max_bytes:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = CommittedOffset(commit.offset, commit.leader_epoch, metadata, now, expire)
+        if not accepted:
+            return results
+        records: list[Record] = [
+            (encode_offset_key(group.group_id, topic, partition),
+             encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp,
+                                             c.expire_timestamp)))
+            for (topic, partition), c in accepted.items()]
+        error = await self.append(self.partition_for(group.group_id), records, OFFSET_WRITE_ERRORS)
+        if error is ErrorCode.NONE and self.live_group(group):
+            group.offsets.update(accepted)
+        results.update(dict.fromkeys(accepted, error))
+        return results
+
+    # ========================================================================== OffsetFetch
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
+                      require_stable: bool = False
+                      ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata]]:
+        """OffsetFetch, whatever the group's state (simple consumers have no members). Partitions
+        without a committed offset answer offset -1; ``partitions=None`` means all committed ones."""
+        error = self.status_error(group_id, allow_empty_id=True)
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ErrorCode.NONE, {tp: OffsetAndMetadata(NO_OFFSET) for tp in partitions or []}
+        wanted = list(group.offsets) if partitions is None else partitions
+        return ErrorCode.NONE, {tp: self._fetch_one(group, tp, require_stable) for tp in wanted}
+
+    @staticmethod
+    def _fetch_one(group: Group, tp: TopicPartition, require_stable: bool) -> OffsetAndMetadata:
+        if require_stable and group.has_pending_offset_commit(tp):
+            return OffsetAndMetadata(NO_OFFSET, NO_LEADER_EPOCH, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        committed = group.offsets.get(tp)
+        if committed is None:
+            return OffsetAndMetadata(NO_OFFSET)
+        return OffsetAndMetadata(committed.offset, committed.leader_epoch, committed.metadata)
+
+    # ========================================================================= OffsetDelete
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
+                             ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete (KIP-496): allowed for an Empty group, and for a consumer group with members
+        only on topics none of them subscribes to (others get GROUP_SUBSCRIBED_TO_TOPIC)."""
+        error = self.status_error(group_id)
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        results: dict[TopicPartition, ErrorCode] = {}
+        if group.is_(GroupState.EMPTY):
+            eligible = list(partitions)
+        elif group.is_consumer_group():
+            eligible = [tp for tp in partitions if not group.is_subscribed_to(tp[0])]
+            results.update({tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions
+                            if group.is_subscribed_to(tp[0])})
+        else:
+            return ErrorCode.NON_EMPTY_GROUP, {}
+        if eligible:
+            await self.detached(self._cleanup([(group, eligible)]))
+            results.update(dict.fromkeys(eligible, ErrorCode.NONE))
+        return ErrorCode.NONE, results
+
+    # ========================================================================= DeleteGroups
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
+        results: dict[str, ErrorCode] = {}
+        doomed: list[tuple[Group, list[TopicPartition]]] = []
+        for group_id in group_ids:
+            error = self.status_error(group_id, allow_empty_id=True)
+            group = self.groups.get(group_id)
+            if error is not None:
+                results[group_id] = error
+            elif group is None or group.is_(GroupState.DEAD):
+                results[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif not group.is_(GroupState.EMPTY):
+                results[group_id] = ErrorCode.NON_EMPTY_GROUP
+            else:
+                group.transition_to(GroupState.DEAD, self.now_ms())
+                doomed.append((group, list(group.offsets)))
+                results[group_id] = ErrorCode.NONE
+        if doomed:
+            await self.detached(self._cleanup(doomed))
+        return results
+
+    # ============================================================================ retention
+
+    async def expire_offsets(self) -> int:
+        """One pass of offsets.retention: drop expired offsets, and groups left Empty without any."""
+        now = self.now_ms()
+        work = [(g, g.expired_offsets(now, self.config.offsets_retention_ms)) for g in list(self.groups.values())]
+        return await self._cleanup([(g, tps) for g, tps in work if tps or self._is_husk(g)])
+
+    @staticmethod
+    def _is_husk(group: Group) -> bool:
+        return group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members
+
+    async def _cleanup(self, work: list[tuple[Group, list[TopicPartition]]]) -> int:
+        """Remove the offsets in memory at once, then write their tombstones (and the group's, for
+        groups that end up Dead). Like Kafka, a failed tombstone write is only logged: the offsets
+        would come back after a restart and expire again."""
+        by_partition: dict[int, list[Record]] = defaultdict(list)
+        removed = 0
+        for group, tps in work:
+            for tp in tps:
+                if group.offsets.pop(tp, None) is not None:
+                    removed += 1
+                    by_partition[self.partition_for(group.group_id)].append(
+                        (encode_offset_key(group.group_id, tp[0], tp[1]), None))
+            if self._is_husk(group):
+                group.transition_to(GroupState.DEAD, self.now_ms())
+            if group.is_(GroupState.DEAD):
+                if self.groups.get(group.group_id) is group:
+                    del self.groups[group.group_id]
+                log.info("group %s is dead (generation %d)", group.group_id, group.generation_id)
+                by_partition[self.partition_for(group.group_id)].append((encode_group_key(group.group_id), None))
+        for partition, records in by_partition.items():
+            error = await self.append(partition, records, OFFSET_WRITE_ERRORS)
+            if error is not ErrorCode.NONE:
+                log.warning("could not write %d tombstones to __consumer_offsets-%d: %s",
+                            len(records), partition, error.name)
+        return removed
