@@ -31,7 +31,13 @@ if str(REPO) not in sys.path:  # tools/ is not an installed package
     sys.path.insert(0, str(REPO))
 
 from tools import kafka_dist  # noqa: E402
-from tools.reference_kafka import ReferenceKafka, free_port, port_open, stop_process  # noqa: E402
+from tools.reference_kafka import (  # noqa: E402
+    ReferenceKafka,
+    die_with_parent,
+    free_port,
+    port_open,
+    stop_process,
+)
 
 TARGETS = ("grete", "kafka-3.9", "kafka-4")
 COMPAT_DIR = Path(__file__).resolve().parent
@@ -132,7 +138,8 @@ class GreteProcess:
     def start(self) -> None:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+                                         stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                                         preexec_fn=die_with_parent)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -303,3 +310,36 @@ def produce(broker: Broker) -> Callable[..., int]:
         assert not errors, f"delivery errors: {errors}"
         return len(messages)
     return send
+
+
+# --- Java's kafka-clients (tools/java/GreteJavaClient.java) ------------------------------------
+
+@dataclass
+class JavaClient:
+    """Runs the Java harness with one version's kafka-clients; every command prints JSON lines."""
+
+    version: str
+    broker: Broker
+
+    def run(self, command: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        cmd = kafka_dist.harness_cmd(self.version, command, self.broker.bootstrap, *args)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def ok(self, command: str, *args: str, timeout: float = 120.0) -> list[dict[str, object]]:
+        import json
+
+        done = self.run(command, *args, timeout=timeout)
+        assert done.returncode == 0, (
+            f"java {command} {' '.join(args)} (kafka-clients {self.version}) exited {done.returncode}\n"
+            f"stdout: {done.stdout[-3000:]}\nstderr: {done.stderr[-3000:]}")
+        return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(params=cli_versions(), ids=lambda v: f"java-{v}")
+def java_client(request: pytest.FixtureRequest, broker: Broker) -> JavaClient:
+    version = str(request.param)
+    try:
+        kafka_dist.harness_classes(version)
+    except Exception as exc:
+        pytest.skip(f"Java harness for kafka-clients {version} unavailable: {exc}")
+    return JavaClient(version=version, broker=broker)

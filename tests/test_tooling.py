@@ -6,6 +6,7 @@ import base64
 import os
 import socket
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 import zipfile
@@ -135,3 +136,33 @@ def test_reference_kafka_starts_serves_and_cleans_up(version):
     assert proc.poll() is not None
     assert not workdir.exists()
     assert not port_open("127.0.0.1", kafka.port, timeout=0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has already died
+
+
+def test_children_die_with_a_killed_parent():
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "from tools.reference_kafka import die_with_parent\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+        "                     preexec_fn=die_with_parent, start_new_session=True)\n"
+        "print(c.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    repo = Path(__file__).resolve().parent.parent
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, cwd=repo)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert _alive(child)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)

@@ -237,7 +237,7 @@ def main_class(version: str, tool: str) -> str:
     table = tools(version)
     if tool in table:
         return table[tool]
-    if "." in tool:  # already a class name
+    if "." in tool or tool[:1].isupper():  # already a class name
         return tool
     raise KeyError(f"unknown Kafka tool {tool!r}; known: {', '.join(sorted(table))}")
 
@@ -291,6 +291,45 @@ def java_cmd(version: str, main: str, *args: str, log_level: str = "WARN",
     ]
 
 
+HARNESS_SOURCES = Path(__file__).resolve().parent / "java"
+
+
+def harness_classes(version: str) -> Path:
+    """tools/java/*.java compiled against this version's jars (once per source change), into the cache."""
+    sources = sorted(HARNESS_SOURCES.glob("*.java"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
+    out = dist_dir(version) / f"harness-{digest}"
+    if (out / ".done").is_file():
+        return out
+    if shutil.which("javac") is None:
+        raise RuntimeError("javac is not installed (a JDK is needed for the Java client harness)")
+    staging = Path(tempfile.mkdtemp(prefix="harness.", dir=dist_dir(version)))
+    try:
+        done = subprocess.run(["javac", "-nowarn", "-d", str(staging), "-cp", kafka_classpath(version),
+                               *map(str, sources)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"javac failed against Kafka {version}:\n{done.stderr[-4000:]}")
+        (staging / ".done").write_text(digest + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+        for old in dist_dir(version).glob("harness-*"):  # builds of older sources
+            if old != out:
+                shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return out
+
+
+def harness_cmd(version: str, *args: str) -> list[str]:
+    """java command line for tools/java/GreteJavaClient with this version's kafka-clients."""
+    cmd = java_cmd(version, "GreteJavaClient", *args)
+    i = cmd.index("-cp") + 1
+    cmd[i] = f"{harness_classes(version)}{os.pathsep}{cmd[i]}"
+    return cmd
+
+
 def run_tool(version: str, tool: str, *args: str, timeout: float = 120.0, check: bool = False,
              input: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run a Kafka CLI tool to completion and capture its output."""
@@ -305,6 +344,7 @@ def _cli(argv: list[str]) -> int:
     f = sub.add_parser("fetch", help="resolve the jars into the cache")
     f.add_argument("versions", nargs="*")
     f.add_argument("--all", action="store_true", help=f"every pinned version: {', '.join(PINNED)}")
+    f.add_argument("--quiet", action="store_true", help="say nothing when everything is cached")
     c = sub.add_parser("classpath", help="print the classpath")
     c.add_argument("version")
     r = sub.add_parser("run", help="run a Kafka CLI tool (kafka-topics, kafka-dump-log, ...)")
@@ -319,8 +359,10 @@ def _cli(argv: list[str]) -> int:
             t0 = time.monotonic()
             was = is_fetched(v)
             libs = fetch(v, quiet=True)
+            if was and a.quiet:
+                continue
             state = "cached" if was else f"fetched in {time.monotonic() - t0:.1f}s"
-            print(f"kafka {resolve_version(v)}: {state} -> {libs}")
+            print(f"kafka {resolve_version(v)}: {state} -> {libs}", file=sys.stderr if a.quiet else sys.stdout)
         return 0
     if a.cmd == "classpath":
         print(kafka_classpath(a.version))

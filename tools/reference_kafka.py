@@ -62,6 +62,17 @@ def _silent_logger() -> object:
     return log
 
 
+def die_with_parent() -> None:
+    """preexec_fn: have Linux SIGTERM the child when the test process dies, so no broker outlives a
+    killed pytest run (best effort; a no-op elsewhere)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
     """SIGTERM the process group, wait ``grace`` seconds, then SIGKILL it."""
     if proc.poll() is not None:
@@ -186,7 +197,8 @@ class ReferenceKafka:
         with open(self.server_log, "wb") as log:
             # Own process group, so stop() reaches the JVM and anything it forks.
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=self.workdir)
+                                         start_new_session=True, cwd=self.workdir,
+                                         preexec_fn=die_with_parent)
 
     def _wait_ready(self, t0: float) -> None:
         assert self.proc is not None

@@ -32,6 +32,15 @@ def topic_config(admin: AdminClient, topic: str) -> dict[str, str]:
     return {k: v.value for k, v in entries.items()}
 
 
+def eventually_config(admin: AdminClient, topic: str, key: str, value: str, timeout: float = 10.0) -> dict[str, str]:
+    """Kafka (KRaft) applies config changes asynchronously: poll until ``key`` shows ``value``."""
+    deadline = time.monotonic() + timeout
+    while (config := topic_config(admin, topic)).get(key) != value:
+        assert time.monotonic() < deadline, f"{key}={config.get(key)!r}, expected {value!r}"
+        time.sleep(0.1)
+    return config
+
+
 def wait_gone(admin: AdminClient, topic: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -104,13 +113,13 @@ def test_describe_and_alter_configs(admin: AdminClient, make_topic: Callable[...
         ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
     ])
     admin.incremental_alter_configs([inc])[inc].result(timeout=10)
-    after = topic_config(admin, topic)
+    after = eventually_config(admin, topic, "segment.bytes", "1048576")
     assert after["segment.bytes"] == "1048576"
     assert after["retention.ms"] == "604800000"  # back to the broker default
     # Legacy AlterConfigs replaces the whole set: segment.bytes falls back to its default.
     legacy = ConfigResource(ResourceType.TOPIC, topic, set_config={"max.message.bytes": "65536"})
     admin.alter_configs([legacy])[legacy].result(timeout=10)
-    after = topic_config(admin, topic)
+    after = eventually_config(admin, topic, "max.message.bytes", "65536")
     assert after["max.message.bytes"] == "65536"
     assert after["segment.bytes"] == "1073741824"
 

@@ -20,6 +20,7 @@ and be reported ``is_internal`` in Metadata.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -44,8 +45,11 @@ class InMemoryOffsetsStore:
         self.partitions: dict[int, list[Record]] = {}
         self.batches: list[tuple[int, list[Record]]] = []
         self.fail_with: BaseException | None = None  # tests set this to make appends fail
+        self.append_delay_s = 0.0  # tests set this to make appends take time, like a disk
 
     async def append(self, partition: int, records: list[Record]) -> None:
+        if self.append_delay_s:
+            await asyncio.sleep(self.append_delay_s)
         if self.fail_with is not None:
             raise self.fail_with
         self.partitions.setdefault(partition, []).extend(records)

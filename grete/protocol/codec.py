@@ -177,6 +177,17 @@ class Reader:
 
     def uvarint(self) -> int:
         """Unsigned LEB128 varint, at most 32 bits (lengths, tags, counts)."""
+        pos = self.pos
+        try:
+            byte = self.buf[pos]
+        except IndexError:
+            raise _short() from None
+        if byte < 0x80:  # lengths and counts are almost always one byte
+            self.pos = pos + 1
+            return byte
+        return self._uvarint_long()
+
+    def _uvarint_long(self) -> int:
         buf = self.buf
         pos = self.pos
         result = 0
@@ -307,18 +318,21 @@ class Reader:
         self.pos += n * struct.calcsize(_ARRAY_FORMATS[kind])
         return list(values)
 
-    def tagged_fields(self) -> list[tuple[int, memoryview]]:
+    def tagged_fields(self) -> Sequence[tuple[int, memoryview]]:
         """The tagged-field section of a flexible struct: (tag, payload) in wire order."""
         count = self.uvarint()
+        if not count:
+            return ()
         if count > len(self.buf) - self.pos:
             raise ProtocolError(f"{count} tagged fields cannot fit in {len(self.buf) - self.pos} bytes")
         fields: list[tuple[int, memoryview]] = []
-        last = -1
+        seen: set[int] = set()
         for _ in range(count):
+            # Writers sort tags, but Kafka's readers do not insist on it; a repeat is malformed.
             tag = self.uvarint()
-            if tag <= last:
-                raise ProtocolError("tagged fields out of order or repeated")
-            last = tag
+            if tag in seen:
+                raise ProtocolError(f"tagged field {tag} repeated")
+            seen.add(tag)
             size = self.uvarint()
             start = self.pos
             end = start + size

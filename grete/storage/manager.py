@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.storage.cleaner import LogCleaner
 from grete.storage.config import LogConfig
 from grete.storage.files import (
     CLEAN_SHUTDOWN_FILE,
@@ -26,6 +27,7 @@ from grete.storage.files import (
     partition_dir_name,
     read_offset_checkpoint,
     read_properties,
+    uuid_from_kafka,
     uuid_to_kafka,
     write_offset_checkpoint,
     write_properties,
@@ -62,7 +64,7 @@ class LogManager:
         self.dir_ids: dict[Path, uuid.UUID] = {}
         self.cleaner_offsets: dict[TopicPartition, int] = {}
         self._last_checkpoint_ms = 0
-        self._cleaner: object | None = None
+        self._cleaner: LogCleaner | None = None
 
     def config_for(self, topic: str) -> LogConfig:
         return self.topic_config(topic) if self.topic_config is not None else self.default_config
@@ -79,33 +81,29 @@ class LogManager:
         return dict(self.logs)
 
     def _ensure_meta(self, d: Path, cluster_id: str | None, node_id: int | None) -> None:
+        """Check an existing meta.properties against this broker, or write a KRaft v1 one."""
         path = d / META_PROPERTIES
         props = read_properties(path)
-        if props is not None:
-            if cluster_id is not None and props.get("cluster.id") not in (None, cluster_id):
-                raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID if hasattr(ErrorCode, "INCONSISTENT_CLUSTER_ID")
-                                 else ErrorCode.KAFKA_STORAGE_ERROR,
-                                 f"{path}: cluster.id {props.get('cluster.id')} != {cluster_id}")
-            if node_id is not None and props.get("node.id") not in (None, str(node_id)):
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                 f"{path}: node.id {props.get('node.id')} != {node_id}")
-            raw_dir_id = props.get("directory.id")
-            if raw_dir_id:
-                from grete.storage.files import uuid_from_kafka
-                self.dir_ids[d] = uuid_from_kafka(raw_dir_id)
-                return
-        dir_id = uuid.uuid4()
-        self.dir_ids[d] = dir_id
-        new = {"version": "1"}
-        if cluster_id is not None:
-            new["cluster.id"] = cluster_id
-        if node_id is not None:
-            new["node.id"] = str(node_id)
-        new["directory.id"] = uuid_to_kafka(dir_id)
-        if props:
-            new = {**props, **new, "cluster.id": props.get("cluster.id", new.get("cluster.id", ""))}
-            new = {k: v for k, v in new.items() if v}
-        write_properties(path, new)
+        if props is None:
+            dir_id = uuid.uuid4()
+            new = {"version": "1"}
+            if cluster_id is not None:
+                new["cluster.id"] = cluster_id
+            if node_id is not None:
+                new["node.id"] = str(node_id)
+            new["directory.id"] = uuid_to_kafka(dir_id)
+            write_properties(path, new)
+            self.dir_ids[d] = dir_id
+            return
+        if cluster_id is not None and props.get("cluster.id") not in (None, cluster_id):
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"{path}: cluster.id {props.get('cluster.id')} does not match {cluster_id}")
+        stored_node = props.get("node.id", props.get("broker.id"))
+        if node_id is not None and stored_node not in (None, str(node_id)):
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path}: node.id {stored_node} does not match {node_id}")
+        raw = props.get("directory.id")
+        # An older (v0) file without a directory id is left as it is; the id only lives in memory.
+        self.dir_ids[d] = uuid_from_kafka(raw) if raw else uuid.uuid4()
 
     def _load_dir(self, d: Path, configs: Mapping[str, LogConfig]) -> None:
         marker = d / CLEAN_SHUTDOWN_FILE
@@ -178,7 +176,6 @@ class LogManager:
     def cleaner(self) -> LogCleaner:
         if self._cleaner is None:
             self._cleaner = LogCleaner(self)
-        assert isinstance(self._cleaner, LogCleaner)
         return self._cleaner
 
     def checkpoint(self) -> None:
@@ -205,5 +202,3 @@ class LogManager:
         for d in self.log_dirs:
             atomic_write(d / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": -1}).encode())
 
-
-from grete.storage.cleaner import LogCleaner  # noqa: E402  (the cleaner needs LogManager's types)

@@ -139,29 +139,7 @@ class LogSegment:
             self.offset_of_max_timestamp = offset
 
     def scan(self, start: int, end: int, *, full: bool) -> Iterator[tuple[BatchPos, RecordBatch]]:
-        """Batches in [start, end). ``full`` reads whole batches (for CRC checks or record access);
-        otherwise only headers are read. Stops silently at a truncated tail."""
-        buf = b""
-        buf_start = start
-        pos = start
-        while end - pos >= BATCH_OVERHEAD:
-            off = pos - buf_start
-            if off + BATCH_OVERHEAD > len(buf):
-                buf, buf_start, off = os.pread(self.fd, min(SCAN_CHUNK, end - pos), pos), pos, 0
-                if len(buf) < BATCH_OVERHEAD:
-                    return
-            size = int.from_bytes(buf[off + 8:off + 12], "big", signed=True) + LOG_OVERHEAD
-            if size < BATCH_OVERHEAD or pos + size > end:
-                if full:  # recovery wants to see the bad spot; header-only readers just stop
-                    yield BatchPos(pos, -1, -1, size), RecordBatch(buf, off)
-                return
-            if full and off + size > len(buf):
-                buf, buf_start, off = os.pread(self.fd, max(size, min(SCAN_CHUNK, end - pos)), pos), pos, 0
-                if len(buf) < size:
-                    return
-            batch = RecordBatch(buf, off)
-            yield BatchPos(pos, batch.base_offset, batch.last_offset, size), batch
-            pos += size
+        return scan_fd(self.fd, start, end, full=full)
 
     def rebuild(self, on_batch: Callable[[RecordBatch], None] | None = None, *,
                 strict: bool = False) -> int:
@@ -170,6 +148,7 @@ class LogSegment:
         Returns the number of bytes truncated. ``strict`` raises CorruptSegmentError instead of
         truncating (for segments whose data was already flushed and must not silently shrink).
         """
+        was_active = self.offset_index.writable
         self.offset_index.reset()
         self.time_index.reset()
         self.next_offset = self.base_offset
@@ -198,6 +177,8 @@ class LogSegment:
             self.size = valid_end
         self.txn_index.truncate_to(self.next_offset)
         self.index_rebuild_needed = False
+        if not was_active:
+            self.on_become_inactive()  # closing time-index entry and trimmed files, as after a roll
         return truncated
 
     # --- appending ---------------------------------------------------------------------------------
@@ -335,6 +316,9 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self) -> None:
+        if self.time_index.writable and self.max_timestamp >= 0:
+            # Like Kafka, record the segment's max timestamp so a reopened log finds it in the index.
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
         self.offset_index.close()
         self.time_index.close()
         self.file.close()
@@ -364,6 +348,33 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path.name}, size={self.size}, next={self.next_offset})"
+
+
+def scan_fd(fd: int, start: int, end: int, *, full: bool) -> Iterator[tuple[BatchPos, RecordBatch]]:
+    """Batches of a ``.log`` file in [start, end). ``full`` reads whole batches (CRC checks, record
+    access); otherwise only headers are read. Stops silently at a truncated tail, except that a
+    ``full`` scan yields the bad spot once (base offset -1) so recovery can report it."""
+    buf = b""
+    buf_start = start
+    pos = start
+    while end - pos >= BATCH_OVERHEAD:
+        off = pos - buf_start
+        if off + BATCH_OVERHEAD > len(buf):
+            buf, buf_start, off = os.pread(fd, min(SCAN_CHUNK, end - pos), pos), pos, 0
+            if len(buf) < BATCH_OVERHEAD:
+                return
+        size = int.from_bytes(buf[off + 8:off + 12], "big", signed=True) + LOG_OVERHEAD
+        if size < BATCH_OVERHEAD or pos + size > end:
+            if full:
+                yield BatchPos(pos, -1, -1, size), RecordBatch(buf, off)
+            return
+        if full and off + size > len(buf):
+            buf, buf_start, off = os.pread(fd, max(size, min(SCAN_CHUNK, end - pos)), pos), pos, 0
+            if len(buf) < size:
+                return
+        batch = RecordBatch(buf, off)
+        yield BatchPos(pos, batch.base_offset, batch.last_offset, size), batch
+        pos += size
 
 
 def _invalid(bp: BatchPos, batch: RecordBatch, expected: int, segment_base: int) -> str | None:

@@ -10,4 +10,3 @@ import pytest
 @pytest.fixture
 def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
-import tests.broker._nogroup_tmp

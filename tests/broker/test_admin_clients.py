@@ -77,10 +77,19 @@ def test_kafka_python_admin(grete_broker: Any, topic_name: str) -> None:
         assert len(grete_broker.broker.metadata.topic(topic_name).partitions) == 4
         admin.alter_configs([KPConfigResource(ConfigResourceType.TOPIC, topic_name,
                                               configs={"retention.ms": "12345"})])
-        assert grete_broker.broker.metadata.topic(topic_name).configs == {"retention.ms": "12345"}
+        # kafka-python 3.x sends IncrementalAlterConfigs (SET) by default ...
+        assert grete_broker.broker.metadata.topic(topic_name).configs == {
+            "segment.bytes": "3000000", "retention.ms": "12345"}
+        # ... and legacy AlterConfigs on request: it describes first and resends the other
+        # overrides, since AlterConfigs replaces the whole set.
+        admin.alter_configs([KPConfigResource(ConfigResourceType.TOPIC, topic_name,
+                                              configs={"retention.ms": "54321"})], incremental=False)
+        assert grete_broker.broker.metadata.topic(topic_name).configs == {
+            "segment.bytes": "3000000", "retention.ms": "54321"}
         described = admin.describe_configs([KPConfigResource(ConfigResourceType.TOPIC, topic_name)])
-        text = repr(described)
-        assert "retention.ms" in text and "12345" in text
+        entry = described["topic"][topic_name]["retention.ms"]
+        assert (entry["value"], entry["config_source"], entry["config_type"]) == (
+            "54321", "DYNAMIC_TOPIC_CONFIG", "LONG")
         admin.delete_topics([topic_name])
         assert grete_broker.broker.metadata.topic(topic_name) is None
     finally:

@@ -43,7 +43,7 @@ def _fetch(wire: Wire, topic: str, offset: int, *, version: int = 12, max_wait_m
 
 def _batch(values: list[bytes], keys: list[bytes | None] | None = None, **kw) -> bytearray:
     keys = keys or [None] * len(values)
-    return build_batch([Record(i, i, k, v) for i, (k, v) in enumerate(zip(keys, values))], **kw)
+    return build_batch([Record(i, i, k, v) for i, (k, v) in enumerate(zip(keys, values, strict=True))], **kw)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import struct
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from grete.coordinator.group_coordinator import GroupCoordinator
+from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_store import InMemoryOffsetsStore
 from grete.coordinator.group_types import GroupConfig, JoinResult, SyncResult
 from grete.protocol.errors import ErrorCode

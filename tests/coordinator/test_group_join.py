@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+from grete.coordinator.group_store import InMemoryOffsetsStore
 from grete.coordinator.group_types import LeaveMember
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import (
@@ -247,16 +248,16 @@ async def test_shutdown_answers_parked_joins() -> None:
 
 @async_test
 async def test_initial_rebalance_delay_extends_while_members_arrive() -> None:
-    coord = await started(group_initial_rebalance_delay_ms=150)
+    coord = await started(group_initial_rebalance_delay_ms=300)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    first = task(join(coord, rebalance_ms=2000))
-    await asyncio.sleep(0.1)
-    second = task(join(coord, rebalance_ms=2000))  # arrives inside the first delay: one more delay
+    first = task(join(coord, rebalance_ms=5000))
+    await asyncio.sleep(0.05)
+    second = task(join(coord, rebalance_ms=5000))  # arrives inside the first delay: one more delay
     a, b = await first, await second
     elapsed = loop.time() - t0
     assert a.generation_id == b.generation_id == 1
-    assert 0.25 <= elapsed < 1.5, elapsed
+    assert 0.55 <= elapsed < 2.0, elapsed  # two delays, well short of the 5s rebalance timeout
     await coord.shutdown()
 
 
@@ -267,27 +268,29 @@ async def test_initial_delay_extensions_stop_at_the_rebalance_timeout() -> None:
     t0 = loop.time()
     first = task(join(coord, rebalance_ms=250))
     stream = []
-    for _ in range(10):  # a member every 60ms for 600ms would extend the delay forever
+    for _ in range(20):  # a member every 60ms for 1.2s would extend the delay all along
         await asyncio.sleep(0.06)
         if first.done():
             break
         stream.append(task(join(coord, rebalance_ms=250)))
     res = await first
     assert res.generation_id == 1
-    assert 0.24 <= loop.time() - t0 < 0.45
+    assert 0.24 <= loop.time() - t0 < 0.9  # capped at the 250ms rebalance timeout
     await coord.shutdown()
     await asyncio.gather(*stream)
 
 
 @async_test
 async def test_leader_disconnecting_mid_sync_still_delivers_the_assignment() -> None:
-    coord = await started()
+    store = InMemoryOffsetsStore()
+    coord = await started(store)
     a, b = await join_all(join(coord), join(coord))
+    store.append_delay_s = 0.05
     leader, follower = (a, b) if a.leader == a.member_id else (b, a)
     parked = task(sync(coord, follower))
     await settle()
     lead = task(sync(coord, leader, assignments=[(follower.member_id, b"F")]))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
     lead.cancel()  # the leader's connection dropped while its assignment was being written
     assert (await parked).assignment == b"F"
     assert coord.describe_group("g").state == "Stable"

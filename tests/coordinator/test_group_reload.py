@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from grete.coordinator.group_coordinator import GroupCoordinator
+from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_store import InMemoryOffsetsStore
 from grete.coordinator.group_types import LeaveMember, OffsetCommit
 from grete.coordinator.offsets_format import (

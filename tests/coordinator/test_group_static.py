@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from grete.coordinator.group_coordinator import GroupCoordinator
+from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_types import JoinResult, LeaveMember
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import (

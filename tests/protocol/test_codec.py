@@ -112,10 +112,18 @@ def test_records_is_a_view_and_bytes_is_a_copy() -> None:
     assert copy == b"xyz"
 
 
-def test_tagged_fields_must_be_ascending() -> None:
+def test_tagged_fields_any_order_but_no_repeats() -> None:
+    assert Reader(b"\x02\x05\x00\x03\x01a").tagged_fields() == [(5, memoryview(b"")), (3, memoryview(b"a"))]
     with pytest.raises(ProtocolError):
-        Reader(b"\x02\x05\x00\x03\x00").tagged_fields()
-    assert Reader(b"\x02\x03\x01a\x05\x00").tagged_fields() == [(3, memoryview(b"a")), (5, memoryview(b""))]
+        Reader(b"\x02\x03\x00\x03\x00").tagged_fields()
+    assert Reader(b"\x00").tagged_fields() == ()
+
+
+def test_unknown_tags_out_of_order_are_reencoded_sorted() -> None:
+    from grete.protocol.messages import ApiVersionsRequest
+    back = ApiVersionsRequest.from_bytes(b"\x02a\x02b" + b"\x02" + b"\x09\x00" + b"\x04\x01z", 3)
+    assert back.unknown_tagged_fields == [(9, b""), (4, b"z")]
+    assert back.to_bytes(3) == b"\x02a\x02b" + b"\x02" + b"\x04\x01z" + b"\x09\x00"
 
 
 def test_writer_merges_known_and_unknown_tags_in_order() -> None:

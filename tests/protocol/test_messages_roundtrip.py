@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 import uuid
-
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from grete.protocol.codec import Message, Reader, UnsupportedVersion, Writer
 from grete.protocol.messages import APIS
@@ -126,8 +127,9 @@ def test_tagged_fields_known_and_unknown_mix() -> None:
     state = FetchRequest.ReplicaState(replica_id=3, replica_epoch=9)
     back = FetchRequest.from_bytes(FetchRequest(replica_state=state).to_bytes(15), 15)
     assert back.replica_state == state
-    with pytest.raises(UnsupportedVersion):
-        FetchRequest(replica_state=state).to_bytes(14)
+    for version in (14, 11):  # flexible without the tag, and not flexible at all
+        with pytest.raises(UnsupportedVersion):
+            FetchRequest(replica_state=state).to_bytes(version)
 
 
 def test_records_decode_is_a_zero_copy_view() -> None:
@@ -178,3 +180,14 @@ def test_class_layout_matches_brief() -> None:
     assert not hasattr(ProduceResponse(), "__dict__")  # slots
     names = {c.__name__ for c in all_message_classes()}
     assert {"ConsumerProtocolSubscription", "ConsumerProtocolAssignment"} <= names
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cls=st.sampled_from([ProduceRequest, FetchRequest, FetchResponse, MetadataRequest,
+                            ConsumerProtocolSubscription]),
+       rng=st.randoms(use_true_random=False), data=st.data())
+def test_property_round_trip(cls: type[Message], rng: random.Random, data: st.DataObject,
+                             make_builder: Callable[[random.Random], Any]) -> None:
+    version = data.draw(st.integers(cls.MIN_VERSION, cls.MAX_VERSION))
+    original = make_builder(rng).message(cls, version)
+    assert cls.from_bytes(original.to_bytes(version), version) == original

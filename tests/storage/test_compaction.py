@@ -7,6 +7,7 @@ import random
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,3 +176,48 @@ def test_compaction_property(tmp_path_factory, ops) -> None:  # type: ignore[no-
     assert [o for o, _, _ in after] == sorted(o for o, _, _ in after)
     check_latest_values(log, model, tombstones_gone=False)
     assert log.log_end_offset == model_end
+
+
+def test_min_and_max_compaction_lag(tmp_path: Path) -> None:
+    lagged = CFG.replace(min_compaction_lag_ms=DAY)
+    log = open_log(tmp_path, lagged)
+    write(log, [(b"k", b"v")] * 90, ts=1_000)
+    assert clean_log(log, 0, now_ms=1_000 + DAY - 1) is None  # every segment is younger than the lag
+    assert clean_log(log, 0, now_ms=1_000 + DAY + 10) is not None
+
+    lazy = CFG.replace(min_cleanable_dirty_ratio=1.0, max_compaction_lag_ms=60_000)
+    log2 = Log.open(tmp_path / "lazy-0", lazy, clean_shutdown=True)
+    write(log2, [(b"k", b"v")] * 90, ts=1_000)
+    assert clean_log(log2, 0, now_ms=30_000) is None  # ratio never reached, deadline not yet
+    assert clean_log(log2, 0, now_ms=100_000) is not None  # max.compaction.lag.ms forces it
+
+
+def test_cleaner_on_its_thread_without_a_process(tmp_path: Path) -> None:
+    from grete.storage.cleaner import LogCleaner
+
+    mgr = LogManager([tmp_path / "d"], CFG)
+    mgr.startup()
+    lg = mgr.create_log("c", 0)
+    for i in range(120):
+        append(lg, [os.urandom(10)], [f"k{i % 3}".encode()])
+    stats = LogCleaner(mgr, use_process=False).clean_now(("c", 0), int(time.time() * 1000))
+    assert stats is not None and stats.records_removed > 0 and stats.groups
+    assert mgr.cleaner_offsets[("c", 0)] == lg.active.base_offset
+
+
+def test_a_pass_is_dropped_when_the_log_changes_underneath(tmp_path: Path) -> None:
+    from grete.storage.cleaner import CompactionAborted, plan_cleaning, swap_all, write_cleaned
+
+    log = open_log(tmp_path)
+    write(log, [(f"k{i % 4}".encode(), b"v" * 20) for i in range(150)], ts=1_000)
+    planned = plan_cleaning(log, 0, 2_000)
+    assert planned is not None
+    spec, olds = planned
+    groups, stats = write_cleaned(spec)
+    assert [n for n in os.listdir(log.dir) if n.endswith(".cleaned")]
+    log.delete_records_before(log.segments[1].base_offset)  # retention/DeleteRecords wins the race
+    before = records(log)
+    with pytest.raises(CompactionAborted):
+        swap_all(log, spec, olds, groups, stats)
+    assert not [n for n in os.listdir(log.dir) if n.endswith((".cleaned", ".swap"))]
+    assert records(log) == before

@@ -216,3 +216,30 @@ def test_record_set_larger_than_segment(tmp_path: Path) -> None:
         append(log, [b"x" * 300])
     assert exc.value.code == ErrorCode.RECORD_LIST_TOO_LARGE
     assert log.log_end_offset == 0
+
+
+def test_roll_on_segment_ms_and_on_full_index(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_ms=1000)
+    append(log, [b"a"], ts=10_000, now_ms=10_000)
+    append(log, [b"b"], ts=10_500, now_ms=10_900)
+    assert len(log.segments) == 1
+    append(log, [b"c"], ts=11_100, now_ms=11_001)  # first batch of the segment is > segment.ms old
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+    small = Log.open(tmp_path / "s-0", LogConfig(segment_index_bytes=32, index_interval_bytes=1),
+                     clean_shutdown=True)
+    for _ in range(30):
+        append(small, [b"x" * 20])
+    assert len(small.segments) > 3
+    for seg in small.segments[:-1]:
+        assert seg.offset_index.entries <= 4 and seg.time_index.entries <= 2
+    assert [o for o, _, _ in records(small)] == list(range(30))
+
+
+def test_flush_messages_moves_the_recovery_point(tmp_path: Path) -> None:
+    log = open_log(tmp_path, flush_messages=5)
+    for _ in range(4):
+        append(log, [b"x"])
+    assert log.recovery_point == 0
+    append(log, [b"x"])
+    assert log.recovery_point == 5

@@ -278,25 +278,32 @@ def _emit_encode_tagged(s_fields: list[Field], ctx: Ctx, b: str) -> list[str]:
         out.append(f"{bb}w.tagged_fields((), self.unknown_tagged_fields)")
         return out
     out.append(f"{bb}_tags: list[tuple[int, bytes | bytearray | memoryview]] = []")
+    flexible = ctx.msg.flexible & valid
     for f in tagged:
         value = f"self.{snake(f.name)}"
-        cond = version_cond(f.tagged, valid)
+        # Tagged fields live inside "if flex:", so only versions beyond the flexible ones need a test.
+        cond = version_cond(f.tagged, flexible)
         differs = differs_expr(f, value, ctx)
-        out.append(f"{bb}if {differs}:")
         inner = bb + "    "
-        if cond:
-            out.append(f"{inner}if not ({cond}):")
-            if f.ignorable:
-                out.append(f"{inner}    pass")
-            else:
+        if cond and f.ignorable:
+            out.append(f"{bb}if {differs} and {cond}:")
+        else:
+            out.append(f"{bb}if {differs}:")
+            if cond:
+                out.append(f"{inner}if not ({cond}):")
                 out.append(f"{inner}    raise UnsupportedVersion('{ctx.msg.name}: {f.name} cannot be sent at version %d' % version)")
-            out.append(f"{inner}else:")
-            inner += "    "
         nullable = _nullable_cond(f, valid)
         out.append(f"{inner}_t = Writer()")
         out.extend(_encode_value(f, value, ctx, inner, "_t", "True", "True" if nullable is None else nullable))
         out.append(f"{inner}_tags.append(({f.tag}, _t.buf))")
     out.append(f"{bb}w.tagged_fields(_tags, self.unknown_tagged_fields)")
+    strict = [f for f in tagged if not f.ignorable]
+    if strict and flex_expr(ctx.msg) != "True":
+        # No tagged section below the flexible versions: a non-default value cannot be sent there.
+        test = " or ".join(differs_expr(f, f"self.{snake(f.name)}", ctx) for f in strict)
+        names = ", ".join(f.name for f in strict)
+        out.append(f"{b}elif {test}:")
+        out.append(f"{bb}raise UnsupportedVersion('{ctx.msg.name}: {names} cannot be sent at version %d' % version)")
     return out
 
 
@@ -415,7 +422,7 @@ def emit_decode(s_fields: list[Field], ctx: Ctx, em: Emitter, ind: str, top_leve
         bb = b + "        "
         first = True
         for f in tagged:
-            cond = version_cond(f.tagged, valid)
+            cond = version_cond(f.tagged, msg.flexible & valid)
             test = f"_tag == {f.tag}" + (f" and {cond}" if cond else "")
             out.append(f"{bb}{'if' if first else 'elif'} {test}:")
             first = False

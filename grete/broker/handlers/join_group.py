@@ -17,7 +17,8 @@ async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupRes
         rebalance_timeout_ms=request.rebalance_timeout_ms if ctx.version >= 1 else request.session_timeout_ms,
         protocol_type=request.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-        require_known_member_id=ctx.version >= 4, reason=request.reason)
+        require_known_member_id=ctx.version >= 4, reason=request.reason,
+        supports_skip_assignment=ctx.version >= 9)
     return JoinGroupResponse(
         throttle_time_ms=0, error_code=result.error, generation_id=result.generation_id,
         protocol_type=result.protocol_type,

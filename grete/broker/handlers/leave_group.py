@@ -20,4 +20,4 @@ async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupR
         error = results[0][1]
     return LeaveGroupResponse(throttle_time_ms=0, error_code=error, members=[
         LeaveGroupResponse.MemberResponse(member_id=m.member_id, group_instance_id=m.group_instance_id,
-                                          error_code=code) for m, code in results])
+                                          error_code=code) for m, code in results] if ctx.version >= 3 else [])

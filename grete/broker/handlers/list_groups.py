@@ -11,8 +11,9 @@ from grete.protocol.messages import ListGroupsRequest, ListGroupsResponse
 def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     states = {s.lower() for s in request.states_filter} or None
     types = {t.lower() for t in request.types_filter} or None
-    listed = ctx.broker.group_coordinator.list_groups(states, types)
-    return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[
+    coordinator = ctx.broker.group_coordinator
+    listed = coordinator.list_groups(states, types)
+    return ListGroupsResponse(throttle_time_ms=0, error_code=coordinator.availability_error(), groups=[
         ListGroupsResponse.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type,
                                        group_state=g.state, group_type=g.group_type)
         for g in listed])

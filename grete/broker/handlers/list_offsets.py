@@ -36,7 +36,7 @@ def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffs
         partition = ctx.broker.partition(topic, index)
         partition.check_leader_epoch(wanted.current_leader_epoch)
         fetchable = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
-        epoch = partition.leader_epoch
+        epoch = partition.leader_epoch if ctx.version >= 4 else -1  # LeaderEpoch is v4+ only
         if wanted.timestamp == LATEST:
             return PartitionResponse(partition_index=index, timestamp=-1, offset=fetchable, leader_epoch=epoch)
         if wanted.timestamp == EARLIEST:

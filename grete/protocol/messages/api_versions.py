@@ -253,37 +253,25 @@ class ApiVersionsResponse(Message):
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
             if bool(self.supported_features):
-                if not (version >= 3):
-                    pass
-                else:
-                    _t = Writer()
-                    _t.length(len(self.supported_features), True)
-                    for _e_supported_features in self.supported_features:
-                        _e_supported_features.encode(_t, version)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.length(len(self.supported_features), True)
+                for _e_supported_features in self.supported_features:
+                    _e_supported_features.encode(_t, version)
+                _tags.append((0, _t.buf))
             if self.finalized_features_epoch != -1:
-                if not (version >= 3):
-                    pass
-                else:
-                    _t = Writer()
-                    _t.int64(self.finalized_features_epoch)
-                    _tags.append((1, _t.buf))
+                _t = Writer()
+                _t.int64(self.finalized_features_epoch)
+                _tags.append((1, _t.buf))
             if bool(self.finalized_features):
-                if not (version >= 3):
-                    pass
-                else:
-                    _t = Writer()
-                    _t.length(len(self.finalized_features), True)
-                    for _e_finalized_features in self.finalized_features:
-                        _e_finalized_features.encode(_t, version)
-                    _tags.append((2, _t.buf))
+                _t = Writer()
+                _t.length(len(self.finalized_features), True)
+                for _e_finalized_features in self.finalized_features:
+                    _e_finalized_features.encode(_t, version)
+                _tags.append((2, _t.buf))
             if self.zk_migration_ready is not False:
-                if not (version >= 3):
-                    pass
-                else:
-                    _t = Writer()
-                    _t.boolean(self.zk_migration_ready)
-                    _tags.append((3, _t.buf))
+                _t = Writer()
+                _t.boolean(self.zk_migration_ready)
+                _tags.append((3, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
 
     @classmethod
@@ -316,7 +304,7 @@ class ApiVersionsResponse(Message):
         _unknown: list[tuple[int, bytes]] | None = None
         if flex:
             for _tag, _data in r.tagged_fields():
-                if _tag == 0 and version >= 3:
+                if _tag == 0:
                     _r = Reader(_data)
                     _n = _r.array_length(True)
                     if _n < 0:
@@ -324,10 +312,10 @@ class ApiVersionsResponse(Message):
                     else:
                         _d_supported_features = ApiVersionsResponse.SupportedFeatureKey.decode
                         f_supported_features = [_d_supported_features(_r, version) for _ in range(_n)]
-                elif _tag == 1 and version >= 3:
+                elif _tag == 1:
                     _r = Reader(_data)
                     f_finalized_features_epoch = _r.int64()
-                elif _tag == 2 and version >= 3:
+                elif _tag == 2:
                     _r = Reader(_data)
                     _n = _r.array_length(True)
                     if _n < 0:
@@ -335,7 +323,7 @@ class ApiVersionsResponse(Message):
                     else:
                         _d_finalized_features = ApiVersionsResponse.FinalizedFeatureKey.decode
                         f_finalized_features = [_d_finalized_features(_r, version) for _ in range(_n)]
-                elif _tag == 3 and version >= 3:
+                elif _tag == 3:
                     _r = Reader(_data)
                     f_zk_migration_ready = _r.boolean()
                 else:

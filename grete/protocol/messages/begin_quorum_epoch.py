@@ -409,15 +409,14 @@ class BeginQuorumEpochResponse(Message):
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
             if bool(self.node_endpoints):
-                if not (version >= 1):
-                    raise UnsupportedVersion('BeginQuorumEpochResponse: NodeEndpoints cannot be sent at version %d' % version)
-                else:
-                    _t = Writer()
-                    _t.length(len(self.node_endpoints), True)
-                    for _e_node_endpoints in self.node_endpoints:
-                        _e_node_endpoints.encode(_t, version)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.length(len(self.node_endpoints), True)
+                for _e_node_endpoints in self.node_endpoints:
+                    _e_node_endpoints.encode(_t, version)
+                _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
+        elif bool(self.node_endpoints):
+            raise UnsupportedVersion('BeginQuorumEpochResponse: NodeEndpoints cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
@@ -438,7 +437,7 @@ class BeginQuorumEpochResponse(Message):
         _unknown: list[tuple[int, bytes]] | None = None
         if flex:
             for _tag, _data in r.tagged_fields():
-                if _tag == 0 and version >= 1:
+                if _tag == 0:
                     _r = Reader(_data)
                     _n = _r.array_length(True)
                     if _n < 0:

@@ -64,12 +64,11 @@ class BrokerHeartbeatRequest(Message):
             if bool(self.offline_log_dirs):
                 if not (version >= 1):
                     raise UnsupportedVersion('BrokerHeartbeatRequest: OfflineLogDirs cannot be sent at version %d' % version)
-                else:
-                    _t = Writer()
-                    _t.length(len(self.offline_log_dirs), True)
-                    for _e_offline_log_dirs in self.offline_log_dirs:
-                        _t.uuid(_e_offline_log_dirs)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.length(len(self.offline_log_dirs), True)
+                for _e_offline_log_dirs in self.offline_log_dirs:
+                    _t.uuid(_e_offline_log_dirs)
+                _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
 
     @classmethod

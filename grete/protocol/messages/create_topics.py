@@ -282,12 +282,9 @@ class CreateTopicsResponse(Message):
             if flex:
                 _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
                 if self.topic_config_error_code != 0:
-                    if not (version >= 5):
-                        pass
-                    else:
-                        _t = Writer()
-                        _t.int16(self.topic_config_error_code)
-                        _tags.append((0, _t.buf))
+                    _t = Writer()
+                    _t.int16(self.topic_config_error_code)
+                    _tags.append((0, _t.buf))
                 w.tagged_fields(_tags, self.unknown_tagged_fields)
 
         @classmethod
@@ -329,7 +326,7 @@ class CreateTopicsResponse(Message):
             _unknown: list[tuple[int, bytes]] | None = None
             if flex:
                 for _tag, _data in r.tagged_fields():
-                    if _tag == 0 and version >= 5:
+                    if _tag == 0:
                         _r = Reader(_data)
                         f_topic_config_error_code = _r.int16()
                     else:

@@ -199,20 +199,14 @@ class FetchRequest(Message):
             w.int32(self.partition_max_bytes)
             if flex:
                 _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-                if self.replica_directory_id != ZERO_UUID:
-                    if not (version >= 17):
-                        pass
-                    else:
-                        _t = Writer()
-                        _t.uuid(self.replica_directory_id)
-                        _tags.append((0, _t.buf))
-                if self.high_watermark != 9223372036854775807:
-                    if not (version >= 18):
-                        pass
-                    else:
-                        _t = Writer()
-                        _t.int64(self.high_watermark)
-                        _tags.append((1, _t.buf))
+                if self.replica_directory_id != ZERO_UUID and version >= 17:
+                    _t = Writer()
+                    _t.uuid(self.replica_directory_id)
+                    _tags.append((0, _t.buf))
+                if self.high_watermark != 9223372036854775807 and version >= 18:
+                    _t = Writer()
+                    _t.int64(self.high_watermark)
+                    _tags.append((1, _t.buf))
                 w.tagged_fields(_tags, self.unknown_tagged_fields)
 
         @classmethod
@@ -344,20 +338,18 @@ class FetchRequest(Message):
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
             if self.cluster_id is not None:
-                if not (version >= 12):
-                    pass
-                else:
-                    _t = Writer()
-                    _t.string(self.cluster_id, True)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.string(self.cluster_id, True)
+                _tags.append((0, _t.buf))
             if self.replica_state != FetchRequest.ReplicaState():
                 if not (version >= 15):
                     raise UnsupportedVersion('FetchRequest: ReplicaState cannot be sent at version %d' % version)
-                else:
-                    _t = Writer()
-                    self.replica_state.encode(_t, version)
-                    _tags.append((1, _t.buf))
+                _t = Writer()
+                self.replica_state.encode(_t, version)
+                _tags.append((1, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
+        elif self.replica_state != FetchRequest.ReplicaState():
+            raise UnsupportedVersion('FetchRequest: ReplicaState cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
@@ -418,7 +410,7 @@ class FetchRequest(Message):
         _unknown: list[tuple[int, bytes]] | None = None
         if flex:
             for _tag, _data in r.tagged_fields():
-                if _tag == 0 and version >= 12:
+                if _tag == 0:
                     _r = Reader(_data)
                     f_cluster_id = _r.nullable_string(True)
                 elif _tag == 1 and version >= 15:
@@ -558,27 +550,20 @@ class FetchResponse(Message):
             if flex:
                 _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
                 if self.diverging_epoch != FetchResponse.EpochEndOffset():
-                    if not (version >= 12):
-                        raise UnsupportedVersion('FetchResponse: DivergingEpoch cannot be sent at version %d' % version)
-                    else:
-                        _t = Writer()
-                        self.diverging_epoch.encode(_t, version)
-                        _tags.append((0, _t.buf))
+                    _t = Writer()
+                    self.diverging_epoch.encode(_t, version)
+                    _tags.append((0, _t.buf))
                 if self.current_leader != FetchResponse.LeaderIdAndEpoch():
-                    if not (version >= 12):
-                        raise UnsupportedVersion('FetchResponse: CurrentLeader cannot be sent at version %d' % version)
-                    else:
-                        _t = Writer()
-                        self.current_leader.encode(_t, version)
-                        _tags.append((1, _t.buf))
+                    _t = Writer()
+                    self.current_leader.encode(_t, version)
+                    _tags.append((1, _t.buf))
                 if self.snapshot_id != FetchResponse.SnapshotId():
-                    if not (version >= 12):
-                        raise UnsupportedVersion('FetchResponse: SnapshotId cannot be sent at version %d' % version)
-                    else:
-                        _t = Writer()
-                        self.snapshot_id.encode(_t, version)
-                        _tags.append((2, _t.buf))
+                    _t = Writer()
+                    self.snapshot_id.encode(_t, version)
+                    _tags.append((2, _t.buf))
                 w.tagged_fields(_tags, self.unknown_tagged_fields)
+            elif self.diverging_epoch != FetchResponse.EpochEndOffset() or self.current_leader != FetchResponse.LeaderIdAndEpoch() or self.snapshot_id != FetchResponse.SnapshotId():
+                raise UnsupportedVersion('FetchResponse: DivergingEpoch, CurrentLeader, SnapshotId cannot be sent at version %d' % version)
 
         @classmethod
         def decode(cls, r: Reader, version: int) -> Self:
@@ -623,13 +608,13 @@ class FetchResponse(Message):
             _unknown: list[tuple[int, bytes]] | None = None
             if flex:
                 for _tag, _data in r.tagged_fields():
-                    if _tag == 0 and version >= 12:
+                    if _tag == 0:
                         _r = Reader(_data)
                         f_diverging_epoch = FetchResponse.EpochEndOffset.decode(_r, version)
-                    elif _tag == 1 and version >= 12:
+                    elif _tag == 1:
                         _r = Reader(_data)
                         f_current_leader = FetchResponse.LeaderIdAndEpoch.decode(_r, version)
-                    elif _tag == 2 and version >= 12:
+                    elif _tag == 2:
                         _r = Reader(_data)
                         f_snapshot_id = FetchResponse.SnapshotId.decode(_r, version)
                     else:
@@ -868,13 +853,14 @@ class FetchResponse(Message):
             if bool(self.node_endpoints):
                 if not (version >= 16):
                     raise UnsupportedVersion('FetchResponse: NodeEndpoints cannot be sent at version %d' % version)
-                else:
-                    _t = Writer()
-                    _t.length(len(self.node_endpoints), True)
-                    for _e_node_endpoints in self.node_endpoints:
-                        _e_node_endpoints.encode(_t, version)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.length(len(self.node_endpoints), True)
+                for _e_node_endpoints in self.node_endpoints:
+                    _e_node_endpoints.encode(_t, version)
+                _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
+        elif bool(self.node_endpoints):
+            raise UnsupportedVersion('FetchResponse: NodeEndpoints cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:

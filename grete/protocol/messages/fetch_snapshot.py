@@ -116,13 +116,10 @@ class FetchSnapshotRequest(Message):
             w.int64(self.position)
             if flex:
                 _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-                if self.replica_directory_id != ZERO_UUID:
-                    if not (version >= 1):
-                        pass
-                    else:
-                        _t = Writer()
-                        _t.uuid(self.replica_directory_id)
-                        _tags.append((0, _t.buf))
+                if self.replica_directory_id != ZERO_UUID and version >= 1:
+                    _t = Writer()
+                    _t.uuid(self.replica_directory_id)
+                    _tags.append((0, _t.buf))
                 w.tagged_fields(_tags, self.unknown_tagged_fields)
 
         @classmethod
@@ -480,12 +477,11 @@ class FetchSnapshotResponse(Message):
             if bool(self.node_endpoints):
                 if not (version >= 1):
                     raise UnsupportedVersion('FetchSnapshotResponse: NodeEndpoints cannot be sent at version %d' % version)
-                else:
-                    _t = Writer()
-                    _t.length(len(self.node_endpoints), True)
-                    for _e_node_endpoints in self.node_endpoints:
-                        _e_node_endpoints.encode(_t, version)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.length(len(self.node_endpoints), True)
+                for _e_node_endpoints in self.node_endpoints:
+                    _e_node_endpoints.encode(_t, version)
+                _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
 
     @classmethod

@@ -294,11 +294,12 @@ class ProduceResponse(Message):
                 if self.current_leader != ProduceResponse.LeaderIdAndEpoch():
                     if not (version >= 10):
                         raise UnsupportedVersion('ProduceResponse: CurrentLeader cannot be sent at version %d' % version)
-                    else:
-                        _t = Writer()
-                        self.current_leader.encode(_t, version)
-                        _tags.append((0, _t.buf))
+                    _t = Writer()
+                    self.current_leader.encode(_t, version)
+                    _tags.append((0, _t.buf))
                 w.tagged_fields(_tags, self.unknown_tagged_fields)
+            elif self.current_leader != ProduceResponse.LeaderIdAndEpoch():
+                raise UnsupportedVersion('ProduceResponse: CurrentLeader cannot be sent at version %d' % version)
 
         @classmethod
         def decode(cls, r: Reader, version: int) -> Self:
@@ -510,13 +511,14 @@ class ProduceResponse(Message):
             if bool(self.node_endpoints):
                 if not (version >= 10):
                     raise UnsupportedVersion('ProduceResponse: NodeEndpoints cannot be sent at version %d' % version)
-                else:
-                    _t = Writer()
-                    _t.length(len(self.node_endpoints), True)
-                    for _e_node_endpoints in self.node_endpoints:
-                        _e_node_endpoints.encode(_t, version)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.length(len(self.node_endpoints), True)
+                for _e_node_endpoints in self.node_endpoints:
+                    _e_node_endpoints.encode(_t, version)
+                _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
+        elif bool(self.node_endpoints):
+            raise UnsupportedVersion('ProduceResponse: NodeEndpoints cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:

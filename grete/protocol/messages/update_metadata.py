@@ -371,11 +371,12 @@ class UpdateMetadataRequest(Message):
             if self.type != 0:
                 if not (version >= 8):
                     raise UnsupportedVersion('UpdateMetadataRequest: Type cannot be sent at version %d' % version)
-                else:
-                    _t = Writer()
-                    _t.int8(self.type)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.int8(self.type)
+                _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
+        elif self.type != 0:
+            raise UnsupportedVersion('UpdateMetadataRequest: Type cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:

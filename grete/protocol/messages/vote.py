@@ -358,12 +358,11 @@ class VoteResponse(Message):
             if bool(self.node_endpoints):
                 if not (version >= 1):
                     raise UnsupportedVersion('VoteResponse: NodeEndpoints cannot be sent at version %d' % version)
-                else:
-                    _t = Writer()
-                    _t.length(len(self.node_endpoints), True)
-                    for _e_node_endpoints in self.node_endpoints:
-                        _e_node_endpoints.encode(_t, version)
-                    _tags.append((0, _t.buf))
+                _t = Writer()
+                _t.length(len(self.node_endpoints), True)
+                for _e_node_endpoints in self.node_endpoints:
+                    _e_node_endpoints.encode(_t, version)
+                _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
 
     @classmethod

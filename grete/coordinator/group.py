@@ -6,9 +6,9 @@ Request handlers call the methods here with decoded fields and turn the results 
 * ``commit_offsets`` / ``fetch_offsets`` / ``delete_offsets`` / ``delete_groups``   (``group_offsets``)
 * ``describe_group`` / ``list_groups``   (here)
 
-Lifecycle: ``await start()`` loads every group and offset from ``__consumer_offsets`` (through the
+Lifecycle: ``await load()`` (or ``start()``, the same) loads every group and offset from ``__consumer_offsets`` (through the
 ``OffsetsStore``) and starts the retention timer; ``await shutdown()`` stops all timers and answers
-any parked JoinGroup/SyncGroup with NOT_COORDINATOR. Until start() finishes, every API answers
+any parked JoinGroup/SyncGroup with NOT_COORDINATOR. Until loading finishes, every API answers
 COORDINATOR_NOT_AVAILABLE, and COORDINATOR_LOAD_IN_PROGRESS while loading.
 """
 
@@ -47,7 +47,8 @@ class GroupCoordinator(MembershipMixin, OffsetsMixin):
     # ============================================================================ lifecycle
 
     async def load(self) -> None:
-        """Rebuild every group of every ``__consumer_offsets`` partition from the store."""
+        """Rebuild every group of every ``__consumer_offsets`` partition from the store, then serve
+        requests and run the retention timer. ``start()`` is the same; either may be called."""
         self._loading = True
         try:
             for partition in range(self.config.offsets_topic_num_partitions):
@@ -57,6 +58,8 @@ class GroupCoordinator(MembershipMixin, OffsetsMixin):
         finally:
             self._loading = False
         self._loaded = True
+        self._active = True
+        self._schedule_retention()
         log.info("loaded %d groups from __consumer_offsets", len(self.groups))
 
     def _install(self, group: Group) -> None:
@@ -68,8 +71,6 @@ class GroupCoordinator(MembershipMixin, OffsetsMixin):
     async def start(self) -> None:
         if not self._loaded:
             await self.load()
-        self._active = True
-        self._schedule_retention()
 
     async def shutdown(self) -> None:
         self._active = False
@@ -92,6 +93,7 @@ class GroupCoordinator(MembershipMixin, OffsetsMixin):
             group.complete_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR))
 
     def _schedule_retention(self) -> None:
+        cancel(self._retention_timer)
         self._retention_timer = self.call_later(self.config.offsets_retention_check_interval_ms,
                                                 self._on_retention_timer)
 

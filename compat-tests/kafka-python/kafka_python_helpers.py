@@ -1,0 +1,59 @@
+"""Small helpers shared by the kafka-python compat tests."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+
+def unique(prefix: str = "g") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def producer(bootstrap: str, **config: Any) -> KafkaProducer:
+    return KafkaProducer(**{"bootstrap_servers": bootstrap, "linger_ms": 5, **config})
+
+
+def consumer(bootstrap: str, **config: Any) -> KafkaConsumer:
+    base: dict[str, Any] = {"bootstrap_servers": bootstrap, "auto_offset_reset": "earliest",
+                            "enable_auto_commit": False, "consumer_timeout_ms": 20_000}
+    return KafkaConsumer(**{**base, **config})
+
+
+def take(c: KafkaConsumer, n: int, timeout: float = 20.0) -> list[ConsumerRecord]:
+    got: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        for records in c.poll(timeout_ms=200, max_records=n - len(got)).values():
+            got.extend(records)
+    assert len(got) == n, f"got {len(got)} of {n} records within {timeout}s"
+    return got
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, n: int, **config: Any) -> list[ConsumerRecord]:
+    c = consumer(bootstrap, **config)
+    try:
+        tp = TopicPartition(topic, partition)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        return take(c, n)
+    finally:
+        c.close()
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, step: Callable[[], object] | None = None,
+               what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if step is not None:
+            step()
+        if cond():
+            return
+        if step is None:
+            time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout}s")
