@@ -4,7 +4,8 @@
 
 Listens on 127.0.0.1, runs each client scenario in a subprocess against it, and answers with grete's
 own encoded responses (a one-broker cluster with topic "golden", one partition) so the client gets
-past ApiVersions and Metadata to Produce, ListOffsets and Fetch. Every request frame (size prefix
+past ApiVersions and Metadata to Produce, and consumers through a one-member group (JoinGroup,
+SyncGroup, OffsetFetch, Fetch of the batches produced earlier in the same scenario, OffsetCommit). Every request frame (size prefix
 included) is written to <out>/<client>/<NN>-<Api>-v<version>.bin; repeats of an api/version are kept
 once. Not part of the product: a developer tool.
 """
@@ -18,39 +19,48 @@ import subprocess
 import sys
 import textwrap
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
-from grete.protocol.codec import Message, Writer
+from grete.protocol.codec import ZERO_UUID, Message, Writer
 from grete.protocol.headers import decode_request_header, encode_response_header
 from grete.protocol.messages import (
     APIS,
     ApiVersionsResponse,
     FetchResponse,
     FindCoordinatorResponse,
+    HeartbeatResponse,
     InitProducerIdResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
     ListOffsetsResponse,
     MetadataResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
     ProduceResponse,
+    SyncGroupResponse,
     response_header_version,
 )
 
 TOPIC = "golden"
 # What the capture broker advertises: close to a Kafka 3.9 broker for the APIs it answers.
-ADVERTISED = {0: (0, 11), 1: (0, 16), 2: (0, 9), 3: (0, 12), 10: (0, 5), 18: (0, 4), 22: (0, 5)}
+ADVERTISED = {0: (0, 11), 1: (0, 16), 2: (0, 9), 3: (0, 12), 8: (0, 9), 9: (0, 9), 10: (0, 5), 11: (0, 9),
+              12: (0, 4), 13: (0, 5), 14: (0, 5), 18: (0, 4), 22: (0, 5)}
 
 SCENARIOS = {
     "kafka-python": """
-        from kafka import KafkaProducer, KafkaConsumer, TopicPartition
+        from kafka import KafkaProducer, KafkaConsumer
         p = KafkaProducer(bootstrap_servers=ADDR, client_id="golden-kp", linger_ms=0)
         p.send("golden", key=b"k", value=b"hello from kafka-python").get(timeout=10)
         p.close(timeout=5)
         c = KafkaConsumer(bootstrap_servers=ADDR, client_id="golden-kp-consumer", enable_auto_commit=False,
-                          fetch_max_wait_ms=100, consumer_timeout_ms=1500)
-        c.assign([TopicPartition("golden", 0)])
-        c.seek_to_beginning()
+                          fetch_max_wait_ms=100, consumer_timeout_ms=5000, group_id="golden-group",
+                          auto_offset_reset="earliest")
+        c.subscribe(["golden"])
         for _ in c:
             break
+        c.commit()
         c.close()
     """,
     # Pinned to an old broker version: no ApiVersions, classic (non-flexible) encodings.
@@ -89,11 +99,18 @@ SCENARIOS = {
 }
 
 
+# For the newest client: everything the codecs know (Produce v13 and Fetch v18 use topic ids).
+LATEST = {key: (APIS[key].min_version, APIS[key].max_version) for key in ADVERTISED}
+TOPIC_ID = uuid.UUID("5a1f0e4c-6f5b-4e33-9c1a-6f6c64656e21")
+
+
 class Capture:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, advertised: dict[int, tuple[int, int]]) -> None:
         self.port = port
+        self.advertised = advertised
         self.frames: list[bytes] = []
         self.lock = threading.Lock()
+        self.batches: list[bytes] = []  # what producers sent to golden-0, served back by Fetch
 
     def record(self, frame: bytes) -> None:
         with self.lock:
@@ -104,28 +121,35 @@ class Capture:
     def respond(self, api_key: int, version: int, request: Any) -> Message | None:
         if api_key == 18:
             keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                    for k, (lo, hi) in sorted(ADVERTISED.items())]
+                    for k, (lo, hi) in sorted(self.advertised.items())]
             return ApiVersionsResponse(error_code=0, api_keys=keys)
         if api_key == 3:
             return self.metadata(request)
         if api_key == 0:
+            for topic in request.topic_data:
+                for part in topic.partition_data:
+                    if part.records is not None:
+                        with self.lock:
+                            self.batches.append(bytes(part.records))
             if request.acks == 0:
                 return None
             return ProduceResponse(responses=[
-                ProduceResponse.TopicProduceResponse(name=t.name, partition_responses=[
+                ProduceResponse.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=[
                     ProduceResponse.PartitionProduceResponse(index=p.index, base_offset=0)
                     for p in t.partition_data]) for t in request.topic_data])
         if api_key == 2:
             return ListOffsetsResponse(topics=[
                 ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name, partitions=[
                     ListOffsetsResponse.ListOffsetsPartitionResponse(
-                        partition_index=p.partition_index, offset=0, old_style_offsets=[0] if version == 0 else [])
+                        partition_index=p.partition_index, offset=self.end_offset() if p.timestamp == -1 else 0,
+                        old_style_offsets=[0] if version == 0 else [])
                     for p in t.partitions]) for t in request.topics])
         if api_key == 1:
+            end = self.end_offset()
             return FetchResponse(responses=[
                 FetchResponse.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[
-                    FetchResponse.PartitionData(partition_index=p.partition, high_watermark=0,
-                                                last_stable_offset=0, records=b"")
+                    FetchResponse.PartitionData(partition_index=p.partition, high_watermark=end,
+                                                last_stable_offset=end, records=self.fetch(p.fetch_offset))
                     for p in t.partitions]) for t in request.topics])
         if api_key == 10:
             return FindCoordinatorResponse(node_id=0, host="127.0.0.1", port=self.port, coordinators=[
@@ -133,7 +157,55 @@ class Capture:
                 for k in request.coordinator_keys])
         if api_key == 22:
             return InitProducerIdResponse(producer_id=1000, producer_epoch=0)
+        return self.group(api_key, version, request)
+
+    def end_offset(self) -> int:
+        return len(self.batches)  # one record per batch in every scenario
+
+    def fetch(self, offset: int) -> bytes:
+        with self.lock:
+            if offset >= len(self.batches):
+                return b""
+            # Rewrite baseOffset so batch i sits at offset i.
+            return b"".join(i.to_bytes(8, "big") + b[8:] for i, b in enumerate(self.batches) if i >= offset)
+
+    def group(self, api_key: int, version: int, request: Any) -> Message | None:
+        """Just enough of a one-member group for a consumer to join, sync, fetch and commit."""
+        if api_key == 11:
+            member = request.member_id or "golden-member-1"
+            protocol = request.protocols[0]
+            return JoinGroupResponse(generation_id=1, protocol_type=request.protocol_type,
+                                     protocol_name=protocol.name, leader=member, member_id=member,
+                                     members=[JoinGroupResponse.JoinGroupResponseMember(
+                                         member_id=member, metadata=protocol.metadata)])
+        if api_key == 14:
+            mine = [a.assignment for a in request.assignments if a.member_id == request.member_id]
+            return SyncGroupResponse(protocol_type=request.protocol_type, protocol_name=request.protocol_name,
+                                     assignment=mine[0] if mine else b"")
+        if api_key == 9:
+            return self.offset_fetch(version, request)
+        if api_key == 8:
+            return OffsetCommitResponse(topics=[OffsetCommitResponse.OffsetCommitResponseTopic(
+                name=t.name, topic_id=t.topic_id, partitions=[
+                    OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=p.partition_index)
+                    for p in t.partitions]) for t in request.topics])
+        if api_key == 12:
+            return HeartbeatResponse()
+        if api_key == 13:
+            return LeaveGroupResponse()
         return None
+
+    @staticmethod
+    def offset_fetch(version: int, request: Any) -> OffsetFetchResponse:
+        none_committed = OffsetFetchResponse
+        if version < 8:
+            return OffsetFetchResponse(topics=[none_committed.OffsetFetchResponseTopic(name=t.name, partitions=[
+                none_committed.OffsetFetchResponsePartition(partition_index=i, committed_offset=-1)
+                for i in t.partition_indexes]) for t in request.topics or []])
+        return OffsetFetchResponse(groups=[none_committed.OffsetFetchResponseGroup(group_id=g.group_id, topics=[
+            none_committed.OffsetFetchResponseTopics(name=t.name, topic_id=t.topic_id, partitions=[
+                none_committed.OffsetFetchResponsePartitions(partition_index=i, committed_offset=-1)
+                for i in t.partition_indexes]) for t in g.topics or []]) for g in request.groups])
 
     def metadata(self, request: Any) -> MetadataResponse:
         names = [TOPIC] if request.topics is None else [t.name for t in request.topics if t.name]
@@ -141,7 +213,7 @@ class Capture:
             brokers=[MetadataResponse.MetadataResponseBroker(node_id=0, host="127.0.0.1", port=self.port)],
             cluster_id="golden-cluster", controller_id=0,
             topics=[MetadataResponse.MetadataResponseTopic(
-                error_code=0 if name == TOPIC else 3, name=name,
+                error_code=0 if name == TOPIC else 3, name=name, topic_id=TOPIC_ID if name == TOPIC else ZERO_UUID,
                 partitions=[MetadataResponse.MetadataResponsePartition(
                     partition_index=0, leader_id=0, leader_epoch=0, replica_nodes=[0], isr_nodes=[0])]
                 if name == TOPIC else []) for name in names])
@@ -186,19 +258,38 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def run_scenario(name: str, code: str, out: Path) -> list[Path]:
+# Java's kafka-clients through tools/java/GreteJavaClient (built by tools/kafka_dist.py): an
+# idempotent producer of one record, for each pinned kafka-clients version.
+JAVA_SCENARIOS = {"java-3.9.2": "3.9.2", "java-4.3.1": "4.3.1"}
+# Scenarios that see a broker advertising the newest versions instead of Kafka 3.9's.
+NEWEST = {"java-4.3.1"}
+
+
+def client_commands(name: str, addr: str) -> list[list[str]]:
+    """The processes a scenario runs one after the other against the capture broker."""
+    if name in JAVA_SCENARIOS:
+        from tools import kafka_dist
+
+        version = JAVA_SCENARIOS[name]
+        return [kafka_dist.harness_cmd(version, "produce", addr, TOPIC, "1", "client.id=golden-java"),
+                kafka_dist.harness_cmd(version, "consume", addr, TOPIC, "golden-group", "1",
+                                       "client.id=golden-java-consumer")]
+    return [[sys.executable, "-c", f"ADDR = {addr!r}\n" + textwrap.dedent(SCENARIOS[name])]]
+
+
+def run_scenario(name: str, out: Path) -> list[Path]:
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), None)  # type: ignore[arg-type]
     port = server.server_address[1]
-    capture = Capture(port)
+    capture = Capture(port, LATEST if name in NEWEST else ADVERTISED)
     server.RequestHandlerClass = make_handler(capture)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    script = f"ADDR = '127.0.0.1:{port}'\n" + textwrap.dedent(code)
     try:
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-        if proc.returncode != 0:
-            print(f"{name}: client exited {proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)
+        for command in client_commands(name, f"127.0.0.1:{port}"):
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            if proc.returncode != 0:
+                print(f"{name}: client exited {proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)
     finally:
         server.shutdown()
         server.server_close()
@@ -226,10 +317,10 @@ def save(client: str, frames: list[bytes], out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("tests/protocol/golden"))
-    parser.add_argument("clients", nargs="*", default=sorted(SCENARIOS))
+    parser.add_argument("clients", nargs="*", default=sorted([*SCENARIOS, *JAVA_SCENARIOS]))
     args = parser.parse_args(argv)
     for name in args.clients:
-        paths = run_scenario(name, SCENARIOS[name], args.out)
+        paths = run_scenario(name, args.out)
         print(f"{name}: {', '.join(p.name for p in paths)}")
     return 0
 

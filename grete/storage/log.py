@@ -127,6 +127,9 @@ class Log:
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
         self._pending_deletes: list[_PendingDelete] = []
         self._unflushed_messages = 0
+        # Set by roll(): segments below this offset are complete and can be fsynced off the event
+        # loop (LogManager's flusher thread calls flush_rolled), which advances the recovery point.
+        self.flush_pending: int | None = None
         self._last_flush_ms = int(time.time() * 1000)
         self.closed = False
 
@@ -394,7 +397,31 @@ class Log:
             seg = self._new_segment(leo, active=True, create=True)
             self.segments = [*self.segments, seg]
             self._bases = [*self._bases, leo]
+            self.flush_pending = leo
             return seg
+
+    def flush_rolled(self) -> None:
+        """fsync the segments completed by roll() and move the recovery point past them.
+
+        Meant for a helper thread (fsync releases the GIL): inactive segments are never written
+        again, so only the list and the recovery point need the lock. Kafka does the same after
+        each roll, which keeps crash recovery down to the last segment or so.
+        """
+        with self.lock:
+            target = self.flush_pending
+            self.flush_pending = None
+            if target is None or target <= self.recovery_point or self.closed:
+                return
+            todo = [s for s in self.segments if s.base_offset < target and s.next_offset > self.recovery_point
+                    and s is not self.active]
+        try:
+            for seg in todo:
+                seg.flush()
+            self.producer_state.fsync_snapshots()
+        except (OSError, ValueError):  # closed or deleted meanwhile: the next flush covers it
+            return
+        with self.lock:
+            self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
 
     # ==== reading ====================================================================================
     def read(self, offset: int, max_bytes: int, *, upper_bound: int | None = None,

@@ -9,6 +9,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -65,6 +66,8 @@ class LogManager:
         self.cleaner_offsets: dict[TopicPartition, int] = {}
         self._last_checkpoint_ms = 0
         self._cleaner: LogCleaner | None = None
+        # fsyncs of rolled segments, off the event loop (fsync releases the GIL)
+        self._flusher = ThreadPoolExecutor(1, thread_name_prefix="grete-log-flush")
 
     def config_for(self, topic: str) -> LogConfig:
         return self.topic_config(topic) if self.topic_config is not None else self.default_config
@@ -167,11 +170,21 @@ class LogManager:
                 lg.maintenance(now)
             except OSError as exc:
                 log.error("maintenance of %s failed: %s", lg, exc)
+        for lg in list(self.logs.values()):
+            if lg.flush_pending is not None:
+                self._flusher.submit(self._flush_rolled, lg)
         cleaner = self.cleaner()
         cleaner.schedule(now)
         if now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
             self.checkpoint()
             self._last_checkpoint_ms = now
+
+    @staticmethod
+    def _flush_rolled(lg: Log) -> None:
+        try:
+            lg.flush_rolled()
+        except Exception:
+            log.exception("background flush of %s failed", lg)
 
     def cleaner(self) -> LogCleaner:
         if self._cleaner is None:
@@ -196,6 +209,7 @@ class LogManager:
         """Stop the cleaner, close every log (flush + snapshot), checkpoint, mark the dirs clean."""
         if self._cleaner is not None:
             self.cleaner().stop()
+        self._flusher.shutdown(wait=True)
         for lg in self.logs.values():
             lg.close()
         self.checkpoint()

@@ -260,6 +260,15 @@ class ProducerStateManager:
         self.ongoing = dict(sorted(self.ongoing.items()))
         return True
 
+    def fsync_snapshots(self) -> None:
+        """Roll writes snapshots without fsync (on the event loop); the flusher makes them durable."""
+        for offset in self.snapshot_offsets()[-2:]:
+            fd = os.open(segment_file(self.dir, offset, SNAPSHOT_SUFFIX), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
     def delete_snapshots(self, *, below: int | None = None, above: int | None = None) -> None:
         for offset in self.snapshot_offsets():
             if (below is not None and offset < below) or (above is not None and offset > above):

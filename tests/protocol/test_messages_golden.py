@@ -14,7 +14,7 @@ from grete.protocol.messages import APIS
 GOLDEN = Path(__file__).parent / "golden"
 FILES = sorted(GOLDEN.glob("*/*.bin"))
 CLIENT_IDS = {"kafka-python": "golden-kp", "kafka-python-0.10": "golden-kp-old", "aiokafka": "golden-aio",
-              "confluent-kafka": "golden-ck"}
+              "confluent-kafka": "golden-ck", "java-3.9.2": "golden-java", "java-4.3.1": "golden-java"}
 
 
 def load(path: Path) -> tuple[RequestHeader, Any, memoryview]:
@@ -59,10 +59,15 @@ def test_api_versions_first_and_software_names() -> None:
     ("confluent-kafka", b"hello from confluent-kafka", 2),
     ("aiokafka", b"hello from aiokafka", 2),
     ("kafka-python-0.10", b"old", 1),
+    ("java-3.9.2", b"v0-golden", 2),
+    ("java-4.3.1", b"v0-golden", 2),
 ])
 def test_produce_carries_the_record(client: str, text: bytes, magic: int) -> None:
     header, req, _ = load(find(client, "Produce"))
-    assert [t.name for t in req.topic_data] == ["golden"]
+    if header.api_version >= 13:  # topic ids instead of names (the capture broker's id for "golden")
+        assert [str(t.topic_id) for t in req.topic_data] == ["5a1f0e4c-6f5b-4e33-9c1a-6f6c64656e21"]
+    else:
+        assert [t.name for t in req.topic_data] == ["golden"]
     partition = req.topic_data[0].partition_data[0]
     assert partition.index == 0
     records = bytes(partition.records)
@@ -82,3 +87,13 @@ def test_metadata_and_fetch_fields() -> None:
     assert offsets.topics[0].partitions[0].timestamp == -2  # seek_to_beginning = EARLIEST
     _, coordinator, _ = load(find("confluent-kafka", "FindCoordinator"))
     assert coordinator.key == "golden-group"
+
+
+def test_java_clients_are_idempotent_by_default() -> None:
+    for client in ("java-3.9.2", "java-4.3.1"):
+        _, init, _ = load(find(client, "InitProducerId"))
+        assert init.transactional_id is None and init.producer_id == -1
+        _, produce, _ = load(find(client, "Produce"))
+        assert produce.acks == -1
+        batch = bytes(produce.topic_data[0].partition_data[0].records)
+        assert int.from_bytes(batch[43:51], "big", signed=True) != -1  # producerId set in the batch header

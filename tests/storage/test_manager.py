@@ -115,3 +115,22 @@ def test_offline_partition_does_not_stop_startup(tmp_path: Path) -> None:
     loaded = mgr2.startup()
     assert ("good", 0) in loaded and ("bad", 0) not in loaded
     assert "corrupt" in mgr2.offline[("bad", 0)] and str(first) in mgr2.offline[("bad", 0)]
+
+
+def test_rolled_segments_are_flushed_in_the_background(tmp_path: Path) -> None:
+    import time
+
+    mgr = manager(tmp_path)
+    mgr.startup()
+    lg = mgr.create_log("t", 0)
+    for i in range(60):
+        append(lg, [f"{i}".encode() * 50])
+    assert len(lg.segments) > 2 and lg.recovery_point == 0
+    mgr.maintenance()
+    deadline = time.time() + 10
+    while lg.recovery_point != lg.active.base_offset and time.time() < deadline:
+        time.sleep(0.01)
+    assert lg.recovery_point == lg.active.base_offset  # everything before the active segment
+    mgr.checkpoint()
+    text = (tmp_path / "d0" / "recovery-point-offset-checkpoint").read_text()
+    assert f"t 0 {lg.active.base_offset}" in text
