@@ -85,15 +85,21 @@ SCENARIOS = {
         asyncio.run(main())
     """,
     "confluent-kafka": """
-        from confluent_kafka import Producer, Consumer, TopicPartition
+        from confluent_kafka import Producer, Consumer
         p = Producer({"bootstrap.servers": ADDR, "client.id": "golden-ck", "linger.ms": 0,
                       "enable.idempotence": False})
         p.produce("golden", key=b"k", value=b"hello from confluent-kafka")
         assert p.flush(10) == 0
+        import time
         c = Consumer({"bootstrap.servers": ADDR, "client.id": "golden-ck-consumer", "group.id": "golden-group",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
-        c.assign([TopicPartition("golden", 0, 0)])
-        c.poll(1.5)
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 100, "auto.offset.reset": "earliest"})
+        c.subscribe(["golden"])
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                c.commit(message=m, asynchronous=False)
+                break
         c.close()
     """,
 }
@@ -152,7 +158,9 @@ class Capture:
                                                 last_stable_offset=end, records=self.fetch(p.fetch_offset))
                     for p in t.partitions]) for t in request.topics])
         if api_key == 10:
-            return FindCoordinatorResponse(node_id=0, host="127.0.0.1", port=self.port, coordinators=[
+            if version < 4:  # one coordinator in top-level fields; v4+ batches keys
+                return FindCoordinatorResponse(node_id=0, host="127.0.0.1", port=self.port)
+            return FindCoordinatorResponse(coordinators=[
                 FindCoordinatorResponse.Coordinator(key=k, node_id=0, host="127.0.0.1", port=self.port)
                 for k in request.coordinator_keys])
         if api_key == 22:

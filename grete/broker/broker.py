@@ -88,6 +88,8 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.metadata)
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
+        # grete.testing's fault injection (grete/testing/faults.py); None outside tests.
+        self.faults: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.started_at = time.monotonic()

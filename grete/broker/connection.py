@@ -184,8 +184,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         request = handler.request_cls.decode(Reader(frame, body_pos), version)  # type: ignore[attr-defined]
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id,
                              header.client_id, self.peer, self.listener)
+        # Fault-injection seam for grete.testing: ``broker.faults`` is None unless a test injects
+        # faults, so production pays one attribute read. When set, it runs the handler itself and
+        # may answer with an injected error, defer the request, or raise CloseConnection.
+        faults = self.broker.faults
         try:
-            result = handler.fn(ctx, request)
+            if faults is None:
+                result = handler.fn(ctx, request)
+            else:
+                result = faults.handle(self, handler, ctx, request)
         except CloseConnection as exc:
             log.info("closing connection from %s: %s", self.peer, exc)
             self._close()

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -436,14 +437,29 @@ class LogCleaner:
                 self._busy.discard(key)
 
     def _write(self, spec: CleanSpec) -> tuple[list[list[int]], CleanStats]:
-        if not self.use_process:
+        pool = self._process_pool() if self.use_process else None
+        if pool is None:
             return write_cleaned(spec, self._stop)
+        try:
+            return pool.submit(write_cleaned, spec).result()
+        except BrokenProcessPool as exc:  # the child died (OOM killer, signal): retry on the thread
+            log.warning("cleaner process died (%s); compacting on the cleaner thread from now on", exc)
+            pool.shutdown(wait=False, cancel_futures=True)
+            self._pool, self.use_process = None, False
+            return write_cleaned(spec, self._stop)
+
+    def _process_pool(self) -> ProcessPoolExecutor | None:
         if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")  # never fork a process running an event loop
-            self._mp_stop = ctx.Event()
-            self._pool = ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
-                                             initargs=(self._mp_stop,))
-        return self._pool.submit(write_cleaned, spec).result()
+            try:
+                ctx = multiprocessing.get_context("spawn")  # never fork a process running an event loop
+                self._mp_stop = ctx.Event()
+                self._pool = ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker,
+                                                 initargs=(self._mp_stop,))
+            except OSError as exc:  # e.g. no /dev/shm for the semaphore in a restricted sandbox
+                log.warning("no cleaner process (%s); compacting on the cleaner thread", exc)
+                self.use_process = False
+                return None
+        return self._pool
 
     def clean_now(self, key: tuple[str, int], now_ms: int, *, force: bool = False) -> CleanStats | None:
         lg = self.manager.logs.get(key)

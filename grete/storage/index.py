@@ -38,6 +38,7 @@ class _MappedIndex:
         existed = path.exists()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         length = os.fstat(self._fd).st_size if existed else 0
+        self.opened_length = length  # a cleanly closed index is trimmed to whole entries
         self.entries = length // self.entry_size
         self._map: mmap.mmap | None = None
         self.writable = False
@@ -170,9 +171,8 @@ class OffsetIndex(_MappedIndex):
         self.truncate_entries(self._floor(0, offset - 1 - self.base_offset) + 1)
 
     def sanity_check(self, log_size: int) -> None:
-        length = os.fstat(self._fd).st_size
-        if not self.writable and length % self.entry_size:
-            raise IndexError_(f"{self.path}: length {length} is not a multiple of {self.entry_size}")
+        if self.opened_length % self.entry_size:
+            raise IndexError_(f"{self.path}: length {self.opened_length} is not a multiple of {self.entry_size}")
         if not self.entries:
             return
         # Kafka checks only the ends; a full scan would make opening many segments slow.
@@ -228,9 +228,8 @@ class TimeIndex(_MappedIndex):
         self.truncate_entries(keep)
 
     def sanity_check(self) -> None:
-        length = os.fstat(self._fd).st_size
-        if not self.writable and length % self.entry_size:
-            raise IndexError_(f"{self.path}: length {length} is not a multiple of {self.entry_size}")
+        if self.opened_length % self.entry_size:
+            raise IndexError_(f"{self.path}: length {self.opened_length} is not a multiple of {self.entry_size}")
         if not self.entries:
             return
         first_ts, first_rel = self._entry(0)

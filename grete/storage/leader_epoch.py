@@ -23,11 +23,15 @@ class LeaderEpochCache:
     def __init__(self, directory: Path) -> None:
         self.path = directory / LEADER_EPOCH_CHECKPOINT
         self.entries: list[tuple[int, int]] = []
+        self.corrupt = False  # the log rebuilds the entries from batch headers when set
         try:
             rows = read_checkpoint(self.path) or []
             self.entries = [(int(r[0]), int(r[1])) for r in rows]
-        except (ValueError, IndexError):
-            self.entries = []  # rebuilt from batch headers during recovery
+            if any(b[0] <= a[0] or b[1] < a[1] for a, b in zip(self.entries, self.entries[1:], strict=False)):
+                raise ValueError("epochs out of order")
+        except (ValueError, IndexError, UnicodeDecodeError):
+            self.entries = []
+            self.corrupt = True
 
     @property
     def latest_epoch(self) -> int:

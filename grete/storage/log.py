@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.batch import BATCH_OVERHEAD, RecordBatch
 from grete.protocol.records.control import parse_control_record
 from grete.storage.config import LogConfig
 from grete.storage.files import (
@@ -30,7 +30,7 @@ from grete.storage.files import (
 )
 from grete.storage.leader_epoch import LeaderEpochCache
 from grete.storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
-from grete.storage.segment import CorruptSegmentError, LogSegment, SegmentFile
+from grete.storage.segment import BatchPos, CorruptSegmentError, LogSegment, SegmentFile
 from grete.storage.timestamps import exact_offset_for_timestamp
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,7 @@ class Log:
         self.epochs = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
         self._pending_deletes: list[_PendingDelete] = []
+        self._next_positions: dict[int, tuple[LogSegment, int]] = {}
         self._unflushed_messages = 0
         # Set by roll(): segments below this offset are complete and can be fsynced off the event
         # loop (LogManager's flusher thread calls flush_rolled), which advances the recovery point.
@@ -188,6 +189,8 @@ class Log:
         self._bases = [s.base_offset for s in segs]
         leo = self.log_end_offset
         self.log_start_offset = min(max(start or 0, segs[0].base_offset), leo)
+        if self.epochs.corrupt:
+            self._rebuild_epochs()
         self.epochs.truncate_from_end(leo)
         self.epochs.truncate_from_start(self.log_start_offset)
         self._load_producer_state(now_ms, clean)
@@ -218,6 +221,16 @@ class Log:
                 break
         # A trailing empty segment whose base is past its predecessor's end is legitimate (roll).
         return segs
+
+    def _rebuild_epochs(self) -> None:
+        """leader-epoch-checkpoint was unreadable: the batch headers carry the same facts."""
+        log.warning("%s: rebuilding the leader-epoch cache from batch headers", self.dir)
+        self.epochs.entries = []
+        for seg in self.segments:
+            for _, batch in seg.scan(0, seg.size, full=False):
+                self._note_epoch(batch)
+        self.epochs.corrupt = False
+        self.epochs.flush()
 
     def _note_epoch(self, batch: RecordBatch) -> None:
         if batch.partition_leader_epoch >= 0:
@@ -257,7 +270,9 @@ class Log:
         psm = self.producer_state
         leo = self.log_end_offset
         psm.delete_snapshots(above=leo)
-        candidates = [o for o in psm.snapshot_offsets() if o >= self.segments[0].base_offset]
+        # A dropped (corrupt) txn index is refilled by replaying from a snapshot before it.
+        refill = min((s.base_offset for s in self.segments if s.txn_index.corrupt), default=leo)
+        candidates = [o for o in psm.snapshot_offsets() if self.segments[0].base_offset <= o <= refill]
         loaded = False
         while candidates and not loaded:
             loaded = psm.load_snapshot(candidates.pop(), now_ms)
@@ -269,6 +284,8 @@ class Log:
         if not clean or not loaded or psm.map_end_offset != leo:
             psm.map_end_offset = leo
             psm.take_snapshot()
+        for seg in self.segments:
+            seg.txn_index.corrupt = False
 
     def _replay(self, start: int) -> None:
         """Producer state from batch headers (markers read whole), and missing txn-index entries."""
@@ -443,7 +460,7 @@ class Log:
         for seg in segments[i:]:
             if seg.base_offset >= bound:
                 return empty
-            hit = seg.find_batch(offset)
+            hit = self._cached_position(seg, offset) or seg.find_batch(offset)
             if hit is None:
                 continue
             if hit.base_offset >= bound:
@@ -460,8 +477,33 @@ class Log:
                     return empty
                 end = hit.position + hit.size
             size = end - hit.position
+            self._remember_next(seg, end)
             return ReadResult([FileSlice(seg.fd, hit.position, size, seg.file)], size, hit.base_offset)
         return empty
+
+    # A consumer's next fetch starts where its last one ended. Remembering (offset -> segment,
+    # position) for those ends skips the index search for sequential readers; every hit is
+    # confirmed by re-reading the batch header, so truncation or compaction cannot mislead it.
+    _NEXT_CACHE_MAX = 4096
+
+    def _cached_position(self, seg: LogSegment, offset: int) -> BatchPos | None:
+        cached = self._next_positions.get(offset)
+        if cached is None or cached[0] is not seg or cached[1] + BATCH_OVERHEAD > seg.size:
+            return None
+        hit = seg.batch_at(cached[1])
+        return hit if hit is not None and hit.base_offset == offset else None
+
+    def _remember_next(self, seg: LogSegment, end: int) -> None:
+        if end >= seg.size:
+            next_offset = seg.next_offset  # a tail reader: the next append lands right here
+        else:
+            nxt = seg.batch_at(end)
+            if nxt is None:
+                return
+            next_offset = nxt.base_offset
+        if len(self._next_positions) >= self._NEXT_CACHE_MAX:
+            self._next_positions.clear()
+        self._next_positions[next_offset] = (seg, end)
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
         """Every batch overlapping [start, end), read whole (tests, tools, the cleaner)."""
@@ -584,6 +626,8 @@ class Log:
         self._after_truncation(offset)
 
     def _after_truncation(self, offset: int) -> None:
+        self._next_positions.clear()  # positions past the cut may hold different batches later
+        self.log_start_offset = min(self.log_start_offset, offset)
         self.epochs.truncate_from_end(offset)
         self._high_watermark = min(self._high_watermark, offset)
         self.recovery_point = min(self.recovery_point, offset)

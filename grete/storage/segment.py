@@ -251,6 +251,14 @@ class LogSegment:
             pos += size
         return None
 
+    def batch_at(self, position: int) -> BatchPos | None:
+        """The batch starting at ``position`` (trusted to be a batch boundary), or None."""
+        head = os.pread(self.fd, _PEEK_SIZE, position)
+        if len(head) < _PEEK_SIZE:
+            return None
+        base, length, _, _, _, _, delta = _PEEK.unpack(head)
+        return BatchPos(position, base, base + delta, length + LOG_OVERHEAD)
+
     def end_within(self, start: int, limit: int) -> int:
         """Largest whole-batch boundary in (start, limit]; ``start`` if even one batch does not fit."""
         if limit >= self.size:

@@ -33,6 +33,8 @@ class TransactionIndex:
         self.path = path
         self.base_offset = base_offset
         self.entries: list[AbortedTxn] = []
+        # Set when the file was unreadable and got dropped: the log replays its batches to refill it.
+        self.corrupt = False
         self._load()
 
     def _load(self) -> None:
@@ -43,8 +45,12 @@ class TransactionIndex:
         usable = len(data) - len(data) % ENTRY_SIZE  # a torn last entry is dropped
         for pos in range(0, usable, ENTRY_SIZE):
             version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
-            if version != 0:
-                raise ValueError(f"{self.path}: unknown aborted-txn entry version {version} at {pos}")
+            prev = self.entries[-1].last_offset if self.entries else -1
+            if version != 0 or not 0 <= first <= last or last <= prev or last < self.base_offset:
+                self.entries = []
+                self.corrupt = True
+                self.path.unlink(missing_ok=True)
+                return
             self.entries.append(AbortedTxn(pid, first, last, lso))
 
     def append(self, txn: AbortedTxn) -> None:

@@ -10,9 +10,11 @@ import pytest
 from grete.protocol.frames import FrameSplitter
 from grete.protocol.headers import RequestHeader, decode_request_header
 from grete.protocol.messages import APIS
+from grete.protocol.messages.consumer_protocol import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 GOLDEN = Path(__file__).parent / "golden"
 FILES = sorted(GOLDEN.glob("*/*.bin"))
+GROUP_CLIENTS = ["kafka-python", "confluent-kafka", "java-3.9.2", "java-4.3.1"]
 CLIENT_IDS = {"kafka-python": "golden-kp", "kafka-python-0.10": "golden-kp-old", "aiokafka": "golden-aio",
               "confluent-kafka": "golden-ck", "java-3.9.2": "golden-java", "java-4.3.1": "golden-java"}
 
@@ -80,9 +82,11 @@ def test_produce_carries_the_record(client: str, text: bytes, magic: int) -> Non
 def test_metadata_and_fetch_fields() -> None:
     _, meta, _ = load(find("confluent-kafka", "Metadata"))
     assert [t.name for t in meta.topics] == ["golden"]
-    _, fetch, _ = load(find("confluent-kafka", "Fetch"))
+    header, fetch, _ = load(find("confluent-kafka", "Fetch"))
     assert fetch.max_wait_ms == 100
-    assert [(t.topic, [p.partition for p in t.partitions]) for t in fetch.topics] == [("golden", [0])]
+    assert header.api_version >= 13  # topic ids, learnt from the capture broker's Metadata response
+    assert [(str(t.topic_id), [p.partition for p in t.partitions]) for t in fetch.topics] == [
+        ("5a1f0e4c-6f5b-4e33-9c1a-6f6c64656e21", [0])]
     _, offsets, _ = load(find("kafka-python", "ListOffsets"))
     assert offsets.topics[0].partitions[0].timestamp == -2  # seek_to_beginning = EARLIEST
     _, coordinator, _ = load(find("confluent-kafka", "FindCoordinator"))
@@ -97,3 +101,41 @@ def test_java_clients_are_idempotent_by_default() -> None:
         assert produce.acks == -1
         batch = bytes(produce.topic_data[0].partition_data[0].records)
         assert int.from_bytes(batch[43:51], "big", signed=True) != -1  # producerId set in the batch header
+
+
+def consumer_payload(cls: type[ConsumerProtocolSubscription] | type[ConsumerProtocolAssignment],
+                     data: bytes) -> ConsumerProtocolSubscription | ConsumerProtocolAssignment:
+    """Consumer-protocol payloads start with an int16 version; newer versions read as our newest."""
+    version = min(int.from_bytes(data[:2], "big", signed=True), cls.MAX_VERSION)
+    decoded = cls.from_bytes(data[2:], version)
+    assert decoded.to_bytes(version) == data[2:]
+    return decoded
+
+
+@pytest.mark.parametrize("client", GROUP_CLIENTS)
+def test_join_group_subscription_metadata(client: str) -> None:
+    _, join, _ = load(find(client, "JoinGroup"))
+    assert join.group_id == "golden-group" and join.protocol_type == "consumer" and join.member_id == ""
+    assert "range" in [p.name for p in join.protocols]
+    for protocol in join.protocols:
+        subscription = consumer_payload(ConsumerProtocolSubscription, protocol.metadata)
+        assert isinstance(subscription, ConsumerProtocolSubscription)
+        assert subscription.topics == ["golden"]
+
+
+@pytest.mark.parametrize("client", ["confluent-kafka", "java-3.9.2", "java-4.3.1"])
+def test_sync_group_leader_assignment(client: str) -> None:
+    _, sync, _ = load(find(client, "SyncGroup"))
+    assert [a.member_id for a in sync.assignments] == [sync.member_id]
+    assignment = consumer_payload(ConsumerProtocolAssignment, sync.assignments[0].assignment)
+    assert isinstance(assignment, ConsumerProtocolAssignment)
+    assert [(t.topic, t.partitions) for t in assignment.assigned_partitions] == [("golden", [0])]
+
+
+@pytest.mark.parametrize("client", GROUP_CLIENTS)
+def test_consumer_committed_after_reading_the_record(client: str) -> None:
+    # The capture broker served the produced batch through grete-encoded Fetch responses; a commit
+    # of offset 1 means the client decoded that response and consumed the record.
+    _, commit, _ = load(find(client, "OffsetCommit"))
+    partitions = [(t.name, p.partition_index, p.committed_offset) for t in commit.topics for p in t.partitions]
+    assert partitions == [("golden", 0, 1)]

@@ -52,6 +52,26 @@ class LogMachine(RuleBasedStateMachine):
         assert self.log.delete_records_before(offset) == offset
         self.start = offset
 
+    @precondition(lambda self: len(self.model) > self.start)
+    @rule(data=st.data())
+    def truncate(self, data: st.DataObject) -> None:
+        offset = data.draw(st.integers(self.start, len(self.model) - 1))
+        if offset == self.start:
+            # Nothing readable stays: the log restarts empty at ``offset`` (offsets below the
+            # log start are never handed out again).
+            self.log.truncate_to(offset)
+            del self.model[offset:]
+            del self.batch_last[offset:]
+            return
+        # A batch is never split: the log ends where the batch holding ``offset`` starts.
+        first = offset
+        while first > 0 and self.batch_last[first - 1] >= offset:
+            first -= 1
+        self.log.truncate_to(offset)
+        del self.model[first:]
+        del self.batch_last[first:]
+        self.start = min(self.start, first)  # the start never passes the end
+
     @rule(clean=st.booleans())
     def reopen(self, clean: bool) -> None:
         if clean:

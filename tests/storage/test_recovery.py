@@ -133,3 +133,33 @@ def test_slice_survives_segment_deletion(tmp_path: Path) -> None:
     assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
     assert res.read_bytes() == expected  # the fd held by the slice is still valid
     assert RecordBatch(expected).crc_ok()
+
+
+def test_garbage_in_derived_files_is_rebuilt(tmp_path: Path) -> None:
+    """Indexes, txn index, snapshots and the epoch checkpoint are derived data: garbage in them
+    must never lose or misplace records (clean shutdown, so nothing is rescanned by default)."""
+    from ._batches import marker
+
+    d = tmp_path / "t-0"
+    log = Log.open(d, CFG, clean_shutdown=True)
+    for i in range(30):
+        append(log, [f"{i}".encode() * 40], leader_epoch=i // 10)
+    append(log, [b"tx"], producer_id=9, epoch=0, seq=0, transactional=True)
+    marker(log, 9, 0, commit=False)
+    for i in range(30):
+        append(log, [f"{i}".encode() * 40], leader_epoch=3, producer_id=4, epoch=0, seq=i)
+    expected = records(log)
+    aborted = log.aborted_transactions(0, log.log_end_offset)
+    epochs = list(log.epochs.entries)
+    log.close()
+    rnd = random.Random(3)
+    for p in d.iterdir():
+        if p.suffix in (".index", ".timeindex", ".txnindex", ".snapshot") or p.name == "leader-epoch-checkpoint":
+            p.write_bytes(bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 60) * 2 + 1)))
+    again = Log.open(d, CFG, clean_shutdown=True)
+    assert records(again) == expected
+    assert again.aborted_transactions(0, again.log_end_offset) == aborted
+    assert again.epochs.entries == epochs
+    assert again.last_sequence(4) == 29
+    for offset in range(again.log_end_offset):
+        assert fetched_batches(again.read(offset, 1).read_bytes())[0].last_offset >= offset

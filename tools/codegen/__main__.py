@@ -37,23 +37,52 @@ def select(messages: dict[str, Message]) -> tuple[dict[str, list[Message]], list
 
 
 def render_init(modules: dict[str, list[Message]]) -> str:
+    """The package __init__: API metadata as plain data, message classes imported on first use.
+
+    Importing every generated module costs most of a second; a broker needs only the ~35 APIs it
+    serves, so classes are resolved lazily (PEP 562 ``__getattr__``) and ``ApiInfo.request`` /
+    ``.response`` import their module when first read. Type checkers see ordinary imports.
+    """
+    exported: dict[str, str] = {}
+    typing_imports: list[str] = []
+    for mod in sorted(modules):
+        names = sorted(m.name for m in modules[mod])
+        exported.update((n, mod) for n in names)
+        typing_imports.append(f"    from grete.protocol.messages.{mod} import {', '.join(names)}")
     lines = [
         HEADER_LINE,
-        '"""Every generated message class, and ``APIS``: what grete knows about each API key."""',
+        '"""Every generated message class, and ``APIS``: what grete knows about each API key.',
+        "",
+        "Modules are imported on first use: ``from grete.protocol.messages import ProduceRequest``",
+        'loads only produce.py."""',
         "",
         "from __future__ import annotations",
         "",
+        "import importlib",
         "from dataclasses import dataclass",
+        "from typing import TYPE_CHECKING, Any",
         "",
         "from grete.protocol.codec import Message",
         "",
-    ]
-    exported: list[str] = []
-    for mod in sorted(modules):
-        names = sorted(m.name for m in modules[mod])
-        exported += names
-        lines.append(f"from grete.protocol.messages.{mod} import {', '.join(names)}")
-    lines += [
+        "if TYPE_CHECKING:",
+        *typing_imports,
+        "",
+        "_MODULE_OF: dict[str, str] = {",
+        *[f"    {n!r}: {m!r}," for n, m in sorted(exported.items())],
+        "}",
+        "",
+        "",
+        "def _load(name: str) -> Any:",
+        '    module = importlib.import_module(f"grete.protocol.messages.{_MODULE_OF[name]}")',
+        "    return getattr(module, name)",
+        "",
+        "",
+        "def __getattr__(name: str) -> Any:",
+        "    if name in _MODULE_OF:",
+        "        value = _load(name)",
+        "        globals()[name] = value",
+        "        return value",
+        '    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")',
         "",
         "",
         "@dataclass(frozen=True, slots=True)",
@@ -62,11 +91,21 @@ def render_init(modules: dict[str, list[Message]]) -> str:
         "",
         "    key: int",
         "    name: str",
-        "    request: type[Message]",
-        "    response: type[Message]",
+        "    request_name: str",
+        "    response_name: str",
         "    min_version: int",
         "    max_version: int",
         "    flexible_from: int | None",
+        "",
+        "    @property",
+        "    def request(self) -> type[Message]:",
+        "        cls: type[Message] = _load(self.request_name)",
+        "        return cls",
+        "",
+        "    @property",
+        "    def response(self) -> type[Message]:",
+        "        cls: type[Message] = _load(self.response_name)",
+        "        return cls",
         "",
         "",
         "APIS: dict[int, ApiInfo] = {",
@@ -82,7 +121,7 @@ def render_init(modules: dict[str, list[Message]]) -> str:
         hi = max(req.valid | resp.valid)
         if req.valid != resp.valid or req.flexible_from != resp.flexible_from:
             raise SystemExit(f"{name}: request and response disagree on versions")
-        lines.append(f"    {key}: ApiInfo({key}, {name!r}, {req.name}, {resp.name}, {lo}, {hi}, "
+        lines.append(f"    {key}: ApiInfo({key}, {name!r}, {req.name!r}, {resp.name!r}, {lo}, {hi}, "
                      f"{req.flexible_from!r}),")
     lines += [
         "}",

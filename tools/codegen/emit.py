@@ -62,6 +62,9 @@ def version_cond(versions: frozenset[int], valid: frozenset[int]) -> str | None:
 class Ctx:
     msg: Message
     top: str  # top-level class name, used to qualify struct types
+    # Module-level default struct instances that "differs from default" tests compare against, so
+    # encoding does not build a fresh default object per check: constant name -> constructor.
+    shared_defaults: dict[str, str]
 
     def struct_ref(self, name: str) -> str:
         return f"{self.top}.{name}"
@@ -134,9 +137,13 @@ def differs_expr(f: Field, value: str, ctx: Ctx) -> str:
     if expr == "None":
         return f"{value} is not None"
     if expr == "[]":
-        return f"bool({value})" if not f.nullable else f"({value} is None or bool({value}))"
+        return f"{value}" if not f.nullable else f"({value} is None or {value})"
     if expr in ("True", "False"):
         return f"{value} is not {expr}"
+    if f.is_struct:
+        const = f"_D_{ctx.top}_{f.element}"
+        ctx.shared_defaults[const] = expr
+        return f"{value} != {const}"
     return f"{value} != {expr}"
 
 
@@ -257,7 +264,7 @@ def emit_encode(s_fields: list[Field], ctx: Ctx, em: Emitter, ind: str, top_leve
             out.extend(_encode_value(f, f"self.{snake(f.name)}", ctx, body, "w", "flex",
                                      "True" if nullable is None else nullable))
         if cond:
-            checks = [f for f in run if not f.ignorable]
+            checks = [f for f in run if not _may_drop(f, ctx)]
             if checks:
                 test = " or ".join(differs_expr(f, f"self.{snake(f.name)}", ctx) for f in checks)
                 names = ", ".join(f.name for f in checks)
@@ -285,7 +292,7 @@ def _emit_encode_tagged(s_fields: list[Field], ctx: Ctx, b: str) -> list[str]:
         cond = version_cond(f.tagged, flexible)
         differs = differs_expr(f, value, ctx)
         inner = bb + "    "
-        if cond and f.ignorable:
+        if cond and _may_drop(f, ctx):
             out.append(f"{bb}if {differs} and {cond}:")
         else:
             out.append(f"{bb}if {differs}:")
@@ -297,7 +304,7 @@ def _emit_encode_tagged(s_fields: list[Field], ctx: Ctx, b: str) -> list[str]:
         out.extend(_encode_value(f, value, ctx, inner, "_t", "True", "True" if nullable is None else nullable))
         out.append(f"{inner}_tags.append(({f.tag}, _t.buf))")
     out.append(f"{bb}w.tagged_fields(_tags, self.unknown_tagged_fields)")
-    strict = [f for f in tagged if not f.ignorable]
+    strict = [f for f in tagged if not _may_drop(f, ctx)]
     if strict and flex_expr(ctx.msg) != "True":
         # No tagged section below the flexible versions: a non-default value cannot be sent there.
         test = " or ".join(differs_expr(f, f"self.{snake(f.name)}", ctx) for f in strict)
@@ -305,6 +312,16 @@ def _emit_encode_tagged(s_fields: list[Field], ctx: Ctx, b: str) -> list[str]:
         out.append(f"{b}elif {test}:")
         out.append(f"{bb}raise UnsupportedVersion('{ctx.msg.name}: {names} cannot be sent at version %d' % version)")
     return out
+
+
+def _may_drop(f: Field, ctx: Ctx) -> bool:
+    """Whether a value set on a field the target version lacks is silently left out.
+
+    Requests are strict, as in Kafka (a client must not lose what it asked for without knowing).
+    Responses are lenient: the broker fills response fields generically, and a field the client's
+    version cannot carry must never cost the client its connection.
+    """
+    return f.ignorable or ctx.msg.type == "response"
 
 
 def _nullable_cond(f: Field, valid: frozenset[int]) -> str | None:
@@ -520,10 +537,15 @@ def used_structs(msg: Message) -> list[Struct]:
 def emit_module(msgs: list[Message], source_note: str) -> str:
     em = Emitter()
     body: list[str] = []
+    shared: dict[str, str] = {}
     for msg in msgs:
-        ctx = Ctx(msg, msg.name)
+        ctx = Ctx(msg, msg.name, shared)
         body.extend(emit_class(msg.name, msg.fields, ctx, em, "", True, used_structs(msg)))
         body.append("")
+    if shared:
+        body.append("")
+        body.append("# Default instances for comparisons only; never handed out, never mutated.")
+        body.extend(f"{name} = {expr}" for name, expr in sorted(shared.items()))
     names = ", ".join(m.name for m in msgs)
     head = [
         HEADER_LINE,

@@ -84,7 +84,7 @@ class AddPartitionsToTxnRequest(Message):
                 w.length(len(self.topics), flex)
                 for _e_topics in self.topics:
                     _e_topics.encode(w, version)
-            elif bool(self.topics):
+            elif self.topics:
                 raise UnsupportedVersion('AddPartitionsToTxnRequest: Topics cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -170,7 +170,7 @@ class AddPartitionsToTxnRequest(Message):
             w.length(len(self.transactions), flex)
             for _e_transactions in self.transactions:
                 _e_transactions.encode(w, version)
-        elif bool(self.transactions):
+        elif self.transactions:
             raise UnsupportedVersion('AddPartitionsToTxnRequest: Transactions cannot be sent at version %d' % version)
         if version <= 3:
             w.string(self.v3_and_below_transactional_id, flex)
@@ -184,7 +184,7 @@ class AddPartitionsToTxnRequest(Message):
             w.length(len(self.v3_and_below_topics), flex)
             for _e_v3_and_below_topics in self.v3_and_below_topics:
                 _e_v3_and_below_topics.encode(w, version)
-        elif bool(self.v3_and_below_topics):
+        elif self.v3_and_below_topics:
             raise UnsupportedVersion('AddPartitionsToTxnRequest: V3AndBelowTopics cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
@@ -271,14 +271,10 @@ class AddPartitionsToTxnResponse(Message):
             flex = version >= 3
             if version >= 4:
                 w.string(self.transactional_id, flex)
-            elif self.transactional_id != '':
-                raise UnsupportedVersion('AddPartitionsToTxnResponse: TransactionalId cannot be sent at version %d' % version)
             if version >= 4:
                 w.length(len(self.topic_results), flex)
                 for _e_topic_results in self.topic_results:
                     _e_topic_results.encode(w, version)
-            elif bool(self.topic_results):
-                raise UnsupportedVersion('AddPartitionsToTxnResponse: TopicResults cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -390,14 +386,10 @@ class AddPartitionsToTxnResponse(Message):
             w.length(len(self.results_by_transaction), flex)
             for _e_results_by_transaction in self.results_by_transaction:
                 _e_results_by_transaction.encode(w, version)
-        elif bool(self.results_by_transaction):
-            raise UnsupportedVersion('AddPartitionsToTxnResponse: ResultsByTransaction cannot be sent at version %d' % version)
         if version <= 3:
             w.length(len(self.results_by_topic_v3_and_below), flex)
             for _e_results_by_topic_v3_and_below in self.results_by_topic_v3_and_below:
                 _e_results_by_topic_v3_and_below.encode(w, version)
-        elif bool(self.results_by_topic_v3_and_below):
-            raise UnsupportedVersion('AddPartitionsToTxnResponse: ResultsByTopicV3AndBelow cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
 

@@ -128,13 +128,13 @@ class AlterPartitionRequest(Message):
             if version <= 2:
                 w.length(len(self.new_isr), flex)
                 w.primitive_array('int32', self.new_isr)
-            elif bool(self.new_isr):
+            elif self.new_isr:
                 raise UnsupportedVersion('AlterPartitionRequest: NewIsr cannot be sent at version %d' % version)
             if version >= 3:
                 w.length(len(self.new_isr_with_epochs), flex)
                 for _e_new_isr_with_epochs in self.new_isr_with_epochs:
                     _e_new_isr_with_epochs.encode(w, version)
-            elif bool(self.new_isr_with_epochs):
+            elif self.new_isr_with_epochs:
                 raise UnsupportedVersion('AlterPartitionRequest: NewIsrWithEpochs cannot be sent at version %d' % version)
             if version >= 1:
                 w.int8(self.leader_recovery_state)

@@ -159,12 +159,8 @@ class ApiVersionsResponse(Message):
             flex = version >= 3
             if version >= 3:
                 w.string(self.name, flex)
-            elif self.name != '':
-                raise UnsupportedVersion('ApiVersionsResponse: Name cannot be sent at version %d' % version)
             if version >= 3:
                 w.pack(_S_hh, self.min_version, self.max_version)
-            elif self.min_version != 0 or self.max_version != 0:
-                raise UnsupportedVersion('ApiVersionsResponse: MinVersion, MaxVersion cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -208,12 +204,8 @@ class ApiVersionsResponse(Message):
             flex = version >= 3
             if version >= 3:
                 w.string(self.name, flex)
-            elif self.name != '':
-                raise UnsupportedVersion('ApiVersionsResponse: Name cannot be sent at version %d' % version)
             if version >= 3:
                 w.pack(_S_hh, self.max_version_level, self.min_version_level)
-            elif self.max_version_level != 0 or self.min_version_level != 0:
-                raise UnsupportedVersion('ApiVersionsResponse: MaxVersionLevel, MinVersionLevel cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -252,7 +244,7 @@ class ApiVersionsResponse(Message):
             w.int32(self.throttle_time_ms)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if bool(self.supported_features):
+            if self.supported_features:
                 _t = Writer()
                 _t.length(len(self.supported_features), True)
                 for _e_supported_features in self.supported_features:
@@ -262,7 +254,7 @@ class ApiVersionsResponse(Message):
                 _t = Writer()
                 _t.int64(self.finalized_features_epoch)
                 _tags.append((1, _t.buf))
-            if bool(self.finalized_features):
+            if self.finalized_features:
                 _t = Writer()
                 _t.length(len(self.finalized_features), True)
                 for _e_finalized_features in self.finalized_features:

@@ -359,16 +359,10 @@ class BeginQuorumEpochResponse(Message):
             flex = version >= 1
             if version >= 1:
                 w.int32(self.node_id)
-            elif self.node_id != 0:
-                raise UnsupportedVersion('BeginQuorumEpochResponse: NodeId cannot be sent at version %d' % version)
             if version >= 1:
                 w.string(self.host, flex)
-            elif self.host != '':
-                raise UnsupportedVersion('BeginQuorumEpochResponse: Host cannot be sent at version %d' % version)
             if version >= 1:
                 w.uint16(self.port)
-            elif self.port != 0:
-                raise UnsupportedVersion('BeginQuorumEpochResponse: Port cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -408,15 +402,13 @@ class BeginQuorumEpochResponse(Message):
             _e_topics.encode(w, version)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if bool(self.node_endpoints):
+            if self.node_endpoints:
                 _t = Writer()
                 _t.length(len(self.node_endpoints), True)
                 for _e_node_endpoints in self.node_endpoints:
                     _e_node_endpoints.encode(_t, version)
                 _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
-        elif bool(self.node_endpoints):
-            raise UnsupportedVersion('BeginQuorumEpochResponse: NodeEndpoints cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:

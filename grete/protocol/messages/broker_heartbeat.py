@@ -61,7 +61,7 @@ class BrokerHeartbeatRequest(Message):
         w.pack(_S_iqqoo, self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if bool(self.offline_log_dirs):
+            if self.offline_log_dirs:
                 if not (version >= 1):
                     raise UnsupportedVersion('BrokerHeartbeatRequest: OfflineLogDirs cannot be sent at version %d' % version)
                 _t = Writer()

@@ -142,7 +142,7 @@ class ConsumerProtocolSubscription(Message):
             if version >= 1:
                 w.length(len(self.partitions), flex)
                 w.primitive_array('int32', self.partitions)
-            elif bool(self.partitions):
+            elif self.partitions:
                 raise UnsupportedVersion('ConsumerProtocolSubscription: Partitions cannot be sent at version %d' % version)
 
         @classmethod

@@ -178,12 +178,8 @@ class CreateDelegationTokenResponse(Message):
         w.string(self.principal_name, flex)
         if version >= 3:
             w.string(self.token_requester_principal_type, flex)
-        elif self.token_requester_principal_type != '':
-            raise UnsupportedVersion('CreateDelegationTokenResponse: TokenRequesterPrincipalType cannot be sent at version %d' % version)
         if version >= 3:
             w.string(self.token_requester_principal_name, flex)
-        elif self.token_requester_principal_name != '':
-            raise UnsupportedVersion('CreateDelegationTokenResponse: TokenRequesterPrincipalName cannot be sent at version %d' % version)
         w.pack(_S_qqq, self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms)
         w.string(self.token_id, flex)
         w.binary(self.hmac, flex)

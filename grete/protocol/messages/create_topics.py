@@ -356,16 +356,10 @@ class CreateTopicsResponse(Message):
             flex = version >= 5
             if version >= 5:
                 w.string(self.name, flex)
-            elif self.name != '':
-                raise UnsupportedVersion('CreateTopicsResponse: Name cannot be sent at version %d' % version)
             if version >= 5:
                 w.string(self.value, flex)
-            elif self.value != '':
-                raise UnsupportedVersion('CreateTopicsResponse: Value cannot be sent at version %d' % version)
             if version >= 5:
                 w.pack(_S_obo, self.read_only, self.config_source, self.is_sensitive)
-            elif self.read_only is not False or self.is_sensitive is not False:
-                raise UnsupportedVersion('CreateTopicsResponse: ReadOnly, IsSensitive cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 

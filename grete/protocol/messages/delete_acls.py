@@ -231,8 +231,6 @@ class DeleteAclsResponse(Message):
             w.string(self.resource_name, flex)
             if version >= 1:
                 w.int8(self.pattern_type)
-            elif self.pattern_type != 3:
-                raise UnsupportedVersion('DeleteAclsResponse: PatternType cannot be sent at version %d' % version)
             w.string(self.principal, flex)
             w.string(self.host, flex)
             w.pack(_S_bb, self.operation, self.permission_type)

@@ -98,7 +98,7 @@ class DeleteTopicsRequest(Message):
             w.length(len(self.topics), flex)
             for _e_topics in self.topics:
                 _e_topics.encode(w, version)
-        elif bool(self.topics):
+        elif self.topics:
             raise UnsupportedVersion('DeleteTopicsRequest: Topics cannot be sent at version %d' % version)
         if version <= 5:
             w.length(len(self.topic_names), flex)

@@ -144,8 +144,6 @@ class DescribeAclsResponse(Message):
             w.string(self.resource_name, flex)
             if version >= 1:
                 w.int8(self.pattern_type)
-            elif self.pattern_type != 3:
-                raise UnsupportedVersion('DescribeAclsResponse: PatternType cannot be sent at version %d' % version)
             w.length(len(self.acls), flex)
             for _e_acls in self.acls:
                 _e_acls.encode(w, version)

@@ -143,8 +143,6 @@ class DescribeClusterResponse(Message):
             w.string(self.rack, flex)
             if version >= 2:
                 w.boolean(self.is_fenced)
-            elif self.is_fenced is not False:
-                raise UnsupportedVersion('DescribeClusterResponse: IsFenced cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -180,8 +178,6 @@ class DescribeClusterResponse(Message):
         w.string(self.error_message, flex)
         if version >= 1:
             w.int8(self.endpoint_type)
-        elif self.endpoint_type != 1:
-            raise UnsupportedVersion('DescribeClusterResponse: EndpointType cannot be sent at version %d' % version)
         w.string(self.cluster_id, flex)
         w.int32(self.controller_id)
         w.length(len(self.brokers), flex)

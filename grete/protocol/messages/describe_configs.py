@@ -245,8 +245,6 @@ class DescribeConfigsResponse(Message):
             w.boolean(self.read_only)
             if version <= 0:
                 w.boolean(self.is_default)
-            elif self.is_default is not False:
-                raise UnsupportedVersion('DescribeConfigsResponse: IsDefault cannot be sent at version %d' % version)
             if version >= 1:
                 w.int8(self.config_source)
             w.boolean(self.is_sensitive)
@@ -327,16 +325,10 @@ class DescribeConfigsResponse(Message):
             flex = version >= 4
             if version >= 1:
                 w.string(self.name, flex)
-            elif self.name != '':
-                raise UnsupportedVersion('DescribeConfigsResponse: Name cannot be sent at version %d' % version)
             if version >= 1:
                 w.string(self.value, flex)
-            elif self.value != '':
-                raise UnsupportedVersion('DescribeConfigsResponse: Value cannot be sent at version %d' % version)
             if version >= 1:
                 w.int8(self.source)
-            elif self.source != 0:
-                raise UnsupportedVersion('DescribeConfigsResponse: Source cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 

@@ -162,12 +162,8 @@ class DescribeDelegationTokenResponse(Message):
             w.string(self.principal_name, flex)
             if version >= 3:
                 w.string(self.token_requester_principal_type, flex)
-            elif self.token_requester_principal_type != '':
-                raise UnsupportedVersion('DescribeDelegationTokenResponse: TokenRequesterPrincipalType cannot be sent at version %d' % version)
             if version >= 3:
                 w.string(self.token_requester_principal_name, flex)
-            elif self.token_requester_principal_name != '':
-                raise UnsupportedVersion('DescribeDelegationTokenResponse: TokenRequesterPrincipalName cannot be sent at version %d' % version)
             w.pack(_S_qqq, self.issue_timestamp, self.expiry_timestamp, self.max_timestamp)
             w.string(self.token_id, flex)
             w.binary(self.hmac, flex)

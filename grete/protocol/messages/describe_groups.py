@@ -127,8 +127,6 @@ class DescribeGroupsResponse(Message):
             w.int16(self.error_code)
             if version >= 6:
                 w.string(self.error_message, flex)
-            elif self.error_message is not None:
-                raise UnsupportedVersion('DescribeGroupsResponse: ErrorMessage cannot be sent at version %d' % version)
             w.string(self.group_id, flex)
             w.string(self.group_state, flex)
             w.string(self.protocol_type, flex)
@@ -138,8 +136,6 @@ class DescribeGroupsResponse(Message):
                 _e_members.encode(w, version)
             if version >= 3:
                 w.int32(self.authorized_operations)
-            elif self.authorized_operations != -2147483648:
-                raise UnsupportedVersion('DescribeGroupsResponse: AuthorizedOperations cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 

@@ -302,8 +302,6 @@ class DescribeQuorumResponse(Message):
             w.int32(self.replica_id)
             if version >= 2:
                 w.uuid(self.replica_directory_id)
-            elif self.replica_directory_id != ZERO_UUID:
-                raise UnsupportedVersion('DescribeQuorumResponse: ReplicaDirectoryId cannot be sent at version %d' % version)
             w.int64(self.log_end_offset)
             if version >= 1:
                 w.pack(_S_qq, self.last_fetch_timestamp, self.last_caught_up_timestamp)
@@ -352,14 +350,10 @@ class DescribeQuorumResponse(Message):
             flex = True
             if version >= 2:
                 w.int32(self.node_id)
-            elif self.node_id != 0:
-                raise UnsupportedVersion('DescribeQuorumResponse: NodeId cannot be sent at version %d' % version)
             if version >= 2:
                 w.length(len(self.listeners), flex)
                 for _e_listeners in self.listeners:
                     _e_listeners.encode(w, version)
-            elif bool(self.listeners):
-                raise UnsupportedVersion('DescribeQuorumResponse: Listeners cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -406,16 +400,10 @@ class DescribeQuorumResponse(Message):
             flex = True
             if version >= 2:
                 w.string(self.name, flex)
-            elif self.name != '':
-                raise UnsupportedVersion('DescribeQuorumResponse: Name cannot be sent at version %d' % version)
             if version >= 2:
                 w.string(self.host, flex)
-            elif self.host != '':
-                raise UnsupportedVersion('DescribeQuorumResponse: Host cannot be sent at version %d' % version)
             if version >= 2:
                 w.uint16(self.port)
-            elif self.port != 0:
-                raise UnsupportedVersion('DescribeQuorumResponse: Port cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -459,8 +447,6 @@ class DescribeQuorumResponse(Message):
             w.length(len(self.nodes), flex)
             for _e_nodes in self.nodes:
                 _e_nodes.encode(w, version)
-        elif bool(self.nodes):
-            raise UnsupportedVersion('DescribeQuorumResponse: Nodes cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
 

@@ -233,8 +233,6 @@ class ElectLeadersResponse(Message):
         w.int32(self.throttle_time_ms)
         if version >= 1:
             w.int16(self.error_code)
-        elif self.error_code != 0:
-            raise UnsupportedVersion('ElectLeadersResponse: ErrorCode cannot be sent at version %d' % version)
         w.length(len(self.replica_election_results), flex)
         for _e_replica_election_results in self.replica_election_results:
             _e_replica_election_results.encode(w, version)

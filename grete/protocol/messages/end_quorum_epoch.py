@@ -414,16 +414,10 @@ class EndQuorumEpochResponse(Message):
             flex = version >= 1
             if version >= 1:
                 w.int32(self.node_id)
-            elif self.node_id != 0:
-                raise UnsupportedVersion('EndQuorumEpochResponse: NodeId cannot be sent at version %d' % version)
             if version >= 1:
                 w.string(self.host, flex)
-            elif self.host != '':
-                raise UnsupportedVersion('EndQuorumEpochResponse: Host cannot be sent at version %d' % version)
             if version >= 1:
                 w.uint16(self.port)
-            elif self.port != 0:
-                raise UnsupportedVersion('EndQuorumEpochResponse: Port cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -463,15 +457,13 @@ class EndQuorumEpochResponse(Message):
             _e_topics.encode(w, version)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if bool(self.node_endpoints):
+            if self.node_endpoints:
                 _t = Writer()
                 _t.length(len(self.node_endpoints), True)
                 for _e_node_endpoints in self.node_endpoints:
                     _e_node_endpoints.encode(_t, version)
                 _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
-        elif bool(self.node_endpoints):
-            raise UnsupportedVersion('EndQuorumEpochResponse: NodeEndpoints cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:

@@ -274,7 +274,7 @@ class FetchRequest(Message):
             if version >= 7:
                 w.length(len(self.partitions), flex)
                 w.primitive_array('int32', self.partitions)
-            elif bool(self.partitions):
+            elif self.partitions:
                 raise UnsupportedVersion('FetchRequest: Partitions cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -331,7 +331,7 @@ class FetchRequest(Message):
             w.length(len(self.forgotten_topics_data), flex)
             for _e_forgotten_topics_data in self.forgotten_topics_data:
                 _e_forgotten_topics_data.encode(w, version)
-        elif bool(self.forgotten_topics_data):
+        elif self.forgotten_topics_data:
             raise UnsupportedVersion('FetchRequest: ForgottenTopicsData cannot be sent at version %d' % version)
         if version >= 11:
             w.string(self.rack_id, flex)
@@ -341,14 +341,14 @@ class FetchRequest(Message):
                 _t = Writer()
                 _t.string(self.cluster_id, True)
                 _tags.append((0, _t.buf))
-            if self.replica_state != FetchRequest.ReplicaState():
+            if self.replica_state != _D_FetchRequest_ReplicaState:
                 if not (version >= 15):
                     raise UnsupportedVersion('FetchRequest: ReplicaState cannot be sent at version %d' % version)
                 _t = Writer()
                 self.replica_state.encode(_t, version)
                 _tags.append((1, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
-        elif self.replica_state != FetchRequest.ReplicaState():
+        elif self.replica_state != _D_FetchRequest_ReplicaState:
             raise UnsupportedVersion('FetchRequest: ReplicaState cannot be sent at version %d' % version)
 
     @classmethod
@@ -544,26 +544,22 @@ class FetchResponse(Message):
                         _e_aborted_transactions.encode(w, version)
             if version >= 11:
                 w.int32(self.preferred_read_replica)
-            elif self.preferred_read_replica != -1:
-                raise UnsupportedVersion('FetchResponse: PreferredReadReplica cannot be sent at version %d' % version)
             w.records(self.records, flex, True)
             if flex:
                 _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-                if self.diverging_epoch != FetchResponse.EpochEndOffset():
+                if self.diverging_epoch != _D_FetchResponse_EpochEndOffset:
                     _t = Writer()
                     self.diverging_epoch.encode(_t, version)
                     _tags.append((0, _t.buf))
-                if self.current_leader != FetchResponse.LeaderIdAndEpoch():
+                if self.current_leader != _D_FetchResponse_LeaderIdAndEpoch:
                     _t = Writer()
                     self.current_leader.encode(_t, version)
                     _tags.append((1, _t.buf))
-                if self.snapshot_id != FetchResponse.SnapshotId():
+                if self.snapshot_id != _D_FetchResponse_SnapshotId:
                     _t = Writer()
                     self.snapshot_id.encode(_t, version)
                     _tags.append((2, _t.buf))
                 w.tagged_fields(_tags, self.unknown_tagged_fields)
-            elif self.diverging_epoch != FetchResponse.EpochEndOffset() or self.current_leader != FetchResponse.LeaderIdAndEpoch() or self.snapshot_id != FetchResponse.SnapshotId():
-                raise UnsupportedVersion('FetchResponse: DivergingEpoch, CurrentLeader, SnapshotId cannot be sent at version %d' % version)
 
         @classmethod
         def decode(cls, r: Reader, version: int) -> Self:
@@ -638,8 +634,6 @@ class FetchResponse(Message):
             flex = version >= 12
             if version >= 12:
                 w.pack(_S_iq, self.epoch, self.end_offset)
-            elif self.epoch != -1 or self.end_offset != -1:
-                raise UnsupportedVersion('FetchResponse: Epoch, EndOffset cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -676,8 +670,6 @@ class FetchResponse(Message):
             flex = version >= 12
             if version >= 12:
                 w.pack(_S_ii, self.leader_id, self.leader_epoch)
-            elif self.leader_id != -1 or self.leader_epoch != -1:
-                raise UnsupportedVersion('FetchResponse: LeaderId, LeaderEpoch cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -745,8 +737,6 @@ class FetchResponse(Message):
             flex = version >= 12
             if version >= 4:
                 w.pack(_S_qq, self.producer_id, self.first_offset)
-            elif self.producer_id != 0 or self.first_offset != 0:
-                raise UnsupportedVersion('FetchResponse: ProducerId, FirstOffset cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -787,20 +777,12 @@ class FetchResponse(Message):
             flex = version >= 12
             if version >= 16:
                 w.int32(self.node_id)
-            elif self.node_id != 0:
-                raise UnsupportedVersion('FetchResponse: NodeId cannot be sent at version %d' % version)
             if version >= 16:
                 w.string(self.host, flex)
-            elif self.host != '':
-                raise UnsupportedVersion('FetchResponse: Host cannot be sent at version %d' % version)
             if version >= 16:
                 w.int32(self.port)
-            elif self.port != 0:
-                raise UnsupportedVersion('FetchResponse: Port cannot be sent at version %d' % version)
             if version >= 16:
                 w.string(self.rack, flex)
-            elif self.rack is not None:
-                raise UnsupportedVersion('FetchResponse: Rack cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -843,24 +825,18 @@ class FetchResponse(Message):
             w.int32(self.throttle_time_ms)
         if version >= 7:
             w.pack(_S_hi, self.error_code, self.session_id)
-        elif self.session_id != 0:
-            raise UnsupportedVersion('FetchResponse: SessionId cannot be sent at version %d' % version)
         w.length(len(self.responses), flex)
         for _e_responses in self.responses:
             _e_responses.encode(w, version)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if bool(self.node_endpoints):
-                if not (version >= 16):
-                    raise UnsupportedVersion('FetchResponse: NodeEndpoints cannot be sent at version %d' % version)
+            if self.node_endpoints and version >= 16:
                 _t = Writer()
                 _t.length(len(self.node_endpoints), True)
                 for _e_node_endpoints in self.node_endpoints:
                     _e_node_endpoints.encode(_t, version)
                 _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
-        elif bool(self.node_endpoints):
-            raise UnsupportedVersion('FetchResponse: NodeEndpoints cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
@@ -904,3 +880,10 @@ class FetchResponse(Message):
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
         return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, session_id=f_session_id, responses=f_responses, node_endpoints=f_node_endpoints, unknown_tagged_fields=_unknown)
+
+
+# Default instances for comparisons only; never handed out, never mutated.
+_D_FetchRequest_ReplicaState = FetchRequest.ReplicaState()
+_D_FetchResponse_EpochEndOffset = FetchResponse.EpochEndOffset()
+_D_FetchResponse_LeaderIdAndEpoch = FetchResponse.LeaderIdAndEpoch()
+_D_FetchResponse_SnapshotId = FetchResponse.SnapshotId()

@@ -313,7 +313,7 @@ class FetchSnapshotResponse(Message):
             w.records(self.unaligned_records, flex, False)
             if flex:
                 _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-                if self.current_leader != FetchSnapshotResponse.LeaderIdAndEpoch():
+                if self.current_leader != _D_FetchSnapshotResponse_LeaderIdAndEpoch:
                     _t = Writer()
                     self.current_leader.encode(_t, version)
                     _tags.append((0, _t.buf))
@@ -425,16 +425,10 @@ class FetchSnapshotResponse(Message):
             flex = True
             if version >= 1:
                 w.int32(self.node_id)
-            elif self.node_id != 0:
-                raise UnsupportedVersion('FetchSnapshotResponse: NodeId cannot be sent at version %d' % version)
             if version >= 1:
                 w.string(self.host, flex)
-            elif self.host != '':
-                raise UnsupportedVersion('FetchSnapshotResponse: Host cannot be sent at version %d' % version)
             if version >= 1:
                 w.uint16(self.port)
-            elif self.port != 0:
-                raise UnsupportedVersion('FetchSnapshotResponse: Port cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -474,9 +468,7 @@ class FetchSnapshotResponse(Message):
             _e_topics.encode(w, version)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if bool(self.node_endpoints):
-                if not (version >= 1):
-                    raise UnsupportedVersion('FetchSnapshotResponse: NodeEndpoints cannot be sent at version %d' % version)
+            if self.node_endpoints and version >= 1:
                 _t = Writer()
                 _t.length(len(self.node_endpoints), True)
                 for _e_node_endpoints in self.node_endpoints:
@@ -517,3 +509,7 @@ class FetchSnapshotResponse(Message):
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
         return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, topics=f_topics, node_endpoints=f_node_endpoints, unknown_tagged_fields=_unknown)
+
+
+# Default instances for comparisons only; never handed out, never mutated.
+_D_FetchSnapshotResponse_LeaderIdAndEpoch = FetchSnapshotResponse.LeaderIdAndEpoch()

@@ -63,7 +63,7 @@ class FindCoordinatorRequest(Message):
             w.length(len(self.coordinator_keys), flex)
             for _e_coordinator_keys in self.coordinator_keys:
                 w.string(_e_coordinator_keys, flex)
-        elif bool(self.coordinator_keys):
+        elif self.coordinator_keys:
             raise UnsupportedVersion('FindCoordinatorRequest: CoordinatorKeys cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
@@ -151,20 +151,12 @@ class FindCoordinatorResponse(Message):
             flex = version >= 3
             if version >= 4:
                 w.string(self.key, flex)
-            elif self.key != '':
-                raise UnsupportedVersion('FindCoordinatorResponse: Key cannot be sent at version %d' % version)
             if version >= 4:
                 w.int32(self.node_id)
-            elif self.node_id != 0:
-                raise UnsupportedVersion('FindCoordinatorResponse: NodeId cannot be sent at version %d' % version)
             if version >= 4:
                 w.string(self.host, flex)
-            elif self.host != '':
-                raise UnsupportedVersion('FindCoordinatorResponse: Host cannot be sent at version %d' % version)
             if version >= 4:
                 w.pack(_S_ih, self.port, self.error_code)
-            elif self.port != 0 or self.error_code != 0:
-                raise UnsupportedVersion('FindCoordinatorResponse: Port, ErrorCode cannot be sent at version %d' % version)
             if version >= 4:
                 w.string(self.error_message, flex)
             if flex:
@@ -216,28 +208,18 @@ class FindCoordinatorResponse(Message):
             w.int32(self.throttle_time_ms)
         if version <= 3:
             w.int16(self.error_code)
-        elif self.error_code != 0:
-            raise UnsupportedVersion('FindCoordinatorResponse: ErrorCode cannot be sent at version %d' % version)
         if 1 <= version <= 3:
             w.string(self.error_message, flex)
         if version <= 3:
             w.int32(self.node_id)
-        elif self.node_id != 0:
-            raise UnsupportedVersion('FindCoordinatorResponse: NodeId cannot be sent at version %d' % version)
         if version <= 3:
             w.string(self.host, flex)
-        elif self.host != '':
-            raise UnsupportedVersion('FindCoordinatorResponse: Host cannot be sent at version %d' % version)
         if version <= 3:
             w.int32(self.port)
-        elif self.port != 0:
-            raise UnsupportedVersion('FindCoordinatorResponse: Port cannot be sent at version %d' % version)
         if version >= 4:
             w.length(len(self.coordinators), flex)
             for _e_coordinators in self.coordinators:
                 _e_coordinators.encode(w, version)
-        elif bool(self.coordinators):
-            raise UnsupportedVersion('FindCoordinatorResponse: Coordinators cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
 

@@ -136,8 +136,6 @@ class InitProducerIdResponse(Message):
         w.pack(_S_ihqh, self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
         if version >= 6:
             w.pack(_S_qh, self.ongoing_txn_producer_id, self.ongoing_txn_producer_epoch)
-        elif self.ongoing_txn_producer_id != -1 or self.ongoing_txn_producer_epoch != -1:
-            raise UnsupportedVersion('InitProducerIdResponse: OngoingTxnProducerId, OngoingTxnProducerEpoch cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
 

@@ -244,8 +244,6 @@ class JoinGroupResponse(Message):
         w.string(self.leader, flex)
         if version >= 9:
             w.boolean(self.skip_assignment)
-        elif self.skip_assignment is not False:
-            raise UnsupportedVersion('JoinGroupResponse: SkipAssignment cannot be sent at version %d' % version)
         w.string(self.member_id, flex)
         w.length(len(self.members), flex)
         for _e_members in self.members:

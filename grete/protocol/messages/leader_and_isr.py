@@ -202,7 +202,7 @@ class LeaderAndIsrRequest(Message):
                 w.length(len(self.partition_states), flex)
                 for _e_partition_states in self.partition_states:
                     _e_partition_states.encode(w, version)
-            elif bool(self.partition_states):
+            elif self.partition_states:
                 raise UnsupportedVersion('LeaderAndIsrRequest: PartitionStates cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -296,13 +296,13 @@ class LeaderAndIsrRequest(Message):
             w.length(len(self.ungrouped_partition_states), flex)
             for _e_ungrouped_partition_states in self.ungrouped_partition_states:
                 _e_ungrouped_partition_states.encode(w, version)
-        elif bool(self.ungrouped_partition_states):
+        elif self.ungrouped_partition_states:
             raise UnsupportedVersion('LeaderAndIsrRequest: UngroupedPartitionStates cannot be sent at version %d' % version)
         if version >= 2:
             w.length(len(self.topic_states), flex)
             for _e_topic_states in self.topic_states:
                 _e_topic_states.encode(w, version)
-        elif bool(self.topic_states):
+        elif self.topic_states:
             raise UnsupportedVersion('LeaderAndIsrRequest: TopicStates cannot be sent at version %d' % version)
         w.length(len(self.live_leaders), flex)
         for _e_live_leaders in self.live_leaders:
@@ -444,14 +444,10 @@ class LeaderAndIsrResponse(Message):
             flex = version >= 4
             if version >= 5:
                 w.uuid(self.topic_id)
-            elif self.topic_id != ZERO_UUID:
-                raise UnsupportedVersion('LeaderAndIsrResponse: TopicId cannot be sent at version %d' % version)
             if version >= 5:
                 w.length(len(self.partition_errors), flex)
                 for _e_partition_errors in self.partition_errors:
                     _e_partition_errors.encode(w, version)
-            elif bool(self.partition_errors):
-                raise UnsupportedVersion('LeaderAndIsrResponse: PartitionErrors cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -490,14 +486,10 @@ class LeaderAndIsrResponse(Message):
             w.length(len(self.partition_errors), flex)
             for _e_partition_errors in self.partition_errors:
                 _e_partition_errors.encode(w, version)
-        elif bool(self.partition_errors):
-            raise UnsupportedVersion('LeaderAndIsrResponse: PartitionErrors cannot be sent at version %d' % version)
         if version >= 5:
             w.length(len(self.topics), flex)
             for _e_topics in self.topics:
                 _e_topics.encode(w, version)
-        elif bool(self.topics):
-            raise UnsupportedVersion('LeaderAndIsrResponse: Topics cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
 

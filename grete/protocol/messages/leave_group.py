@@ -112,7 +112,7 @@ class LeaveGroupRequest(Message):
             w.length(len(self.members), flex)
             for _e_members in self.members:
                 _e_members.encode(w, version)
-        elif bool(self.members):
+        elif self.members:
             raise UnsupportedVersion('LeaveGroupRequest: Members cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
@@ -184,16 +184,10 @@ class LeaveGroupResponse(Message):
             flex = version >= 4
             if version >= 3:
                 w.string(self.member_id, flex)
-            elif self.member_id != '':
-                raise UnsupportedVersion('LeaveGroupResponse: MemberId cannot be sent at version %d' % version)
             if version >= 3:
                 w.string(self.group_instance_id, flex)
-            elif self.group_instance_id != '':
-                raise UnsupportedVersion('LeaveGroupResponse: GroupInstanceId cannot be sent at version %d' % version)
             if version >= 3:
                 w.int16(self.error_code)
-            elif self.error_code != 0:
-                raise UnsupportedVersion('LeaveGroupResponse: ErrorCode cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -234,8 +228,6 @@ class LeaveGroupResponse(Message):
             w.length(len(self.members), flex)
             for _e_members in self.members:
                 _e_members.encode(w, version)
-        elif bool(self.members):
-            raise UnsupportedVersion('LeaveGroupResponse: Members cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
 

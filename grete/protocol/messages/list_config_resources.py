@@ -50,7 +50,7 @@ class ListConfigResourcesRequest(Message):
         if version >= 1:
             w.length(len(self.resource_types), flex)
             w.primitive_array('int8', self.resource_types)
-        elif bool(self.resource_types):
+        elif self.resource_types:
             raise UnsupportedVersion('ListConfigResourcesRequest: ResourceTypes cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)

@@ -51,13 +51,13 @@ class ListGroupsRequest(Message):
             w.length(len(self.states_filter), flex)
             for _e_states_filter in self.states_filter:
                 w.string(_e_states_filter, flex)
-        elif bool(self.states_filter):
+        elif self.states_filter:
             raise UnsupportedVersion('ListGroupsRequest: StatesFilter cannot be sent at version %d' % version)
         if version >= 5:
             w.length(len(self.types_filter), flex)
             for _e_types_filter in self.types_filter:
                 w.string(_e_types_filter, flex)
-        elif bool(self.types_filter):
+        elif self.types_filter:
             raise UnsupportedVersion('ListGroupsRequest: TypesFilter cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)

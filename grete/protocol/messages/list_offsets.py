@@ -275,16 +275,10 @@ class ListOffsetsResponse(Message):
             if version <= 0:
                 w.length(len(self.old_style_offsets), flex)
                 w.primitive_array('int64', self.old_style_offsets)
-            elif bool(self.old_style_offsets):
-                raise UnsupportedVersion('ListOffsetsResponse: OldStyleOffsets cannot be sent at version %d' % version)
             if version >= 1:
                 w.pack(_S_qq, self.timestamp, self.offset)
-            elif self.timestamp != -1 or self.offset != -1:
-                raise UnsupportedVersion('ListOffsetsResponse: Timestamp, Offset cannot be sent at version %d' % version)
             if version >= 4:
                 w.int32(self.leader_epoch)
-            elif self.leader_epoch != -1:
-                raise UnsupportedVersion('ListOffsetsResponse: LeaderEpoch cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 

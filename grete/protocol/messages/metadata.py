@@ -261,8 +261,6 @@ class MetadataResponse(Message):
                 _e_partitions.encode(w, version)
             if version >= 8:
                 w.int32(self.topic_authorized_operations)
-            elif self.topic_authorized_operations != -2147483648:
-                raise UnsupportedVersion('MetadataResponse: TopicAuthorizedOperations cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -398,8 +396,6 @@ class MetadataResponse(Message):
             _e_topics.encode(w, version)
         if 8 <= version <= 10:
             w.int32(self.cluster_authorized_operations)
-        elif self.cluster_authorized_operations != -2147483648:
-            raise UnsupportedVersion('MetadataResponse: ClusterAuthorizedOperations cannot be sent at version %d' % version)
         if version >= 13:
             w.int16(self.error_code)
         if flex:

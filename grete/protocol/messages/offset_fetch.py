@@ -70,7 +70,7 @@ class OffsetFetchRequest(Message):
             if version <= 7:
                 w.length(len(self.partition_indexes), flex)
                 w.primitive_array('int32', self.partition_indexes)
-            elif bool(self.partition_indexes):
+            elif self.partition_indexes:
                 raise UnsupportedVersion('OffsetFetchRequest: PartitionIndexes cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -132,7 +132,7 @@ class OffsetFetchRequest(Message):
                     w.length(len(self.topics), flex)
                     for _e_topics in self.topics:
                         _e_topics.encode(w, version)
-            elif (self.topics is None or bool(self.topics)):
+            elif (self.topics is None or self.topics):
                 raise UnsupportedVersion('OffsetFetchRequest: Topics cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -195,7 +195,7 @@ class OffsetFetchRequest(Message):
             if version >= 8:
                 w.length(len(self.partition_indexes), flex)
                 w.primitive_array('int32', self.partition_indexes)
-            elif bool(self.partition_indexes):
+            elif self.partition_indexes:
                 raise UnsupportedVersion('OffsetFetchRequest: PartitionIndexes cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -247,13 +247,13 @@ class OffsetFetchRequest(Message):
                 w.length(len(self.topics), flex)
                 for _e_topics in self.topics:
                     _e_topics.encode(w, version)
-        elif (self.topics is None or bool(self.topics)):
+        elif (self.topics is None or self.topics):
             raise UnsupportedVersion('OffsetFetchRequest: Topics cannot be sent at version %d' % version)
         if version >= 8:
             w.length(len(self.groups), flex)
             for _e_groups in self.groups:
                 _e_groups.encode(w, version)
-        elif bool(self.groups):
+        elif self.groups:
             raise UnsupportedVersion('OffsetFetchRequest: Groups cannot be sent at version %d' % version)
         if version >= 7:
             w.boolean(self.require_stable)
@@ -344,14 +344,10 @@ class OffsetFetchResponse(Message):
             flex = version >= 6
             if version <= 7:
                 w.string(self.name, flex)
-            elif self.name != '':
-                raise UnsupportedVersion('OffsetFetchResponse: Name cannot be sent at version %d' % version)
             if version <= 7:
                 w.length(len(self.partitions), flex)
                 for _e_partitions in self.partitions:
                     _e_partitions.encode(w, version)
-            elif bool(self.partitions):
-                raise UnsupportedVersion('OffsetFetchResponse: Partitions cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -402,18 +398,12 @@ class OffsetFetchResponse(Message):
             flex = version >= 6
             if version <= 7:
                 w.pack(_S_iq, self.partition_index, self.committed_offset)
-            elif self.partition_index != 0 or self.committed_offset != 0:
-                raise UnsupportedVersion('OffsetFetchResponse: PartitionIndex, CommittedOffset cannot be sent at version %d' % version)
             if 5 <= version <= 7:
                 w.int32(self.committed_leader_epoch)
             if version <= 7:
                 w.string(self.metadata, flex)
-            elif self.metadata != '':
-                raise UnsupportedVersion('OffsetFetchResponse: Metadata cannot be sent at version %d' % version)
             if version <= 7:
                 w.int16(self.error_code)
-            elif self.error_code != 0:
-                raise UnsupportedVersion('OffsetFetchResponse: ErrorCode cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -467,18 +457,12 @@ class OffsetFetchResponse(Message):
             flex = version >= 6
             if version >= 8:
                 w.string(self.group_id, flex)
-            elif self.group_id != '':
-                raise UnsupportedVersion('OffsetFetchResponse: GroupId cannot be sent at version %d' % version)
             if version >= 8:
                 w.length(len(self.topics), flex)
                 for _e_topics in self.topics:
                     _e_topics.encode(w, version)
-            elif bool(self.topics):
-                raise UnsupportedVersion('OffsetFetchResponse: Topics cannot be sent at version %d' % version)
             if version >= 8:
                 w.int16(self.error_code)
-            elif self.error_code != 0:
-                raise UnsupportedVersion('OffsetFetchResponse: ErrorCode cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -536,8 +520,6 @@ class OffsetFetchResponse(Message):
                 w.length(len(self.partitions), flex)
                 for _e_partitions in self.partitions:
                     _e_partitions.encode(w, version)
-            elif bool(self.partitions):
-                raise UnsupportedVersion('OffsetFetchResponse: Partitions cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -593,16 +575,10 @@ class OffsetFetchResponse(Message):
             flex = version >= 6
             if version >= 8:
                 w.pack(_S_iqi, self.partition_index, self.committed_offset, self.committed_leader_epoch)
-            elif self.partition_index != 0 or self.committed_offset != 0:
-                raise UnsupportedVersion('OffsetFetchResponse: PartitionIndex, CommittedOffset cannot be sent at version %d' % version)
             if version >= 8:
                 w.string(self.metadata, flex)
-            elif self.metadata != '':
-                raise UnsupportedVersion('OffsetFetchResponse: Metadata cannot be sent at version %d' % version)
             if version >= 8:
                 w.int16(self.error_code)
-            elif self.error_code != 0:
-                raise UnsupportedVersion('OffsetFetchResponse: ErrorCode cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -646,16 +622,12 @@ class OffsetFetchResponse(Message):
             w.length(len(self.topics), flex)
             for _e_topics in self.topics:
                 _e_topics.encode(w, version)
-        elif bool(self.topics):
-            raise UnsupportedVersion('OffsetFetchResponse: Topics cannot be sent at version %d' % version)
         if 2 <= version <= 7:
             w.int16(self.error_code)
         if version >= 8:
             w.length(len(self.groups), flex)
             for _e_groups in self.groups:
                 _e_groups.encode(w, version)
-        elif bool(self.groups):
-            raise UnsupportedVersion('OffsetFetchResponse: Groups cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
 

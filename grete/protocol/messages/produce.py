@@ -291,15 +291,11 @@ class ProduceResponse(Message):
                 w.string(self.error_message, flex)
             if flex:
                 _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-                if self.current_leader != ProduceResponse.LeaderIdAndEpoch():
-                    if not (version >= 10):
-                        raise UnsupportedVersion('ProduceResponse: CurrentLeader cannot be sent at version %d' % version)
+                if self.current_leader != _D_ProduceResponse_LeaderIdAndEpoch and version >= 10:
                     _t = Writer()
                     self.current_leader.encode(_t, version)
                     _tags.append((0, _t.buf))
                 w.tagged_fields(_tags, self.unknown_tagged_fields)
-            elif self.current_leader != ProduceResponse.LeaderIdAndEpoch():
-                raise UnsupportedVersion('ProduceResponse: CurrentLeader cannot be sent at version %d' % version)
 
         @classmethod
         def decode(cls, r: Reader, version: int) -> Self:
@@ -362,12 +358,8 @@ class ProduceResponse(Message):
             flex = version >= 9
             if version >= 8:
                 w.int32(self.batch_index)
-            elif self.batch_index != 0:
-                raise UnsupportedVersion('ProduceResponse: BatchIndex cannot be sent at version %d' % version)
             if version >= 8:
                 w.string(self.batch_index_error_message, flex)
-            elif self.batch_index_error_message is not None:
-                raise UnsupportedVersion('ProduceResponse: BatchIndexErrorMessage cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -407,8 +399,6 @@ class ProduceResponse(Message):
             flex = version >= 9
             if version >= 10:
                 w.pack(_S_ii, self.leader_id, self.leader_epoch)
-            elif self.leader_id != -1 or self.leader_epoch != -1:
-                raise UnsupportedVersion('ProduceResponse: LeaderId, LeaderEpoch cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -449,20 +439,12 @@ class ProduceResponse(Message):
             flex = version >= 9
             if version >= 10:
                 w.int32(self.node_id)
-            elif self.node_id != 0:
-                raise UnsupportedVersion('ProduceResponse: NodeId cannot be sent at version %d' % version)
             if version >= 10:
                 w.string(self.host, flex)
-            elif self.host != '':
-                raise UnsupportedVersion('ProduceResponse: Host cannot be sent at version %d' % version)
             if version >= 10:
                 w.int32(self.port)
-            elif self.port != 0:
-                raise UnsupportedVersion('ProduceResponse: Port cannot be sent at version %d' % version)
             if version >= 10:
                 w.string(self.rack, flex)
-            elif self.rack is not None:
-                raise UnsupportedVersion('ProduceResponse: Rack cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -508,17 +490,13 @@ class ProduceResponse(Message):
             w.int32(self.throttle_time_ms)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if bool(self.node_endpoints):
-                if not (version >= 10):
-                    raise UnsupportedVersion('ProduceResponse: NodeEndpoints cannot be sent at version %d' % version)
+            if self.node_endpoints and version >= 10:
                 _t = Writer()
                 _t.length(len(self.node_endpoints), True)
                 for _e_node_endpoints in self.node_endpoints:
                     _e_node_endpoints.encode(_t, version)
                 _tags.append((0, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
-        elif bool(self.node_endpoints):
-            raise UnsupportedVersion('ProduceResponse: NodeEndpoints cannot be sent at version %d' % version)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
@@ -555,3 +533,7 @@ class ProduceResponse(Message):
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
         return cls(responses=f_responses, throttle_time_ms=f_throttle_time_ms, node_endpoints=f_node_endpoints, unknown_tagged_fields=_unknown)
+
+
+# Default instances for comparisons only; never handed out, never mutated.
+_D_ProduceResponse_LeaderIdAndEpoch = ProduceResponse.LeaderIdAndEpoch()

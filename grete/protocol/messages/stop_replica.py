@@ -123,7 +123,7 @@ class StopReplicaRequest(Message):
             if 1 <= version <= 2:
                 w.length(len(self.partition_indexes), flex)
                 w.primitive_array('int32', self.partition_indexes)
-            elif bool(self.partition_indexes):
+            elif self.partition_indexes:
                 raise UnsupportedVersion('StopReplicaRequest: PartitionIndexes cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -174,7 +174,7 @@ class StopReplicaRequest(Message):
                 w.length(len(self.partition_states), flex)
                 for _e_partition_states in self.partition_states:
                     _e_partition_states.encode(w, version)
-            elif bool(self.partition_states):
+            elif self.partition_states:
                 raise UnsupportedVersion('StopReplicaRequest: PartitionStates cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -267,19 +267,19 @@ class StopReplicaRequest(Message):
             w.length(len(self.ungrouped_partitions), flex)
             for _e_ungrouped_partitions in self.ungrouped_partitions:
                 _e_ungrouped_partitions.encode(w, version)
-        elif bool(self.ungrouped_partitions):
+        elif self.ungrouped_partitions:
             raise UnsupportedVersion('StopReplicaRequest: UngroupedPartitions cannot be sent at version %d' % version)
         if 1 <= version <= 2:
             w.length(len(self.topics), flex)
             for _e_topics in self.topics:
                 _e_topics.encode(w, version)
-        elif bool(self.topics):
+        elif self.topics:
             raise UnsupportedVersion('StopReplicaRequest: Topics cannot be sent at version %d' % version)
         if version >= 3:
             w.length(len(self.topic_states), flex)
             for _e_topic_states in self.topic_states:
                 _e_topic_states.encode(w, version)
-        elif bool(self.topic_states):
+        elif self.topic_states:
             raise UnsupportedVersion('StopReplicaRequest: TopicStates cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)

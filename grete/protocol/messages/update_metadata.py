@@ -167,7 +167,7 @@ class UpdateMetadataRequest(Message):
                 w.length(len(self.partition_states), flex)
                 for _e_partition_states in self.partition_states:
                     _e_partition_states.encode(w, version)
-            elif bool(self.partition_states):
+            elif self.partition_states:
                 raise UnsupportedVersion('UpdateMetadataRequest: PartitionStates cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -355,13 +355,13 @@ class UpdateMetadataRequest(Message):
             w.length(len(self.ungrouped_partition_states), flex)
             for _e_ungrouped_partition_states in self.ungrouped_partition_states:
                 _e_ungrouped_partition_states.encode(w, version)
-        elif bool(self.ungrouped_partition_states):
+        elif self.ungrouped_partition_states:
             raise UnsupportedVersion('UpdateMetadataRequest: UngroupedPartitionStates cannot be sent at version %d' % version)
         if version >= 5:
             w.length(len(self.topic_states), flex)
             for _e_topic_states in self.topic_states:
                 _e_topic_states.encode(w, version)
-        elif bool(self.topic_states):
+        elif self.topic_states:
             raise UnsupportedVersion('UpdateMetadataRequest: TopicStates cannot be sent at version %d' % version)
         w.length(len(self.live_brokers), flex)
         for _e_live_brokers in self.live_brokers:

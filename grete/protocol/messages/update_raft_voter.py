@@ -235,7 +235,7 @@ class UpdateRaftVoterResponse(Message):
         w.pack(_S_ih, self.throttle_time_ms, self.error_code)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if self.current_leader != UpdateRaftVoterResponse.CurrentLeader():
+            if self.current_leader != _D_UpdateRaftVoterResponse_CurrentLeader:
                 _t = Writer()
                 self.current_leader.encode(_t, version)
                 _tags.append((0, _t.buf))
@@ -262,3 +262,7 @@ class UpdateRaftVoterResponse(Message):
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
         return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, current_leader=f_current_leader, unknown_tagged_fields=_unknown)
+
+
+# Default instances for comparisons only; never handed out, never mutated.
+_D_UpdateRaftVoterResponse_CurrentLeader = UpdateRaftVoterResponse.CurrentLeader()

@@ -306,16 +306,10 @@ class VoteResponse(Message):
             flex = True
             if version >= 1:
                 w.int32(self.node_id)
-            elif self.node_id != 0:
-                raise UnsupportedVersion('VoteResponse: NodeId cannot be sent at version %d' % version)
             if version >= 1:
                 w.string(self.host, flex)
-            elif self.host != '':
-                raise UnsupportedVersion('VoteResponse: Host cannot be sent at version %d' % version)
             if version >= 1:
                 w.uint16(self.port)
-            elif self.port != 0:
-                raise UnsupportedVersion('VoteResponse: Port cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -355,9 +349,7 @@ class VoteResponse(Message):
             _e_topics.encode(w, version)
         if flex:
             _tags: list[tuple[int, bytes | bytearray | memoryview]] = []
-            if bool(self.node_endpoints):
-                if not (version >= 1):
-                    raise UnsupportedVersion('VoteResponse: NodeEndpoints cannot be sent at version %d' % version)
+            if self.node_endpoints and version >= 1:
                 _t = Writer()
                 _t.length(len(self.node_endpoints), True)
                 for _e_node_endpoints in self.node_endpoints:

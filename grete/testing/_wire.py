@@ -1,0 +1,60 @@
+"""A tiny blocking Kafka client over grete's own codecs: enough to create topics on a broker in
+another process (subprocess mode) without depending on a client library."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from grete.protocol.codec import Reader, Writer
+from grete.protocol.errors import ErrorCode
+from grete.protocol.headers import RequestHeader, encode_request_header
+from grete.protocol.messages import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    request_header_version,
+    response_header_version,
+)
+
+CREATE_TOPICS_VERSION = 5
+
+
+def call(host: str, port: int, request: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        w = Writer()
+        size = w.reserve_int32()
+        encode_request_header(w, RequestHeader(api_key=request.API_KEY, api_version=version, correlation_id=1,
+                                               client_id="grete.testing"),
+                              request_header_version(request.API_KEY, version))
+        request.encode(w, version)
+        w.patch_int32(size, w.nbytes - 4)
+        sock.sendall(w.getvalue())
+        frame = _exact(sock, struct.unpack(">i", _exact(sock, 4))[0])
+    r = Reader(frame)
+    r.int32()  # correlation id
+    if response_header_version(request.API_KEY, version) >= 1:
+        r.tagged_fields()
+    return response_cls.decode(r, version)
+
+
+def create_topic(host: str, port: int, name: str, partitions: int, configs: dict[str, str]) -> None:
+    topic = CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=-1,
+        configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])
+    response = call(host, port, CreateTopicsRequest(topics=[topic], timeout_ms=10_000), CreateTopicsResponse,
+                    CREATE_TOPICS_VERSION)
+    for result in response.topics:
+        if result.error_code != 0:
+            raise RuntimeError(f"creating topic {name!r} failed: {ErrorCode(result.error_code).name}"
+                               f" {result.error_message or ''}".rstrip())
+
+
+def _exact(sock: socket.socket, n: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < n:
+        chunk = sock.recv(n - len(chunks))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        chunks += chunk
+    return bytes(chunks)
