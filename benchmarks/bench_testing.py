@@ -29,12 +29,15 @@ from collections.abc import Callable
 COLD = """
 import time
 t0 = time.perf_counter()
-from grete.testing import broker
+from grete.testing import broker, _wire
+from grete.protocol.messages import MetadataRequest, MetadataResponse
 t1 = time.perf_counter()
-with broker():
+with broker() as b:
     t2 = time.perf_counter()
-t3 = time.perf_counter()
-print(t1 - t0, t2 - t1, t3 - t2)
+    _wire.call(b.host, b.port, MetadataRequest(topics=[]), MetadataResponse, 9)
+    t3 = time.perf_counter()
+t4 = time.perf_counter()
+print(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
 """
 
 
@@ -44,15 +47,17 @@ def summary(values: list[float], unit: str = "ms", scale: float = 1000.0) -> str
 
 
 def cold_start(repeat: int) -> None:
-    imports, starts, stops = [], [], []
+    imports, starts, firsts, stops = [], [], [], []
     for _ in range(repeat):
         out = subprocess.run([sys.executable, "-c", COLD], capture_output=True, text=True, check=True).stdout
-        a, b, c = map(float, out.split())
+        a, b, c, d = map(float, out.split())
         imports.append(a)
         starts.append(b)
-        stops.append(c)
+        firsts.append(c)
+        stops.append(d)
     print(f"cold: import grete.testing      {summary(imports)}")
     print(f"cold: first broker start        {summary(starts)}")
+    print(f"cold: first request (Metadata)  {summary(firsts)}   (imports the request handlers)")
     print(f"cold: first broker stop         {summary(stops)}")
 
 

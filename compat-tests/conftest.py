@@ -31,6 +31,7 @@ if str(REPO) not in sys.path:  # tools/ is not an installed package
     sys.path.insert(0, str(REPO))
 
 from tools import kafka_dist  # noqa: E402
+from tools.kafka_admin import create_topic  # noqa: E402,F401  (re-exported for the compat tests)
 from tools.reference_kafka import (  # noqa: E402
     ReferenceKafka,
     die_with_parent,
@@ -197,26 +198,6 @@ def admin_client(bootstrap: str) -> object:
     from confluent_kafka.admin import AdminClient
 
     return AdminClient({"bootstrap.servers": bootstrap})
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None,
-                 timeout: float = 30.0) -> None:
-    """Create through confluent-kafka's AdminClient and wait until every partition has a leader."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                            config=dict(config or {}))], operation_timeout=timeout)
-    futures[name].result(timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic=name, timeout=5)
-        t = md.topics.get(name)
-        if t is not None and t.error is None and len(t.partitions) == partitions and \
-                all(p.leader >= 0 for p in t.partitions.values()):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"topic {name} has no leaders after {timeout}s")
 
 
 @pytest.fixture

@@ -121,10 +121,8 @@ def test_grete_opens_a_partition_written_by_kafka(tmp_path: Path, version: str) 
     _need_kafka(version)
     from confluent_kafka import Producer
 
+    from tools.kafka_admin import create_topic
     from tools.reference_kafka import ReferenceKafka
-
-    sys.path.insert(0, str(REPO / "compat-tests"))
-    from conftest import create_topic  # type: ignore[import-not-found]
 
     topic = f"disk-{uuid.uuid4().hex[:8]}"
     produced: list[tuple[bytes, bytes]] = []
@@ -185,10 +183,8 @@ def test_kafka_broker_serves_a_partition_grete_wrote(tmp_path: Path, version: st
     _need_kafka(version)
     from confluent_kafka import Consumer, TopicPartition
 
+    from tools.kafka_admin import create_topic
     from tools.reference_kafka import ReferenceKafka
-
-    sys.path.insert(0, str(REPO / "compat-tests"))
-    from conftest import create_topic
 
     topic = f"ours-{uuid.uuid4().hex[:8]}"
     kafka = ReferenceKafka(version, log_level="WARN").start()

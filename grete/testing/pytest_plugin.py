@@ -1,6 +1,6 @@
 """pytest plugin (entry point ``grete``): real brokers as fixtures.
 
-* ``grete_broker``: a fresh in-process broker per test (about 20 ms after the session's first);
+* ``grete_broker``: a fresh in-process broker per test (a few ms after the session's first);
   ``grete_broker.faults`` injects faults (see docs/testing.md);
 * ``grete_session_broker``: one broker shared by the whole session (faults are cleared after
   each test that used it through ``grete_shared_broker``);
