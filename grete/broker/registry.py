@@ -4,14 +4,21 @@ A handler module declares the versions it implements with ``@api(key, min, max)`
 advertised that no module implements, and the advertised range is exactly the implemented one,
 except where Kafka itself advertises more for client feature checks (Produce advertises min 0, as
 Apache Kafka 4.x does for librdkafka; v0-2 are then answered by up-converting legacy message sets).
+
+Start-up speed: importing every handler module (and its generated codecs) costs ~150 ms, so the
+broker answers ApiVersions from ``handlers/manifest.py`` (key -> module and versions) and imports a
+handler module on the first request of its API. ``python -m grete.broker.registry`` rewrites the
+manifest from the modules' own ``@api`` declarations; a test fails when the two disagree.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grete.protocol.messages import APIS
@@ -20,6 +27,7 @@ if TYPE_CHECKING:
     from grete.broker.context import RequestContext
 
 HandlerFn = Callable[["RequestContext", Any], Any | Awaitable[Any] | None]
+PACKAGE = "grete.broker.handlers"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +40,7 @@ class Handler:
     fn: HandlerFn
     request_cls: type
     response_cls: type
+    module: str
 
 
 _HANDLERS: dict[int, Handler] = {}
@@ -46,26 +55,86 @@ def api(api_key: int, min_version: int, max_version: int, *,
                          f"handler claims v{min_version}-{max_version}")
 
     def register(fn: HandlerFn) -> HandlerFn:
-        if api_key in _HANDLERS:
+        if api_key in _HANDLERS and _HANDLERS[api_key].fn is not fn:
             raise ValueError(f"{info.name} registered twice")
         _HANDLERS[api_key] = Handler(api_key, info.name, min_version, max_version,
                                      min_version if advertised_min is None else advertised_min,
-                                     fn, info.request, info.response)
+                                     fn, info.request, info.response, fn.__module__)
         return fn
 
     return register
 
 
-def handlers() -> dict[int, Handler]:
-    """Every registered handler, importing each module of grete.broker.handlers once."""
-    if not _HANDLERS:
-        import grete.broker.handlers as package
-        for module in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"{package.__name__}.{module.name}")
-    return _HANDLERS
+class Handlers:
+    """API key -> Handler, importing a handler module the first time its API is asked for."""
+
+    def __init__(self, manifest: dict[int, tuple[str, int, int, int]]) -> None:
+        self._manifest = manifest
+
+    def get(self, api_key: int) -> Handler | None:
+        handler = _HANDLERS.get(api_key)
+        if handler is None and api_key in self._manifest:
+            importlib.import_module(f"{PACKAGE}.{self._manifest[api_key][0]}")
+            handler = _HANDLERS.get(api_key)
+        return handler
+
+    def __getitem__(self, api_key: int) -> Handler:
+        handler = self.get(api_key)
+        if handler is None:
+            raise KeyError(api_key)
+        return handler
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._manifest))
+
+    def __len__(self) -> int:
+        return len(self._manifest)
+
+    def __contains__(self, api_key: object) -> bool:
+        return api_key in self._manifest
+
+
+def handlers() -> Handlers:
+    from grete.broker.handlers.manifest import HANDLERS
+
+    return Handlers(HANDLERS)
 
 
 def advertised_versions() -> list[tuple[int, int, int]]:
-    """(api_key, min, max) for the ApiVersions response, sorted by key."""
-    return [(h.api_key, h.advertised_min, h.max_version) for h in sorted(handlers().values(),
-                                                                         key=lambda h: h.api_key)]
+    """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
+    from grete.broker.handlers.manifest import HANDLERS
+
+    return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())]
+
+
+def declared_handlers() -> dict[int, Handler]:
+    """Import every handler module and return what their ``@api`` decorators declare."""
+    import grete.broker.handlers as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name != "manifest":
+            importlib.import_module(f"{PACKAGE}.{module.name}")
+    return dict(_HANDLERS)
+
+
+def render_manifest(declared: dict[int, Handler]) -> str:
+    lines = ['"""API key -> (handler module, min version, max version, advertised min).',
+             "",
+             "Written by ``python -m grete.broker.registry`` from the ``@api`` declaration of each module;",
+             'a test fails when it is out of date. Do not edit by hand."""',
+             "",
+             "HANDLERS: dict[int, tuple[str, int, int, int]] = {"]
+    for key, h in sorted(declared.items()):
+        lines.append(f"    {key}: ({h.module.rsplit('.', 1)[1]!r}, {h.min_version}, {h.max_version}, "
+                     f"{h.advertised_min}),  # {h.name}")
+    lines.append("}")
+    return "\n".join(lines).replace("'", '"') + "\n"
+
+
+if __name__ == "__main__":
+    # Run as a script this file is __main__; the handlers register into the imported module.
+    from grete.broker import registry
+
+    target = Path(registry.__file__).with_name("handlers") / "manifest.py"
+    target.write_text(registry.render_manifest(registry.declared_handlers()), encoding="utf-8")
+    print(f"wrote {target}", file=sys.stderr)

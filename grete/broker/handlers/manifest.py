@@ -1,0 +1,34 @@
+"""API key -> (handler module, min version, max version, advertised min).
+
+Written by ``python -m grete.broker.registry`` from the ``@api`` declaration of each module;
+a test fails when it is out of date. Do not edit by hand."""
+
+HANDLERS: dict[int, tuple[str, int, int, int]] = {
+    0: ("produce", 0, 9, 0),  # Produce
+    1: ("fetch", 4, 12, 4),  # Fetch
+    2: ("list_offsets", 1, 7, 1),  # ListOffsets
+    3: ("metadata", 0, 12, 0),  # Metadata
+    8: ("offset_commit", 2, 8, 2),  # OffsetCommit
+    9: ("offset_fetch", 1, 8, 1),  # OffsetFetch
+    10: ("find_coordinator", 0, 4, 0),  # FindCoordinator
+    11: ("join_group", 0, 9, 0),  # JoinGroup
+    12: ("heartbeat", 0, 4, 0),  # Heartbeat
+    13: ("leave_group", 0, 5, 0),  # LeaveGroup
+    14: ("sync_group", 0, 5, 0),  # SyncGroup
+    15: ("describe_groups", 0, 5, 0),  # DescribeGroups
+    16: ("list_groups", 0, 5, 0),  # ListGroups
+    18: ("api_versions", 0, 4, 0),  # ApiVersions
+    19: ("create_topics", 2, 7, 2),  # CreateTopics
+    20: ("delete_topics", 1, 6, 1),  # DeleteTopics
+    21: ("delete_records", 0, 2, 0),  # DeleteRecords
+    22: ("init_producer_id", 0, 4, 0),  # InitProducerId
+    23: ("offset_for_leader_epoch", 2, 4, 2),  # OffsetForLeaderEpoch
+    32: ("describe_configs", 1, 4, 1),  # DescribeConfigs
+    33: ("alter_configs", 0, 2, 0),  # AlterConfigs
+    35: ("describe_log_dirs", 1, 4, 1),  # DescribeLogDirs
+    37: ("create_partitions", 0, 3, 0),  # CreatePartitions
+    42: ("delete_groups", 0, 2, 0),  # DeleteGroups
+    44: ("incremental_alter_configs", 0, 1, 0),  # IncrementalAlterConfigs
+    47: ("offset_delete", 0, 0, 0),  # OffsetDelete
+    60: ("describe_cluster", 0, 1, 0),  # DescribeCluster
+}

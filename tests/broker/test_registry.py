@@ -1,0 +1,26 @@
+"""The handler manifest (read at start-up, so ApiVersions needs no imports) must say exactly what
+the handler modules' own ``@api`` declarations say: nothing advertised that is not implemented."""
+
+from __future__ import annotations
+
+from grete.broker.handlers.manifest import HANDLERS
+from grete.broker.registry import advertised_versions, declared_handlers, render_manifest
+
+
+def test_manifest_matches_the_handler_declarations():
+    declared = declared_handlers()
+    expected = render_manifest(declared)
+    import grete.broker.handlers.manifest as manifest
+    with open(manifest.__file__, encoding="utf-8") as f:
+        assert f.read() == expected, "run: python -m grete.broker.registry"
+    assert {k: (v.min_version, v.max_version) for k, v in declared.items()} == \
+        {k: (lo, hi) for k, (_, lo, hi, _) in HANDLERS.items()}
+
+
+def test_advertisement_excludes_what_must_not_be_advertised():
+    keys = {key for key, _, _ in advertised_versions()}
+    # KIP-848 groups, telemetry, DescribeTopicPartitions, share groups, transactions (not yet).
+    assert keys.isdisjoint({24, 25, 26, 28, 68, 69, 71, 72, 75, 76, 77, 78, 79})
+    ranges = {key: (lo, hi) for key, lo, hi in advertised_versions()}
+    assert ranges[0] == (0, 9)        # Produce: min 0 for librdkafka's checks, never 12+ (KIP-890)
+    assert ranges[1][0] == 4          # Fetch: no down-conversion versions
