@@ -8,24 +8,15 @@ ids and leader epochs survive restarts: Java clients ignore metadata whose leade
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from grete.storage.files import atomic_write, uuid_from_kafka, uuid_to_kafka
+
 METADATA_FILE = "grete-metadata.json"
-
-
-def uuid_to_kafka(value: uuid.UUID) -> str:
-    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, no padding."""
-    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
-
-
-def uuid_from_kafka(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
 def new_topic_id() -> uuid.UUID:
@@ -184,21 +175,4 @@ class LocalMetadataStore:
                 for t in sorted(self._topics.values(), key=lambda t: t.name)
             ],
         }
-        write_atomically(self.path, json.dumps(data, indent=1).encode("utf-8"))
-
-
-def write_atomically(path: Path, payload: bytes) -> None:
-    """Temp file, fsync, rename, fsync the directory: a crash leaves the old or the new file."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        atomic_write(self.path, json.dumps(data, indent=1).encode("utf-8"))
