@@ -18,6 +18,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -37,6 +38,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   txn      BOOTSTRAP TOPIC TXN_ID PLAN [configs...]                    PLAN like "c3,a2,c1": commit 3, abort 2, ...
  *   consume  BOOTSTRAP TOPIC GROUP COUNT [key=value consumer configs...]  -> {"partition","offset","key","value","headers"}
  *   admin    BOOTSTRAP TOPIC PARTITIONS                                    -> creates, then describes cluster and topic
+ *   group    BOOTSTRAP TOPIC GROUP MEMBERS PARTITIONS COUNT [configs...]   see GroupScenarios.group
+ *   static   BOOTSTRAP TOPIC GROUP PARTITIONS [configs...]                 see GroupScenarios.staticRestart
+ *   produce-ts BOOTSTRAP TOPIC PLAN                                        PLAN like "t1,t2/t3": timestamps, "/" flushes
+ *   times    BOOTSTRAP TOPIC PARTITION TS[,TS...]                          -> {"ts","offset","timestamp"} (null past the end)
+ *   oversize BOOTSTRAP TOPIC SIZE [configs...]                             -> {"error","message"} or {"partition","offset"}
  *
  * Record i of a produce run has key "k<i mod 4>", value "v<i>-<topic>" and a header "i" = i.
  */
@@ -53,20 +59,25 @@ public final class GreteJavaClient {
             case "txn": transactions(args); break;
             case "consume": consume(args); break;
             case "admin": admin(args); break;
+            case "group": GroupScenarios.group(args); break;
+            case "static": GroupScenarios.staticRestart(args); break;
+            case "produce-ts": produceTimestamps(args); break;
+            case "times": offsetsForTimes(args); break;
+            case "oversize": oversize(args); break;
             default:
                 System.err.println("unknown command " + args[0]);
                 System.exit(2);
         }
     }
 
-    private static void extraConfigs(Properties props, String[] args, int from) {
+    static void extraConfigs(Properties props, String[] args, int from) {
         for (int i = from; i < args.length; i++) {
             int eq = args[i].indexOf('=');
             props.put(args[i].substring(0, eq), args[i].substring(eq + 1));
         }
     }
 
-    private static Properties producerProps(String bootstrap) {
+    static Properties producerProps(String bootstrap) {
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
@@ -75,7 +86,7 @@ public final class GreteJavaClient {
         return p;
     }
 
-    private static ProducerRecord<String, String> record(String topic, int i) {
+    static ProducerRecord<String, String> record(String topic, int i) {
         ProducerRecord<String, String> r = new ProducerRecord<>(topic, "k" + (i % 4), "v" + i + "-" + topic);
         r.headers().add("i", Integer.toString(i).getBytes(java.nio.charset.StandardCharsets.UTF_8));
         return r;
@@ -123,16 +134,78 @@ public final class GreteJavaClient {
         }
     }
 
-    private static void consume(String[] args) {
+    private static void produceTimestamps(String[] args) throws Exception {
         String topic = args[2];
-        int count = Integer.parseInt(args[4]);
+        int i = 0;
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(producerProps(args[1]))) {
+            for (String batch : args[3].split("/")) {
+                List<Future<RecordMetadata>> sent = new ArrayList<>();
+                for (String ts : batch.split(",")) {
+                    sent.add(producer.send(new ProducerRecord<>(topic, 0, Long.parseLong(ts), "k" + i, "v" + i)));
+                    i++;
+                }
+                producer.flush();  // one batch per "/"-separated group, so lookups cross batch boundaries
+                for (Future<RecordMetadata> f : sent) {
+                    RecordMetadata md = f.get();
+                    System.out.println("{\"offset\":" + md.offset() + ",\"timestamp\":" + md.timestamp() + "}");
+                }
+            }
+        }
+    }
+
+    private static void offsetsForTimes(String[] args) {
+        TopicPartition tp = new TopicPartition(args[2], Integer.parseInt(args[3]));
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(consumerProps(args[1], null))) {
+            for (String ts : args[4].split(",")) {
+                long t = Long.parseLong(ts);
+                OffsetAndTimestamp found = consumer.offsetsForTimes(Collections.singletonMap(tp, t),
+                    Duration.ofSeconds(20)).get(tp);
+                System.out.println("{\"ts\":" + t + ",\"offset\":" + (found == null ? "null" : found.offset())
+                    + ",\"timestamp\":" + (found == null ? "null" : found.timestamp()) + "}");
+            }
+        }
+    }
+
+    private static void oversize(String[] args) throws Exception {
+        String topic = args[2];
+        int size = Integer.parseInt(args[3]);
+        Properties p = producerProps(args[1]);
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "20000");
+        extraConfigs(p, args, 4);
+        String value = "x".repeat(size);
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            try {
+                RecordMetadata md = producer.send(new ProducerRecord<>(topic, 0, "big", value)).get();
+                System.out.println("{\"partition\":" + md.partition() + ",\"offset\":" + md.offset() + "}");
+            } catch (java.util.concurrent.ExecutionException e) {
+                Throwable c = e.getCause();
+                System.out.println("{\"error\":" + quote(c.getClass().getSimpleName()) + ",\"message\":"
+                    + quote(String.valueOf(c.getMessage())) + "}");
+            }
+            // The same producer still works afterwards: the refusal is per record, not fatal.
+            RecordMetadata md = producer.send(new ProducerRecord<>(topic, 0, "small", "ok")).get();
+            System.out.println("{\"partition\":" + md.partition() + ",\"offset\":" + md.offset() + "}");
+        }
+    }
+
+    static Properties consumerProps(String bootstrap, String group) {
         Properties p = new Properties();
-        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, args[1]);
-        p.put(ConsumerConfig.GROUP_ID_CONFIG, args[3]);
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        if (group != null) {
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        }
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        return p;
+    }
+
+    private static void consume(String[] args) {
+        String topic = args[2];
+        int count = Integer.parseInt(args[4]);
+        Properties p = consumerProps(args[1], args[3]);
         extraConfigs(p, args, 5);
         long deadline = System.currentTimeMillis() + 60_000;
         int seen = 0;
@@ -219,7 +292,7 @@ public final class GreteJavaClient {
         }
     }
 
-    private static String quote(String s) {
+    static String quote(String s) {
         if (s == null) {
             return "null";
         }
