@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
+
+from tools.testwait import wait_until  # noqa: F401  (re-exported to the tests)
 
 
 def unique(prefix: str = "g") -> str:
@@ -46,14 +47,3 @@ def read_partition(bootstrap: str, topic: str, partition: int, n: int, **config:
         c.close()
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, step: Callable[[], object] | None = None,
-               what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if step is not None:
-            step()
-        if cond():
-            return
-        if step is None:
-            time.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout}s")

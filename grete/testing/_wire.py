@@ -1,5 +1,5 @@
-"""A tiny blocking Kafka client over grete's own codecs: enough to create topics on a broker in
-another process (subprocess mode) without depending on a client library."""
+"""A tiny blocking Kafka client over grete's own codecs: creates topics on a broker in another process
+(subprocess mode) without a client library, and lets tests check exact error codes on the wire."""
 
 from __future__ import annotations
 
@@ -20,22 +20,48 @@ from grete.protocol.messages import (
 CREATE_TOPICS_VERSION = 5
 
 
-def call(host: str, port: int, request: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+class Wire:
+    """One connection; requests may be sent ahead of their responses (pipelining, long polls)."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.correlation_id = 0
+
+    def send(self, request: Any, version: int) -> int:
+        self.correlation_id += 1
         w = Writer()
         size = w.reserve_int32()
-        encode_request_header(w, RequestHeader(api_key=request.API_KEY, api_version=version, correlation_id=1,
-                                               client_id="grete.testing"),
+        encode_request_header(w, RequestHeader(api_key=request.API_KEY, api_version=version,
+                                               correlation_id=self.correlation_id, client_id="grete.testing"),
                               request_header_version(request.API_KEY, version))
         request.encode(w, version)
         w.patch_int32(size, w.nbytes - 4)
-        sock.sendall(w.getvalue())
-        frame = _exact(sock, struct.unpack(">i", _exact(sock, 4))[0])
-    r = Reader(frame)
-    r.int32()  # correlation id
-    if response_header_version(request.API_KEY, version) >= 1:
-        r.tagged_fields()
-    return response_cls.decode(r, version)
+        self.sock.sendall(w.getvalue())
+        return self.correlation_id
+
+    def receive(self, response_cls: Any, version: int) -> Any:
+        frame = _exact(self.sock, struct.unpack(">i", _exact(self.sock, 4))[0])
+        r = Reader(frame)
+        r.int32()  # correlation id
+        if response_header_version(response_cls.API_KEY, version) >= 1:
+            r.tagged_fields()
+        return response_cls.decode(r, version)
+
+    def call(self, request: Any, response_cls: Any, version: int) -> Any:
+        self.send(request, version)
+        return self.receive(response_cls, version)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def call(host: str, port: int, request: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
+    """One request on a fresh connection."""
+    wire = Wire(host, port, timeout)
+    try:
+        return wire.call(request, response_cls, version)
+    finally:
+        wire.close()
 
 
 def create_topic(host: str, port: int, name: str, partitions: int, configs: dict[str, str]) -> None:

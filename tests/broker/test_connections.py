@@ -9,8 +9,7 @@ import time
 import pytest
 
 from grete.protocol.messages import ApiVersionsRequest, MetadataRequest, MetadataResponse
-
-from ._wire import Wire
+from grete.testing._wire import Wire
 
 
 @pytest.mark.grete_overrides(**{"connections.max.idle.ms": "300"})

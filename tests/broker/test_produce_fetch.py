@@ -17,8 +17,7 @@ from grete.protocol.messages import (
 )
 from grete.protocol.records.batch import RecordBatch, iter_batches
 from grete.protocol.records.record import Record, build_batch, decode_records
-
-from ._wire import Wire
+from grete.testing._wire import Wire
 
 
 def _produce(wire: Wire, topic: str, batch: bytes, *, version: int = 9, acks: int = -1,
@@ -76,8 +75,7 @@ def test_fetch_out_of_range_and_unknown_partition(grete_broker, wire, topic_name
 
 def test_long_poll_is_woken_by_an_append(grete_broker, wire, topic_name):
     grete_broker.create_topic(topic_name)
-    from ._wire import Wire as W
-    producer = W(grete_broker.host, grete_broker.port)
+    producer = Wire(grete_broker.host, grete_broker.port)
     req = FetchRequest(replica_id=-1, max_wait_ms=10_000, min_bytes=1, max_bytes=1 << 20, topics=[
         FetchRequest.FetchTopic(topic=topic_name, partitions=[
             FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])

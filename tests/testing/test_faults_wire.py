@@ -23,7 +23,7 @@ from grete.protocol.messages import (
 from grete.protocol.records.record import Record, build_batch
 from grete.testing import RunningBroker
 from grete.testing._shapes import error_response
-from tests.broker._wire import Wire
+from grete.testing._wire import Wire
 
 PRODUCE_V = 9
 
