@@ -50,10 +50,7 @@ def test_idempotent_produce_then_group_consume(java_client, broker, make_topic, 
     assert committed(broker.bootstrap, group, topic, 3) == {p: len(by_partition.get(p, [])) for p in range(3)}
 
 
-def test_transactions_commit_and_abort(java_client, make_topic, broker, request):
-    if broker.is_grete:
-        # grete has no transaction coordinator yet (its own issue); strict: passing would flag it.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="transactions not implemented in grete yet"))
+def test_transactions_commit_and_abort(java_client, make_topic):
     topic = make_topic(partitions=1)
     # max.block.ms bounds initTransactions when there is no transaction coordinator (default 60 s).
     steps = java_client.ok("txn", topic, f"txn-{uuid.uuid4().hex[:8]}", "c3,a2,c4", "max.block.ms=20000")

@@ -122,8 +122,11 @@ class Broker:
 
     async def _start_coordinators(self) -> None:
         from grete.broker.groups import start_group_coordinator
+        from grete.broker.transactions import start_txn_coordinator
 
         self.group_coordinator = await start_group_coordinator(self)
+        # After the groups: finishing an interrupted commit may apply transactional offsets.
+        self.txn_coordinator = start_txn_coordinator(self)
 
     async def stop(self) -> None:
         for server in self.servers:
@@ -132,6 +135,8 @@ class Broker:
             conn.close()
         for task in self._tasks:
             task.cancel()
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.shutdown()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         for partition in self.partitions.values():

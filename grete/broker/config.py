@@ -224,6 +224,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("transaction.max.timeout.ms", INT, "900000", minimum=1),
     _d("transactional.id.expiration.ms", INT, "604800000", minimum=1),
     _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, "10000", minimum=1),
+    _d("transaction.remove.expired.transaction.cleanup.interval.ms", INT, "3600000", minimum=1),
+    _d("transaction.partition.verification.enable", BOOL, "true"),
     _d("producer.id.expiration.ms", INT, "86400000", minimum=1),
     _d("auto.leader.rebalance.enable", BOOL, "true"),
     _d("zookeeper.connect", STR, None),

@@ -13,11 +13,14 @@ from typing import TYPE_CHECKING
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_types import GroupConfig
 from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.control import ControlType, parse_control_record
 from grete.protocol.records.record import Record, decode_records
 from grete.protocol.records.record import build_batch as build_record_batch
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
+
+KeyValue = tuple[bytes, bytes | None]
 
 
 class LogOffsetsStore:
@@ -25,28 +28,50 @@ class LogOffsetsStore:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self._open: dict[int, dict[int, list[KeyValue]]] = {}
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+    async def append(self, partition: int, records: list[KeyValue]) -> None:
+        self._append(partition, records, -1, -1)
+
+    async def append_txn(self, partition: int, records: list[KeyValue], producer_id: int,
+                         producer_epoch: int) -> None:
+        self._append(partition, records, producer_id, producer_epoch)
+
+    def _append(self, partition: int, records: list[KeyValue], producer_id: int, producer_epoch: int) -> None:
         from grete.broker.broker import OFFSETS_TOPIC
 
         self.broker.ensure_offsets_topic()
         now = self.broker.now_ms()
+        transactional = producer_id >= 0
         batch = build_record_batch([Record(i, 0, key, value) for i, (key, value) in enumerate(records)],
-                                   base_timestamp=now)
+                                   base_timestamp=now, producer_id=producer_id, producer_epoch=producer_epoch,
+                                   base_sequence=-1, transactional=transactional)
         self.broker.partition(OFFSETS_TOPIC, partition).append(RecordBatch(batch), now)
 
-    def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+    def read(self, partition: int) -> Iterator[KeyValue]:
+        """Committed records in commit order: a transaction's records surface at its COMMIT marker."""
         from grete.broker.broker import OFFSETS_TOPIC
 
+        open_txns: dict[int, list[KeyValue]] = {}
+        self._open[partition] = open_txns
         found = self.broker.partitions.get((OFFSETS_TOPIC, partition))
         if found is None:
             return
         for batch in found.log.batches(found.log.log_start_offset, found.high_watermark):
             if batch.is_control:
+                kind, _ = parse_control_record(batch)
+                staged = open_txns.pop(batch.producer_id, [])
+                if kind == ControlType.COMMIT:
+                    yield from staged
                 continue
-            for record in decode_records(batch):
-                if record.key is not None:
-                    yield record.key, record.value
+            records = [(r.key, r.value) for r in decode_records(batch) if r.key is not None]
+            if batch.is_transactional:
+                open_txns.setdefault(batch.producer_id, []).extend(records)
+            else:
+                yield from records
+
+    def open_transactions(self, partition: int) -> dict[int, list[KeyValue]]:
+        return self._open.pop(partition, {})
 
 
 def group_config(broker: Broker) -> GroupConfig:

@@ -18,11 +18,11 @@ import asyncio
 from collections.abc import Callable
 
 from grete.coordinator.group_base import cancel, log, wall_clock_ms
-from grete.coordinator.group_loader import build_groups
+from grete.coordinator.group_loader import build_groups, staged_offsets
 from grete.coordinator.group_membership import MembershipMixin
 from grete.coordinator.group_offsets import OffsetsMixin
 from grete.coordinator.group_state import Group, GroupState
-from grete.coordinator.group_store import OffsetsStore
+from grete.coordinator.group_store import OffsetsStore, Record
 from grete.coordinator.group_types import (
     CLASSIC_GROUP_TYPE,
     GroupConfig,
@@ -54,6 +54,7 @@ class GroupCoordinator(MembershipMixin, OffsetsMixin):
             for partition in range(self.config.offsets_topic_num_partitions):
                 for group in build_groups(self.store.read(partition), self.now_ms()):
                     self._install(group)
+                self._stage_open_transactions(self.store.open_transactions(partition))
                 await asyncio.sleep(0)  # let other connections get LOAD_IN_PROGRESS meanwhile
         finally:
             self._loading = False
@@ -61,6 +62,13 @@ class GroupCoordinator(MembershipMixin, OffsetsMixin):
         self._active = True
         self._schedule_retention()
         log.info("loaded %d groups from __consumer_offsets", len(self.groups))
+
+    def _stage_open_transactions(self, open_txns: dict[int, list[Record]]) -> None:
+        """Offsets of transactions without a marker yet wait in ``pending_txn_offsets`` for it."""
+        for producer_id, records in open_txns.items():
+            for group_id, offsets in staged_offsets(records).items():
+                group = self.groups.get(group_id) or self.new_group(group_id)
+                group.pending_txn_offsets.setdefault(producer_id, {}).update(offsets)
 
     def _install(self, group: Group) -> None:
         self.groups[group.group_id] = group

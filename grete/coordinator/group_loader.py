@@ -84,3 +84,11 @@ def group_from_value(group_id: str, value: GroupValue) -> Group:
         group.leader_id = next(iter(group.members), None)
     group.subscribed_topics = group.compute_subscribed_topics()
     return group
+
+
+def staged_offsets(records: Iterable[Record]) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+    """The offsets an open transaction wrote, by group (TxnOffsetCommit writes offsets only)."""
+    _, offsets = replay(records)
+    return {group: {tp: CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
+                                        v.expire_timestamp) for tp, v in tps.items()}
+            for group, tps in offsets.items()}

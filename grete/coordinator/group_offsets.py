@@ -4,11 +4,11 @@ Committed offsets live in ``group.offsets`` and, durably, as OffsetCommitKey/Off
 in ``__consumer_offsets``; an offset changes in memory only after its record was appended, so a fetch
 never returns an offset that a restart would lose.
 
-Transactional commits (TxnOffsetCommit) are not implemented yet. The seam: stage them in
-``group.pending_txn_offsets[producer_id]`` (written to the log as part of the producer's transaction),
-move them into ``group.offsets`` when the COMMIT marker is written, drop them on ABORT. OffsetFetch
-with require_stable already answers UNSTABLE_OFFSET_COMMIT for partitions staged there, and retention
-already skips them.
+Transactional commits (TxnOffsetCommit) are written as a transactional batch (the producer's id and
+epoch) and staged in ``group.pending_txn_offsets[producer_id]``; the transaction coordinator's COMMIT
+marker on the group's offsets partition moves them into ``group.offsets`` (``complete_txn``), an ABORT
+drops them. Until then OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them, a
+plain OffsetFetch returns the previous offset, and retention skips them.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from grete.coordinator.offsets_format import (
     encode_offset_key,
     encode_offset_value,
 )
-from grete.protocol.errors import ErrorCode
+from grete.protocol.errors import ErrorCode, KafkaError
 
 NO_RETENTION = -1  # OffsetCommit v2-v4 retention_time_ms default: use the broker's retention
 
@@ -110,6 +110,83 @@ class OffsetsMixin(CoordinatorBase):
             group.offsets.update(accepted)
         results.update(dict.fromkeys(accepted, error))
         return results
+
+    # ===================================================================== TxnOffsetCommit
+
+    async def commit_txn_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int,
+                                 generation_id: int, member_id: str, group_instance_id: str | None,
+                                 offsets: list[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: like OffsetCommit, but the offsets take effect with the transaction's COMMIT
+        marker. A group that does not exist is created (Kafka does the same: a simple consumer may
+        commit transactionally); member checks apply when the request names a member (v3+)."""
+        tps = [(c.topic, c.partition) for c in offsets]
+        error = self.status_error(group_id)
+        if error is not None:
+            return dict.fromkeys(tps, error)
+        group = self.groups.get(group_id) or self.new_group(group_id)
+        error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
+        if error is not None:
+            return dict.fromkeys(tps, error)
+        return await self.detached(self._store_txn_offsets(group, producer_id, producer_epoch, offsets))
+
+    def _validate_txn_offset_commit(self, group: Group, generation_id: int, member_id: str,
+                                    instance_id: str | None) -> ErrorCode | None:
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if instance_id is not None and group.static_members.get(instance_id, member_id) != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+        if member_id != UNKNOWN_MEMBER_ID and not group.has(member_id):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return None
+
+    async def _store_txn_offsets(self, group: Group, producer_id: int, producer_epoch: int,
+                                 offsets: list[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
+        now = self.now_ms()
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        for commit in offsets:
+            tp = (commit.topic, commit.partition)
+            metadata = commit.metadata or ""
+            if len(metadata) > self.config.offset_metadata_max_bytes:
+                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = CommittedOffset(commit.offset, commit.leader_epoch, metadata, now)
+        if not accepted:
+            return results
+        records: list[Record] = [
+            (encode_offset_key(group.group_id, topic, partition),
+             encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp)))
+            for (topic, partition), c in accepted.items()]
+        error = await self.append_txn(self.partition_for(group.group_id), records, producer_id, producer_epoch)
+        if error is ErrorCode.NONE and self.live_group(group):
+            group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+        results.update(dict.fromkeys(accepted, error))
+        return results
+
+    async def append_txn(self, partition: int, records: list[Record], producer_id: int,
+                         producer_epoch: int) -> ErrorCode:
+        try:
+            await self.store.append_txn(partition, records, producer_id, producer_epoch)
+        except KafkaError as exc:
+            log.warning("transactional write to __consumer_offsets-%d failed: %s", partition, exc)
+            return OFFSET_WRITE_ERRORS.get(exc.code, exc.code)
+        except Exception:
+            log.exception("transactional write to __consumer_offsets-%d failed", partition)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
+
+    def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """The transaction marker of ``producer_id`` was written to ``offsets_partition``."""
+        for group in self.groups.values():
+            staged = group.pending_txn_offsets.pop(producer_id, None)
+            if staged is None or self.partition_for(group.group_id) != offsets_partition:
+                if staged is not None:
+                    group.pending_txn_offsets[producer_id] = staged
+                continue
+            if commit and not group.is_(GroupState.DEAD):
+                group.offsets.update(staged)
 
     # ========================================================================== OffsetFetch
 

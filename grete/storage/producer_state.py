@@ -117,7 +117,9 @@ class ProducerStateManager:
         self._check_epoch(entry, batch)
         if batch.is_control:
             return None
-        self._check_sequence(entry, batch)
+        # Coordinator writes (transactional offset commits) carry no sequence, as in Kafka.
+        if batch.base_sequence != NO_SEQUENCE:
+            self._check_sequence(entry, batch)
         if not batch.is_transactional and entry.current_txn_first_offset >= 0:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE,
                              f"expected a transactional write from producer {batch.producer_id}")

@@ -33,10 +33,11 @@ T = TypeVar("T")
 CALL_TIMEOUT_S = 30.0
 
 # A test broker differs from ``grete serve``'s embedded defaults in one respect: one partition for
-# __consumer_offsets instead of 50, so a test's first consumer group does not pay for creating
-# (and fsyncing) 50 logs. Overrides win.
+# __consumer_offsets and for __transaction_state instead of 50, so a test's first consumer group or
+# transactional producer does not pay for creating (and fsyncing) 50 logs. Overrides win.
 TEST_DEFAULTS = {
     "offsets.topic.num.partitions": "1",
+    "transaction.state.log.num.partitions": "1",
 }
 
 

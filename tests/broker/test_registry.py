@@ -19,8 +19,11 @@ def test_manifest_matches_the_handler_declarations():
 
 def test_advertisement_excludes_what_must_not_be_advertised():
     keys = {key for key, _, _ in advertised_versions()}
-    # KIP-848 groups, telemetry, DescribeTopicPartitions, share groups, transactions (not yet).
-    assert keys.isdisjoint({24, 25, 26, 28, 68, 69, 71, 72, 75, 76, 77, 78, 79})
+    # KIP-848 groups, telemetry, DescribeTopicPartitions, share groups; WriteTxnMarkers is broker-to-broker.
+    assert keys.isdisjoint({27, 68, 69, 71, 72, 75, 76, 77, 78, 79})
     ranges = {key: (lo, hi) for key, lo, hi in advertised_versions()}
+    # Transactions: transaction version 1 only. AddPartitionsToTxn v4+ is the brokers' verify form,
+    # EndTxn v5 / TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2).
+    assert ranges[24] == ranges[25] == ranges[26] == ranges[28] == (0, 3)
     assert ranges[0] == (0, 9)        # Produce: min 0 for librdkafka's checks, never 12+ (KIP-890)
     assert ranges[1][0] == 4          # Fetch: no down-conversion versions

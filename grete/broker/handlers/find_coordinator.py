@@ -1,11 +1,13 @@
-"""FindCoordinator (10): this node coordinates every group (and, later, every transactional id).
+"""FindCoordinator (10): this node coordinates every group and every transactional id.
 
-The offsets topic is created on the first group lookup, as Kafka does."""
+The offsets topic is created on the first group lookup, and ``__transaction_state`` on the first
+transactional-id lookup, as Kafka does."""
 
 from __future__ import annotations
 
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.broker.transactions import ensure_transaction_state_topic
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
 
@@ -38,7 +40,8 @@ def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str | Non
         ctx.broker.ensure_offsets_topic()
         return 0, None
     if key_type == TRANSACTION:
-        if ctx.broker.txn_coordinator is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet"
+        if not key:
+            return ErrorCode.INVALID_REQUEST, "transactional id must not be empty"
+        ensure_transaction_state_topic(ctx.broker)
         return 0, None
     return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"

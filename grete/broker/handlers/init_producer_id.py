@@ -1,14 +1,15 @@
-"""InitProducerId (22): producer ids for idempotent producers (the Java and franz-go default).
+"""InitProducerId (22): producer ids for idempotent and transactional producers.
 
-A non-transactional producer always gets a fresh id with epoch 0, as in Kafka (an epoch bump
-request from KIP-360 clients also gets a fresh id). Transactional ids need the transaction
-coordinator, which grete does not have yet: they are answered with COORDINATOR_NOT_AVAILABLE.
+Without a transactional id, a producer always gets a fresh id with epoch 0, as in Kafka (an epoch
+bump request from KIP-360 clients also gets a fresh id). With one, the transaction coordinator
+bumps the epoch of the id's producer (fencing older instances) or allocates the first one.
 """
 
 from __future__ import annotations
 
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.broker.transactions import ensure_transaction_state_topic, fenced_error
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import InitProducerIdRequest, InitProducerIdResponse
 
@@ -16,10 +17,12 @@ from grete.protocol.messages import InitProducerIdRequest, InitProducerIdRespons
 @api(22, 0, 4)
 def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None:
-        coordinator = ctx.broker.txn_coordinator
-        if coordinator is None:
-            return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1,
-                                          producer_epoch=-1)
-        return coordinator.init_producer_id(ctx, request)
+        ensure_transaction_state_topic(ctx.broker)
+        result = ctx.broker.txn_coordinator.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms,
+            request.producer_id if ctx.version >= 3 else -1, request.producer_epoch if ctx.version >= 3 else -1)
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=fenced_error(result.error, ctx.version, 4),
+                                      producer_id=result.producer_id, producer_epoch=result.producer_epoch)
     producer_id = ctx.broker.producer_ids.next_id()
-    return InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0)
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id,
+                                  producer_epoch=0)

@@ -23,6 +23,10 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     21: ("delete_records", 0, 2, 0),  # DeleteRecords
     22: ("init_producer_id", 0, 4, 0),  # InitProducerId
     23: ("offset_for_leader_epoch", 2, 4, 2),  # OffsetForLeaderEpoch
+    24: ("add_partitions_to_txn", 0, 3, 0),  # AddPartitionsToTxn
+    25: ("add_offsets_to_txn", 0, 3, 0),  # AddOffsetsToTxn
+    26: ("end_txn", 0, 3, 0),  # EndTxn
+    28: ("txn_offset_commit", 0, 3, 0),  # TxnOffsetCommit
     32: ("describe_configs", 1, 4, 1),  # DescribeConfigs
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
     35: ("describe_log_dirs", 1, 4, 1),  # DescribeLogDirs
@@ -31,4 +35,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     44: ("incremental_alter_configs", 0, 1, 0),  # IncrementalAlterConfigs
     47: ("offset_delete", 0, 0, 0),  # OffsetDelete
     60: ("describe_cluster", 0, 1, 0),  # DescribeCluster
+    61: ("describe_producers", 0, 0, 0),  # DescribeProducers
+    65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
+    66: ("list_transactions", 0, 2, 0),  # ListTransactions
 }

@@ -14,6 +14,7 @@ from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceRequest, ProduceResponse
+from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.validate import RecordValidationError, validate_produce_records
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
@@ -60,6 +61,8 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
             deep=full or cfg.compact or bounded)
+        if batch.is_transactional:
+            _verify_transaction(ctx, batch, topic, part.index)
         result = partition.append(batch, now_ms)
     except RecordValidationError as exc:
         return _error(exc, [ProduceResponse.BatchIndexAndErrorMessage(
@@ -70,6 +73,13 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
     return PartitionResponse(index=part.index, error_code=0, base_offset=result.base_offset,
                              log_append_time_ms=result.log_append_time,
                              log_start_offset=result.log_start_offset)
+
+
+def _verify_transaction(ctx: RequestContext, batch: RecordBatch, topic: str, index: int) -> None:
+    """A transactional batch is accepted only into a partition its transaction added (KIP-890)."""
+    error = ctx.broker.txn_coordinator.verify_partition(batch.producer_id, batch.producer_epoch, (topic, index))
+    if error:
+        raise KafkaError(error, f"producer {batch.producer_id} has no ongoing transaction with {topic}-{index}")
 
 
 def _error(exc: KafkaError, record_errors: list[ProduceResponse.BatchIndexAndErrorMessage],

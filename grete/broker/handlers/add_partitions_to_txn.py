@@ -1,0 +1,44 @@
+"""AddPartitionsToTxn (24): a transactional producer registers partitions before writing to them.
+
+Versions 0-3 are the client's form (one transaction per request). v4+ batch several transactions
+and add verify-only mode for brokers (KIP-890); grete's partitions are all local, so its produce path
+asks the coordinator directly and v4+ is not offered.
+If any partition is unknown, Kafka adds none: the unknown ones get UNKNOWN_TOPIC_OR_PARTITION and the
+others OPERATION_NOT_ATTEMPTED.
+"""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.broker.transactions import fenced_error
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+
+TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
+
+
+@api(24, 0, 3)
+def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    errors = _unknown_partitions(ctx, wanted)
+    if errors:
+        results = {tp: errors.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+    else:
+        error = ctx.broker.txn_coordinator.add_partitions(
+            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch, wanted)
+        results = dict.fromkeys(wanted, fenced_error(error, ctx.version, 2))
+    return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_by_topic(results))
+
+
+def _unknown_partitions(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if tp not in ctx.broker.partitions}
+
+
+def _by_topic(results: dict[tuple[str, int], ErrorCode]) -> list[TopicResult]:
+    topics: dict[str, list[PartitionResult]] = {}
+    for (topic, index), error in results.items():
+        topics.setdefault(topic, []).append(PartitionResult(partition_index=index, partition_error_code=error))
+    return [TopicResult(name=name, results_by_partition=parts) for name, parts in topics.items()]

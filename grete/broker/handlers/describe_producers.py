@@ -1,0 +1,32 @@
+"""DescribeProducers (61): the producers a partition's log knows (kafka-transactions.sh uses it to
+find hanging transactions)."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DescribeProducersRequest, DescribeProducersResponse
+
+Partition = DescribeProducersResponse.PartitionResponse
+
+
+@api(61, 0, 0)
+def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            partition = ctx.broker.partitions.get((topic.name, index))
+            if partition is None:
+                partitions.append(Partition(partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                            active_producers=[]))
+                continue
+            producers = [DescribeProducersResponse.ProducerState(
+                producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
+                last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+                current_txn_start_offset=e.current_txn_first_offset)
+                for e in partition.log.producer_state.producers.values()]
+            partitions.append(Partition(partition_index=index, error_code=ErrorCode.NONE, active_producers=producers))
+        topics.append(DescribeProducersResponse.TopicResponse(name=topic.name, partitions=partitions))
+    return DescribeProducersResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,34 @@
+"""DescribeTransactions (65): a transactional id's state, producer, timeout and partitions."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.coordinator.txn_format import TxnState
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DescribeTransactionsRequest, DescribeTransactionsResponse
+
+State = DescribeTransactionsResponse.TransactionState
+
+
+@api(65, 0, 0)
+def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+    coordinator = ctx.broker.txn_coordinator
+    states = []
+    for txn_id in request.transactional_ids:
+        meta = coordinator.describe(txn_id)
+        if meta is None:
+            states.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=txn_id,
+                                transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                                producer_id=-1, producer_epoch=-1, topics=[]))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(index)
+        ongoing = meta.state is TxnState.ONGOING or meta.in_flight
+        states.append(State(
+            error_code=ErrorCode.NONE, transactional_id=txn_id, transaction_state=meta.state.kafka_name,
+            transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms if ongoing else -1,
+            producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+            topics=[DescribeTransactionsResponse.TopicData(topic=t, partitions=p) for t, p in by_topic.items()]))
+    return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)

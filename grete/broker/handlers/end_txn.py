@@ -1,0 +1,18 @@
+"""EndTxn (26): commit or abort; answered once every partition of the transaction has its marker.
+
+v5 belongs to transaction version 2 (an epoch bump per transaction, KIP-890 part 2), which grete
+does not enable, so it is not offered."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.broker.transactions import fenced_error
+from grete.protocol.messages import EndTxnRequest, EndTxnResponse
+
+
+@api(26, 0, 3)
+def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    error = ctx.broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
+                                               request.producer_epoch, request.committed)
+    return EndTxnResponse(throttle_time_ms=0, error_code=fenced_error(error, ctx.version, 2))

@@ -1,0 +1,46 @@
+"""TxnOffsetCommit (28): offsets committed as part of a transaction (consume-transform-produce).
+
+The transaction must have added the group's offsets partition (AddOffsetsToTxn) first; the offsets
+become visible to OffsetFetch when the transaction commits."""
+
+from __future__ import annotations
+
+from grete.broker.broker import OFFSETS_TOPIC
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.coordinator.group_types import OffsetCommit
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+
+
+@api(28, 0, 3)
+async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                            p.committed_metadata)
+               for topic in request.topics for p in topic.partitions]
+    error = _verify(ctx, request)
+    if error is not ErrorCode.NONE:
+        errors = {(c.topic, c.partition): error for c in commits}
+    else:
+        errors = await ctx.broker.group_coordinator.commit_txn_offsets(
+            group_id=request.group_id, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
+            generation_id=request.generation_id, member_id=request.member_id,
+            group_instance_id=request.group_instance_id, offsets=commits)
+    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+        TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
+            TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=errors[(topic.name, p.partition_index)])
+            for p in topic.partitions])
+        for topic in request.topics])
+
+
+def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
+    if not request.group_id:
+        return ErrorCode.INVALID_GROUP_ID
+    coordinator = ctx.broker.group_coordinator
+    error = coordinator.availability_error()
+    if error is not ErrorCode.NONE:
+        return error  # type: ignore[no-any-return]
+    offsets_partition = (OFFSETS_TOPIC, coordinator.partition_for(request.group_id))
+    return ctx.broker.txn_coordinator.verify_partition(  # type: ignore[no-any-return]
+        request.producer_id, request.producer_epoch, offsets_partition)

@@ -1,0 +1,124 @@
+"""The transaction coordinator's home in the broker: ``__transaction_state`` and marker writing.
+
+The state topic is created on first use (FindCoordinator or InitProducerId with a transactional id),
+with Kafka's settings for it. Markers go straight to the local partitions; a marker on a
+``__consumer_offsets`` partition also tells the group coordinator to apply or drop the offsets the
+transaction committed there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from grete.coordinator.txn import TransactionCoordinator
+from grete.coordinator.txn_state import TopicPartition, TxnConfig
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.control import build_end_txn_marker
+from grete.protocol.records.record import Record, build_batch, decode_records
+
+if TYPE_CHECKING:
+    from grete.broker.broker import Broker
+    from grete.coordinator.metadata import TopicMeta
+
+log = logging.getLogger(__name__)
+
+
+def ensure_transaction_state_topic(broker: Broker) -> TopicMeta:
+    from grete.broker.broker import TRANSACTION_STATE_TOPIC
+
+    cfg = broker.config
+    return broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC, cfg.int("transaction.state.log.num.partitions"), {
+        "cleanup.policy": "compact",
+        "compression.type": "uncompressed",
+        "segment.bytes": str(cfg.int("transaction.state.log.segment.bytes")),
+        "unclean.leader.election.enable": "false",
+    })
+
+
+class LogTxnStore:
+    """``TxnStore`` over the broker's own ``__transaction_state`` partitions."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def append(self, partition: int, key: bytes, value: bytes | None) -> None:
+        from grete.broker.broker import TRANSACTION_STATE_TOPIC
+
+        ensure_transaction_state_topic(self.broker)
+        now = self.broker.now_ms()
+        batch = build_batch([Record(0, 0, key, value)], base_timestamp=now)
+        self.broker.partition(TRANSACTION_STATE_TOPIC, partition).append(RecordBatch(batch), now)
+
+    def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        from grete.broker.broker import TRANSACTION_STATE_TOPIC
+
+        found = self.broker.partitions.get((TRANSACTION_STATE_TOPIC, partition))
+        if found is None:
+            return
+        for batch in found.log.batches(found.log.log_start_offset, found.high_watermark):
+            if not batch.is_control:
+                for record in decode_records(batch):
+                    if record.key is not None:
+                        yield record.key, record.value
+
+    def coordinator_epoch(self, partition: int) -> int:
+        from grete.broker.broker import TRANSACTION_STATE_TOPIC
+
+        found = self.broker.partitions.get((TRANSACTION_STATE_TOPIC, partition))
+        return found.leader_epoch if found is not None else 0
+
+
+class LocalMarkerWriter:
+    """Writes COMMIT/ABORT markers to partitions this broker leads (all of them, on one node)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      partitions: Iterable[TopicPartition]) -> None:
+        from grete.broker.broker import OFFSETS_TOPIC
+
+        now = self.broker.now_ms()
+        for topic, index in sorted(partitions):
+            partition = self.broker.partitions.get((topic, index))
+            if partition is None:
+                continue  # deleted since it joined the transaction: nothing left to mark
+            marker = build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now)
+            try:
+                partition.append(RecordBatch(marker), now)
+            except KafkaError as exc:
+                log.error("could not write the %s marker of producer %d to %s-%d: %s",
+                          "COMMIT" if commit else "ABORT", producer_id, topic, index, exc)
+                continue
+            if topic == OFFSETS_TOPIC and self.broker.group_coordinator is not None:
+                self.broker.group_coordinator.complete_txn(index, producer_id, commit)
+
+
+def txn_config(broker: Broker) -> TxnConfig:
+    cfg = broker.config
+    return TxnConfig(
+        num_partitions=cfg.int("transaction.state.log.num.partitions"),
+        max_timeout_ms=cfg.int("transaction.max.timeout.ms"),
+        id_expiration_ms=cfg.int("transactional.id.expiration.ms"),
+        abort_check_interval_ms=cfg.int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+        remove_expired_interval_ms=cfg.int("transaction.remove.expired.transaction.cleanup.interval.ms"),
+        verify_partitions=cfg.bool("transaction.partition.verification.enable"),
+    )
+
+
+def start_txn_coordinator(broker: Broker) -> TransactionCoordinator:
+    coordinator = TransactionCoordinator(txn_config(broker), LogTxnStore(broker), LocalMarkerWriter(broker),
+                                         broker.producer_ids.next_id, now_ms=broker.now_ms)
+    coordinator.load()
+    return coordinator
+
+
+def fenced_error(error: ErrorCode, version: int, first_version_with_fenced: int) -> ErrorCode:
+    """PRODUCER_FENCED is new in each transactional API at some version; older clients get
+    INVALID_PRODUCER_EPOCH for the same condition, as Kafka answers them."""
+    if error is ErrorCode.PRODUCER_FENCED and version < first_version_with_fenced:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error

@@ -1,0 +1,390 @@
+"""The transaction coordinator: transactional ids, producer epochs, two-phase commit with markers.
+
+Kafka's design (KIP-98, transaction version 1): a producer registers its ``transactional.id``
+(InitProducerId), which bumps the epoch and fences any older instance; it adds partitions
+(AddPartitionsToTxn) and a group's offsets partition (AddOffsetsToTxn) before writing to them; EndTxn
+moves the transaction to PrepareCommit/PrepareAbort (written to ``__transaction_state`` first, so a
+crash resumes it), writes a COMMIT/ABORT marker to every partition, and completes.
+
+On one node every partition is local, so markers are written synchronously and a transaction never
+stays in a Prepare state between requests, except across a crash: ``load()`` finishes those. All
+methods run on the broker's event loop and are synchronous, so each is atomic with respect to every
+other request: that is how each transactional id has exactly one owner at a time.
+
+Time-outs are timers per transaction (not a polling loop): an Ongoing transaction older than its
+``transaction.timeout.ms`` is aborted with a bumped epoch, which fences the producer that opened it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from grete.coordinator.offsets_format import partition_for
+from grete.coordinator.txn_format import (
+    FormatError,
+    TxnState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from grete.coordinator.txn_state import (
+    MAX_PRODUCER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TopicPartition,
+    TxnConfig,
+    TxnMetadata,
+)
+from grete.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("grete.coordinator.txn")
+
+
+class TxnStore(Protocol):
+    """``__transaction_state`` as the coordinator sees it (the broker implements it over its log)."""
+
+    def append(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Write one record durably; raise KafkaError on failure."""
+        ...
+
+    def read(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+        ...
+
+    def coordinator_epoch(self, partition: int) -> int:
+        """The leader epoch of the state partition: stamped into markers to fence old coordinators."""
+        ...
+
+
+class MarkerWriter(Protocol):
+    def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      partitions: Iterable[TopicPartition]) -> None:
+        ...
+
+
+@dataclass(frozen=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def epoch_exhausted(epoch: int) -> bool:
+    return epoch >= MAX_PRODUCER_EPOCH - 1
+
+
+class TransactionCoordinator:
+    def __init__(self, config: TxnConfig, store: TxnStore, markers: MarkerWriter,
+                 next_producer_id: Callable[[], int], *, now_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self.config = config
+        self.store = store
+        self.markers = markers
+        self.next_producer_id = next_producer_id
+        self.now_ms = now_ms
+        self.txns: dict[str, TxnMetadata] = {}
+        self._by_pid: dict[int, str] = {}
+        self._timeouts: dict[str, asyncio.TimerHandle] = {}
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self.active = False
+
+    # ================================================================== lifecycle
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.config.num_partitions)
+
+    def load(self) -> None:
+        """Rebuild every transactional id from the log, then finish what a crash interrupted."""
+        for partition in range(self.config.num_partitions):
+            for meta in self._replay(self.store.read(partition)).values():
+                self._install(meta)
+        self.active = True
+        for meta in list(self.txns.values()):
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                log.info("completing %s of %s interrupted by a restart", meta.state.kafka_name,
+                         meta.transactional_id)
+                self._write_markers_and_complete(meta)
+            elif meta.state is TxnState.ONGOING:
+                self._schedule_timeout(meta)
+        self._schedule_expiry()
+        log.info("loaded %d transactional ids from __transaction_state", len(self.txns))
+
+    @staticmethod
+    def _replay(records: Iterable[tuple[bytes, bytes | None]]) -> dict[str, TxnMetadata]:
+        found: dict[str, TxnMetadata] = {}
+        for key, value in records:
+            try:
+                txn_id = decode_key(key)
+                if value is None:
+                    found.pop(txn_id, None)
+                else:
+                    found[txn_id] = TxnMetadata.from_log(txn_id, decode_value(value))
+            except FormatError as exc:
+                log.error("skipping unreadable __transaction_state record: %s", exc)
+        return found
+
+    def shutdown(self) -> None:
+        self.active = False
+        for handle in self._timeouts.values():
+            handle.cancel()
+        self._timeouts.clear()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+
+    # ================================================================== InitProducerId
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_pid: int = NO_PRODUCER_ID,
+                         expected_epoch: int = NO_PRODUCER_EPOCH) -> InitResult:
+        if not transactional_id:
+            return InitResult(ErrorCode.INVALID_REQUEST)
+        if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
+            return InitResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+        if not self.active:
+            return InitResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        meta = self.txns.get(transactional_id)
+        try:
+            if meta is None:
+                meta = TxnMetadata(transactional_id, self.next_producer_id(), 0, timeout_ms, TxnState.EMPTY,
+                                   self.now_ms())
+                self._persist(meta)
+                return InitResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
+            return self._reinit(meta, timeout_ms, expected_pid, expected_epoch)
+        except KafkaError as exc:
+            return InitResult(exc.code)
+
+    def _reinit(self, meta: TxnMetadata, timeout_ms: int, expected_pid: int, expected_epoch: int) -> InitResult:
+        if meta.in_flight:
+            return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if expected_pid != NO_PRODUCER_ID:
+            if not (meta.producer_epoch == NO_PRODUCER_EPOCH or expected_pid == meta.producer_id
+                    or (expected_pid == meta.last_producer_id and epoch_exhausted(expected_epoch))):
+                return InitResult(ErrorCode.PRODUCER_FENCED)
+            if (expected_pid, expected_epoch) == (meta.last_producer_id, meta.last_producer_epoch) \
+                    and meta.state is not TxnState.ONGOING:
+                # A retry of a bump whose answer was lost: hand out the same id and epoch again.
+                return InitResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
+            if expected_epoch != meta.producer_epoch:
+                return InitResult(ErrorCode.PRODUCER_FENCED)
+        if meta.state is TxnState.ONGOING:
+            # A new instance takes over: the old one's transaction is aborted with a bumped epoch,
+            # so any write it still has in flight is rejected as fenced.
+            meta = self._abort(meta, fence=True)
+        pid, epoch = self._bumped(meta)
+        renewed = meta.transit(TxnState.EMPTY, self.now_ms(), producer_id=pid, producer_epoch=epoch,
+                               timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,
+                               last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch)
+        self._persist(renewed)
+        return InitResult(ErrorCode.NONE, renewed.producer_id, renewed.producer_epoch)
+
+    def _bumped(self, meta: TxnMetadata) -> tuple[int, int]:
+        if epoch_exhausted(meta.producer_epoch):
+            return self.next_producer_id(), 0
+        return meta.producer_id, meta.producer_epoch + 1
+
+    # ================================================================== AddPartitionsToTxn
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: Iterable[TopicPartition]) -> ErrorCode:
+        meta, error = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return error
+        if meta.in_flight:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        wanted = frozenset(partitions)
+        if meta.state is TxnState.ONGOING and wanted <= meta.partitions:
+            return ErrorCode.NONE
+        starting = meta.state is not TxnState.ONGOING
+        now = self.now_ms()
+        updated = meta.transit(TxnState.ONGOING, now, partitions=meta.partitions | wanted,
+                               start_ms=now if starting else meta.start_ms)
+        try:
+            self._persist(updated)
+        except KafkaError as exc:
+            return exc.code
+        if starting:
+            self._schedule_timeout(updated)
+        return ErrorCode.NONE
+
+    def _producer_txn(self, transactional_id: str, producer_id: int,
+                      producer_epoch: int) -> tuple[TxnMetadata | None, ErrorCode]:
+        """The transaction of this producer, or the error Kafka answers for a stranger or a zombie."""
+        if not transactional_id:
+            return None, ErrorCode.INVALID_REQUEST
+        if not self.active:
+            return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return None, ErrorCode.PRODUCER_FENCED
+        return meta, ErrorCode.NONE
+
+    # ================================================================== EndTxn
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        meta, error = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return error
+        state = meta.state
+        if state is TxnState.ONGOING:
+            try:
+                self._end(meta, commit)
+            except KafkaError as exc:
+                return exc.code
+            return ErrorCode.NONE
+        if state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
+            return ErrorCode.NONE  # a retry of an EndTxn that already finished
+        if state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if state is TxnState.PREPARE_EPOCH_FENCE:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return ErrorCode.INVALID_TXN_STATE
+
+    def _end(self, meta: TxnMetadata, commit: bool) -> TxnMetadata:
+        prepared = meta.transit(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, self.now_ms())
+        self._persist(prepared)
+        return self._write_markers_and_complete(prepared)
+
+    def _abort(self, meta: TxnMetadata, *, fence: bool) -> TxnMetadata:
+        """Abort an Ongoing transaction; ``fence`` bumps the epoch first (time-outs, takeovers)."""
+        if fence and meta.producer_epoch < MAX_PRODUCER_EPOCH:
+            fenced = meta.transit(TxnState.PREPARE_EPOCH_FENCE, self.now_ms(),
+                                  producer_epoch=meta.producer_epoch + 1)
+            meta = fenced  # not persisted on its own: Kafka logs it as the PrepareAbort below
+        return self._end(meta, commit=False)
+
+    def _write_markers_and_complete(self, prepared: TxnMetadata) -> TxnMetadata:
+        commit = prepared.state is TxnState.PREPARE_COMMIT
+        partition = self.partition_for(prepared.transactional_id)
+        self.markers.write_markers(prepared.producer_id, prepared.producer_epoch, commit,
+                                   self.store.coordinator_epoch(partition), prepared.partitions)
+        done = prepared.transit(TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, self.now_ms(),
+                                partitions=frozenset())
+        self._persist(done)
+        self._cancel_timeout(done.transactional_id)
+        return done
+
+    # ================================================================== checks for other APIs
+
+    def verify_partition(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> ErrorCode:
+        """KIP-890 part 1 for Produce and TxnOffsetCommit: a transactional write is accepted only for
+        a partition its producer added to its Ongoing transaction; this is what stops a late write
+        after an abort from opening a transaction nobody will ever end (a hanging transaction)."""
+        if not self.config.verify_partitions:
+            return ErrorCode.NONE
+        txn_id = self._by_pid.get(producer_id)
+        meta = self.txns.get(txn_id) if txn_id is not None else None
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_TXN_STATE if meta is None else ErrorCode.INVALID_PRODUCER_EPOCH
+        if producer_epoch < meta.producer_epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if meta.state is not TxnState.ONGOING or tp not in meta.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    # ================================================================== admin
+
+    def describe(self, transactional_id: str) -> TxnMetadata | None:
+        return self.txns.get(transactional_id)
+
+    def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (), min_duration_ms: int = -1,
+             pattern: str | None = None) -> tuple[list[TxnMetadata], list[str]]:
+        """ListTransactions: the matching transactions and the state filters Kafka does not know."""
+        wanted_states, unknown = set(), []
+        for name in states:
+            state = TxnState.from_kafka_name(name)
+            if state is None:
+                unknown.append(name)
+            else:
+                wanted_states.add(state)
+        pids = set(producer_ids)
+        regex = re.compile(pattern) if pattern else None
+        now = self.now_ms()
+        found = [m for m in self.txns.values()
+                 if (not wanted_states or m.state in wanted_states) and (not pids or m.producer_id in pids)
+                 and (min_duration_ms < 0 or (m.state is TxnState.ONGOING and now - m.start_ms > min_duration_ms))
+                 and (regex is None or regex.fullmatch(m.transactional_id) is not None)]
+        return found, unknown
+
+    # ================================================================== timers
+
+    def _schedule_timeout(self, meta: TxnMetadata) -> None:
+        self._cancel_timeout(meta.transactional_id)
+        delay = max(meta.start_ms + meta.timeout_ms - self.now_ms(), 0) / 1000
+        self._timeouts[meta.transactional_id] = asyncio.get_running_loop().call_later(
+            delay, self._on_timeout, meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.start_ms)
+
+    def _cancel_timeout(self, transactional_id: str) -> None:
+        handle = self._timeouts.pop(transactional_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _on_timeout(self, transactional_id: str, producer_id: int, producer_epoch: int, start_ms: int) -> None:
+        self._timeouts.pop(transactional_id, None)
+        meta = self.txns.get(transactional_id)
+        if (not self.active or meta is None or meta.state is not TxnState.ONGOING
+                or (meta.producer_id, meta.producer_epoch, meta.start_ms) != (producer_id, producer_epoch, start_ms)):
+            return
+        log.info("aborting transaction of %s (producer %d): older than transaction.timeout.ms=%d",
+                 transactional_id, producer_id, meta.timeout_ms)
+        try:
+            self._abort(meta, fence=True)
+        except KafkaError as exc:
+            log.warning("could not abort timed-out transaction %s: %s", transactional_id, exc)
+            self._schedule_timeout(meta)
+
+    def _schedule_expiry(self) -> None:
+        self._expiry_timer = asyncio.get_running_loop().call_later(
+            self.config.remove_expired_interval_ms / 1000, self._on_expiry)
+
+    def _on_expiry(self) -> None:
+        if not self.active:
+            return
+        self.expire_transactional_ids()
+        self._schedule_expiry()
+
+    def expire_transactional_ids(self) -> int:
+        """transactional.id.expiration.ms: ids idle that long (and not mid-transaction) are forgotten."""
+        now = self.now_ms()
+        idle = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        expired = [m for m in self.txns.values()
+                   if m.state in idle and now - m.last_update_ms >= self.config.id_expiration_ms]
+        for meta in expired:
+            try:
+                self.store.append(self.partition_for(meta.transactional_id), encode_key(meta.transactional_id), None)
+            except KafkaError as exc:
+                log.warning("could not expire transactional id %s: %s", meta.transactional_id, exc)
+                continue
+            self._remove(meta)
+        return len(expired)
+
+    # ================================================================== state table
+
+    def _persist(self, meta: TxnMetadata) -> None:
+        """Write the new state first; install it in memory only once it is in the log."""
+        self.store.append(self.partition_for(meta.transactional_id), encode_key(meta.transactional_id),
+                          encode_value(meta.to_log()))
+        self._install(meta)
+
+    def _install(self, meta: TxnMetadata) -> None:
+        old = self.txns.get(meta.transactional_id)
+        if old is not None and old.producer_id != meta.producer_id:
+            self._by_pid.pop(old.producer_id, None)
+        self.txns[meta.transactional_id] = meta
+        self._by_pid[meta.producer_id] = meta.transactional_id
+
+    def _remove(self, meta: TxnMetadata) -> None:
+        self._cancel_timeout(meta.transactional_id)
+        self.txns.pop(meta.transactional_id, None)
+        if self._by_pid.get(meta.producer_id) == meta.transactional_id:
+            del self._by_pid[meta.producer_id]

@@ -1,0 +1,84 @@
+"""What the transaction coordinator keeps per transactional id, and its settings.
+
+One ``TxnMetadata`` per transactional id, owned by the ``TransactionCoordinator``. Changes are made
+on a copy, written to ``__transaction_state``, and only then installed, so memory never holds a
+state a restart would lose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from grete.coordinator.txn_format import TxnLogValue, TxnState
+
+TopicPartition = tuple[str, int]
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+# Kafka moves to a fresh producer id before the int16 epoch would overflow.
+MAX_PRODUCER_EPOCH = 32767
+
+# Which state may follow which (Kafka's TransactionState.validPreviousStates, inverted).
+VALID_NEXT: dict[TxnState, frozenset[TxnState]] = {
+    TxnState.EMPTY: frozenset({TxnState.EMPTY, TxnState.ONGOING, TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE}),
+    TxnState.ONGOING: frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                                 TxnState.PREPARE_EPOCH_FENCE}),
+    TxnState.PREPARE_COMMIT: frozenset({TxnState.COMPLETE_COMMIT}),
+    TxnState.PREPARE_ABORT: frozenset({TxnState.COMPLETE_ABORT}),
+    TxnState.COMPLETE_COMMIT: frozenset({TxnState.EMPTY, TxnState.ONGOING, TxnState.DEAD,
+                                         TxnState.PREPARE_EPOCH_FENCE}),
+    TxnState.COMPLETE_ABORT: frozenset({TxnState.EMPTY, TxnState.ONGOING, TxnState.DEAD,
+                                        TxnState.PREPARE_EPOCH_FENCE}),
+    TxnState.PREPARE_EPOCH_FENCE: frozenset({TxnState.PREPARE_ABORT}),
+    TxnState.DEAD: frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class TxnConfig:
+    num_partitions: int = 50  # transaction.state.log.num.partitions
+    max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
+    abort_check_interval_ms: int = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    remove_expired_interval_ms: int = 3_600_000  # transaction.remove.expired.transaction.cleanup.interval.ms
+    verify_partitions: bool = True  # transaction.partition.verification.enable
+
+
+@dataclass
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    last_update_ms: int
+    start_ms: int = -1
+    partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    # The id/epoch handed out before the last bump, so a retried InitProducerId (KIP-360) is
+    # recognised instead of fencing the producer that asked.
+    last_producer_id: int = NO_PRODUCER_ID
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+
+    def to_log(self) -> TxnLogValue:
+        return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
+                           tuple(sorted(self.partitions)), self.last_update_ms, self.start_ms)
+
+    @classmethod
+    def from_log(cls, transactional_id: str, value: TxnLogValue) -> TxnMetadata:
+        return cls(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms, value.state,
+                   value.last_update_ms, value.start_ms, frozenset(value.partitions))
+
+    def transit(self, state: TxnState, now_ms: int, **changes: object) -> TxnMetadata:
+        """A copy in ``state``; raises if Kafka's state machine does not allow the move."""
+        if state not in VALID_NEXT[self.state]:
+            raise IllegalTransition(f"{self.transactional_id}: {self.state.kafka_name} -> {state.kafka_name}")
+        return dataclasses.replace(self, state=state, last_update_ms=now_ms, **changes)  # type: ignore[arg-type]
+
+    @property
+    def in_flight(self) -> bool:
+        """Prepare* states: markers are being written; clients must retry (CONCURRENT_TRANSACTIONS)."""
+        return self.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE)
+
+
+class IllegalTransition(Exception):
+    """A state change Kafka's coordinator would refuse: a bug here, never a client error."""
