@@ -89,14 +89,11 @@ def encode_value(value: TxnLogValue) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(value.partitions):
         by_topic.setdefault(topic, []).append(partition)
-    # Kafka writes a null partition list for Empty / Complete* (nothing is in flight).
-    if not by_topic and value.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-        out += struct.pack(">i", -1)
-    else:
-        out += struct.pack(">i", len(by_topic))
-        for topic, ids in by_topic.items():
-            raw = topic.encode()
-            out += struct.pack(">h", len(raw)) + raw + struct.pack(f">i{len(ids)}i", len(ids), *ids)
+    # The field is nullable, but Kafka's own reader (3.9) fails on null: always write a list.
+    out += struct.pack(">i", len(by_topic))
+    for topic, ids in by_topic.items():
+        raw = topic.encode()
+        out += struct.pack(">h", len(raw)) + raw + struct.pack(f">i{len(ids)}i", len(ids), *ids)
     out += _TIMES.pack(value.last_update_ms, value.start_ms)
     return bytes(out)
 

@@ -26,6 +26,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     24: ("add_partitions_to_txn", 0, 3, 0),  # AddPartitionsToTxn
     25: ("add_offsets_to_txn", 0, 3, 0),  # AddOffsetsToTxn
     26: ("end_txn", 0, 3, 0),  # EndTxn
+    27: ("write_txn_markers", 0, 1, 0),  # WriteTxnMarkers
     28: ("txn_offset_commit", 0, 3, 0),  # TxnOffsetCommit
     32: ("describe_configs", 1, 4, 1),  # DescribeConfigs
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
