@@ -131,14 +131,19 @@ class OffsetsMixin(CoordinatorBase):
 
     def _validate_txn_offset_commit(self, group: Group, generation_id: int, member_id: str,
                                     instance_id: str | None) -> ErrorCode | None:
+        """Kafka's checks (as its KRaft-mode coordinator makes them, measured on 3.9 and 4.3): an Empty
+        group takes commits without a generation from anyone; once a generation or member is named
+        it must be current; a transactional commit without one is accepted even with members."""
         if group.is_(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if instance_id is not None and group.static_members.get(instance_id, member_id) != member_id:
-            return ErrorCode.FENCED_INSTANCE_ID
-        if member_id != UNKNOWN_MEMBER_ID and not group.has(member_id):
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if generation_id >= 0 and generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return None
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
+            error = self.validate_current_member(group, member_id, instance_id)
+            if error is not None:
+                return error
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
         return None
 
     async def _store_txn_offsets(self, group: Group, producer_id: int, producer_epoch: int,

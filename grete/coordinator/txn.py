@@ -285,7 +285,7 @@ class TransactionCoordinator:
         txn_id = self._by_pid.get(producer_id)
         meta = self.txns.get(txn_id) if txn_id is not None else None
         if meta is None or meta.producer_id != producer_id:
-            return ErrorCode.INVALID_TXN_STATE if meta is None else ErrorCode.INVALID_PRODUCER_EPOCH
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if producer_epoch < meta.producer_epoch:
             return ErrorCode.INVALID_PRODUCER_EPOCH
         if meta.state is not TxnState.ONGOING or tp not in meta.partitions:

@@ -1,0 +1,112 @@
+"""Kafka's error codes for transactional requests out of order, fencing and bad input, measured on
+the reference brokers and required of grete (the issue's "bad input" list)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from grete.protocol.errors import ErrorCode  # noqa: E402
+from grete.protocol.messages import (  # noqa: E402
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from grete.testing._wire import Wire  # noqa: E402
+from tests.broker._txn import READ_COMMITTED, READ_UNCOMMITTED, Txn, latest, settled  # noqa: E402
+
+
+@pytest.fixture
+def wire(broker):
+    host, port = broker.bootstrap.rsplit(":", 1)
+    w = Wire(host, int(port), timeout=30)
+    # Both coordinators' topics exist before the first transactional request (Kafka creates them
+    # asynchronously and answers COORDINATOR_NOT_AVAILABLE until then).
+    for key_type, key in ((1, "warm-up"), (0, "warm-up")):
+        settled(lambda kt=key_type, k=key: w.call(FindCoordinatorRequest(key_type=kt, coordinator_keys=[k]),
+                                                  FindCoordinatorResponse, 4).coordinators[0].error_code)
+    yield w
+    w.close()
+
+
+def writable(wire: Wire, topic: str, partitions: int = 1) -> str:
+    """Kafka answers NOT_LEADER_OR_FOLLOWER for a moment after creating a topic: wait that out."""
+    req = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+        ListOffsetsRequest.ListOffsetsPartition(partition_index=p, timestamp=-1) for p in range(partitions)])])
+    deadline = time.monotonic() + 20
+    while any(p.error_code for p in wire.call(req, ListOffsetsResponse, 7).topics[0].partitions):
+        assert time.monotonic() < deadline, f"{topic} has no leader"
+        time.sleep(0.1)
+    return topic
+
+
+def ready(wire: Wire, transactional_id: str | None = None, timeout_ms: int = 60_000) -> Txn:
+    txn = Txn(wire, transactional_id, timeout_ms)
+    assert settled(txn.init) == 0
+    return txn
+
+
+def test_requests_from_a_stranger(wire, make_topic):
+    topic = writable(wire, make_topic(partitions=1))
+    stranger = Txn(wire)
+    stranger.pid, stranger.epoch = 4242, 0
+    assert stranger.end(True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert stranger.add(topic) == {(topic, 0): ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+    assert stranger.add_offsets("g") == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert stranger.produce(topic, [b"x"]).error_code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert latest(wire, topic, READ_UNCOMMITTED) == 0
+
+
+def test_timeouts_and_empty_commit(wire):
+    assert Txn(wire, timeout_ms=0).init() == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert Txn(wire, timeout_ms=900_001).init() == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert ready(wire).end(True) == ErrorCode.INVALID_TXN_STATE
+
+
+def test_partition_checks(wire, make_topic):
+    topic = writable(wire, make_topic(partitions=2), 2)
+    txn = ready(wire)
+    assert txn.add(topic, 0, 7) == {(topic, 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
+                                    (topic, 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    assert txn.add(topic, 0) == {(topic, 0): 0}
+    assert txn.produce(topic, [b"not added"], partition=1).error_code == ErrorCode.INVALID_TXN_STATE
+    assert txn.produce(topic, [b"added"], partition=0).error_code == 0
+    assert latest(wire, topic, READ_COMMITTED) == 0
+    assert settled(lambda: txn.end(False)) == 0
+    time.sleep(0.5)  # Kafka writes its markers after answering
+    assert txn.produce(topic, [b"after abort"], partition=0).error_code == ErrorCode.INVALID_TXN_STATE
+    assert settled(lambda: txn.end(True)) == ErrorCode.INVALID_TXN_STATE
+
+
+def test_offsets_need_add_offsets_and_a_valid_member(wire, make_topic):
+    topic = writable(wire, make_topic(partitions=1))
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    txn = ready(wire)
+    assert txn.commit_offsets(group, topic, 5) == ErrorCode.INVALID_TXN_STATE
+    assert txn.add_offsets(group) == 0
+    assert txn.commit_offsets(group, topic, 5, member="ghost") == 0  # Empty group, no generation
+    assert txn.commit_offsets(group, topic, 5, generation=3) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert txn.commit_offsets("", topic, 5) == ErrorCode.INVALID_GROUP_ID
+
+
+@pytest.mark.parametrize(("version", "code"), [(1, ErrorCode.INVALID_PRODUCER_EPOCH), (2, ErrorCode.PRODUCER_FENCED)])
+def test_fenced_instance(wire, make_topic, version, code):
+    topic = writable(wire, make_topic(partitions=1))
+    old = ready(wire)
+    assert old.add(topic) == {(topic, 0): 0}
+    assert old.produce(topic, [b"zombie"]).error_code == 0
+    new = ready(wire, old.id)
+    assert (new.pid, new.epoch) == (old.pid, old.epoch + 2)
+    assert old.add(topic, version=version) == {(topic, 0): code}
+    assert old.end(True, version=version) == code
+    assert old.produce(topic, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert latest(wire, topic, READ_COMMITTED) == latest(wire, topic, READ_UNCOMMITTED)
