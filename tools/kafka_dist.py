@@ -62,6 +62,8 @@ def artifacts(version: str) -> list[Artifact]:
         Artifact(kafka, "kafka-storage", v),
         # connect-runtime drags in Jetty/Jersey for the connect-plugin-path tool only; none of ours need it.
         Artifact(kafka, "kafka-tools", v, exclusions=(f"{kafka}:connect-runtime",)),
+        # Kafka Streams, for tools/java/StreamsWordCount.java (compat-tests/kafka-streams).
+        Artifact(kafka, "kafka-streams", v),
     ]
     if major(v) >= 4:
         # 4.x ships log4j2 behind slf4j 1.7 (what its own libs/ holds).
@@ -208,6 +210,8 @@ _TOOLS_COMMON: dict[str, str] = {
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
     "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
+    "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
     "kafka-server-start": "kafka.Kafka",
 }

@@ -62,13 +62,23 @@ def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -> None
         if op.config_operation not in OP_NAMES:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op.config_operation}")
     if resource.resource_type == BROKER:
-        check_broker_resource(ctx, resource.resource_name, [op.name for op in ops])
+        # Deleting a dynamic-capable key that was never set is a no-op in Kafka (kafka-reassign-partitions
+        # --verify clears the replication throttles this way); grete sets no dynamic broker keys.
+        check_broker_resource(ctx, resource.resource_name,
+                              [op.name for op in ops if not (op.config_operation == DELETE and op.name in DYNAMIC_BROKER_KEYS)])
     elif resource.resource_type == TOPIC:
         meta = ctx.broker.metadata.topic(resource.resource_name)
         current = dict(meta.configs) if meta is not None else {}
         replace_topic_configs(ctx, resource.resource_name, _incremental(current, ops), validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
+
+
+# Broker keys Kafka can change at run time that tools clear as a matter of course.
+DYNAMIC_BROKER_KEYS = frozenset({
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+})
 
 
 def _incremental(current: dict[str, str], ops: list[Op]) -> dict[str, str]:

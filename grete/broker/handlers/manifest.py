@@ -36,7 +36,10 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     35: ("describe_log_dirs", 1, 4, 1),  # DescribeLogDirs
     37: ("create_partitions", 0, 3, 0),  # CreatePartitions
     42: ("delete_groups", 0, 2, 0),  # DeleteGroups
+    43: ("elect_leaders", 0, 2, 0),  # ElectLeaders
     44: ("incremental_alter_configs", 0, 1, 0),  # IncrementalAlterConfigs
+    45: ("alter_partition_reassignments", 0, 1, 0),  # AlterPartitionReassignments
+    46: ("list_partition_reassignments", 0, 0, 0),  # ListPartitionReassignments
     47: ("offset_delete", 0, 0, 0),  # OffsetDelete
     60: ("describe_cluster", 0, 1, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers

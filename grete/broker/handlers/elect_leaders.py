@@ -1,0 +1,27 @@
+"""ElectLeaders (43): on one node every partition's leader is its preferred replica and sits in the
+ISR, so no election is ever needed: named partitions answer ELECTION_NOT_NEEDED, and an election of
+all partitions (null list) answers nothing, as Kafka's controller does for partitions it skips."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import ElectLeadersRequest, ElectLeadersResponse
+
+Result = ElectLeadersResponse.ReplicaElectionResult
+
+
+@api(43, 0, 2)
+def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+    results = []
+    for wanted in request.topic_partitions or []:
+        partitions = []
+        for index in wanted.partitions:
+            known = (wanted.topic, index) in ctx.broker.partitions
+            partitions.append(ElectLeadersResponse.PartitionResult(
+                partition_id=index,
+                error_code=ErrorCode.ELECTION_NOT_NEEDED if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message=None if known else "The partition does not exist."))
+        results.append(Result(topic=wanted.topic, partition_result=partitions))
+    return ElectLeadersResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, replica_election_results=results)

@@ -1,0 +1,13 @@
+"""ListPartitionReassignments (46): a single node never has a reassignment in progress."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
+
+
+@api(46, 0, 0)
+def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
+    return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, topics=[])
