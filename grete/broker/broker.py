@@ -81,6 +81,7 @@ class Broker:
         self.log_dirs = config.log_dirs
         self.metadata: MetadataStore = LocalMetadataStore(self.log_dirs[0], cluster_id=config.raw("cluster.id"))
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
+        self.log_manager.retention_check_interval_ms = config.int("log.retention.check.interval.ms")
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.connections: set[KafkaConnection] = set()
         self.servers: list[asyncio.base_events.Server] = []

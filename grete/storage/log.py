@@ -697,9 +697,10 @@ class Log:
                 deleted += self._delete_segments(over, now_ms)
             return deleted
 
-    def maintenance(self, now_ms: int) -> None:
+    def maintenance(self, now_ms: int, *, retention: bool = True) -> None:
         self.run_pending_deletes(now_ms)
-        self.apply_retention(now_ms)
+        if retention:
+            self.apply_retention(now_ms)
         with self.lock:
             self.producer_state.remove_expired(now_ms)
             if (self._unflushed_messages and self.config.flush_ms < 2**62

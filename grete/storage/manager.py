@@ -41,6 +41,9 @@ TopicPartition = tuple[str, int]
 CHECKPOINT_INTERVAL_MS = 5000
 
 
+INITIAL_RETENTION_DELAY_MS = 30_000  # Kafka's InitialTaskDelayMs for its retention task
+
+
 class LogManager:
     """Owns ``log.dirs``. Per directory it keeps (Kafka's names and text formats):
 
@@ -65,6 +68,9 @@ class LogManager:
         self.dir_ids: dict[Path, uuid.UUID] = {}
         self.cleaner_offsets: dict[TopicPartition, int] = {}
         self._last_checkpoint_ms = 0
+        # log.retention.check.interval.ms (Kafka: 300 s, first check 30 s after start); 0 = every pass.
+        self.retention_check_interval_ms = 0
+        self._next_retention_ms: int | None = None
         self._cleaner: LogCleaner | None = None
         # fsyncs of rolled segments, off the event loop (fsync releases the GIL)
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="grete-log-flush")
@@ -165,9 +171,10 @@ class LogManager:
         """Retention, delayed file deletion, flush-by-time, producer expiry, compaction scheduling,
         and checkpoints every few seconds. Quick: compaction itself runs on the cleaner thread."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
+        retain = self._retention_due(now)
         for lg in list(self.logs.values()):
             try:
-                lg.maintenance(now)
+                lg.maintenance(now, retention=retain)
             except OSError as exc:
                 log.error("maintenance of %s failed: %s", lg, exc)
         for lg in list(self.logs.values()):
@@ -178,6 +185,17 @@ class LogManager:
         if now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
             self.checkpoint()
             self._last_checkpoint_ms = now
+
+    def _retention_due(self, now: int) -> bool:
+        interval = self.retention_check_interval_ms
+        if interval <= 0:
+            return True
+        if self._next_retention_ms is None:
+            self._next_retention_ms = now + min(interval, INITIAL_RETENTION_DELAY_MS)
+        if now < self._next_retention_ms:
+            return False
+        self._next_retention_ms = now + interval
+        return True
 
     @staticmethod
     def _flush_rolled(lg: Log) -> None:

@@ -84,3 +84,29 @@ def test_delete_records_before(tmp_path: Path) -> None:
     # Without the manager's checkpoint the start offset falls back to the first segment's base.
     again = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=1000), clean_shutdown=True, log_start_offset=17)
     assert again.log_start_offset == 17
+
+
+def test_manager_applies_retention_every_check_interval(tmp_path: Path) -> None:
+    """log.retention.check.interval.ms: the first check 30 s after start (Kafka's initial delay), then
+    once per interval, though other maintenance runs on every pass."""
+    from grete.storage.manager import LogManager
+
+    cfg = LogConfig(segment_bytes=1000, retention_ms=10 * HOUR)
+    manager = LogManager([tmp_path], cfg)
+    manager.startup(cluster_id="c", node_id=1)
+    manager.retention_check_interval_ms = 10 * HOUR
+    log = manager.create_log("t", 0, cfg)
+    for i in range(40):
+        append(log, [b"r" * 80], ts=i * HOUR, now_ms=i * HOUR)
+    start = 45 * HOUR  # records 0-34 are past retention
+    manager.maintenance(start)
+    manager.maintenance(start + 29_999)
+    assert log.log_start_offset == 0
+    manager.maintenance(start + 30_000)
+    first = log.log_start_offset
+    assert first > 0
+    manager.maintenance(start + 30_000 + 9 * HOUR)  # everything is past retention now, but no check is due
+    assert log.log_start_offset == first
+    manager.maintenance(start + 30_000 + 10 * HOUR)
+    assert log.log_start_offset > first
+    manager.shutdown()
