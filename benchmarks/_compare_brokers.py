@@ -6,6 +6,7 @@ Both keep their data in a fresh ``tempfile.mkdtemp()`` directory, so both use th
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -31,8 +32,6 @@ def rss_mb(pid: int) -> float:
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of ``pid`` so far (includes all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
-
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -122,11 +121,17 @@ class Broker:
 
 
 class Grete(Broker):
-    """``python -m grete.cli serve`` as a subprocess (optionally under a profiler command prefix)."""
+    """``python -m grete.cli serve`` as a subprocess (optionally under a profiler command prefix), from
+    this checkout or from ``root`` (another checkout: a before/after comparison in one run).
+
+    ``group.initial.rebalance.delay.ms=0`` as the reference Kafka is configured: a benchmark measures
+    the broker, not a configured wait."""
 
     name = "grete"
 
-    def __init__(self, prefix: list[str] | None = None) -> None:
+    def __init__(self, prefix: list[str] | None = None, root: Path | None = None, name: str = "grete") -> None:
+        self.name = name
+        self.root = root
         self.prefix = prefix or []
         self.data = Path(tempfile.mkdtemp(prefix="compare-grete-"))
         self.port = free_port()
@@ -138,10 +143,15 @@ class Grete(Broker):
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "grete.cli", "serve", "--log-level", "WARNING",
              "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-             "--override", f"log.dirs={self.data}"],
-            start_new_session=True)
+             "--override", f"log.dirs={self.data}", "--override", "group.initial.rebalance.delay.ms=0"],
+            start_new_session=True, cwd=self.root, env=self._env())
         self.pid = self.proc.pid
         self.start_seconds = first_acked_produce(self.bootstrap, started)
+
+    def _env(self) -> dict[str, str] | None:
+        if self.root is None:
+            return None
+        return {**os.environ, "PYTHONPATH": str(self.root)}
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -7,6 +7,12 @@ so each request takes a slot in ``_slots`` and slots are written from the head a
 
 Handlers may keep no reference to the request's bytes after they return (the buffer is reused):
 the only zero-copy field is Produce's ``records``, which is appended synchronously.
+
+Repeated empty fetches (idle consumers) take a short cut: the last Fetch whose answer had nothing to
+read is kept with its encoded answer (``_FetchMemo``); a request identical to it apart from the
+correlation id is answered by re-checking the partitions' state (``fetch.Snapshot.unchanged``) and
+patching the correlation id, with no decode, handler pass or encode. Any change in that state falls
+back to the full path, so the short cut can only repeat an answer that is still true.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import asyncio
 import logging
 import os
 import socket
+import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +34,13 @@ from grete.protocol.messages import APIS, response_header_version
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
+    from grete.broker.handlers import fetch
 
 log = logging.getLogger(__name__)
 
 API_VERSIONS_KEY = 18
+FETCH_KEY = 1
+_SIZE_AND_ID = struct.Struct(">ii")
 INITIAL_BUFFER = 64 * 1024
 SHRINK_ABOVE = 8 * 1024 * 1024      # give a huge buffer back once the big frames stop
 SENDFILE_MIN_BYTES = 64 * 1024      # below this, pread + write is as cheap and keeps one write path
@@ -45,6 +55,29 @@ class _Slot:
     def __init__(self) -> None:
         self.parts: list[Any] | None = None
         self.done = False
+
+
+class _FetchMemo:
+    """The last Fetch with nothing to read: its frame, decoded request, the state it was answered
+    from and the answer's bytes after the correlation id."""
+
+    __slots__ = ("head", "tail", "request", "snapshot", "body", "version", "client_id")
+
+    def __init__(self, frame: bytes, request: Any, snapshot: fetch.Snapshot, encoded: bytes,
+                 version: int, client_id: str | None) -> None:
+        self.head = frame[:4]        # api key + version
+        self.tail = frame[8:]        # client id onwards
+        self.request = request
+        self.snapshot = snapshot
+        self.body = encoded[8:]      # response header tagged fields + body
+        self.version = version
+        self.client_id = client_id
+
+    def matches(self, frame: bytes) -> bool:
+        return frame[8:] == self.tail and frame[:4] == self.head
+
+    def answer(self, correlation_id: int) -> bytes:
+        return _SIZE_AND_ID.pack(len(self.body) + 4, correlation_id) + self.body
 
 
 class _FdFile:
@@ -73,6 +106,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._start = 0
         self._end = 0
         self._slots: deque[_Slot] = deque()
+        self._fetch_memo: _FetchMemo | None = None
         self._sending = False
         self._paused_reading = False
         self._paused_writing = False
@@ -80,6 +114,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "unknown"
         self._idle_handle: asyncio.TimerHandle | None = None
+        self._last_active = 0.0
         self._idle_ms = broker.config.int("connections.max.idle.ms")
         self._loop = asyncio.get_running_loop()
 
@@ -170,6 +205,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # --- dispatch ---------------------------------------------------------------------------
     def _dispatch(self, frame: memoryview) -> None:
+        frame_bytes: bytes | None = None
+        if len(frame) > 8 and frame[1] == FETCH_KEY and frame[0] == 0 and self.broker.faults is None:
+            # Fault injection sees every request, so the short cut is off while faults are installed.
+            frame_bytes = bytes(frame)
+            memo = self._fetch_memo
+            if memo is not None and memo.matches(frame_bytes) and self._answer_from_memo(memo, frame_bytes):
+                return
         header, body_pos = decode_request_header(frame)
         handler = self._handlers.get(header.api_key)
         version = header.api_version
@@ -204,20 +246,74 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if result is None:
             return  # acks=0 produce: no response at all
+        slot = self._new_slot()
+        memo_key = None if frame_bytes is None else (frame_bytes, request, header.client_id)
+        if isinstance(result, asyncio.Future | asyncio.Task) or asyncio.iscoroutine(result):
+            future = asyncio.ensure_future(result)
+            future.add_done_callback(
+                lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key))
+        else:
+            slot.parts = self._encode(result, handler, version, header.correlation_id, memo_key)
+            self._flush()
+
+    def _new_slot(self) -> _Slot:
         slot = _Slot()
         self._slots.append(slot)
         if len(self._slots) >= MAX_PENDING_RESPONSES:
             self._pause_reading()
-        if isinstance(result, asyncio.Future | asyncio.Task) or asyncio.iscoroutine(result):
-            future = asyncio.ensure_future(result)
-            future.add_done_callback(
-                lambda f: self._complete_async(f, slot, handler, version, header.correlation_id))
-        else:
-            slot.parts = self._encode(result, handler, version, header.correlation_id)
+        return slot
+
+    # --- repeated empty fetches -------------------------------------------------------------
+    def _answer_from_memo(self, memo: _FetchMemo, frame: bytes) -> bool:
+        """Answer a repeat of ``memo``'s request if its state still holds; False: take the full path."""
+        if not memo.snapshot.unchanged():
+            self._fetch_memo = None
+            return False
+        correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
+        slot = self._new_slot()
+        max_wait_ms = memo.request.max_wait_ms
+        if max_wait_ms <= 0:
+            slot.parts = [memo.answer(correlation_id)]
             self._flush()
+            return True
+        deadline = self._loop.time() + max_wait_ms / 1000
+        waited = memo.snapshot.wait(max_wait_ms)
+        waited.add_done_callback(lambda f: self._memo_waited(f, slot, memo, correlation_id, deadline))
+        return True
+
+    def _memo_waited(self, waited: asyncio.Future[bool], slot: _Slot, memo: _FetchMemo,
+                     correlation_id: int, deadline: float) -> None:
+        if self._closed:
+            return
+        if waited.result():
+            slot.parts = [memo.answer(correlation_id)]
+            self._flush()
+            return
+        # Something changed while parked: the full handler's rules from here (min_bytes, the rest
+        # of max_wait_ms).
+        from grete.broker.handlers import fetch  # loaded already: it made the memo
+
+        handler = self._handlers[FETCH_KEY]
+        ctx = RequestContext(self.broker, FETCH_KEY, memo.version, correlation_id, memo.client_id,
+                             self.peer, self.listener)
+        frame = memo.head + correlation_id.to_bytes(4, "big", signed=True) + memo.tail
+        memo_key = (frame, memo.request, memo.client_id)
+        try:
+            result = fetch.resume(ctx, memo.request, deadline)
+        except Exception:
+            log.exception("Fetch v%d failed; closing connection from %s", memo.version, self.peer)
+            self._close()
+            return
+        if asyncio.iscoroutine(result):
+            asyncio.ensure_future(result).add_done_callback(
+                lambda f: self._complete_async(f, slot, handler, memo.version, correlation_id, memo_key))
+            return
+        slot.parts = self._encode(result, handler, memo.version, correlation_id, memo_key)
+        self._flush()
 
     def _complete_async(self, future: asyncio.Future[Any], slot: _Slot, handler: Handler,
-                        version: int, correlation_id: int) -> None:
+                        version: int, correlation_id: int, memo_key: tuple[bytes, Any, str | None] | None
+                        ) -> None:
         if self._closed:
             return
         try:
@@ -230,16 +326,27 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if response is None:
             slot.parts = []
         else:
-            slot.parts = self._encode(response, handler, version, correlation_id)
+            slot.parts = self._encode(response, handler, version, correlation_id, memo_key)
         self._flush()
 
-    def _encode(self, response: Any, handler: Handler, version: int, correlation_id: int) -> list[Any]:
+    def _encode(self, response: Any, handler: Handler, version: int, correlation_id: int,
+                memo_key: tuple[bytes, Any, str | None] | None = None) -> list[Any]:
         w = Writer()
         size_pos = w.reserve_int32()
         encode_response_header(w, correlation_id, response_header_version(handler.api_key, version))
         response.encode(w, version)
         w.patch_int32(size_pos, w.nbytes - 4)
-        return w.parts()
+        if memo_key is None:
+            return w.parts()
+        # fetch.EmptyFetchResponse (looked up by attribute: connection.py does not import handlers)
+        snapshot = getattr(response, "snapshot", None)
+        if snapshot is None:
+            self._fetch_memo = None
+            return w.parts()
+        encoded = w.getvalue()
+        frame, request, client_id = memo_key
+        self._fetch_memo = _FetchMemo(frame, request, snapshot, encoded, version, client_id)
+        return [encoded]
 
     def _answer_unsupported_api_versions(self, correlation_id: int) -> None:
         """KIP-511: a v0-format body with UNSUPPORTED_VERSION and our ApiVersions range."""
@@ -324,15 +431,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._protocol_violation(str(exc))
 
     def _touch(self) -> None:
+        # Per read this only notes the time: re-arming a timer on every read (cancel + call_later)
+        # cost more than a whole cached empty Fetch. The one timer re-arms itself on expiry.
         if self._idle_ms <= 0:
             return
-        if self._idle_handle is not None:
-            self._idle_handle.cancel()
-        self._idle_handle = self._loop.call_later(self._idle_ms / 1000, self._idle_timeout)
+        self._last_active = self._loop.time()
+        if self._idle_handle is None:
+            self._idle_handle = self._loop.call_at(self._last_active + self._idle_ms / 1000,
+                                                   self._idle_timeout)
 
     def _idle_timeout(self) -> None:
+        self._idle_handle = None
+        if self._closed:
+            return
+        now = self._loop.time()
         if self._slots:  # still answering: not idle
-            self._touch()
+            self._last_active = now
+        deadline = self._last_active + self._idle_ms / 1000
+        if deadline > now:  # active since the timer was set: wait out the rest
+            self._idle_handle = self._loop.call_at(deadline, self._idle_timeout)
             return
         log.debug("closing idle connection from %s (connections.max.idle.ms)", self.peer)
         self._close()

@@ -5,19 +5,28 @@ sendfile (large) or pread (small) by the connection; nothing here touches record
 that finds fewer than ``min_bytes`` parks one future per partition and is woken by the next append
 (or by its ``max_wait_ms`` timer). Fetch sessions (KIP-227) are not kept: the response's session id
 0 tells clients to keep sending full fetches, which every client supports.
+
+Idle consumers repeat the same Fetch, byte for byte apart from the correlation id, and get the same
+empty answer. A response with nothing to read in any partition is an :class:`EmptyFetchResponse`
+carrying a :class:`Snapshot` of the state it was built from, taken in the same loop step as the read;
+the connection keeps the encoded answer and, for the next identical request, asks
+:meth:`Snapshot.unchanged` instead of decoding, reading and encoding again (see connection.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grete.broker.context import RequestContext
 from grete.broker.partition import Partition
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchRequest, FetchResponse
+
+if TYPE_CHECKING:
+    from grete.broker.broker import Broker
 
 READ_COMMITTED = 1
 PartitionData = FetchResponse.PartitionData
@@ -34,12 +43,23 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Corout
     return _long_poll(ctx, request, parked)
 
 
+def resume(ctx: RequestContext, request: FetchRequest,
+           deadline: float) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
+    """Go on with a long poll that a wake-up interrupted (the connection's memo path): answer now if
+    ``min_bytes`` are there or ``deadline`` (loop time) has passed, else wait on until the deadline."""
+    response, total, parked = _read(ctx, request)
+    if total >= max(request.min_bytes, 1) or not parked or asyncio.get_running_loop().time() >= deadline:
+        return response
+    return _long_poll(ctx, request, parked, deadline)
+
+
 def _read(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, int, list[Partition]]:
     """One pass over the requested partitions: (response, bytes found, partitions to wait on)."""
     remaining = request.max_bytes
     total = 0
     waitable: list[Partition] = []
     topics = []
+    nothing_to_read = True  # no error and fetch offset >= upper bound in every partition
     for topic in request.topics:
         partitions = []
         for wanted in topic.partitions:
@@ -47,12 +67,86 @@ def _read(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, in
             size = _records_size(data.records)
             total += size
             remaining = max(remaining - size, 0)
+            if partition is None or wanted.fetch_offset < _upper(request, partition):
+                nothing_to_read = False
             if partition is not None:
                 waitable.append(partition)
             partitions.append(data)
         topics.append(FetchResponse.FetchableTopicResponse(topic=topic.topic, topic_id=topic.topic_id,
                                                            partitions=partitions))
+    if nothing_to_read and waitable:
+        empty = EmptyFetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        empty.snapshot = Snapshot(ctx.broker, waitable)
+        return empty, total, waitable
     return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics), total, waitable
+
+
+def _upper(request: FetchRequest, partition: Partition) -> int:
+    log = partition.log
+    return int(log.last_stable_offset if request.isolation_level == READ_COMMITTED else log.high_watermark)
+
+
+class Snapshot:
+    """What an empty Fetch answer depends on, per partition: which Partition object served it (a
+    deleted, or deleted and recreated, topic maps to none or to a new one), whether it is online, its
+    leader epoch, and the four offsets (high watermark, last stable, log start, log end). Values are
+    compared, not change counters: nothing that moves one of them can forget to bump a counter.
+
+    Records cannot appear below an unchanged upper bound, so while all of this is unchanged an
+    identical request gets a byte-identical answer."""
+
+    __slots__ = ("_broker", "partitions", "_state")
+
+    def __init__(self, broker: Broker, partitions: list[Partition]) -> None:
+        self._broker = broker
+        self.partitions = partitions
+        self._state = [_state(p) for p in partitions]
+
+    def wait(self, max_wait_ms: int) -> asyncio.Future[bool]:
+        return wait_for_change(self, max_wait_ms)
+
+    def unchanged(self) -> bool:
+        index = self._broker.partitions  # read each time: the live (topic, partition) -> Partition map
+        for partition, state in zip(self.partitions, self._state, strict=True):
+            if index.get((partition.topic, partition.index)) is not partition or _state(partition) != state:
+                return False
+        return True
+
+
+def _state(p: Partition) -> tuple[Any, ...]:
+    log = p.log
+    return (p.online, p.leader_epoch, log.high_watermark, log.last_stable_offset, log.log_start_offset,
+            log.log_end_offset)
+
+
+class EmptyFetchResponse(FetchResponse):
+    """A FetchResponse with no records and no errors, plus the :class:`Snapshot` it was read from."""
+
+    __slots__ = ("snapshot",)
+    snapshot: Snapshot
+
+
+def wait_for_change(snapshot: Snapshot, max_wait_ms: int) -> asyncio.Future[bool]:
+    """Park like a long poll on the snapshot's partitions: resolves when one is woken (append,
+    DeleteRecords, deletion) or after ``max_wait_ms``, with whether the snapshot still holds.
+
+    Lighter than ``_long_poll``: one future, a timer and a callback per partition; no task."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bool] = loop.create_future()
+    waiters = [p.waiter() for p in snapshot.partitions]
+
+    def finish(_: object = None) -> None:
+        if done.done():
+            return
+        timer.cancel()
+        for partition, waiter in zip(snapshot.partitions, waiters, strict=True):
+            partition.discard_waiter(waiter)
+        done.set_result(snapshot.unchanged())
+
+    timer = loop.call_later(max_wait_ms / 1000, finish)
+    for waiter in waiters:
+        waiter.add_done_callback(finish)
+    return done
 
 
 def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
@@ -94,10 +188,11 @@ def _records_size(records: Any) -> int:
     return int(size) if size is not None else len(records)
 
 
-async def _long_poll(ctx: RequestContext, request: FetchRequest,
-                     parked: list[Partition]) -> FetchResponse:
+async def _long_poll(ctx: RequestContext, request: FetchRequest, parked: list[Partition],
+                     deadline: float | None = None) -> FetchResponse:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + request.max_wait_ms / 1000
+    if deadline is None:
+        deadline = loop.time() + request.max_wait_ms / 1000
     while True:
         timeout = deadline - loop.time()
         if timeout <= 0:
