@@ -32,6 +32,10 @@ class Partition:
         self.online = True
         if log.end_offset_for_epoch(leader_epoch)[0] != leader_epoch:
             log.assign_leader_epoch(leader_epoch, log.log_end_offset)
+        # The only replica holds everything in its log: the high watermark is the log end at once.
+        # (The checkpointed value lags after a crash; left there, reads and coordinator loads would
+        # stop short of data that was acknowledged, including offset commits and transaction state.)
+        log.high_watermark = log.log_end_offset
 
     # --- offsets -----------------------------------------------------------------------------
     @property

@@ -281,3 +281,37 @@ def test_a_commit_interrupted_after_prepare_is_finished_on_start(tmp_path: Path)
         assert describe(w, txn.id).transaction_state == "CompleteCommit"
         assert visible_values(w, topic) == [b"prepared"]
         w.close()
+
+
+def test_committed_state_survives_a_crash_with_a_stale_high_watermark_checkpoint(tmp_path: Path):
+    """After a crash the replication-offset-checkpoint lags the log. A single replica's high watermark
+    must still be its log end, or the coordinators load only part of their topics: transactional
+    offsets and transaction states written after the last checkpoint would be lost (found by the
+    exactly-once checker in tests/eos with SIGKILLed brokers)."""
+    topic = "crashed"
+    group = "g-crash"
+    with broker(data_dir=tmp_path, topics={topic: 1}) as first:
+        w = Wire(first.host, first.port)
+        txn = Txn(w)
+        txn.init()
+        txn.add(topic)
+        txn.produce(topic, [b"kept"])
+        txn.add_offsets(group)
+        assert txn.commit_offsets(group, topic, 7) == 0
+        assert txn.end(True) == 0
+        w.close()
+    # What a SIGKILL leaves: every checkpointed high watermark at 0 and no clean-shutdown marker.
+    checkpoint = tmp_path / "replication-offset-checkpoint"
+    lines = checkpoint.read_text().splitlines()
+    checkpoint.write_text("\n".join(lines[:2] + [" ".join(ln.split()[:2] + ["0"]) for ln in lines[2:]]) + "\n")
+    (tmp_path / ".kafka_cleanshutdown").unlink(missing_ok=True)
+    with broker(data_dir=tmp_path) as second:
+        w = Wire(second.host, second.port)
+        assert describe(w, txn.id).transaction_state == "CompleteCommit"
+        assert visible_values(w, topic) == [b"kept"]
+        req = OffsetFetchRequest(group_id=group, require_stable=True, topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+        assert w.call(req, OffsetFetchResponse, 7).topics[0].partitions[0].committed_offset == 7
+        again = Txn(w, txn.id)
+        assert again.init() == 0 and (again.pid, again.epoch) == (txn.pid, txn.epoch + 1)
+        w.close()
