@@ -5,6 +5,8 @@
 
 The jars come from tools.kafka_dist (Maven Central). Data, config and the broker's log live in a
 temporary directory that is removed on exit (set GRETE_KEEP_TMP=1 to keep it for a post-mortem).
+``kill()`` SIGKILLs the broker and ``restart()`` brings it back on the same ports and data directory
+(crash-recovery tests, e.g. tests/eos).
 ``python -m tools.reference_kafka 4`` starts one and waits for Ctrl-C.
 """
 
@@ -191,10 +193,10 @@ class ReferenceKafka:
         if done.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
 
-    def _launch(self, config: Path) -> None:
+    def _launch(self, config: Path, append: bool = False) -> None:
         cmd = kafka_dist.java_cmd(self.version, "kafka-server-start", str(config),
                                   log_level=self.log_level, quick_start=False)
-        with open(self.server_log, "wb") as log:
+        with open(self.server_log, "ab" if append else "wb") as log:
             # Own process group, so stop() reaches the JVM and anything it forks.
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=self.workdir,
@@ -216,6 +218,35 @@ class ReferenceKafka:
             return "\n".join(self.server_log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+    def kill(self) -> None:
+        """SIGKILL the broker's process group: a crash, no clean shutdown. The data directory, config
+        and ports stay, so restart() brings the same node back on the same data (log recovery included)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def restart(self) -> ReferenceKafka:
+        """Start again on the same ports, config and data directory (after kill() or a crash)."""
+        assert self.workdir is not None, "never started, or stopped (stop() removes the data)"
+        if self.proc is not None:
+            self.kill()
+        t0 = time.monotonic()
+        with open(self.server_log, "ab") as log:  # keep the first run's log for a post-mortem
+            log.write(b"\n==== restart ====\n")
+        self._launch(self.workdir / "server.properties", append=True)
+        try:
+            self._wait_ready(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - t0
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:

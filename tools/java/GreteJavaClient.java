@@ -43,6 +43,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   produce-ts BOOTSTRAP TOPIC PLAN                                        PLAN like "t1,t2/t3": timestamps, "/" flushes
  *   times    BOOTSTRAP TOPIC PARTITION TS[,TS...]                          -> {"ts","offset","timestamp"} (null past the end)
  *   oversize BOOTSTRAP TOPIC SIZE [configs...]                             -> {"error","message"} or {"partition","offset"}
+ *   txn-fence | txn-ctp | txn-lso | txn-read ...                            see TxnScenarios
  *
  * Record i of a produce run has key "k<i mod 4>", value "v<i>-<topic>" and a header "i" = i.
  */
@@ -64,6 +65,10 @@ public final class GreteJavaClient {
             case "produce-ts": produceTimestamps(args); break;
             case "times": offsetsForTimes(args); break;
             case "oversize": oversize(args); break;
+            case "txn-fence": TxnScenarios.fence(args); break;
+            case "txn-ctp": TxnScenarios.consumeTransformProduce(args); break;
+            case "txn-lso": TxnScenarios.lastStableOffset(args); break;
+            case "txn-read": TxnScenarios.read(args); break;
             default:
                 System.err.println("unknown command " + args[0]);
                 System.exit(2);

@@ -1,0 +1,75 @@
+"""Java kafka-clients (3.9 and 4.x) transactions: zombie fencing, abort, the last stable offset, and
+consume-transform-produce with sendOffsetsToTransaction(offsets, consumer.groupMetadata()).
+Driver modes txn, txn-fence, txn-ctp, txn-lso, txn-read (tools/java/TxnScenarios.java)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.compat
+
+# initTransactions blocks up to max.block.ms when there is no transaction coordinator (default 60 s).
+BLOCK = "max.block.ms=30000"
+
+
+def txn_id(prefix: str = "jtx") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def read(java_client, topic: str, isolation: str, settle_ms: int = 1000) -> tuple[list[str], int]:
+    """(values, final position) of partition 0 at an isolation level."""
+    lines = java_client.ok("txn-read", topic, isolation, str(settle_ms))
+    values = [str(x["value"]) for x in lines if "value" in x]
+    (position,) = [int(x["position"]) for x in lines if "position" in x]  # type: ignore[call-overload]
+    return values, position
+
+
+def test_second_producer_fences_the_first(java_client, make_topic) -> None:
+    topic = make_topic()
+    (result,) = java_client.ok("txn-fence", topic, txn_id("zombie"))
+    # Kafka's documented answer to a zombie is ProducerFencedException (PRODUCER_FENCED); the
+    # 4.x client surfaces the newer epoch-bump path as InvalidProducerEpochException in some orders.
+    assert result["zombie_error"] in ("ProducerFencedException", "InvalidProducerEpochException"), result
+    committed, _ = read(java_client, topic, "read_committed")
+    assert committed == ["from-fresh"]
+    everything, _ = read(java_client, topic, "read_uncommitted")
+    assert "from-zombie" in everything and "from-fresh" in everything
+    assert "zombie-again" not in committed
+
+
+def test_aborted_transactions_are_invisible(java_client, make_topic) -> None:
+    topic = make_topic()
+    steps = java_client.ok("txn", topic, txn_id(), "a3,a2", BLOCK)
+    assert [s["step"] for s in steps] == ["a3", "a2"]
+    committed, position = read(java_client, topic, "read_committed")
+    assert committed == []
+    # Nothing to deliver, but the consumer moves past the aborted data and both markers.
+    assert position == 7
+    everything, _ = read(java_client, topic, "read_uncommitted")
+    assert everything == [f"v{i}-{topic}" for i in range(5)]
+
+
+def test_end_offsets_stop_at_the_last_stable_offset(java_client, make_topic) -> None:
+    topic = make_topic()
+    java_client.ok("produce", topic, "2")  # offsets 0, 1 (one partition, so key hashing does not matter)
+    open_, done = java_client.ok("txn-lso", topic, txn_id(), "3", BLOCK)
+    assert open_ == {"phase": "open", "read_uncommitted": 5, "read_committed": 2}
+    assert done == {"phase": "committed", "read_uncommitted": 6, "read_committed": 6}
+
+
+def test_send_offsets_to_transaction_with_group_metadata(java_client, make_topic) -> None:
+    src, dst = make_topic(), make_topic()
+    n = 8
+    java_client.ok("produce", src, str(n))
+    group = f"jctp-{uuid.uuid4().hex[:8]}"
+    aborted, committed = java_client.ok("txn-ctp", src, dst, group, txn_id(), str(n), "a,c", BLOCK,
+                                        timeout=180)
+    # After the abort the group has no offset; the second consumer re-reads all n and commits n.
+    assert aborted == {"step": "a", "read": n, "committed": None}
+    assert committed == {"step": "c", "read": n, "committed": n}
+    out, _ = read(java_client, dst, "read_committed")
+    assert out == [f"out-v{i}-{src}" for i in range(n)]
+    everything, _ = read(java_client, dst, "read_uncommitted")
+    assert len(everything) == 2 * n
