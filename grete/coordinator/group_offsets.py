@@ -85,8 +85,10 @@ class OffsetsMixin(CoordinatorBase):
             return ErrorCode.UNKNOWN_MEMBER_ID  # only members may commit for a group with members
         return None
 
-    async def _store_offsets(self, group: Group, offsets: list[OffsetCommit],
-                             retention_ms: int) -> dict[TopicPartition, ErrorCode]:
+    async def _store_offsets(self, group: Group, offsets: list[OffsetCommit], retention_ms: int, *,
+                             producer: tuple[int, int] | None = None) -> dict[TopicPartition, ErrorCode]:
+        """Write the commits as one batch; apply them, or, for a transaction's ``producer`` (id,
+        epoch), stage them until its marker."""
         now = self.now_ms()
         expire = now + retention_ms if retention_ms is not None and retention_ms >= 0 else -1
         results: dict[TopicPartition, ErrorCode] = {}
@@ -105,9 +107,15 @@ class OffsetsMixin(CoordinatorBase):
              encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp,
                                              c.expire_timestamp)))
             for (topic, partition), c in accepted.items()]
-        error = await self.append(self.partition_for(group.group_id), records, OFFSET_WRITE_ERRORS)
-        if error is ErrorCode.NONE and self.live_group(group):
-            group.offsets.update(accepted)
+        partition = self.partition_for(group.group_id)
+        if producer is None:
+            error = await self.append(partition, records, OFFSET_WRITE_ERRORS)
+            if error is ErrorCode.NONE and self.live_group(group):
+                group.offsets.update(accepted)
+        else:
+            error = await self.append_txn(partition, records, *producer)
+            if error is ErrorCode.NONE and self.live_group(group):
+                group.pending_txn_offsets.setdefault(producer[0], {}).update(accepted)
         results.update(dict.fromkeys(accepted, error))
         return results
 
@@ -127,7 +135,8 @@ class OffsetsMixin(CoordinatorBase):
         error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
             return dict.fromkeys(tps, error)
-        return await self.detached(self._store_txn_offsets(group, producer_id, producer_epoch, offsets))
+        return await self.detached(self._store_offsets(group, offsets, NO_RETENTION,
+                                                       producer=(producer_id, producer_epoch)))
 
     def _validate_txn_offset_commit(self, group: Group, generation_id: int, member_id: str,
                                     instance_id: str | None) -> ErrorCode | None:
@@ -145,30 +154,6 @@ class OffsetsMixin(CoordinatorBase):
             if generation_id != group.generation_id:
                 return ErrorCode.ILLEGAL_GENERATION
         return None
-
-    async def _store_txn_offsets(self, group: Group, producer_id: int, producer_epoch: int,
-                                 offsets: list[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
-        now = self.now_ms()
-        results: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, CommittedOffset] = {}
-        for commit in offsets:
-            tp = (commit.topic, commit.partition)
-            metadata = commit.metadata or ""
-            if len(metadata) > self.config.offset_metadata_max_bytes:
-                results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                accepted[tp] = CommittedOffset(commit.offset, commit.leader_epoch, metadata, now)
-        if not accepted:
-            return results
-        records: list[Record] = [
-            (encode_offset_key(group.group_id, topic, partition),
-             encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp)))
-            for (topic, partition), c in accepted.items()]
-        error = await self.append_txn(self.partition_for(group.group_id), records, producer_id, producer_epoch)
-        if error is ErrorCode.NONE and self.live_group(group):
-            group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
-        results.update(dict.fromkeys(accepted, error))
-        return results
 
     async def append_txn(self, partition: int, records: list[Record], producer_id: int,
                          producer_epoch: int) -> ErrorCode:
