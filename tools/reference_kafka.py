@@ -75,6 +75,15 @@ def die_with_parent() -> None:
         pass
 
 
+def kill_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process group (a crash: no clean shutdown) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
     """SIGTERM the process group, wait ``grace`` seconds, then SIGKILL it."""
     if proc.poll() is not None:
@@ -224,11 +233,7 @@ class ReferenceKafka:
         and ports stay, so restart() brings the same node back on the same data (log recovery included)."""
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=30)
+        kill_process(self.proc)
         self.proc = None
 
     def restart(self) -> ReferenceKafka:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,7 +16,14 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from tools.reference_kafka import ReferenceKafka, die_with_parent, free_port, metadata_ok, stop_process
+from tools.reference_kafka import (
+    ReferenceKafka,
+    die_with_parent,
+    free_port,
+    kill_process,
+    metadata_ok,
+    stop_process,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,11 +104,7 @@ class GreteServe:
     def kill(self) -> None:
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=30)
+        kill_process(self.proc)
         self.proc = None
 
     def stop(self) -> None:
