@@ -276,8 +276,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             slot.parts = [memo.answer(correlation_id)]
             self._flush()
             return True
-        deadline = self._loop.time() + max_wait_ms / 1000
-        waited = memo.snapshot.wait(max_wait_ms)
+        deadline, waited = memo.snapshot.wait(max_wait_ms)
         waited.add_done_callback(lambda f: self._memo_waited(f, slot, memo, correlation_id, deadline))
         return True
 

@@ -9,6 +9,7 @@ import time
 
 from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig
+from grete.broker.eventloop import new_event_loop
 
 log = logging.getLogger("grete")
 
@@ -39,4 +40,5 @@ async def serve(config: BrokerConfig, *, started: float | None = None) -> None:
 
 
 def run(config: BrokerConfig, *, started: float | None = None) -> None:
-    asyncio.run(serve(config, started=started))
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(serve(config, started=started))

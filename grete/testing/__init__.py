@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from grete.broker.broker import Broker
+from grete.broker.eventloop import new_event_loop
 from grete.broker.server import embedded_config
 
 T = TypeVar("T")
@@ -146,7 +147,7 @@ def broker(overrides: Mapping[str, str] | None = None, *, data_dir: str | Path |
         if owned_dir:
             shutil.rmtree(directory, ignore_errors=True)
         raise
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop()
     started: Future[Broker] = Future()
     thread = threading.Thread(target=_run_loop, args=(loop, config, started), name="grete-broker",
                               daemon=True)

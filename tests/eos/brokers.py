@@ -3,16 +3,22 @@ data directory and the same port (clients keep their bootstrap address across th
 
     GRETE_TEST_TARGET=grete      grete serve, as a subprocess (the default)
     GRETE_TEST_TARGET=kafka-4    Apache Kafka 4.x via tools/reference_kafka.py (also kafka-3.9)
+
+``dropped_markers()`` is the broker's own admission that it completed a transaction without writing
+its marker to some partition (Apache Kafka logs this; see tests/eos/README.md). The audit uses it to
+tell that known reference defect apart from anything else; grete never admits to one.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -36,6 +42,16 @@ INTERNAL_TOPICS = {
 }
 
 
+@dataclass(frozen=True)
+class DroppedMarker:
+    """The broker completed ``txn_id``'s transaction without a marker on ``topic``-``partition``."""
+
+    txn_id: str
+    topic: str
+    partition: int
+    at: float  # wall-clock seconds (time.time() scale)
+
+
 class CrashableBroker(Protocol):
     bootstrap: str
     kind: str
@@ -44,6 +60,29 @@ class CrashableBroker(Protocol):
     def restart(self) -> None: ...
     def stop(self) -> None: ...
     def log_tail(self, lines: int = 30) -> str: ...
+    def dropped_markers(self) -> list[DroppedMarker]: ...
+
+
+# Kafka's TransactionMarkerChannelManager (3.x and 4.x, INFO): when the metadata cache has no leader
+# endpoint for a partition it assumes the topic was deleted and completes the transaction without
+# that partition's marker. A broker restarting after SIGKILL fences its own previous incarnation
+# (leader -1 for every partition) while its coordinator is still sending markers: they are dropped.
+_DROPPED = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\] INFO \[Transaction Marker Channel Manager \d+\]: "
+    r"Couldn't find leader endpoint for partitions Set\(([^)]*)\) while trying to send transaction "
+    r"markers for (\S+), these partitions are likely deleted", re.MULTILINE)
+
+
+def parse_dropped_markers(server_log: str) -> list[DroppedMarker]:
+    """Every marker a Kafka server.log says was skipped (log timestamps are the broker's local time)."""
+    out: list[DroppedMarker] = []
+    for m in _DROPPED.finditer(server_log):
+        stamp, millis, partitions, txn_id = m.groups()
+        at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+        for tp in partitions.split(", "):
+            topic, _, part = tp.strip().rpartition("-")
+            out.append(DroppedMarker(txn_id, topic, int(part), at))
+    return out
 
 
 def target() -> str:
@@ -120,12 +159,17 @@ class GreteServe:
         except OSError:
             return "(no log)"
 
+    def dropped_markers(self) -> list[DroppedMarker]:
+        return []  # grete writes every marker or keeps the transaction open: no excuses
+
 
 class KafkaBroker:
     """tools.reference_kafka.ReferenceKafka behind the same four calls."""
 
     def __init__(self, version: str) -> None:
-        self.ref = ReferenceKafka(version, overrides=dict(INTERNAL_TOPICS), log_level="WARN")
+        # INFO: dropped_markers() reads an INFO line; GRETE_EOS_BROKER_LOG=DEBUG for more.
+        level = os.environ.get("GRETE_EOS_BROKER_LOG", "INFO")
+        self.ref = ReferenceKafka(version, overrides=dict(INTERNAL_TOPICS), log_level=level)
         self.ref.start()
         self.bootstrap = self.ref.bootstrap
         self.kind = self.ref.kind
@@ -141,3 +185,9 @@ class KafkaBroker:
 
     def log_tail(self, lines: int = 30) -> str:
         return self.ref.log_tail(lines)
+
+    def dropped_markers(self) -> list[DroppedMarker]:
+        try:
+            return parse_dropped_markers(self.ref.server_log.read_text(errors="replace"))
+        except (OSError, AssertionError):  # AssertionError: stopped, the directory is gone
+            return []

@@ -11,7 +11,8 @@ tell which transaction a record came from.
 The journal (one JSON object per line, appended with O_APPEND) records intent *before* each outcome
 call, so a SIGKILL at any point leaves a line for every transaction that could have committed:
 ``{"tag", "begin"}``, ``{"tag", "commit", "offsets"}``, ``{"tag", "abort"}``, then after a commit
-returns ``{"tag", "committed"}``; ``{"done": true}`` when all input is processed.
+returns ``{"tag", "committed"}``; ``{"done": true}`` when all input is processed. Every line also
+carries ``"t"``, the wall-clock time it was written.
 GRETE_EOS_DEBUG=eos,protocol (librdkafka debug contexts) logs the producer's requests to stderr.
 Exit status 0 means every input record was consumed and committed; anything else is a crash to be
 restarted by the driver (the same transactional.id fences the previous incarnation).
@@ -50,6 +51,8 @@ class Journal:
 
     def write(self, **entry: Any) -> None:
         # One write() per line: a SIGKILL cannot leave half a line behind in the page cache.
+        # "t" (wall clock) lets the audit line entries up with the broker's log.
+        entry["t"] = round(time.time(), 3)
         os.write(self.fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
 
 

@@ -16,6 +16,7 @@ the connection keeps the encoded answer and, for the next identical request, ask
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -102,8 +103,10 @@ class Snapshot:
         self.partitions = partitions
         self._state = [_state(p) for p in partitions]
 
-    def wait(self, max_wait_ms: int) -> asyncio.Future[bool]:
-        return wait_for_change(self, max_wait_ms)
+    def wait(self, max_wait_ms: int) -> tuple[float, asyncio.Future[bool]]:
+        """Park a repeat that arrives now: (its deadline, the future of :func:`wait_for_change`)."""
+        deadline = expiry(max_wait_ms)
+        return deadline, wait_for_change(self, deadline)
 
     def unchanged(self) -> bool:
         index = self._broker.partitions  # read each time: the live (topic, partition) -> Partition map
@@ -126,9 +129,20 @@ class EmptyFetchResponse(FetchResponse):
     snapshot: Snapshot
 
 
-def wait_for_change(snapshot: Snapshot, max_wait_ms: int) -> asyncio.Future[bool]:
+def expiry(max_wait_ms: int) -> float:
+    """The loop time at which a Fetch arriving now stops waiting for ``max_wait_ms``.
+
+    Kafka parks a waiting Fetch in a timing wheel of 1 ms ticks, and an operation expires at the start
+    of the tick its deadline falls in: the deadline is rounded down to a whole millisecond, so a 1 ms
+    wait lasts 0-1 ms (0.5 ms on average) and a 500 ms wait 499-500 ms. Clients tuned on Kafka (a
+    small ``fetch.max.wait.ms`` to poll fast) get the same pace here."""
+    now_ms = asyncio.get_running_loop().time() * 1000
+    return math.floor(now_ms + max_wait_ms) / 1000
+
+
+def wait_for_change(snapshot: Snapshot, deadline: float) -> asyncio.Future[bool]:
     """Park like a long poll on the snapshot's partitions: resolves when one is woken (append,
-    DeleteRecords, deletion) or after ``max_wait_ms``, with whether the snapshot still holds.
+    DeleteRecords, deletion) or at ``deadline`` (loop time), with whether the snapshot still holds.
 
     Lighter than ``_long_poll``: one future, a timer and a callback per partition; no task."""
     loop = asyncio.get_running_loop()
@@ -143,7 +157,7 @@ def wait_for_change(snapshot: Snapshot, max_wait_ms: int) -> asyncio.Future[bool
             partition.discard_waiter(waiter)
         done.set_result(snapshot.unchanged())
 
-    timer = loop.call_later(max_wait_ms / 1000, finish)
+    timer = loop.call_at(deadline, finish)
     for waiter in waiters:
         waiter.add_done_callback(finish)
     return done
@@ -192,7 +206,7 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, parked: list[Pa
                      deadline: float | None = None) -> FetchResponse:
     loop = asyncio.get_running_loop()
     if deadline is None:
-        deadline = loop.time() + request.max_wait_ms / 1000
+        deadline = expiry(request.max_wait_ms)
     while True:
         timeout = deadline - loop.time()
         if timeout <= 0:
