@@ -30,6 +30,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shlex
 import shutil
 import subprocess
@@ -108,7 +109,7 @@ class Settings:
 
 def timed(broker: Broker, result: dict[str, Any], name: str, fn: Any, *args: Any) -> None:
     """Run one workload, recording its figures and the broker's CPU seconds; a failure is recorded, not fatal."""
-    cpu0 = cpu_seconds(broker.pid)
+    cpu0, client0, busy0 = cpu_seconds(broker.pid), _client_cpu(), _machine_busy()
     t0 = time.monotonic()
     try:
         figures = fn(*args)
@@ -116,9 +117,24 @@ def timed(broker: Broker, result: dict[str, Any], name: str, fn: Any, *args: Any
         figures = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
     figures["broker_cpu_s"] = cpu_seconds(broker.pid) - cpu0
     figures["wall_s"] = time.monotonic() - t0
+    # Who else used the two cores: the stock client (perf tools are reaped children; librdkafka runs
+    # in this process) and the whole machine, in cores busy on average.
+    figures["client_cpu_s"] = round(_client_cpu() - client0, 2)
+    figures["machine_busy_cores"] = round((_machine_busy() - busy0) / figures["wall_s"], 2)
     result[name] = figures
     shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}
     print(f"  [{broker.name}] {name}: {shown}", flush=True)
+
+
+def _client_cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _machine_busy() -> float:
+    """CPU seconds all cores spent not idle since boot (/proc/stat: idle and iowait excluded)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def run_broker(broker: Broker, s: Settings) -> dict[str, Any]:

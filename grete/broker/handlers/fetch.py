@@ -134,7 +134,7 @@ def expiry(max_wait_ms: int) -> float:
 
     Kafka parks a waiting Fetch in a timing wheel of 1 ms ticks, and an operation expires at the start
     of the tick its deadline falls in: the deadline is rounded down to a whole millisecond, so a 1 ms
-    wait lasts 0-1 ms (0.5 ms on average) and a 500 ms wait 499-500 ms. Clients tuned on Kafka (a
+    wait lasts 0-1 ms and a 500 ms wait 499-500 ms. Clients tuned on Kafka (a
     small ``fetch.max.wait.ms`` to poll fast) get the same pace here."""
     now_ms = asyncio.get_running_loop().time() * 1000
     return math.floor(now_ms + max_wait_ms) / 1000
