@@ -292,7 +292,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="every workload briefly (smoke test)")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds per timed workload (10; quick 2)")
     parser.add_argument("--warmup", type=float, default=0.0, help="seconds dropped first (3; quick 1)")
-    parser.add_argument("--consume-records", type=int, default=500_000)
+    parser.add_argument("--consume-records", type=int, default=2_000_000)
     parser.add_argument("--fetch-consumers", type=int, default=16)
     parser.add_argument("--fetch-wait-ms", type=int, default=1)
     parser.add_argument("--e2e-mb-per-s", type=float, default=10.0)

@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -151,11 +152,19 @@ class LogManager:
         existing = self.logs.get(key)
         if existing is not None:
             return existing
-        d = min(self.log_dirs, key=lambda p: sum(1 for k, lg in self.logs.items() if lg.dir.parent == p))
+        d = self._emptiest_dir()
         opened = Log.open(d / partition_dir_name(topic, partition), config or self.config_for(topic),
                           topic_id=topic_id, clean_shutdown=True)
         self.logs[key] = opened
         return opened
+
+    def _emptiest_dir(self) -> Path:
+        """The log dir holding the fewest partitions (Kafka's placement). One pass over the logs:
+        counting per dir inside min() made creating a 1000-partition topic quadratic (1.7 s)."""
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
+        counts = Counter(lg.dir.parent for lg in self.logs.values())
+        return min(self.log_dirs, key=lambda p: counts[p])
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.get((topic, partition))
