@@ -169,7 +169,7 @@ class Kafka(Broker):
     (a separate JVM run that grete has no counterpart of) and ends at the first acknowledged produce."""
 
     def __init__(self, version: str) -> None:
-        self.ref = ReferenceKafka(version, log_level="WARN")
+        self.ref = ReferenceKafka(version, log_level="WARN", jvm=kafka_dist.KAFKA_SERVER_JVM)
         self.name = f"kafka-{self.ref.version}"
 
     def start(self) -> None:

@@ -48,6 +48,7 @@ from benchmarks import _compare_latency as lat  # noqa: E402
 from benchmarks import _compare_report as report  # noqa: E402
 from benchmarks import _compare_workloads as wl  # noqa: E402
 from benchmarks._compare_brokers import Broker, Grete, Kafka, RssSampler, cpu_seconds  # noqa: E402
+from tools import kafka_dist  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -255,7 +256,8 @@ def write_docs(env: dict[str, Any], table: list[list[str]], header: list[str], l
     if SECTION not in text:
         text = text.rstrip("\n") + "\n\n" + SECTION + " — `benchmarks/compare.py`\n\n"
     run = (f"\n### Run of {env['date']}\n\n{env['cpus']} CPUs; grete {env['grete_commit']}, Kafka "
-           f"{env['kafka']} (JVM `-Xmx512m -XX:+UseSerialGC`); clients: {env['java_client']}, librdkafka "
+           f"{env['kafka']} (JVM as `kafka-server-start.sh` ships it: `{' '.join(kafka_dist.KAFKA_SERVER_JVM)}`); "
+           f"clients: {env['java_client']}, librdkafka "
            f"{env['librdkafka']}; Python {env['python']}. {repeat} run(s) per broker "
            f"(figures: median [min..max]); {s.duration:g} s per timed workload after {s.warmup:g} s "
            f"warm-up; consume of {s.consume_records:,} records; {s.fetch_consumers} idle consumers, "

@@ -31,6 +31,12 @@ ALIASES: dict[str, str] = {"3.9": "3.9.2", "4": "4.3.1", "4.3": "4.3.1"}
 
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 JAVA_HEAP = os.environ.get("GRETE_KAFKA_HEAP", "-Xmx512m")
+# What bin/kafka-server-start.sh and bin/kafka-run-class.sh give a broker when nothing is set
+# (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS): benchmarks compare against Kafka as shipped.
+# Tests keep the lighter serial collector and smaller heap: they start many brokers on two cores.
+KAFKA_SERVER_JVM = ("-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                    "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+                    "-XX:MaxInlineLevel=15")
 
 
 @dataclass(frozen=True)
@@ -274,11 +280,12 @@ def log_config(version: str) -> Path:
 
 
 def java_cmd(version: str, main: str, *args: str, log_level: str = "WARN",
-             heap: str = JAVA_HEAP, quick_start: bool = True) -> list[str]:
+             heap: str = JAVA_HEAP, quick_start: bool = True, jvm: tuple[str, ...] | None = None) -> list[str]:
     """The java command line that runs ``main`` (a class or a tool name) from the version's jars.
 
     ``quick_start`` (for short-lived CLI tools) stops the JIT at C1: a tool then starts in about half
-    the time, but a long-running broker wants the full JIT.
+    the time, but a long-running broker wants the full JIT. ``jvm`` replaces the heap and collector
+    options (``heap`` plus the serial collector), e.g. with :data:`KAFKA_SERVER_JVM`.
     """
     v = resolve_version(version)
     cls = main_class(v, main)
@@ -288,7 +295,7 @@ def java_cmd(version: str, main: str, *args: str, log_level: str = "WARN",
     )
     jit = ["-XX:TieredStopAtLevel=1"] if quick_start else []
     return [
-        "java", heap, "-XX:+UseSerialGC", *jit, "-Xshare:auto",
+        "java", *(jvm if jvm is not None else (heap, "-XX:+UseSerialGC")), *jit, "-Xshare:auto",
         "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
         f"-Dgrete.kafka.loglevel={log_level}", *logging,
         "-cp", kafka_classpath(v), cls, *args,

@@ -106,11 +106,13 @@ class ReferenceKafka:
     """Starts Apache Kafka ``version`` ('3.9', '4', or a full pinned version) as a single KRaft node."""
 
     def __init__(self, version: str = "4", overrides: dict[str, str] | None = None,
-                 start_timeout: float = 90.0, log_level: str = "INFO") -> None:
+                 start_timeout: float = 90.0, log_level: str = "INFO",
+                 jvm: tuple[str, ...] | None = None) -> None:
         self.version = kafka_dist.resolve_version(version)
         self.overrides = dict(overrides or {})
         self.start_timeout = start_timeout
         self.log_level = log_level
+        self.jvm = jvm  # None: the light test settings of kafka_dist.java_cmd
         self.host = "127.0.0.1"
         self.port = 0
         self.controller_port = 0
@@ -204,7 +206,7 @@ class ReferenceKafka:
 
     def _launch(self, config: Path, append: bool = False) -> None:
         cmd = kafka_dist.java_cmd(self.version, "kafka-server-start", str(config),
-                                  log_level=self.log_level, quick_start=False)
+                                  log_level=self.log_level, quick_start=False, jvm=self.jvm)
         with open(self.server_log, "ab" if append else "wb") as log:
             # Own process group, so stop() reaches the JVM and anything it forks.
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
