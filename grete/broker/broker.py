@@ -35,6 +35,7 @@ MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAINTENANCE_INTERVAL_S = 1.0
 CHECKPOINT_INTERVAL_S = 60.0
+OPEN_CHUNK = 64  # partitions opened per loop step when a topic is created (about 45 ms of work)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +190,9 @@ class Broker:
 
     def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                      configs: dict[str, str] | None = None, *, validate_only: bool = False,
-                     internal: bool = False) -> TopicMeta | None:
-        """CreateTopics semantics; -1 means the broker default. Raises KafkaError."""
+                     internal: bool = False, defer_open: bool = False) -> TopicMeta | None:
+        """CreateTopics semantics; -1 means the broker default. Raises KafkaError. With ``defer_open``
+        the partitions are registered but not opened: the caller awaits :meth:`open_partitions`."""
         validate_topic_name(name)
         if self.metadata.topic(name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -213,10 +215,24 @@ class Broker:
             return None
         assignment = {p: [self.node_id] for p in range(partitions)}
         meta = self.metadata.create_topic(name, assignment, clean, internal=internal or name in INTERNAL_TOPICS)
-        for index in meta.partitions:
-            self._open_partition(meta, index)
+        if not defer_open:
+            for index in meta.partitions:
+                self._open_partition(meta, index)
         log.info("created topic %s with %d partition(s)", name, partitions)
         return meta
+
+    async def open_partitions(self, meta: TopicMeta, chunk: int = OPEN_CHUNK) -> None:
+        """Open a new topic's partitions, yielding to the loop after every ``chunk`` of them: each
+        costs ~0.7 ms of file creation, so a 1000-partition topic would otherwise stall every other
+        connection for most of a second. Stops if the topic is deleted (or replaced) meanwhile."""
+        for n, index in enumerate(sorted(meta.partitions), 1):
+            current = self.metadata.topic(meta.name)
+            if current is None or current.topic_id != meta.topic_id:
+                return
+            if (meta.name, index) not in self.partitions:
+                self._open_partition(meta, index)
+            if n % chunk == 0:
+                await asyncio.sleep(0)
 
     def delete_topic(self, name: str) -> TopicMeta:
         meta = self.metadata.topic(name)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Coroutine
+from typing import Any
 
 from grete.broker.broker import Broker, validate_topic_name
 from grete.broker.config import ConfigError, validate_topic_configs
 from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import topic_config_entries
 from grete.broker.registry import api
+from grete.coordinator.metadata import TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import CreateTopicsRequest, CreateTopicsResponse
 
@@ -25,16 +28,30 @@ Result = CreateTopicsResponse.CreatableTopicResult
 
 
 @api(19, 2, 7)
-def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+def handle(ctx: RequestContext,
+           request: CreateTopicsRequest) -> CreateTopicsResponse | Coroutine[Any, Any, CreateTopicsResponse]:
     counts = Counter(topic.name for topic in request.topics)
-    results = [_create(ctx, topic, request.validate_only) for topic in request.topics if counts[topic.name] == 1]
+    created: list[TopicMeta] = []
+    results = [_create(ctx, topic, request.validate_only, created)
+               for topic in request.topics if counts[topic.name] == 1]
     # Kafka answers each duplicated name once, after the others, and creates none of them.
     for name in dict.fromkeys(t.name for t in request.topics if counts[t.name] > 1):
         results.append(_error(name, KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")))
-    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    response = CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    if not created:
+        return response
+    return _opened(ctx.broker, created, response)
 
 
-def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool) -> Result:
+async def _opened(broker: Broker, created: list[TopicMeta], response: CreateTopicsResponse) -> CreateTopicsResponse:
+    """Answer once every new partition accepts writes, opening them a chunk per loop step."""
+    for meta in created:
+        await broker.open_partitions(meta)
+    return response
+
+
+def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool,
+            created: list[TopicMeta]) -> Result:
     broker = ctx.broker
     try:
         if topic.name == CLUSTER_METADATA_TOPIC:
@@ -46,9 +63,12 @@ def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, vali
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
         configs = _configs(topic)
         partitions, replication = _sizes(broker, topic)
-        meta = broker.create_topic(topic.name, partitions, replication, configs, validate_only=validate_only)
+        meta = broker.create_topic(topic.name, partitions, replication, configs, validate_only=validate_only,
+                                   defer_open=True)
     except KafkaError as exc:
         return _error(topic.name, exc)
+    if meta is not None:
+        created.append(meta)
     result = Result(name=topic.name, topic_id=meta.topic_id if meta is not None else ZERO_UUID,
                     error_code=0, error_message=None, topic_config_error_code=0)
     if ctx.version >= 5:
