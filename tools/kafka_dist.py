@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,30 +152,43 @@ def fetch(version: str, quiet: bool = True) -> Path:
         raise RuntimeError("mvn is not installed (apt-get install maven)")
     dist = dist_dir(v)
     dist.mkdir(parents=True, exist_ok=True)
-    # Copy into a fresh directory and swap it in, so an interrupted fetch never looks complete.
-    staging = Path(tempfile.mkdtemp(prefix="libs.", dir=dist))
+    resolve_into(libs, pom_xml(v), f"kafka {v}", quiet=quiet)
+    _stamp(v).write_text(_pom_hash(v) + "\n")
+    return libs
+
+
+def resolve_into(out: Path, pom: str, what: str, *, quiet: bool = True, settings_xml: str | None = None,
+                 prune: Callable[[Path], None] | None = None) -> None:
+    """Copy the runtime dependencies of ``pom`` into ``out`` with Maven (jars shared with the local
+    repository by hard links). Resolves into a fresh directory and swaps it in, so an interrupted
+    fetch never looks complete; ``prune`` may drop jars from it first."""
+    staging = Path(tempfile.mkdtemp(prefix=f"{out.name}.", dir=out.parent))
     try:
-        with tempfile.TemporaryDirectory(prefix="kafka-pom.") as work:
-            pom = Path(work) / "pom.xml"
-            pom.write_text(pom_xml(v))
-            cmd = ["mvn", "-B", "-Dstyle.color=never", "-f", str(pom), f"-Dmaven.repo.local={cache_root() / 'm2'}",
+        with tempfile.TemporaryDirectory(prefix="grete-pom.") as work:
+            pom_path = Path(work) / "pom.xml"
+            pom_path.write_text(pom)
+            cmd = ["mvn", "-B", "-Dstyle.color=never", "-f", str(pom_path), f"-Dmaven.repo.local={cache_root() / 'm2'}",
                    f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
                    f"-DoutputDirectory={staging}"]
+            if settings_xml is not None:
+                settings = Path(work) / "settings.xml"
+                settings.write_text(settings_xml)
+                cmd[1:1] = ["-s", str(settings)]
             if quiet:
                 cmd.insert(1, "-q")
             done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
             if done.returncode != 0:
-                raise RuntimeError(f"mvn failed for kafka {v} ({done.returncode}):\n{done.stdout[-4000:]}")
+                raise RuntimeError(f"mvn failed for {what} ({done.returncode}):\n{done.stdout[-4000:]}")
+        if prune is not None:
+            prune(staging)
         _link_to_repo(staging)
-        if libs.exists():
-            shutil.rmtree(libs)
-        staging.rename(libs)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    _stamp(v).write_text(_pom_hash(v) + "\n")
-    return libs
 
 
 def _link_to_repo(libs: Path) -> None:

@@ -18,13 +18,11 @@ import argparse
 import hashlib
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from tools.kafka_dist import DEPENDENCY_PLUGIN, Artifact, _link_to_repo, cache_root
+from tools.kafka_dist import Artifact, cache_root, resolve_into
 
 CONNECTOR = "spark-sql-kafka-0-10_2.13"
 TOKEN_PROVIDER = "spark-token-provider-kafka-0-10_2.13"
@@ -149,31 +147,8 @@ def fetch(version: str | None = None, quiet: bool = True) -> Path:
         raise RuntimeError("mvn is not installed (apt-get install maven)")
     dist = dist_dir(v)
     dist.mkdir(parents=True, exist_ok=True)
-    # Copy into a fresh directory and swap it in, so an interrupted fetch never looks complete.
-    staging = Path(tempfile.mkdtemp(prefix="jars.", dir=dist))
-    try:
-        with tempfile.TemporaryDirectory(prefix="spark-pom.") as work:
-            pom = Path(work) / "pom.xml"
-            pom.write_text(pom_xml(v))
-            settings = Path(work) / "settings.xml"
-            settings.write_text(SETTINGS_XML)
-            cmd = ["mvn", "-B", "-Dstyle.color=never", "-s", str(settings), "-f", str(pom), f"-Dmaven.repo.local={cache_root() / 'm2'}",
-                   f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
-                   f"-DoutputDirectory={staging}"]
-            if quiet:
-                cmd.insert(1, "-q")
-            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"mvn failed for {CONNECTOR}:{v} ({done.returncode}):\n{done.stdout[-4000:]}")
-        _drop_shipped(staging, pyspark_jars_dir())
-        _link_to_repo(staging)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+    resolve_into(out, pom_xml(v), f"{CONNECTOR}:{v}", quiet=quiet, settings_xml=SETTINGS_XML,
+                 prune=lambda staging: _drop_shipped(staging, pyspark_jars_dir()))
     _stamp(v).write_text(_pom_hash(v) + "\n")
     return out
 
