@@ -352,7 +352,7 @@ def excuse_dropped_markers(visible: dict[int, list[tuple[int, str]]], journal: J
         if not open_then:
             continue
         tag = max(open_then, key=lambda t: journal.began[t])
-        if tag not in journal.commit_offsets:
+        if tag not in journal.commit_offsets and (d.partition, tag) not in excused:  # Kafka retries: once
             excused.add((d.partition, tag))
             shown = sum(t == tag for _seq, t in visible.get(d.partition, []))
             notes.append(f"p{d.partition}: broker dropped the marker of {d.txn_id}'s transaction {tag} "

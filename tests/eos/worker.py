@@ -69,7 +69,11 @@ class Worker:
         self.rng = random.Random(int(seed))
         self.run = uuid.uuid4().hex[:8]
         self.count = 0
-        common = {"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 10000}
+        # No re-bootstrap: after a quick broker restart librdkafka 2.16's re-bootstrap left the group
+        # coordinator on a decommissioned broker handle ("Handle is terminating in state INIT: 2
+        # refcnts"), and send_offsets_to_transaction hung past its timeout (see README, stalls).
+        common = {"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 10000,
+                  "metadata.recovery.strategy": "none"}
         self.consumer = Consumer({**common, "group.id": self.group, "isolation.level": "read_committed",
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
                                   "enable.partition.eof": True})
