@@ -80,13 +80,14 @@ def produce(bootstrap: str, version: str, topic: str, record_size: int, props: d
             "avg_latency_ms": sum(w[2] for w in kept) / len(kept), "seconds": span}
 
 
-def preload(bootstrap: str, version: str, topic: str, records: int, record_size: int) -> dict[str, Any]:
-    """Write exactly ``records`` records with the perf tool (acks=1, large batches)."""
+def preload(bootstrap: str, version: str, topic: str, records: int, record_size: int,
+            batch_size: int = 1048576) -> dict[str, Any]:
+    """Write exactly ``records`` records with the perf tool (acks=1, batches of up to ``batch_size``)."""
     cmd = java_tool(version, "kafka-producer-perf-test", "--bootstrap-server", bootstrap,
                     "--topic", topic, "--num-records", str(records), "--throughput", "-1",
                     "--record-size", str(record_size), "--reporting-interval", "60000",
                     "--command-property", "acks=1", "enable.idempotence=false", "linger.ms=5",
-                    "batch.size=1048576", "buffer.memory=268435456")
+                    f"batch.size={batch_size}", "buffer.memory=268435456")
     started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
