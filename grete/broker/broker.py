@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -113,7 +114,14 @@ class Broker:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: KafkaConnection(self, listener.name),
                                           listener.host or None, listener.port, reuse_address=True,
-                                          backlog=1024)
+                                          backlog=1024, start_serving=False)
+        # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets
+        # inherit it and their window scale is negotiated for it.
+        rcvbuf = self.config.int("socket.receive.buffer.bytes")
+        if rcvbuf != -1:
+            for sock in server.sockets:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        await server.start_serving()
         self.servers.append(server)
         port = server.sockets[0].getsockname()[1]
         bound = Listener(listener.name, listener.host, port)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from grete.protocol.messages import ApiVersionsRequest, MetadataRequest, MetadataResponse
+from grete.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from grete.testing._wire import Wire
 
 
@@ -62,3 +62,48 @@ def test_many_connections_at_once(grete_broker):
     for w in wires:
         assert w.receive(MetadataResponse, 9).controller_id == grete_broker.broker.node_id
         w.close()
+
+
+def _accepted_buffers(grete_broker) -> tuple[int, int]:
+    """SO_SNDBUF and SO_RCVBUF of the broker's end of its one connection."""
+    def read() -> tuple[int, int]:
+        (conn,) = grete_broker.broker.connections
+        sock = conn.transport.get_extra_info("socket")
+        return (sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+    return grete_broker.call(read)
+
+
+@pytest.mark.grete_overrides(**{"socket.send.buffer.bytes": "65536", "socket.receive.buffer.bytes": "49152"})
+def test_socket_buffer_sizes_are_applied_to_accepted_sockets(grete_broker):
+    wire = Wire(grete_broker.host, grete_broker.port)
+    wire.call(ApiVersionsRequest(), ApiVersionsResponse, 3)
+    sndbuf, rcvbuf = _accepted_buffers(grete_broker)
+    # Linux reports twice the requested size (the doubling covers its bookkeeping).
+    assert (sndbuf, rcvbuf) == (2 * 65536, 2 * 49152)
+    wire.close()
+
+
+def _autotune_max(name: str) -> int:
+    with open(f"/proc/sys/net/ipv4/{name}") as f:
+        return int(f.read().split()[2])
+
+
+def test_default_buffers_are_kafkas_send_and_the_kernels_receive(grete_broker):
+    wire = Wire(grete_broker.host, grete_broker.port)
+    wire.call(ApiVersionsRequest(), ApiVersionsResponse, 3)
+    sndbuf, rcvbuf = _accepted_buffers(grete_broker)
+    assert sndbuf == 2 * 102400
+    # Not set: autotuned within the kernel's range (a set value would read back doubled, 204800).
+    assert rcvbuf != 2 * 102400 and rcvbuf <= _autotune_max("tcp_rmem")
+    wire.close()
+
+
+@pytest.mark.grete_overrides(**{"socket.send.buffer.bytes": "-1"})
+def test_minus_one_leaves_the_send_buffer_to_the_kernel(grete_broker):
+    wire = Wire(grete_broker.host, grete_broker.port)
+    wire.call(ApiVersionsRequest(), ApiVersionsResponse, 3)
+    sndbuf, _ = _accepted_buffers(grete_broker)
+    # Autotuning stays within tcp_wmem; -1 passed on to setsockopt would read back as 2 * wmem_max.
+    assert sndbuf <= _autotune_max("tcp_wmem")
+    wire.close()
