@@ -116,8 +116,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._idle_handle: asyncio.TimerHandle | None = None
         self._last_active = 0.0
         self._idle_ms = broker.config.int("connections.max.idle.ms")
-        # Kafka's 100 KB default: with an autotuned buffer, a 1 MB Fetch answer on loopback under
-        # BBR took 0.33 or 0.71 ms depending on the connection (docs/benchmarks.md, workload 9).
         self._sndbuf = broker.config.int("socket.send.buffer.bytes")
         self._loop = asyncio.get_running_loop()
 
