@@ -35,6 +35,8 @@ FIGURES = [
     Figure("produce_acksall_p8.mb_per_s", "2. produce 1 KB, acks=all+idempotent, 8 partitions", "MB/s",
            ratio_target=1.0),
     Figure("consume_p1.mb_per_s", "3. consume 1 KB records, 1 partition", "MB/s", ratio_target=1.2),
+    Figure("consume_p1.fetch_latency_avg_ms", "   same, the consumer's Fetch latency (avg, 1 MB)", "ms",
+           higher_is_better=False, plot=False),
     Figure("small_p1.records_per_s", "4. produce 100 B, linger.ms=0, 1 partition", "rec/s", ratio_target=1.0),
     Figure("e2e_latency.p50_ms", "5. end-to-end latency p50 (fixed rate)", "ms", higher_is_better=False),
     Figure("e2e_latency.p99_ms", "5. end-to-end latency p99", "ms", higher_is_better=False, ratio_max=1.0),

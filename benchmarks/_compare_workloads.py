@@ -98,11 +98,13 @@ def preload(bootstrap: str, version: str, topic: str, records: int, record_size:
 
 
 def consume(bootstrap: str, version: str, topic: str, records: int) -> dict[str, Any]:
-    """kafka-consumer-perf-test over ``records`` preloaded records; fetch.MB.sec excludes the group join."""
+    """kafka-consumer-perf-test over ``records`` preloaded records; fetch.MB.sec excludes the group join.
+
+    The tool sets max.partition.fetch.bytes from ``--fetch-size`` (1 MB, stated here), receive.buffer.bytes
+    from ``--socket-buffer-size`` (2 MB) and check.crcs=false over any ``--command-property``."""
     cmd = java_tool(version, "kafka-consumer-perf-test", "--bootstrap-server", bootstrap,
                     "--topic", topic, "--messages", str(records), "--timeout", "30000",
-                    "--group", f"compare-{time.monotonic_ns()}",
-                    "--command-property", "fetch.max.bytes=52428800", "max.partition.fetch.bytes=10485760")
+                    "--group", f"compare-{time.monotonic_ns()}", "--fetch-size", "1048576", "--print-metrics")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
     header = next((i for i, ln in enumerate(lines) if ln.startswith("start.time")), None)
@@ -113,7 +115,19 @@ def consume(bootstrap: str, version: str, topic: str, records: int) -> dict[str,
     row = dict(zip(names, values, strict=False))
     return {"mb_per_s": float(row["fetch.MB.sec"]), "records_per_s": float(row["fetch.nMsg.sec"]),
             "mb": float(row["data.consumed.in.MB"]), "fetch_ms": float(row["fetch.time.ms"]),
-            "rebalance_ms": float(row["rebalance.time.ms"])}
+            "rebalance_ms": float(row["rebalance.time.ms"]), **_fetch_metrics(done.stdout)}
+
+
+_FETCH_METRIC = re.compile(r"consumer-fetch-manager-metrics:(fetch-latency-avg|fetch-total|fetch-size-avg):"
+                           r"\{client-id=[^,}]*\}\s*:\s*([\d.]+)")
+
+
+def _fetch_metrics(stdout: str) -> dict[str, float]:
+    """The consumer's own view of the Fetch round trip: how much of its time was waiting on the broker."""
+    found = {m.group(1): float(m.group(2)) for m in _FETCH_METRIC.finditer(stdout)}
+    names = {"fetch-latency-avg": "fetch_latency_avg_ms", "fetch-total": "fetches",
+             "fetch-size-avg": "fetch_size_avg_bytes"}
+    return {names[k]: v for k, v in found.items()}
 
 
 def empty_fetches(bootstrap: str, topic: str, consumers: int, wait_ms: int, duration: float) -> dict[str, Any]:
