@@ -31,6 +31,7 @@ from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ErrorCode, ProtocolError
 from grete.protocol.headers import decode_request_header, encode_response_header
 from grete.protocol.messages import APIS, response_header_version
+from grete.storage.log import FileSlice
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
@@ -373,8 +374,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             assert parts is not None
             if any(not isinstance(p, bytes | bytearray | memoryview) for p in parts):
                 if self._needs_sendfile(parts):
+                    try:
+                        rest = self._send_now(transport, parts)
+                    except OSError as exc:  # includes ConnectionError
+                        log.debug("sendfile to %s failed: %s", self.peer, exc)
+                        self._close()
+                        return
+                    if not rest:
+                        continue
                     self._sending = True
-                    asyncio.ensure_future(self._send_with_files(parts))
+                    asyncio.ensure_future(self._send_with_files(rest))
                     return
                 parts = [self._read_slice(p) if not isinstance(p, bytes | bytearray | memoryview) else p
                          for p in parts]
@@ -392,6 +401,41 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if len(data) != part.size:
             raise OSError(f"short read of a log segment: {len(data)} of {part.size} bytes")
         return data
+
+    def _send_now(self, transport: asyncio.Transport, parts: list[Any]) -> list[Any]:
+        """Write what the socket takes right now, straight to its descriptor; the rest, if any.
+
+        Most answers fit the socket buffer whole. Sending them here skips what asyncio's
+        loop.sendfile costs per call (a task, pausing and resuming reading, a loop turn): a Java
+        consumer's Fetch latency fell from 0.96 to 0.76 ms per 1 MB (docs/benchmarks.md, consume)."""
+        sock = transport.get_extra_info("socket")
+        if sock is None or transport.get_write_buffer_size():
+            return parts  # earlier bytes still queued in the transport: keep the order
+        fd = sock.fileno()
+        for i, part in enumerate(parts):
+            sent = 0
+            try:
+                if isinstance(part, bytes | bytearray | memoryview):
+                    sent = os.write(fd, part)
+                    if sent < len(part):
+                        return [memoryview(part)[sent:], *parts[i + 1:]]
+                    continue
+                while sent < part.size:
+                    n = os.sendfile(fd, part.fd, part.position + sent, part.size - sent)
+                    if n == 0:
+                        raise OSError(f"log segment ended {part.size - sent} bytes short of a Fetch slice")
+                    sent += n
+            except BlockingIOError:
+                return self._remainder(parts, i, sent)
+        return []
+
+    @staticmethod
+    def _remainder(parts: list[Any], i: int, sent: int) -> list[Any]:
+        part = parts[i]
+        if isinstance(part, bytes | bytearray | memoryview):
+            return [memoryview(part)[sent:], *parts[i + 1:]] if sent else parts[i:]
+        rest = FileSlice(part.fd, part.position + sent, part.size - sent, part.file)
+        return [rest, *parts[i + 1:]]
 
     async def _send_with_files(self, parts: list[Any]) -> None:
         transport = self.transport

@@ -178,3 +178,51 @@ def test_list_offsets_earliest_latest_and_timestamps(grete_broker, wire, topic_n
     assert lookup(2000) == (0, 2, 5000)
     assert lookup(9999) == (0, -1, -1)
     assert lookup(-3) == (0, 2, 5000)
+
+
+def test_large_answers_to_a_slow_reader_arrive_whole_and_in_order(grete_broker, wire, topic_name):
+    """Answers bigger than the socket buffers are sent in pieces (what the socket takes now, the
+    rest when it drains); pipelined, they must still arrive whole and in request order."""
+    import socket
+    import struct
+
+    from grete.protocol.codec import Reader
+
+    grete_broker.create_topic(topic_name)
+    value = bytes(range(256)) * 256  # 64 KB records, four per batch
+    for _ in range(40):
+        assert _produce(wire, topic_name, _batch([value] * 4)).error_code == 0
+    slow = Wire.__new__(Wire)
+    slow.sock, slow.correlation_id = socket.socket(), 0
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    slow.sock.settimeout(10)
+    slow.sock.connect((grete_broker.host, grete_broker.port))
+    offsets = [0, 12, 40, 100, 4, 150]
+    ids = [slow.send(FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic=topic_name, partitions=[
+            FetchRequest.FetchPartition(partition=0, fetch_offset=o, partition_max_bytes=1 << 20)])]), 12)
+        for o in offsets]
+    time.sleep(0.3)  # the broker fills the socket and holds the rest
+    for offset, correlation_id in zip(offsets, ids, strict=True):
+        frame = _read_exact(slow.sock, struct.unpack(">i", _read_exact(slow.sock, 4))[0])
+        r = Reader(frame)
+        assert r.int32() == correlation_id
+        r.tagged_fields()  # response header v1
+        resp = FetchResponse.decode(r, 12)
+        records = [(b.base_offset + rec.offset_delta, rec.value)
+                   for b in iter_batches(resp.responses[0].partitions[0].records) for rec in decode_records(b)]
+        first = records[0][0]
+        assert first <= offset < first + 4 and len(records) >= 12
+        assert [o for o, _ in records] == list(range(first, first + len(records)))
+        assert all(v == value for _, v in records)
+    slow.close()
+
+
+def _read_exact(sock, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        assert chunk, "broker closed the connection"
+        out += chunk
+    return bytes(out)
