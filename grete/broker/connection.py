@@ -413,7 +413,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return parts  # earlier bytes still queued in the transport: keep the order
         fd = sock.fileno()
         for i, part in enumerate(parts):
-            sent = 0
+            sent = 0  # of this part
             try:
                 if isinstance(part, bytes | bytearray | memoryview):
                     sent = os.write(fd, part)
@@ -425,17 +425,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if n == 0:
                         raise OSError(f"log segment ended {part.size - sent} bytes short of a Fetch slice")
                     sent += n
-            except BlockingIOError:
-                return self._remainder(parts, i, sent)
+            except BlockingIOError:  # the socket is full: the rest waits for it to drain
+                if not sent:
+                    return parts[i:]
+                return [FileSlice(part.fd, part.position + sent, part.size - sent, part.file), *parts[i + 1:]]
         return []
-
-    @staticmethod
-    def _remainder(parts: list[Any], i: int, sent: int) -> list[Any]:
-        part = parts[i]
-        if isinstance(part, bytes | bytearray | memoryview):
-            return [memoryview(part)[sent:], *parts[i + 1:]] if sent else parts[i:]
-        rest = FileSlice(part.fd, part.position + sent, part.size - sent, part.file)
-        return [rest, *parts[i + 1:]]
 
     async def _send_with_files(self, parts: list[Any]) -> None:
         transport = self.transport

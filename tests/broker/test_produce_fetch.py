@@ -187,6 +187,7 @@ def test_large_answers_to_a_slow_reader_arrive_whole_and_in_order(grete_broker, 
     import struct
 
     from grete.protocol.codec import Reader
+    from grete.testing._wire import _exact
 
     grete_broker.create_topic(topic_name)
     value = bytes(range(256)) * 256  # 64 KB records, four per batch
@@ -205,7 +206,7 @@ def test_large_answers_to_a_slow_reader_arrive_whole_and_in_order(grete_broker, 
         for o in offsets]
     time.sleep(0.3)  # the broker fills the socket and holds the rest
     for offset, correlation_id in zip(offsets, ids, strict=True):
-        frame = _read_exact(slow.sock, struct.unpack(">i", _read_exact(slow.sock, 4))[0])
+        frame = _exact(slow.sock, struct.unpack(">i", _exact(slow.sock, 4))[0])
         r = Reader(frame)
         assert r.int32() == correlation_id
         r.tagged_fields()  # response header v1
@@ -218,11 +219,3 @@ def test_large_answers_to_a_slow_reader_arrive_whole_and_in_order(grete_broker, 
         assert all(v == value for _, v in records)
     slow.close()
 
-
-def _read_exact(sock, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        assert chunk, "broker closed the connection"
-        out += chunk
-    return bytes(out)
