@@ -23,6 +23,7 @@ from typing import Any
 from grete.protocol.codec import Writer
 from grete.protocol.headers import RequestHeader, encode_request_header
 from grete.protocol.messages import FetchRequest, request_header_version
+from grete.testing._wire import _exact
 from tools.reference_kafka import _silent_logger
 
 FETCH_VERSION = 12  # both Kafka 3.9 and 4.x serve it; grete's highest
@@ -204,12 +205,3 @@ def _read_frame(sock: socket.socket) -> int:
         got += n
     return size
 
-
-def _exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        out += chunk
-    return bytes(out)
