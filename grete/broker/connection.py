@@ -422,8 +422,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     continue
                 while sent < part.size:
                     n = os.sendfile(fd, part.fd, part.position + sent, part.size - sent)
-                    if n == 0:
-                        raise OSError(f"log segment ended {part.size - sent} bytes short of a Fetch slice")
+                    if n == 0:  # the segment is shorter than the index said: never serve past it
+                        where = _fd_path(part.fd)
+                        log.warning("%s ends at byte %d, inside a Fetch answer for %s; closing the connection",
+                                    where, part.position + sent, self.peer)
+                        raise OSError(f"{where} ends at byte {part.position + sent}")
                     sent += n
             except BlockingIOError:  # the socket is full: the rest waits for it to drain
                 if not sent:
@@ -505,3 +508,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self._close()
+
+
+def _fd_path(fd: int) -> str:
+    """The file behind a descriptor, for error messages (Linux)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"descriptor {fd}"

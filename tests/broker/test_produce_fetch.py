@@ -219,3 +219,32 @@ def test_large_answers_to_a_slow_reader_arrive_whole_and_in_order(grete_broker, 
         assert all(v == value for _, v in records)
     slow.close()
 
+
+
+def test_a_segment_shorter_than_its_answer_closes_the_connection_and_names_the_file(
+        grete_broker, wire, topic_name, caplog):
+    """A segment cut short underneath the broker is never served past its end: the answer's
+    connection is closed, the file and byte are logged, and other clients are still served."""
+    import logging
+    import os
+
+    grete_broker.create_topic(topic_name)
+    value = bytes(64 * 1024)
+    for _ in range(4):
+        assert _produce(wire, topic_name, _batch([value])).error_code == 0
+    (segment,) = (grete_broker.data_dir / f"{topic_name}-0").glob("*.log")
+    os.truncate(segment, 100 * 1024)  # inside the second batch
+    reader = Wire(grete_broker.host, grete_broker.port)
+    with caplog.at_level(logging.WARNING, logger="grete.broker.connection"):
+        reader.send(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                                 topics=[FetchRequest.FetchTopic(topic=topic_name, partitions=[
+                                     FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                                                 partition_max_bytes=1 << 20)])]), 12)
+        received = 0
+        while chunk := reader.sock.recv(1 << 20):
+            received += len(chunk)
+    assert received < 4 * 64 * 1024  # closed before a whole answer could arrive
+    assert f"{segment.resolve()} ends at byte {100 * 1024}" in caplog.text
+    reader.close()
+    other = _produce(wire, topic_name, _batch([b"after"]), acks=1)  # other clients are still served
+    assert other.error_code == 0
