@@ -26,6 +26,17 @@ def consumer(bootstrap: str, **config: Any) -> KafkaConsumer:
     return KafkaConsumer(**{**base, **config})
 
 
+def subscribe(c: KafkaConsumer, topics: list[str], **listener: Any) -> None:
+    """Subscribe, then learn the topics' partitions before the first poll joins the group.
+
+    Otherwise a leader may assign before its metadata names the topics and rejoin when it does;
+    kafka-python 3.0.12 drops the answer to that rejoin if a poll times out meanwhile, and the
+    member stops heartbeating (FINDINGS.md)."""
+    c.subscribe(topics, **listener)
+    for topic in topics:
+        c.partitions_for_topic(topic)
+
+
 def take(c: KafkaConsumer, n: int, timeout: float = 20.0) -> list[ConsumerRecord]:
     got: list[ConsumerRecord] = []
     deadline = time.monotonic() + timeout

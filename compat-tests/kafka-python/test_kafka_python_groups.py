@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
-from kafka_python_helpers import consumer, producer, take, unique, wait_until
+from kafka_python_helpers import consumer, producer, subscribe, take, unique, wait_until
 
 pytestmark = pytest.mark.compat
 
@@ -24,11 +24,7 @@ class Member(ConsumerRebalanceListener):
         self.seen: list[tuple[int, int]] = []
         settings = {"group_id": group, "session_timeout_ms": 10_000, "heartbeat_interval_ms": 500, **config}
         self.consumer: KafkaConsumer = consumer(bootstrap, **settings)
-        self.consumer.subscribe([topic], listener=self)
-        # Learn the topic's partitions before the first poll joins. Otherwise a leader may assign
-        # without them and rejoin once they arrive; kafka-python 3.0.12 drops the answer to that
-        # rejoin if a poll times out meanwhile, and the member stops heartbeating (FINDINGS.md).
-        self.consumer.partitions_for_topic(topic)
+        subscribe(self.consumer, [topic], listener=self)
         # Each member polls in its own thread, as applications do: polling several kafka-python
         # consumers round-robin from one thread made them rejoin endlessly (Kafka 3.9 and grete).
         self.stopping = threading.Event()

@@ -12,7 +12,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
-from kafka_python_helpers import consumer, producer, take, unique, wait_until
+from kafka_python_helpers import consumer, producer, subscribe, take, unique, wait_until
 
 pytestmark = pytest.mark.compat
 
@@ -93,7 +93,7 @@ def test_consume_transform_produce_with_group_metadata(broker, make_topic) -> No
     for outcome in ("abort", "commit"):
         c = consumer(broker.bootstrap, group_id=group, isolation_level="read_committed")
         try:
-            c.subscribe([src])
+            subscribe(c, [src])
             batch = take(c, n)
             p.begin_transaction()
             send(p, dst, [r.value.replace(b"in-", b"out-") for r in batch])
