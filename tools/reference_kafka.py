@@ -12,7 +12,6 @@ temporary directory that is removed on exit (set GRETE_KEEP_TMP=1 to keep it for
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import signal
@@ -21,10 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from types import TracebackType
 
+from grete.coordinator.metadata import new_topic_id
+from grete.storage.files import uuid_to_kafka
 from tools import kafka_dist
 
 
@@ -196,7 +196,9 @@ class ReferenceKafka:
         return self
 
     def _format(self, config: Path) -> None:
-        cluster_id = _random_cluster_id()
+        # Like Kafka's Uuid.randomUuid(), never an id starting with "-": kafka-storage's argument
+        # parser would take it for an option (1 start in 64 failed before).
+        cluster_id = uuid_to_kafka(new_topic_id())
         done = kafka_dist.run_tool(self.version, "kafka-storage", "format", "-t", cluster_id,
                                    "-c", str(config), timeout=120)
         if done.returncode != 0:
@@ -284,12 +286,3 @@ def _main(argv: list[str]) -> int:
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
 
-
-def _random_cluster_id() -> str:
-    """16 random bytes in URL-safe base64 without padding, as Kafka's ``Uuid.randomUuid()``; like it,
-    never one starting with "-", which kafka-storage's argument parser would take for an option
-    (1 start in 64 failed with "argument --cluster-id/-t: expected one argument")."""
-    while True:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cluster_id.startswith("-"):
-            return cluster_id
