@@ -23,7 +23,7 @@ import os
 import socket
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.registry import Handler, handlers
@@ -35,7 +35,16 @@ from grete.storage.log import FileSlice
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
-    from grete.broker.handlers import fetch
+
+
+class AnswerSnapshot(Protocol):
+    """The hook an empty answer leaves for its repeats (the Fetch handler's ``Snapshot``): whether the
+    state it was read from still holds, a way to park until it changes, and the handler's own rules
+    for going on after a change. The connection knows no handler; it only calls these."""
+
+    def unchanged(self) -> bool: ...
+    def wait(self, max_wait_ms: int) -> tuple[float, asyncio.Future[bool]]: ...
+    def resume(self, ctx: RequestContext, request: Any, deadline: float) -> Any: ...
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +73,7 @@ class _FetchMemo:
 
     __slots__ = ("head", "tail", "request", "snapshot", "body", "version", "client_id")
 
-    def __init__(self, frame: bytes, request: Any, snapshot: fetch.Snapshot, encoded: bytes,
+    def __init__(self, frame: bytes, request: Any, snapshot: AnswerSnapshot, encoded: bytes,
                  version: int, client_id: str | None) -> None:
         self.head = frame[:4]        # api key + version
         self.tail = frame[8:]        # client id onwards
@@ -293,16 +302,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._flush()
             return
         # Something changed while parked: the full handler's rules from here (min_bytes, the rest
-        # of max_wait_ms).
-        from grete.broker.handlers import fetch  # loaded already: it made the memo
-
+        # of max_wait_ms), through the hook the Fetch handler left on its snapshot.
         handler = self._handlers[FETCH_KEY]
         ctx = RequestContext(self.broker, FETCH_KEY, memo.version, correlation_id, memo.client_id,
                              self.peer, self.listener)
         frame = memo.head + correlation_id.to_bytes(4, "big", signed=True) + memo.tail
         memo_key = (frame, memo.request, memo.client_id)
         try:
-            result = fetch.resume(ctx, memo.request, deadline)
+            result = memo.snapshot.resume(ctx, memo.request, deadline)
         except Exception:
             log.exception("Fetch v%d failed; closing connection from %s", memo.version, self.peer)
             self._close()

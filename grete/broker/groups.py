@@ -8,17 +8,15 @@ partition is replayed to rebuild groups and offsets.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
+from grete.broker.broker import Broker
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_types import GroupConfig
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.control import ControlType, parse_control_record
 from grete.protocol.records.record import Record, decode_records
 from grete.protocol.records.record import build_batch as build_record_batch
-
-if TYPE_CHECKING:
-    from grete.broker.broker import Broker
+from grete.protocol.topics import OFFSETS_TOPIC
 
 KeyValue = tuple[bytes, bytes | None]
 
@@ -31,16 +29,15 @@ class LogOffsetsStore:
         self._open: dict[int, dict[int, list[KeyValue]]] = {}
 
     async def append(self, partition: int, records: list[KeyValue]) -> None:
-        self._append(partition, records, -1, -1)
+        await self._append(partition, records, -1, -1)
 
     async def append_txn(self, partition: int, records: list[KeyValue], producer_id: int,
                          producer_epoch: int) -> None:
-        self._append(partition, records, producer_id, producer_epoch)
+        await self._append(partition, records, producer_id, producer_epoch)
 
-    def _append(self, partition: int, records: list[KeyValue], producer_id: int, producer_epoch: int) -> None:
-        from grete.broker.broker import OFFSETS_TOPIC
-
-        self.broker.ensure_offsets_topic()
+    async def _append(self, partition: int, records: list[KeyValue], producer_id: int,
+                      producer_epoch: int) -> None:
+        await self.broker.ensure_offsets_topic()
         now = self.broker.now_ms()
         transactional = producer_id >= 0
         batch = build_record_batch([Record(i, 0, key, value) for i, (key, value) in enumerate(records)],
@@ -50,14 +47,12 @@ class LogOffsetsStore:
 
     def read(self, partition: int) -> Iterator[KeyValue]:
         """Committed records in commit order: a transaction's records surface at its COMMIT marker."""
-        from grete.broker.broker import OFFSETS_TOPIC
-
         open_txns: dict[int, list[KeyValue]] = {}
         self._open[partition] = open_txns
         found = self.broker.partitions.get((OFFSETS_TOPIC, partition))
         if found is None:
             return
-        for batch in found.log.batches(found.log.log_start_offset, found.high_watermark):
+        for batch in found.committed_batches():
             if batch.is_control:
                 kind, _ = parse_control_record(batch)
                 staged = open_txns.pop(batch.producer_id, [])

@@ -1,32 +1,38 @@
-"""A partition this broker leads: its log plus the state replication needs from day one.
+"""A partition hosted by this broker: the only way into its ``Log`` and the only writer of its high
+watermark.
 
-The partition owns its leader epoch, high watermark, log start offset and last stable offset (the
-last two live in the storage ``Log``). On a single node the ISR is this broker alone, so the high
-watermark follows the log end offset as soon as an append returns. Long-poll fetches park a future
-here; an append (or a DeleteRecords, or the partition going away) wakes them — no polling.
+The partition owns its leader epoch and high watermark; the log owns the offsets it can know by
+itself (log start, log end, last stable). Handlers, coordinators and the replica manager go
+through the methods here, so the rules replication adds (a high watermark that follows the ISR, not
+the leader's log end; appends that keep a leader's offsets on a follower) live in one place.
+
+On a single node the ISR is this broker alone, so the high watermark follows the log end offset as
+soon as an append returns. Long-poll fetches park a future here; an append (or a DeleteRecords, or
+the partition going away) wakes them: no polling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from grete.protocol.records.batch import RecordBatch
-    from grete.storage.log import Log
+from grete.protocol.records.batch import RecordBatch
+from grete.storage.config import LogConfig
+from grete.storage.log import AppendResult, Log, ReadResult
+from grete.storage.producer_state import ProducerStateEntry
 
 
 class Partition:
-    __slots__ = ("topic", "index", "topic_id", "log", "leader_epoch", "_waiters", "online")
+    __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
-        self.log = log
+        self._log = log
         self.leader_epoch = leader_epoch
         self._waiters: list[asyncio.Future[None]] = []
         self.online = True
@@ -35,24 +41,29 @@ class Partition:
         # The only replica holds everything in its log: the high watermark is the log end at once.
         # (The checkpointed value lags after a crash; left there, reads and coordinator loads would
         # stop short of data that was acknowledged, including offset commits and transaction state.)
-        log.high_watermark = log.log_end_offset
+        self._set_high_watermark(log.log_end_offset)
 
     # --- offsets -----------------------------------------------------------------------------
     @property
     def high_watermark(self) -> int:
-        return int(self.log.high_watermark)
+        return int(self._log.high_watermark)
 
     @property
     def log_start_offset(self) -> int:
-        return int(self.log.log_start_offset)
+        return int(self._log.log_start_offset)
 
     @property
     def log_end_offset(self) -> int:
-        return int(self.log.log_end_offset)
+        return int(self._log.log_end_offset)
 
     @property
     def last_stable_offset(self) -> int:
-        return int(self.log.last_stable_offset)
+        return int(self._log.last_stable_offset)
+
+    def offsets(self) -> tuple[int, int, int, int]:
+        """(high watermark, last stable, log start, log end): what an empty Fetch answer depends on."""
+        log = self._log
+        return (log.high_watermark, log.last_stable_offset, log.log_start_offset, log.log_end_offset)
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fetch/ListOffsets/OffsetForLeaderEpoch fencing (KIP-320); -1 means the client has none."""
@@ -62,18 +73,71 @@ class Partition:
             raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
         raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
+    # --- the log's settings and state, read-only ---------------------------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self._log.config
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self._log.size_bytes)
+
+    @property
+    def log_dir(self) -> Path:
+        """The log directory (one of ``log.dirs``) this partition's files live in."""
+        return self._log.dir.parent
+
+    def update_config(self, config: LogConfig) -> None:
+        self._log.update_config(config)
+
+    def producers(self) -> list[ProducerStateEntry]:
+        return list(self._log.producer_state.producers.values())
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self._log.end_offset_for_epoch(epoch)
+
     # --- writes ------------------------------------------------------------------------------
-    def append(self, batch: RecordBatch, now_ms: int) -> Any:
+    def append(self, batch: RecordBatch, now_ms: int) -> AppendResult:
+        """Append as leader: the log assigns offsets and stamps this partition's leader epoch."""
         if not self.online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.index} is offline")
-        result = self.log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
-        self.advance_high_watermark()
+        result = self._log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        self._advance_high_watermark()
         return result
 
-    def advance_high_watermark(self) -> None:
+    def _advance_high_watermark(self) -> None:
         """Single replica: everything appended is replicated. Wakes parked fetches."""
-        self.log.high_watermark = self.log.log_end_offset
+        self._set_high_watermark(self._log.log_end_offset)
         self.wake()
+
+    def _set_high_watermark(self, offset: int) -> None:
+        self._log.high_watermark = offset
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset``; the new log start offset."""
+        low_watermark = int(self._log.delete_records_before(offset))
+        self.wake()
+        return low_watermark
+
+    # --- reads -------------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, *, upper_bound: int, min_one: bool) -> ReadResult:
+        return self._log.read(offset, max_bytes, upper_bound=upper_bound, min_one=min_one)
+
+    def batches(self, start: int, end: int | None = None) -> Iterator[RecordBatch]:
+        return self._log.batches(start, end)
+
+    def committed_batches(self) -> Iterator[RecordBatch]:
+        """Every batch from the log start to the high watermark (what a coordinator loads)."""
+        return self._log.batches(self._log.log_start_offset, self.high_watermark)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
+        return self._log.aborted_transactions(start_offset, end_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        return self._log.offset_for_timestamp(timestamp)
+
+    def offset_of_max_timestamp(self) -> tuple[int, int]:
+        return self._log.offset_of_max_timestamp()
 
     # --- parked fetches ----------------------------------------------------------------------
     def waiter(self) -> asyncio.Future[None]:
@@ -93,3 +157,8 @@ class Partition:
             self._waiters.remove(future)
         except ValueError:
             pass
+
+    def go_offline(self) -> None:
+        """The partition stops serving (deleted, or its log dir failed): parked fetches answer now."""
+        self.online = False
+        self.wake()

@@ -7,9 +7,9 @@ import logging
 import signal
 import time
 
-from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig
 from grete.broker.eventloop import new_event_loop
+from grete.broker.node import Node
 
 log = logging.getLogger("grete")
 
@@ -26,16 +26,17 @@ def embedded_config(overrides: list[str] | tuple[str, ...] = (), *, strict: bool
 
 
 async def serve(config: BrokerConfig, *, started: float | None = None) -> None:
-    broker = Broker(config)
-    await broker.start()
+    node = Node(config)
+    broker = node.broker
+    await node.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(node.stop()))
     elapsed = time.monotonic() - (started if started is not None else broker.started_at)
     where = ", ".join(f"{b.name}://{b.host or '0.0.0.0'}:{b.port}" for b in broker.bound)
     log.info("grete node %d serving on %s (data in %s, cluster %s) in %.3f s", broker.node_id, where,
              ", ".join(str(d) for d in broker.log_dirs), broker.metadata.cluster_id, elapsed)
-    await broker.wait_stopped()
+    await node.wait_stopped()
     log.info("grete node %d stopped cleanly", broker.node_id)
 
 

@@ -10,27 +10,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
+from grete.broker.broker import Broker
+from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.txn import TransactionCoordinator
 from grete.coordinator.txn_state import TopicPartition, TxnConfig
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.control import build_end_txn_marker
 from grete.protocol.records.record import Record, build_batch, decode_records
-
-if TYPE_CHECKING:
-    from grete.broker.broker import Broker
-    from grete.coordinator.metadata import TopicMeta
+from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
 
-def ensure_transaction_state_topic(broker: Broker) -> TopicMeta:
-    from grete.broker.broker import TRANSACTION_STATE_TOPIC
-
+async def ensure_transaction_state_topic(broker: Broker) -> TopicMeta:
     cfg = broker.config
-    return broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC, cfg.int("transaction.state.log.num.partitions"), {
+    return await broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC, cfg.int("transaction.state.log.num.partitions"), {
         "cleanup.policy": "compact",
         "compression.type": "uncompressed",
         "segment.bytes": str(cfg.int("transaction.state.log.segment.bytes")),
@@ -45,28 +41,23 @@ class LogTxnStore:
         self.broker = broker
 
     def append(self, partition: int, key: bytes, value: bytes | None) -> None:
-        from grete.broker.broker import TRANSACTION_STATE_TOPIC
-
-        ensure_transaction_state_topic(self.broker)
+        # The topic exists: FindCoordinator and InitProducerId create it before any transaction
+        # reaches the coordinator (a missing partition answers UNKNOWN_TOPIC_OR_PARTITION).
         now = self.broker.now_ms()
         batch = build_batch([Record(0, 0, key, value)], base_timestamp=now)
         self.broker.partition(TRANSACTION_STATE_TOPIC, partition).append(RecordBatch(batch), now)
 
     def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        from grete.broker.broker import TRANSACTION_STATE_TOPIC
-
         found = self.broker.partitions.get((TRANSACTION_STATE_TOPIC, partition))
         if found is None:
             return
-        for batch in found.log.batches(found.log.log_start_offset, found.high_watermark):
+        for batch in found.committed_batches():
             if not batch.is_control:
                 for record in decode_records(batch):
                     if record.key is not None:
                         yield record.key, record.value
 
     def coordinator_epoch(self, partition: int) -> int:
-        from grete.broker.broker import TRANSACTION_STATE_TOPIC
-
         found = self.broker.partitions.get((TRANSACTION_STATE_TOPIC, partition))
         return found.leader_epoch if found is not None else 0
 
@@ -79,8 +70,6 @@ class LocalMarkerWriter:
 
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                       partitions: Iterable[TopicPartition]) -> None:
-        from grete.broker.broker import OFFSETS_TOPIC
-
         now = self.broker.now_ms()
         for topic, index in sorted(partitions):
             partition = self.broker.partitions.get((topic, index))

@@ -1,8 +1,14 @@
 """Cluster metadata behind one interface: topics, partitions, leader epochs, configs, cluster id.
 
+Reads come from an in-memory cache (``topics()``, ``topic()``...), synchronous and cheap, for the
+request handlers. Changes are asynchronous (``await store.create_topic(...)``): a store returns once
+the change is durable, and then *publishes* it as a :class:`MetadataChange` to every subscriber.
+The broker's replica manager is one: it opens, closes and reconfigures partitions in response, as a
+Kafka broker acts on LeaderAndIsr, so no request handler opens a partition itself.
+
 ``LocalMetadataStore`` keeps it in one JSON file in the first log dir (the embedded single-node
-default, no ZooKeeper). A ZooKeeper-backed store implements the same interface for clusters.
-Every mutation is written atomically (temp file, fsync, rename) before it is acknowledged, so topic
+default, no ZooKeeper); a ZooKeeper-backed store implements the same interface for clusters.
+Every mutation is written atomically (temp file, fsync, rename) before it is published, so topic
 ids and leader epochs survive restarts: Java clients ignore metadata whose leader epoch goes back.
 """
 
@@ -10,7 +16,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
@@ -44,6 +52,45 @@ class TopicMeta:
     internal: bool = False
 
 
+class ChangeKind(Enum):
+    TOPIC_CREATED = "topic_created"
+    TOPIC_DELETED = "topic_deleted"
+    PARTITIONS_ADDED = "partitions_added"
+    TOPIC_CONFIGS_CHANGED = "topic_configs_changed"
+    BROKER_CONFIGS_CHANGED = "broker_configs_changed"
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataChange:
+    """One published change. ``topic`` is the topic as it stands after the change (as it stood
+    before, for a deletion); ``partitions`` the partitions the change concerns."""
+
+    kind: ChangeKind
+    topic: TopicMeta | None = None
+    partitions: tuple[int, ...] = ()
+
+
+Subscriber = Callable[[MetadataChange], None]
+
+
+class ChangeFeed:
+    """Subscribers of a store, called in order on the store's loop once a change is durable."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.append(subscriber)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        if subscriber in self._subscribers:
+            self._subscribers.remove(subscriber)
+
+    def publish(self, change: MetadataChange) -> None:
+        for subscriber in list(self._subscribers):
+            subscriber(change)
+
+
 class TopicExists(Exception):
     pass
 
@@ -55,17 +102,22 @@ class NoSuchTopic(Exception):
 class MetadataStore(Protocol):
     cluster_id: str
 
+    changes: ChangeFeed
+
+    # reads: the in-memory cache
     def topics(self) -> dict[str, TopicMeta]: ...
     def topic(self, name: str) -> TopicMeta | None: ...
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None: ...
-    def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
-                     internal: bool = False) -> TopicMeta: ...
-    def delete_topic(self, name: str) -> TopicMeta: ...
-    def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta: ...
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     def broker_configs(self) -> dict[str, str]: ...
-    def set_broker_configs(self, configs: dict[str, str]) -> None: ...
-    def allocate_producer_ids(self, count: int) -> int: ...
+
+    # changes: durable when the call returns, then published on ``changes``
+    async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
+                           internal: bool = False) -> TopicMeta: ...
+    async def delete_topic(self, name: str) -> TopicMeta: ...
+    async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta: ...
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    async def set_broker_configs(self, configs: dict[str, str]) -> None: ...
+    async def allocate_producer_ids(self, count: int) -> int: ...
 
 
 class LocalMetadataStore:
@@ -77,6 +129,7 @@ class LocalMetadataStore:
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
         self._broker_configs: dict[str, str] = {}
         self._next_producer_id = 0
+        self.changes = ChangeFeed()
         if self.path.exists():
             self._load()
         else:
@@ -98,8 +151,10 @@ class LocalMetadataStore:
         return dict(self._broker_configs)
 
     # --- writes --------------------------------------------------------------------------------
-    def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
-                     internal: bool = False) -> TopicMeta:
+    # The file is local and small: each change is written in place, in the loop step that asked
+    # for it, which also keeps changes in the order they were asked for.
+    async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
+                           internal: bool = False) -> TopicMeta:
         if name in self._topics:
             raise TopicExists(name)
         meta = TopicMeta(name, new_topic_id(), {}, dict(configs), internal)
@@ -108,37 +163,42 @@ class LocalMetadataStore:
         self._topics[name] = meta
         self._by_id[meta.topic_id] = meta
         self._save()
+        self.changes.publish(MetadataChange(ChangeKind.TOPIC_CREATED, meta, tuple(sorted(meta.partitions))))
         return meta
 
-    def delete_topic(self, name: str) -> TopicMeta:
+    async def delete_topic(self, name: str) -> TopicMeta:
         meta = self._topics.pop(name, None)
         if meta is None:
             raise NoSuchTopic(name)
         del self._by_id[meta.topic_id]
         self._save()
+        self.changes.publish(MetadataChange(ChangeKind.TOPIC_DELETED, meta, tuple(sorted(meta.partitions))))
         return meta
 
-    def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta:
+    async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta:
         meta = self._topics.get(name)
         if meta is None:
             raise NoSuchTopic(name)
         for index, replicas in sorted(assignment.items()):
             meta.partitions[index] = PartitionMeta(replicas[0], 0, list(replicas), list(replicas))
         self._save()
+        self.changes.publish(MetadataChange(ChangeKind.PARTITIONS_ADDED, meta, tuple(sorted(assignment))))
         return meta
 
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         meta = self._topics.get(name)
         if meta is None:
             raise NoSuchTopic(name)
         meta.configs = dict(configs)
         self._save()
+        self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
 
-    def set_broker_configs(self, configs: dict[str, str]) -> None:
+    async def set_broker_configs(self, configs: dict[str, str]) -> None:
         self._broker_configs = dict(configs)
         self._save()
+        self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
 
-    def allocate_producer_ids(self, count: int) -> int:
+    async def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids; persisted first, so ids never repeat after a restart."""
         first = self._next_producer_id
         self._next_producer_id += count

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from grete.broker.broker import Broker
 from grete.broker.eventloop import new_event_loop
+from grete.broker.node import Node
 from grete.broker.server import embedded_config
 
 T = TypeVar("T")
@@ -61,8 +62,9 @@ class BrokerStartError(RuntimeError):
 class RunningBroker:
     """A broker started by :func:`broker`; call into its loop with :meth:`call`."""
 
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-        self.broker = broker
+    def __init__(self, node: Node, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+        self.node = node
+        self.broker: Broker = node.broker
         self.loop = loop
         self.thread = thread
         self._faults: Any = None
@@ -148,7 +150,7 @@ def broker(overrides: Mapping[str, str] | None = None, *, data_dir: str | Path |
             shutil.rmtree(directory, ignore_errors=True)
         raise
     loop = new_event_loop()
-    started: Future[Broker] = Future()
+    started: Future[Node] = Future()
     thread = threading.Thread(target=_run_loop, args=(loop, config, started), name="grete-broker",
                               daemon=True)
     thread.start()
@@ -163,7 +165,7 @@ def broker(overrides: Mapping[str, str] | None = None, *, data_dir: str | Path |
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def _started(started: Future[Broker], timeout: float, listeners: str) -> Broker:
+def _started(started: Future[Node], timeout: float, listeners: str) -> Node:
     try:
         return started.result(timeout=timeout)
     except TimeoutError:
@@ -172,7 +174,7 @@ def _started(started: Future[Broker], timeout: float, listeners: str) -> Broker:
         raise BrokerStartError(f"grete broker could not listen on {listeners}: {exc}") from exc
 
 
-def _shutdown(started: Future[Broker], loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+def _shutdown(started: Future[Node], loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
     if started.done() and started.exception() is None and thread.is_alive():
         asyncio.run_coroutine_threadsafe(started.result().stop(), loop).result(timeout=CALL_TIMEOUT_S)
         loop.call_soon_threadsafe(loop.stop)
@@ -181,11 +183,11 @@ def _shutdown(started: Future[Broker], loop: asyncio.AbstractEventLoop, thread: 
         raise RuntimeError("grete broker thread did not stop within 30 s")
 
 
-def _run_loop(loop: asyncio.AbstractEventLoop, config: Any, started: Future[Broker]) -> None:
+def _run_loop(loop: asyncio.AbstractEventLoop, config: Any, started: Future[Node]) -> None:
     asyncio.set_event_loop(loop)
-    b: Broker | None = None
+    b: Node | None = None
     try:
-        b = Broker(config)
+        b = Node(config)
         loop.run_until_complete(b.start())
     except BaseException as exc:  # surface start-up failures to the test, never hang it
         if b is not None:  # release what start() opened (logs, metadata, listeners bound so far)

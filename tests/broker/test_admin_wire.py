@@ -92,7 +92,7 @@ def test_create_defaults_and_v7_answer(grete_broker: Any, topic_name: str) -> No
     assert configs["segment.bytes"].config_source == ConfigSource.DEFAULT_CONFIG
     assert configs["cleanup.policy"].value == "delete"
     # The override is live on the partitions' logs.
-    assert grete_broker.broker.partitions[(topic_name, 0)].log.config.retention_ms == 60000
+    assert grete_broker.broker.partitions[(topic_name, 0)].config.retention_ms == 60000
 
 
 def test_create_v4_has_no_configs_and_validate_only_creates_nothing(grete_broker: Any, topic_name: str) -> None:
@@ -281,7 +281,7 @@ def test_alter_configs_replaces_whole_set(grete_broker: Any, topic_name: str) ->
     assert grete_broker.broker.metadata.topic(topic_name).configs["retention.ms"] == "1000"
     assert _alter(grete_broker, topic_name, {"retention.ms": "5000"}) == (0, None)
     assert grete_broker.broker.metadata.topic(topic_name).configs == {"retention.ms": "5000"}
-    assert grete_broker.broker.partitions[(topic_name, 0)].log.config.retention_ms == 5000
+    assert grete_broker.broker.partitions[(topic_name, 0)].config.retention_ms == 5000
     assert _alter(grete_broker, topic_name, {"retention.ms": "x"})[0] == ErrorCode.INVALID_CONFIG
     assert _alter(grete_broker, topic_name, {"retention.ms": None})[0] == ErrorCode.INVALID_REQUEST
     assert _alter(grete_broker, "missing", {}) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -299,7 +299,7 @@ def test_incremental_alter_configs(grete_broker: Any, topic_name: str) -> None:
                                                    ("cleanup.policy", APPEND, "compact")]) == (0, None)
     meta = grete_broker.broker.metadata.topic(topic_name)
     assert meta.configs == {"retention.ms": "1000", "segment.bytes": "3000000", "cleanup.policy": "delete,compact"}
-    assert grete_broker.broker.partitions[(topic_name, 0)].log.config.compact
+    assert grete_broker.broker.partitions[(topic_name, 0)].config.compact
     assert _incremental(grete_broker, topic_name, [("cleanup.policy", SUBTRACT, "delete"),
                                                    ("retention.ms", DELETE, None)]) == (0, None)
     assert meta.configs == {"segment.bytes": "3000000", "cleanup.policy": "compact"}
@@ -364,8 +364,8 @@ def test_describe_log_dirs(grete_broker: Any, topic_name: str) -> None:
     assert d.error_code == 0 and d.log_dir == os.path.abspath(grete_broker.data_dir)
     assert 0 < d.usable_bytes <= d.total_bytes
     sizes = {(t.name, p.partition_index): p.partition_size for t in d.topics for p in t.partitions}
-    log = grete_broker.broker.partitions[(topic_name, 0)].log
-    assert sizes[(topic_name, 0)] == log.size_bytes > 0 and sizes[(topic_name, 1)] == 0
+    partition = grete_broker.broker.partitions[(topic_name, 0)]
+    assert sizes[(topic_name, 0)] == partition.size_bytes > 0 and sizes[(topic_name, 1)] == 0
     wanted = [DescribeLogDirsRequest.DescribableLogDirTopic(topic=topic_name, partitions=[1])]
     (d,) = call(grete_broker, DescribeLogDirsRequest(topics=wanted), 1).results
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in d.topics] == [(topic_name, [1])]

@@ -55,11 +55,11 @@ def test_deleting_the_topic_midway_stops_the_opening(grete_broker: Any, topic_na
     def opened() -> int:
         return sum(1 for t, _ in broker.partitions if t == topic_name)
 
-    def delete_if_midway() -> int | None:
+    async def delete_if_midway() -> int | None:
         # On the broker's loop, between two chunks: nothing can open or delete in between.
         n = opened()
         if 0 < n < PARTITIONS:
-            broker.delete_topic(topic_name)
+            await broker.delete_topic(topic_name)
             return n
         return None
 

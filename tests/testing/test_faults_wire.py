@@ -156,7 +156,7 @@ def test_delay_keeps_the_connection_order(grete_broker: RunningBroker, wire: Wir
     assert elapsed >= 0.2
     assert [first.responses[0].partition_responses[0].base_offset,
             second.responses[0].partition_responses[0].base_offset] == [0, 1]
-    values = grete_broker.call(lambda: [r.value for batch in grete_broker.broker.partition("t", 0).log.batches(0, 2)
+    values = grete_broker.call(lambda: [r.value for batch in grete_broker.broker.partition("t", 0).batches(0, 2)
                                         for r in _records(batch)])
     assert values == [b"first", b"second"]
 

@@ -3,19 +3,19 @@ transaction's marker also commits (or drops) the offsets TxnOffsetCommit stages 
 
 from __future__ import annotations
 
-from grete.broker.broker import OFFSETS_TOPIC
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import fenced_error
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
+from grete.protocol.topics import OFFSETS_TOPIC
 
 
 @api(25, 0, 3)
-def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not request.group_id:
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
-    ctx.broker.ensure_offsets_topic()
+    await ctx.broker.ensure_offsets_topic()
     partition = ctx.broker.group_coordinator.partition_for(request.group_id)
     error = ctx.broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
                                                       request.producer_epoch, [(OFFSETS_TOPIC, partition)])

@@ -12,16 +12,16 @@ duplicate keys, null values, then the resource name, the new configs, and the to
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from grete.broker.broker import validate_topic_name
 from grete.broker.config import ConfigError, validate_topic_configs
 from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import BROKER, TOPIC
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterConfigsRequest, AlterConfigsResponse
+from grete.protocol.topics import validate_topic_name
 
 
 class AlterResource(Protocol):
@@ -29,8 +29,8 @@ class AlterResource(Protocol):
     resource_name: str
 
 
-def answer_each(resources: Sequence[AlterResource],
-                apply: Callable[[AlterResource], None]) -> list[tuple[AlterResource, KafkaError | None]]:
+async def answer_each(resources: Sequence[AlterResource], apply: Callable[[AlterResource], Awaitable[None]]
+                      ) -> list[tuple[AlterResource, KafkaError | None]]:
     """Run ``apply`` on every resource named once; a resource named twice fails in both places."""
     counts = Counter((r.resource_type, r.resource_name) for r in resources)
     results: list[tuple[AlterResource, KafkaError | None]] = []
@@ -40,7 +40,7 @@ def answer_each(resources: Sequence[AlterResource],
                                                  "Each resource must appear at most once.")))
             continue
         try:
-            apply(resource)
+            await apply(resource)
             results.append((resource, None))
         except KafkaError as exc:
             results.append((resource, exc))
@@ -69,7 +69,8 @@ def check_broker_resource(ctx: RequestContext, name: str, keys: list[str]) -> No
                          f"Cannot update these configs dynamically: Set({', '.join(keys)})")
 
 
-def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str], validate_only: bool) -> None:
+async def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str],
+                                validate_only: bool) -> None:
     """Validate ``configs`` as the topic's complete override set, then install it live."""
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
@@ -81,24 +82,24 @@ def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str
     if ctx.broker.metadata.topic(name) is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
     if not validate_only:
-        ctx.broker.set_topic_configs(name, clean)
+        await ctx.broker.set_topic_configs(name, clean)
 
 
 @api(33, 0, 2)
-def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
-    def apply(resource: AlterResource) -> None:
+async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    async def apply(resource: AlterResource) -> None:
         assert isinstance(resource, AlterConfigsRequest.AlterConfigsResource)
         check_keys([c.name for c in resource.configs], [c.name for c in resource.configs if c.value is None])
         configs = {c.name: c.value for c in resource.configs if c.value is not None}
         if resource.resource_type == BROKER:
             check_broker_resource(ctx, resource.resource_name, list(configs))
         elif resource.resource_type == TOPIC:
-            replace_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
+            await replace_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
         else:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
     responses = [AlterConfigsResponse.AlterConfigsResourceResponse(
         error_code=exc.code if exc else 0, error_message=exc.message if exc else None,
         resource_type=resource.resource_type, resource_name=resource.resource_name)
-        for resource, exc in answer_each(request.resources, apply)]
+        for resource, exc in await answer_each(request.resources, apply)]
     return AlterConfigsResponse(throttle_time_ms=0, responses=responses)

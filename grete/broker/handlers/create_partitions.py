@@ -18,19 +18,19 @@ Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
 @api(37, 0, 3)
-def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     counts = Counter(topic.name for topic in request.topics)
     results = []
     for topic in request.topics:
         if counts[topic.name] == 1:
-            results.append(_grow(ctx, topic, request.validate_only))
+            results.append(await _grow(ctx, topic, request.validate_only))
     for name in dict.fromkeys(t.name for t in request.topics if counts[t.name] > 1):
         results.append(Result(name=name, error_code=ErrorCode.INVALID_REQUEST,
                               error_message="Duplicate topic name."))
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)
 
 
-def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTopic,
+async def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTopic,
           validate_only: bool) -> Result:
     broker = ctx.broker
     try:
@@ -51,7 +51,7 @@ def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTo
                                  f"partition(s), but only {len(topic.assignments)} assignment(s) were specified.")
             for assignment in topic.assignments:
                 check_replica_list(assignment.broker_ids, broker.node_id, 1)
-        broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+        await broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
     except KafkaError as exc:
         return Result(name=topic.name, error_code=exc.code, error_message=exc.message)
     return Result(name=topic.name, error_code=0, error_message=None)

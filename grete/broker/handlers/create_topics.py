@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Coroutine
-from typing import Any
 
-from grete.broker.broker import Broker, validate_topic_name
+from grete.broker.broker import Broker
 from grete.broker.config import ConfigError, validate_topic_configs
 from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import topic_config_entries
@@ -21,6 +19,7 @@ from grete.broker.registry import api
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import CreateTopicsRequest, CreateTopicsResponse
+from grete.protocol.topics import validate_topic_name
 
 ZERO_UUID = uuid.UUID(int=0)
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
@@ -28,29 +27,22 @@ Result = CreateTopicsResponse.CreatableTopicResult
 
 
 @api(19, 2, 7)
-def handle(ctx: RequestContext,
-           request: CreateTopicsRequest) -> CreateTopicsResponse | Coroutine[Any, Any, CreateTopicsResponse]:
+async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     counts = Counter(topic.name for topic in request.topics)
     created: list[TopicMeta] = []
-    results = [_create(ctx, topic, request.validate_only, created)
+    results = [await _create(ctx, topic, request.validate_only, created)
                for topic in request.topics if counts[topic.name] == 1]
     # Kafka answers each duplicated name once, after the others, and creates none of them.
     for name in dict.fromkeys(t.name for t in request.topics if counts[t.name] > 1):
         results.append(_error(name, KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")))
-    response = CreateTopicsResponse(throttle_time_ms=0, topics=results)
-    if not created:
-        return response
-    return _opened(ctx.broker, created, response)
-
-
-async def _opened(broker: Broker, created: list[TopicMeta], response: CreateTopicsResponse) -> CreateTopicsResponse:
-    """Answer once every new partition accepts writes, opening them a chunk per loop step."""
+    # Answer once every new partition accepts writes (the replica manager opens large topics a chunk
+    # per loop step, serving other connections meanwhile).
     for meta in created:
-        await broker.open_partitions(meta)
-    return response
+        await ctx.broker.replicas.ready(meta)
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
 
-def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool,
+async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool,
             created: list[TopicMeta]) -> Result:
     broker = ctx.broker
     try:
@@ -63,8 +55,8 @@ def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, vali
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
         configs = _configs(topic)
         partitions, replication = _sizes(broker, topic)
-        meta = broker.create_topic(topic.name, partitions, replication, configs, validate_only=validate_only,
-                                   defer_open=True)
+        meta = await broker.create_topic(topic.name, partitions, replication, configs,
+                                         validate_only=validate_only, wait_open=False)
     except KafkaError as exc:
         return _error(topic.name, exc)
     if meta is not None:

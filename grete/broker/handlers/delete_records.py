@@ -8,11 +8,11 @@ Long-poll fetches parked on the partition are woken: their position may now be o
 
 from __future__ import annotations
 
-from grete.broker.broker import INTERNAL_TOPICS
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
+from grete.protocol.topics import INTERNAL_TOPICS
 
 HIGH_WATERMARK = -1
 PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
@@ -40,14 +40,11 @@ def delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> i
     if topic in INTERNAL_TOPICS:
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {topic}")
     partition = ctx.broker.partition(topic, index)
-    log = partition.log
-    if not log.config.delete:
+    if not partition.config.delete:
         raise KafkaError(ErrorCode.POLICY_VIOLATION,
                          f"Records of partition {topic}-{index} can not be deleted due to the configured policy")
     target = partition.high_watermark if offset == HIGH_WATERMARK else offset
     if target < 0:
         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                          f"The offset {target} for partition {topic}-{index} is not valid")
-    low_watermark = int(log.delete_records_before(target))
-    partition.wake()
-    return low_watermark
+    return partition.delete_records_before(target)

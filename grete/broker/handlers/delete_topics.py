@@ -29,7 +29,7 @@ Result = DeleteTopicsResponse.DeletableTopicResult
 
 
 @api(20, 1, 6)
-def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     results: list[Result] = []
     names, ids = _requested(ctx, request, results)
     if not ctx.broker.config.bool("delete.topic.enable"):
@@ -43,7 +43,7 @@ def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsRes
         if meta is None:
             results.append(_result(None, topic_id, KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)))
         else:
-            results.append(_delete(ctx, meta.name, topic_id))
+            results.append(await _delete(ctx, meta.name, topic_id))
     for name in names:
         topic_id = ctx.broker.topic_id_for(name)
         if topic_id is None:
@@ -52,7 +52,7 @@ def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsRes
             results.append(_result(name, topic_id, KafkaError(
                 ErrorCode.INVALID_REQUEST, "The provided topic name maps to an ID that was already supplied.")))
         else:
-            results.append(_delete(ctx, name, topic_id))
+            results.append(await _delete(ctx, name, topic_id))
     return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
@@ -87,9 +87,9 @@ def _unique(items: list[T], on_duplicate: Callable[[T], object]) -> list[T]:
     return [item for item, count in counts.items() if count == 1]
 
 
-def _delete(ctx: RequestContext, name: str, topic_id: uuid.UUID) -> Result:
+async def _delete(ctx: RequestContext, name: str, topic_id: uuid.UUID) -> Result:
     try:
-        ctx.broker.delete_topic(name)
+        await ctx.broker.delete_topic(name)
     except KafkaError as exc:
         return _result(name, topic_id, exc)
     return _result(name, topic_id, None)

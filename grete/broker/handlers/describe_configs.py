@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from grete.broker.broker import validate_topic_name
 from grete.broker.config import (
     BROKER_CONFIGS,
     TOPIC_CONFIGS,
@@ -31,6 +30,7 @@ from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
+from grete.protocol.topics import validate_topic_name
 
 # ConfigResource.Type ids
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8

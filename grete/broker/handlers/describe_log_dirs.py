@@ -26,10 +26,9 @@ def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogD
     for (topic, index), partition in sorted(ctx.broker.partitions.items()):
         if wanted is not None and (topic, index) not in wanted:
             continue
-        log = partition.log
-        by_dir.setdefault(_absolute(log.dir.parent), {}).setdefault(topic, []).append(
+        by_dir.setdefault(_absolute(partition.log_dir), {}).setdefault(topic, []).append(
             DescribeLogDirsResponse.DescribeLogDirsPartition(
-                partition_index=index, partition_size=int(log.size_bytes), offset_lag=0, is_future_key=False))
+                partition_index=index, partition_size=partition.size_bytes, offset_lag=0, is_future_key=False))
     results = [_describe_dir(_absolute(d), by_dir.get(_absolute(d), {})) for d in ctx.broker.log_dirs]
     return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
 

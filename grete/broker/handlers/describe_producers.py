@@ -26,7 +26,7 @@ def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribePr
                 producer_id=e.producer_id, producer_epoch=e.epoch, last_sequence=e.last_seq,
                 last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
                 current_txn_start_offset=e.current_txn_first_offset)
-                for e in partition.log.producer_state.producers.values()]
+                for e in partition.producers()]
             partitions.append(Partition(partition_index=index, error_code=ErrorCode.NONE, active_producers=producers))
         topics.append(DescribeProducersResponse.TopicResponse(name=topic.name, partitions=partitions))
     return DescribeProducersResponse(throttle_time_ms=0, topics=topics)

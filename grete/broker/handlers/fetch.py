@@ -83,8 +83,7 @@ def _read(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, in
 
 
 def _upper(request: FetchRequest, partition: Partition) -> int:
-    log = partition.log
-    return int(log.last_stable_offset if request.isolation_level == READ_COMMITTED else log.high_watermark)
+    return partition.last_stable_offset if request.isolation_level == READ_COMMITTED else partition.high_watermark
 
 
 class Snapshot:
@@ -108,6 +107,12 @@ class Snapshot:
         deadline = expiry(max_wait_ms)
         return deadline, wait_for_change(self, deadline)
 
+    def resume(self, ctx: RequestContext, request: FetchRequest,
+               deadline: float) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
+        """The Fetch handler's rules for a repeat that was parked on this snapshot and woken by a
+        change: the connection calls this hook, so it never imports the handler."""
+        return resume(ctx, request, deadline)
+
     def unchanged(self) -> bool:
         index = self._broker.partitions  # read each time: the live (topic, partition) -> Partition map
         for partition, state in zip(self.partitions, self._state, strict=True):
@@ -117,9 +122,7 @@ class Snapshot:
 
 
 def _state(p: Partition) -> tuple[Any, ...]:
-    log = p.log
-    return (p.online, p.leader_epoch, log.high_watermark, log.last_stable_offset, log.log_start_offset,
-            log.log_end_offset)
+    return (p.online, p.leader_epoch, *p.offsets())
 
 
 class EmptyFetchResponse(FetchResponse):
@@ -177,11 +180,11 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
         records: Any = b""
         if offset < upper:
             # KIP-74: the first partition with data returns at least one whole batch.
-            result = partition.log.read(offset, min(wanted.partition_max_bytes, remaining),
+            result = partition.read(offset, min(wanted.partition_max_bytes, remaining),
                                         upper_bound=upper, min_one=first)
             if result.size:
                 records = result
-        aborted = (partition.log.aborted_transactions(offset, upper) if committed else None)
+        aborted = (partition.aborted_transactions(offset, upper) if committed else None)
     except KafkaError as exc:
         return PartitionData(partition_index=wanted.partition, error_code=exc.code, high_watermark=-1,
                              last_stable_offset=-1, log_start_offset=-1, records=b""), None

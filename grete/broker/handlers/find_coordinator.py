@@ -15,13 +15,13 @@ GROUP, TRANSACTION = 0, 1
 
 
 @api(10, 0, 4)
-def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     broker = ctx.broker
     listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     coordinators = []
     for key in keys:
-        error, message = _check(ctx, request.key_type, key)
+        error, message = await _check(ctx, request.key_type, key)
         coordinators.append(FindCoordinatorResponse.Coordinator(
             key=key, node_id=broker.node_id if not error else -1, host=listener.host if not error else "",
             port=listener.port if not error else -1, error_code=error, error_message=message))
@@ -33,15 +33,15 @@ def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordina
                                    host=only.host, port=only.port)
 
 
-def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str | None]:
+async def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str | None]:
     if key_type == GROUP:
         if not key:
             return ErrorCode.INVALID_REQUEST, "group id must not be empty"
-        ctx.broker.ensure_offsets_topic()
+        await ctx.broker.ensure_offsets_topic()
         return 0, None
     if key_type == TRANSACTION:
         if not key:
             return ErrorCode.INVALID_REQUEST, "transactional id must not be empty"
-        ensure_transaction_state_topic(ctx.broker)
+        await ensure_transaction_state_topic(ctx.broker)
         return 0, None
     return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"

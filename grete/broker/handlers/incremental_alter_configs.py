@@ -39,19 +39,19 @@ Op = IncrementalAlterConfigsRequest.AlterableConfig
 
 
 @api(44, 0, 1)
-def handle(ctx: RequestContext, request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
-    def apply(resource: AlterResource) -> None:
+async def handle(ctx: RequestContext, request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
+    async def apply(resource: AlterResource) -> None:
         assert isinstance(resource, Resource)
-        _apply(ctx, resource, request.validate_only)
+        await _apply(ctx, resource, request.validate_only)
 
     responses = [IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
         error_code=exc.code if exc else 0, error_message=exc.message if exc else None,
         resource_type=resource.resource_type, resource_name=resource.resource_name)
-        for resource, exc in answer_each(request.resources, apply)]
+        for resource, exc in await answer_each(request.resources, apply)]
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
 
 
-def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -> None:
+async def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -> None:
     ops = resource.configs
     check_keys([op.name for op in ops],
                [op.name for op in ops if op.config_operation != DELETE and op.value is None])
@@ -69,7 +69,7 @@ def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -> None
     elif resource.resource_type == TOPIC:
         meta = ctx.broker.metadata.topic(resource.resource_name)
         current = dict(meta.configs) if meta is not None else {}
-        replace_topic_configs(ctx, resource.resource_name, _incremental(current, ops), validate_only)
+        await replace_topic_configs(ctx, resource.resource_name, _incremental(current, ops), validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 

@@ -10,19 +10,22 @@ from __future__ import annotations
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import ensure_transaction_state_topic, fenced_error
-from grete.protocol.errors import ErrorCode
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import InitProducerIdRequest, InitProducerIdResponse
 
 
 @api(22, 0, 4)
-def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None:
-        ensure_transaction_state_topic(ctx.broker)
+        await ensure_transaction_state_topic(ctx.broker)
         result = ctx.broker.txn_coordinator.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms,
             request.producer_id if ctx.version >= 3 else -1, request.producer_epoch if ctx.version >= 3 else -1)
         return InitProducerIdResponse(throttle_time_ms=0, error_code=fenced_error(result.error, ctx.version, 4),
                                       producer_id=result.producer_id, producer_epoch=result.producer_epoch)
-    producer_id = ctx.broker.producer_ids.next_id()
+    try:
+        producer_id = ctx.broker.producer_ids.next_id()
+    except KafkaError as exc:
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=exc.code, producer_id=-1, producer_epoch=-1)
     return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id,
                                   producer_epoch=0)

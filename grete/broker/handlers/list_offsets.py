@@ -43,12 +43,12 @@ def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffs
             return PartitionResponse(partition_index=index, timestamp=-1,
                                      offset=partition.log_start_offset, leader_epoch=epoch)
         if wanted.timestamp == MAX_TIMESTAMP:
-            found = partition.log.offset_of_max_timestamp()
+            found = partition.offset_of_max_timestamp()
         elif wanted.timestamp < 0:
             raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
                              f"unsupported special timestamp {wanted.timestamp}")
         else:
-            found = partition.log.offset_for_timestamp(wanted.timestamp)
+            found = partition.offset_for_timestamp(wanted.timestamp)
         if found is None or found[0] < 0 or found[0] >= fetchable:
             return PartitionResponse(partition_index=index, timestamp=-1, offset=-1, leader_epoch=-1)
         return PartitionResponse(partition_index=index, timestamp=found[1], offset=found[0],

@@ -1,19 +1,21 @@
 """Metadata (3): brokers, controller, topics with their partitions, leader epochs and topic ids.
 
-Topics are auto-created (auto.create.topics.enable and, from v4, the request's flag) synchronously,
-so the first response already carries the new topic instead of LEADER_NOT_AVAILABLE.
+Topics are auto-created (auto.create.topics.enable and, from v4, the request's flag) before the
+answer, so the first response already carries the new topic instead of LEADER_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Coroutine
+from typing import Any
 
-from grete.broker.broker import INTERNAL_TOPICS
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import MetadataRequest, MetadataResponse
+from grete.protocol.topics import INTERNAL_TOPICS
 
 ZERO_UUID = uuid.UUID(int=0)
 # READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: no authorizer.
@@ -23,7 +25,8 @@ OPERATIONS_NOT_REQUESTED = -2147483648
 
 
 @api(3, 0, 12)
-def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+def handle(ctx: RequestContext,
+           request: MetadataRequest) -> MetadataResponse | Coroutine[Any, Any, MetadataResponse]:
     broker = ctx.broker
     listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
     response = MetadataResponse(
@@ -43,13 +46,30 @@ def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
         return response
     auto_create = broker.config.bool("auto.create.topics.enable") and (
         ctx.version < 4 or request.allow_auto_topic_creation)
+    missing = [w.name for w in request.topics
+               if w.name is not None and w.name not in INTERNAL_TOPICS and broker.metadata.topic(w.name) is None]
+    if auto_create and missing:
+        return _create_then_answer(ctx, request, response, missing, with_ops)
     for wanted in request.topics:
-        response.topics.append(_lookup(ctx, wanted, auto_create, with_ops))
+        response.topics.append(_lookup(ctx, wanted, with_ops, {}))
     return response
 
 
-def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, auto_create: bool,
-            with_ops: bool) -> MetadataResponse.MetadataResponseTopic:
+async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, response: MetadataResponse,
+                              missing: list[str], with_ops: bool) -> MetadataResponse:
+    failed: dict[str, int] = {}
+    for name in dict.fromkeys(missing):
+        try:
+            await ctx.broker.create_topic(name)
+        except KafkaError as exc:
+            failed[name] = exc.code
+    for wanted in request.topics:
+        response.topics.append(_lookup(ctx, wanted, with_ops, failed))
+    return response
+
+
+def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, with_ops: bool,
+            failed: dict[str, int]) -> MetadataResponse.MetadataResponseTopic:
     broker = ctx.broker
     if wanted.name is None:
         meta = broker.metadata.topic_by_id(wanted.topic_id)
@@ -59,15 +79,8 @@ def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, a
         return _describe(ctx, meta, with_ops)
     meta = broker.metadata.topic(wanted.name)
     if meta is None:
-        error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if auto_create and wanted.name not in INTERNAL_TOPICS:
-            try:
-                meta = broker.create_topic(wanted.name)
-            except KafkaError as exc:
-                error = exc.code
-        if meta is None:
-            return MetadataResponse.MetadataResponseTopic(error_code=error, name=wanted.name,
-                                                          topic_id=ZERO_UUID)
+        error = failed.get(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return MetadataResponse.MetadataResponseTopic(error_code=error, name=wanted.name, topic_id=ZERO_UUID)
     return _describe(ctx, meta, with_ops)
 
 

@@ -21,7 +21,7 @@ def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetF
             try:
                 partition = ctx.broker.partition(topic.topic, wanted.partition)
                 partition.check_leader_epoch(wanted.current_leader_epoch)
-                epoch, end_offset = partition.log.end_offset_for_epoch(wanted.leader_epoch)
+                epoch, end_offset = partition.end_offset_for_epoch(wanted.leader_epoch)
                 results.append(EpochEndOffset(error_code=0, partition=wanted.partition, leader_epoch=epoch,
                                               end_offset=end_offset))
             except KafkaError as exc:

@@ -8,7 +8,6 @@ which are up-converted to one v2 batch (Kafka 4.x rejects them; old clients stil
 
 from __future__ import annotations
 
-from grete.broker.broker import INTERNAL_TOPICS
 from grete.broker.config import LONG_MAX
 from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.registry import api
@@ -16,6 +15,7 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceRequest, ProduceResponse
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.validate import RecordValidationError, validate_produce_records
+from grete.protocol.topics import INTERNAL_TOPICS
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 
@@ -52,7 +52,7 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                              f"Cannot append to internal topic {topic}")
         partition = ctx.broker.partition(topic, part.index)
-        cfg = partition.log.config
+        cfg = partition.config
         bounded = (cfg.message_timestamp_before_max_ms != LONG_MAX
                    or cfg.message_timestamp_after_max_ms != LONG_MAX)
         batch = validate_produce_records(

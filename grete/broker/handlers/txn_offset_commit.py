@@ -5,12 +5,12 @@ become visible to OffsetFetch when the transaction commits."""
 
 from __future__ import annotations
 
-from grete.broker.broker import OFFSETS_TOPIC
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.group_types import OffsetCommit
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from grete.protocol.topics import OFFSETS_TOPIC
 
 
 @api(28, 0, 3)

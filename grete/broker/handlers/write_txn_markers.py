@@ -6,13 +6,13 @@ v2 (KIP-1228) adds a transaction version per marker for transaction version 2: n
 
 from __future__ import annotations
 
-from grete.broker.broker import OFFSETS_TOPIC
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.control import build_end_txn_marker
+from grete.protocol.topics import OFFSETS_TOPIC
 
 Result = WriteTxnMarkersResponse.WritableTxnMarkerResult
 TopicResult = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult

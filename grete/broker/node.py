@@ -1,0 +1,109 @@
+"""A grete node: assembles the broker's parts and runs them, in Kafka's start-up order.
+
+Start: log directories (recovery), the replica manager opens the hosted partitions and follows
+metadata changes, producer ids, the group and transaction coordinators (loading their partitions),
+then the listeners, and last the maintenance loop (retention, checkpoints). Stop: the reverse.
+
+The broker's state lives in :class:`~grete.broker.broker.Broker`; this module only wires it to the
+outside world, so it is the one place that imports the connection, the coordinators' broker glue
+and the broker state together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+from grete.broker.broker import Broker
+from grete.broker.config import BrokerConfig
+from grete.broker.connection import KafkaConnection
+from grete.broker.groups import start_group_coordinator
+from grete.broker.listeners import Listener
+from grete.broker.transactions import start_txn_coordinator
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_INTERVAL_S = 1.0
+CHECKPOINT_INTERVAL_S = 60.0
+
+
+class Node:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.broker = Broker(config)
+        self.servers: list[asyncio.base_events.Server] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self.broker.config
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        broker = self.broker
+        broker.log_manager.startup(cluster_id=broker.metadata.cluster_id, node_id=broker.node_id)
+        broker.replicas.start()
+        await broker.producer_ids.start()
+        broker.group_coordinator = await start_group_coordinator(broker)
+        # After the groups: finishing an interrupted commit may apply transactional offsets.
+        broker.txn_coordinator = start_txn_coordinator(broker)
+        for listener in broker.listeners:
+            await self._listen(listener)
+        self._tasks.append(asyncio.ensure_future(self._maintenance_loop()))
+
+    async def stop(self) -> None:
+        broker = self.broker
+        for server in self.servers:
+            server.close()
+        for conn in list(broker.connections):
+            conn.close()
+        for task in self._tasks:
+            task.cancel()
+        broker.producer_ids.stop()
+        if broker.txn_coordinator is not None:
+            broker.txn_coordinator.shutdown()
+        if broker.group_coordinator is not None:
+            await broker.group_coordinator.shutdown()
+        broker.replicas.shutdown()
+        broker.log_manager.shutdown()
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # --- listeners ---------------------------------------------------------------------------
+    async def _listen(self, listener: Listener) -> None:
+        broker = self.broker
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: KafkaConnection(broker, listener.name),
+                                          listener.host or None, listener.port, reuse_address=True,
+                                          backlog=1024, start_serving=False)
+        # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets
+        # inherit it and their window scale is negotiated for it.
+        rcvbuf = broker.config.int("socket.receive.buffer.bytes")
+        if rcvbuf != -1:
+            for sock in server.sockets:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        await server.start_serving()
+        self.servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        broker.bound.append(Listener(listener.name, listener.host, port))
+        # An advertised port 0 (ephemeral listener) means "whatever we bound".
+        broker.advertised = [Listener(a.name, a.host or "localhost", port if a.port == 0 else a.port)
+                             if a.name == listener.name else a for a in broker.advertised]
+
+    # --- maintenance -------------------------------------------------------------------------
+    async def _maintenance_loop(self) -> None:
+        log_manager = self.broker.log_manager
+        last_checkpoint = time.monotonic()
+        while True:
+            await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            try:
+                log_manager.maintenance(int(time.time() * 1000))
+                if time.monotonic() - last_checkpoint >= CHECKPOINT_INTERVAL_S:
+                    log_manager.checkpoint()
+                    last_checkpoint = time.monotonic()
+            except Exception:
+                log.exception("log maintenance failed")
