@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import grete.broker.handlers as handler_package
+from grete.broker.handlers.manifest import HANDLERS
 from grete.protocol.messages import APIS
 
 if TYPE_CHECKING:
@@ -95,23 +97,17 @@ class Handlers:
 
 
 def handlers() -> Handlers:
-    from grete.broker.handlers.manifest import HANDLERS
-
     return Handlers(HANDLERS)
 
 
 def advertised_versions() -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
-    from grete.broker.handlers.manifest import HANDLERS
-
     return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())]
 
 
 def declared_handlers() -> dict[int, Handler]:
     """Import every handler module and return what their ``@api`` decorators declare."""
-    import grete.broker.handlers as package
-
-    for module in pkgutil.iter_modules(package.__path__):
+    for module in pkgutil.iter_modules(handler_package.__path__):
         if module.name != "manifest":
             importlib.import_module(f"{PACKAGE}.{module.name}")
     return dict(_HANDLERS)

@@ -23,7 +23,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.broker.context import CloseConnection, RequestContext
 from grete.protocol.errors import ErrorCode
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from grete.broker.broker import Broker
     from grete.broker.connection import KafkaConnection
     from grete.broker.registry import Handler
-    from grete.testing import RunningBroker
 
 PRODUCE = 0
 _BY_NAME = {info.name.lower(): key for key, info in APIS.items()}
@@ -322,10 +321,18 @@ class PausedPartition:
         self.resume()
 
 
+class Running(Protocol):
+    """The test's handle on a running broker (``grete.testing.RunningBroker``)."""
+
+    broker: Broker
+
+    def call(self, fn: Any, *args: Any, timeout: float = ...) -> Any: ...
+
+
 class FaultController:
     """``RunningBroker.faults``: inject faults from the test thread."""
 
-    def __init__(self, running: RunningBroker) -> None:
+    def __init__(self, running: Running) -> None:
         self._running = running
 
     # --- rules ------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from grete.broker.server import embedded_config
-from grete.testing import BrokerStartError, _wire, scratch_root
+from grete.testing import _wire
+from grete.testing.common import BrokerStartError, scratch_root
 
 _SERVING = re.compile(r"serving on [A-Z0-9_]+://([^,\s]+):(\d+)")
 STOP_TIMEOUT_S = 15.0
