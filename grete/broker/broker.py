@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grete.broker.config import BrokerConfig, ConfigError, validate_topic_configs
+from grete.broker.connection_quotas import ConnectionQuotas
+from grete.broker.framing import BufferPool, MemoryPool
 from grete.broker.listeners import Listener, parse_listeners
 from grete.broker.partition import Partition
+from grete.broker.pipeline import Pipeline
 from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.replica_manager import ReplicaManager
 from grete.coordinator.metadata import LocalMetadataStore, MetadataStore, TopicMeta
@@ -29,26 +32,32 @@ from grete.storage.manager import LogManager
 log = logging.getLogger(__name__)
 
 
-class Closable(Protocol):
-    """An open client connection, as the broker tracks it (to close them all on shutdown)."""
+class OpenConnection(Protocol):
+    """An open client connection, as the broker tracks it: to close them all on shutdown, and to
+    give back receive buffers of connections gone quiet."""
 
     def close(self) -> None: ...
+    def trim(self, quiet_since: float) -> None: ...
 
 
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.listeners = parse_listeners(config.list("listeners"))
-        advertised = config.list("advertised.listeners")
+        self.listeners = parse_listeners(config.get_list("listeners"))
+        advertised = config.get_list("advertised.listeners")
         self.advertised = parse_listeners(advertised) if advertised else list(self.listeners)
         self.bound: list[Listener] = []
         self.log_dirs = config.log_dirs
         self.metadata: MetadataStore = LocalMetadataStore(self.log_dirs[0], cluster_id=config.raw("cluster.id"))
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
-        self.log_manager.retention_check_interval_ms = config.int("log.retention.check.interval.ms")
+        self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config)
-        self.connections: set[Closable] = set()
+        self.connections: set[OpenConnection] = set()
+        self.connection_quotas = ConnectionQuotas(config)
+        self.buffer_pool = BufferPool()
+        self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
+        self.pipeline = Pipeline()
         self.producer_ids = ProducerIdManager(self.metadata)
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
@@ -83,8 +92,8 @@ class Broker:
         validate_topic_name(name)
         if self.metadata.topic(name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        partitions = self.config.int("num.partitions") if num_partitions == -1 else num_partitions
-        replication = (self.config.int("default.replication.factor") if replication_factor == -1
+        partitions = self.config.get_int("num.partitions") if num_partitions == -1 else num_partitions
+        replication = (self.config.get_int("default.replication.factor") if replication_factor == -1
                        else replication_factor)
         if partitions <= 0:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
@@ -112,7 +121,7 @@ class Broker:
         meta = self.metadata.topic(name)
         if meta is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        if not self.config.bool("delete.topic.enable"):
+        if not self.config.get_bool("delete.topic.enable"):
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
         await self.metadata.delete_topic(name)
         log.info("deleted topic %s", name)
@@ -155,10 +164,10 @@ class Broker:
 
     async def ensure_offsets_topic(self) -> TopicMeta:
         """``__consumer_offsets``, created on first use with Kafka's settings for it."""
-        return await self.ensure_internal_topic(OFFSETS_TOPIC, self.config.int("offsets.topic.num.partitions"), {
+        return await self.ensure_internal_topic(OFFSETS_TOPIC, self.config.get_int("offsets.topic.num.partitions"), {
             "cleanup.policy": "compact",
             "compression.type": "producer",
-            "segment.bytes": str(self.config.int("offsets.topic.segment.bytes")),
+            "segment.bytes": str(self.config.get_int("offsets.topic.segment.bytes")),
         })
 
     def topic_id_for(self, name: str) -> uuid.UUID | None:

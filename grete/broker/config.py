@@ -170,6 +170,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("socket.receive.buffer.bytes", INT, "-1", "SO_RCVBUF of the listening sockets; -1: the OS default"),
     _d("connections.max.idle.ms", LONG, "600000"),
     _d("queued.max.requests", INT, "500", minimum=1),
+    _d("queued.max.request.bytes", LONG, "-1",
+       "bytes of requests buffered broker-wide before connections stop being read; -1: no bound"),
+    _d("max.connections", INT, "2147483647", minimum=0),
+    _d("max.connections.per.ip", INT, "2147483647", minimum=0),
+    _d("max.connections.per.ip.overrides", STR, ""),
     _d("num.network.threads", INT, "3", minimum=1),
     _d("num.io.threads", INT, "8", minimum=1),
     _d("num.recovery.threads.per.data.dir", INT, "1", minimum=1),
@@ -292,30 +297,30 @@ class BrokerConfig:
         definition = BROKER_CONFIGS.get(key) or TOPIC_CONFIGS[key][0]
         return definition.parse(raw)
 
-    def int(self, key: str) -> int:
+    def get_int(self, key: str) -> int:
         value = self.get(key)
         assert isinstance(value, int), key
         return value
 
-    def bool(self, key: str) -> bool:
+    def get_bool(self, key: str) -> bool:
         return bool(self.get(key))
 
-    def str(self, key: str) -> str:
+    def get_str(self, key: str) -> str:
         return str(self.get(key) or "")
 
-    def list(self, key: str) -> list[str]:
+    def get_list(self, key: str) -> list[str]:
         value = self.get(key)
         return list(value) if isinstance(value, list) else []
 
     @property
     def node_id(self) -> int:
         if "node.id" in self.originals or "broker.id" not in self.originals:
-            return self.int("node.id")
-        return self.int("broker.id")
+            return self.get_int("node.id")
+        return self.get_int("broker.id")
 
     @property
     def log_dirs(self) -> list[Path]:
-        dirs = self.list("log.dirs") or [self.str("log.dir")]
+        dirs = self.get_list("log.dirs") or [self.get_str("log.dir")]
         return [Path(d).expanduser() for d in dirs]
 
     def topic_default(self, topic_key: str) -> str | None:

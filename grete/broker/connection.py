@@ -1,40 +1,53 @@
-"""One client connection: framing into a reused buffer, dispatch, in-order responses, sendfile.
+"""One client connection: the asyncio protocol that joins a transport to the sans-IO parts.
 
-Why this shape (see reference/machine_limits.md): ``asyncio.BufferedProtocol`` receiving into one
-reused bytearray costs a fraction of Streams per small request and avoids fresh-page faults on large
-ones. Requests on a connection may be pipelined; their responses go back strictly in request order,
-so each request takes a slot in ``_slots`` and slots are written from the head as they fill.
+Bytes in go to the :class:`~grete.broker.framing.FrameReader` (receive buffer, frame limits); each
+frame is decoded and run through the :class:`~grete.broker.pipeline.Pipeline` with the connection's
+:class:`~grete.broker.context.Session`; answers take their place in the
+:class:`~grete.broker.channel.ResponseQueue` and leave, in request order, through the writer
+:func:`~grete.broker.writers.writer_for` chose for this transport (zero-copy on plain TCP, a copy
+under TLS).
 
-Handlers may keep no reference to the request's bytes after they return (the buffer is reused):
-the only zero-copy field is Produce's ``records``, which is appended synchronously.
+Why ``asyncio.BufferedProtocol`` (see docs/benchmarks.md): receiving into a reused bytearray costs a
+fraction of Streams per small request and avoids fresh-page faults on large ones. Handlers keep no
+reference to the request's bytes after they return (the buffer is reused): the only zero-copy field
+is Produce's ``records``, which is appended synchronously.
 
 Repeated empty fetches (idle consumers) take a short cut: the last Fetch whose answer had nothing to
 read is kept with its encoded answer (``_FetchMemo``); a request identical to it apart from the
-correlation id is answered by re-checking the partitions' state (``fetch.Snapshot.unchanged``) and
-patching the correlation id, with no decode, handler pass or encode. Any change in that state falls
-back to the full path, so the short cut can only repeat an answer that is still true.
+correlation id is answered by asking the answer's snapshot (a hook the Fetch handler leaves on its
+response) whether the partitions' state still holds, and patching the correlation id, with no
+decode, handler pass or encode. Any change in that state falls back to the full path, so the short
+cut can only repeat an answer that is still true.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import struct
-from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from grete.broker.context import CloseConnection, RequestContext
+from grete.broker.channel import IdleClock, ResponseQueue, Slot
+from grete.broker.context import CloseConnection, RequestContext, Session
+from grete.broker.framing import FrameReader
+from grete.broker.pipeline import NotAuthenticated
 from grete.broker.registry import Handler, handlers
-from grete.protocol.codec import Reader, Writer
+from grete.broker.writers import Writer, writer_for
+from grete.protocol.codec import Reader
+from grete.protocol.codec import Writer as Encoder
 from grete.protocol.errors import ErrorCode, ProtocolError
 from grete.protocol.headers import decode_request_header, encode_response_header
 from grete.protocol.messages import APIS, response_header_version
-from grete.storage.log import FileSlice
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_KEY = 18
+FETCH_KEY = 1
+_SIZE_AND_ID = struct.Struct(">ii")
 
 
 class AnswerSnapshot(Protocol):
@@ -46,25 +59,8 @@ class AnswerSnapshot(Protocol):
     def wait(self, max_wait_ms: int) -> tuple[float, asyncio.Future[bool]]: ...
     def resume(self, ctx: RequestContext, request: Any, deadline: float) -> Any: ...
 
-log = logging.getLogger(__name__)
 
-API_VERSIONS_KEY = 18
-FETCH_KEY = 1
-_SIZE_AND_ID = struct.Struct(">ii")
-INITIAL_BUFFER = 64 * 1024
-SHRINK_ABOVE = 8 * 1024 * 1024      # give a huge buffer back once the big frames stop
-SENDFILE_MIN_BYTES = 64 * 1024      # below this, pread + write is as cheap and keeps one write path
-MAX_PENDING_RESPONSES = 100         # stop reading while this many responses wait (backpressure)
-
-
-class _Slot:
-    """A response place-holder, in request order."""
-
-    __slots__ = ("parts", "done")
-
-    def __init__(self) -> None:
-        self.parts: list[Any] | None = None
-        self.done = False
+MemoKey = tuple[bytes, Any, str | None]
 
 
 class _FetchMemo:
@@ -90,43 +86,29 @@ class _FetchMemo:
         return _SIZE_AND_ID.pack(len(self.body) + 4, correlation_id) + self.body
 
 
-class _FdFile:
-    """Minimal file object for loop.sendfile: only fileno() is used on the native path.
-
-    asyncio lseek()s the descriptor after sending; segments are appended with pwrite/O_APPEND,
-    so the file position is never relied upon.
-    """
-
-    __slots__ = ("_fd",)
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def fileno(self) -> int:
-        return self._fd
-
-
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, listener: str = "PLAINTEXT") -> None:
+    def __init__(self, broker: Broker, listener: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
         self.broker = broker
         self.listener = listener
-        self.max_frame = broker.config.int("socket.request.max.bytes")
+        self._security_protocol = security_protocol
         self._handlers = handlers()
-        self._buf = bytearray(INITIAL_BUFFER)
-        self._start = 0
-        self._end = 0
-        self._slots: deque[_Slot] = deque()
+        self._pipeline = broker.pipeline
+        self._reader = FrameReader(broker.config.get_int("socket.request.max.bytes"), broker.buffer_pool,
+                                   broker.memory_pool)
+        self._responses = ResponseQueue()
+        self._idle = IdleClock(broker.config.get_int("connections.max.idle.ms"))
         self._fetch_memo: _FetchMemo | None = None
         self._sending = False
         self._paused_reading = False
         self._paused_writing = False
+        self._waiting_for_memory = False
         self._closed = False
         self.transport: asyncio.Transport | None = None
+        self._writer: Writer | None = None
         self.peer = "unknown"
+        self.session = Session(listener, security_protocol, self.peer)
         self._idle_handle: asyncio.TimerHandle | None = None
-        self._last_active = 0.0
-        self._idle_ms = broker.config.int("connections.max.idle.ms")
-        self._sndbuf = broker.config.int("socket.send.buffer.bytes")
+        self._sndbuf = broker.config.get_int("socket.send.buffer.bytes")
         self._loop = asyncio.get_running_loop()
 
     # --- asyncio callbacks ------------------------------------------------------------------
@@ -143,12 +125,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 pass
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if peer else "unknown"
+        self.session.client_host = self.peer
+        if not self.broker.connection_quotas.admit(self.peer):
+            log.info("closing connection from %s: max.connections.per.ip / max.connections reached", self.peer)
+            self._closed = True
+            transport.abort()
+            return
+        self._writer = writer_for(transport)
         self.broker.connections.add(self)
         self._touch()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None and self in self.broker.connections:
+            self.broker.connections.discard(self)
+            self.broker.connection_quotas.release(self.peer)
         self._closed = True
-        self.broker.connections.discard(self)
+        self._reader.close()
         if self._idle_handle is not None:
             self._idle_handle.cancel()
 
@@ -161,60 +153,50 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._maybe_resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._end == len(self._buf):
-            self._make_room(1)
-        return memoryview(self._buf)[self._end:]
+        room = self._reader.buffer()
+        if room is None:
+            # The broker-wide request memory (queued.max.request.bytes) is used up: read no more
+            # until some is released. asyncio needs a buffer for this one call; a byte will do.
+            self._wait_for_memory()
+            return memoryview(bytearray(1))
+        return room
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._end += nbytes
+        self._reader.received(nbytes)
         self._touch()
-        try:
-            self._process_frames()
-        except ProtocolError as exc:
-            self._protocol_violation(str(exc))
+        self._process_frames()
 
     def eof_received(self) -> bool | None:
         return None
 
-    # --- framing ----------------------------------------------------------------------------
+    # --- frames -----------------------------------------------------------------------------
     def _process_frames(self) -> None:
-        buf = self._buf
-        while not self._closed:
-            available = self._end - self._start
-            if available < 4:
-                break
-            size = int.from_bytes(buf[self._start:self._start + 4], "big", signed=True)
-            if size < 0 or size > self.max_frame:
-                # Kafka closes the connection before allocating (InvalidReceiveException).
-                self._protocol_violation(f"frame size {size} outside [0, {self.max_frame}] "
-                                         "(socket.request.max.bytes)")
-                return
-            if available < 4 + size:
-                self._make_room(4 + size)
-                break
-            frame = memoryview(buf)[self._start + 4:self._start + 4 + size]
-            self._start += 4 + size
-            self._dispatch(frame)
-            if self._paused_reading:
-                break
-        if self._start == self._end:
-            self._start = self._end = 0
-            if len(self._buf) > SHRINK_ABOVE:
-                self._buf = bytearray(INITIAL_BUFFER)
-
-    def _make_room(self, frame_bytes: int) -> None:
-        """Ensure buf[start:] can hold ``frame_bytes``; never resizes in place (views exist)."""
-        pending = self._end - self._start
-        needed = max(frame_bytes, pending + 1)
-        if needed > len(self._buf):
-            new = bytearray(max(needed, 2 * len(self._buf)))
-            new[:pending] = self._buf[self._start:self._end]
-            self._buf = new
-        elif self._start + needed > len(self._buf) or self._end == len(self._buf):
-            self._buf[:pending] = self._buf[self._start:self._end]
-        else:
+        reader = self._reader
+        try:
+            while not self._closed and not self._paused_reading:
+                frame = reader.next_frame()
+                if frame is None:
+                    break
+                self._dispatch(frame)
+        except ProtocolError as exc:
+            self._protocol_violation(str(exc))
             return
-        self._start, self._end = 0, pending
+        reader.settle()
+
+    def trim(self, quiet_since: float) -> None:
+        """Give back a grown receive buffer if nothing arrived since ``quiet_since`` (loop time)."""
+        if self._idle.last_active < quiet_since:
+            self._reader.trim()
+
+    def _wait_for_memory(self) -> None:
+        self._pause_reading()
+        if not self._waiting_for_memory:
+            self._waiting_for_memory = True
+            self._reader.when_memory_released(self._memory_released)
+
+    def _memory_released(self) -> None:
+        self._waiting_for_memory = False
+        self._maybe_resume_reading()
 
     # --- dispatch ---------------------------------------------------------------------------
     def _dispatch(self, frame: memoryview) -> None:
@@ -237,31 +219,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                      f"from client {header.client_id!r}")
             return
         request = handler.request_cls.decode(Reader(frame, body_pos), version)  # type: ignore[attr-defined]
-        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id,
-                             header.client_id, self.peer, self.listener)
-        # Fault-injection seam for grete.testing: ``broker.faults`` is None unless a test injects
-        # faults, so production pays one attribute read. When set, it runs the handler itself and
-        # may answer with an injected error, defer the request, or raise CloseConnection.
-        faults = self.broker.faults
+        if header.api_key == API_VERSIONS_KEY and version >= 3:
+            self.session.client_software_name = request.client_software_name
+            self.session.client_software_version = request.client_software_version
+        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id,
+                             self.session)
         try:
-            if faults is None:
-                result = handler.fn(ctx, request)
-            else:
-                result = faults.handle(self, handler, ctx, request)
-        except CloseConnection as exc:
+            result = self._pipeline.run(self, ctx, handler, request)
+        except (CloseConnection, NotAuthenticated) as exc:
             log.info("closing connection from %s: %s", self.peer, exc)
             self._close()
             return
         except Exception:
-            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version,
-                          self.peer)
+            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
             self._close()
             return
         if result is None:
             return  # acks=0 produce: no response at all
         slot = self._new_slot()
         memo_key = None if frame_bytes is None else (frame_bytes, request, header.client_id)
-        if isinstance(result, asyncio.Future | asyncio.Task) or asyncio.iscoroutine(result):
+        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
             future = asyncio.ensure_future(result)
             future.add_done_callback(
                 lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key))
@@ -269,10 +246,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             slot.parts = self._encode(result, handler, version, header.correlation_id, memo_key)
             self._flush()
 
-    def _new_slot(self) -> _Slot:
-        slot = _Slot()
-        self._slots.append(slot)
-        if len(self._slots) >= MAX_PENDING_RESPONSES:
+    def _new_slot(self) -> Slot:
+        slot = self._responses.reserve()
+        if self._responses.full:
             self._pause_reading()
         return slot
 
@@ -293,7 +269,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         waited.add_done_callback(lambda f: self._memo_waited(f, slot, memo, correlation_id, deadline))
         return True
 
-    def _memo_waited(self, waited: asyncio.Future[bool], slot: _Slot, memo: _FetchMemo,
+    def _memo_waited(self, waited: asyncio.Future[bool], slot: Slot, memo: _FetchMemo,
                      correlation_id: int, deadline: float) -> None:
         if self._closed:
             return
@@ -304,8 +280,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # Something changed while parked: the full handler's rules from here (min_bytes, the rest
         # of max_wait_ms), through the hook the Fetch handler left on its snapshot.
         handler = self._handlers[FETCH_KEY]
-        ctx = RequestContext(self.broker, FETCH_KEY, memo.version, correlation_id, memo.client_id,
-                             self.peer, self.listener)
+        ctx = RequestContext(self.broker, FETCH_KEY, memo.version, correlation_id, memo.client_id, self.session)
         frame = memo.head + correlation_id.to_bytes(4, "big", signed=True) + memo.tail
         memo_key = (frame, memo.request, memo.client_id)
         try:
@@ -321,16 +296,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         slot.parts = self._encode(result, handler, memo.version, correlation_id, memo_key)
         self._flush()
 
-    def _complete_async(self, future: asyncio.Future[Any], slot: _Slot, handler: Handler,
-                        version: int, correlation_id: int, memo_key: tuple[bytes, Any, str | None] | None
-                        ) -> None:
+    def _complete_async(self, future: asyncio.Future[Any], slot: Slot, handler: Handler,
+                        version: int, correlation_id: int, memo_key: MemoKey | None) -> None:
         if self._closed:
             return
         try:
             response = future.result()
         except Exception:
-            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version,
-                          self.peer)
+            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
             self._close()
             return
         if response is None:
@@ -340,15 +313,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._flush()
 
     def _encode(self, response: Any, handler: Handler, version: int, correlation_id: int,
-                memo_key: tuple[bytes, Any, str | None] | None = None) -> list[Any]:
-        w = Writer()
+                memo_key: MemoKey | None = None) -> list[Any]:
+        w = Encoder()
         size_pos = w.reserve_int32()
         encode_response_header(w, correlation_id, response_header_version(handler.api_key, version))
         response.encode(w, version)
         w.patch_int32(size_pos, w.nbytes - 4)
         if memo_key is None:
             return w.parts()
-        # fetch.EmptyFetchResponse (looked up by attribute: connection.py does not import handlers)
+        # The Fetch handler's EmptyFetchResponse carries its snapshot (looked up by attribute: the
+        # connection imports no handler).
         snapshot = getattr(response, "snapshot", None)
         if snapshot is None:
             self._fetch_memo = None
@@ -362,96 +336,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """KIP-511: a v0-format body with UNSUPPORTED_VERSION and our ApiVersions range."""
         info = APIS[API_VERSIONS_KEY]
         handler = self._handlers[API_VERSIONS_KEY]
-        response = info.response(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
-            info.response.ApiVersion(api_key=API_VERSIONS_KEY, min_version=handler.min_version,
-                                     max_version=handler.max_version)])
-        slot = _Slot()
+        response_cls: Any = info.response
+        response = response_cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+            response_cls.ApiVersion(api_key=API_VERSIONS_KEY, min_version=handler.min_version,
+                                    max_version=handler.max_version)])
+        slot = self._responses.reserve()
         slot.parts = self._encode(response, handler, 0, correlation_id)
-        self._slots.append(slot)
         self._flush()
 
     # --- writing ----------------------------------------------------------------------------
     def _flush(self) -> None:
-        transport = self.transport
-        if self._sending or transport is None or self._closed:
+        writer = self._writer
+        if self._sending or writer is None or self._closed:
             return
-        slots = self._slots
-        while slots and slots[0].parts is not None:
-            parts = slots.popleft().parts
-            assert parts is not None
-            if any(not isinstance(p, bytes | bytearray | memoryview) for p in parts):
-                if self._needs_sendfile(parts):
-                    try:
-                        rest = self._send_now(transport, parts)
-                    except OSError as exc:  # includes ConnectionError
-                        log.debug("sendfile to %s failed: %s", self.peer, exc)
-                        self._close()
-                        return
-                    if not rest:
-                        continue
-                    self._sending = True
-                    asyncio.ensure_future(self._send_with_files(rest))
-                    return
-                parts = [self._read_slice(p) if not isinstance(p, bytes | bytearray | memoryview) else p
-                         for p in parts]
-            transport.writelines(parts)
+        for parts in self._responses.ready():
+            try:
+                rest = writer.send(parts)
+            except OSError as exc:  # includes ConnectionError and a segment shorter than its index
+                log.debug("writing to %s failed: %s", self.peer, exc)
+                self._close()
+                return
+            if rest:
+                self._sending = True
+                asyncio.ensure_future(self._send_rest(writer, rest))
+                return
         self._maybe_resume_reading()
 
-    @staticmethod
-    def _needs_sendfile(parts: list[Any]) -> bool:
-        return sum(p.size for p in parts if not isinstance(p, bytes | bytearray | memoryview)) \
-            >= SENDFILE_MIN_BYTES
-
-    @staticmethod
-    def _read_slice(part: Any) -> bytes:
-        data = os.pread(part.fd, part.size, part.position)
-        if len(data) != part.size:
-            raise OSError(f"short read of a log segment: {len(data)} of {part.size} bytes")
-        return data
-
-    def _send_now(self, transport: asyncio.Transport, parts: list[Any]) -> list[Any]:
-        """Write what the socket takes right now, straight to its descriptor; the rest, if any.
-
-        Most answers fit the socket buffer whole. Sending them here skips what asyncio's
-        loop.sendfile costs per call (a task, pausing and resuming reading, a loop turn): a Java
-        consumer's Fetch latency fell from 0.96 to 0.76 ms per 1 MB (docs/benchmarks.md, consume)."""
-        sock = transport.get_extra_info("socket")
-        if sock is None or transport.get_write_buffer_size():
-            return parts  # earlier bytes still queued in the transport: keep the order
-        fd = sock.fileno()
-        for i, part in enumerate(parts):
-            sent = 0  # of this part
-            try:
-                if isinstance(part, bytes | bytearray | memoryview):
-                    sent = os.write(fd, part)
-                    if sent < len(part):
-                        return [memoryview(part)[sent:], *parts[i + 1:]]
-                    continue
-                while sent < part.size:
-                    n = os.sendfile(fd, part.fd, part.position + sent, part.size - sent)
-                    if n == 0:  # the segment is shorter than the index said: never serve past it
-                        where = _fd_path(part.fd)
-                        log.warning("%s ends at byte %d, inside a Fetch answer for %s; closing the connection",
-                                    where, part.position + sent, self.peer)
-                        raise OSError(f"{where} ends at byte {part.position + sent}")
-                    sent += n
-            except BlockingIOError:  # the socket is full: the rest waits for it to drain
-                if not sent:
-                    return parts[i:]
-                return [FileSlice(part.fd, part.position + sent, part.size - sent, part.file), *parts[i + 1:]]
-        return []
-
-    async def _send_with_files(self, parts: list[Any]) -> None:
-        transport = self.transport
+    async def _send_rest(self, writer: Writer, parts: list[Any]) -> None:
         try:
-            for part in parts:
-                if self._closed or transport is None:
-                    return
-                if isinstance(part, bytes | bytearray | memoryview):
-                    transport.write(part)
-                else:
-                    await self._loop.sendfile(transport, _FdFile(part.fd),  # type: ignore[arg-type]
-                                              part.position, part.size, fallback=True)
+            await writer.send_rest(parts)
         except (ConnectionError, OSError) as exc:
             log.debug("sendfile to %s failed: %s", self.peer, exc)
             self._close()
@@ -468,36 +381,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _maybe_resume_reading(self) -> None:
         if (self._paused_reading and not self._paused_writing and not self._closed
-                and len(self._slots) < MAX_PENDING_RESPONSES // 2 and self.transport is not None):
+                and not self._waiting_for_memory and self._responses.drained and self.transport is not None):
             self._paused_reading = False
             self.transport.resume_reading()
-            if self._end > self._start:  # frames that arrived before the pause
-                self._loop.call_soon(self._resume_processing)
-
-    def _resume_processing(self) -> None:
-        try:
-            self._process_frames()
-        except ProtocolError as exc:
-            self._protocol_violation(str(exc))
+            if self._reader.pending:  # frames that arrived before the pause
+                self._loop.call_soon(self._process_frames)
 
     def _touch(self) -> None:
-        # Per read this only notes the time: re-arming a timer on every read (cancel + call_later)
-        # cost more than a whole cached empty Fetch. The one timer re-arms itself on expiry.
-        if self._idle_ms <= 0:
-            return
-        self._last_active = self._loop.time()
-        if self._idle_handle is None:
-            self._idle_handle = self._loop.call_at(self._last_active + self._idle_ms / 1000,
-                                                   self._idle_timeout)
+        idle = self._idle
+        idle.touch(self._loop.time())
+        if idle.enabled and self._idle_handle is None:
+            self._idle_handle = self._loop.call_at(idle.deadline(), self._idle_timeout)
 
     def _idle_timeout(self) -> None:
         self._idle_handle = None
         if self._closed:
             return
         now = self._loop.time()
-        if self._slots:  # still answering: not idle
-            self._last_active = now
-        deadline = self._last_active + self._idle_ms / 1000
+        if len(self._responses):  # still answering: not idle
+            self._idle.touch(now)
+        deadline = self._idle.deadline()
         if deadline > now:  # active since the timer was set: wait out the rest
             self._idle_handle = self._loop.call_at(deadline, self._idle_timeout)
             return
@@ -515,11 +418,3 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self._close()
-
-
-def _fd_path(fd: int) -> str:
-    """The file behind a descriptor, for error messages (Linux)."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return f"descriptor {fd}"

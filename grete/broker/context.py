@@ -1,4 +1,4 @@
-"""What a handler knows about the request it is answering."""
+"""What a handler knows about the request it is answering, and about the connection it came on."""
 
 from __future__ import annotations
 
@@ -8,6 +8,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
 
+ANONYMOUS = "User:ANONYMOUS"
+
+
+@dataclass(slots=True)
+class Session:
+    """The connection's identity, as Kafka's RequestContext carries it: the listener and its
+    security protocol, the authenticated principal (ANONYMOUS on PLAINTEXT), the peer's address, and
+    the client software it named in ApiVersions v3+ (KIP-511)."""
+
+    listener: str
+    security_protocol: str
+    client_host: str
+    principal: str = ANONYMOUS
+    authenticated: bool = True
+    client_software_name: str | None = None
+    client_software_version: str | None = None
+
 
 @dataclass(slots=True)
 class RequestContext:
@@ -16,12 +33,23 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
-    client_host: str
-    listener: str = "PLAINTEXT"
+    session: Session
 
     @property
     def version(self) -> int:
         return self.api_version
+
+    @property
+    def client_host(self) -> str:
+        return self.session.client_host
+
+    @property
+    def listener(self) -> str:
+        return self.session.listener
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal
 
 
 class CloseConnection(Exception):

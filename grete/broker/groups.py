@@ -72,14 +72,14 @@ class LogOffsetsStore:
 def group_config(broker: Broker) -> GroupConfig:
     cfg = broker.config
     return GroupConfig(
-        group_min_session_timeout_ms=cfg.int("group.min.session.timeout.ms"),
-        group_max_session_timeout_ms=cfg.int("group.max.session.timeout.ms"),
-        group_initial_rebalance_delay_ms=cfg.int("group.initial.rebalance.delay.ms"),
-        group_max_size=cfg.int("group.max.size"),
-        offsets_topic_num_partitions=cfg.int("offsets.topic.num.partitions"),
-        offsets_retention_minutes=cfg.int("offsets.retention.minutes"),
-        offset_metadata_max_bytes=cfg.int("offset.metadata.max.bytes"),
-        offsets_retention_check_interval_ms=cfg.int("offsets.retention.check.interval.ms"),
+        group_min_session_timeout_ms=cfg.get_int("group.min.session.timeout.ms"),
+        group_max_session_timeout_ms=cfg.get_int("group.max.session.timeout.ms"),
+        group_initial_rebalance_delay_ms=cfg.get_int("group.initial.rebalance.delay.ms"),
+        group_max_size=cfg.get_int("group.max.size"),
+        offsets_topic_num_partitions=cfg.get_int("offsets.topic.num.partitions"),
+        offsets_retention_minutes=cfg.get_int("offsets.retention.minutes"),
+        offset_metadata_max_bytes=cfg.get_int("offset.metadata.max.bytes"),
+        offsets_retention_check_interval_ms=cfg.get_int("offsets.retention.check.interval.ms"),
     )
 
 

@@ -82,7 +82,7 @@ class Node:
                                           backlog=1024, start_serving=False)
         # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets
         # inherit it and their window scale is negotiated for it.
-        rcvbuf = broker.config.int("socket.receive.buffer.bytes")
+        rcvbuf = broker.config.get_int("socket.receive.buffer.bytes")
         if rcvbuf != -1:
             for sock in server.sockets:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -98,8 +98,12 @@ class Node:
     async def _maintenance_loop(self) -> None:
         log_manager = self.broker.log_manager
         last_checkpoint = time.monotonic()
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            quiet_since = loop.time() - MAINTENANCE_INTERVAL_S
+            for conn in list(self.broker.connections):
+                conn.trim(quiet_since)
             try:
                 log_manager.maintenance(int(time.time() * 1000))
                 if time.monotonic() - last_checkpoint >= CHECKPOINT_INTERVAL_S:

@@ -26,10 +26,10 @@ log = logging.getLogger(__name__)
 
 async def ensure_transaction_state_topic(broker: Broker) -> TopicMeta:
     cfg = broker.config
-    return await broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC, cfg.int("transaction.state.log.num.partitions"), {
+    return await broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC, cfg.get_int("transaction.state.log.num.partitions"), {
         "cleanup.policy": "compact",
         "compression.type": "uncompressed",
-        "segment.bytes": str(cfg.int("transaction.state.log.segment.bytes")),
+        "segment.bytes": str(cfg.get_int("transaction.state.log.segment.bytes")),
         "unclean.leader.election.enable": "false",
     })
 
@@ -89,12 +89,12 @@ class LocalMarkerWriter:
 def txn_config(broker: Broker) -> TxnConfig:
     cfg = broker.config
     return TxnConfig(
-        num_partitions=cfg.int("transaction.state.log.num.partitions"),
-        max_timeout_ms=cfg.int("transaction.max.timeout.ms"),
-        id_expiration_ms=cfg.int("transactional.id.expiration.ms"),
-        abort_check_interval_ms=cfg.int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
-        remove_expired_interval_ms=cfg.int("transaction.remove.expired.transaction.cleanup.interval.ms"),
-        verify_partitions=cfg.bool("transaction.partition.verification.enable"),
+        num_partitions=cfg.get_int("transaction.state.log.num.partitions"),
+        max_timeout_ms=cfg.get_int("transaction.max.timeout.ms"),
+        id_expiration_ms=cfg.get_int("transactional.id.expiration.ms"),
+        abort_check_interval_ms=cfg.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+        remove_expired_interval_ms=cfg.get_int("transaction.remove.expired.transaction.cleanup.interval.ms"),
+        verify_partitions=cfg.get_bool("transaction.partition.verification.enable"),
     )
 
 

@@ -112,7 +112,7 @@ def _sizes(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> tuple[i
 
 
 def _resolved(broker: Broker, partitions: int) -> int:
-    return broker.config.int("num.partitions") if partitions == -1 else partitions
+    return broker.config.get_int("num.partitions") if partitions == -1 else partitions
 
 
 def _manual_assignment(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> int:

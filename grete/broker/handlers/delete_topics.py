@@ -32,7 +32,7 @@ Result = DeleteTopicsResponse.DeletableTopicResult
 async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     results: list[Result] = []
     names, ids = _requested(ctx, request, results)
-    if not ctx.broker.config.bool("delete.topic.enable"):
+    if not ctx.broker.config.get_bool("delete.topic.enable"):
         code = ErrorCode.TOPIC_DELETION_DISABLED if ctx.version >= 3 else ErrorCode.INVALID_REQUEST
         error = KafkaError(code, "Topic deletion is disabled.")
         results += [_result(name, ZERO_UUID, error) for name in names]

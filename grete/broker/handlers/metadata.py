@@ -44,7 +44,7 @@ def handle(ctx: RequestContext,
         for meta in sorted(broker.metadata.topics().values(), key=lambda m: m.name):
             response.topics.append(_describe(ctx, meta, with_ops))
         return response
-    auto_create = broker.config.bool("auto.create.topics.enable") and (
+    auto_create = broker.config.get_bool("auto.create.topics.enable") and (
         ctx.version < 4 or request.allow_auto_topic_creation)
     missing = [w.name for w in request.topics
                if w.name is not None and w.name not in INTERNAL_TOPICS and broker.metadata.topic(w.name) is None]

@@ -25,7 +25,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | No
     broker = ctx.broker
     acks = request.acks
     now_ms = broker.now_ms()
-    full = broker.config.str("grete.produce.validation") == "full"
+    full = broker.config.get_str("grete.produce.validation") == "full"
     failed = False
     topics = []
     for topic_data in request.topic_data:

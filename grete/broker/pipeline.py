@@ -1,0 +1,93 @@
+"""The steps around every handler, in Kafka's order: authentication gate, authorization, the
+handler, quota (throttle time), metrics; fault injection for grete.testing wraps the handler.
+
+Each step is a small function of the request context. Most pass through today: the security
+listeners, the authorizer and quotas plug in here (``Pipeline`` takes them), and ``throttle_time_ms``
+is written into responses in this one place, never by a handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import Handler
+from grete.protocol.errors import ErrorCode
+
+API_VERSIONS_KEY = 18
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+# What an unauthenticated session may send (Kafka's SaslServerAuthenticator state machine).
+BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+
+
+class NotAuthenticated(Exception):
+    """The request came before authentication finished: Kafka closes the connection."""
+
+
+class Throttle(Protocol):
+    def throttle_ms(self, ctx: RequestContext, request: Any) -> int: ...
+
+
+class NoThrottle:
+    def throttle_ms(self, ctx: RequestContext, request: Any) -> int:
+        return 0
+
+
+class ApiMetrics:
+    """Request counts per API key: plain integers on the hot path, read by a collector on scrape."""
+
+    __slots__ = ("requests", "errors")
+
+    def __init__(self) -> None:
+        self.requests: dict[int, int] = {}
+        self.errors: dict[int, int] = {}
+
+    def count(self, api_key: int) -> None:
+        self.requests[api_key] = self.requests.get(api_key, 0) + 1
+
+    def count_error(self, api_key: int) -> None:
+        self.errors[api_key] = self.errors.get(api_key, 0) + 1
+
+
+Authorize = Callable[[RequestContext, Any], ErrorCode | None]
+
+
+def allow_all(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    return None
+
+
+class Pipeline:
+    def __init__(self, *, throttle: Throttle | None = None, authorize: Authorize = allow_all) -> None:
+        self.throttle = throttle or NoThrottle()
+        self.authorize = authorize
+        self.metrics = ApiMetrics()
+
+    def run(self, conn: Any, ctx: RequestContext, handler: Handler, request: Any) -> Any:
+        """The handler's result (a response, a coroutine or future of one, or None for no answer),
+        after the gate and with the throttle applied to whatever it answers."""
+        self.metrics.count(ctx.api_key)
+        if not ctx.session.authenticated and ctx.api_key not in BEFORE_AUTHENTICATION:
+            raise NotAuthenticated(f"{handler.name} before authentication")
+        faults = ctx.broker.faults
+        # Fault-injection seam for grete.testing: None unless a test injects faults, so production
+        # pays one attribute read. When set, it runs the handler itself and may answer with an
+        # injected error, defer the request, or raise CloseConnection.
+        result = handler.fn(ctx, request) if faults is None else faults.handle(conn, handler, ctx, request)
+        if result is None:
+            return None
+        if isinstance(result, asyncio.Future | asyncio.Task) or asyncio.iscoroutine(result):
+            return self._later(ctx, request, result)
+        return self._finish(ctx, request, result)
+
+    async def _later(self, ctx: RequestContext, request: Any, pending: Awaitable[Any]) -> Any:
+        response = await pending
+        return None if response is None else self._finish(ctx, request, response)
+
+    def _finish(self, ctx: RequestContext, request: Any, response: Any) -> Any:
+        throttle = self.throttle.throttle_ms(ctx, request)
+        if throttle and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = throttle
+        return response
