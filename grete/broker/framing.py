@@ -98,6 +98,7 @@ class FrameReader:
             if not self._make_room():
                 return None
             buf = self._buf
+            assert buf is not None
         return memoryview(buf)[self._end:]
 
     def received(self, nbytes: int) -> None:

@@ -14,9 +14,9 @@ from grete.protocol.topics import OFFSETS_TOPIC
 @api(25, 0, 3)
 async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not request.group_id:
-        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_GROUP_ID)
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.INVALID_GROUP_ID)
     await ctx.broker.ensure_offsets_topic()
     partition = ctx.broker.group_coordinator.partition_for(request.group_id)
     error = ctx.broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
                                                       request.producer_epoch, [(OFFSETS_TOPIC, partition)])
-    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=fenced_error(error, ctx.version, 2))
+    return AddOffsetsToTxnResponse(error_code=fenced_error(error, ctx.version, 2))

@@ -30,7 +30,7 @@ def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartit
             request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch, wanted)
         results = dict.fromkeys(wanted, fenced_error(error, ctx.version, 2))
-    return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_by_topic(results))
+    return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_by_topic(results))
 
 
 def _unknown_partitions(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:

@@ -102,4 +102,4 @@ async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConf
         error_code=exc.code if exc else 0, error_message=exc.message if exc else None,
         resource_type=resource.resource_type, resource_name=resource.resource_name)
         for resource, exc in await answer_each(request.resources, apply)]
-    return AlterConfigsResponse(throttle_time_ms=0, responses=responses)
+    return AlterConfigsResponse(responses=responses)

@@ -17,7 +17,7 @@ def handle(ctx: RequestContext,
            request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
     topics = [TopicResponse(name=t.name, partitions=[_one(ctx, t.name, p) for p in t.partitions])
               for t in request.topics]
-    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, responses=topics)
+    return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NONE, responses=topics)
 
 
 def _one(ctx: RequestContext, topic: str,

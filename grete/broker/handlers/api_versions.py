@@ -17,4 +17,4 @@ from grete.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
             for key, lo, hi in advertised_versions()]
-    return ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+    return ApiVersionsResponse(error_code=0, api_keys=keys)

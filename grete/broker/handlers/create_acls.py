@@ -11,6 +11,6 @@ from grete.protocol.messages import CreateAclsRequest, CreateAclsResponse
 
 @api(30, 1, 3)
 def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
-    return CreateAclsResponse(throttle_time_ms=0, results=[
+    return CreateAclsResponse(results=[
         CreateAclsResponse.AclCreationResult(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER)
         for _ in request.creations])

@@ -27,7 +27,7 @@ async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> Creat
     for name in dict.fromkeys(t.name for t in request.topics if counts[t.name] > 1):
         results.append(Result(name=name, error_code=ErrorCode.INVALID_REQUEST,
                               error_message="Duplicate topic name."))
-    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+    return CreatePartitionsResponse(results=results)
 
 
 async def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTopic,

@@ -39,7 +39,7 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
     # per loop step, serving other connections meanwhile).
     for meta in created:
         await ctx.broker.replicas.ready(meta)
-    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+    return CreateTopicsResponse(topics=results)
 
 
 async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool,

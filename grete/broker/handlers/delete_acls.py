@@ -11,7 +11,7 @@ from grete.protocol.messages import DeleteAclsRequest, DeleteAclsResponse
 
 @api(31, 1, 3)
 def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
-    return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
+    return DeleteAclsResponse(filter_results=[
         DeleteAclsResponse.DeleteAclsFilterResult(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER,
                                                   matching_acls=[])
         for _ in request.filters])

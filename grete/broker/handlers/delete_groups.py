@@ -10,6 +10,6 @@ from grete.protocol.messages import DeleteGroupsRequest, DeleteGroupsResponse
 @api(42, 0, 2)
 async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     results = await ctx.broker.group_coordinator.delete_groups(list(request.groups_names))
-    return DeleteGroupsResponse(throttle_time_ms=0, results=[
+    return DeleteGroupsResponse(results=[
         DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=results[g])
         for g in request.groups_names])

@@ -24,7 +24,7 @@ def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsR
     for topic in request.topics:
         partitions = [_delete(ctx, topic.name, p.partition_index, p.offset) for p in topic.partitions]
         topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic.name, partitions=partitions))
-    return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)
+    return DeleteRecordsResponse(topics=topics)
 
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> PartitionResult:

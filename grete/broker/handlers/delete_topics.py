@@ -37,7 +37,7 @@ async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTop
         error = KafkaError(code, "Topic deletion is disabled.")
         results += [_result(name, ZERO_UUID, error) for name in names]
         results += [_result(None, topic_id, error) for topic_id in ids]
-        return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+        return DeleteTopicsResponse(responses=results)
     for topic_id in ids:
         meta = ctx.broker.metadata.topic_by_id(topic_id)
         if meta is None:
@@ -45,15 +45,15 @@ async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTop
         else:
             results.append(await _delete(ctx, meta.name, topic_id))
     for name in names:
-        topic_id = ctx.broker.topic_id_for(name)
-        if topic_id is None:
+        found = ctx.broker.topic_id_for(name)
+        if found is None:
             results.append(_result(name, ZERO_UUID, KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
-        elif topic_id in ids:
-            results.append(_result(name, topic_id, KafkaError(
+        elif found in ids:
+            results.append(_result(name, found, KafkaError(
                 ErrorCode.INVALID_REQUEST, "The provided topic name maps to an ID that was already supplied.")))
         else:
-            results.append(await _delete(ctx, name, topic_id))
-    return DeleteTopicsResponse(throttle_time_ms=0, responses=results)
+            results.append(await _delete(ctx, name, found))
+    return DeleteTopicsResponse(responses=results)
 
 
 def _requested(ctx: RequestContext, request: DeleteTopicsRequest,

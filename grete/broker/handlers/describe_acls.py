@@ -13,5 +13,5 @@ NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
 @api(29, 1, 3)
 def handle(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
-    return DescribeAclsResponse(throttle_time_ms=0, error_code=ErrorCode.SECURITY_DISABLED,
+    return DescribeAclsResponse(error_code=ErrorCode.SECURITY_DISABLED,
                                 error_message=NO_AUTHORIZER, resources=[])

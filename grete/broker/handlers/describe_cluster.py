@@ -32,7 +32,7 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
                             f"of type {ENDPOINT_NAMES[endpoint_type]}")
     listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
     return DescribeClusterResponse(
-        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINTS,
+        error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINTS,
         cluster_id=broker.metadata.cluster_id, controller_id=broker.node_id,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
             broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)],
@@ -41,5 +41,5 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
 
 
 def _error(code: ErrorCode, message: str) -> DescribeClusterResponse:
-    return DescribeClusterResponse(throttle_time_ms=0, error_code=code, error_message=message,
+    return DescribeClusterResponse(error_code=code, error_message=message,
                                    cluster_id="", controller_id=-1, brokers=[])

@@ -129,7 +129,7 @@ def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConf
         result.resource_type = resource.resource_type
         result.resource_name = resource.resource_name
         results.append(result)
-    return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+    return DescribeConfigsResponse(results=results)
 
 
 def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConfigsResource,

@@ -29,4 +29,4 @@ def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroup
                 for m in d.members],
             authorized_operations=GROUP_OPERATIONS if request.include_authorized_operations
             else -2147483648))
-    return DescribeGroupsResponse(throttle_time_ms=0, groups=described)
+    return DescribeGroupsResponse(groups=described)

@@ -30,7 +30,7 @@ def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogD
             DescribeLogDirsResponse.DescribeLogDirsPartition(
                 partition_index=index, partition_size=partition.size_bytes, offset_lag=0, is_future_key=False))
     results = [_describe_dir(_absolute(d), by_dir.get(_absolute(d), {})) for d in ctx.broker.log_dirs]
-    return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)
+    return DescribeLogDirsResponse(error_code=0, results=results)
 
 
 def _describe_dir(directory: Path,

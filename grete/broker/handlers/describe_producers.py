@@ -29,4 +29,4 @@ def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribePr
                 for e in partition.producers()]
             partitions.append(Partition(partition_index=index, error_code=ErrorCode.NONE, active_producers=producers))
         topics.append(DescribeProducersResponse.TopicResponse(name=topic.name, partitions=partitions))
-    return DescribeProducersResponse(throttle_time_ms=0, topics=topics)
+    return DescribeProducersResponse(topics=topics)

@@ -31,4 +31,4 @@ def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> Describ
             transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms if ongoing else -1,
             producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
             topics=[DescribeTransactionsResponse.TopicData(topic=t, partitions=p) for t, p in by_topic.items()]))
-    return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)
+    return DescribeTransactionsResponse(transaction_states=states)

@@ -24,4 +24,4 @@ def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersRes
                 error_code=ErrorCode.ELECTION_NOT_NEEDED if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 error_message=None if known else "The partition does not exist."))
         results.append(Result(topic=wanted.topic, partition_result=partitions))
-    return ElectLeadersResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, replica_election_results=results)
+    return ElectLeadersResponse(error_code=ErrorCode.NONE, replica_election_results=results)

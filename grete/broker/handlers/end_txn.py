@@ -15,4 +15,4 @@ from grete.protocol.messages import EndTxnRequest, EndTxnResponse
 def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     error = ctx.broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
                                                request.producer_epoch, request.committed)
-    return EndTxnResponse(throttle_time_ms=0, error_code=fenced_error(error, ctx.version, 2))
+    return EndTxnResponse(error_code=fenced_error(error, ctx.version, 2))

@@ -76,10 +76,10 @@ def _read(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, in
         topics.append(FetchResponse.FetchableTopicResponse(topic=topic.topic, topic_id=topic.topic_id,
                                                            partitions=partitions))
     if nothing_to_read and waitable:
-        empty = EmptyFetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        empty = EmptyFetchResponse(error_code=0, session_id=0, responses=topics)
         empty.snapshot = Snapshot(ctx.broker, waitable)
         return empty, total, waitable
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics), total, waitable
+    return FetchResponse(error_code=0, session_id=0, responses=topics), total, waitable
 
 
 def _upper(request: FetchRequest, partition: Partition) -> int:

@@ -26,9 +26,9 @@ async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCo
             key=key, node_id=broker.node_id if not error else -1, host=listener.host if not error else "",
             port=listener.port if not error else -1, error_code=error, error_message=message))
     if ctx.version >= 4:
-        return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
+        return FindCoordinatorResponse(coordinators=coordinators)
     only = coordinators[0]
-    return FindCoordinatorResponse(throttle_time_ms=0, error_code=only.error_code,
+    return FindCoordinatorResponse(error_code=only.error_code,
                                    error_message=only.error_message, node_id=only.node_id,
                                    host=only.host, port=only.port)
 

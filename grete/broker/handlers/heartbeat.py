@@ -12,4 +12,4 @@ async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatRes
     error = await ctx.broker.group_coordinator.heartbeat(
         group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
         group_instance_id=request.group_instance_id)
-    return HeartbeatResponse(throttle_time_ms=0, error_code=error)
+    return HeartbeatResponse(error_code=error)

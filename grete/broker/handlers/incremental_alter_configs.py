@@ -48,7 +48,7 @@ async def handle(ctx: RequestContext, request: IncrementalAlterConfigsRequest) -
         error_code=exc.code if exc else 0, error_message=exc.message if exc else None,
         resource_type=resource.resource_type, resource_name=resource.resource_name)
         for resource, exc in await answer_each(request.resources, apply)]
-    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+    return IncrementalAlterConfigsResponse(responses=responses)
 
 
 async def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -> None:

@@ -20,7 +20,7 @@ async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupRes
         require_known_member_id=ctx.version >= 4, reason=request.reason,
         supports_skip_assignment=ctx.version >= 9)
     return JoinGroupResponse(
-        throttle_time_ms=0, error_code=result.error, generation_id=result.generation_id,
+        error_code=result.error, generation_id=result.generation_id,
         protocol_type=result.protocol_type,
         protocol_name=result.protocol_name if result.protocol_name is not None or ctx.version >= 7 else "",
         leader=result.leader, skip_assignment=result.skip_assignment, member_id=result.member_id,

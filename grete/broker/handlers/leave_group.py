@@ -18,6 +18,6 @@ async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupR
                                                                     members=members)
     if ctx.version < 3 and results and not error:
         error = results[0][1]
-    return LeaveGroupResponse(throttle_time_ms=0, error_code=error, members=[
+    return LeaveGroupResponse(error_code=error, members=[
         LeaveGroupResponse.MemberResponse(member_id=m.member_id, group_instance_id=m.group_instance_id,
                                           error_code=code) for m, code in results] if ctx.version >= 3 else [])

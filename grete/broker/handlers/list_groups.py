@@ -13,7 +13,7 @@ def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsRespons
     types = {t.lower() for t in request.types_filter} or None
     coordinator = ctx.broker.group_coordinator
     listed = coordinator.list_groups(states, types)
-    return ListGroupsResponse(throttle_time_ms=0, error_code=coordinator.availability_error(), groups=[
+    return ListGroupsResponse(error_code=coordinator.availability_error(), groups=[
         ListGroupsResponse.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type,
                                        group_state=g.state, group_type=g.group_type)
         for g in listed])

@@ -26,7 +26,7 @@ def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsRespo
             seen.add(wanted.partition_index)
             partitions.append(_lookup(ctx, topic.name, wanted, request.isolation_level))
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
-    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+    return ListOffsetsResponse(topics=topics)
 
 
 def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffsetsPartition,
@@ -42,6 +42,7 @@ def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffs
         if wanted.timestamp == EARLIEST:
             return PartitionResponse(partition_index=index, timestamp=-1,
                                      offset=partition.log_start_offset, leader_epoch=epoch)
+        found: tuple[int, int] | None
         if wanted.timestamp == MAX_TIMESTAMP:
             found = partition.offset_of_max_timestamp()
         elif wanted.timestamp < 0:

@@ -10,4 +10,4 @@ from grete.protocol.messages import ListPartitionReassignmentsRequest, ListParti
 
 @api(46, 0, 0)
 def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
-    return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, topics=[])
+    return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE, topics=[])

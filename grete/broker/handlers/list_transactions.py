@@ -17,12 +17,12 @@ def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransac
         try:
             re.compile(pattern)
         except re.error:
-            return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
+            return ListTransactionsResponse(error_code=ErrorCode.INVALID_REGULAR_EXPRESSION,
                                             unknown_state_filters=[], transaction_states=[])
     found, unknown = ctx.broker.txn_coordinator.list(
         request.state_filters, request.producer_id_filters,
         request.duration_filter if ctx.version >= 1 else -1, pattern or None)
-    return ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, unknown_state_filters=unknown,
+    return ListTransactionsResponse(error_code=ErrorCode.NONE, unknown_state_filters=unknown,
                                     transaction_states=[ListTransactionsResponse.TransactionState(
                                         transactional_id=m.transactional_id, producer_id=m.producer_id,
                                         transaction_state=m.state.kafka_name) for m in found])

@@ -30,7 +30,6 @@ def handle(ctx: RequestContext,
     broker = ctx.broker
     listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
     response = MetadataResponse(
-        throttle_time_ms=0,
         brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=listener.host,
                                                         port=listener.port, rack=None)],
         cluster_id=broker.metadata.cluster_id,
@@ -63,7 +62,7 @@ async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, res
             await ctx.broker.create_topic(name)
         except KafkaError as exc:
             failed[name] = exc.code
-    for wanted in request.topics:
+    for wanted in request.topics or []:
         response.topics.append(_lookup(ctx, wanted, with_ops, failed))
     return response
 

@@ -18,7 +18,7 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
         group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id, group_instance_id=request.group_instance_id,
         retention_ms=request.retention_time_ms, offsets=commits)
-    return OffsetCommitResponse(throttle_time_ms=0, topics=[
+    return OffsetCommitResponse(topics=[
         OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
             OffsetCommitResponse.OffsetCommitResponsePartition(
                 partition_index=p.partition_index, error_code=errors[(topic.name, p.partition_index)])

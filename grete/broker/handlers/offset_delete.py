@@ -11,7 +11,7 @@ from grete.protocol.messages import OffsetDeleteRequest, OffsetDeleteResponse
 async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     error, results = await ctx.broker.group_coordinator.delete_offsets(request.group_id, wanted)
-    return OffsetDeleteResponse(error_code=error, throttle_time_ms=0, topics=[
+    return OffsetDeleteResponse(error_code=error, topics=[
         OffsetDeleteResponse.OffsetDeleteResponseTopic(name=t.name, partitions=[
             OffsetDeleteResponse.OffsetDeleteResponsePartition(
                 partition_index=p.partition_index, error_code=results.get((t.name, p.partition_index), 0))

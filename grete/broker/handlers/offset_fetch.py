@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
@@ -24,11 +26,11 @@ def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchRespo
                             partition_index=p, committed_offset=o.offset, committed_leader_epoch=o.leader_epoch,
                             metadata=o.metadata, error_code=o.error) for p, o in parts])
                     for name, parts in topics.items()]))
-        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+        return OffsetFetchResponse(groups=groups)
     wanted = None if request.topics is None else [(t.name, p) for t in request.topics
                                                     for p in t.partition_indexes]
     error, topics = _fetch(ctx, request.group_id, wanted, request.require_stable)
-    return OffsetFetchResponse(throttle_time_ms=0, error_code=error, topics=[
+    return OffsetFetchResponse(error_code=error, topics=[
         OffsetFetchResponse.OffsetFetchResponseTopic(name=name, partitions=[
             OffsetFetchResponse.OffsetFetchResponsePartition(
                 partition_index=p, committed_offset=o.offset, committed_leader_epoch=o.leader_epoch,
@@ -37,9 +39,10 @@ def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchRespo
         for name, parts in topics.items()])
 
 
-def _fetch(ctx: RequestContext, group_id: str, wanted: Partitions, require_stable: bool) -> tuple[int, dict]:
+def _fetch(ctx: RequestContext, group_id: str, wanted: Partitions,
+           require_stable: bool) -> tuple[int, dict[str, list[tuple[int, Any]]]]:
     error, offsets = ctx.broker.group_coordinator.fetch_offsets(group_id, wanted, require_stable)
-    topics: dict[str, list] = {}
+    topics: dict[str, list[tuple[int, Any]]] = {}
     for (topic, partition), found in sorted(offsets.items()):
         topics.setdefault(topic, []).append((partition, found))
     return error, topics

@@ -29,4 +29,4 @@ def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetF
                                               leader_epoch=-1, end_offset=-1))
         topics.append(OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult(topic=topic.topic,
                                                                              partitions=results))
-    return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
+    return OffsetForLeaderEpochResponse(topics=topics)

@@ -40,7 +40,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | No
         if failed:
             raise CloseConnection("acks=0 produce failed")
         return None
-    return ProduceResponse(responses=topics, throttle_time_ms=0)
+    return ProduceResponse(responses=topics)
 
 
 def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProduceData, acks: int,
@@ -55,8 +55,11 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
         cfg = partition.config
         bounded = (cfg.message_timestamp_before_max_ms != LONG_MAX
                    or cfg.message_timestamp_after_max_ms != LONG_MAX)
+        records = part.records
+        if records is not None and not isinstance(records, bytes | bytearray | memoryview):
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "records not received as bytes")
         batch = validate_produce_records(
-            part.records, produce_version=ctx.version, compacted=cfg.compact,
+            records, produce_version=ctx.version, compacted=cfg.compact,
             max_message_bytes=cfg.max_message_bytes, timestamp_type=cfg.message_timestamp_type,
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,

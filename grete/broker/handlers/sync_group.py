@@ -14,5 +14,5 @@ async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupRes
         group_instance_id=request.group_instance_id, protocol_type=request.protocol_type,
         protocol_name=request.protocol_name,
         assignments=[(a.member_id, bytes(a.assignment)) for a in request.assignments])
-    return SyncGroupResponse(throttle_time_ms=0, error_code=result.error, protocol_type=result.protocol_type,
+    return SyncGroupResponse(error_code=result.error, protocol_type=result.protocol_type,
                              protocol_name=result.protocol_name, assignment=result.assignment)

@@ -26,7 +26,7 @@ async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOff
             group_id=request.group_id, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
             generation_id=request.generation_id, member_id=request.member_id,
             group_instance_id=request.group_instance_id, offsets=commits)
-    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+    return TxnOffsetCommitResponse(topics=[
         TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
             TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(
                 partition_index=p.partition_index, error_code=errors[(topic.name, p.partition_index)])

@@ -1,0 +1,221 @@
+"""The sans-IO channel parts: frames, buffers that grow with arrived bytes, the request memory pool,
+response order, and the writer a transport gets (zero-copy only on plain TCP)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import ssl
+import tempfile
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from grete.broker.channel import ResponseQueue
+from grete.broker.config import BrokerConfig, ConfigError
+from grete.broker.connection_quotas import ConnectionQuotas, parse_overrides
+from grete.broker.framing import BASE_BUFFER, BufferPool, FrameReader, MemoryPool
+from grete.broker.writers import CopyWriter, ZeroCopyWriter, writer_for
+from grete.protocol.errors import ProtocolError
+
+
+def _feed(reader: FrameReader, data: bytes) -> None:
+    while data:
+        room = reader.buffer()
+        assert room is not None
+        n = min(len(room), len(data))
+        room[:n] = data[:n]
+        reader.received(n)
+        data = data[n:]
+
+
+def _frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def test_frames_come_out_whole_across_reads() -> None:
+    reader = FrameReader(1 << 20, BufferPool(), MemoryPool(-1))
+    wire = _frame(b"a" * 10) + _frame(b"b" * 100_000) + _frame(b"")
+    _feed(reader, wire[:7])
+    assert reader.next_frame() is None
+    _feed(reader, wire[7:])
+    frames = []
+    while (frame := reader.next_frame()) is not None:
+        frames.append(bytes(frame))
+    assert frames == [b"a" * 10, b"b" * 100_000, b""]
+
+
+def test_a_claimed_size_allocates_nothing_until_bytes_arrive() -> None:
+    memory = MemoryPool(-1)
+    reader = FrameReader(100 << 20, BufferPool(), memory)
+    _feed(reader, (100 << 20).to_bytes(4, "big") + b"x" * 10)
+    assert reader.next_frame() is None
+    assert memory.used == 0  # still inside the pooled base buffer
+    _feed(reader, b"x" * (3 * BASE_BUFFER))
+    assert 3 * BASE_BUFFER < memory.used + BASE_BUFFER <= 8 * BASE_BUFFER  # doubled with the bytes
+
+
+def test_frame_size_outside_limits_is_refused() -> None:
+    reader = FrameReader(1000, BufferPool(), MemoryPool(-1))
+    _feed(reader, (1001).to_bytes(4, "big"))
+    with pytest.raises(ProtocolError, match="socket.request.max.bytes"):
+        reader.next_frame()
+    reader = FrameReader(1000, BufferPool(), MemoryPool(-1))
+    _feed(reader, (-1).to_bytes(4, "big", signed=True))
+    with pytest.raises(ProtocolError):
+        reader.next_frame()
+
+
+def test_an_idle_reader_holds_no_buffer() -> None:
+    pool = BufferPool()
+    reader = FrameReader(1 << 20, pool, MemoryPool(-1))
+    _feed(reader, _frame(b"abc"))
+    assert reader.next_frame() is not None
+    reader.settle()
+    assert reader._buf is None and len(pool._free) == 1  # back in the pool for the next reader
+
+
+def _fill(reader: FrameReader, claim: int) -> int:
+    """Receive a frame claiming ``claim`` bytes until the reader gives no more room; bytes taken."""
+    taken = 0
+    first = True
+    while (room := reader.buffer()) is not None:
+        n = len(room)
+        if first:
+            room[:4] = claim.to_bytes(4, "big")
+            first = False
+        reader.received(n)
+        taken += n
+    return taken
+
+
+def test_memory_pool_bounds_growth_and_wakes_when_released() -> None:
+    memory = MemoryPool(BASE_BUFFER)  # room for one doubling beyond the pooled buffers
+    a = FrameReader(10 << 20, BufferPool(), memory)
+    b = FrameReader(10 << 20, BufferPool(), memory)
+    assert _fill(a, 5 << 20) == 2 * BASE_BUFFER  # base buffer, then one doubling, then the pool is full
+    assert memory.used == BASE_BUFFER
+    assert _fill(b, 5 << 20) == BASE_BUFFER  # b cannot grow at all
+    woken: list[bool] = []
+    b.when_memory_released(lambda: woken.append(True))
+    a.close()
+    assert woken == [True] and memory.used == 0
+    assert b.buffer() is not None
+
+
+def test_responses_leave_in_request_order() -> None:
+    queue = ResponseQueue(max_pending=4)
+    first, second = queue.reserve(), queue.reserve()
+    second.parts = [b"2"]
+    assert list(queue.ready()) == []
+    first.parts = [b"1"]
+    assert list(queue.ready()) == [[b"1"], [b"2"]]
+    for _ in range(4):
+        queue.reserve()
+    assert queue.full and not queue.drained
+
+
+def test_connection_limits_per_ip_with_overrides() -> None:
+    config = BrokerConfig({"max.connections.per.ip": "2", "max.connections.per.ip.overrides": "10.0.0.9:0",
+                           "max.connections": "3"})
+    quotas = ConnectionQuotas(config)
+    assert quotas.admit("127.0.0.1") and quotas.admit("127.0.0.1")
+    assert not quotas.admit("127.0.0.1")
+    assert not quotas.admit("10.0.0.9")
+    assert quotas.admit("127.0.0.2")
+    assert not quotas.admit("127.0.0.3")  # max.connections
+    quotas.release("127.0.0.1")
+    assert quotas.admit("127.0.0.3")
+    with pytest.raises(ConfigError):
+        parse_overrides("nohost")
+
+
+class _Slice:
+    def __init__(self, fd: int, position: int, size: int) -> None:
+        self.fd, self.position, self.size = fd, position, size
+
+
+def _self_signed(directory: str) -> tuple[str, str]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    cert_path, key_path = os.path.join(directory, "c.pem"), os.path.join(directory, "k.pem")
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_large_file_answers_under_tls_leave_encrypted() -> None:
+    """A 1 MB file slice sent through the writer a TLS transport gets: the bytes on the wire are not
+    the file's (encrypted), and the TLS peer reads them back exactly."""
+    payload = os.urandom(16) + b"PLAINTEXT-MARKER" * 65536  # 1 MB with a recognisable pattern
+
+    async def run(directory: str) -> tuple[bytes, bytes, Any, Any]:
+        cert, key = _self_signed(directory)
+        server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_ctx.load_cert_chain(cert, key)
+        client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        client_ctx.load_verify_locations(cert)
+        data_path = os.path.join(directory, "segment")
+        with open(data_path, "wb") as f:
+            f.write(payload)
+        fd = os.open(data_path, os.O_RDONLY)
+        # A tapping proxy between client and server records the raw bytes on the wire.
+        wire = bytearray()
+        writers: list[Any] = []
+
+        async def on_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            transport = writer.transport
+            assert isinstance(transport, asyncio.Transport)
+            chosen = writer_for(transport)
+            writers.append(chosen)
+            rest = chosen.send([b"head", _Slice(fd, 0, len(payload))])
+            if rest:
+                await chosen.send_rest(rest)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(on_server, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+
+        async def tap(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", port)
+
+            async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, record: bool) -> None:
+                while data := await src.read(65536):
+                    if record:
+                        wire.extend(data)
+                    dst.write(data)
+                    await dst.drain()
+                dst.close()
+
+            await asyncio.gather(pipe(reader, up_w, False), pipe(up_r, writer, True))
+
+        proxy = await asyncio.start_server(tap, "127.0.0.1", 0)
+        proxy_port = proxy.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port, ssl=client_ctx,
+                                                       server_hostname="localhost")
+        received = await reader.read(-1)
+        writer.close()
+        server.close()
+        proxy.close()
+        os.close(fd)
+        return received, bytes(wire), writers[0], None
+
+    with tempfile.TemporaryDirectory() as directory:
+        received, wire, chosen, _ = asyncio.run(run(directory))
+    assert isinstance(chosen, CopyWriter) and not isinstance(chosen, ZeroCopyWriter)
+    assert received == b"head" + payload
+    assert len(wire) > len(payload)
+    assert b"PLAINTEXT-MARKER" not in wire
