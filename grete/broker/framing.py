@@ -13,7 +13,9 @@ pool is exhausted the reader reports it and the connection stops reading until m
 
 A grown buffer stays with its connection while requests keep coming (fresh memory costs ~1.5 us a
 page on these machines, so re-growing 64 KB -> 1 MB for every large produce would cost ~1 ms each):
-the node calls :meth:`FrameReader.trim` on connections that have been quiet for a second.
+the node calls :meth:`FrameReader.trim` on connections that have been quiet for a second. A small
+partial frame left in a pooled buffer is kept aside as bytes of its own size (``STASH_AT_MOST``), so
+a connection that announced a large frame and sent a little holds what it sent, not 64 KB.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from grete.protocol.errors import ProtocolError
 BASE_BUFFER = 64 * 1024  # a pooled buffer; most requests fit, and reuse avoids fresh-page faults
 POOLED_BUFFERS = 64  # free buffers kept for reuse (64 x 64 KB); more are left to the allocator
 SHRINK_ABOVE = 8 * 1024 * 1024  # a grown buffer is not kept once the big frames stop
+STASH_AT_MOST = BASE_BUFFER // 4  # a partial frame this small is set aside and its buffer pooled
 
 
 class BufferPool:
@@ -73,7 +76,7 @@ class MemoryPool:
 class FrameReader:
     """One connection's receive side: buffer, frame boundaries and the frame size limit."""
 
-    __slots__ = ("max_frame", "_pool", "_memory", "_buf", "_start", "_end", "_reserved")
+    __slots__ = ("max_frame", "_pool", "_memory", "_buf", "_start", "_end", "_reserved", "_stash")
 
     def __init__(self, max_frame: int, pool: BufferPool, memory: MemoryPool) -> None:
         self.max_frame = max_frame
@@ -83,17 +86,22 @@ class FrameReader:
         self._start = 0
         self._end = 0
         self._reserved = 0  # bytes of the buffer beyond BASE_BUFFER, held in the memory pool
+        self._stash = b""  # a small partial frame kept while the connection holds no buffer
 
     @property
     def pending(self) -> int:
         """Bytes received and not yet handed out as frames."""
-        return self._end - self._start
+        return self._end - self._start + len(self._stash)
 
     def buffer(self) -> memoryview | None:
         """Room to receive into; None while the memory pool cannot grow the buffer (stop reading)."""
         buf = self._buf
         if buf is None:
             buf = self._buf = self._pool.take()
+            if self._stash:
+                stash, self._stash = self._stash, b""
+                buf[:len(stash)] = stash
+                self._start, self._end = 0, len(stash)
         if self._end == len(buf):
             if not self._make_room():
                 return None
@@ -107,6 +115,8 @@ class FrameReader:
     def next_frame(self) -> memoryview | None:
         """The next whole frame (without its size prefix), or None until more bytes arrive.
         Raises ProtocolError for a size outside [0, max_frame], as Kafka refuses it before reading."""
+        if self._buf is None:
+            return None  # nothing, or only a stashed partial frame
         available = self._end - self._start
         if available < 4:
             return None
@@ -124,11 +134,18 @@ class FrameReader:
     def settle(self) -> None:
         """Called after the frames handed out were dispatched: rewind, and give the buffer back when
         nothing is left in it (views of it are dead by then: handlers keep none)."""
+        buf = self._buf
+        if buf is None:
+            return
         if self._start != self._end:
+            pending = self._end - self._start
+            if len(buf) == BASE_BUFFER and pending <= STASH_AT_MOST:
+                self._stash = bytes(buf[self._start:self._end])
+                self._start = self._end = 0
+                self._drop_buffer()
             return
         self._start = self._end = 0
-        buf = self._buf
-        if buf is not None and (len(buf) == BASE_BUFFER or len(buf) > SHRINK_ABOVE):
+        if len(buf) == BASE_BUFFER or len(buf) > SHRINK_ABOVE:
             self._drop_buffer()
 
     def trim(self) -> None:
@@ -146,6 +163,7 @@ class FrameReader:
 
     def close(self) -> None:
         self._buf = None
+        self._stash = b""
         self._start = self._end = 0
         self._release_reserved()
 

@@ -219,3 +219,16 @@ def test_large_file_answers_under_tls_leave_encrypted() -> None:
     assert received == b"head" + payload
     assert len(wire) > len(payload)
     assert b"PLAINTEXT-MARKER" not in wire
+
+
+def test_a_small_partial_frame_is_set_aside_and_completed_later() -> None:
+    pool = BufferPool()
+    reader = FrameReader(1 << 20, pool, MemoryPool(-1))
+    wire = _frame(b"z" * 5000)
+    _feed(reader, wire[:1028])
+    assert reader.next_frame() is None
+    reader.settle()
+    assert reader._buf is None and reader.pending == 1028  # 1 KB held, not a 64 KB buffer
+    _feed(reader, wire[1028:])
+    frame = reader.next_frame()
+    assert frame is not None and bytes(frame) == b"z" * 5000
