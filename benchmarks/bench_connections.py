@@ -23,7 +23,6 @@ import tempfile
 import time
 
 
-
 def rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
