@@ -20,7 +20,6 @@ from grete.broker.connection_quotas import ConnectionQuotas
 from grete.broker.framing import BufferPool, MemoryPool
 from grete.broker.listeners import Listener, parse_listeners
 from grete.broker.partition import Partition
-from grete.broker.pipeline import Pipeline
 from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.replica_manager import ReplicaManager
 from grete.coordinator.metadata import LocalMetadataStore, MetadataStore, TopicMeta
@@ -57,7 +56,6 @@ class Broker:
         self.connection_quotas = ConnectionQuotas(config)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
-        self.pipeline = Pipeline()
         self.producer_ids = ProducerIdManager(self.metadata)
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from grete.broker.channel import IdleClock, ResponseQueue, Slot
 from grete.broker.context import CloseConnection, RequestContext, Session
 from grete.broker.framing import FrameReader
-from grete.broker.pipeline import NotAuthenticated
+from grete.broker.pipeline import NotAuthenticated, Pipeline
 from grete.broker.registry import Handler, handlers
 from grete.broker.writers import Writer, writer_for
 from grete.protocol.codec import Reader
@@ -87,12 +87,13 @@ class _FetchMemo:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, listener: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
+    def __init__(self, broker: Broker, pipeline: Pipeline, listener: str = "PLAINTEXT",
+                 security_protocol: str = "PLAINTEXT") -> None:
         self.broker = broker
         self.listener = listener
         self._security_protocol = security_protocol
         self._handlers = handlers()
-        self._pipeline = broker.pipeline
+        self._pipeline = pipeline
         self._reader = FrameReader(broker.config.get_int("socket.request.max.bytes"), broker.buffer_pool,
                                    broker.memory_pool)
         self._responses = ResponseQueue()

@@ -21,6 +21,7 @@ from grete.broker.config import BrokerConfig
 from grete.broker.connection import KafkaConnection
 from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener
+from grete.broker.pipeline import Pipeline
 from grete.broker.transactions import start_txn_coordinator
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ CHECKPOINT_INTERVAL_S = 60.0
 class Node:
     def __init__(self, config: BrokerConfig) -> None:
         self.broker = Broker(config)
+        # The steps around every handler; the security, quota and metrics work plugs in here.
+        self.pipeline = Pipeline()
         self.servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -77,7 +80,7 @@ class Node:
     async def _listen(self, listener: Listener) -> None:
         broker = self.broker
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: KafkaConnection(broker, listener.name),
+        server = await loop.create_server(lambda: KafkaConnection(broker, self.pipeline, listener.name),
                                           listener.host or None, listener.port, reuse_address=True,
                                           backlog=1024, start_serving=False)
         # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets

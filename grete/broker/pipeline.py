@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from grete.broker.context import RequestContext
-from grete.broker.registry import Handler
 from grete.protocol.errors import ErrorCode
 
 API_VERSIONS_KEY = 18
@@ -21,6 +20,16 @@ SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 # What an unauthenticated session may send (Kafka's SaslServerAuthenticator state machine).
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+
+
+class HandlerShape(Protocol):
+    """A registered handler as the pipeline runs it (``registry.Handler``; a protocol here so that the
+    broker's state, which owns the pipeline, does not depend on the registry)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def fn(self) -> Callable[[RequestContext, Any], Any]: ...
 
 
 class NotAuthenticated(Exception):
@@ -65,7 +74,7 @@ class Pipeline:
         self.authorize = authorize
         self.metrics = ApiMetrics()
 
-    def run(self, conn: Any, ctx: RequestContext, handler: Handler, request: Any) -> Any:
+    def run(self, conn: Any, ctx: RequestContext, handler: HandlerShape, request: Any) -> Any:
         """The handler's result (a response, a coroutine or future of one, or None for no answer),
         after the gate and with the throttle applied to whatever it answers."""
         self.metrics.count(ctx.api_key)

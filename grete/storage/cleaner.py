@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch, decode_records
@@ -55,7 +55,6 @@ from grete.storage.txnindex import AbortedTxn
 
 if TYPE_CHECKING:
     from grete.storage.log import Log
-    from grete.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
 INT32_MAX = 2**31 - 1
@@ -391,6 +390,15 @@ def _init_worker(flag: Any) -> None:
     _stop_flag = flag
 
 
+class CleanerHost(Protocol):
+    """What the cleaner needs of the log manager that runs it: the logs, and where each log's
+    cleaning stopped (``cleaner-offset-checkpoint``). A protocol, so this module does not import the
+    manager that imports it."""
+
+    logs: dict[tuple[str, int], Log]
+    cleaner_offsets: dict[tuple[str, int], int]
+
+
 class LogCleaner:
     """A thread that plans and swaps, and a one-process pool doing the CPU-heavy file work.
 
@@ -398,7 +406,7 @@ class LogCleaner:
     GIL time while a pass runs).
     """
 
-    def __init__(self, manager: LogManager, *, use_process: bool = True) -> None:
+    def __init__(self, manager: CleanerHost, *, use_process: bool = True) -> None:
         self.manager = manager
         self.use_process = use_process
         self._queue: queue.Queue[tuple[str, int] | None] = queue.Queue()
