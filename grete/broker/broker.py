@@ -19,6 +19,7 @@ from grete.broker.config import BrokerConfig, ConfigError, validate_topic_config
 from grete.broker.connection_quotas import ConnectionQuotas
 from grete.broker.framing import BufferPool, MemoryPool
 from grete.broker.listeners import Listener, parse_listeners
+from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.replica_manager import ReplicaManager
@@ -56,6 +57,7 @@ class Broker:
         self.connection_quotas = ConnectionQuotas(config)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
+        self.metrics = BrokerMetrics()
         self.producer_ids = ProducerIdManager(self.metadata)
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None
@@ -122,6 +124,7 @@ class Broker:
         if not self.config.get_bool("delete.topic.enable"):
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
         await self.metadata.delete_topic(name)
+        self.metrics.forget_topic(name)
         log.info("deleted topic %s", name)
         return meta
 

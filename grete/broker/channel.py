@@ -16,12 +16,14 @@ MAX_PENDING_RESPONSES = 100  # stop reading while this many responses wait (back
 
 
 class Slot:
-    """A response's place in the order; ``parts`` is set when the answer is ready ([] for none)."""
+    """A response's place in the order; ``parts`` is set when the answer is ready ([] for none).
+    ``timing`` is the request's counters and clock readings, for the metrics (None: not timed)."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "timing")
 
     def __init__(self) -> None:
         self.parts: list[Any] | None = None
+        self.timing: Any = None
 
 
 class ResponseQueue:
@@ -36,13 +38,11 @@ class ResponseQueue:
         self._slots.append(slot)
         return slot
 
-    def ready(self) -> Iterator[list[Any]]:
+    def ready(self) -> Iterator[Slot]:
         """The answers at the head that are complete, in order, each removed as it is taken."""
         slots = self._slots
         while slots and slots[0].parts is not None:
-            parts = slots.popleft().parts
-            assert parts is not None
-            yield parts
+            yield slots.popleft()
 
     def __len__(self) -> int:
         return len(self._slots)

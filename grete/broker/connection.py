@@ -26,6 +26,7 @@ import asyncio
 import logging
 import socket
 import struct
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.broker.channel import IdleClock, ResponseQueue, Slot
@@ -94,6 +95,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._security_protocol = security_protocol
         self._handlers = handlers()
         self._pipeline = pipeline
+        self._metrics = broker.metrics
         self._reader = FrameReader(broker.config.get_int("socket.request.max.bytes"), broker.buffer_pool,
                                    broker.memory_pool)
         self._responses = ResponseQueue()
@@ -225,6 +227,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.session.client_software_version = request.client_software_version
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id,
                              self.session)
+        counters = self._metrics.request(header.api_key, version)
+        started = perf_counter()
         try:
             result = self._pipeline.run(self, ctx, handler, request)
         except (CloseConnection, NotAuthenticated) as exc:
@@ -235,9 +239,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
             self._close()
             return
+        local_done = perf_counter()
         if result is None:
             return  # acks=0 produce: no response at all
         slot = self._new_slot()
+        slot.timing = [counters, started, local_done, local_done]
         memo_key = None if frame_bytes is None else (frame_bytes, request, header.client_id)
         if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
             future = asyncio.ensure_future(result)
@@ -260,6 +266,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._fetch_memo = None
             return False
         correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
+        self._metrics.request(FETCH_KEY, memo.version)
         slot = self._new_slot()
         max_wait_ms = memo.request.max_wait_ms
         if max_wait_ms <= 0:
@@ -307,6 +314,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
             self._close()
             return
+        if slot.timing is not None:
+            slot.timing[3] = perf_counter()
         if response is None:
             slot.parts = []
         else:
@@ -350,13 +359,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         writer = self._writer
         if self._sending or writer is None or self._closed:
             return
-        for parts in self._responses.ready():
+        for slot in self._responses.ready():
+            assert slot.parts is not None
             try:
-                rest = writer.send(parts)
+                rest = writer.send(slot.parts)
             except OSError as exc:  # includes ConnectionError and a segment shorter than its index
                 log.debug("writing to %s failed: %s", self.peer, exc)
                 self._close()
                 return
+            if slot.timing is not None:
+                _observe(slot.timing)
             if rest:
                 self._sending = True
                 asyncio.ensure_future(self._send_rest(writer, rest))
@@ -419,3 +431,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self._close()
+
+
+def _observe(timing: list[Any]) -> None:
+    """Kafka's per-phase request times, at the moment the answer's bytes went to the transport."""
+    counters, started, local_done, ready = timing
+    sent = perf_counter()
+    phases = counters.phases
+    phases["localtimems"].observe((local_done - started) * 1000)
+    phases["remotetimems"].observe((ready - local_done) * 1000)
+    phases["responsesendtimems"].observe((sent - ready) * 1000)
+    phases["totaltimems"].observe((sent - started) * 1000)

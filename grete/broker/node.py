@@ -21,6 +21,7 @@ from grete.broker.config import BrokerConfig
 from grete.broker.connection import KafkaConnection
 from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener
+from grete.broker.metrics_http import MetricsServer, new_registry, parse_metrics_listener
 from grete.broker.pipeline import Pipeline
 from grete.broker.transactions import start_txn_coordinator
 
@@ -34,7 +35,8 @@ class Node:
     def __init__(self, config: BrokerConfig) -> None:
         self.broker = Broker(config)
         # The steps around every handler; the security, quota and metrics work plugs in here.
-        self.pipeline = Pipeline()
+        self.pipeline = Pipeline(self.broker.metrics)
+        self.metrics_server: MetricsServer | None = None
         self.servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -54,12 +56,18 @@ class Node:
         broker.txn_coordinator = start_txn_coordinator(broker)
         for listener in broker.listeners:
             await self._listen(listener)
+        endpoint = parse_metrics_listener(broker.config.get_str("metrics.listener"))
+        if endpoint is not None:
+            self.metrics_server = MetricsServer(new_registry(broker), *endpoint)
+            await self.metrics_server.start()
         self._tasks.append(asyncio.ensure_future(self._maintenance_loop()))
 
     async def stop(self) -> None:
         broker = self.broker
         for server in self.servers:
             server.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         for conn in list(broker.connections):
             conn.close()
         for task in self._tasks:

@@ -13,11 +13,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from grete.broker.context import RequestContext
+from grete.broker.metrics import BrokerMetrics
 from grete.protocol.errors import ErrorCode
 
 API_VERSIONS_KEY = 18
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
+COUNTED_BY_HANDLER = frozenset({0, 1})  # Produce, Fetch
 # What an unauthenticated session may send (Kafka's SaslServerAuthenticator state machine).
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 
@@ -45,22 +47,6 @@ class NoThrottle:
         return 0
 
 
-class ApiMetrics:
-    """Request counts per API key: plain integers on the hot path, read by a collector on scrape."""
-
-    __slots__ = ("requests", "errors")
-
-    def __init__(self) -> None:
-        self.requests: dict[int, int] = {}
-        self.errors: dict[int, int] = {}
-
-    def count(self, api_key: int) -> None:
-        self.requests[api_key] = self.requests.get(api_key, 0) + 1
-
-    def count_error(self, api_key: int) -> None:
-        self.errors[api_key] = self.errors.get(api_key, 0) + 1
-
-
 Authorize = Callable[[RequestContext, Any], ErrorCode | None]
 
 
@@ -69,15 +55,15 @@ def allow_all(ctx: RequestContext, request: Any) -> ErrorCode | None:
 
 
 class Pipeline:
-    def __init__(self, *, throttle: Throttle | None = None, authorize: Authorize = allow_all) -> None:
+    def __init__(self, metrics: BrokerMetrics, *, throttle: Throttle | None = None,
+                 authorize: Authorize = allow_all) -> None:
         self.throttle = throttle or NoThrottle()
         self.authorize = authorize
-        self.metrics = ApiMetrics()
+        self.metrics = metrics
 
     def run(self, conn: Any, ctx: RequestContext, handler: HandlerShape, request: Any) -> Any:
         """The handler's result (a response, a coroutine or future of one, or None for no answer),
         after the gate and with the throttle applied to whatever it answers."""
-        self.metrics.count(ctx.api_key)
         if not ctx.session.authenticated and ctx.api_key not in BEFORE_AUTHENTICATION:
             raise NotAuthenticated(f"{handler.name} before authentication")
         faults = ctx.broker.faults
@@ -99,4 +85,10 @@ class Pipeline:
         throttle = self.throttle.throttle_ms(ctx, request)
         if throttle and hasattr(response, "throttle_time_ms"):
             response.throttle_time_ms = throttle
+        if ctx.api_key not in COUNTED_BY_HANDLER:
+            # Kafka's ErrorsPerSec: the answer's error (NONE included). Produce and Fetch count the
+            # error of every partition themselves, where they build the answer.
+            errors = self.metrics.api(ctx.api_key).errors
+            code = getattr(response, "error_code", 0) or 0
+            errors[code] = errors.get(code, 0) + 1
         return response

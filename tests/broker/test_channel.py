@@ -114,7 +114,7 @@ def test_responses_leave_in_request_order() -> None:
     second.parts = [b"2"]
     assert list(queue.ready()) == []
     first.parts = [b"1"]
-    assert list(queue.ready()) == [[b"1"], [b"2"]]
+    assert [slot.parts for slot in queue.ready()] == [[b"1"], [b"2"]]
     for _ in range(4):
         queue.reserve()
     assert queue.full and not queue.drained

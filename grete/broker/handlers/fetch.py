@@ -40,7 +40,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Corout
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
     response, total, parked = _read(ctx, request)
     if request.max_wait_ms <= 0 or total >= max(request.min_bytes, 1) or not parked:
-        return response
+        return _counted(ctx, response)
     return _long_poll(ctx, request, parked)
 
 
@@ -50,7 +50,7 @@ def resume(ctx: RequestContext, request: FetchRequest,
     ``min_bytes`` are there or ``deadline`` (loop time) has passed, else wait on until the deadline."""
     response, total, parked = _read(ctx, request)
     if total >= max(request.min_bytes, 1) or not parked or asyncio.get_running_loop().time() >= deadline:
-        return response
+        return _counted(ctx, response)
     return _long_poll(ctx, request, parked, deadline)
 
 
@@ -223,5 +223,16 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, parked: list[Pa
             break
         response, total, parked = _read(ctx, request)
         if total >= request.min_bytes or not parked:
-            return response
-    return _read(ctx, request)[0]
+            return _counted(ctx, response)
+    return _counted(ctx, _read(ctx, request)[0])
+
+
+def _counted(ctx: RequestContext, response: FetchResponse) -> FetchResponse:
+    """Kafka's per-topic fetch counts and bytes out, and each partition's error, for the answer sent."""
+    metrics = ctx.broker.metrics
+    errors = metrics.api(1).errors
+    for topic in response.responses:
+        for data in topic.partitions:
+            metrics.fetched(topic.topic, _records_size(data.records), data.error_code != 0)
+            errors[data.error_code] = errors.get(data.error_code, 0) + 1
+    return response

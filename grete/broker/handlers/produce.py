@@ -27,12 +27,14 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | No
     now_ms = broker.now_ms()
     full = broker.config.get_str("grete.produce.validation") == "full"
     failed = False
+    errors = broker.metrics.api(0).errors  # Kafka's ErrorsPerSec counts each partition's error
     topics = []
     for topic_data in request.topic_data:
         responses = []
         for part in topic_data.partition_data:
             response = _append(ctx, topic_data.name, part, acks, now_ms, full)
             failed = failed or response.error_code != 0
+            errors[response.error_code] = errors.get(response.error_code, 0) + 1
             responses.append(response)
         topics.append(ProduceResponse.TopicProduceResponse(name=topic_data.name,
                                                            partition_responses=responses))
@@ -67,11 +69,14 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
         if batch.is_transactional:
             _verify_transaction(ctx, batch, topic, part.index)
         result = partition.append(batch, now_ms)
+        ctx.broker.metrics.produced(topic, batch.records_count, batch.size)
     except RecordValidationError as exc:
+        ctx.broker.metrics.produce_failed(topic, _records_bytes(part))
         return _error(exc, [ProduceResponse.BatchIndexAndErrorMessage(
             batch_index=index, batch_index_error_message=message) for index, message in exc.record_errors],
             part.index)
     except KafkaError as exc:
+        ctx.broker.metrics.produce_failed(topic, _records_bytes(part))
         return _error(exc, [], part.index)
     return PartitionResponse(index=part.index, error_code=0, base_offset=result.base_offset,
                              log_append_time_ms=result.log_append_time,
@@ -89,3 +94,8 @@ def _error(exc: KafkaError, record_errors: list[ProduceResponse.BatchIndexAndErr
            index: int) -> PartitionResponse:
     return PartitionResponse(index=index, error_code=exc.code, base_offset=-1, log_append_time_ms=-1,
                              log_start_offset=-1, record_errors=record_errors, error_message=exc.message)
+
+
+def _records_bytes(part: ProduceRequest.PartitionProduceData) -> int:
+    records = part.records
+    return len(records) if isinstance(records, bytes | bytearray | memoryview) else 0

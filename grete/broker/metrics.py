@@ -1,0 +1,129 @@
+"""The broker's own counters: plain integers and fixed bucket arrays, updated on the hot path.
+
+Nothing here allocates per request or takes a lock: a produce adds to two ints of its topic's
+:class:`TopicCounters`, a request adds one to its API's count and one bucket of each phase's
+:class:`Histogram`. Turning them into Prometheus series, with Kafka's names, happens only when
+someone scrapes (``grete.broker.metrics_http``).
+
+Phases follow Kafka's RequestMetrics split, as grete has them: a request is dispatched in the
+loop step that read it, so there is no request queue (``RequestQueueTimeMs`` is 0); ``LocalTimeMs``
+is the handler's own run, ``RemoteTimeMs`` the wait of a parked request (a long-poll Fetch, a
+JoinGroup), ``ResponseSendTimeMs`` from the answer being ready to its bytes being handed to the
+socket, behind earlier answers of the same connection included. Empty Fetches answered from a
+connection's memo are counted as requests but not timed (they never reach a handler).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+# Upper bounds in ms; the last bucket is everything above.
+LATENCY_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
+                      1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
+PHASES = ("totaltimems", "requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems",
+          "responsesendtimems", "throttletimems")
+
+
+class Histogram:
+    """Counts per fixed bucket, the sum and the count; quantiles estimated from the buckets."""
+
+    __slots__ = ("counts", "count", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value_ms: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS_MS, value_ms)] += 1
+        self.count += 1
+        self.sum += value_ms
+
+    def quantile(self, q: float) -> float:
+        """The upper bound of the bucket holding the q-th observation (0 with none)."""
+        if not self.count:
+            return 0.0
+        rank = q * self.count
+        seen = 0
+        for index, n in enumerate(self.counts):
+            seen += n
+            if seen >= rank and n:
+                return LATENCY_BUCKETS_MS[index] if index < len(LATENCY_BUCKETS_MS) else LATENCY_BUCKETS_MS[-1]
+        return LATENCY_BUCKETS_MS[-1]
+
+
+class TopicCounters:
+    """Kafka's BrokerTopicMetrics for one topic (or, as ``BrokerMetrics.totals``, for all)."""
+
+    __slots__ = ("messages_in", "bytes_in", "bytes_out", "bytes_rejected", "total_produce", "total_fetch",
+                 "failed_produce", "failed_fetch")
+
+    def __init__(self) -> None:
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.bytes_rejected = 0
+        self.total_produce = 0
+        self.total_fetch = 0
+        self.failed_produce = 0
+        self.failed_fetch = 0
+
+
+class ApiCounters:
+    """Kafka's RequestMetrics for one API: requests per version, errors per code, phase timings."""
+
+    __slots__ = ("requests", "errors", "phases")
+
+    def __init__(self) -> None:
+        self.requests: dict[int, int] = {}
+        self.errors: dict[int, int] = {}
+        self.phases = {phase: Histogram() for phase in PHASES}
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicCounters] = {}
+        self.totals = TopicCounters()
+        self.apis: dict[int, ApiCounters] = {}
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+
+    def topic(self, name: str) -> TopicCounters:
+        counters = self.topics.get(name)
+        if counters is None:
+            counters = self.topics[name] = TopicCounters()
+        return counters
+
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic's series go away, as Kafka removes its BrokerTopicMetrics."""
+        self.topics.pop(name, None)
+
+    def api(self, api_key: int) -> ApiCounters:
+        counters = self.apis.get(api_key)
+        if counters is None:
+            counters = self.apis[api_key] = ApiCounters()
+        return counters
+
+    def request(self, api_key: int, version: int) -> ApiCounters:
+        counters = self.api(api_key)
+        counters.requests[version] = counters.requests.get(version, 0) + 1
+        return counters
+
+    def produced(self, topic: str, records: int, nbytes: int) -> None:
+        for counters in (self.topic(topic), self.totals):
+            counters.messages_in += records
+            counters.bytes_in += nbytes
+            counters.total_produce += 1
+
+    def produce_failed(self, topic: str, nbytes: int) -> None:
+        for counters in (self.topic(topic), self.totals):
+            counters.total_produce += 1
+            counters.failed_produce += 1
+            counters.bytes_rejected += nbytes
+
+    def fetched(self, topic: str, nbytes: int, failed: bool) -> None:
+        for counters in (self.topic(topic), self.totals):
+            counters.total_fetch += 1
+            counters.bytes_out += nbytes
+            if failed:
+                counters.failed_fetch += 1

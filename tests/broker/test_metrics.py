@@ -1,0 +1,91 @@
+"""GET /metrics: Kafka's metric names as the JMX exporter writes them, counted from real traffic,
+and consumer lag computed on the broker."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from grete.broker.config import ConfigError
+from grete.broker.metrics import Histogram
+from grete.broker.metrics_http import parse_metrics_listener
+from grete.testing import broker
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("text/plain")
+        text = answer.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def test_metrics_endpoint_counts_traffic_and_lag() -> None:
+    with broker({"metrics.listener": "http://127.0.0.1:0"}, topics={"m": 2}) as b:
+        port = b.node.metrics_server.port
+        producer = Producer({"bootstrap.servers": b.bootstrap_servers, "linger.ms": 0})
+        for i in range(10):
+            producer.produce("m", value=b"v" * 100, partition=i % 2)
+        assert producer.flush(10) == 0
+        consumer = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "g",
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition("m", 0, 0)])
+        read = 0
+        while read < 5:
+            message = consumer.poll(5)
+            assert message is not None and message.error() is None
+            read += 1
+        consumer.commit(offsets=[TopicPartition("m", 0, 3)], asynchronous=False)
+        consumer.close()
+        s = _scrape(port)
+    assert s[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "m"),))] == 10
+    assert s[("kafka_server_brokertopicmetrics_messagesin_total", ())] == 10
+    assert s[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "m"),))] > 1000
+    assert s[("kafka_server_brokertopicmetrics_bytesout_total", (("topic", "m"),))] > 500
+    produce_requests = sum(v for (name, labels), v in s.items()
+                           if name == "kafka_network_requestmetrics_requests_total" and ("request", "Produce") in labels)
+    assert produce_requests >= 1
+    assert s[("kafka_network_requestmetrics_errors_total", (("error", "NONE"), ("request", "Produce")))] >= 2
+    assert s[("kafka_network_requestmetrics_totaltimems_count", (("request", "Produce"),))] >= 1
+    assert ("kafka_network_requestmetrics_totaltimems", (("quantile", "0.99"), ("request", "Produce"))) in s
+    assert s[("kafka_server_replicamanager_partitioncount", ())] >= 2
+    assert s[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 0
+    assert s[("kafka_log_log_size", (("partition", "0"), ("topic", "m")))] > 0
+    assert s[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
+    # 5 records in partition 0, committed at 3: lag 2.
+    assert s[("grete_consumer_group_topic_partition_lag",
+              (("group_id", "g"), ("partition_id", "0"), ("topic_name", "m")))] == 2
+    assert s[("grete_consumer_group_lag_max", (("group_id", "g"),))] == 2
+    assert s[("kafka_server_socket_server_metrics_connection_count", (("listener", "PLAINTEXT"),))] >= 0
+    assert ("process_resident_memory_bytes", ()) in s
+
+
+def test_other_paths_are_not_found() -> None:
+    with broker({"metrics.listener": "http://127.0.0.1:0"}) as b:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://127.0.0.1:{b.node.metrics_server.port}/other", timeout=10)
+        assert err.value.code == 404
+
+
+def test_no_endpoint_by_default_and_bad_listener_refused() -> None:
+    with broker() as b:
+        assert b.node.metrics_server is None
+    assert parse_metrics_listener("") is None
+    assert parse_metrics_listener("http://0.0.0.0:9404") == ("0.0.0.0", 9404)
+    with pytest.raises(ConfigError):
+        parse_metrics_listener("tcp://0.0.0.0:9404")
+
+
+def test_histogram_quantiles_from_buckets() -> None:
+    h: Any = Histogram()
+    for value in [0.3] * 90 + [40.0] * 10:
+        h.observe(value)
+    assert h.quantile(0.5) == 0.5 and h.quantile(0.95) == 50.0 and h.count == 100
