@@ -20,9 +20,12 @@ from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.record import decode_records
 from grete.storage.config import LogConfig
 from grete.storage.log import AppendResult, Log, ReadResult
 from grete.storage.producer_state import ProducerStateEntry
+
+LOG_APPEND_TIME = 1
 
 
 class Partition:
@@ -137,7 +140,22 @@ class Partition:
         return self._log.offset_for_timestamp(timestamp)
 
     def offset_of_max_timestamp(self) -> tuple[int, int]:
-        return self._log.offset_of_max_timestamp()
+        """(offset, timestamp) of the first record carrying the log's largest timestamp, exact to the
+        record as Kafka 3.7+ answers ListOffsets MAX_TIMESTAMP (KAFKA-16310), not the batch's last
+        offset that the segment tracks: the batch holding it is decoded (once per such request)."""
+        offset, timestamp = self._log.offset_of_max_timestamp()
+        if offset < 0:
+            return offset, timestamp
+        for batch in self._log.batches(offset, offset + 1):
+            if batch.is_control or batch.base_offset > offset or batch.last_offset < offset:
+                break
+            if batch.timestamp_type == LOG_APPEND_TIME:
+                return batch.base_offset, timestamp  # every record carries the append time
+            for record in decode_records(batch):
+                if batch.base_timestamp + record.timestamp_delta == timestamp:
+                    return batch.base_offset + record.offset_delta, timestamp
+            break
+        return offset, timestamp
 
     # --- parked fetches ----------------------------------------------------------------------
     def waiter(self) -> asyncio.Future[None]:

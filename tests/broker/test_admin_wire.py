@@ -380,3 +380,22 @@ def test_describe_cluster(grete_broker: Any) -> None:
         (x.node_id, x.host, x.port) for x in meta.brokers]
     resp = call(grete_broker, DescribeClusterRequest(endpoint_type=2), 1)
     assert resp.error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+
+
+def test_offset_commit_for_an_unknown_topic_or_partition(grete_broker: Any, topic_name: str) -> None:
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION for partitions its metadata lacks, and commits the rest."""
+    from grete.protocol.messages import FindCoordinatorRequest, OffsetCommitRequest
+
+    grete_broker.create_topic(topic_name, 1)
+    call(grete_broker, FindCoordinatorRequest(key="g-unknown", key_type=0), 3)  # creates __consumer_offsets
+    topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    part = OffsetCommitRequest.OffsetCommitRequestPartition
+    request = OffsetCommitRequest(group_id="g-unknown", generation_id_or_member_epoch=-1, member_id="",
+                                  topics=[topic(name=topic_name, partitions=[part(partition_index=0, committed_offset=1),
+                                                                             part(partition_index=5, committed_offset=1)]),
+                                          topic(name="no-such-topic", partitions=[part(partition_index=0,
+                                                                                       committed_offset=1)])])
+    answer = call(grete_broker, request, 8)
+    codes = {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
+    assert codes == {(topic_name, 0): 0, (topic_name, 5): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                     ("no-such-topic", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}

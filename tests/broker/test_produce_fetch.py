@@ -248,3 +248,16 @@ def test_a_segment_shorter_than_its_answer_closes_the_connection_and_names_the_f
     reader.close()
     other = _produce(wire, topic_name, _batch([b"after"]), acks=1)  # other clients are still served
     assert other.error_code == 0
+
+
+def test_list_offsets_max_timestamp_is_exact_to_the_record(grete_broker, wire, topic_name):
+    """Three records in one batch with timestamps +100, +400, +200: MAX_TIMESTAMP (-3) names the
+    second record (offset 1), as Kafka 3.7+ answers, not the batch's last offset."""
+    grete_broker.create_topic(topic_name)
+    records = [Record(i, delta, None, b"v") for i, delta in enumerate((100, 400, 200))]
+    _produce(wire, topic_name, build_batch(records, base_timestamp=10_000))
+    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic_name, partitions=[
+            ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-3)])])
+    p = wire.call(req, ListOffsetsResponse, 7).topics[0].partitions[0]
+    assert (p.error_code, p.offset, p.timestamp) == (0, 1, 10_400)

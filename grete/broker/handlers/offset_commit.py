@@ -6,6 +6,7 @@ from __future__ import annotations
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.group_types import OffsetCommit
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 
 
@@ -14,13 +15,31 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
                for topic in request.topics for p in topic.partitions]
-    errors = await ctx.broker.group_coordinator.commit_offsets(
-        group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
-        member_id=request.member_id, group_instance_id=request.group_instance_id,
-        retention_ms=request.retention_time_ms, offsets=commits)
+    known, errors = split_unknown(ctx, commits)
+    if known:
+        errors.update(await ctx.broker.group_coordinator.commit_offsets(
+            group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
+            member_id=request.member_id, group_instance_id=request.group_instance_id,
+            retention_ms=request.retention_time_ms, offsets=known))
     return OffsetCommitResponse(topics=[
         OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
             OffsetCommitResponse.OffsetCommitResponsePartition(
                 partition_index=p.partition_index, error_code=errors[(topic.name, p.partition_index)])
             for p in topic.partitions])
         for topic in request.topics])
+
+
+def split_unknown(ctx: RequestContext,
+                  commits: list[OffsetCommit]) -> tuple[list[OffsetCommit], dict[tuple[str, int], int]]:
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a partition its metadata does not have, before
+    the coordinator sees the commit: (commits for known partitions, errors of the others)."""
+    known: list[OffsetCommit] = []
+    errors: dict[tuple[str, int], int] = {}
+    metadata = ctx.broker.metadata
+    for commit in commits:
+        meta = metadata.topic(commit.topic)
+        if meta is None or commit.partition not in meta.partitions:
+            errors[(commit.topic, commit.partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        else:
+            known.append(commit)
+    return known, errors

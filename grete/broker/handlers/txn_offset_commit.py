@@ -6,6 +6,7 @@ become visible to OffsetFetch when the transaction commits."""
 from __future__ import annotations
 
 from grete.broker.context import RequestContext
+from grete.broker.handlers.offset_commit import split_unknown
 from grete.broker.registry import api
 from grete.coordinator.group_types import OffsetCommit
 from grete.protocol.errors import ErrorCode
@@ -18,14 +19,15 @@ async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOff
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
                for topic in request.topics for p in topic.partitions]
+    known, errors = split_unknown(ctx, commits)
     error = _verify(ctx, request)
     if error is not ErrorCode.NONE:
-        errors = {(c.topic, c.partition): error for c in commits}
-    else:
-        errors = await ctx.broker.group_coordinator.commit_txn_offsets(
+        errors.update({(c.topic, c.partition): error for c in known})
+    elif known:
+        errors.update(await ctx.broker.group_coordinator.commit_txn_offsets(
             group_id=request.group_id, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
             generation_id=request.generation_id, member_id=request.member_id,
-            group_instance_id=request.group_instance_id, offsets=commits)
+            group_instance_id=request.group_instance_id, offsets=known))
     return TxnOffsetCommitResponse(topics=[
         TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(name=topic.name, partitions=[
             TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(
