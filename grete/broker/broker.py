@@ -58,6 +58,8 @@ class Broker:
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
         self.metrics = BrokerMetrics()
+        # Static settings read on every request, parsed once.
+        self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.producer_ids = ProducerIdManager(self.metadata)
         self.group_coordinator: Any = None
         self.txn_coordinator: Any = None

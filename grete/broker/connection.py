@@ -35,7 +35,7 @@ from grete.broker.framing import FrameReader
 from grete.broker.pipeline import NotAuthenticated, Pipeline
 from grete.broker.registry import Handler, handlers
 from grete.broker.writers import Writer, writer_for
-from grete.protocol.codec import Reader
+from grete.protocol.codec import Message, Reader
 from grete.protocol.codec import Writer as Encoder
 from grete.protocol.errors import ErrorCode, ProtocolError
 from grete.protocol.headers import decode_request_header, encode_response_header
@@ -245,13 +245,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         slot = self._new_slot()
         slot.timing = [counters, started, local_done, local_done]
         memo_key = None if frame_bytes is None else (frame_bytes, request, header.client_id)
-        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+        if isinstance(result, Message):
+            slot.parts = self._encode(result, handler, version, header.correlation_id, memo_key)
+            self._flush()
+        else:  # a coroutine or future of the answer
             future = asyncio.ensure_future(result)
             future.add_done_callback(
                 lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key))
-        else:
-            slot.parts = self._encode(result, handler, version, header.correlation_id, memo_key)
-            self._flush()
 
     def _new_slot(self) -> Slot:
         slot = self._responses.reserve()

@@ -12,16 +12,17 @@ and the broker state together.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import socket
 import time
+from typing import Any
 
 from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig
 from grete.broker.connection import KafkaConnection
 from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener
-from grete.broker.metrics_http import MetricsServer, new_registry, parse_metrics_listener
 from grete.broker.pipeline import Pipeline
 from grete.broker.transactions import start_txn_coordinator
 
@@ -36,7 +37,7 @@ class Node:
         self.broker = Broker(config)
         # The steps around every handler; the security, quota and metrics work plugs in here.
         self.pipeline = Pipeline(self.broker.metrics)
-        self.metrics_server: MetricsServer | None = None
+        self.metrics_server: Any = None  # grete.broker.metrics_http.MetricsServer when configured
         self.servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -56,9 +57,12 @@ class Node:
         broker.txn_coordinator = start_txn_coordinator(broker)
         for listener in broker.listeners:
             await self._listen(listener)
-        endpoint = parse_metrics_listener(broker.config.get_str("metrics.listener"))
-        if endpoint is not None:
-            self.metrics_server = MetricsServer(new_registry(broker), *endpoint)
+        if broker.config.get_str("metrics.listener"):
+            # Loaded by name and only when configured: prometheus-client costs ~40 ms and ~3 MB at
+            # start-up, which the embedded node (start <= 0.3 s, idle RSS <= 40 MB) does not pay.
+            exposition = importlib.import_module("grete.broker.metrics_http")
+            host, port = exposition.parse_metrics_listener(broker.config.get_str("metrics.listener"))
+            self.metrics_server = exposition.MetricsServer(exposition.new_registry(broker), host, port)
             await self.metrics_server.start()
         self._tasks.append(asyncio.ensure_future(self._maintenance_loop()))
 

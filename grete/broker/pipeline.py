@@ -8,12 +8,12 @@ is written into responses in this one place, never by a handler.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from grete.broker.context import RequestContext
 from grete.broker.metrics import BrokerMetrics
+from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
 
 API_VERSIONS_KEY = 18
@@ -73,9 +73,9 @@ class Pipeline:
         result = handler.fn(ctx, request) if faults is None else faults.handle(conn, handler, ctx, request)
         if result is None:
             return None
-        if isinstance(result, asyncio.Future | asyncio.Task) or asyncio.iscoroutine(result):
-            return self._later(ctx, request, result)
-        return self._finish(ctx, request, result)
+        if isinstance(result, Message):  # answered now (a plain class check: cheaper than iscoroutine)
+            return self._finish(ctx, request, result)
+        return self._later(ctx, request, result)
 
     async def _later(self, ctx: RequestContext, request: Any, pending: Awaitable[Any]) -> Any:
         response = await pending

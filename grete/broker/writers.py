@@ -108,6 +108,9 @@ class ZeroCopyWriter:
         self._loop = asyncio.get_running_loop()
 
     def send(self, parts: list[Any]) -> list[Any]:
+        if len(parts) == 1 and type(parts[0]) is bytes:  # most answers: one encoded buffer
+            self._transport.write(parts[0])
+            return []
         if all(is_bytes(p) for p in parts):
             self._transport.writelines(parts)
             return []

@@ -25,7 +25,7 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | No
     broker = ctx.broker
     acks = request.acks
     now_ms = broker.now_ms()
-    full = broker.config.get_str("grete.produce.validation") == "full"
+    full = broker.full_produce_validation
     failed = False
     errors = broker.metrics.api(0).errors  # Kafka's ErrorsPerSec counts each partition's error
     topics = []
