@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -18,19 +18,16 @@ from grete.protocol.records.batch import BATCH_OVERHEAD, RecordBatch
 from grete.protocol.records.control import parse_control_record
 from grete.storage.config import LogConfig
 from grete.storage.files import (
-    CLEANED_SUFFIX,
     DELETED_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TMP_SUFFIX,
-    parse_offset_name,
     parse_partition_dir,
     read_partition_metadata,
     write_partition_metadata,
 )
 from grete.storage.leader_epoch import LeaderEpochCache
+from grete.storage.loader import LogLoader, new_segment, rebuild_producer_state
+from grete.storage.loader import LogOffline as LogOffline  # re-exported: its old home
 from grete.storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
-from grete.storage.segment import BatchPos, CorruptSegmentError, LogSegment, SegmentFile
+from grete.storage.segment import BatchPos, LogSegment, SegmentFile
 from grete.storage.timestamps import exact_offset_for_timestamp
 
 log = logging.getLogger(__name__)
@@ -80,18 +77,6 @@ class AppendResult:
 class _PendingDelete:
     due_ms: int
     segment: LogSegment
-
-
-@dataclass
-class LogOffline(Exception):
-    """Raised by Log.open when a segment that must be whole is corrupt: never serve it."""
-
-    path: Path
-    position: int
-    reason: str = field(default="")
-
-    def __str__(self) -> str:
-        return f"{self.path}: corrupt at byte {self.position}: {self.reason}"
 
 
 class Log:
@@ -158,153 +143,18 @@ class Log:
         return self
 
     def _new_segment(self, base: int, *, active: bool, create: bool, suffix: str = "") -> LogSegment:
-        return LogSegment(self.dir, base, index_bytes=self.config.segment_index_bytes,
-                          index_interval=self.config.index_interval_bytes, active=active, suffix=suffix,
-                          create=create)
+        return new_segment(self.dir, self.config, base, active=active, create=create, suffix=suffix)
 
     def _load(self, clean: bool, recovery_point: int, start: int | None, now_ms: int) -> None:
-        self._clean_up_leftovers()
-        bases = sorted(b for b in (parse_offset_name(n) for n in os.listdir(self.dir)
-                                   if n.endswith(LOG_SUFFIX)) if b is not None)
-        segs = [self._new_segment(b, active=(i == len(bases) - 1), create=False) for i, b in enumerate(bases)]
-        first_unflushed = self._first_unflushed(bases, recovery_point) if not clean else len(bases)
-        try:
-            for seg in segs[:first_unflushed]:
-                if seg.index_rebuild_needed:  # flushed data: must be whole, or the partition goes offline
-                    seg.rebuild(strict=True)
-                else:
-                    seg.load_tail()
-        except CorruptSegmentError as exc:
-            for s in segs:
-                s.close()
-            log.error("partition %s-%s is offline: %s", self.topic, self.partition, exc)
-            raise LogOffline(exc.path, exc.position, str(exc)) from exc
-        segs = self._recover(segs, first_unflushed)
-        if not segs:
-            base = start if start is not None else 0
-            segs = [self._new_segment(base, active=True, create=True)]
-        segs[-1].offset_index.make_writable()
-        segs[-1].time_index.make_writable()
-        self.segments = segs
-        self._bases = [s.base_offset for s in segs]
-        leo = self.log_end_offset
-        self.log_start_offset = min(max(start or 0, segs[0].base_offset), leo)
-        if self.epochs.corrupt:
-            self._rebuild_epochs()
-        self.epochs.truncate_from_end(leo)
-        self.epochs.truncate_from_start(self.log_start_offset)
-        self._load_producer_state(now_ms, clean)
-        if first_unflushed < len(bases):
-            self.flush()
-        self.recovery_point = leo if first_unflushed < len(bases) else max(min(recovery_point, leo), 0)
-        if clean:
-            self.recovery_point = leo
-
-    @staticmethod
-    def _first_unflushed(bases: list[int], recovery_point: int) -> int:
-        """Index of the segment holding the recovery point: it and all later ones get rescanned."""
-        idx = bisect.bisect_right(bases, recovery_point) - 1
-        return max(idx, 0)
-
-    def _recover(self, segs: list[LogSegment], first: int) -> list[LogSegment]:
-        for i in range(first, len(segs)):
-            seg = segs[i]
-            truncated = seg.rebuild(on_batch=self._note_epoch)
-            if truncated:
-                log.warning("%s: truncated %d invalid bytes at position %d during recovery",
-                            seg.log_path, truncated, seg.size)
-                for later in segs[i + 1:]:
-                    log.warning("%s: deleted after corruption in an earlier segment", later.log_path)
-                    later.close()
-                    later.delete_files()
-                segs = segs[:i + 1]
-                break
-        # A trailing empty segment whose base is past its predecessor's end is legitimate (roll).
-        return segs
-
-    def _rebuild_epochs(self) -> None:
-        """leader-epoch-checkpoint was unreadable: the batch headers carry the same facts."""
-        log.warning("%s: rebuilding the leader-epoch cache from batch headers", self.dir)
-        self.epochs.entries = []
-        for seg in self.segments:
-            for _, batch in seg.scan(0, seg.size, full=False):
-                self._note_epoch(batch)
-        self.epochs.corrupt = False
-        self.epochs.flush()
-
-    def _note_epoch(self, batch: RecordBatch) -> None:
-        if batch.partition_leader_epoch >= 0:
-            self.epochs.assign(batch.partition_leader_epoch, batch.base_offset, persist=False)
-
-    def _clean_up_leftovers(self) -> None:
-        """Temp files go; interrupted cleaner swaps are completed; pending deletes are finished."""
-        names = os.listdir(self.dir)
-        for name in names:
-            if name.endswith((TMP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)):
-                (self.dir / name).unlink(missing_ok=True)
-        for name in sorted(os.listdir(self.dir)):
-            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-                base = parse_offset_name(name)
-                if base is not None:
-                    self._finish_swap(base)
-        for name in os.listdir(self.dir):
-            if name.endswith(SWAP_SUFFIX):  # index swaps whose log never made it: rebuilt instead
-                (self.dir / name).unlink(missing_ok=True)
-
-    def _finish_swap(self, base: int) -> None:
-        swap = self._new_segment(base, active=False, create=False, suffix=SWAP_SUFFIX)
-        swap.rebuild()
-        end = swap.next_offset
-        for name in os.listdir(self.dir):
-            other = parse_offset_name(name)
-            if (other is not None and base <= other < end and name.endswith(LOG_SUFFIX)):
-                old = self._new_segment(other, active=False, create=False)
-                old.close()
-                old.delete_files()
-        swap.on_become_inactive()
-        swap.change_suffix("")
-        swap.close()
-        log.info("%s: completed an interrupted segment swap", swap.log_path)
-
-    def _load_producer_state(self, now_ms: int, clean: bool) -> None:
-        psm = self.producer_state
-        leo = self.log_end_offset
-        psm.delete_snapshots(above=leo)
-        # A dropped (corrupt) txn index is refilled by replaying from a snapshot before it.
-        refill = min((s.base_offset for s in self.segments if s.txn_index.corrupt), default=leo)
-        candidates = [o for o in psm.snapshot_offsets() if self.segments[0].base_offset <= o <= refill]
-        loaded = False
-        while candidates and not loaded:
-            loaded = psm.load_snapshot(candidates.pop(), now_ms)
-        if not loaded:
-            psm.reset(self.segments[0].base_offset)
-        if psm.map_end_offset < leo:
-            self._replay(psm.map_end_offset)
-        psm.remove_expired(now_ms)
-        if not clean or not loaded or psm.map_end_offset != leo:
-            psm.map_end_offset = leo
-            psm.take_snapshot()
-        for seg in self.segments:
-            seg.txn_index.corrupt = False
-
-    def _replay(self, start: int) -> None:
-        """Producer state from batch headers (markers read whole), and missing txn-index entries."""
-        psm = self.producer_state
-        i = max(bisect.bisect_right(self._bases, start) - 1, 0)
-        for seg in self.segments[i:]:
-            hit = seg.find_batch(start)
-            if hit is None:
-                continue
-            for bp, batch in seg.scan(hit.position, seg.size, full=False):
-                if bp.last_offset < start or batch.producer_id < 0:
-                    psm.map_end_offset = max(psm.map_end_offset, bp.last_offset + 1)
-                    continue
-                if batch.is_control:
-                    batch = seg.read_batch(bp.position, bp.size)
-                done = psm.update(batch)
-                if done is not None and done.aborted:
-                    if all(t.last_offset != done.last_offset for t in seg.txn_index.entries):
-                        seg.txn_index.append(psm.aborted_entry(done))
+        loaded = LogLoader(self.dir, self.config, self.epochs, self.producer_state,
+                           name=f"{self.topic}-{self.partition}", clean_shutdown=clean,
+                           recovery_point=recovery_point, log_start_offset=start, now_ms=now_ms).load()
+        self.segments = loaded.segments
+        self._bases = [s.base_offset for s in loaded.segments]
+        self.log_start_offset = loaded.log_start_offset
+        if loaded.recovered:
+            self.flush()  # what recovery kept is durable before anything is served from it
+        self.recovery_point = loaded.recovery_point
 
     # ==== offsets ===================================================================================
     @property
@@ -632,7 +482,7 @@ class Log:
         self._high_watermark = min(self._high_watermark, offset)
         self.recovery_point = min(self.recovery_point, offset)
         self.producer_state.delete_snapshots(above=offset)
-        self._load_producer_state(int(time.time() * 1000), clean=False)
+        rebuild_producer_state(self.segments, self.producer_state, int(time.time() * 1000), clean=False)
 
     def _delete_segments(self, predicate: _Predicate, now_ms: int) -> int:
         """Delete the longest prefix of segments matching ``predicate`` (never past the HW)."""

@@ -34,7 +34,8 @@ from grete.storage.files import (
     write_offset_checkpoint,
     write_properties,
 )
-from grete.storage.log import Log, LogOffline
+from grete.storage.loader import LogOffline
+from grete.storage.log import Log
 
 log = logging.getLogger(__name__)
 
