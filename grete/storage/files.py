@@ -141,6 +141,26 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     return {(e[0], int(e[1])): int(e[2]) for e in entries if len(e) == 3}
 
 
+# Kafka's per-log-dir offset checkpoints (same text form: "0\n<count>\n<topic> <partition> <offset>\n...").
+
+def write_replication_offset_checkpoint(log_dir: Path, high_watermarks: Mapping[tuple[str, int], int]) -> None:
+    """``replication-offset-checkpoint``: the high watermark of every partition in ``log_dir``."""
+    write_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT, high_watermarks)
+
+
+def read_replication_offset_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
+    return read_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT)
+
+
+def write_recovery_point_checkpoint(log_dir: Path, recovery_points: Mapping[tuple[str, int], int]) -> None:
+    """``recovery-point-offset-checkpoint``: below these offsets the logs were fsynced."""
+    write_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, recovery_points)
+
+
+def read_recovery_point_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
+    return read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+
+
 # --- partition.metadata --------------------------------------------------------------------------
 
 def write_partition_metadata(directory: Path, topic_id: uuid.UUID) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.records.batch import BATCH_OVERHEAD, RecordBatch
+from grete.protocol.records.batch import BATCH_OVERHEAD, RecordBatch, iter_batches
 from grete.protocol.records.control import parse_control_record
 from grete.storage.config import LogConfig
 from grete.storage.files import (
@@ -27,7 +27,7 @@ from grete.storage.leader_epoch import LeaderEpochCache
 from grete.storage.loader import LogLoader, new_segment, rebuild_producer_state
 from grete.storage.loader import LogOffline as LogOffline  # re-exported: its old home
 from grete.storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
-from grete.storage.segment import BatchPos, LogSegment, SegmentFile
+from grete.storage.segment import INT32_MAX, BatchPos, LogSegment, SegmentFile
 from grete.storage.timestamps import exact_offset_for_timestamp
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,20 @@ class ReadResult:
     def read_bytes(self) -> bytes:
         """Copy the slices into memory (tests, tools; the broker sends them with sendfile)."""
         return b"".join(os.pread(s.fd, s.size, s.position) for s in self.slices)
+
+
+class UnexpectedAppendOffsetError(ValueError):
+    """Kafka's UnexpectedAppendOffsetException: a replicated append starts below the log end
+    offset (the follower must truncate, or refetch from its log end, first)."""
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
+class OffsetsOutOfOrderError(ValueError):
+    """Kafka's OffsetsOutOfOrderException: replicated batches whose offsets do not increase."""
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs a microsecond per append to build
@@ -251,21 +265,102 @@ class Log:
             self.flush()
         return AppendResult(base, last, append_time, self.log_start_offset, False, batch.max_timestamp, done)
 
-    def roll(self, now_ms: int | None = None) -> LogSegment:
-        """Close the active segment and start a new one at the log end offset."""
+    # ==== appending as a follower ====================================================================
+    def append_as_follower(self, records: RecordBatch | bytes | bytearray | memoryview, *,
+                           now_ms: int) -> AppendResult:
+        """Replication (Kafka's ``UnifiedLog.appendAsFollower``): append batches fetched from the
+        leader exactly as it wrote them: base offsets, partition leader epochs, timestamps and CRCs
+        are kept. Offsets must increase and start at or past the log end offset (gaps, as compaction
+        leaves them, are fine). The leader-epoch cache follows the batches' epochs, producer state
+        and the transaction index follow their data and markers (no client checks: the leader made
+        them). The high watermark is the broker's (Partition's): it is not touched here.
+
+        Nothing is written unless every batch passes: ``UnexpectedAppendOffsetError``,
+        ``OffsetsOutOfOrderError``, KafkaError CORRUPT_MESSAGE or RECORD_LIST_TOO_LARGE otherwise.
+        """
+        batches = [records] if isinstance(records, RecordBatch) else list(iter_batches(records))
+        with self.lock:
+            self._ensure_open()
+            leo = self.log_end_offset
+            if not batches:
+                return AppendResult(leo, leo - 1, -1, self.log_start_offset)
+            self._check_follower_batches(batches, leo)
+            for batch in batches:
+                self._write_replicated(batch, now_ms)
+            return AppendResult(batches[0].base_offset, batches[-1].last_offset, -1, self.log_start_offset,
+                                False, max(b.max_timestamp for b in batches))
+
+    def _check_follower_batches(self, batches: list[RecordBatch], leo: int) -> None:
+        first = batches[0].base_offset
+        if first < leo:
+            raise UnexpectedAppendOffsetError(
+                f"{self.topic}-{self.partition}: first offset {first} of a replicated append is below "
+                f"the log end offset {leo}", first, leo)
+        previous_last = first - 1
+        for batch in batches:
+            if batch.magic != 2 or not batch.crc_ok():
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"{self.topic}-{self.partition}: replicated batch at offset "
+                                 f"{batch.base_offset} is corrupt (magic {batch.magic})")
+            if batch.size > self.config.segment_bytes:
+                raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                                 f"replicated batch of {batch.size} bytes exceeds segment.bytes "
+                                 f"{self.config.segment_bytes}")
+            if batch.last_offset_delta < 0 or batch.base_offset <= previous_last:
+                raise OffsetsOutOfOrderError(
+                    f"{self.topic}-{self.partition}: replicated offsets not increasing: batch "
+                    f"[{batch.base_offset}, {batch.last_offset}] after offset {previous_last}")
+            previous_last = batch.last_offset
+
+    def _write_replicated(self, batch: RecordBatch, now_ms: int) -> None:
+        base, last = batch.base_offset, batch.last_offset
+        active = self.active
+        if active.should_roll(batch.size, last, now_ms, self.config.segment_bytes,
+                              self.config.segment_ms - self.config.segment_jitter_ms):
+            self.roll(now_ms)
+        if last - self.active.base_offset > INT32_MAX:  # a gap too wide for relative offsets
+            self.roll(now_ms, at=base)
+        seg = self.active
+        seg.append(batch.bytes_view(), last, batch.max_timestamp)
+        epoch = batch.partition_leader_epoch
+        if epoch >= 0 and epoch > self.epochs.latest_epoch:
+            self.epochs.assign(epoch, base)
+        done = self.producer_state.update(batch) if batch.producer_id >= 0 else None
+        self.producer_state.map_end_offset = last + 1
+        if done is not None and done.aborted:
+            seg.txn_index.append(self.producer_state.aborted_entry(done))
+        self._unflushed_messages += batch.last_offset_delta + 1
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+
+    def roll(self, now_ms: int | None = None, *, at: int | None = None) -> LogSegment:
+        """Close the active segment and start a new one at the log end offset (or at ``at``, past
+        it, for a follower's batch after a gap too wide for the segment's 32-bit relative offsets)."""
         with self.lock:
             old = self.active
             leo = old.next_offset
-            if old.size == 0 and old.base_offset == leo:
-                return old
+            base = leo if at is None else max(leo, at)
+            if old.size == 0:
+                if old.base_offset == base:
+                    return old
+                return self._replace_empty_active(base)
             old.on_become_inactive()
             self.producer_state.map_end_offset = leo
             self.producer_state.take_snapshot(sync=False)
-            seg = self._new_segment(leo, active=True, create=True)
+            seg = self._new_segment(base, active=True, create=True)
             self.segments = [*self.segments, seg]
-            self._bases = [*self._bases, leo]
+            self._bases = [*self._bases, base]
             self.flush_pending = leo
             return seg
+
+    def _replace_empty_active(self, base: int) -> LogSegment:
+        old = self.active
+        old.release()
+        old.delete_files()
+        seg = self._new_segment(base, active=True, create=True)
+        self.segments = [*self.segments[:-1], seg]
+        self._bases = [*self._bases[:-1], base]
+        return seg
 
     def flush_rolled(self) -> None:
         """fsync the segments completed by roll() and move the recovery point past them.

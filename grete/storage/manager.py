@@ -21,18 +21,20 @@ from grete.storage.files import (
     CLEANER_CHECKPOINT,
     LOG_START_CHECKPOINT,
     META_PROPERTIES,
-    RECOVERY_POINT_CHECKPOINT,
-    REPLICATION_CHECKPOINT,
     atomic_write,
     is_deleted_dir,
     parse_partition_dir,
     partition_dir_name,
     read_offset_checkpoint,
     read_properties,
+    read_recovery_point_checkpoint,
+    read_replication_offset_checkpoint,
     uuid_from_kafka,
     uuid_to_kafka,
     write_offset_checkpoint,
     write_properties,
+    write_recovery_point_checkpoint,
+    write_replication_offset_checkpoint,
 )
 from grete.storage.loader import LogOffline
 from grete.storage.log import Log
@@ -119,9 +121,9 @@ class LogManager:
     def _load_dir(self, d: Path, configs: Mapping[str, LogConfig]) -> None:
         marker = d / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        recovery = read_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
+        recovery = read_recovery_point_checkpoint(d)
         starts = read_offset_checkpoint(d / LOG_START_CHECKPOINT)
-        hws = read_offset_checkpoint(d / REPLICATION_CHECKPOINT)
+        hws = read_replication_offset_checkpoint(d)
         self.cleaner_offsets.update(read_offset_checkpoint(d / CLEANER_CHECKPOINT))
         for name in sorted(os.listdir(d)):
             path = d / name
@@ -222,10 +224,10 @@ class LogManager:
     def checkpoint(self) -> None:
         for d in self.log_dirs:
             mine = {k: lg for k, lg in self.logs.items() if lg.dir.parent == d}
-            write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, {k: lg.recovery_point for k, lg in mine.items()})
+            write_recovery_point_checkpoint(d, {k: lg.recovery_point for k, lg in mine.items()})
             write_offset_checkpoint(d / LOG_START_CHECKPOINT,
                                     {k: lg.log_start_offset for k, lg in mine.items() if lg.log_start_offset > 0})
-            write_offset_checkpoint(d / REPLICATION_CHECKPOINT, {k: lg.high_watermark for k, lg in mine.items()})
+            write_replication_offset_checkpoint(d, {k: lg.high_watermark for k, lg in mine.items()})
             write_offset_checkpoint(d / CLEANER_CHECKPOINT,
                                     {k: o for k, o in self.cleaner_offsets.items() if k in mine})
 
