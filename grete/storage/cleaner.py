@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch, decode_records
+from grete.storage import io
 from grete.storage.files import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
@@ -174,7 +175,7 @@ def _is_aborted(spec: CleanSpec, batch: RecordBatch) -> bool:
 
 def _batches(info: SegmentInfo, start_offset: int = 0) -> Iterator[RecordBatch]:
     try:
-        fd = os.open(info.path, os.O_RDONLY)
+        fd = io.open(info.path, os.O_RDONLY)
     except FileNotFoundError:
         raise CompactionAborted(f"{info.path} is gone") from None
     try:

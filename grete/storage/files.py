@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
+from grete.storage import io
+
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
@@ -80,27 +82,47 @@ def uuid_from_kafka(text: str) -> uuid.UUID:
 
 
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    fd = io.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        io.fsync(fd)
     finally:
         os.close(fd)
 
 
 def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data``: readers see the old content or the new, never a mix.
+
+    On any failure (disk full, I/O error, read-only or vanished directory) the temp file is
+    removed, the previous version of ``path`` stays as it was, and an OSError naming ``path``
+    (same errno, so the same subclass) is raised.
+    """
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[io.write(fd, view):]
+            if sync:
+                io.fsync(fd)
+        finally:
+            os.close(fd)
+        io.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        raise OSError(exc.errno, f"{exc.strerror} (atomic write of {path})", str(path)) from exc
     if sync:
-        fsync_dir(path.parent)
+        try:
+            fsync_dir(path.parent)
+        except OSError as exc:  # the new version is in place; only its durability is in doubt
+            raise OSError(exc.errno, f"{exc.strerror} (syncing the directory of {path})", str(path)) from exc
+
+
+def _discard(tmp: Path) -> None:
+    try:
+        os.unlink(tmp)  # not through io: cleaning up must not trip an injected fault again
+    except OSError:
+        pass  # never created, or its directory is gone
 
 
 # --- checkpoint files: "version\ncount\nentry\n..." ----------------------------------------------

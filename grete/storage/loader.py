@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grete.protocol.records.batch import RecordBatch
+from grete.storage import io
 from grete.storage.config import LogConfig
 from grete.storage.files import (
     CLEANED_SUFFIX,
@@ -82,7 +82,7 @@ class LogLoader:
 
     def load(self) -> LoadedLog:
         self._clean_up_leftovers()
-        bases = sorted(b for b in (parse_offset_name(n) for n in os.listdir(self.dir)
+        bases = sorted(b for b in (parse_offset_name(n) for n in io.listdir(self.dir)
                                    if n.endswith(LOG_SUFFIX)) if b is not None)
         segs = [self._segment(b, active=(i == len(bases) - 1), create=False) for i, b in enumerate(bases)]
         first_unflushed = first_unflushed_index(bases, self.recovery_point) if not self.clean else len(bases)
@@ -145,15 +145,15 @@ class LogLoader:
 
     def _clean_up_leftovers(self) -> None:
         """Temp files go; interrupted cleaner swaps are completed; pending deletes are finished."""
-        for name in os.listdir(self.dir):
+        for name in io.listdir(self.dir):
             if name.endswith((TMP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)):
                 (self.dir / name).unlink(missing_ok=True)
-        for name in sorted(os.listdir(self.dir)):
+        for name in sorted(io.listdir(self.dir)):
             if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
                 base = parse_offset_name(name)
                 if base is not None:
                     self._finish_swap(base)
-        for name in os.listdir(self.dir):
+        for name in io.listdir(self.dir):
             if name.endswith(SWAP_SUFFIX):  # index swaps whose log never made it: rebuilt instead
                 (self.dir / name).unlink(missing_ok=True)
 
@@ -161,7 +161,7 @@ class LogLoader:
         swap = self._segment(base, active=False, create=False, suffix=SWAP_SUFFIX)
         swap.rebuild()
         end = swap.next_offset
-        for name in os.listdir(self.dir):
+        for name in io.listdir(self.dir):
             other = parse_offset_name(name)
             if other is not None and base <= other < end and name.endswith(LOG_SUFFIX):
                 old = self._segment(other, active=False, create=False)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
-import os
 import shutil
 import threading
 import time
@@ -12,11 +12,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import BATCH_OVERHEAD, RecordBatch, iter_batches
 from grete.protocol.records.control import parse_control_record
+from grete.storage import io
 from grete.storage.config import LogConfig
+from grete.storage.failure import KafkaStorageException, describe, offline_error
 from grete.storage.files import (
     DELETED_SUFFIX,
     parse_partition_dir,
@@ -59,7 +62,7 @@ class ReadResult:
 
     def read_bytes(self) -> bytes:
         """Copy the slices into memory (tests, tools; the broker sends them with sendfile)."""
-        return b"".join(os.pread(s.fd, s.size, s.position) for s in self.slices)
+        return b"".join(io.pread(s.fd, s.size, s.position) for s in self.slices)
 
 
 class UnexpectedAppendOffsetError(ValueError):
@@ -91,6 +94,26 @@ class AppendResult:
 class _PendingDelete:
     due_ms: int
     segment: LogSegment
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _storage_op(method: Callable[Concatenate[Log, _P], _R]) -> Callable[Concatenate[Log, _P], _R]:
+    """A Log operation that may touch the disk: refused at once while the log's directory is
+    offline; an OSError takes the directory offline (once) and surfaces as KafkaStorageException."""
+
+    @functools.wraps(method)
+    def guarded(self: Log, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self.offline is not None:
+            raise offline_error(self.log_dir, (self.topic, self.partition), self.offline)
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise self.storage_failed(exc) from exc
+
+    return guarded
 
 
 class Log:
@@ -132,6 +155,11 @@ class Log:
         self.flush_pending: int | None = None
         self._last_flush_ms = int(time.time() * 1000)
         self.closed = False
+        # Why this log's directory is offline (None: online). Set once; every disk operation is
+        # then refused with KafkaStorageException without touching the disk.
+        self.offline: str | None = None
+        # Set by LogManager: takes the whole directory offline. Without one, only this log goes.
+        self.on_storage_error: Callable[[Log, OSError], None] | None = None
 
     # ==== opening and recovery ===================================================================
     @classmethod
@@ -202,6 +230,7 @@ class Log:
         self.producer_state.expiration_ms = config.producer_id_expiration_ms
 
     # ==== appending ==================================================================================
+    @_storage_op
     def append(self, batch: RecordBatch, *, leader_epoch: int, now_ms: int,
                coordinator_epoch: int | None = None) -> AppendResult:
         """Append one validated client batch (or, if it is a control batch, a broker-built marker).
@@ -266,6 +295,7 @@ class Log:
         return AppendResult(base, last, append_time, self.log_start_offset, False, batch.max_timestamp, done)
 
     # ==== appending as a follower ====================================================================
+    @_storage_op
     def append_as_follower(self, records: RecordBatch | bytes | bytearray | memoryview, *,
                            now_ms: int) -> AppendResult:
         """Replication (Kafka's ``UnifiedLog.appendAsFollower``): append batches fetched from the
@@ -333,6 +363,7 @@ class Log:
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
 
+    @_storage_op
     def roll(self, now_ms: int | None = None, *, at: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at the log end offset (or at ``at``, past
         it, for a follower's batch after a gap too wide for the segment's 32-bit relative offsets)."""
@@ -380,12 +411,17 @@ class Log:
             for seg in todo:
                 seg.flush()
             self.producer_state.fsync_snapshots()
-        except (OSError, ValueError):  # closed or deleted meanwhile: the next flush covers it
+        except ValueError:  # closed meanwhile: the next flush covers it
+            return
+        except OSError as exc:
+            if not self.closed:  # a deleted or closed log is not a failed directory
+                self.storage_failed(exc)
             return
         with self.lock:
             self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
 
     # ==== reading ====================================================================================
+    @_storage_op
     def read(self, offset: int, max_bytes: int, *, upper_bound: int | None = None,
              min_one: bool = True) -> ReadResult:
         """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least one batch
@@ -452,6 +488,14 @@ class Log:
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
         """Every batch overlapping [start, end), read whole (tests, tools, the cleaner)."""
+        if self.offline is not None:
+            raise offline_error(self.log_dir, (self.topic, self.partition), self.offline)
+        try:
+            yield from self._batches(start, end)
+        except OSError as exc:
+            raise self.storage_failed(exc) from exc
+
+    def _batches(self, start: int, end: int | None) -> Iterator[RecordBatch]:
         stop = self.log_end_offset if end is None else end
         for seg in list(self.segments):
             if seg.next_offset <= start:
@@ -477,6 +521,7 @@ class Log:
                 break
         return out
 
+    @_storage_op
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """First (offset, timestamp) with timestamp >= ``timestamp``, or None."""
         with self.lock:
@@ -506,6 +551,7 @@ class Log:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epochs.end_offset_for(epoch, self.log_end_offset)
 
+    @_storage_op
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         self.epochs.assign(epoch, start_offset)
 
@@ -522,6 +568,7 @@ class Log:
         return entry.last_seq if entry is not None else -1
 
     # ==== truncation, deletion =======================================================================
+    @_storage_op
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: raise the log start offset (whole segments below it are deleted)."""
         with self.lock:
@@ -542,6 +589,7 @@ class Log:
                     if e.last_offset < offset and e.current_txn_first_offset < 0]:
             del psm.producers[pid]
 
+    @_storage_op
     def truncate_to(self, offset: int) -> None:
         """Drop everything at and after ``offset`` (replication: a follower's divergent tail)."""
         with self.lock:
@@ -560,6 +608,14 @@ class Log:
             self.segments, self._bases = keep, [s.base_offset for s in keep]
             # A batch cannot be split: the log may end before ``offset`` (at that batch's start).
             self._after_truncation(self.log_end_offset)
+
+    @_storage_op
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Replication: drop the whole log and start empty at ``offset`` (Kafka's
+        truncateFullyAndStartAt, for a follower whose fetch offset the leader no longer has)."""
+        with self.lock:
+            self._truncate_fully(offset)
+            self.log_start_offset = offset
 
     def _truncate_fully(self, offset: int) -> None:
         for seg in self.segments:
@@ -609,6 +665,7 @@ class Log:
         seg.change_suffix(DELETED_SUFFIX)
         self._pending_deletes.append(_PendingDelete(now_ms + self.config.file_delete_delay_ms, seg))
 
+    @_storage_op
     def run_pending_deletes(self, now_ms: int, *, force: bool = False) -> None:
         with self.lock:  # the cleaner thread schedules deletions too
             due = [p for p in self._pending_deletes if force or p.due_ms <= now_ms]
@@ -619,6 +676,7 @@ class Log:
             p.segment.delete_files()
 
     # ==== retention ===================================================================================
+    @_storage_op
     def apply_retention(self, now_ms: int) -> int:
         """retention.ms, retention.bytes and the log start offset; returns segments deleted."""
         with self.lock:
@@ -642,6 +700,7 @@ class Log:
                 deleted += self._delete_segments(over, now_ms)
             return deleted
 
+    @_storage_op
     def maintenance(self, now_ms: int, *, retention: bool = True) -> None:
         self.run_pending_deletes(now_ms)
         if retention:
@@ -653,6 +712,7 @@ class Log:
                 self.flush()
 
     # ==== durability, lifecycle =======================================================================
+    @_storage_op
     def flush(self, up_to: int | None = None) -> None:
         """fsync segments holding offsets below ``up_to`` (default: everything)."""
         with self.lock:
@@ -674,15 +734,23 @@ class Log:
         with self.lock:
             if self.closed:
                 return
-            self.flush()
-            self.producer_state.map_end_offset = self.log_end_offset
-            self.producer_state.take_snapshot()
-            self.epochs.flush()
-            self.run_pending_deletes(0, force=True)
-            for seg in self.segments:
-                seg.close()
-            self.closed = True
+            if self.offline is not None:  # handlers already closed; nothing can be flushed
+                self.closed = True
+                return
+            try:
+                self.flush()
+                self.producer_state.map_end_offset = self.log_end_offset
+                self.producer_state.take_snapshot()
+                self.epochs.flush()
+                self.run_pending_deletes(0, force=True)
+                for seg in self.segments:
+                    seg.close()
+            except OSError as exc:
+                raise self.storage_failed(exc) from exc
+            finally:
+                self.closed = True
 
+    @_storage_op
     def delete(self) -> None:
         """Rename the directory to ``<topic>-<p>.<uuid>-delete`` then remove it. Open fetch slices
         keep their descriptors, so in-flight reads finish."""
@@ -695,9 +763,42 @@ class Log:
             self._pending_deletes = []
             self.closed = True
             target = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
-            os.rename(self.dir, target)
+            io.rename(self.dir, target)
             self.dir = target
             shutil.rmtree(target, ignore_errors=True)
+
+    @property
+    def log_dir(self) -> Path:
+        """The entry of ``log.dirs`` holding this log (Kafka's unit of failure)."""
+        return self.dir.parent
+
+    def storage_failed(self, exc: OSError) -> KafkaStorageException:
+        """An OSError hit this log: its directory goes offline (once). Returns the exception the
+        caller raises; never raises itself (background threads report through it too)."""
+        if self.offline is None:
+            if self.on_storage_error is not None:
+                self.on_storage_error(self, exc)
+            if self.offline is None:  # no manager, or it did not mark us
+                log.error("partition %s-%d in %s is offline: %s", self.topic, self.partition, self.log_dir,
+                          describe(exc))
+                self.go_offline(describe(exc))
+        return offline_error(self.log_dir, (self.topic, self.partition), self.offline or describe(exc))
+
+    def go_offline(self, reason: str) -> None:
+        """Stop using the disk: later operations raise KafkaStorageException; descriptors and
+        mappings are closed without flushing (Kafka's closeHandlers), so a failed device can be
+        unmounted. In-memory offsets stay readable."""
+        with self.lock:
+            if self.offline is not None:
+                return
+            self.offline = reason
+            self.flush_pending = None
+            for seg in [*self.segments, *(p.segment for p in self._pending_deletes)]:
+                try:
+                    seg.release()
+                    seg.file.close()
+                except (OSError, ValueError):
+                    pass  # already closed, or the device is gone: nothing more to release
 
     def _ensure_open(self) -> None:
         if self.closed:
@@ -709,6 +810,6 @@ class Log:
 
 
 def _batch_size_at(seg: LogSegment, position: int) -> int:
-    head = os.pread(seg.fd, 12, position)
+    head = io.pread(seg.fd, 12, position)
     return int.from_bytes(head[8:12], "big", signed=True) + 12
 
