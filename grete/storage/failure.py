@@ -17,6 +17,8 @@ from grete.protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+# (log dir, the error, partitions it held) -> None
+OfflineListener = Callable[[Path, BaseException, list[TopicPartition]], None]
 
 
 class KafkaStorageException(KafkaError):
@@ -44,6 +46,32 @@ class LogDirFailureChannel:
     def __init__(self) -> None:
         self._offline: dict[Path, str] = {}
         self._lock = threading.Lock()
+        self.listeners: list[OfflineListener] = []
+        # Failures seen on storage threads (flusher, cleaner) wait here for the owner's thread.
+        self._pending: list[tuple[Path, BaseException, list[TopicPartition]]] = []
+        self.owner = threading.get_ident()
+
+    def announce(self, log_dir: Path, error: BaseException, partitions: list[TopicPartition]) -> None:
+        """Tell the listeners, on the owner's thread: now if this is it, else at deliver()."""
+        if threading.get_ident() != self.owner:
+            with self._lock:
+                self._pending.append((log_dir, error, partitions))
+            return
+        self._notify(log_dir, error, partitions)
+
+    def deliver(self) -> None:
+        """Announce failures that storage threads saw (called from the owner's periodic work)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for notice in pending:
+            self._notify(*notice)
+
+    def _notify(self, log_dir: Path, error: BaseException, partitions: list[TopicPartition]) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(log_dir, error, partitions)
+            except Exception:  # one broken listener must not hide the failure from the others
+                log.exception("log dir failure listener %r failed", listener)
 
     def mark_offline(self, log_dir: Path, error: BaseException) -> bool:
         with self._lock:
@@ -68,6 +96,3 @@ def describe(error: BaseException) -> str:
     """One line for a log: '[Errno 28] No space left on device: <path>' or the error's text."""
     return str(error) or type(error).__name__
 
-
-# (log dir, the error, partitions it held) -> None
-OfflineListener = Callable[[Path, BaseException, list[TopicPartition]], None]

@@ -37,6 +37,9 @@ PARTITION_METADATA: Final = "partition.metadata"
 
 _DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _DELETE_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]{32}-delete$")
+# Kafka's AlterReplicaLogDirs target while it is being copied: <topic>-<partition>.<uuid>-future
+_FUTURE_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]{32}-future$")
+FUTURE_DIR_SUFFIX: Final = "-future"
 
 
 def offset_name(offset: int) -> str:
@@ -69,6 +72,15 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 
 def is_deleted_dir(name: str) -> bool:
     return _DELETE_DIR_RE.match(name) is not None
+
+
+def future_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+
+
+def parse_future_dir(name: str) -> tuple[str, int] | None:
+    match = _FUTURE_DIR_RE.match(name)
+    return None if match is None else (match.group("topic"), int(match.group("partition")))
 
 
 def uuid_to_kafka(value: uuid.UUID) -> str:

@@ -22,6 +22,7 @@ from grete.storage.config import LogConfig
 from grete.storage.failure import KafkaStorageException, describe, offline_error
 from grete.storage.files import (
     DELETED_SUFFIX,
+    parse_future_dir,
     parse_partition_dir,
     read_partition_metadata,
     write_partition_metadata,
@@ -166,7 +167,7 @@ class Log:
     def open(cls, dir: Path, config: LogConfig, *, topic_id: uuid.UUID | None = None,
              recovery_point: int = 0, log_start_offset: int | None = None, clean_shutdown: bool = False,
              high_watermark: int | None = None, now_ms: int | None = None) -> Log:
-        parsed = parse_partition_dir(dir.name)
+        parsed = parse_partition_dir(dir.name) or parse_future_dir(dir.name)
         if parsed is None:
             raise ValueError(f"{dir}: not a <topic>-<partition> directory")
         dir.mkdir(parents=True, exist_ok=True)
@@ -762,7 +763,7 @@ class Log:
             self.segments = []
             self._pending_deletes = []
             self.closed = True
-            target = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
+            target = self.dir.with_name(f"{self.topic}-{self.partition}.{uuid.uuid4().hex}-delete")
             io.rename(self.dir, target)
             self.dir = target
             shutil.rmtree(target, ignore_errors=True)
@@ -777,11 +778,11 @@ class Log:
         caller raises; never raises itself (background threads report through it too)."""
         if self.offline is None:
             if self.on_storage_error is not None:
-                self.on_storage_error(self, exc)
-            if self.offline is None:  # no manager, or it did not mark us
+                self.on_storage_error(self, exc)  # the manager logs once per dir and takes it offline
+            else:
                 log.error("partition %s-%d in %s is offline: %s", self.topic, self.partition, self.log_dir,
                           describe(exc))
-                self.go_offline(describe(exc))
+            self.go_offline(describe(exc))  # no-op when the manager already did
         return offline_error(self.log_dir, (self.topic, self.partition), self.offline or describe(exc))
 
     def go_offline(self, reason: str) -> None:
