@@ -122,12 +122,12 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
         io.replace(tmp, path)
     except OSError as exc:
         _discard(tmp)
-        raise OSError(exc.errno, f"{exc.strerror} (atomic write of {path})", str(path)) from exc
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     if sync:
         try:
             fsync_dir(path.parent)
         except OSError as exc:  # the new version is in place; only its durability is in doubt
-            raise OSError(exc.errno, f"{exc.strerror} (syncing the directory of {path})", str(path)) from exc
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def _discard(tmp: Path) -> None:
