@@ -83,7 +83,8 @@ class LogManager:
         self.default_config = default_config
         self.topic_config = topic_config
         self.logs: dict[TopicPartition, Log] = {}
-        self.offline: dict[TopicPartition, str] = {}
+        self.offline: dict[TopicPartition, str] = {}  # partitions that failed to load, and why
+        self._offline_where: dict[TopicPartition, list[Path]] = {}  # their partition directories
         self.dir_ids: dict[Path, uuid.UUID] = {}
         self.cleaner_offsets: dict[TopicPartition, int] = {}
         self._last_checkpoint_ms = 0
@@ -167,26 +168,34 @@ class LogManager:
             if parsed is None:
                 continue
             config = configs.get(parsed[0]) or self.config_for(parsed[0])
+            # The checkpoints hold current logs only: a future log starts from its own files.
+            mine = future is None
             try:
-                opened = Log.open(path, config, recovery_point=recovery.get(parsed, 0),
-                                  log_start_offset=starts.get(parsed), clean_shutdown=clean,
-                                  high_watermark=hws.get(parsed))
+                opened = Log.open(path, config, recovery_point=recovery.get(parsed, 0) if mine else 0,
+                                  log_start_offset=starts.get(parsed) if mine else None, clean_shutdown=clean,
+                                  high_watermark=hws.get(parsed) if mine else None)
             except (LogOffline, ValueError) as exc:  # this partition only; an OSError is the dir's
-                log.error("partition %s-%d offline: %s", parsed[0], parsed[1], exc)
-                self.offline[parsed] = str(exc)
+                self._partition_offline(parsed, path, str(exc))
                 continue
-            if future is not None:
+            if not mine:
                 self.future_logs[parsed] = self._adopt(opened)
-            elif parsed in self.logs:  # two dirs hold it: serving either could lose data
+            elif parsed in self.logs or parsed in self.offline:  # two dirs hold it: either could be stale
                 opened.close()
-                log.error("partition %s-%d is in both %s and %s; offline until one is removed",
-                          parsed[0], parsed[1], self.logs[parsed].log_dir, d)
-                self.offline[parsed] = f"duplicate log in {self.logs[parsed].log_dir} and {d}"
+                first = self.logs.pop(parsed, None)
+                if first is not None:
+                    first.close()
+                    self._offline_where.setdefault(parsed, []).append(first.dir)
+                self._partition_offline(parsed, path, f"a log of it is in more than one log dir (also {d})")
             else:
                 self.logs[parsed] = self._adopt(opened)
         # From here on a crash is unclean: the marker only comes back with shutdown().
         if marker.exists():
             io.unlink(marker)
+
+    def _partition_offline(self, key: TopicPartition, path: Path, reason: str) -> None:
+        log.error("partition %s-%d offline: %s", key[0], key[1], reason)
+        self.offline[key] = reason
+        self._offline_where.setdefault(key, []).append(path)
 
     def _promote_orphan_futures(self) -> None:
         for key in [k for k in self.future_logs if k not in self.logs]:
@@ -209,6 +218,9 @@ class LogManager:
         existing = self.logs.get(key)
         if existing is not None:
             return existing
+        if key in self.offline:  # it has data that failed to load: never start it afresh elsewhere
+            raise KafkaStorageException(self._offline_where[key][0].parent, key,
+                                        f"{topic}-{partition} is offline: {self.offline[key]}")
         d = self._emptiest_dir()
         try:
             opened = Log.open(d / partition_dir_name(topic, partition), config or self.config_for(topic),
@@ -290,6 +302,10 @@ class LogManager:
             found.delete()
         self.logs.pop(key, None)
         self.cleaner_offsets.pop(key, None)
+        if key in self.offline:  # a topic deletion clears a partition that failed to load
+            self.offline.pop(key)
+            for path in self._offline_where.pop(key, []):
+                shutil.rmtree(path, ignore_errors=True)
 
     # ==== periodic work ===============================================================================
     def maintenance(self, now_ms: int | None = None) -> None:

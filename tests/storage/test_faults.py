@@ -357,3 +357,21 @@ def test_log_without_a_manager_goes_offline_alone(tmp_path: Path, injector: io.F
         list(lg.batches())
     assert len(offline_lines(caplog)) == 1
     lg.close()
+
+
+def test_a_partition_in_two_dirs_is_offline_and_never_recreated(tmp_path: Path) -> None:
+    d0, d1 = tmp_path / "d0", tmp_path / "d1"
+    mgr, _ = start([d0, d1])
+    append(mgr.create_log("t", 0), [b"one"])
+    mgr.shutdown()
+    shutil.copytree(d0 / "t-0", d1 / "t-0")
+    again, listener = start([d0, d1])
+    assert again.get_log("t", 0) is None and "more than one log dir" in again.offline[("t", 0)]
+    assert not listener.calls and not again.offline_dirs  # a partition problem, not a dir failure
+    with pytest.raises(KafkaStorageException) as err:
+        again.create_log("t", 0)
+    assert err.value.partition == ("t", 0)
+    again.delete_log("t", 0)  # a topic deletion clears both copies
+    assert not (d0 / "t-0").exists() and not (d1 / "t-0").exists()
+    assert again.create_log("t", 0).log_end_offset == 0
+    again.shutdown()
