@@ -615,8 +615,13 @@ class Log:
         """Replication: drop the whole log and start empty at ``offset`` (Kafka's
         truncateFullyAndStartAt, for a follower whose fetch offset the leader no longer has)."""
         with self.lock:
+            # Nothing of the old log applies (Kafka clears the epoch cache and producer state too).
+            self.epochs.clear()
+            self.producer_state.delete_snapshots(above=-1)
+            self.producer_state.reset(offset)
             self._truncate_fully(offset)
             self.log_start_offset = offset
+            self._high_watermark = offset
 
     def _truncate_fully(self, offset: int) -> None:
         for seg in self.segments:

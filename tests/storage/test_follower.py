@@ -226,3 +226,22 @@ def test_replication_and_recovery_checkpoints_in_kafkas_format(tmp_path: Path) -
     assert read_recovery_point_checkpoint(tmp_path) == {("x", 3): 9}
     assert read_replication_offset_checkpoint(tmp_path / "nowhere") == {}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_truncate_fully_and_start_at_forgets_the_old_log(tmp_path: Path) -> None:
+    lg = open_log(tmp_path / "t-0")
+    lg.append(make_batch([b"a", b"b"], producer_id=3, epoch=0, seq=0, transactional=True), leader_epoch=1, now_ms=1)
+    lg.roll()
+    lg.high_watermark = 2
+    lg.truncate_fully_and_start_at(100)  # the leader's log now starts past everything we had
+    assert (lg.log_start_offset, lg.log_end_offset, lg.high_watermark) == (100, 100, 100)
+    assert lg.epochs.entries == [] and lg.ongoing_transactions() == {} and lg.producer(3) is None
+    leader = open_log(tmp_path / "l" / "t-0")
+    leader.truncate_fully_and_start_at(100)
+    leader.append(make_batch([b"c"]), leader_epoch=4, now_ms=1)
+    lg.append_as_follower(fetch_all(leader, 100), now_ms=1)
+    assert records(lg, 100) == [(100, None, b"c")] and lg.epochs.entries == [(4, 100)]
+    lg.close()
+    reopened = Log.open(lg.dir, lg.config, clean_shutdown=False)
+    assert reopened.log_start_offset == 100 and reopened.producer(3) is None
+    assert reopened.epochs.entries == [(4, 100)]
