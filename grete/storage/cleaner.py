@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch, decode_records
+from grete.storage import io
+from grete.storage.failure import KafkaStorageException
 from grete.storage.files import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
@@ -174,7 +176,7 @@ def _is_aborted(spec: CleanSpec, batch: RecordBatch) -> bool:
 
 def _batches(info: SegmentInfo, start_offset: int = 0) -> Iterator[RecordBatch]:
     try:
-        fd = os.open(info.path, os.O_RDONLY)
+        fd = io.open(info.path, os.O_RDONLY)
     except FileNotFoundError:
         raise CompactionAborted(f"{info.path} is gone") from None
     try:
@@ -438,6 +440,12 @@ class LogCleaner:
                 return
             try:
                 self.clean_now(key, int(time.time() * 1000))
+            except KafkaStorageException:
+                pass  # its log dir went offline and said so once
+            except OSError as exc:  # the cleaner's own file work: the dir goes offline like any other
+                lg = self.manager.logs.get(key)
+                if lg is not None:
+                    lg.storage_failed(exc)
             except Exception as exc:  # a failed pass must not kill the thread
                 self.last_error = f"{key}: {exc}"
                 log.exception("compaction of %s-%s failed", *key)
@@ -471,7 +479,7 @@ class LogCleaner:
 
     def clean_now(self, key: tuple[str, int], now_ms: int, *, force: bool = False) -> CleanStats | None:
         lg = self.manager.logs.get(key)
-        if lg is None or lg.closed:
+        if lg is None or lg.closed or lg.offline is not None:
             return None
         planned = plan_cleaning(lg, self.manager.cleaner_offsets.get(key, 0), now_ms, force=force)
         if planned is None:

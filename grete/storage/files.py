@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
+from grete.storage import io
+
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
@@ -35,6 +37,9 @@ PARTITION_METADATA: Final = "partition.metadata"
 
 _DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _DELETE_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]{32}-delete$")
+# Kafka's AlterReplicaLogDirs target while it is being copied: <topic>-<partition>.<uuid>-future
+_FUTURE_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]{32}-future$")
+FUTURE_DIR_SUFFIX: Final = "-future"
 
 
 def offset_name(offset: int) -> str:
@@ -69,6 +74,15 @@ def is_deleted_dir(name: str) -> bool:
     return _DELETE_DIR_RE.match(name) is not None
 
 
+def future_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+
+
+def parse_future_dir(name: str) -> tuple[str, int] | None:
+    match = _FUTURE_DIR_RE.match(name)
+    return None if match is None else (match.group("topic"), int(match.group("partition")))
+
+
 def uuid_to_kafka(value: uuid.UUID) -> str:
     """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, no padding (22 characters)."""
     return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
@@ -80,27 +94,47 @@ def uuid_from_kafka(text: str) -> uuid.UUID:
 
 
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    fd = io.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        io.fsync(fd)
     finally:
         os.close(fd)
 
 
 def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data``: readers see the old content or the new, never a mix.
+
+    On any failure (disk full, I/O error, read-only or vanished directory) the temp file is
+    removed, the previous version of ``path`` stays as it was, and an OSError naming ``path``
+    (same errno, so the same subclass) is raised.
+    """
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[io.write(fd, view):]
+            if sync:
+                io.fsync(fd)
+        finally:
+            os.close(fd)
+        io.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     if sync:
-        fsync_dir(path.parent)
+        try:
+            fsync_dir(path.parent)
+        except OSError as exc:  # the new version is in place; only its durability is in doubt
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def _discard(tmp: Path) -> None:
+    try:
+        os.unlink(tmp)  # not through io: cleaning up must not trip an injected fault again
+    except OSError:
+        pass  # never created, or its directory is gone
 
 
 # --- checkpoint files: "version\ncount\nentry\n..." ----------------------------------------------
@@ -139,6 +173,26 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     if entries is None:
         return {}
     return {(e[0], int(e[1])): int(e[2]) for e in entries if len(e) == 3}
+
+
+# Kafka's per-log-dir offset checkpoints (same text form: "0\n<count>\n<topic> <partition> <offset>\n...").
+
+def write_replication_offset_checkpoint(log_dir: Path, high_watermarks: Mapping[tuple[str, int], int]) -> None:
+    """``replication-offset-checkpoint``: the high watermark of every partition in ``log_dir``."""
+    write_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT, high_watermarks)
+
+
+def read_replication_offset_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
+    return read_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT)
+
+
+def write_recovery_point_checkpoint(log_dir: Path, recovery_points: Mapping[tuple[str, int], int]) -> None:
+    """``recovery-point-offset-checkpoint``: below these offsets the logs were fsynced."""
+    write_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, recovery_points)
+
+
+def read_recovery_point_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
+    return read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
 
 
 # --- partition.metadata --------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import struct
 from pathlib import Path
 from typing import Final
 
+from grete.storage import io
+
 _OFFSET_ENTRY: Final = struct.Struct(">ii")
 _TIME_ENTRY: Final = struct.Struct(">qi")
 
@@ -36,7 +38,7 @@ class _MappedIndex:
         self.entry_size = self.entry.size
         self.max_entries = max(1, max_index_size // self.entry_size)
         existed = path.exists()
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = io.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         length = os.fstat(self._fd).st_size if existed else 0
         self.opened_length = length  # a cleanly closed index is trimmed to whole entries
         self.entries = length // self.entry_size
@@ -53,7 +55,7 @@ class _MappedIndex:
             self._map.close()
             self._map = None
         if os.fstat(self._fd).st_size != length:
-            os.ftruncate(self._fd, length)
+            io.ftruncate(self._fd, length)
         if length > 0:
             self._map = mmap.mmap(self._fd, length)
 
@@ -84,7 +86,7 @@ class _MappedIndex:
         self._fd = -1
 
     def rename(self, new_path: Path) -> None:
-        os.rename(self.path, new_path)
+        io.rename(self.path, new_path)
         self.path = new_path
 
     # --- entries -------------------------------------------------------------------------------
@@ -105,7 +107,7 @@ class _MappedIndex:
         # pwrite, not a store through the mapping: the first store to each fresh page of the
         # pre-sized sparse file faults for ~2 ms on this VM, pwrite allocates it in ~5 µs (measured
         # with 1000 partitions). The mapping shares the page cache, so lookups see the entry at once.
-        os.pwrite(self._fd, self.entry.pack(a, b), self.entries * self.entry_size)
+        io.pwrite(self._fd, self.entry.pack(a, b), self.entries * self.entry_size)
         self.entries += 1
 
     def reset(self) -> None:

@@ -3,34 +3,35 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
-import os
 import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.records.batch import BATCH_OVERHEAD, RecordBatch
+from grete.protocol.records.batch import BATCH_OVERHEAD, RecordBatch, iter_batches
 from grete.protocol.records.control import parse_control_record
+from grete.storage import io
 from grete.storage.config import LogConfig
+from grete.storage.failure import KafkaStorageException, describe, offline_error
 from grete.storage.files import (
-    CLEANED_SUFFIX,
     DELETED_SUFFIX,
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    TMP_SUFFIX,
-    parse_offset_name,
+    parse_future_dir,
     parse_partition_dir,
     read_partition_metadata,
     write_partition_metadata,
 )
 from grete.storage.leader_epoch import LeaderEpochCache
+from grete.storage.loader import LogLoader, new_segment, rebuild_producer_state
+from grete.storage.loader import LogOffline as LogOffline  # re-exported: its old home
 from grete.storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
-from grete.storage.segment import BatchPos, CorruptSegmentError, LogSegment, SegmentFile
+from grete.storage.segment import INT32_MAX, BatchPos, LogSegment, SegmentFile
 from grete.storage.timestamps import exact_offset_for_timestamp
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,21 @@ class ReadResult:
 
     def read_bytes(self) -> bytes:
         """Copy the slices into memory (tests, tools; the broker sends them with sendfile)."""
-        return b"".join(os.pread(s.fd, s.size, s.position) for s in self.slices)
+        return b"".join(io.pread(s.fd, s.size, s.position) for s in self.slices)
+
+
+class UnexpectedAppendOffsetError(ValueError):
+    """Kafka's UnexpectedAppendOffsetException: a replicated append starts below the log end
+    offset (the follower must truncate, or refetch from its log end, first)."""
+
+    def __init__(self, message: str, first_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.log_end_offset = log_end_offset
+
+
+class OffsetsOutOfOrderError(ValueError):
+    """Kafka's OffsetsOutOfOrderException: replicated batches whose offsets do not increase."""
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs a microsecond per append to build
@@ -82,16 +97,24 @@ class _PendingDelete:
     segment: LogSegment
 
 
-@dataclass
-class LogOffline(Exception):
-    """Raised by Log.open when a segment that must be whole is corrupt: never serve it."""
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-    path: Path
-    position: int
-    reason: str = field(default="")
 
-    def __str__(self) -> str:
-        return f"{self.path}: corrupt at byte {self.position}: {self.reason}"
+def _storage_op(method: Callable[Concatenate[Log, _P], _R]) -> Callable[Concatenate[Log, _P], _R]:
+    """A Log operation that may touch the disk: refused at once while the log's directory is
+    offline; an OSError takes the directory offline (once) and surfaces as KafkaStorageException."""
+
+    @functools.wraps(method)
+    def guarded(self: Log, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self.offline is not None:
+            raise offline_error(self.log_dir, (self.topic, self.partition), self.offline)
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise self.storage_failed(exc) from exc
+
+    return guarded
 
 
 class Log:
@@ -133,13 +156,18 @@ class Log:
         self.flush_pending: int | None = None
         self._last_flush_ms = int(time.time() * 1000)
         self.closed = False
+        # Why this log's directory is offline (None: online). Set once; every disk operation is
+        # then refused with KafkaStorageException without touching the disk.
+        self.offline: str | None = None
+        # Set by LogManager: takes the whole directory offline. Without one, only this log goes.
+        self.on_storage_error: Callable[[Log, OSError], None] | None = None
 
     # ==== opening and recovery ===================================================================
     @classmethod
     def open(cls, dir: Path, config: LogConfig, *, topic_id: uuid.UUID | None = None,
              recovery_point: int = 0, log_start_offset: int | None = None, clean_shutdown: bool = False,
              high_watermark: int | None = None, now_ms: int | None = None) -> Log:
-        parsed = parse_partition_dir(dir.name)
+        parsed = parse_partition_dir(dir.name) or parse_future_dir(dir.name)
         if parsed is None:
             raise ValueError(f"{dir}: not a <topic>-<partition> directory")
         dir.mkdir(parents=True, exist_ok=True)
@@ -158,153 +186,18 @@ class Log:
         return self
 
     def _new_segment(self, base: int, *, active: bool, create: bool, suffix: str = "") -> LogSegment:
-        return LogSegment(self.dir, base, index_bytes=self.config.segment_index_bytes,
-                          index_interval=self.config.index_interval_bytes, active=active, suffix=suffix,
-                          create=create)
+        return new_segment(self.dir, self.config, base, active=active, create=create, suffix=suffix)
 
     def _load(self, clean: bool, recovery_point: int, start: int | None, now_ms: int) -> None:
-        self._clean_up_leftovers()
-        bases = sorted(b for b in (parse_offset_name(n) for n in os.listdir(self.dir)
-                                   if n.endswith(LOG_SUFFIX)) if b is not None)
-        segs = [self._new_segment(b, active=(i == len(bases) - 1), create=False) for i, b in enumerate(bases)]
-        first_unflushed = self._first_unflushed(bases, recovery_point) if not clean else len(bases)
-        try:
-            for seg in segs[:first_unflushed]:
-                if seg.index_rebuild_needed:  # flushed data: must be whole, or the partition goes offline
-                    seg.rebuild(strict=True)
-                else:
-                    seg.load_tail()
-        except CorruptSegmentError as exc:
-            for s in segs:
-                s.close()
-            log.error("partition %s-%s is offline: %s", self.topic, self.partition, exc)
-            raise LogOffline(exc.path, exc.position, str(exc)) from exc
-        segs = self._recover(segs, first_unflushed)
-        if not segs:
-            base = start if start is not None else 0
-            segs = [self._new_segment(base, active=True, create=True)]
-        segs[-1].offset_index.make_writable()
-        segs[-1].time_index.make_writable()
-        self.segments = segs
-        self._bases = [s.base_offset for s in segs]
-        leo = self.log_end_offset
-        self.log_start_offset = min(max(start or 0, segs[0].base_offset), leo)
-        if self.epochs.corrupt:
-            self._rebuild_epochs()
-        self.epochs.truncate_from_end(leo)
-        self.epochs.truncate_from_start(self.log_start_offset)
-        self._load_producer_state(now_ms, clean)
-        if first_unflushed < len(bases):
-            self.flush()
-        self.recovery_point = leo if first_unflushed < len(bases) else max(min(recovery_point, leo), 0)
-        if clean:
-            self.recovery_point = leo
-
-    @staticmethod
-    def _first_unflushed(bases: list[int], recovery_point: int) -> int:
-        """Index of the segment holding the recovery point: it and all later ones get rescanned."""
-        idx = bisect.bisect_right(bases, recovery_point) - 1
-        return max(idx, 0)
-
-    def _recover(self, segs: list[LogSegment], first: int) -> list[LogSegment]:
-        for i in range(first, len(segs)):
-            seg = segs[i]
-            truncated = seg.rebuild(on_batch=self._note_epoch)
-            if truncated:
-                log.warning("%s: truncated %d invalid bytes at position %d during recovery",
-                            seg.log_path, truncated, seg.size)
-                for later in segs[i + 1:]:
-                    log.warning("%s: deleted after corruption in an earlier segment", later.log_path)
-                    later.close()
-                    later.delete_files()
-                segs = segs[:i + 1]
-                break
-        # A trailing empty segment whose base is past its predecessor's end is legitimate (roll).
-        return segs
-
-    def _rebuild_epochs(self) -> None:
-        """leader-epoch-checkpoint was unreadable: the batch headers carry the same facts."""
-        log.warning("%s: rebuilding the leader-epoch cache from batch headers", self.dir)
-        self.epochs.entries = []
-        for seg in self.segments:
-            for _, batch in seg.scan(0, seg.size, full=False):
-                self._note_epoch(batch)
-        self.epochs.corrupt = False
-        self.epochs.flush()
-
-    def _note_epoch(self, batch: RecordBatch) -> None:
-        if batch.partition_leader_epoch >= 0:
-            self.epochs.assign(batch.partition_leader_epoch, batch.base_offset, persist=False)
-
-    def _clean_up_leftovers(self) -> None:
-        """Temp files go; interrupted cleaner swaps are completed; pending deletes are finished."""
-        names = os.listdir(self.dir)
-        for name in names:
-            if name.endswith((TMP_SUFFIX, CLEANED_SUFFIX, DELETED_SUFFIX)):
-                (self.dir / name).unlink(missing_ok=True)
-        for name in sorted(os.listdir(self.dir)):
-            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-                base = parse_offset_name(name)
-                if base is not None:
-                    self._finish_swap(base)
-        for name in os.listdir(self.dir):
-            if name.endswith(SWAP_SUFFIX):  # index swaps whose log never made it: rebuilt instead
-                (self.dir / name).unlink(missing_ok=True)
-
-    def _finish_swap(self, base: int) -> None:
-        swap = self._new_segment(base, active=False, create=False, suffix=SWAP_SUFFIX)
-        swap.rebuild()
-        end = swap.next_offset
-        for name in os.listdir(self.dir):
-            other = parse_offset_name(name)
-            if (other is not None and base <= other < end and name.endswith(LOG_SUFFIX)):
-                old = self._new_segment(other, active=False, create=False)
-                old.close()
-                old.delete_files()
-        swap.on_become_inactive()
-        swap.change_suffix("")
-        swap.close()
-        log.info("%s: completed an interrupted segment swap", swap.log_path)
-
-    def _load_producer_state(self, now_ms: int, clean: bool) -> None:
-        psm = self.producer_state
-        leo = self.log_end_offset
-        psm.delete_snapshots(above=leo)
-        # A dropped (corrupt) txn index is refilled by replaying from a snapshot before it.
-        refill = min((s.base_offset for s in self.segments if s.txn_index.corrupt), default=leo)
-        candidates = [o for o in psm.snapshot_offsets() if self.segments[0].base_offset <= o <= refill]
-        loaded = False
-        while candidates and not loaded:
-            loaded = psm.load_snapshot(candidates.pop(), now_ms)
-        if not loaded:
-            psm.reset(self.segments[0].base_offset)
-        if psm.map_end_offset < leo:
-            self._replay(psm.map_end_offset)
-        psm.remove_expired(now_ms)
-        if not clean or not loaded or psm.map_end_offset != leo:
-            psm.map_end_offset = leo
-            psm.take_snapshot()
-        for seg in self.segments:
-            seg.txn_index.corrupt = False
-
-    def _replay(self, start: int) -> None:
-        """Producer state from batch headers (markers read whole), and missing txn-index entries."""
-        psm = self.producer_state
-        i = max(bisect.bisect_right(self._bases, start) - 1, 0)
-        for seg in self.segments[i:]:
-            hit = seg.find_batch(start)
-            if hit is None:
-                continue
-            for bp, batch in seg.scan(hit.position, seg.size, full=False):
-                if bp.last_offset < start or batch.producer_id < 0:
-                    psm.map_end_offset = max(psm.map_end_offset, bp.last_offset + 1)
-                    continue
-                if batch.is_control:
-                    batch = seg.read_batch(bp.position, bp.size)
-                done = psm.update(batch)
-                if done is not None and done.aborted:
-                    if all(t.last_offset != done.last_offset for t in seg.txn_index.entries):
-                        seg.txn_index.append(psm.aborted_entry(done))
+        loaded = LogLoader(self.dir, self.config, self.epochs, self.producer_state,
+                           name=f"{self.topic}-{self.partition}", clean_shutdown=clean,
+                           recovery_point=recovery_point, log_start_offset=start, now_ms=now_ms).load()
+        self.segments = loaded.segments
+        self._bases = [s.base_offset for s in loaded.segments]
+        self.log_start_offset = loaded.log_start_offset
+        if loaded.recovered:
+            self.flush()  # what recovery kept is durable before anything is served from it
+        self.recovery_point = loaded.recovery_point
 
     # ==== offsets ===================================================================================
     @property
@@ -338,6 +231,7 @@ class Log:
         self.producer_state.expiration_ms = config.producer_id_expiration_ms
 
     # ==== appending ==================================================================================
+    @_storage_op
     def append(self, batch: RecordBatch, *, leader_epoch: int, now_ms: int,
                coordinator_epoch: int | None = None) -> AppendResult:
         """Append one validated client batch (or, if it is a control batch, a broker-built marker).
@@ -401,21 +295,104 @@ class Log:
             self.flush()
         return AppendResult(base, last, append_time, self.log_start_offset, False, batch.max_timestamp, done)
 
-    def roll(self, now_ms: int | None = None) -> LogSegment:
-        """Close the active segment and start a new one at the log end offset."""
+    # ==== appending as a follower ====================================================================
+    @_storage_op
+    def append_as_follower(self, records: RecordBatch | bytes | bytearray | memoryview, *,
+                           now_ms: int) -> AppendResult:
+        """Replication (Kafka's ``UnifiedLog.appendAsFollower``): append batches fetched from the
+        leader exactly as it wrote them: base offsets, partition leader epochs, timestamps and CRCs
+        are kept. Offsets must increase and start at or past the log end offset (gaps, as compaction
+        leaves them, are fine). The leader-epoch cache follows the batches' epochs, producer state
+        and the transaction index follow their data and markers (no client checks: the leader made
+        them). The high watermark is the broker's (Partition's): it is not touched here.
+
+        Nothing is written unless every batch passes: ``UnexpectedAppendOffsetError``,
+        ``OffsetsOutOfOrderError``, KafkaError CORRUPT_MESSAGE or RECORD_LIST_TOO_LARGE otherwise.
+        """
+        batches = [records] if isinstance(records, RecordBatch) else list(iter_batches(records))
+        with self.lock:
+            self._ensure_open()
+            leo = self.log_end_offset
+            if not batches:
+                return AppendResult(leo, leo - 1, -1, self.log_start_offset)
+            self._check_follower_batches(batches, leo)
+            for batch in batches:
+                self._write_replicated(batch, now_ms)
+            return AppendResult(batches[0].base_offset, batches[-1].last_offset, -1, self.log_start_offset,
+                                False, max(b.max_timestamp for b in batches))
+
+    def _check_follower_batches(self, batches: list[RecordBatch], leo: int) -> None:
+        first = batches[0].base_offset
+        if first < leo:
+            raise UnexpectedAppendOffsetError(
+                f"{self.topic}-{self.partition}: first offset {first} of a replicated append is below "
+                f"the log end offset {leo}", first, leo)
+        previous_last = first - 1
+        for batch in batches:
+            if batch.magic != 2 or not batch.crc_ok():
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"{self.topic}-{self.partition}: replicated batch at offset "
+                                 f"{batch.base_offset} is corrupt (magic {batch.magic})")
+            if batch.size > self.config.segment_bytes:
+                raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                                 f"replicated batch of {batch.size} bytes exceeds segment.bytes "
+                                 f"{self.config.segment_bytes}")
+            if batch.last_offset_delta < 0 or batch.base_offset <= previous_last:
+                raise OffsetsOutOfOrderError(
+                    f"{self.topic}-{self.partition}: replicated offsets not increasing: batch "
+                    f"[{batch.base_offset}, {batch.last_offset}] after offset {previous_last}")
+            previous_last = batch.last_offset
+
+    def _write_replicated(self, batch: RecordBatch, now_ms: int) -> None:
+        base, last = batch.base_offset, batch.last_offset
+        active = self.active
+        if active.should_roll(batch.size, last, now_ms, self.config.segment_bytes,
+                              self.config.segment_ms - self.config.segment_jitter_ms):
+            self.roll(now_ms)
+        if last - self.active.base_offset > INT32_MAX:  # a gap too wide for relative offsets
+            self.roll(now_ms, at=base)
+        seg = self.active
+        seg.append(batch.bytes_view(), last, batch.max_timestamp)
+        epoch = batch.partition_leader_epoch
+        if epoch >= 0 and epoch > self.epochs.latest_epoch:
+            self.epochs.assign(epoch, base)
+        done = self.producer_state.update(batch) if batch.producer_id >= 0 else None
+        self.producer_state.map_end_offset = last + 1
+        if done is not None and done.aborted:
+            seg.txn_index.append(self.producer_state.aborted_entry(done))
+        self._unflushed_messages += batch.last_offset_delta + 1
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+
+    @_storage_op
+    def roll(self, now_ms: int | None = None, *, at: int | None = None) -> LogSegment:
+        """Close the active segment and start a new one at the log end offset (or at ``at``, past
+        it, for a follower's batch after a gap too wide for the segment's 32-bit relative offsets)."""
         with self.lock:
             old = self.active
             leo = old.next_offset
-            if old.size == 0 and old.base_offset == leo:
-                return old
+            base = leo if at is None else max(leo, at)
+            if old.size == 0:
+                if old.base_offset == base:
+                    return old
+                return self._replace_empty_active(base)
             old.on_become_inactive()
             self.producer_state.map_end_offset = leo
             self.producer_state.take_snapshot(sync=False)
-            seg = self._new_segment(leo, active=True, create=True)
+            seg = self._new_segment(base, active=True, create=True)
             self.segments = [*self.segments, seg]
-            self._bases = [*self._bases, leo]
+            self._bases = [*self._bases, base]
             self.flush_pending = leo
             return seg
+
+    def _replace_empty_active(self, base: int) -> LogSegment:
+        old = self.active
+        old.release()
+        old.delete_files()
+        seg = self._new_segment(base, active=True, create=True)
+        self.segments = [*self.segments[:-1], seg]
+        self._bases = [*self._bases[:-1], base]
+        return seg
 
     def flush_rolled(self) -> None:
         """fsync the segments completed by roll() and move the recovery point past them.
@@ -435,12 +412,17 @@ class Log:
             for seg in todo:
                 seg.flush()
             self.producer_state.fsync_snapshots()
-        except (OSError, ValueError):  # closed or deleted meanwhile: the next flush covers it
+        except ValueError:  # closed meanwhile: the next flush covers it
+            return
+        except OSError as exc:
+            if not self.closed:  # a deleted or closed log is not a failed directory
+                self.storage_failed(exc)
             return
         with self.lock:
             self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
 
     # ==== reading ====================================================================================
+    @_storage_op
     def read(self, offset: int, max_bytes: int, *, upper_bound: int | None = None,
              min_one: bool = True) -> ReadResult:
         """Whole batches from the one containing ``offset``, up to ``max_bytes`` (at least one batch
@@ -507,6 +489,14 @@ class Log:
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
         """Every batch overlapping [start, end), read whole (tests, tools, the cleaner)."""
+        if self.offline is not None:
+            raise offline_error(self.log_dir, (self.topic, self.partition), self.offline)
+        try:
+            yield from self._batches(start, end)
+        except OSError as exc:
+            raise self.storage_failed(exc) from exc
+
+    def _batches(self, start: int, end: int | None) -> Iterator[RecordBatch]:
         stop = self.log_end_offset if end is None else end
         for seg in list(self.segments):
             if seg.next_offset <= start:
@@ -532,6 +522,7 @@ class Log:
                 break
         return out
 
+    @_storage_op
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """First (offset, timestamp) with timestamp >= ``timestamp``, or None."""
         with self.lock:
@@ -561,6 +552,7 @@ class Log:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epochs.end_offset_for(epoch, self.log_end_offset)
 
+    @_storage_op
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         self.epochs.assign(epoch, start_offset)
 
@@ -577,6 +569,7 @@ class Log:
         return entry.last_seq if entry is not None else -1
 
     # ==== truncation, deletion =======================================================================
+    @_storage_op
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: raise the log start offset (whole segments below it are deleted)."""
         with self.lock:
@@ -597,6 +590,7 @@ class Log:
                     if e.last_offset < offset and e.current_txn_first_offset < 0]:
             del psm.producers[pid]
 
+    @_storage_op
     def truncate_to(self, offset: int) -> None:
         """Drop everything at and after ``offset`` (replication: a follower's divergent tail)."""
         with self.lock:
@@ -616,6 +610,19 @@ class Log:
             # A batch cannot be split: the log may end before ``offset`` (at that batch's start).
             self._after_truncation(self.log_end_offset)
 
+    @_storage_op
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Replication: drop the whole log and start empty at ``offset`` (Kafka's
+        truncateFullyAndStartAt, for a follower whose fetch offset the leader no longer has)."""
+        with self.lock:
+            # Nothing of the old log applies (Kafka clears the epoch cache and producer state too).
+            self.epochs.clear()
+            self.producer_state.delete_snapshots(above=-1)
+            self.producer_state.reset(offset)
+            self._truncate_fully(offset)
+            self.log_start_offset = offset
+            self._high_watermark = offset
+
     def _truncate_fully(self, offset: int) -> None:
         for seg in self.segments:
             seg.release()
@@ -632,7 +639,7 @@ class Log:
         self._high_watermark = min(self._high_watermark, offset)
         self.recovery_point = min(self.recovery_point, offset)
         self.producer_state.delete_snapshots(above=offset)
-        self._load_producer_state(int(time.time() * 1000), clean=False)
+        rebuild_producer_state(self.segments, self.producer_state, int(time.time() * 1000), clean=False)
 
     def _delete_segments(self, predicate: _Predicate, now_ms: int) -> int:
         """Delete the longest prefix of segments matching ``predicate`` (never past the HW)."""
@@ -664,6 +671,7 @@ class Log:
         seg.change_suffix(DELETED_SUFFIX)
         self._pending_deletes.append(_PendingDelete(now_ms + self.config.file_delete_delay_ms, seg))
 
+    @_storage_op
     def run_pending_deletes(self, now_ms: int, *, force: bool = False) -> None:
         with self.lock:  # the cleaner thread schedules deletions too
             due = [p for p in self._pending_deletes if force or p.due_ms <= now_ms]
@@ -674,6 +682,7 @@ class Log:
             p.segment.delete_files()
 
     # ==== retention ===================================================================================
+    @_storage_op
     def apply_retention(self, now_ms: int) -> int:
         """retention.ms, retention.bytes and the log start offset; returns segments deleted."""
         with self.lock:
@@ -697,6 +706,7 @@ class Log:
                 deleted += self._delete_segments(over, now_ms)
             return deleted
 
+    @_storage_op
     def maintenance(self, now_ms: int, *, retention: bool = True) -> None:
         self.run_pending_deletes(now_ms)
         if retention:
@@ -708,6 +718,7 @@ class Log:
                 self.flush()
 
     # ==== durability, lifecycle =======================================================================
+    @_storage_op
     def flush(self, up_to: int | None = None) -> None:
         """fsync segments holding offsets below ``up_to`` (default: everything)."""
         with self.lock:
@@ -729,15 +740,23 @@ class Log:
         with self.lock:
             if self.closed:
                 return
-            self.flush()
-            self.producer_state.map_end_offset = self.log_end_offset
-            self.producer_state.take_snapshot()
-            self.epochs.flush()
-            self.run_pending_deletes(0, force=True)
-            for seg in self.segments:
-                seg.close()
-            self.closed = True
+            if self.offline is not None:  # handlers already closed; nothing can be flushed
+                self.closed = True
+                return
+            try:
+                self.flush()
+                self.producer_state.map_end_offset = self.log_end_offset
+                self.producer_state.take_snapshot()
+                self.epochs.flush()
+                self.run_pending_deletes(0, force=True)
+                for seg in self.segments:
+                    seg.close()
+            except OSError as exc:
+                raise self.storage_failed(exc) from exc
+            finally:
+                self.closed = True
 
+    @_storage_op
     def delete(self) -> None:
         """Rename the directory to ``<topic>-<p>.<uuid>-delete`` then remove it. Open fetch slices
         keep their descriptors, so in-flight reads finish."""
@@ -749,10 +768,43 @@ class Log:
             self.segments = []
             self._pending_deletes = []
             self.closed = True
-            target = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
-            os.rename(self.dir, target)
+            target = self.dir.with_name(f"{self.topic}-{self.partition}.{uuid.uuid4().hex}-delete")
+            io.rename(self.dir, target)
             self.dir = target
             shutil.rmtree(target, ignore_errors=True)
+
+    @property
+    def log_dir(self) -> Path:
+        """The entry of ``log.dirs`` holding this log (Kafka's unit of failure)."""
+        return self.dir.parent
+
+    def storage_failed(self, exc: OSError) -> KafkaStorageException:
+        """An OSError hit this log: its directory goes offline (once). Returns the exception the
+        caller raises; never raises itself (background threads report through it too)."""
+        if self.offline is None:
+            if self.on_storage_error is not None:
+                self.on_storage_error(self, exc)  # the manager logs once per dir and takes it offline
+            else:
+                log.error("partition %s-%d in %s is offline: %s", self.topic, self.partition, self.log_dir,
+                          describe(exc))
+            self.go_offline(describe(exc))  # no-op when the manager already did
+        return offline_error(self.log_dir, (self.topic, self.partition), self.offline or describe(exc))
+
+    def go_offline(self, reason: str) -> None:
+        """Stop using the disk: later operations raise KafkaStorageException; descriptors and
+        mappings are closed without flushing (Kafka's closeHandlers), so a failed device can be
+        unmounted. In-memory offsets stay readable."""
+        with self.lock:
+            if self.offline is not None:
+                return
+            self.offline = reason
+            self.flush_pending = None
+            for seg in [*self.segments, *(p.segment for p in self._pending_deletes)]:
+                try:
+                    seg.release()
+                    seg.file.close()
+                except (OSError, ValueError):
+                    pass  # already closed, or the device is gone: nothing more to release
 
     def _ensure_open(self) -> None:
         if self.closed:
@@ -764,6 +816,6 @@ class Log:
 
 
 def _batch_size_at(seg: LogSegment, position: int) -> int:
-    head = os.pread(seg.fd, 12, position)
+    head = io.pread(seg.fd, 12, position)
     return int.from_bytes(head[8:12], "big", signed=True) + 12
 

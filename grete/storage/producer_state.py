@@ -14,6 +14,7 @@ import crc32c
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, RecordBatch
 from grete.protocol.records.control import ControlType, parse_control_record
+from grete.storage import io
 from grete.storage.files import SNAPSHOT_SUFFIX, atomic_write, parse_offset_name, segment_file
 from grete.storage.txnindex import AbortedTxn
 
@@ -223,7 +224,7 @@ class ProducerStateManager:
     # --- snapshots -----------------------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
         found = []
-        for name in os.listdir(self.dir):
+        for name in io.listdir(self.dir):
             if name.endswith(SNAPSHOT_SUFFIX):
                 offset = parse_offset_name(name)
                 if offset is not None:
@@ -265,9 +266,9 @@ class ProducerStateManager:
     def fsync_snapshots(self) -> None:
         """Roll writes snapshots without fsync (on the event loop); the flusher makes them durable."""
         for offset in self.snapshot_offsets()[-2:]:
-            fd = os.open(segment_file(self.dir, offset, SNAPSHOT_SUFFIX), os.O_RDONLY)
+            fd = io.open(segment_file(self.dir, offset, SNAPSHOT_SUFFIX), os.O_RDONLY)
             try:
-                os.fsync(fd)
+                io.fsync(fd)
             finally:
                 os.close(fd)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from grete.protocol.records.batch import BATCH_OVERHEAD, LOG_OVERHEAD, RecordBatch
+from grete.storage import io
 from grete.storage.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -79,7 +80,7 @@ class LogSegment:
         self.suffix = suffix
         self.index_interval = index_interval
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.file = SegmentFile(os.open(self._path(LOG_SUFFIX), flags, 0o644))
+        self.file = SegmentFile(io.open(self._path(LOG_SUFFIX), flags, 0o644))
         self.size = os.fstat(self.file.fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -129,7 +130,7 @@ class LogSegment:
             self._note_timestamp(batch.max_timestamp, bp.last_offset)
             self.bytes_since_index = bp.position + bp.size - pos
         if self.size and self.rolling_base_timestamp is None:
-            head = os.pread(self.fd, BATCH_OVERHEAD, 0)
+            head = io.pread(self.fd, BATCH_OVERHEAD, 0)
             if len(head) == BATCH_OVERHEAD:
                 self.rolling_base_timestamp = RecordBatch(head).max_timestamp
 
@@ -173,7 +174,7 @@ class LogSegment:
         if truncated:
             if strict:
                 raise CorruptSegmentError(self.log_path, valid_end, "truncated batch")
-            os.ftruncate(self.fd, valid_end)
+            io.ftruncate(self.fd, valid_end)
             self.size = valid_end
         self.txn_index.truncate_to(self.next_offset)
         self.index_rebuild_needed = False
@@ -188,9 +189,9 @@ class LogSegment:
         view = memoryview(data)
         # pwrite at our own size, never the file position: asyncio's sendfile lseek()s the
         # descriptor after serving a fetch from it.
-        written = os.pwrite(self.fd, view, position)
+        written = io.pwrite(self.fd, view, position)
         while written < len(view):  # regular files write fully unless the disk fills; be safe
-            more = os.pwrite(self.fd, view[written:], position + written)
+            more = io.pwrite(self.fd, view[written:], position + written)
             if more <= 0:
                 raise OSError(f"short write to {self.log_path}")
             written += more
@@ -239,7 +240,7 @@ class LogSegment:
         pos = max(pos, start)
         size_now = self.size
         while size_now - pos >= _PEEK_SIZE:
-            head = os.pread(self.fd, _PEEK_SIZE, pos)
+            head = io.pread(self.fd, _PEEK_SIZE, pos)
             if len(head) < _PEEK_SIZE:
                 return None
             base, length, _, _, _, _, delta = _PEEK.unpack(head)
@@ -253,7 +254,7 @@ class LogSegment:
 
     def batch_at(self, position: int) -> BatchPos | None:
         """The batch starting at ``position`` (trusted to be a batch boundary), or None."""
-        head = os.pread(self.fd, _PEEK_SIZE, position)
+        head = io.pread(self.fd, _PEEK_SIZE, position)
         if len(head) < _PEEK_SIZE:
             return None
         base, length, _, _, _, _, delta = _PEEK.unpack(head)
@@ -267,7 +268,7 @@ class LogSegment:
         pos = max(pos, start)
         end = pos if pos > start else start
         while True:
-            head = os.pread(self.fd, LOG_OVERHEAD, pos)
+            head = io.pread(self.fd, LOG_OVERHEAD, pos)
             if len(head) < LOG_OVERHEAD:
                 return end
             size = int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
@@ -289,7 +290,7 @@ class LogSegment:
         return None
 
     def read_batch(self, position: int, size: int) -> RecordBatch:
-        return RecordBatch(os.pread(self.fd, size, position))
+        return RecordBatch(io.pread(self.fd, size, position))
 
     @property
     def largest_timestamp(self) -> int:
@@ -305,7 +306,7 @@ class LogSegment:
         if hit is None:
             return 0
         removed = self.size - hit.position
-        os.ftruncate(self.fd, hit.position)
+        io.ftruncate(self.fd, hit.position)
         self.size = hit.position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -318,7 +319,7 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
-        os.fsync(self.fd)
+        io.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -340,7 +341,7 @@ class LogSegment:
         for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             old = self._path(kind)
             if old.exists():
-                os.rename(old, self._path(kind, new_suffix))
+                io.rename(old, self._path(kind, new_suffix))
         self.txn_index.rename(self._path(TXN_INDEX_SUFFIX, new_suffix))
         self.offset_index.path = self._path(INDEX_SUFFIX, new_suffix)
         self.time_index.path = self._path(TIME_INDEX_SUFFIX, new_suffix)
@@ -368,7 +369,7 @@ def scan_fd(fd: int, start: int, end: int, *, full: bool) -> Iterator[tuple[Batc
     while end - pos >= BATCH_OVERHEAD:
         off = pos - buf_start
         if off + BATCH_OVERHEAD > len(buf):
-            buf, buf_start, off = os.pread(fd, min(SCAN_CHUNK, end - pos), pos), pos, 0
+            buf, buf_start, off = io.pread(fd, min(SCAN_CHUNK, end - pos), pos), pos, 0
             if len(buf) < BATCH_OVERHEAD:
                 return
         size = int.from_bytes(buf[off + 8:off + 12], "big", signed=True) + LOG_OVERHEAD
@@ -377,7 +378,7 @@ def scan_fd(fd: int, start: int, end: int, *, full: bool) -> Iterator[tuple[Batc
                 yield BatchPos(pos, -1, -1, size), RecordBatch(buf, off)
             return
         if full and off + size > len(buf):
-            buf, buf_start, off = os.pread(fd, max(size, min(SCAN_CHUNK, end - pos)), pos), pos, 0
+            buf, buf_start, off = io.pread(fd, max(size, min(SCAN_CHUNK, end - pos)), pos), pos, 0
             if len(buf) < size:
                 return
         batch = RecordBatch(buf, off)

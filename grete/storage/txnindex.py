@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from grete.storage import io
+from grete.storage.files import atomic_write
+
 _ENTRY: Final = struct.Struct(">hqqqq")
 ENTRY_SIZE: Final = _ENTRY.size  # 34
 
@@ -57,9 +60,9 @@ class TransactionIndex:
         if self.entries and txn.last_offset < self.entries[-1].last_offset:
             raise ValueError(f"{self.path}: aborted txn at {txn.last_offset} is before the last entry")
         data = _ENTRY.pack(0, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = io.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, data)
+            io.write(fd, data)
         finally:
             os.close(fd)
         self.entries.append(txn)
@@ -86,20 +89,18 @@ class TransactionIndex:
             return
         data = b"".join(_ENTRY.pack(0, t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
                         for t in entries)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, self.path)
+        atomic_write(self.path, data, sync=False)  # flush() fsyncs it with the segment
 
     def rename(self, new_path: Path) -> None:
         if self.path.exists():
-            os.rename(self.path, new_path)
+            io.rename(self.path, new_path)
         self.path = new_path
 
     def flush(self) -> None:
         if self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = io.open(self.path, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                io.fsync(fd)
             finally:
                 os.close(fd)
 
