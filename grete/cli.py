@@ -33,11 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grete: {exc}", file=sys.stderr)
         return 2
     try:
-        run(config, started=started)
+        return run(config, started=started)
     except OSError as exc:  # e.g. the port is in use
         print(f"grete: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ class Node:
         self.servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self.exit_code = 0  # what `grete serve` exits with: 1 when every log dir failed, as Kafka halts
 
     @property
     def config(self) -> BrokerConfig:
@@ -50,6 +51,7 @@ class Node:
     async def start(self) -> None:
         broker = self.broker
         broker.log_manager.startup(cluster_id=broker.metadata.cluster_id, node_id=broker.node_id)
+        broker.replicas.on_all_offline = self._all_dirs_offline
         broker.replicas.start()
         await broker.producer_ids.start()
         broker.group_coordinator = await start_group_coordinator(broker)
@@ -87,6 +89,12 @@ class Node:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    def _all_dirs_offline(self) -> None:
+        dirs = ", ".join(f"{d} ({why})" for d, why in self.broker.log_manager.offline_dirs.items())
+        log.error("shutting down: every log dir has failed: %s", dirs)
+        self.exit_code = 1
+        self._tasks.append(asyncio.ensure_future(self.stop()))
 
     # --- listeners ---------------------------------------------------------------------------
     async def _listen(self, listener: Listener) -> None:

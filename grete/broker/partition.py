@@ -108,6 +108,13 @@ class Partition:
         self._advance_high_watermark()
         return result
 
+    def append_as_follower(self, records: RecordBatch | bytes | memoryview, now_ms: int) -> None:
+        """Append a leader's batches as they are (offsets, epochs, timestamps kept); the high
+        watermark is not moved here: a follower learns it from the leader's Fetch answers."""
+        if not self.online:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.index} is offline")
+        self._log.append_as_follower(records, now_ms=now_ms)
+
     def _advance_high_watermark(self) -> None:
         """Single replica: everything appended is replicated. Wakes parked fetches."""
         self._set_high_watermark(self._log.log_end_offset)

@@ -16,10 +16,12 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from grete.broker.partition import Partition
 from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore, TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.storage import KafkaStorageException
 from grete.storage.config import LogConfig
 from grete.storage.manager import LogManager
 
@@ -38,11 +40,16 @@ class ReplicaManager:
         self.metadata = metadata
         self._log_config_for = log_config_for
         self.partitions: dict[PartitionKey, Partition] = {}
+        # Hosted partitions whose log dir failed (KIP-112): their requests get KAFKA_STORAGE_ERROR.
+        self.offline: set[PartitionKey] = set()
         self._opening: dict[uuid.UUID, asyncio.Task[None]] = {}
+        # Called once when no log dir is left (the node shuts down, as Kafka halts).
+        self.on_all_offline: Callable[[], None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         """Open every hosted partition the metadata knows, then follow its changes."""
+        self.log_manager.on_dir_offline(self._dir_offline)
         for meta in self.metadata.topics().values():
             for index in meta.partitions:
                 self._open(meta, index)
@@ -60,8 +67,14 @@ class ReplicaManager:
         """The partition, or UNKNOWN_TOPIC_OR_PARTITION as Kafka answers for one it does not host."""
         partition = self.partitions.get((topic, index))
         if partition is None:
+            if (topic, index) in self.offline:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{index} is in an offline log dir")
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return partition
+
+    def is_offline(self, topic: str, index: int) -> bool:
+        partition = self.partitions.get((topic, index))
+        return (topic, index) in self.offline or (partition is not None and not partition.online)
 
     async def ready(self, meta: TopicMeta) -> None:
         """Return once every partition of ``meta`` that this broker hosts is open (or the topic is gone)."""
@@ -108,21 +121,43 @@ class ReplicaManager:
             if n % OPEN_CHUNK == 0:
                 await asyncio.sleep(0)
 
-    def _open(self, meta: TopicMeta, index: int) -> Partition:
+    def _open(self, meta: TopicMeta, index: int) -> Partition | None:
         config = self._log_config_for(meta)
-        log_ = self.log_manager.get_log(meta.name, index)
-        if log_ is None:
-            log_ = self.log_manager.create_log(meta.name, index, config, meta.topic_id)
-        else:
-            log_.update_config(config)
-        partition = Partition(meta.name, index, meta.topic_id, log_, meta.partitions[index].leader_epoch)
+        try:
+            log_ = self.log_manager.get_log(meta.name, index)
+            if log_ is None:
+                log_ = self.log_manager.create_log(meta.name, index, config, meta.topic_id)
+            else:
+                log_.update_config(config)
+            partition = Partition(meta.name, index, meta.topic_id, log_, meta.partitions[index].leader_epoch)
+        except KafkaStorageException as exc:
+            # No online dir can hold it, or it failed to load: offline, never recreated empty elsewhere.
+            log.error("partition %s-%d is offline: %s", meta.name, index, exc.message)
+            self.offline.add((meta.name, index))
+            return None
+        self.offline.discard((meta.name, index))
         self.partitions[(meta.name, index)] = partition
         return partition
+
+    def _dir_offline(self, log_dir: Path, error: BaseException, partitions: list[PartitionKey]) -> None:
+        """A log dir failed (the storage layer logged it once): its partitions stop serving. With no
+        dir left the node shuts down, as Kafka does."""
+        for key in partitions:
+            self.offline.add(key)
+            found = self.partitions.get(key)
+            if found is not None:
+                found.go_offline()
+        if self.log_manager.all_dirs_offline and self.on_all_offline is not None:
+            self.on_all_offline()
 
     def _close_all(self, meta: TopicMeta, indexes: tuple[int, ...]) -> None:
         # A chunked opening still under way sees the topic gone before its next chunk and stops.
         for index in indexes:
             partition = self.partitions.pop((meta.name, index), None)
+            self.offline.discard((meta.name, index))
             if partition is not None:
                 partition.go_offline()
-            self.log_manager.delete_log(meta.name, index)
+            try:
+                self.log_manager.delete_log(meta.name, index)
+            except KafkaStorageException as exc:  # its dir is offline: the files stay until it is back
+                log.error("could not delete the log of %s-%d: %s", meta.name, index, exc.message)

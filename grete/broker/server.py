@@ -25,7 +25,7 @@ def embedded_config(overrides: list[str] | tuple[str, ...] = (), *, strict: bool
     return BrokerConfig.load(None, items, strict=strict)
 
 
-async def serve(config: BrokerConfig, *, started: float | None = None) -> None:
+async def serve(config: BrokerConfig, *, started: float | None = None) -> int:
     node = Node(config)
     broker = node.broker
     await node.start()
@@ -37,9 +37,14 @@ async def serve(config: BrokerConfig, *, started: float | None = None) -> None:
     log.info("grete node %d serving on %s (data in %s, cluster %s) in %.3f s", broker.node_id, where,
              ", ".join(str(d) for d in broker.log_dirs), broker.metadata.cluster_id, elapsed)
     await node.wait_stopped()
-    log.info("grete node %d stopped cleanly", broker.node_id)
+    if node.exit_code:
+        log.error("grete node %d stopped: every log dir has failed", broker.node_id)
+    else:
+        log.info("grete node %d stopped cleanly", broker.node_id)
+    return node.exit_code
 
 
-def run(config: BrokerConfig, *, started: float | None = None) -> None:
+def run(config: BrokerConfig, *, started: float | None = None) -> int:
+    """Serve until stopped; the process's exit status."""
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(serve(config, started=started))
+        return runner.run(serve(config, started=started))

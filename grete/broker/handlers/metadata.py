@@ -87,9 +87,18 @@ def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, w
 
 def _describe(ctx: RequestContext, meta: TopicMeta, with_ops: bool) -> MetadataResponse.MetadataResponseTopic:
     partitions = []
+    replicas = ctx.broker.replicas
+    node = ctx.broker.node_id
     for index, pmeta in sorted(meta.partitions.items()):
-        partition = ctx.broker.partitions.get((meta.name, index))
+        partition = replicas.partitions.get((meta.name, index))
         epoch = partition.leader_epoch if partition is not None else pmeta.leader_epoch
+        if replicas.is_offline(meta.name, index):
+            # Its log dir failed and no other replica can lead: no leader, this replica offline.
+            partitions.append(MetadataResponse.MetadataResponsePartition(
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1,
+                leader_epoch=epoch, replica_nodes=list(pmeta.replicas),
+                isr_nodes=[r for r in pmeta.isr if r != node], offline_replicas=[node]))
+            continue
         partitions.append(MetadataResponse.MetadataResponsePartition(
             error_code=0 if partition is not None and partition.online
             else ErrorCode.LEADER_NOT_AVAILABLE,
