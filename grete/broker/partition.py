@@ -90,6 +90,14 @@ class Partition:
         """The log directory (one of ``log.dirs``) this partition's files live in."""
         return self._log.dir.parent
 
+    def replace_log(self, moved: Log) -> None:
+        """AlterReplicaLogDirs finished: the partition's log now lives in another dir (same offsets,
+        the same bytes); the high watermark carries over."""
+        high_watermark = self.high_watermark
+        self._log = moved
+        self._set_high_watermark(high_watermark)
+        self.wake()
+
     def update_config(self, config: LogConfig) -> None:
         self._log.update_config(config)
 

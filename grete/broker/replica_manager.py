@@ -45,6 +45,7 @@ class ReplicaManager:
         self._opening: dict[uuid.UUID, asyncio.Task[None]] = {}
         # Called once when no log dir is left (the node shuts down, as Kafka halts).
         self.on_all_offline: Callable[[], None] | None = None
+        self._moves: dict[PartitionKey, asyncio.Task[None]] = {}
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -54,10 +55,14 @@ class ReplicaManager:
             for index in meta.partitions:
                 self._open(meta, index)
         self.metadata.changes.subscribe(self.on_change)
+        for key in list(self.log_manager.future_logs):  # moves a restart interrupted go on
+            partition = self.partitions.get(key)
+            if partition is not None:
+                self._start_move(partition)
 
     def shutdown(self) -> None:
         self.metadata.changes.unsubscribe(self.on_change)
-        for task in self._opening.values():
+        for task in [*self._opening.values(), *self._moves.values()]:
             task.cancel()
         for partition in self.partitions.values():
             partition.wake()
@@ -161,3 +166,57 @@ class ReplicaManager:
                 self.log_manager.delete_log(meta.name, index)
             except KafkaStorageException as exc:  # its dir is offline: the files stay until it is back
                 log.error("could not delete the log of %s-%d: %s", meta.name, index, exc.message)
+
+    # --- moving a replica between log dirs (AlterReplicaLogDirs) ---------------------------------
+    def alter_log_dir(self, topic: str, index: int, log_dir: Path) -> None:
+        """Start moving the partition's log to ``log_dir`` (Kafka's ReplicaAlterLogDirsThread): a
+        ``-future`` log there is filled a chunk per loop step while the current one keeps taking
+        writes, then swapped in. Raises LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR or
+        REPLICA_NOT_AVAILABLE as Kafka answers them."""
+        if log_dir not in self.log_manager.log_dirs:
+            raise KafkaError(ErrorCode.LOG_DIR_NOT_FOUND, f"Log dir {log_dir} is not found in the config.")
+        if log_dir in self.log_manager.offline_dirs:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Log directory {log_dir} is offline")
+        if (topic, index) in self.offline:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Partition {topic}-{index} is offline")
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE, f"Replica {topic}-{index} is not on this broker")
+        if partition.log_dir == log_dir:
+            return  # already there (a move elsewhere in progress is abandoned by the storage layer)
+        self.log_manager.create_future_log(topic, index, log_dir)
+        self._start_move(partition)
+
+    def _start_move(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        if key in self._moves:
+            return
+        task = asyncio.ensure_future(self._move(partition))
+        self._moves[key] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._moves.pop(key, None)
+        task.add_done_callback(done)
+
+    async def _move(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        try:
+            while self.partitions.get(key) is partition and self.log_manager.get_future_log(*key) is not None:
+                # The last copy step and the swap run in one loop step: no append falls between.
+                if self.log_manager.copy_to_future(*key):
+                    partition.replace_log(self.log_manager.replace_current_with_future(*key))
+                    log.info("moved %s-%d to %s", key[0], key[1], partition.log_dir)
+                    return
+                await asyncio.sleep(0)
+        except KafkaError as exc:  # a dir failed under the move: reported once by the storage layer
+            log.error("moving %s-%d stopped: %s", key[0], key[1], exc.message)
+
+    def moving(self) -> dict[PartitionKey, tuple[Path, int]]:
+        """Replicas being moved: (destination dir, offsets still to copy), for DescribeLogDirs."""
+        found = {}
+        for key in self._moves:
+            future = self.log_manager.get_future_log(*key)
+            current = self.partitions.get(key)
+            if future is not None and current is not None:
+                found[key] = (future.log_dir, max(current.log_end_offset - future.log_end_offset, 0))
+        return found

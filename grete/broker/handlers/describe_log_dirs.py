@@ -1,8 +1,9 @@
 """DescribeLogDirs (35): v1-4, each log dir with the partitions it holds and their sizes.
 
-One replica per partition, so ``offset_lag`` is 0 and there are no future (moving) replicas.
-v4 adds the file system's total and usable bytes (``os.statvfs``); a dir that cannot be read is
-answered with KAFKA_STORAGE_ERROR, as Kafka answers for an offline dir.
+A replica being moved by AlterReplicaLogDirs also appears in its destination dir as a future
+replica (``is_future_key``), with ``offset_lag`` the offsets it still has to copy. v4 adds the file
+system's total and usable bytes (``os.statvfs``). An offline dir (its I/O failed), or one that cannot
+be read, is answered with KAFKA_STORAGE_ERROR and no partitions, as Kafka answers it.
 """
 
 from __future__ import annotations
@@ -29,13 +30,25 @@ def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogD
         by_dir.setdefault(_absolute(partition.log_dir), {}).setdefault(topic, []).append(
             DescribeLogDirsResponse.DescribeLogDirsPartition(
                 partition_index=index, partition_size=partition.size_bytes, offset_lag=0, is_future_key=False))
-    results = [_describe_dir(_absolute(d), by_dir.get(_absolute(d), {})) for d in ctx.broker.log_dirs]
+    for (topic, index), (target, lag) in sorted(ctx.broker.replicas.moving().items()):
+        if wanted is not None and (topic, index) not in wanted:
+            continue
+        future = ctx.broker.log_manager.get_future_log(topic, index)
+        by_dir.setdefault(_absolute(target), {}).setdefault(topic, []).append(
+            DescribeLogDirsResponse.DescribeLogDirsPartition(
+                partition_index=index, partition_size=int(future.size_bytes) if future is not None else 0,
+                offset_lag=lag, is_future_key=True))
+    offline = {_absolute(d) for d in ctx.broker.log_manager.offline_dirs}
+    results = [_describe_dir(_absolute(d), by_dir.get(_absolute(d), {}), _absolute(d) in offline)
+               for d in ctx.broker.log_dirs]
     return DescribeLogDirsResponse(error_code=0, results=results)
 
 
-def _describe_dir(directory: Path,
-                  topics: dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]]) -> Result:
+def _describe_dir(directory: Path, topics: dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]],
+                  offline: bool) -> Result:
     try:
+        if offline:
+            raise OSError("offline")
         stats = os.statvfs(directory)
     except OSError:
         return Result(error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=str(directory), topics=[],

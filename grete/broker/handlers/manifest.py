@@ -33,6 +33,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     31: ("delete_acls", 1, 3, 1),  # DeleteAcls
     32: ("describe_configs", 1, 4, 1),  # DescribeConfigs
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
+    34: ("alter_replica_log_dirs", 1, 2, 1),  # AlterReplicaLogDirs
     35: ("describe_log_dirs", 1, 4, 1),  # DescribeLogDirs
     37: ("create_partitions", 0, 3, 0),  # CreatePartitions
     42: ("delete_groups", 0, 2, 0),  # DeleteGroups
