@@ -15,6 +15,7 @@ ids and leader epochs survive restarts: Java clients ignore metadata whose leade
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +23,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.storage.files import atomic_write, uuid_from_kafka, uuid_to_kafka
 
 METADATA_FILE = "grete-metadata.json"
+log = logging.getLogger(__name__)
 
 
 def new_topic_id() -> uuid.UUID:
@@ -162,7 +165,11 @@ class LocalMetadataStore:
             meta.partitions[index] = PartitionMeta(replicas[0], 0, list(replicas), list(replicas))
         self._topics[name] = meta
         self._by_id[meta.topic_id] = meta
-        self._save()
+
+        def undo() -> None:
+            del self._topics[name]
+            del self._by_id[meta.topic_id]
+        self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.TOPIC_CREATED, meta, tuple(sorted(meta.partitions))))
         return meta
 
@@ -171,7 +178,11 @@ class LocalMetadataStore:
         if meta is None:
             raise NoSuchTopic(name)
         del self._by_id[meta.topic_id]
-        self._save()
+
+        def undo() -> None:
+            self._topics[name] = meta
+            self._by_id[meta.topic_id] = meta
+        self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.TOPIC_DELETED, meta, tuple(sorted(meta.partitions))))
         return meta
 
@@ -179,9 +190,13 @@ class LocalMetadataStore:
         meta = self._topics.get(name)
         if meta is None:
             raise NoSuchTopic(name)
+        before = dict(meta.partitions)
         for index, replicas in sorted(assignment.items()):
             meta.partitions[index] = PartitionMeta(replicas[0], 0, list(replicas), list(replicas))
-        self._save()
+
+        def undo() -> None:
+            meta.partitions = before
+        self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.PARTITIONS_ADDED, meta, tuple(sorted(assignment))))
         return meta
 
@@ -189,23 +204,46 @@ class LocalMetadataStore:
         meta = self._topics.get(name)
         if meta is None:
             raise NoSuchTopic(name)
+        before = meta.configs
         meta.configs = dict(configs)
-        self._save()
+
+        def undo() -> None:
+            meta.configs = before
+        self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
 
     async def set_broker_configs(self, configs: dict[str, str]) -> None:
+        before = self._broker_configs
         self._broker_configs = dict(configs)
-        self._save()
+
+        def undo() -> None:
+            self._broker_configs = before
+        self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
 
     async def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids; persisted first, so ids never repeat after a restart."""
         first = self._next_producer_id
         self._next_producer_id += count
-        self._save()
+
+        def undo() -> None:
+            self._next_producer_id = first
+        self._persist(undo)
         return first
 
     # --- persistence ---------------------------------------------------------------------------
+    def _persist(self, undo: Callable[[], None]) -> None:
+        """Write the changed state; if the write fails (a full or failed disk), take the change back
+        in memory too (the file still holds the previous version: writes are atomic) and report it
+        as KAFKA_STORAGE_ERROR, naming the file."""
+        try:
+            self._save()
+        except OSError as exc:
+            undo()
+            log.error("could not write %s, the change was not made: %s", self.path, exc.strerror or exc)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"could not write {self.path}: {exc.strerror or exc}") from None
+
     def _load(self) -> None:
         data = json.loads(self.path.read_text(encoding="utf-8"))
         self.cluster_id = data["cluster_id"]

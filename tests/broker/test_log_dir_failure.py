@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,4 +110,41 @@ def test_full_log_dir_answers_storage_error_and_loses_nothing(small_disk: Path, 
         wire = Wire(b.host, b.port)
         assert set(acknowledged) <= set(_read_all(wire, "t", full))
         assert _produce(wire, "t", full, b"again").error_code == 0
+        wire.close()
+
+
+def test_groups_find_no_coordinator_while_its_partition_is_offline(small_disk: Path, tmp_path: Path) -> None:
+    """__consumer_offsets on the dir that fills up: FindCoordinator answers COORDINATOR_NOT_AVAILABLE
+    (clients back off) instead of a coordinator that cannot write, and no group churns generations."""
+    from confluent_kafka import Consumer
+
+    from grete.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+
+    a = tmp_path / "a"
+    overrides = {"log.dirs": f"{a},{small_disk}", "offsets.topic.num.partitions": "1"}
+    with broker(overrides, data_dir=a) as b:
+        b.create_topic("elsewhere", 1)  # dir a now holds one partition: the offsets topic goes to the tmpfs
+        wire = Wire(b.host, b.port)
+        found = wire.call(FindCoordinatorRequest(key="g", key_type=0), FindCoordinatorResponse, 3)
+        assert found.error_code == 0
+        assert b.broker.partitions[("__consumer_offsets", 0)].log_dir == small_disk
+        b.create_topic("filler", 2)  # one of them lands on the tmpfs (the emptiest dir, ties to the first)
+        filler = next(i for i in (0, 1) if b.broker.partitions[("filler", i)].log_dir == small_disk)
+        value = os.urandom(64 * 1024)
+        for _ in range(200):
+            if _produce(wire, "filler", filler, value).error_code:
+                break
+        assert small_disk in b.broker.log_manager.offline_dirs
+        found = wire.call(FindCoordinatorRequest(key="g", key_type=0), FindCoordinatorResponse, 3)
+        assert found.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        consumer = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "g",
+                             "session.timeout.ms": 6000, "auto.offset.reset": "earliest"})
+        consumer.subscribe(["elsewhere"])
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert consumer.assignment() == []
+        consumer.close()
+        groups = b.call(lambda: {g: grp.generation_id for g, grp in b.broker.group_coordinator.groups.items()})
+        assert groups.get("g", 0) == 0
         wire.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import fenced_error
-from grete.protocol.errors import ErrorCode
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
 from grete.protocol.topics import OFFSETS_TOPIC
 
@@ -15,7 +15,10 @@ from grete.protocol.topics import OFFSETS_TOPIC
 async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not request.group_id:
         return AddOffsetsToTxnResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-    await ctx.broker.ensure_offsets_topic()
+    try:
+        await ctx.broker.ensure_offsets_topic()
+    except KafkaError:  # could not be created (e.g. a full disk): clients retry this code
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
     partition = ctx.broker.group_coordinator.partition_for(request.group_id)
     error = ctx.broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
                                                       request.producer_epoch, [(OFFSETS_TOPIC, partition)])

@@ -5,11 +5,14 @@ transactional-id lookup, as Kafka does."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import ensure_transaction_state_topic
-from grete.protocol.errors import ErrorCode
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 GROUP, TRANSACTION = 0, 1
 
@@ -37,11 +40,32 @@ async def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str
     if key_type == GROUP:
         if not key:
             return ErrorCode.INVALID_REQUEST, "group id must not be empty"
-        await ctx.broker.ensure_offsets_topic()
-        return 0, None
+        if not await _ensured(ctx.broker.ensure_offsets_topic()):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} could not be created"
+        return _available(ctx, OFFSETS_TOPIC, ctx.broker.group_coordinator.partition_for(key))
     if key_type == TRANSACTION:
         if not key:
             return ErrorCode.INVALID_REQUEST, "transactional id must not be empty"
-        await ensure_transaction_state_topic(ctx.broker)
-        return 0, None
+        if not await _ensured(ensure_transaction_state_topic(ctx.broker)):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC} could not be created"
+        return _available(ctx, TRANSACTION_STATE_TOPIC, ctx.broker.txn_coordinator.partition_for(key))
     return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+
+
+def _available(ctx: RequestContext, topic: str, partition: int) -> tuple[int, str | None]:
+    """COORDINATOR_NOT_AVAILABLE while the key's internal partition has no leader (its log dir failed,
+    or it could not be created), as Kafka answers: clients back off and ask again instead of joining
+    a coordinator that cannot write."""
+    if ctx.broker.replicas.is_offline(topic, partition) or (topic, partition) not in ctx.broker.partitions:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the coordinator's partition {topic}-{partition} is offline"
+    return 0, None
+
+
+async def _ensured(creating: Awaitable[object]) -> bool:
+    """Whether the internal topic exists (creating it now if needed); False if that failed (e.g. the
+    metadata could not be written to a full disk), which Kafka reports as COORDINATOR_NOT_AVAILABLE."""
+    try:
+        await creating
+    except KafkaError:
+        return False
+    return True

@@ -17,7 +17,11 @@ from grete.protocol.messages import InitProducerIdRequest, InitProducerIdRespons
 @api(22, 0, 4)
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None:
-        await ensure_transaction_state_topic(ctx.broker)
+        try:
+            await ensure_transaction_state_topic(ctx.broker)
+        except KafkaError:  # could not be created (e.g. a full disk): clients retry this code
+            return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1,
+                                          producer_epoch=-1)
         result = ctx.broker.txn_coordinator.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms,
             request.producer_id if ctx.version >= 3 else -1, request.producer_epoch if ctx.version >= 3 else -1)
