@@ -131,3 +131,17 @@ def test_describe_broker_config(admin: AdminClient) -> None:
     entries = admin.describe_configs([res])[res].result(timeout=10)
     assert "log.retention.hours" in entries or "log.retention.ms" in entries
     assert "num.partitions" in entries
+
+
+def test_empty_cleanup_policy_is_accepted(admin: AdminClient, fresh_topic: str) -> None:
+    """Kafka 3.9 and 4.3 accept an empty cleanup.policy (neither deletion nor compaction) and describe
+    it as a dynamic topic config with the empty value."""
+    res = ConfigResource(ResourceType.TOPIC, fresh_topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(timeout=20)
+    eventually_config(admin, fresh_topic, "cleanup.policy", "")
+    bad = ConfigResource(ResourceType.TOPIC, fresh_topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "shred", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as err:
+        admin.incremental_alter_configs([bad])[bad].result(timeout=20)
+    assert err.value.args[0].code() == KafkaError.INVALID_CONFIG

@@ -58,6 +58,7 @@ class ConfigDef:
     sensitive: bool = False
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
+    allow_empty: bool = False  # a LIST with choices that may be empty (Kafka's ValidList.anyNonDuplicateValues)
 
     def parse(self, raw: str) -> object:
         """Parse and validate ``raw``; raises ConfigError with Kafka-like wording."""
@@ -89,7 +90,8 @@ class ConfigDef:
         if self.choices is not None:
             items = value if isinstance(value, list) else [value]
             bad = [v for v in items if v not in self.choices]
-            if bad or (isinstance(value, list) and not value and self.type == ConfigType.LIST):
+            empty = isinstance(value, list) and not value and self.type == ConfigType.LIST
+            if bad or (empty and not self.allow_empty):
                 raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
                                   f"String must be one of: {', '.join(self.choices)}")
 
@@ -105,7 +107,8 @@ _CODECS = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 # --- topic-level configs, each with the broker key it falls back to (Kafka's LogConfig) -------
 TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, syn) for d, syn in [
-    (_d("cleanup.policy", LIST, "delete", "delete and/or compact", choices=("delete", "compact")),
+    (_d("cleanup.policy", LIST, "delete", "delete and/or compact; empty: neither (no retention)",
+        choices=("delete", "compact"), allow_empty=True),
      "log.cleanup.policy"),
     (_d("compression.type", STR, "producer", choices=_CODECS), "compression.type"),
     (_d("delete.retention.ms", LONG, "86400000", minimum=0), "log.cleaner.delete.retention.ms"),

@@ -90,7 +90,8 @@ class LogConfig:
             raise KafkaError(ErrorCode.INVALID_CONFIG, "segment.bytes must be at least 14")
         if self.segment_index_bytes < 8:
             raise KafkaError(ErrorCode.INVALID_CONFIG, "segment.index.bytes must be at least 8")
-        if not self.policies or not self.policies <= {"compact", "delete"}:
+        # An empty policy is legal (Kafka 3.9 and 4.3 accept it): neither retention nor compaction.
+        if not self.policies <= {"compact", "delete"}:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"bad cleanup.policy {self.cleanup_policy!r}")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise KafkaError(ErrorCode.INVALID_CONFIG,
