@@ -60,3 +60,28 @@ def test_broker_describe_all(kafka_cli, broker):
     assert f"All configs for broker {broker_id} are:" in out
     keys = {line.strip().split("=", 1)[0] for line in out.splitlines()[1:] if "=" in line}
     assert {"log.segment.bytes", "num.partitions", "log.retention.hours"} <= keys, out
+
+
+def test_dynamic_broker_configs(kafka_cli, broker):
+    """kafka-configs on brokers: a per-broker dynamic config and a cluster-wide default are stored,
+    described with their sources, and deleted; a static key is refused."""
+    md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+    broker_id = str(next(iter(md.brokers)))
+    one = ("--entity-type", "brokers", "--entity-name", broker_id)
+    default = ("--entity-type", "brokers", "--entity-default")
+    kafka_cli.ok("kafka-configs", *one, "--alter", "--add-config", "sasl.kerberos.min.time.before.relogin=60001")
+    kafka_cli.ok("kafka-configs", *default, "--alter", "--add-config", "log.retention.ms=86400001")
+    try:
+        out = kafka_cli.ok("kafka-configs", *one, "--describe")
+        assert "sasl.kerberos.min.time.before.relogin=60001" in out, out
+        assert "DYNAMIC_BROKER_CONFIG" in out, out
+        out = kafka_cli.ok("kafka-configs", *default, "--describe")
+        assert "log.retention.ms=86400001" in out and "DYNAMIC_DEFAULT_BROKER_CONFIG" in out, out
+        refused = kafka_cli.run("kafka-configs", *one, "--alter", "--add-config", "log.dirs=/elsewhere")
+        assert refused.returncode != 0
+        assert "Cannot update these configs dynamically" in refused.stdout + refused.stderr
+    finally:
+        kafka_cli.ok("kafka-configs", *one, "--alter", "--delete-config", "sasl.kerberos.min.time.before.relogin")
+        kafka_cli.ok("kafka-configs", *default, "--alter", "--delete-config", "log.retention.ms")
+    out = kafka_cli.ok("kafka-configs", *one, "--describe")
+    assert "sasl.kerberos.min.time.before.relogin" not in out, out

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from grete.broker.config import BrokerConfig, ConfigError, validate_topic_configs
+from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.connection_quotas import ConnectionQuotas
 from grete.broker.framing import BufferPool, MemoryPool
 from grete.broker.listeners import Listener, parse_listeners
@@ -23,7 +23,13 @@ from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.replica_manager import ReplicaManager
-from grete.coordinator.metadata import LocalMetadataStore, MetadataStore, TopicMeta
+from grete.coordinator.metadata import (
+    ChangeKind,
+    LocalMetadataStore,
+    MetadataChange,
+    MetadataStore,
+    TopicMeta,
+)
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, validate_topic_name
 from grete.storage.config import LogConfig
@@ -50,6 +56,8 @@ class Broker:
         self.bound: list[Listener] = []
         self.log_dirs = config.log_dirs
         self.metadata: MetadataStore = LocalMetadataStore(self.log_dirs[0], cluster_id=config.raw("cluster.id"))
+        self._apply_dynamic_configs()
+        self.metadata.changes.subscribe(self._on_metadata_change)
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
         self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config)
@@ -66,6 +74,26 @@ class Broker:
         # grete.testing's fault injection (grete/testing/faults.py); None outside tests.
         self.faults: Any = None
         self.started_at = time.monotonic()
+
+    # --- dynamic broker configs ------------------------------------------------------------------
+    def _apply_dynamic_configs(self) -> None:
+        self.config.set_dynamic(self.metadata.broker_configs(str(self.node_id)), self.metadata.broker_configs(""))
+
+    def _on_metadata_change(self, change: MetadataChange) -> None:
+        if change.kind is ChangeKind.BROKER_CONFIGS_CHANGED:
+            self._apply_dynamic_configs()
+            # What reads the config on each use picks the change up by itself; these hold it.
+            self.replicas.reconfigure_all()
+            self.connection_quotas.reload(self.config)
+
+    async def set_dynamic_configs(self, scope: str, configs: dict[str, str]) -> None:
+        """Replace the dynamic configs of this broker (``scope`` = its id) or of the cluster default
+        (``scope`` = ""), as AlterConfigs on a BROKER resource does. Raises KafkaError."""
+        try:
+            clean = check_dynamic_update(configs, cluster_default=scope == "")
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        await self.metadata.set_broker_configs(scope, clean)
 
     @property
     def partitions(self) -> dict[tuple[str, int], Partition]:

@@ -179,6 +179,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("max.connections.per.ip", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip.overrides", STR, ""),
     _d("metrics.listener", STR, "", "http://HOST:PORT for GET /metrics (Prometheus); empty: no endpoint"),
+    # Keys Kafka lets operators change at run time (DynamicBrokerConfig): accepted, stored and shown.
+    # grete has no thread pools, throttled replication or Kerberos to apply some of them to.
+    _d("log.cleaner.dedupe.buffer.size", LONG, "134217728", minimum=0),
+    _d("log.cleaner.io.buffer.size", INT, "524288", minimum=0),
+    _d("log.cleaner.io.buffer.load.factor", DOUBLE, "0.9"),
+    _d("log.cleaner.io.max.bytes.per.second", DOUBLE, "1.7976931348623157E308"),
+    _d("num.replica.fetchers", INT, "1", minimum=1),
+    _d("background.threads", INT, "10", minimum=1),
+    _d("max.connection.creation.rate", INT, "2147483647", minimum=0),
+    _d("leader.replication.throttled.rate", LONG, "9223372036854775807", minimum=0),
+    _d("follower.replication.throttled.rate", LONG, "9223372036854775807", minimum=0),
+    _d("replica.alter.log.dirs.io.max.bytes.per.second", LONG, "9223372036854775807", minimum=0),
+    _d("sasl.kerberos.kinit.cmd", STR, "/usr/bin/kinit"),
+    _d("sasl.kerberos.min.time.before.relogin", LONG, "60000"),
+    _d("sasl.kerberos.ticket.renew.jitter", DOUBLE, "0.05"),
+    _d("sasl.kerberos.ticket.renew.window.factor", DOUBLE, "0.8"),
+    _d("sasl.kerberos.principal.to.local.rules", LIST, "DEFAULT"),
+    _d("metric.reporters", LIST, ""),
     _d("num.network.threads", INT, "3", minimum=1),
     _d("num.io.threads", INT, "8", minimum=1),
     _d("num.recovery.threads.per.data.dir", INT, "1", minimum=1),
@@ -247,6 +265,42 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
 ]}
 
 
+# What Kafka's DynamicBrokerConfig can change at run time (per broker, or as a cluster default):
+# the broker-side defaults of topic configs, the log cleaner, thread pools, connection quotas,
+# replication throttles, Kerberos relogin and metric reporters; listeners only per broker.
+PER_BROKER_ONLY = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+DYNAMIC_BROKER_CONFIGS = frozenset(
+    {synonym for _, synonym in TOPIC_CONFIGS.values() if synonym is not None}
+    | {coarser for chain in _UNIT_FALLBACKS.values() for coarser, _ in chain}
+    | {"log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
+       "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
+       "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
+       "background.threads", "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+       "max.connection.creation.rate", "leader.replication.throttled.rate",
+       "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
+       "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.ticket.renew.jitter",
+       "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.principal.to.local.rules",
+       "metric.reporters", "producer.id.expiration.ms", "transaction.partition.verification.enable"}
+    # Not the listeners (PER_BROKER_ONLY): Kafka re-binds them at run time, grete cannot yet.
+) & set(BROKER_CONFIGS)
+
+
+def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool) -> dict[str, str]:
+    """Validate a broker resource's dynamic configs as Kafka does; raises ConfigError (a key that
+    cannot change at run time, a per-broker key at cluster level, or a bad value)."""
+    static = sorted(k for k in configs if k not in DYNAMIC_BROKER_CONFIGS)
+    if static:
+        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
+    if cluster_default:
+        per_broker = sorted(k for k in configs if k in PER_BROKER_ONLY)
+        if per_broker:
+            raise ConfigError(f"Cannot update these configs at default cluster level, broker id must be "
+                              f"specified: Set({', '.join(per_broker)})")
+    for key, value in configs.items():
+        BROKER_CONFIGS[key].parse(value)
+    return dict(configs)
+
+
 def _broker_default_for_topic(topic_key: str) -> str | None:
     definition, synonym = TOPIC_CONFIGS[topic_key]
     if synonym is None:
@@ -261,6 +315,10 @@ class BrokerConfig:
     def __init__(self, props: Mapping[str, str] | None = None, *, strict: bool = False) -> None:
         self.originals: dict[str, str] = {}
         self.unknown: list[str] = []
+        # Dynamic configs (AlterConfigs on a BROKER resource), stored in the metadata store; they
+        # win over server.properties: this broker's own, then the cluster-wide default.
+        self.dynamic_broker: dict[str, str] = {}
+        self.dynamic_default: dict[str, str] = {}
         for key, raw in (props or {}).items():
             definition = BROKER_CONFIGS.get(key) or (TOPIC_CONFIGS[key][0] if key in TOPIC_CONFIGS else None)
             if definition is None:
@@ -284,13 +342,23 @@ class BrokerConfig:
         return cls(props, strict=strict)
 
     # --- typed access -------------------------------------------------------------------------
+    def set_dynamic(self, per_broker: Mapping[str, str], cluster_default: Mapping[str, str]) -> None:
+        self.dynamic_broker = dict(per_broker)
+        self.dynamic_default = dict(cluster_default)
+
     def raw(self, key: str) -> str | None:
-        if key in self.originals:
-            return self.originals[key]
+        """The value in force: per layer (this broker's dynamic configs, the cluster default, the
+        properties file) the key itself or a coarser unit of it; else the finest default."""
+        for layer in (self.dynamic_broker, self.dynamic_default, self.originals):
+            if key in layer:
+                return layer[key]
+            for coarser, factor in _UNIT_FALLBACKS.get(key, []):
+                if coarser in layer:
+                    return str(int(layer[coarser]) * factor)
         for coarser, factor in _UNIT_FALLBACKS.get(key, []):
-            value = self.raw(coarser)
-            if value is not None:
-                return str(int(value) * factor)
+            definition = BROKER_CONFIGS.get(coarser)
+            if definition is not None and definition.default is not None:
+                return str(int(definition.default) * factor)
         definition = BROKER_CONFIGS.get(key)
         return definition.default if definition else None
 
@@ -340,6 +408,10 @@ class BrokerConfig:
         return {key: value for key in TOPIC_CONFIGS if (value := self.topic_default(key)) is not None}
 
     def broker_source(self, key: str) -> ConfigSource:
+        if key in self.dynamic_broker:
+            return ConfigSource.DYNAMIC_BROKER_CONFIG
+        if key in self.dynamic_default:
+            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
         if key in self.originals:
             return ConfigSource.STATIC_BROKER_CONFIG
         return ConfigSource.DEFAULT_CONFIG

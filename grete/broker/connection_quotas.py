@@ -25,11 +25,16 @@ def parse_overrides(value: str) -> dict[str, int]:
 
 class ConnectionQuotas:
     def __init__(self, config: BrokerConfig) -> None:
+        self.total = 0
+        self._by_ip: dict[str, int] = {}
+        self.reload(config)
+
+    def reload(self, config: BrokerConfig) -> None:
+        """The limits in force (they are dynamic configs): new connections are counted against them;
+        open ones are not closed, as in Kafka."""
         self.max_connections = config.get_int("max.connections")
         self.per_ip = config.get_int("max.connections.per.ip")
         self.overrides = parse_overrides(config.get_str("max.connections.per.ip.overrides"))
-        self.total = 0
-        self._by_ip: dict[str, int] = {}
 
     def admit(self, address: str) -> bool:
         """Count a new connection from ``address``; False (and not counted) when over a limit."""

@@ -103,6 +103,13 @@ class ReplicaManager:
                 if found is not None:
                     found.update_config(config)
 
+    def reconfigure_all(self) -> None:
+        """Broker-level defaults changed (a dynamic config): every partition's effective log config."""
+        for (topic, _index), partition in self.partitions.items():
+            meta = self.metadata.topic(topic)
+            if meta is not None:
+                partition.update_config(self._log_config_for(meta))
+
     def _hosted(self, meta: TopicMeta, indexes: tuple[int, ...]) -> list[int]:
         return [i for i in indexes if i in meta.partitions and self.node_id in meta.partitions[i].replicas]
 

@@ -111,7 +111,7 @@ class MetadataStore(Protocol):
     def topics(self) -> dict[str, TopicMeta]: ...
     def topic(self, name: str) -> TopicMeta | None: ...
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None: ...
-    def broker_configs(self) -> dict[str, str]: ...
+    def broker_configs(self, scope: str) -> dict[str, str]: ...
 
     # changes: durable when the call returns, then published on ``changes``
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
@@ -119,7 +119,7 @@ class MetadataStore(Protocol):
     async def delete_topic(self, name: str) -> TopicMeta: ...
     async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta: ...
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
-    async def set_broker_configs(self, configs: dict[str, str]) -> None: ...
+    async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None: ...
     async def allocate_producer_ids(self, count: int) -> int: ...
 
 
@@ -130,7 +130,9 @@ class LocalMetadataStore:
         self.path = directory / METADATA_FILE
         self._topics: dict[str, TopicMeta] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
-        self._broker_configs: dict[str, str] = {}
+        # Dynamic broker configs by scope, as /config/brokers/<scope> holds them under ZooKeeper:
+        # a broker id, or "" for the cluster-wide default (Kafka's <default>).
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
         self.changes = ChangeFeed()
         if self.path.exists():
@@ -150,8 +152,8 @@ class LocalMetadataStore:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
         return self._by_id.get(topic_id)
 
-    def broker_configs(self) -> dict[str, str]:
-        return dict(self._broker_configs)
+    def broker_configs(self, scope: str) -> dict[str, str]:
+        return dict(self._broker_configs.get(scope, {}))
 
     # --- writes --------------------------------------------------------------------------------
     # The file is local and small: each change is written in place, in the loop step that asked
@@ -212,9 +214,11 @@ class LocalMetadataStore:
         self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
 
-    async def set_broker_configs(self, configs: dict[str, str]) -> None:
+    async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         before = self._broker_configs
-        self._broker_configs = dict(configs)
+        self._broker_configs = {**before, scope: dict(configs)}
+        if not configs:
+            del self._broker_configs[scope]
 
         def undo() -> None:
             self._broker_configs = before
@@ -247,7 +251,10 @@ class LocalMetadataStore:
     def _load(self) -> None:
         data = json.loads(self.path.read_text(encoding="utf-8"))
         self.cluster_id = data["cluster_id"]
-        self._broker_configs = dict(data.get("broker_configs", {}))
+        stored = data.get("broker_configs", {})
+        # Files written before dynamic broker configs held one flat (always empty) dict.
+        self._broker_configs = {str(scope): dict(configs) for scope, configs in stored.items()
+                                if isinstance(configs, dict)}
         self._next_producer_id = int(data.get("next_producer_id", 0))
         for raw in data["topics"]:
             meta = TopicMeta(

@@ -286,10 +286,39 @@ def test_alter_configs_replaces_whole_set(grete_broker: Any, topic_name: str) ->
     assert _alter(grete_broker, topic_name, {"retention.ms": None})[0] == ErrorCode.INVALID_REQUEST
     assert _alter(grete_broker, "missing", {}) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                                    "The topic 'missing' does not exist.")
-    code, message = _alter(grete_broker, "1", {"log.retention.ms": "1"}, rtype=BROKER)
+    code, message = _alter(grete_broker, "1", {"log.dirs": "/elsewhere"}, rtype=BROKER)
     assert code == ErrorCode.INVALID_REQUEST and "Cannot update these configs dynamically" in message
     assert _alter(grete_broker, "", {}, rtype=BROKER) == (0, None)
     assert _alter(grete_broker, "2", {}, rtype=BROKER)[0] == ErrorCode.INVALID_REQUEST
+
+
+def test_dynamic_broker_configs(grete_broker: Any, topic_name: str) -> None:
+    """Kafka's dynamic broker configs: a cluster default and a per-broker value win over
+    server.properties in that order, reach topics without an override at once, and persist."""
+    grete_broker.create_topic(topic_name, 1)
+    other = topic_name + "-kept"
+    grete_broker.create_topic(other, 1, {"retention.ms": "1000"})
+    assert _alter(grete_broker, "", {"log.retention.ms": "7200000"}, rtype=BROKER) == (0, None)
+    assert grete_broker.broker.partitions[(topic_name, 0)].config.retention_ms == 7_200_000
+    assert grete_broker.broker.partitions[(other, 0)].config.retention_ms == 1000  # its override wins
+    assert _alter(grete_broker, "1", {"log.retention.ms": "3600000"}, rtype=BROKER) == (0, None)
+    assert grete_broker.broker.partitions[(topic_name, 0)].config.retention_ms == 3_600_000
+    described = call(grete_broker, DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=BROKER, resource_name="1", configuration_keys=["log.retention.ms"])],
+        include_synonyms=True), 4).results[0].configs[0]
+    assert (described.value, described.config_source, described.read_only) == (
+        "3600000", ConfigSource.DYNAMIC_BROKER_CONFIG, False)
+    assert [s.source for s in described.synonyms][:2] == [ConfigSource.DYNAMIC_BROKER_CONFIG,
+                                                          ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+    default = call(grete_broker, DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=BROKER, resource_name="")]), 4).results[0].configs
+    assert [(c.name, c.value, c.config_source) for c in default] == [
+        ("log.retention.ms", "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    code, message = _alter(grete_broker, "1", {"log.retention.ms": "soon"}, rtype=BROKER)
+    assert code == ErrorCode.INVALID_CONFIG
+    assert grete_broker.broker.metadata.broker_configs("1") == {"log.retention.ms": "3600000"}
+    assert _alter(grete_broker, "1", {}, rtype=BROKER) == (0, None)  # AlterConfigs replaces the whole set
+    assert grete_broker.broker.partitions[(topic_name, 0)].config.retention_ms == 7_200_000
 
 
 def test_incremental_alter_configs(grete_broker: Any, topic_name: str) -> None:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from grete.broker.config import ConfigError, validate_topic_configs
+from grete.broker.config import ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import BROKER, TOPIC
 from grete.broker.registry import api
@@ -54,8 +54,8 @@ def check_keys(names: list[str], null_names: list[str]) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(null_names))
 
 
-def check_broker_resource(ctx: RequestContext, name: str, keys: list[str]) -> None:
-    """This node's id or "" (cluster default); no key can change at run time."""
+def check_broker_resource(ctx: RequestContext, name: str) -> str:
+    """This node's id or "" (the cluster-wide default): the scope its dynamic configs are kept under."""
     if name:
         try:
             requested = int(name)
@@ -64,9 +64,21 @@ def check_broker_resource(ctx: RequestContext, name: str, keys: list[str]) -> No
         if requested != ctx.broker.node_id:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              f"Unexpected broker id, expected {ctx.broker.node_id}, but received {name}")
-    if keys:
-        raise KafkaError(ErrorCode.INVALID_REQUEST,
-                         f"Cannot update these configs dynamically: Set({', '.join(keys)})")
+    return name
+
+
+async def replace_broker_configs(ctx: RequestContext, name: str, configs: dict[str, str],
+                                 validate_only: bool) -> None:
+    """Kafka's DynamicBrokerConfig: ``configs`` become the resource's complete dynamic set (this
+    broker's, or the cluster default's); keys that cannot change at run time are refused."""
+    scope = check_broker_resource(ctx, name)
+    try:
+        clean = check_dynamic_update(configs, cluster_default=scope == "")
+    except ConfigError as exc:
+        code = ErrorCode.INVALID_REQUEST if str(exc).startswith("Cannot update") else ErrorCode.INVALID_CONFIG
+        raise KafkaError(code, str(exc)) from None
+    if not validate_only:
+        await ctx.broker.set_dynamic_configs(scope, clean)
 
 
 async def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str],
@@ -92,7 +104,7 @@ async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConf
         check_keys([c.name for c in resource.configs], [c.name for c in resource.configs if c.value is None])
         configs = {c.name: c.value for c in resource.configs if c.value is not None}
         if resource.resource_type == BROKER:
-            check_broker_resource(ctx, resource.resource_name, list(configs))
+            await replace_broker_configs(ctx, resource.resource_name, configs, request.validate_only)
         elif resource.resource_type == TOPIC:
             await replace_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
         else:

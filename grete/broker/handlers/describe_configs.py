@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from grete.broker.config import (
     BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigDef,
@@ -57,9 +58,15 @@ class ConfigEntry:
 
 # --- resolution -----------------------------------------------------------------------------
 def _broker_chain(config: BrokerConfig, key: str, sensitive: bool) -> list[tuple[str, str | None, int]]:
-    """(name, value, source) for each broker synonym of ``key`` that is set: static, then default."""
+    """(name, value, source) for each broker synonym of ``key`` that is set, in Kafka's order: this
+    broker's dynamic configs, the cluster-wide dynamic default, server.properties, the default."""
     chain = broker_synonyms(key)
     found: list[tuple[str, str | None, int]] = []
+    for layer, source in ((config.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                          (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)):
+        for name in chain:
+            if name in layer:
+                found.append((name, None if sensitive else layer[name], source))
     for name in chain:
         if name in config.originals:
             found.append((name, None if sensitive else config.originals[name],
@@ -100,11 +107,24 @@ def broker_config_entry(config: BrokerConfig, key: str, *, with_docs: bool = Fal
     # describing log.retention.hours): they are synonyms of a different entry.
     while chain and chain[0][0] != key:
         chain.pop(0)
-    value = config.originals.get(key, definition.default)
+    value = chain[0][1] if chain and chain[0][0] == key else config.raw(key)
     source = chain[0][2] if chain else ConfigSource.DEFAULT_CONFIG
-    # No broker config can be changed at run time (AlterConfigs refuses them), so all are read-only.
-    return ConfigEntry(key, None if sensitive else value, source, True, sensitive, definition.type,
-                       _doc(definition) if with_docs else None, chain)
+    # Kafka marks the configs it can change at run time (DynamicBrokerConfig) as not read-only.
+    return ConfigEntry(key, None if sensitive else value, source, key not in DYNAMIC_BROKER_CONFIGS, sensitive,
+                       definition.type, _doc(definition) if with_docs else None, chain)
+
+
+def default_broker_entries(config: BrokerConfig, *, with_docs: bool = False) -> list[ConfigEntry]:
+    """The cluster-wide default resource (broker name ""): only the dynamic defaults that are set."""
+    entries = []
+    for key, value in sorted(config.dynamic_default.items()):
+        definition = BROKER_CONFIGS[key]
+        sensitive = definition.type == ConfigType.PASSWORD
+        shown = None if sensitive else value
+        entries.append(ConfigEntry(key, shown, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, False, sensitive,
+                                   definition.type, _doc(definition) if with_docs else None,
+                                   [(key, shown, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]))
+    return entries
 
 
 def _doc(definition: ConfigDef) -> str | None:
@@ -144,7 +164,7 @@ def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConf
         return topic_config_entries(broker.config, meta.configs, with_docs=with_docs)
     if resource.resource_type == BROKER:
         if not name:
-            return []  # cluster-wide dynamic defaults: grete has none
+            return default_broker_entries(broker.config, with_docs=with_docs)
         check_broker_id(name, broker.node_id)
         return [broker_config_entry(broker.config, key, with_docs=with_docs) for key in sorted(BROKER_CONFIGS)]
     if resource.resource_type == BROKER_LOGGER:

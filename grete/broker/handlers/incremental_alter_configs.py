@@ -2,22 +2,25 @@
 
 Topic resources change only the named keys; APPEND and SUBTRACT work on LIST configs
 (``cleanup.policy``, the throttled-replica lists), starting from the override or, without one,
-from the topic default, as Kafka's controller does. Broker resources behave as in AlterConfigs
-(no dynamic broker configs). Broker-logger resources set or reset Python logging levels under
+from the topic default, as Kafka's controller does. Broker resources change this broker's (or, with
+an empty name, the cluster default's) dynamic configs key by key, validated as in AlterConfigs.
+Broker-logger resources set or reset Python logging levels under
 Kafka's log4j names, live and not persisted, like Kafka's.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from grete.broker.config import TOPIC_CONFIGS, ConfigType
+from grete.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigType
 from grete.broker.context import RequestContext
 from grete.broker.handlers.alter_configs import (
     AlterResource,
     answer_each,
     check_broker_resource,
     check_keys,
+    replace_broker_configs,
     replace_topic_configs,
 )
 from grete.broker.handlers.describe_configs import (
@@ -62,27 +65,21 @@ async def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -
         if op.config_operation not in OP_NAMES:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op.config_operation}")
     if resource.resource_type == BROKER:
-        # Deleting a dynamic-capable key that was never set is a no-op in Kafka (kafka-reassign-partitions
-        # --verify clears the replication throttles this way); grete sets no dynamic broker keys.
-        check_broker_resource(ctx, resource.resource_name,
-                              [op.name for op in ops if not (op.config_operation == DELETE and op.name in DYNAMIC_BROKER_KEYS)])
+        scope = check_broker_resource(ctx, resource.resource_name)
+        current = ctx.broker.metadata.broker_configs(scope)
+        await replace_broker_configs(ctx, scope, _incremental(current, ops, BROKER_CONFIGS), validate_only)
     elif resource.resource_type == TOPIC:
         meta = ctx.broker.metadata.topic(resource.resource_name)
         current = dict(meta.configs) if meta is not None else {}
-        await replace_topic_configs(ctx, resource.resource_name, _incremental(current, ops), validate_only)
+        await replace_topic_configs(ctx, resource.resource_name,
+                                    _incremental(current, ops, {k: d for k, (d, _) in TOPIC_CONFIGS.items()}), validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
 
-# Broker keys Kafka can change at run time that tools clear as a matter of course.
-DYNAMIC_BROKER_KEYS = frozenset({
-    "leader.replication.throttled.rate", "follower.replication.throttled.rate",
-    "replica.alter.log.dirs.io.max.bytes.per.second",
-})
-
-
-def _incremental(current: dict[str, str], ops: list[Op]) -> dict[str, str]:
-    """The override set after applying ``ops`` in order to ``current``."""
+def _incremental(current: dict[str, str], ops: list[Op], definitions: Mapping[str, ConfigDef]) -> dict[str, str]:
+    """The override set after applying ``ops`` in order to ``current`` (APPEND/SUBTRACT only on LIST
+    configs of ``definitions``)."""
     configs = dict(current)
     for op in ops:
         if op.config_operation == SET:
@@ -91,17 +88,17 @@ def _incremental(current: dict[str, str], ops: list[Op]) -> dict[str, str]:
         elif op.config_operation == DELETE:
             configs.pop(op.name, None)
         else:
-            configs[op.name] = _append_or_subtract(configs.get(op.name), op)
+            configs[op.name] = _append_or_subtract(configs.get(op.name), op, definitions)
     return configs
 
 
-def _append_or_subtract(value: str | None, op: Op) -> str:
-    entry = TOPIC_CONFIGS.get(op.name)
-    if entry is None or entry[0].type != ConfigType.LIST:
+def _append_or_subtract(value: str | None, op: Op, definitions: Mapping[str, ConfigDef]) -> str:
+    definition = definitions.get(op.name)
+    if definition is None or definition.type != ConfigType.LIST:
         raise KafkaError(ErrorCode.INVALID_CONFIG,
                          f"Can't {OP_NAMES[op.config_operation]} to key {op.name} because its type is not LIST.")
     if value is None:
-        value = entry[0].default or ""
+        value = definition.default or ""
     parts = [p.strip() for p in value.split(",") if p.strip()]
     assert op.value is not None
     for item in (p.strip() for p in op.value.split(",")):
