@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return run(config, started=started)
+    except ConfigError as exc:  # found while starting, e.g. an SSL listener without a keystore
+        print(f"grete: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:  # e.g. the port is in use
         print(f"grete: {exc}", file=sys.stderr)
         return 1

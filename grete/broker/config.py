@@ -9,6 +9,7 @@ resolves them; DescribeConfigs reports that chain as synonyms with their sources
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -102,6 +103,7 @@ def _d(name: str, type_: ConfigType, default: str | None, doc: str = "", **kw: o
 
 INT, LONG, STR, BOOL, DOUBLE, LIST = (ConfigType.INT, ConfigType.LONG, ConfigType.STRING,
                                       ConfigType.BOOLEAN, ConfigType.DOUBLE, ConfigType.LIST)
+PASSWORD = ConfigType.PASSWORD
 _TS_TYPES = ("CreateTime", "LogAppendTime")
 _CODECS = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
@@ -197,6 +199,23 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("sasl.kerberos.ticket.renew.window.factor", DOUBLE, "0.8"),
     _d("sasl.kerberos.principal.to.local.rules", LIST, "DEFAULT"),
     _d("metric.reporters", LIST, ""),
+    # TLS listeners (per listener as listener.name.<listener>.<key>): Kafka's keys and defaults.
+    _d("ssl.keystore.type", STR, "JKS", choices=("JKS", "PKCS12", "PEM")),
+    _d("ssl.keystore.location", STR, None),
+    _d("ssl.keystore.password", PASSWORD, None),
+    _d("ssl.key.password", PASSWORD, None),
+    _d("ssl.keystore.certificate.chain", PASSWORD, None),
+    _d("ssl.keystore.key", PASSWORD, None),
+    _d("ssl.truststore.type", STR, "JKS", choices=("JKS", "PKCS12", "PEM")),
+    _d("ssl.truststore.location", STR, None),
+    _d("ssl.truststore.password", PASSWORD, None),
+    _d("ssl.truststore.certificates", PASSWORD, None),
+    _d("ssl.client.auth", STR, "none", choices=("none", "requested", "required")),
+    _d("ssl.enabled.protocols", LIST, "TLSv1.2,TLSv1.3"),
+    _d("ssl.protocol", STR, "TLSv1.3"),
+    _d("ssl.cipher.suites", LIST, ""),
+    _d("ssl.endpoint.identification.algorithm", STR, "https"),
+    _d("ssl.principal.mapping.rules", STR, "DEFAULT"),
     _d("num.network.threads", INT, "3", minimum=1),
     _d("num.io.threads", INT, "8", minimum=1),
     _d("num.recovery.threads.per.data.dir", INT, "1", minimum=1),
@@ -285,6 +304,18 @@ DYNAMIC_BROKER_CONFIGS = frozenset(
 ) & set(BROKER_CONFIGS)
 
 
+def _definition(key: str) -> ConfigDef | None:
+    """A broker or topic key's definition; ``listener.name.<listener>.<key>`` is the key's own, as
+    Kafka's per-listener overrides are."""
+    match = _PER_LISTENER.fullmatch(key)
+    if match is not None:
+        key = match.group(2)
+    return BROKER_CONFIGS.get(key) or (TOPIC_CONFIGS[key][0] if key in TOPIC_CONFIGS else None)
+
+
+_PER_LISTENER = re.compile(r"listener\.name\.([a-z0-9_]+)\.(.+)")
+
+
 def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool) -> dict[str, str]:
     """Validate a broker resource's dynamic configs as Kafka does; raises ConfigError (a key that
     cannot change at run time, a per-broker key at cluster level, or a bad value)."""
@@ -320,7 +351,7 @@ class BrokerConfig:
         self.dynamic_broker: dict[str, str] = {}
         self.dynamic_default: dict[str, str] = {}
         for key, raw in (props or {}).items():
-            definition = BROKER_CONFIGS.get(key) or (TOPIC_CONFIGS[key][0] if key in TOPIC_CONFIGS else None)
+            definition = _definition(key)
             if definition is None:
                 if strict:
                     raise ConfigError(f"Unknown configuration '{key}'")

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import socket
 import struct
+from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -89,10 +90,12 @@ class _FetchMemo:
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker, pipeline: Pipeline, listener: str = "PLAINTEXT",
-                 security_protocol: str = "PLAINTEXT") -> None:
+                 security_protocol: str = "PLAINTEXT",
+                 principal_of: Callable[[Any], str] | None = None) -> None:
         self.broker = broker
         self.listener = listener
         self._security_protocol = security_protocol
+        self._principal_of = principal_of  # TLS: the client certificate's principal
         self._handlers = handlers()
         self._pipeline = pipeline
         self._metrics = broker.metrics
@@ -129,6 +132,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if peer else "unknown"
         self.session.client_host = self.peer
+        if self._principal_of is not None:
+            self.session.principal = self._principal_of(transport.get_extra_info("ssl_object"))
         if not self.broker.connection_quotas.admit(self.peer):
             log.info("closing connection from %s: max.connections.per.ip / max.connections reached", self.peer)
             self._closed = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grete.broker.config import ConfigError
+from grete.broker.config import BrokerConfig, ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +25,25 @@ def parse_listeners(values: list[str]) -> list[Listener]:
         host = match.group(2).strip("[]")
         listeners.append(Listener(match.group(1).upper(), host, int(match.group(3))))
     return listeners
+
+
+SUPPORTED = ("PLAINTEXT", "SSL")
+
+
+def security_protocol(config: BrokerConfig, listener: str) -> str:
+    """The listener's security protocol from ``listener.security.protocol.map``; ConfigError for a
+    listener the map does not name (as Kafka refuses it) or a protocol grete does not serve yet."""
+    mapping: dict[str, str] = {}
+    for entry in config.get_list("listener.security.protocol.map"):
+        name, sep, protocol = entry.partition(":")
+        if not sep:
+            raise ConfigError(f"Invalid listener.security.protocol.map entry '{entry}': expected NAME:PROTOCOL")
+        mapping[name.strip().upper()] = protocol.strip().upper()
+    found = mapping.get(listener.upper())
+    if found is None:
+        raise ConfigError(f"No security protocol defined for listener {listener}")
+    protocol = found
+    if protocol not in SUPPORTED:
+        raise ConfigError(f"listener {listener}: security protocol {protocol} is not supported yet "
+                          f"(grete serves {', '.join(SUPPORTED)})")
+    return protocol

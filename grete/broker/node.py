@@ -22,7 +22,7 @@ from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig
 from grete.broker.connection import KafkaConnection
 from grete.broker.groups import start_group_coordinator
-from grete.broker.listeners import Listener
+from grete.broker.listeners import Listener, security_protocol
 from grete.broker.pipeline import Pipeline
 from grete.broker.transactions import start_txn_coordinator
 
@@ -100,9 +100,16 @@ class Node:
     async def _listen(self, listener: Listener) -> None:
         broker = self.broker
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: KafkaConnection(broker, self.pipeline, listener.name),
-                                          listener.host or None, listener.port, reuse_address=True,
-                                          backlog=1024, start_serving=False)
+        protocol = security_protocol(broker.config, listener.name)
+        context, principal_of = None, None
+        if protocol == "SSL":
+            # Loaded by name and only for an SSL listener: `cryptography` costs ~90 ms at start-up.
+            tls = importlib.import_module("grete.broker.tls")
+            context, principal_of = tls.server_context(broker.config, listener.name), tls.principal_of
+        server = await loop.create_server(
+            lambda: KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of),
+            listener.host or None, listener.port, reuse_address=True, backlog=1024, start_serving=False,
+            ssl=context)
         # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets
         # inherit it and their window scale is negotiated for it.
         rcvbuf = broker.config.get_int("socket.receive.buffer.bytes")

@@ -1,0 +1,172 @@
+"""SSL listeners: stock clients over TLS (PEM and PKCS12 keystores, client authentication and its
+principal), large Fetch answers encrypted on the wire, and bad TLS input refused without harm."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from grete.broker.config import ConfigError
+from grete.testing import broker
+from tests.broker._tls import Certs, make_certs
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("tls"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TapProxy:
+    """Forwards a port to the broker and keeps every byte the broker sent, as it crossed the wire."""
+
+    def __init__(self, port: int, target: tuple[str, int]) -> None:
+        self.seen = bytearray()
+        self._target = target
+        self._server = socket.create_server(("127.0.0.1", port))
+        self._server.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            upstream = socket.create_connection(self._target)
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if record:
+                    self.seen.extend(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._server.close()
+
+
+def _ssl_client(bootstrap: str, certs: Certs, **extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(certs.ca), **extra}
+
+
+def _round_trip(bootstrap: str, conf: dict[str, Any], value: bytes) -> bytes:
+    producer = Producer({**conf, "message.max.bytes": 2_000_000})
+    producer.produce("secure", value=value, partition=0)
+    assert producer.flush(15) == 0
+    consumer = Consumer({**conf, "group.id": "tls", "fetch.max.bytes": 4_000_000})
+    consumer.assign([TopicPartition("secure", 0, 0)])
+    deadline = time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None:
+                assert message.error() is None, message.error()
+                return bytes(message.value())
+        raise AssertionError("nothing consumed over TLS")
+    finally:
+        consumer.close()
+
+
+def test_large_fetch_answers_are_encrypted_on_the_wire(certs: Certs) -> None:
+    """A 900 KB record produced and fetched over an SSL listener: the client gets it exactly, and
+    the bytes that crossed the wire never contain it (the Fetch answer took the copy path, not a
+    raw-socket sendfile under the TLS stream)."""
+    proxy_port = _free_port()
+    overrides = {"listeners": "SSL://127.0.0.1:0", "advertised.listeners": f"SSL://127.0.0.1:{proxy_port}",
+                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs.server),
+                 "message.max.bytes": "2000000"}
+    with broker(overrides, topics={"secure": 1}) as b:
+        bound = b.broker.bound[0]
+        proxy = TapProxy(proxy_port, ("127.0.0.1", bound.port))
+        try:
+            marker = b"GRETE-PLAINTEXT-MARKER-"
+            value = (marker * (900_000 // len(marker)))[:900_000]
+            assert _round_trip(f"127.0.0.1:{proxy_port}", _ssl_client(f"127.0.0.1:{proxy_port}", certs), value) == value
+        finally:
+            proxy.close()
+    assert len(proxy.seen) > 900_000  # the answer went through the tap
+    assert marker not in proxy.seen
+
+
+def test_pkcs12_keystore_and_client_certificates(certs: Certs) -> None:
+    overrides = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PKCS12",
+                 "ssl.keystore.location": str(certs.server_p12), "ssl.keystore.password": "secret",
+                 "ssl.client.auth": "required", "ssl.truststore.type": "PEM",
+                 "ssl.truststore.location": str(certs.ca)}
+    with broker(overrides, topics={"secure": 1}) as b:
+        conf = _ssl_client(b.bootstrap_servers, certs, **{"ssl.certificate.location": str(certs.client_cert),
+                                                          "ssl.key.location": str(certs.client_key)})
+        assert _round_trip(b.bootstrap_servers, conf, b"hello") == b"hello"
+        holder = Producer(conf)  # a connection left open, to read its session's principal
+        holder.list_topics(timeout=10)
+        deadline = time.monotonic() + 10
+        while not (principals := b.call(lambda: sorted({c.session.principal for c in b.broker.connections}))):
+            assert time.monotonic() < deadline, "no open TLS connection"
+            holder.poll(0.1)
+        holder.flush(1)
+        # RFC 2253 order (the certificate's RDN sequence reversed), as Java's X500Principal.getName().
+        assert principals == ["User:OU=eng,CN=alice"]
+        # Without a client certificate the handshake is refused; the broker keeps serving the others.
+        anonymous = ssl.create_default_context(cafile=str(certs.ca))
+        with socket.create_connection((b.host, b.port), timeout=5) as raw:
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                with anonymous.wrap_socket(raw, server_hostname="localhost") as tls:
+                    tls.sendall(b"\x00\x00\x00\x0c\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00")
+                    if not tls.recv(4096):
+                        raise ConnectionError("closed without an answer")
+        assert _round_trip(b.bootstrap_servers, conf, b"again") == b"hello"  # still served (offset 0)
+
+
+def test_plaintext_and_garbage_on_a_tls_port(certs: Certs) -> None:
+    overrides = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+                 "ssl.keystore.location": str(certs.server)}
+    with broker(overrides, topics={"secure": 1}) as b:
+        for payload in (b"\x00\x00\x00\x0c\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00", os.urandom(300)):
+            with socket.create_connection((b.host, b.port), timeout=5) as raw:
+                raw.sendall(payload)
+                try:
+                    answer = raw.recv(4096)
+                except (ConnectionResetError, TimeoutError):
+                    answer = b""
+                assert b"\x12" not in answer[:8] or answer[:1] == b"\x15"  # a TLS alert at most, never a Kafka answer
+        assert _round_trip(b.bootstrap_servers, _ssl_client(b.bootstrap_servers, certs), b"fine") == b"fine"
+
+
+def test_ssl_listener_without_a_keystore_fails_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="ssl.keystore.location"):
+        with broker({"listeners": "SSL://127.0.0.1:0"}):
+            pass
+    with pytest.raises(ConfigError, match="JKS"):
+        with broker({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(tmp_path / "k.jks")}):
+            pass
+    with pytest.raises(ConfigError, match="SASL_PLAINTEXT is not supported yet"):
+        with broker({"listeners": "SASL_PLAINTEXT://127.0.0.1:0"}):
+            pass
