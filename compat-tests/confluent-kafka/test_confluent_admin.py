@@ -145,3 +145,32 @@ def test_empty_cleanup_policy_is_accepted(admin: AdminClient, fresh_topic: str) 
     with pytest.raises(KafkaException) as err:
         admin.incremental_alter_configs([bad])[bad].result(timeout=20)
     assert err.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
+def test_group_configs(admin: AdminClient, broker) -> None:
+    """Kafka 4's GROUP config resource: defaults from the broker's group.* keys, a per-group override
+    described as GROUP_CONFIG, values outside the broker's bounds and unknown names refused."""
+    if broker.kind.startswith("kafka-3."):
+        pytest.skip("Kafka 3.9 has no GROUP config resource")
+    group = group_name()
+    res = ConfigResource(ResourceType.GROUP, group)
+    described = admin.describe_configs([res])[res].result(timeout=20)
+    assert described["consumer.session.timeout.ms"].value == "45000"
+    assert described["share.isolation.level"].value == "read_uncommitted"
+    assert {"consumer.heartbeat.interval.ms", "share.record.lock.duration.ms", "streams.num.standby.replicas"} <= set(described)
+
+    def alter(key: str, value: str) -> None:
+        change = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([change])[change].result(timeout=20)
+
+    alter("consumer.session.timeout.ms", "50000")
+    deadline = time.monotonic() + 10
+    while (entry := admin.describe_configs([res])[res].result(timeout=20)["consumer.session.timeout.ms"]).value != "50000":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert entry.source == 8  # GROUP_CONFIG
+    for key, value in (("consumer.session.timeout.ms", "5"), ("no.such.group.config", "1")):
+        with pytest.raises(KafkaException) as err:
+            alter(key, value)
+        assert err.value.args[0].code() == KafkaError.INVALID_CONFIG

@@ -44,6 +44,9 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
 
 
 class ConfigError(ValueError):
@@ -216,6 +219,41 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("ssl.cipher.suites", LIST, ""),
     _d("ssl.endpoint.identification.algorithm", STR, "https"),
     _d("ssl.principal.mapping.rules", STR, "DEFAULT"),
+    # Kafka 4's group protocols: the defaults and bounds of per-group configs (grete/broker/group_configs.py).
+    _d("group.consumer.assignment.interval.ms", INT, "1000", minimum=1),
+    _d("group.consumer.heartbeat.interval.ms", INT, "5000", minimum=1),
+    _d("group.consumer.min.heartbeat.interval.ms", INT, "2000", minimum=1),
+    _d("group.consumer.max.heartbeat.interval.ms", INT, "15000", minimum=1),
+    _d("group.consumer.session.timeout.ms", INT, "45000", minimum=1),
+    _d("group.consumer.min.session.timeout.ms", INT, "45000", minimum=1),
+    _d("group.consumer.max.session.timeout.ms", INT, "60000", minimum=1),
+    _d("group.share.assignment.interval.ms", INT, "1000", minimum=1),
+    _d("share.auto.offset.reset", STR, "latest"),
+    _d("group.share.delivery.count.limit", INT, "5", minimum=2),
+    _d("group.share.min.delivery.count.limit", INT, "2", minimum=2),
+    _d("group.share.max.delivery.count.limit", INT, "10", minimum=2),
+    _d("group.share.heartbeat.interval.ms", INT, "5000", minimum=1),
+    _d("group.share.min.heartbeat.interval.ms", INT, "5000", minimum=1),
+    _d("group.share.max.heartbeat.interval.ms", INT, "15000", minimum=1),
+    _d("share.isolation.level", STR, "read_uncommitted", choices=("read_committed", "read_uncommitted")),
+    _d("group.share.partition.max.record.locks", INT, "2000", minimum=100),
+    _d("group.share.record.lock.duration.ms", INT, "30000", minimum=1000),
+    _d("group.share.min.record.lock.duration.ms", INT, "15000", minimum=1000),
+    _d("group.share.max.record.lock.duration.ms", INT, "60000", minimum=1000),
+    _d("share.renew.acknowledge.enable", BOOL, "true"),
+    _d("group.share.session.timeout.ms", INT, "45000", minimum=1),
+    _d("group.share.min.session.timeout.ms", INT, "45000", minimum=1),
+    _d("group.share.max.session.timeout.ms", INT, "60000", minimum=1),
+    _d("group.streams.assignment.interval.ms", INT, "1000", minimum=1),
+    _d("group.streams.heartbeat.interval.ms", INT, "5000", minimum=1),
+    _d("group.streams.min.heartbeat.interval.ms", INT, "5000", minimum=1),
+    _d("group.streams.max.heartbeat.interval.ms", INT, "15000", minimum=1),
+    _d("group.streams.initial.rebalance.delay.ms", INT, "3000", minimum=0),
+    _d("group.streams.num.standby.replicas", INT, "0", minimum=0),
+    _d("group.streams.max.standby.replicas", INT, "2", minimum=0),
+    _d("group.streams.session.timeout.ms", INT, "45000", minimum=1),
+    _d("group.streams.min.session.timeout.ms", INT, "45000", minimum=1),
+    _d("group.streams.max.session.timeout.ms", INT, "60000", minimum=1),
     _d("num.network.threads", INT, "3", minimum=1),
     _d("num.io.threads", INT, "8", minimum=1),
     _d("num.recovery.threads.per.data.dir", INT, "1", minimum=1),

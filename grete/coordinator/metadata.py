@@ -61,6 +61,7 @@ class ChangeKind(Enum):
     PARTITIONS_ADDED = "partitions_added"
     TOPIC_CONFIGS_CHANGED = "topic_configs_changed"
     BROKER_CONFIGS_CHANGED = "broker_configs_changed"
+    GROUP_CONFIGS_CHANGED = "group_configs_changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,7 @@ class MetadataStore(Protocol):
     def topic(self, name: str) -> TopicMeta | None: ...
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None: ...
     def broker_configs(self, scope: str) -> dict[str, str]: ...
+    def group_configs(self, group_id: str) -> dict[str, str]: ...
 
     # changes: durable when the call returns, then published on ``changes``
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
@@ -120,6 +122,7 @@ class MetadataStore(Protocol):
     async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta: ...
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None: ...
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None: ...
     async def allocate_producer_ids(self, count: int) -> int: ...
 
 
@@ -133,6 +136,7 @@ class LocalMetadataStore:
         # Dynamic broker configs by scope, as /config/brokers/<scope> holds them under ZooKeeper:
         # a broker id, or "" for the cluster-wide default (Kafka's <default>).
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
         self.changes = ChangeFeed()
         if self.path.exists():
@@ -154,6 +158,9 @@ class LocalMetadataStore:
 
     def broker_configs(self, scope: str) -> dict[str, str]:
         return dict(self._broker_configs.get(scope, {}))
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        return dict(self._group_configs.get(group_id, {}))
 
     # --- writes --------------------------------------------------------------------------------
     # The file is local and small: each change is written in place, in the loop step that asked
@@ -225,6 +232,17 @@ class LocalMetadataStore:
         self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
 
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        before = self._group_configs
+        self._group_configs = {**before, group_id: dict(configs)}
+        if not configs:
+            del self._group_configs[group_id]
+
+        def undo() -> None:
+            self._group_configs = before
+        self._persist(undo)
+        self.changes.publish(MetadataChange(ChangeKind.GROUP_CONFIGS_CHANGED))
+
     async def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids; persisted first, so ids never repeat after a restart."""
         first = self._next_producer_id
@@ -251,6 +269,7 @@ class LocalMetadataStore:
     def _load(self) -> None:
         data = json.loads(self.path.read_text(encoding="utf-8"))
         self.cluster_id = data["cluster_id"]
+        self._group_configs = {str(g): dict(c) for g, c in data.get("group_configs", {}).items()}
         stored = data.get("broker_configs", {})
         # Files written before dynamic broker configs held one flat (always empty) dict.
         self._broker_configs = {str(scope): dict(configs) for scope, configs in stored.items()
@@ -270,6 +289,7 @@ class LocalMetadataStore:
             "version": 1,
             "cluster_id": self.cluster_id,
             "broker_configs": self._broker_configs,
+            "group_configs": self._group_configs,
             "next_producer_id": self._next_producer_id,
             "topics": [
                 {"name": t.name, "topic_id": uuid_to_kafka(t.topic_id), "internal": t.internal,

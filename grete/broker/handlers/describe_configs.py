@@ -28,13 +28,14 @@ from grete.broker.config import (
     broker_synonyms,
 )
 from grete.broker.context import RequestContext
+from grete.broker.group_configs import GROUP_CONFIGS
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
 from grete.protocol.topics import validate_topic_name
 
 # ConfigResource.Type ids
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 DYNAMIC_BROKER_LOGGER_CONFIG = 6  # ConfigSource id Kafka uses for logger levels
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -114,6 +115,22 @@ def broker_config_entry(config: BrokerConfig, key: str, *, with_docs: bool = Fal
                        definition.type, _doc(definition) if with_docs else None, chain)
 
 
+def group_config_entries(config: BrokerConfig, overrides: dict[str, str], *,
+                         with_docs: bool = False) -> list[ConfigEntry]:
+    """A group's configs (Kafka 4): its override (GROUP_CONFIG), else the broker key's value."""
+    entries = []
+    for key, definition in sorted(GROUP_CONFIGS.items()):
+        synonyms = _broker_chain(config, definition.synonym, False)
+        if key in overrides:
+            synonyms.insert(0, (key, overrides[key], ConfigSource.GROUP_CONFIG))
+        value = synonyms[0][1] if synonyms else None
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
+        broker_definition = BROKER_CONFIGS.get(definition.synonym)
+        doc = _doc(broker_definition) if with_docs and broker_definition is not None else None
+        entries.append(ConfigEntry(key, value, source, False, False, definition.type, doc, synonyms))
+    return entries
+
+
 def default_broker_entries(config: BrokerConfig, *, with_docs: bool = False) -> list[ConfigEntry]:
     """The cluster-wide default resource (broker name ""): only the dynamic defaults that are set."""
     entries = []
@@ -167,6 +184,8 @@ def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConf
             return default_broker_entries(broker.config, with_docs=with_docs)
         check_broker_id(name, broker.node_id)
         return [broker_config_entry(broker.config, key, with_docs=with_docs) for key in sorted(BROKER_CONFIGS)]
+    if resource.resource_type == GROUP:
+        return group_config_entries(broker.config, broker.metadata.group_configs(name), with_docs=with_docs)
     if resource.resource_type == BROKER_LOGGER:
         if not name:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from grete.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigType
+from grete.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigError, ConfigType
 from grete.broker.context import RequestContext
+from grete.broker.group_configs import validate_group_configs
 from grete.broker.handlers.alter_configs import (
     AlterResource,
     answer_each,
@@ -26,6 +27,7 @@ from grete.broker.handlers.alter_configs import (
 from grete.broker.handlers.describe_configs import (
     BROKER,
     BROKER_LOGGER,
+    GROUP,
     LOG4J_LEVELS,
     ROOT_LOGGER,
     TOPIC,
@@ -68,6 +70,15 @@ async def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -
         scope = check_broker_resource(ctx, resource.resource_name)
         current = ctx.broker.metadata.broker_configs(scope)
         await replace_broker_configs(ctx, scope, _incremental(current, ops, BROKER_CONFIGS), validate_only)
+    elif resource.resource_type == GROUP:
+        group_id = resource.resource_name
+        merged = _incremental(ctx.broker.metadata.group_configs(group_id), ops, {})
+        try:
+            clean = validate_group_configs(merged, ctx.broker.config)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        if not validate_only:
+            await ctx.broker.metadata.set_group_configs(group_id, clean)
     elif resource.resource_type == TOPIC:
         meta = ctx.broker.metadata.topic(resource.resource_name)
         current = dict(meta.configs) if meta is not None else {}
