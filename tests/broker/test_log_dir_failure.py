@@ -4,6 +4,7 @@ shows the partition offline, and every acknowledged record is there after more s
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from grete.protocol.messages import (
 )
 from grete.protocol.records.batch import iter_batches
 from grete.protocol.records.record import Record, build_batch
+from grete.storage import io
 from grete.testing import broker
 from grete.testing._wire import Wire
 
@@ -147,4 +149,34 @@ def test_groups_find_no_coordinator_while_its_partition_is_offline(small_disk: P
         consumer.close()
         groups = b.call(lambda: {g: grp.generation_id for g, grp in b.broker.group_coordinator.groups.items()})
         assert groups.get("g", 0) == 0
+        wire.close()
+
+
+@pytest.mark.parametrize("kind, err", [("write", errno.EIO), ("fsync", errno.EIO), ("write", errno.EROFS)])
+def test_an_io_error_under_a_running_broker(tmp_path: Path, kind: str, err: int) -> None:
+    """EIO / EROFS from the disk (injected at the storage layer's seam) while the broker runs: the
+    dir goes offline once, its partitions answer KAFKA_STORAGE_ERROR, the other dir goes on, and
+    what was acknowledged before is there after a restart."""
+    a, b_dir = tmp_path / "a", tmp_path / "b"
+    dirs = f"{a},{b_dir}"
+    with broker({"log.dirs": dirs, "log.flush.interval.messages": "1"}, data_dir=a) as b:
+        b.create_topic("t", 2)
+        failing = b.broker.partitions[("t", 0)].log_dir
+        healthy = next(i for i in (0, 1) if b.broker.partitions[("t", i)].log_dir != failing)
+        wire = Wire(b.host, b.port)
+        acknowledged = [_produce(wire, "t", 0, b"before").base_offset for _ in range(3)]
+        injector = io.inject()
+        try:
+            injector.fail(failing, kind, err, times=1)
+            assert _produce(wire, "t", 0, b"during").error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        finally:
+            io.reset()
+        assert failing in b.broker.log_manager.offline_dirs
+        assert _produce(wire, "t", 0, b"after").error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        if healthy != 0:
+            assert _produce(wire, "t", healthy, b"fine").error_code == 0
+        wire.close()
+    with broker({"log.dirs": dirs}, data_dir=a) as b:
+        wire = Wire(b.host, b.port)
+        assert set(acknowledged) <= set(_read_all(wire, "t", 0))
         wire.close()
