@@ -31,6 +31,12 @@ from grete.testing import broker
 from grete.testing._wire import Wire
 
 
+def _thread_cpu_s(tid: int | None) -> float:
+    """User + system CPU seconds of one thread of this process (Linux /proc)."""
+    fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _mount_problem() -> str | None:
     if os.geteuid() != 0:
         return "needs root to mount a tmpfs"
@@ -142,10 +148,13 @@ def test_groups_find_no_coordinator_while_its_partition_is_offline(small_disk: P
         consumer = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "g",
                              "session.timeout.ms": 6000, "auto.offset.reset": "earliest"})
         consumer.subscribe(["elsewhere"])
+        cpu_before = _thread_cpu_s(b.thread.native_id)
         deadline = time.monotonic() + 4
         while time.monotonic() < deadline:
             consumer.poll(0.2)
         assert consumer.assignment() == []
+        # Nothing can succeed, and nothing spins: the broker's loop is idle but for the retries.
+        assert _thread_cpu_s(b.thread.native_id) - cpu_before < 0.4
         consumer.close()
         groups = b.call(lambda: {g: grp.generation_id for g, grp in b.broker.group_coordinator.groups.items()})
         assert groups.get("g", 0) == 0
