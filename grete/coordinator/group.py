@@ -47,21 +47,46 @@ class GroupCoordinator(MembershipMixin, OffsetsMixin):
     # ============================================================================ lifecycle
 
     async def load(self) -> None:
-        """Rebuild every group of every ``__consumer_offsets`` partition from the store, then serve
-        requests and run the retention timer. ``start()`` is the same; either may be called."""
+        """Serve every ``__consumer_offsets`` partition (a single node leads them all): each is
+        loaded in turn, then requests are served and the retention timer runs. ``start()`` is the
+        same; either may be called."""
+        partitions = range(self.config.offsets_topic_num_partitions)
+        self.loading_partitions.update(partitions)  # elected for all: LOAD_IN_PROGRESS until loaded
         self._loading = True
         try:
-            for partition in range(self.config.offsets_topic_num_partitions):
-                for group in build_groups(self.store.read(partition), self.now_ms()):
-                    self._install(group)
-                self._stage_open_transactions(self.store.open_transactions(partition))
-                await asyncio.sleep(0)  # let other connections get LOAD_IN_PROGRESS meanwhile
+            for partition in partitions:
+                await self.load_partition(partition)
         finally:
             self._loading = False
         self._loaded = True
         self._active = True
         self._schedule_retention()
         log.info("loaded %d groups from __consumer_offsets", len(self.groups))
+
+    async def load_partition(self, partition: int) -> None:
+        """Kafka's onElection: this broker now leads ``partition`` of __consumer_offsets; its groups
+        answer COORDINATOR_LOAD_IN_PROGRESS until they are rebuilt from the log."""
+        self.loading_partitions.add(partition)
+        try:
+            for group in build_groups(self.store.read(partition), self.now_ms()):
+                self._install(group)
+            self._stage_open_transactions(self.store.open_transactions(partition))
+            self.owned_partitions.add(partition)
+        finally:
+            self.loading_partitions.discard(partition)
+        self._active = True
+        await asyncio.sleep(0)  # let other connections get LOAD_IN_PROGRESS meanwhile
+
+    def unload_partition(self, partition: int) -> None:
+        """Kafka's onResignation: another broker leads ``partition`` now. Its groups are dropped
+        (their parked joins and syncs answered NOT_COORDINATOR, their timers cancelled); their
+        requests answer NOT_COORDINATOR and clients find the new coordinator."""
+        self.owned_partitions.discard(partition)
+        self.loading_partitions.discard(partition)
+        for group_id, group in list(self.groups.items()):
+            if self.partition_for(group_id) == partition:
+                self._unload(group)
+                del self.groups[group_id]
 
     def _stage_open_transactions(self, open_txns: dict[int, list[Record]]) -> None:
         """Offsets of transactions without a marker yet wait in ``pending_txn_offsets`` for it."""

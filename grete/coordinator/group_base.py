@@ -66,6 +66,10 @@ class CoordinatorBase:
         self.groups: dict[str, Group] = {}
         self._active = False
         self._loading = False
+        # Kafka's GroupMetadataManager: the __consumer_offsets partitions this coordinator serves,
+        # and those it was elected for and is still loading.
+        self.owned_partitions: set[int] = set()
+        self.loading_partitions: set[int] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------------ availability
@@ -75,8 +79,9 @@ class CoordinatorBase:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
 
     def availability_error(self) -> ErrorCode:
-        """NONE, or the code every group API answers right now (ListGroups uses it as is)."""
-        if self._loading:
+        """NONE, or the code every group API answers right now (ListGroups uses it as is): a
+        partition still loading makes ListGroups incomplete, as in Kafka."""
+        if self._loading or self.loading_partitions:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if not self._active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -84,11 +89,19 @@ class CoordinatorBase:
 
     def status_error(self, group_id: str | None, *, allow_empty_id: bool = False) -> ErrorCode | None:
         """Kafka's validateGroupStatus. OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups
-        accept the empty group id for backwards compatibility; the membership APIs do not."""
+        accept the empty group id for backwards compatibility; the membership APIs do not. A group
+        whose partition is loading gets COORDINATOR_LOAD_IN_PROGRESS, one whose partition is not
+        served here NOT_COORDINATOR."""
         if group_id is None or (not group_id and not allow_empty_id):
             return ErrorCode.INVALID_GROUP_ID
-        error = self.availability_error()
-        return None if error is ErrorCode.NONE else error
+        if not self._active and not self.loading_partitions:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        partition = self.partition_for(group_id)
+        if partition in self.loading_partitions:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if partition not in self.owned_partitions:
+            return ErrorCode.NOT_COORDINATOR
+        return None
 
     def new_group(self, group_id: str) -> Group:
         group = Group(group_id, GroupState.EMPTY, self.now_ms())

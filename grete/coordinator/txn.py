@@ -96,6 +96,8 @@ class TransactionCoordinator:
         self._timeouts: dict[str, asyncio.TimerHandle] = {}
         self._expiry_timer: asyncio.TimerHandle | None = None
         self.active = False
+        # The __transaction_state partitions served here (Kafka's TransactionStateManager).
+        self.owned_partitions: set[int] = set()
 
     # ================================================================== lifecycle
 
@@ -103,20 +105,43 @@ class TransactionCoordinator:
         return partition_for(transactional_id, self.config.num_partitions)
 
     def load(self) -> None:
-        """Rebuild every transactional id from the log, then finish what a crash interrupted."""
+        """Serve every __transaction_state partition (a single node leads them all)."""
         for partition in range(self.config.num_partitions):
-            for meta in self._replay(self.store.read(partition)).values():
-                self._install(meta)
+            self.load_partition(partition)
+        if not self.active:
+            self.active = True
+            self._schedule_expiry()
+        log.info("loaded %d transactional ids from __transaction_state", len(self.txns))
+
+    def load_partition(self, partition: int) -> None:
+        """Kafka's onElection: rebuild the partition's transactional ids from the log, then finish
+        the commits and aborts a crash (or the previous coordinator) left half done."""
+        loaded = list(self._replay(self.store.read(partition)).values())
+        for meta in loaded:
+            self._install(meta)
+        self.owned_partitions.add(partition)
         self.active = True
-        for meta in list(self.txns.values()):
+        for meta in loaded:
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 log.info("completing %s of %s interrupted by a restart", meta.state.kafka_name,
                          meta.transactional_id)
                 self._write_markers_and_complete(meta)
             elif meta.state is TxnState.ONGOING:
                 self._schedule_timeout(meta)
-        self._schedule_expiry()
-        log.info("loaded %d transactional ids from __transaction_state", len(self.txns))
+
+    def unload_partition(self, partition: int) -> None:
+        """Kafka's onResignation: forget the partition's ids (their requests now answer
+        NOT_COORDINATOR) and their timers; the new coordinator finishes what they had begun."""
+        self.owned_partitions.discard(partition)
+        for meta in [m for t, m in self.txns.items() if self.partition_for(t) == partition]:
+            self._remove(meta)  # cancels its timeout too
+
+    def _coordinator_error(self, transactional_id: str) -> ErrorCode | None:
+        if not self.active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.partition_for(transactional_id) not in self.owned_partitions:
+            return ErrorCode.NOT_COORDINATOR
+        return None
 
     @staticmethod
     def _replay(records: Iterable[tuple[bytes, bytes | None]]) -> dict[str, TxnMetadata]:
@@ -134,6 +159,7 @@ class TransactionCoordinator:
 
     def shutdown(self) -> None:
         self.active = False
+        self.owned_partitions.clear()
         for handle in self._timeouts.values():
             handle.cancel()
         self._timeouts.clear()
@@ -149,8 +175,8 @@ class TransactionCoordinator:
             return InitResult(ErrorCode.INVALID_REQUEST)
         if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return InitResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        if not self.active:
-            return InitResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if (error := self._coordinator_error(transactional_id)) is not None:
+            return InitResult(error)
         meta = self.txns.get(transactional_id)
         try:
             if meta is None:
@@ -220,8 +246,8 @@ class TransactionCoordinator:
         """The transaction of this producer, or the error Kafka answers for a stranger or a zombie."""
         if not transactional_id:
             return None, ErrorCode.INVALID_REQUEST
-        if not self.active:
-            return None, ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if (error := self._coordinator_error(transactional_id)) is not None:
+            return None, error
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return None, ErrorCode.INVALID_PRODUCER_ID_MAPPING
