@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from grete.coordinator.group_base import cancel, log, wall_clock_ms
+from grete.coordinator.group_base import CoordinatorBase, cancel, log, wall_clock_ms
 from grete.coordinator.group_loader import build_groups, staged_offsets
-from grete.coordinator.group_membership import MembershipMixin
-from grete.coordinator.group_offsets import OffsetsMixin
+from grete.coordinator.group_membership import Membership
+from grete.coordinator.group_offsets import Offsets
 from grete.coordinator.group_state import Group, GroupState
 from grete.coordinator.group_store import OffsetsStore, Record
 from grete.coordinator.group_types import (
@@ -37,12 +37,34 @@ from grete.protocol.errors import ErrorCode
 __all__ = ["GroupCoordinator"]
 
 
-class GroupCoordinator(MembershipMixin, OffsetsMixin):
+class GroupCoordinator(CoordinatorBase):
+    """The shared state (``CoordinatorBase``: config, clock, store, the group table, timers and
+    writes) plus two parts that act on it: ``membership`` (JoinGroup, SyncGroup, Heartbeat,
+    LeaveGroup, rebalances) and ``offsets`` (commits, fetches, deletions, retention). The request
+    handlers call the methods below, which hand each request to its part."""
+
     def __init__(self, config: GroupConfig, store: OffsetsStore, *,
                  now_ms: Callable[[], int] = wall_clock_ms) -> None:
         super().__init__(config, store, now_ms=now_ms)
+        self.membership = Membership(self)
+        self.offsets = Offsets(self, self.membership)
         self._loaded = False
         self._retention_timer: asyncio.TimerHandle | None = None
+        # The parts' request methods, as the handlers (and grete.testing) call them.
+        self.join_group = self.membership.join_group
+        self.sync_group = self.membership.sync_group
+        self.heartbeat = self.membership.heartbeat
+        self.leave_group = self.membership.leave_group
+        self.touch_member = self.membership.touch_member
+        self.validate_current_member = self.membership.validate_current_member
+        self.remove_member_and_update_group = self.membership.remove_member_and_update_group
+        self.commit_offsets = self.offsets.commit_offsets
+        self.commit_txn_offsets = self.offsets.commit_txn_offsets
+        self.fetch_offsets = self.offsets.fetch_offsets
+        self.delete_offsets = self.offsets.delete_offsets
+        self.delete_groups = self.offsets.delete_groups
+        self.expire_offsets = self.offsets.expire_offsets
+        self.complete_txn = self.offsets.complete_txn
 
     # ============================================================================ lifecycle
 
@@ -99,7 +121,7 @@ class GroupCoordinator(MembershipMixin, OffsetsMixin):
         self.groups[group.group_id] = group
         # Restored members must keep heartbeating; those that are gone time out as usual.
         for member in group.members.values():
-            self._schedule_session(group, member, member.session_timeout_ms)
+            self.membership._schedule_session(group, member, member.session_timeout_ms)
 
     async def start(self) -> None:
         if not self._loaded:

@@ -1,9 +1,10 @@
 """Shared machinery of the group coordinator: configuration, the group table, availability checks,
 timers, background tasks and writes to ``__consumer_offsets`` with Kafka's error mapping.
 
-``GroupCoordinator`` is assembled from this base plus ``group_membership`` (JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup and the rebalance state machine) and ``group_offsets`` (OffsetCommit,
-OffsetFetch, OffsetDelete, DeleteGroups, retention).
+``GroupCoordinator`` is this state plus two parts that hold a reference to it (composition, not
+inheritance): ``group_membership.Membership`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the
+rebalance state machine) and ``group_offsets.Offsets`` (OffsetCommit, OffsetFetch, OffsetDelete,
+DeleteGroups, retention). A part reaches the state as ``self.core`` and the other part by name.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 This module holds data and the small invariant-keeping operations on it (adding and removing members,
 protocol votes, generation bumps). Timers, parked requests and persistence are the coordinator's job
-(``group.py`` and its mixins); nothing here awaits.
+(``group.py`` and its parts); nothing here awaits.
 """
 
 from __future__ import annotations
