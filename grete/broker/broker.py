@@ -23,6 +23,7 @@ from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.replica_manager import ReplicaManager
+from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.metadata import (
     ChangeKind,
     LocalMetadataStore,
@@ -30,6 +31,7 @@ from grete.coordinator.metadata import (
     MetadataStore,
     TopicMeta,
 )
+from grete.coordinator.txn import TransactionCoordinator
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, validate_topic_name
 from grete.storage.config import LogConfig
@@ -69,8 +71,9 @@ class Broker:
         # Static settings read on every request, parsed once.
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.producer_ids = ProducerIdManager(self.metadata)
-        self.group_coordinator: Any = None
-        self.txn_coordinator: Any = None
+        # Set by the node before it listens (their stores write through this broker's partitions).
+        self._group_coordinator: GroupCoordinator | None = None
+        self._txn_coordinator: TransactionCoordinator | None = None
         # grete.testing's fault injection (grete/testing/faults.py); None outside tests.
         self.faults: Any = None
         self.started_at = time.monotonic()
@@ -94,6 +97,31 @@ class Broker:
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         await self.metadata.set_broker_configs(scope, clean)
+
+    # --- coordinators ------------------------------------------------------------------------
+    @property
+    def group_coordinator(self) -> GroupCoordinator:
+        if self._group_coordinator is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not started")
+        return self._group_coordinator
+
+    @group_coordinator.setter
+    def group_coordinator(self, coordinator: GroupCoordinator) -> None:
+        self._group_coordinator = coordinator
+
+    @property
+    def txn_coordinator(self) -> TransactionCoordinator:
+        if self._txn_coordinator is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not started")
+        return self._txn_coordinator
+
+    @txn_coordinator.setter
+    def txn_coordinator(self, coordinator: TransactionCoordinator) -> None:
+        self._txn_coordinator = coordinator
+
+    def coordinators(self) -> tuple[GroupCoordinator | None, TransactionCoordinator | None]:
+        """Both coordinators, or None for one not started (for shutdown and the like)."""
+        return self._group_coordinator, self._txn_coordinator
 
     @property
     def partitions(self) -> dict[tuple[str, int], Partition]:

@@ -79,10 +79,11 @@ class Node:
         for task in self._tasks:
             task.cancel()
         broker.producer_ids.stop()
-        if broker.txn_coordinator is not None:
-            broker.txn_coordinator.shutdown()
-        if broker.group_coordinator is not None:
-            await broker.group_coordinator.shutdown()
+        groups, transactions = broker.coordinators()
+        if transactions is not None:
+            transactions.shutdown()
+        if groups is not None:
+            await groups.shutdown()
         broker.replicas.shutdown()
         broker.log_manager.shutdown()
         self._stopped.set()

@@ -82,8 +82,9 @@ class LocalMarkerWriter:
                 log.error("could not write the %s marker of producer %d to %s-%d: %s",
                           "COMMIT" if commit else "ABORT", producer_id, topic, index, exc)
                 continue
-            if topic == OFFSETS_TOPIC and self.broker.group_coordinator is not None:
-                self.broker.group_coordinator.complete_txn(index, producer_id, commit)
+            groups = self.broker.coordinators()[0]
+            if topic == OFFSETS_TOPIC and groups is not None:
+                groups.complete_txn(index, producer_id, commit)
 
 
 def txn_config(broker: Broker) -> TxnConfig:

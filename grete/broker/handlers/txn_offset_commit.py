@@ -42,7 +42,7 @@ def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
     coordinator = ctx.broker.group_coordinator
     error = coordinator.availability_error()
     if error is not ErrorCode.NONE:
-        return error  # type: ignore[no-any-return]
+        return error
     offsets_partition = (OFFSETS_TOPIC, coordinator.partition_for(request.group_id))
-    return ctx.broker.txn_coordinator.verify_partition(  # type: ignore[no-any-return]
+    return ctx.broker.txn_coordinator.verify_partition(
         request.producer_id, request.producer_epoch, offsets_partition)
