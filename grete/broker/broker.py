@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.connection_quotas import ConnectionQuotas
-from grete.broker.framing import BufferPool, MemoryPool
 from grete.broker.listeners import Listener, parse_listeners
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
@@ -33,6 +32,7 @@ from grete.coordinator.metadata import (
 )
 from grete.coordinator.txn import TransactionCoordinator
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.framing import BufferPool, MemoryPool
 from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, validate_topic_name
 from grete.storage.config import LogConfig
 from grete.storage.manager import LogManager

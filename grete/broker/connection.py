@@ -1,6 +1,6 @@
 """One client connection: the asyncio protocol that joins a transport to the sans-IO parts.
 
-Bytes in go to the :class:`~grete.broker.framing.FrameReader` (receive buffer, frame limits); each
+Bytes in go to the :class:`~grete.protocol.framing.FrameReader` (receive buffer, frame limits); each
 frame is decoded and run through the :class:`~grete.broker.pipeline.Pipeline` with the connection's
 :class:`~grete.broker.context.Session`; answers take their place in the
 :class:`~grete.broker.channel.ResponseQueue` and leave, in request order, through the writer
@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.broker.channel import IdleClock, ResponseQueue, Slot
 from grete.broker.context import CloseConnection, RequestContext, Session
-from grete.broker.framing import FrameReader
 from grete.broker.pipeline import NotAuthenticated, Pipeline
 from grete.broker.registry import Handler, handlers
 from grete.broker.writers import Writer, writer_for
 from grete.protocol.codec import Message, Reader
 from grete.protocol.codec import Writer as Encoder
 from grete.protocol.errors import ErrorCode, ProtocolError
+from grete.protocol.framing import FrameReader
 from grete.protocol.headers import decode_request_header, encode_response_header
 from grete.protocol.messages import APIS, response_header_version
 

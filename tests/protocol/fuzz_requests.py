@@ -15,7 +15,7 @@ from pathlib import Path
 
 from grete.protocol.codec import Message
 from grete.protocol.errors import ProtocolError
-from grete.protocol.frames import FrameSplitter
+from grete.protocol.framing import FrameReader
 from grete.protocol.headers import decode_request_header
 from grete.protocol.messages import APIS
 
@@ -30,9 +30,9 @@ def _classes(api_key: int) -> tuple[type[Message], type[Message]]:
 
 def check_frames(data: bytes) -> None:
     """Treat ``data`` as a client's byte stream, the way the broker's connection does."""
-    splitter = FrameSplitter(max_size=_MAX_FRAME)
+    reader = FrameReader(max_frame=_MAX_FRAME)
     try:
-        for frame in splitter.feed(data):
+        for frame in reader.feed(data):
             header, offset = decode_request_header(frame)
             if not header.known:
                 continue

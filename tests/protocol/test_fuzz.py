@@ -79,9 +79,9 @@ def test_concatenated_valid_frames_all_decode(make_builder: Callable[[random.Ran
     seeds = seed_frames(make_builder, random.Random(5))
     decoded = []
     original = fuzz_module.APIS
-    from grete.protocol.frames import FrameSplitter
+    from grete.protocol.framing import FrameReader
     from grete.protocol.headers import decode_request_header
-    for frame in FrameSplitter().feed(b"".join(seeds)):
+    for frame in FrameReader().feed(b"".join(seeds)):
         header, offset = decode_request_header(frame)
         decoded.append(original[header.api_key].request.from_bytes(frame[offset:], header.api_version))
     assert len(decoded) == len(seeds)

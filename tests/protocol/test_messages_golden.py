@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from grete.protocol.frames import FrameSplitter
+from grete.protocol.framing import FrameReader
 from grete.protocol.headers import RequestHeader, decode_request_header
 from grete.protocol.messages import APIS
 from grete.protocol.messages.consumer_protocol import ConsumerProtocolAssignment, ConsumerProtocolSubscription
@@ -20,7 +20,7 @@ CLIENT_IDS = {"kafka-python": "golden-kp", "kafka-python-0.10": "golden-kp-old",
 
 
 def load(path: Path) -> tuple[RequestHeader, Any, memoryview]:
-    frames = FrameSplitter().feed(path.read_bytes())
+    frames = FrameReader().feed(path.read_bytes())
     assert len(frames) == 1
     header, offset = decode_request_header(frames[0])
     body = frames[0][offset:]

@@ -1,4 +1,5 @@
-"""Reading Kafka's size-prefixed frames out of a byte stream, sans I/O.
+"""Reading Kafka's size-prefixed frames out of a byte stream, sans I/O: the one framer (the broker's
+connections, the tests' clients and the fuzzers use it).
 
 The transport asks :meth:`FrameReader.buffer` for room, receives into it, and reports the count with
 :meth:`FrameReader.received`; :meth:`FrameReader.next_frame` then hands out whole frames as views of
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from grete.protocol.errors import ProtocolError
+from grete.protocol.errors import FrameTooLarge, ProtocolError
 
 BASE_BUFFER = 64 * 1024  # a pooled buffer; most requests fit, and reuse avoids fresh-page faults
 POOLED_BUFFERS = 64  # free buffers kept for reuse (64 x 64 KB); more are left to the allocator
@@ -73,15 +74,19 @@ class MemoryPool:
         self._waiting.append(wake)
 
 
+DEFAULT_MAX_FRAME = 104857600  # socket.request.max.bytes
+
+
 class FrameReader:
     """One connection's receive side: buffer, frame boundaries and the frame size limit."""
 
     __slots__ = ("max_frame", "_pool", "_memory", "_buf", "_start", "_end", "_reserved", "_stash")
 
-    def __init__(self, max_frame: int, pool: BufferPool, memory: MemoryPool) -> None:
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, pool: BufferPool | None = None,
+                 memory: MemoryPool | None = None) -> None:
         self.max_frame = max_frame
-        self._pool = pool
-        self._memory = memory
+        self._pool = pool if pool is not None else BufferPool()
+        self._memory = memory if memory is not None else MemoryPool(-1)
         self._buf: bytearray | None = None
         self._start = 0
         self._end = 0
@@ -123,8 +128,10 @@ class FrameReader:
         buf = self._buf
         assert buf is not None
         size = int.from_bytes(buf[self._start:self._start + 4], "big", signed=True)
-        if size < 0 or size > self.max_frame:
-            raise ProtocolError(f"frame size {size} outside [0, {self.max_frame}] (socket.request.max.bytes)")
+        if size < 0:
+            raise ProtocolError(f"negative frame size {size}")
+        if size > self.max_frame:
+            raise FrameTooLarge(size, self.max_frame)
         if available < 4 + size:
             return None
         frame = memoryview(buf)[self._start + 4:self._start + 4 + size]
@@ -160,6 +167,26 @@ class FrameReader:
         self._buf = None
         self._release_reserved()
         self._pool.give(buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Receive ``data`` and return the frames it completed, as bytes of their own (tools and
+        tests; a connection uses :meth:`buffer` / :meth:`received` / :meth:`next_frame`)."""
+        frames: list[bytes] = []
+        view = memoryview(data)
+        while True:
+            while (frame := self.next_frame()) is not None:
+                frames.append(bytes(frame))
+            if not view:
+                break
+            room = self.buffer()
+            if room is None:
+                raise ProtocolError("request memory pool exhausted")
+            n = min(len(room), len(view))
+            room[:n] = view[:n]
+            self.received(n)
+            view = view[n:]
+        self.settle()
+        return frames
 
     def close(self) -> None:
         self._buf = None
