@@ -7,16 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
 
 from grete.broker.config import BrokerConfig, read_properties
 from grete.broker.listeners import parse_listeners, security_protocol
 
-from ._support import DOCKER, REPO, entrypoint, free_port
+from ._support import DOCKER, REPO, entrypoint, free_port, round_trip, wait_serving
 
 ep = entrypoint()
 
@@ -108,45 +106,12 @@ def test_entrypoint_serves_a_client_and_stops_cleanly_on_sigterm(tmp_path):
     proc = subprocess.Popen([sys.executable, str(DOCKER / "entrypoint.py")], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        _wait_serving(proc)
+        wait_serving(proc)
         assert (tmp_path / "etc" / "server.properties").stat().st_mode & 0o777 == 0o600
-        _round_trip(f"127.0.0.1:{port}", "ep-topic", partitions=2)
+        round_trip(f"127.0.0.1:{port}", "ep-topic", partitions=2)
     finally:
         proc.send_signal(signal.SIGTERM)  # the entrypoint exec'd grete: the signal reaches the broker
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "stopped cleanly" in out
     assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
-
-
-def _wait_serving(proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 30
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if "serving on" in line:
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"exited with {proc.returncode}: {line}{proc.stdout.read()}")
-    raise AssertionError("the broker did not report that it was serving")
-
-
-def _round_trip(bootstrap: str, topic: str, partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(topic, key=b"k", value=b"one record")
-    assert producer.flush(20) == 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ops", "auto.offset.reset": "earliest"})
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                assert msg.value() == b"one record"
-                break
-        else:
-            raise AssertionError("the record was not consumed")
-        metadata = consumer.list_topics(topic, timeout=10)
-        assert len(metadata.topics[topic].partitions) == partitions  # KAFKA_NUM_PARTITIONS applied
-    finally:
-        consumer.close()
