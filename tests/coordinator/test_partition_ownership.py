@@ -38,10 +38,12 @@ def test_group_partitions_load_and_unload() -> None:
         store = InMemoryOffsetsStore()
         coordinator = GroupCoordinator(_config(), store)
         here, there = _group_on(coordinator, 1), _group_on(coordinator, 2)
-        assert coordinator.status_error(here) is ErrorCode.COORDINATOR_NOT_AVAILABLE  # nothing elected yet
-        coordinator.loading_partitions.add(1)
+        assert coordinator.status_error(here) is ErrorCode.COORDINATOR_NOT_AVAILABLE  # not started yet
+        loading = asyncio.get_running_loop().create_task(coordinator.load_partition(1))
+        await asyncio.sleep(0)
         assert coordinator.status_error(here) is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        await coordinator.load_partition(1)
+        assert coordinator.status_error(there) is ErrorCode.NOT_COORDINATOR
+        await loading
         assert coordinator.status_error(here) is None
         assert coordinator.status_error(there) is ErrorCode.NOT_COORDINATOR
         assert await _commit(coordinator, here) is ErrorCode.NONE
