@@ -475,13 +475,25 @@ class Membership:
         if not self.ctx.live_group(group) or not group.is_(COMPLETING) or group.generation_id != generation:
             return  # a member joined or left while we were writing: that rebalance answers everyone
         if error is not ErrorCode.NONE:
-            self._reset_and_propagate_assignment_error(group, error)
-            self._maybe_prepare_rebalance(group, f"error {error.name} writing the assignment")
+            self._keep_generation_after_write_error(group, error)
             return
         for member in group.members.values():
             member.assignment = assignment[member.member_id]
         self._propagate_assignment(group, ErrorCode.NONE)
         group.transition_to(STABLE, self.ctx.now_ms())
+
+    def _keep_generation_after_write_error(self, group: Group, error: ErrorCode) -> None:
+        """The assignment could not be written: every parked SyncGroup gets Kafka's code for the
+        failure, but unlike Kafka (which prepares a new rebalance here) the group stays in this
+        generation. Nothing was written, so the generation is still good; members that rejoin get it
+        back unchanged and sync again, which retries the write. Rebalancing instead made a
+        coordinator that cannot write bump a generation on every client retry, thousands a second.
+        Members that do not sync again in time are removed as after any rebalance."""
+        log.info("group %s: could not write the assignment of generation %d: %s; members must sync again",
+                 group.group_id, group.generation_id, error.name)
+        self._reset_and_propagate_assignment_error(group, error)
+        group.pending_sync = set(group.members)
+        self._schedule_pending_sync(group)
 
     def _reset_and_propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
