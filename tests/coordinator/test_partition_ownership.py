@@ -98,14 +98,14 @@ def test_transaction_partitions_load_and_unload() -> None:
                                              lambda: next(ids))
         here = next(t for t in (f"tx{i}" for i in range(1000)) if coordinator.partition_for(t) == 0)
         there = next(t for t in (f"tx{i}" for i in range(1000)) if coordinator.partition_for(t) == 1)
-        assert coordinator.init_producer_id(here, 60000).error is ErrorCode.COORDINATOR_NOT_AVAILABLE
-        coordinator.load_partition(0)
+        assert coordinator.init_producer_id(here, 60000).error is ErrorCode.NOT_COORDINATOR  # not elected
+        await coordinator.load_partition(0)
         first = coordinator.init_producer_id(here, 60000)
         assert first.error is ErrorCode.NONE
         assert coordinator.init_producer_id(there, 60000).error is ErrorCode.NOT_COORDINATOR
         coordinator.unload_partition(0)
         assert coordinator.init_producer_id(here, 60000).error is ErrorCode.NOT_COORDINATOR
-        coordinator.load_partition(0)  # the id's producer comes back from the log, epoch bumped on init
+        await coordinator.load_partition(0)  # the id's producer comes back from the log, epoch bumped on init
         again = coordinator.init_producer_id(here, 60000)
         assert (again.error, again.producer_id, again.producer_epoch) == (
             ErrorCode.NONE, first.producer_id, first.producer_epoch + 1)
