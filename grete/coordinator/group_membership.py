@@ -167,7 +167,7 @@ class Membership:
         if group.is_(PREPARING) and group.generation_id == 0:
             group.new_member_added = True  # extends the initial rebalance delay
         cancel(group.pending_members.get(member_id))
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.add(member, future)
         # A new member cannot heartbeat while its JoinGroup is parked, so bound the wait instead.
         self.schedule_session(group, member, self.ctx.config.new_member_join_timeout_ms)
@@ -176,7 +176,7 @@ class Membership:
 
     def _update_member_and_rebalance(self, group: Group, member: Member, req: _JoinRequest,
                                      why: str) -> JoinOutcome:
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, future)
         self._maybe_prepare_rebalance(group, f"{why} ({req.reason})")
         return future
@@ -190,7 +190,7 @@ class Membership:
         member = group.replace_static_member(req.group_instance_id, old_id, new_id)
         self.schedule_session(group, member, member.session_timeout_ms)
         previous = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, future)
         why = f"static member {req.group_instance_id} rejoined as {new_id} ({req.reason})"
         if group.is_(STABLE):
