@@ -22,7 +22,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable
 
-from grete.coordinator.group_base import CoordinatorBase, cancel, log
+from grete.coordinator.group_context import GroupContext, cancel, log
 from grete.coordinator.group_state import Group, GroupState, Member
 from grete.coordinator.group_types import UNKNOWN_MEMBER_ID, JoinResult, LeaveMember, SyncResult
 from grete.protocol.errors import ErrorCode
@@ -38,11 +38,10 @@ JoinOutcome = JoinResult | asyncio.Future[JoinResult]
 
 
 class Membership:
-    """The classic protocol's membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the
-    rebalance state machine, over the coordinator's shared state (``core``)."""
+    """The classic rebalance protocol over the shared ``GroupContext``."""
 
-    def __init__(self, core: CoordinatorBase) -> None:
-        self.core = core
+    def __init__(self, ctx: GroupContext) -> None:
+        self.ctx = ctx
 
     # ============================================================================ JoinGroup
 
@@ -54,18 +53,18 @@ class Membership:
         """JoinGroup. ``require_known_member_id`` is true for JoinGroup v4+; ``supports_skip_assignment``
         for v9+ (KIP-814), which changes what a replaced static leader is told. Handlers pass
         ``session_timeout_ms`` as the rebalance timeout for v0, which has none."""
-        error = self.core.status_error(group_id)
+        error = self.ctx.status_error(group_id)
         if error is not None:
             return JoinResult.failed(member_id, error)
-        if not (self.core.config.group_min_session_timeout_ms <= session_timeout_ms
-                <= self.core.config.group_max_session_timeout_ms):
+        if not (self.ctx.config.group_min_session_timeout_ms <= session_timeout_ms
+                <= self.ctx.config.group_max_session_timeout_ms):
             return JoinResult.failed(member_id, ErrorCode.INVALID_SESSION_TIMEOUT)
         is_unknown = member_id == UNKNOWN_MEMBER_ID
-        group = self.core.groups.get(group_id)
+        group = self.ctx.groups.get(group_id)
         if group is None:
             if not is_unknown:
                 return JoinResult.failed(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
-            group = self.core.new_group(group_id)
+            group = self.ctx.new_group(group_id)
         if not self._accept_joining_member(group, member_id):
             self._drop_member(group, member_id)
             self._try_complete_join(group)
@@ -87,7 +86,7 @@ class Membership:
     def _accept_joining_member(self, group: Group, member_id: str) -> bool:
         """Kafka's group.max.size rule: while preparing, count members that already rejoined (so the
         last ones to rejoin are shed if the limit was lowered); otherwise count all members."""
-        limit = self.core.config.group_max_size
+        limit = self.ctx.config.group_max_size
         if group.state in (EMPTY, DEAD):
             return True
         member = group.members.get(member_id)
@@ -168,16 +167,16 @@ class Membership:
         if group.is_(PREPARING) and group.generation_id == 0:
             group.new_member_added = True  # extends the initial rebalance delay
         cancel(group.pending_members.get(member_id))
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.add(member, future)
         # A new member cannot heartbeat while its JoinGroup is parked, so bound the wait instead.
-        self._schedule_session(group, member, self.core.config.new_member_join_timeout_ms)
+        self.schedule_session(group, member, self.ctx.config.new_member_join_timeout_ms)
         self._maybe_prepare_rebalance(group, f"adding new member {member_id} ({req.reason})")
         return future
 
     def _update_member_and_rebalance(self, group: Group, member: Member, req: _JoinRequest,
                                      why: str) -> JoinOutcome:
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, future)
         self._maybe_prepare_rebalance(group, f"{why} ({req.reason})")
         return future
@@ -189,16 +188,16 @@ class Membership:
         assert req.group_instance_id is not None
         old_leader = group.leader_id
         member = group.replace_static_member(req.group_instance_id, old_id, new_id)
-        self._schedule_session(group, member, member.session_timeout_ms)
+        self.schedule_session(group, member, member.session_timeout_ms)
         previous = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, future)
         why = f"static member {req.group_instance_id} rejoined as {new_id} ({req.reason})"
         if group.is_(STABLE):
             if group.protocol_name == group.select_protocol():
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
-                write = self.core.store_group(group, assignment)
-                self.core.spawn(self._finish_static_replacement(group, member, old_id, old_leader, previous, write,
+                write = self.ctx.store_group(group, assignment)
+                self.ctx.spawn(self._finish_static_replacement(group, member, old_id, old_leader, previous, write,
                                                            req.supports_skip_assignment))
             else:
                 self._maybe_prepare_rebalance(group, why)
@@ -221,7 +220,7 @@ class Membership:
             group.update_member(member, protocols, rebalance_timeout, session_timeout, None)
             assert member.group_instance_id is not None
             group.replace_static_member(member.group_instance_id, new_id, old_id)
-            self._schedule_session(group, member, member.session_timeout_ms)
+            self.schedule_session(group, member, member.session_timeout_ms)
             return
         is_leader = group.is_leader(new_id)
         if supports_skip_assignment:
@@ -239,11 +238,11 @@ class Membership:
     # ----------------------------------------------------------------- pending (KIP-394)
 
     def _add_pending_member(self, group: Group, member_id: str, session_timeout_ms: int) -> None:
-        group.pending_members[member_id] = self.core.call_later(
+        group.pending_members[member_id] = self.ctx.call_later(
             session_timeout_ms, self._on_pending_member_expired, group, member_id)
 
     def _on_pending_member_expired(self, group: Group, member_id: str) -> None:
-        if self.core.live_group(group) and member_id in group.pending_members:
+        if self.ctx.live_group(group) and member_id in group.pending_members:
             log.info("group %s: pending member %s expired", group.group_id, member_id)
             self._remove_pending_member(group, member_id)
 
@@ -265,11 +264,11 @@ class Membership:
         cancel(group.sync_timer)
         group.sync_timer = None
         was_empty = group.is_(EMPTY)
-        group.transition_to(PREPARING, self.core.now_ms())
+        group.transition_to(PREPARING, self.ctx.now_ms())
         group.last_rebalance_reason = reason
         log.info("group %s: preparing to rebalance in generation %d: %s", group.group_id, group.generation_id, reason)
         if was_empty:
-            delay = self.core.config.group_initial_rebalance_delay_ms
+            delay = self.ctx.config.group_initial_rebalance_delay_ms
             self._schedule_initial_join(group, delay, max(group.rebalance_timeout_ms() - delay, 0))
         else:
             self._schedule_join_deadline(group, group.rebalance_timeout_ms())
@@ -278,17 +277,17 @@ class Membership:
     def _schedule_initial_join(self, group: Group, delay_ms: int, remaining_ms: int) -> None:
         cancel(group.join_timer)
         group.initial_delay_active = True
-        group.join_timer = self.core.call_later(delay_ms, self._on_initial_delay, group, delay_ms, remaining_ms)
+        group.join_timer = self.ctx.call_later(delay_ms, self._on_initial_delay, group, delay_ms, remaining_ms)
 
     def _on_initial_delay(self, group: Group, delay_ms: int, remaining_ms: int) -> None:
         group.join_timer = None
-        if not self.core.live_group(group) or not group.is_(PREPARING):
+        if not self.ctx.live_group(group) or not group.is_(PREPARING):
             return
         if group.new_member_added and remaining_ms != 0:
             # Kafka's InitialDelayedJoin: wait another delay while members keep arriving, but never
             # beyond the rebalance timeout in total.
             group.new_member_added = False
-            next_delay = min(self.core.config.group_initial_rebalance_delay_ms, remaining_ms)
+            next_delay = min(self.ctx.config.group_initial_rebalance_delay_ms, remaining_ms)
             self._schedule_initial_join(group, next_delay, max(remaining_ms - delay_ms, 0))
             return
         group.initial_delay_active = False
@@ -297,11 +296,11 @@ class Membership:
     def _schedule_join_deadline(self, group: Group, timeout_ms: int) -> None:
         cancel(group.join_timer)
         group.initial_delay_active = False
-        group.join_timer = self.core.call_later(timeout_ms, self._on_join_deadline, group)
+        group.join_timer = self.ctx.call_later(timeout_ms, self._on_join_deadline, group)
 
     def _on_join_deadline(self, group: Group) -> None:
         group.join_timer = None
-        if self.core.live_group(group) and group.is_(PREPARING):
+        if self.ctx.live_group(group) and group.is_(PREPARING):
             self._complete_join(group)
 
     def _try_complete_join(self, group: Group) -> None:
@@ -322,10 +321,10 @@ class Membership:
             log.warning("group %s: no member rejoined; waiting another rebalance timeout", group.group_id)
             self._schedule_join_deadline(group, group.rebalance_timeout_ms())
             return
-        group.init_next_generation(self.core.now_ms())
+        group.init_next_generation(self.ctx.now_ms())
         if group.is_(EMPTY):
             log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
-            self.core.spawn(self._log_write_failure(group, self.core.store_group(group, {})))
+            self.ctx.spawn(self._log_write_failure(group, self.ctx.store_group(group, {})))
             return
         log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
                  group.generation_id, len(group.members), group.protocol_name)
@@ -335,7 +334,7 @@ class Membership:
             result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type, group.protocol_name,
                                 group.leader_id or "", member.member_id, False, everyone if leads else [])
             group.complete_join(member, result)
-            self._schedule_session(group, member, member.session_timeout_ms)
+            self.schedule_session(group, member, member.session_timeout_ms)
             member.is_new = False
         self._schedule_pending_sync(group)
 
@@ -348,12 +347,12 @@ class Membership:
 
     def _schedule_pending_sync(self, group: Group) -> None:
         cancel(group.sync_timer)
-        group.sync_timer = self.core.call_later(group.rebalance_timeout_ms(), self._on_sync_deadline, group,
+        group.sync_timer = self.ctx.call_later(group.rebalance_timeout_ms(), self._on_sync_deadline, group,
                                            group.generation_id)
 
     def _on_sync_deadline(self, group: Group, generation_id: int) -> None:
         group.sync_timer = None
-        if not self.core.live_group(group) or generation_id != group.generation_id:
+        if not self.ctx.live_group(group) or generation_id != group.generation_id:
             return
         if group.state in (COMPLETING, STABLE) and group.pending_sync:
             missing = sorted(group.pending_sync)
@@ -384,24 +383,38 @@ class Membership:
 
     # --------------------------------------------------------------------- session timers
 
-    def _schedule_session(self, group: Group, member: Member, timeout_ms: int) -> None:
+    def schedule_session(self, group: Group, member: Member, timeout_ms: int) -> None:
         cancel(member.session_timer)
-        member.session_timer = self.core.call_later(timeout_ms, self._on_session_expired, group, member)
+        member.session_timer = self.ctx.call_later(timeout_ms, self._on_session_expired, group, member)
 
     def _on_session_expired(self, group: Group, member: Member) -> None:
         member.session_timer = None
-        if not self.core.live_group(group) or group.members.get(member.member_id) is not member:
+        if not self.ctx.live_group(group) or group.members.get(member.member_id) is not member:
             return
         if not member.is_new and (member.awaiting_join or member.awaiting_sync):
             return  # parked in a rebalance: the timer restarts when the rebalance step completes
         log.info("group %s: member %s session expired", group.group_id, member.member_id)
         self.remove_member_and_update_group(group, member, f"member {member.member_id} session expired")
 
+    def unload_group(self, group: Group) -> None:
+        """The group is no longer served here: stop its timers and answer whatever its members have
+        parked with NOT_COORDINATOR, which sends them to look for the new coordinator."""
+        cancel(group.join_timer)
+        cancel(group.sync_timer)
+        group.join_timer = group.sync_timer = None
+        for handle in group.pending_members.values():
+            cancel(handle)
+        for member in group.members.values():
+            cancel(member.session_timer)
+            member.session_timer = None
+            group.complete_join(member, JoinResult.failed(member.member_id, ErrorCode.NOT_COORDINATOR))
+            group.complete_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR))
+
     def touch_member(self, group: Group, member_id: str) -> None:
         """A sign of life from the member: restart its session timer."""
         member = group.members.get(member_id)
         if member is not None:
-            self._schedule_session(group, member, member.session_timeout_ms)
+            self.schedule_session(group, member, member.session_timeout_ms)
 
     # ============================================================================ SyncGroup
 
@@ -409,13 +422,13 @@ class Membership:
                          protocol_type: str | None, protocol_name: str | None,
                          assignments: list[tuple[str, bytes]]) -> SyncResult:
         """SyncGroup. ``protocol_type``/``protocol_name`` are None before v5 (not checked then)."""
-        error = self.core.status_error(group_id)
+        error = self.ctx.status_error(group_id)
         if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             # The rebalance state was lost with the old coordinator: make the member rejoin.
             return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
         if error is not None:
             return SyncResult(error)
-        group = self.core.groups.get(group_id)
+        group = self.ctx.groups.get(group_id)
         if group is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         error = self._validate_sync(group, generation_id, member_id, group_instance_id, protocol_type, protocol_name)
@@ -428,13 +441,13 @@ class Membership:
         member = group.members[member_id]
         group.pending_sync.discard(member_id)
         if group.is_(STABLE):
-            self._schedule_session(group, member, member.session_timeout_ms)
+            self.schedule_session(group, member, member.session_timeout_ms)
             return SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment)
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         group.complete_sync(member, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))  # a duplicate SyncGroup
         member.sync_future = future
         if group.is_leader(member_id):
-            await self.core.detached(self._apply_leader_assignment(group, dict(assignments)))
+            await self.ctx.detached(self._apply_leader_assignment(group, dict(assignments)))
         return await asyncio.shield(future)
 
     def _validate_sync(self, group: Group, generation_id: int, member_id: str, instance_id: str | None,
@@ -453,22 +466,34 @@ class Membership:
         return None
 
     async def _apply_leader_assignment(self, group: Group, given: dict[str, bytes]) -> None:
-        if not self.core.live_group(group) or not group.is_(COMPLETING):
+        if not self.ctx.live_group(group) or not group.is_(COMPLETING):
             return  # the group moved on before this task ran; that rebalance answers everyone
         # Members the leader left out get an empty assignment, as in Kafka.
         assignment = {member_id: given.get(member_id, b"") for member_id in group.members}
         generation = group.generation_id
-        error = await self.core.store_group(group, assignment)
-        if not self.core.live_group(group) or not group.is_(COMPLETING) or group.generation_id != generation:
+        error = await self.ctx.store_group(group, assignment)
+        if not self.ctx.live_group(group) or not group.is_(COMPLETING) or group.generation_id != generation:
             return  # a member joined or left while we were writing: that rebalance answers everyone
         if error is not ErrorCode.NONE:
-            self._reset_and_propagate_assignment_error(group, error)
-            self._maybe_prepare_rebalance(group, f"error {error.name} writing the assignment")
+            self._keep_generation_after_write_error(group, error)
             return
         for member in group.members.values():
             member.assignment = assignment[member.member_id]
         self._propagate_assignment(group, ErrorCode.NONE)
-        group.transition_to(STABLE, self.core.now_ms())
+        group.transition_to(STABLE, self.ctx.now_ms())
+
+    def _keep_generation_after_write_error(self, group: Group, error: ErrorCode) -> None:
+        """The assignment could not be written: every parked SyncGroup gets Kafka's code for the
+        failure, but unlike Kafka (which prepares a new rebalance here) the group stays in this
+        generation. Nothing was written, so the generation is still good; members that rejoin get it
+        back unchanged and sync again, which retries the write. Rebalancing instead made a
+        coordinator that cannot write bump a generation on every client retry, thousands a second.
+        Members that do not sync again in time are removed as after any rebalance."""
+        log.info("group %s: could not write the assignment of generation %d: %s; members must sync again",
+                 group.group_id, group.generation_id, error.name)
+        self._reset_and_propagate_assignment_error(group, error)
+        group.pending_sync = set(group.members)
+        self._schedule_pending_sync(group)
 
     def _reset_and_propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -482,18 +507,18 @@ class Membership:
                                 member.assignment)
             if group.complete_sync(member, result):
                 # Sessions did not run down while parked; start the clock again now.
-                self._schedule_session(group, member, member.session_timeout_ms)
+                self.schedule_session(group, member, member.session_timeout_ms)
 
     # ============================================================================ Heartbeat
 
     async def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
                         group_instance_id: str | None) -> ErrorCode:
-        error = self.core.status_error(group_id)
+        error = self.ctx.status_error(group_id)
         if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             return ErrorCode.NONE  # Kafka answers blindly while loading
         if error is not None:
             return error
-        group = self.core.groups.get(group_id)
+        group = self.ctx.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_(DEAD):
@@ -515,10 +540,10 @@ class Membership:
         """LeaveGroup (batch, v3+). Before v3 the handler sends one member and answers with that
         member's error as the top-level error. A member may be named by group_instance_id alone
         (administrative removal, KIP-345)."""
-        error = self.core.status_error(group_id)
+        error = self.ctx.status_error(group_id)
         if error is not None:
             return error, []
-        group = self.core.groups.get(group_id)
+        group = self.ctx.groups.get(group_id)
         if group is None:
             return ErrorCode.NONE, [(m, ErrorCode.UNKNOWN_MEMBER_ID) for m in members]
         if group.is_(DEAD):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from grete.coordinator.group_base import OFFSET_WRITE_ERRORS, CoordinatorBase, log
+from grete.coordinator.group_context import OFFSET_WRITE_ERRORS, GroupContext, log
 from grete.coordinator.group_membership import Membership
 from grete.coordinator.group_state import CommittedOffset, Group, GroupState, TopicPartition
 from grete.coordinator.group_store import Record
@@ -33,18 +33,20 @@ from grete.coordinator.offsets_format import (
     encode_offset_key,
     encode_offset_value,
 )
-from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.errors import ErrorCode
 
 NO_RETENTION = -1  # OffsetCommit v2-v4 retention_time_ms default: use the broker's retention
 
 
 class Offsets:
-    """OffsetCommit, OffsetFetch, OffsetDelete, DeleteGroups and retention, over the coordinator's
-    shared state (``core``); member checks go to the membership part."""
+    """Committed offsets over the shared ``GroupContext``; commits from members are signs of life,
+    which ``members`` turns into session timer restarts."""
 
-    def __init__(self, core: CoordinatorBase, membership: Membership) -> None:
-        self.core = core
-        self.membership = membership
+    def __init__(self, ctx: GroupContext, members: Membership) -> None:
+        self.ctx = ctx
+        self.members = members
+
+    # ========================================================================= OffsetCommit
 
     async def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None, retention_ms: int,
@@ -53,15 +55,15 @@ class Offsets:
         only while the group has no members. ``retention_ms`` is v2-v4's retention_time_ms; -1 (and
         every other version) means offsets.retention.minutes applies."""
         tps = [(c.topic, c.partition) for c in offsets]
-        error = self.core.status_error(group_id, allow_empty_id=True)
+        error = self.ctx.status_error(group_id, allow_empty_id=True)
         if error is not None:
             return dict.fromkeys(tps, error)
-        group = self.core.groups.get(group_id)
+        group = self.ctx.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
                 # Either a stale member of a group that no longer exists or a bogus generation.
                 return dict.fromkeys(tps, ErrorCode.ILLEGAL_GENERATION)
-            group = self.core.new_group(group_id)
+            group = self.ctx.new_group(group_id)
         error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
             return dict.fromkeys(tps, error)
@@ -69,15 +71,15 @@ class Offsets:
             # The member knows the new generation but has no assignment yet.
             return dict.fromkeys(tps, ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
-            self.membership.touch_member(group, member_id)
-        return await self.core.detached(self._store_offsets(group, offsets, retention_ms))
+            self.members.touch_member(group, member_id)
+        return await self.ctx.detached(self._store_offsets(group, offsets, retention_ms))
 
     def _validate_offset_commit(self, group: Group, generation_id: int, member_id: str,
                                 instance_id: str | None) -> ErrorCode | None:
         if group.is_(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
-            error = self.membership.validate_current_member(group, member_id, instance_id)
+            error = self.members.validate_current_member(group, member_id, instance_id)
             if error is not None:
                 return error
             return ErrorCode.ILLEGAL_GENERATION if generation_id != group.generation_id else None
@@ -89,14 +91,14 @@ class Offsets:
                              producer: tuple[int, int] | None = None) -> dict[TopicPartition, ErrorCode]:
         """Write the commits as one batch; apply them, or, for a transaction's ``producer`` (id,
         epoch), stage them until its marker."""
-        now = self.core.now_ms()
+        now = self.ctx.now_ms()
         expire = now + retention_ms if retention_ms is not None and retention_ms >= 0 else -1
         results: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, CommittedOffset] = {}
         for commit in offsets:
             tp = (commit.topic, commit.partition)
             metadata = commit.metadata or ""
-            if len(metadata) > self.core.config.offset_metadata_max_bytes:
+            if len(metadata) > self.ctx.config.offset_metadata_max_bytes:
                 results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
                 accepted[tp] = CommittedOffset(commit.offset, commit.leader_epoch, metadata, now, expire)
@@ -107,14 +109,14 @@ class Offsets:
              encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp,
                                              c.expire_timestamp)))
             for (topic, partition), c in accepted.items()]
-        partition = self.core.partition_for(group.group_id)
+        partition = self.ctx.partition_for(group.group_id)
         if producer is None:
-            error = await self.core.append(partition, records, OFFSET_WRITE_ERRORS)
-            if error is ErrorCode.NONE and self.core.live_group(group):
+            error = await self.ctx.append(partition, records, OFFSET_WRITE_ERRORS)
+            if error is ErrorCode.NONE and self.ctx.live_group(group):
                 group.offsets.update(accepted)
         else:
-            error = await self.append_txn(partition, records, *producer)
-            if error is ErrorCode.NONE and self.core.live_group(group):
+            error = await self.ctx.append_txn(partition, records, *producer)
+            if error is ErrorCode.NONE and self.ctx.live_group(group):
                 group.pending_txn_offsets.setdefault(producer[0], {}).update(accepted)
         results.update(dict.fromkeys(accepted, error))
         return results
@@ -128,14 +130,14 @@ class Offsets:
         marker. A group that does not exist is created (Kafka does the same: a simple consumer may
         commit transactionally); member checks apply when the request names a member (v3+)."""
         tps = [(c.topic, c.partition) for c in offsets]
-        error = self.core.status_error(group_id)
+        error = self.ctx.status_error(group_id)
         if error is not None:
             return dict.fromkeys(tps, error)
-        group = self.core.groups.get(group_id) or self.core.new_group(group_id)
+        group = self.ctx.groups.get(group_id) or self.ctx.new_group(group_id)
         error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
             return dict.fromkeys(tps, error)
-        return await self.core.detached(self._store_offsets(group, offsets, NO_RETENTION,
+        return await self.ctx.detached(self._store_offsets(group, offsets, NO_RETENTION,
                                                        producer=(producer_id, producer_epoch)))
 
     def _validate_txn_offset_commit(self, group: Group, generation_id: int, member_id: str,
@@ -148,30 +150,18 @@ class Offsets:
         if generation_id < 0 and group.is_(GroupState.EMPTY):
             return None
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
-            error = self.membership.validate_current_member(group, member_id, instance_id)
+            error = self.members.validate_current_member(group, member_id, instance_id)
             if error is not None:
                 return error
             if generation_id != group.generation_id:
                 return ErrorCode.ILLEGAL_GENERATION
         return None
 
-    async def append_txn(self, partition: int, records: list[Record], producer_id: int,
-                         producer_epoch: int) -> ErrorCode:
-        try:
-            await self.core.store.append_txn(partition, records, producer_id, producer_epoch)
-        except KafkaError as exc:
-            log.warning("transactional write to __consumer_offsets-%d failed: %s", partition, exc)
-            return OFFSET_WRITE_ERRORS.get(exc.code, exc.code)
-        except Exception:
-            log.exception("transactional write to __consumer_offsets-%d failed", partition)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
-
     def complete_txn(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """The transaction marker of ``producer_id`` was written to ``offsets_partition``."""
-        for group in self.core.groups.values():
+        for group in self.ctx.groups.values():
             staged = group.pending_txn_offsets.pop(producer_id, None)
-            if staged is None or self.core.partition_for(group.group_id) != offsets_partition:
+            if staged is None or self.ctx.partition_for(group.group_id) != offsets_partition:
                 if staged is not None:
                     group.pending_txn_offsets[producer_id] = staged
                 continue
@@ -185,10 +175,10 @@ class Offsets:
                       ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata]]:
         """OffsetFetch, whatever the group's state (simple consumers have no members). Partitions
         without a committed offset answer offset -1; ``partitions=None`` means all committed ones."""
-        error = self.core.status_error(group_id, allow_empty_id=True)
+        error = self.ctx.status_error(group_id, allow_empty_id=True)
         if error is not None:
             return error, {}
-        group = self.core.groups.get(group_id)
+        group = self.ctx.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.NONE, {tp: OffsetAndMetadata(NO_OFFSET) for tp in partitions or []}
         wanted = list(group.offsets) if partitions is None else partitions
@@ -209,10 +199,10 @@ class Offsets:
                              ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """OffsetDelete (KIP-496): allowed for an Empty group, and for a consumer group with members
         only on topics none of them subscribes to (others get GROUP_SUBSCRIBED_TO_TOPIC)."""
-        error = self.core.status_error(group_id)
+        error = self.ctx.status_error(group_id)
         if error is not None:
             return error, {}
-        group = self.core.groups.get(group_id)
+        group = self.ctx.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
         results: dict[TopicPartition, ErrorCode] = {}
@@ -225,7 +215,7 @@ class Offsets:
         else:
             return ErrorCode.NON_EMPTY_GROUP, {}
         if eligible:
-            await self.core.detached(self._cleanup([(group, eligible)]))
+            await self.ctx.detached(self._cleanup([(group, eligible)]))
             results.update(dict.fromkeys(eligible, ErrorCode.NONE))
         return ErrorCode.NONE, results
 
@@ -235,8 +225,8 @@ class Offsets:
         results: dict[str, ErrorCode] = {}
         doomed: list[tuple[Group, list[TopicPartition]]] = []
         for group_id in group_ids:
-            error = self.core.status_error(group_id, allow_empty_id=True)
-            group = self.core.groups.get(group_id)
+            error = self.ctx.status_error(group_id, allow_empty_id=True)
+            group = self.ctx.groups.get(group_id)
             if error is not None:
                 results[group_id] = error
             elif group is None or group.is_(GroupState.DEAD):
@@ -244,19 +234,19 @@ class Offsets:
             elif not group.is_(GroupState.EMPTY):
                 results[group_id] = ErrorCode.NON_EMPTY_GROUP
             else:
-                group.transition_to(GroupState.DEAD, self.core.now_ms())
+                group.transition_to(GroupState.DEAD, self.ctx.now_ms())
                 doomed.append((group, list(group.offsets)))
                 results[group_id] = ErrorCode.NONE
         if doomed:
-            await self.core.detached(self._cleanup(doomed))
+            await self.ctx.detached(self._cleanup(doomed))
         return results
 
     # ============================================================================ retention
 
     async def expire_offsets(self) -> int:
         """One pass of offsets.retention: drop expired offsets, and groups left Empty without any."""
-        now = self.core.now_ms()
-        work = [(g, g.expired_offsets(now, self.core.config.offsets_retention_ms)) for g in list(self.core.groups.values())]
+        now = self.ctx.now_ms()
+        work = [(g, g.expired_offsets(now, self.ctx.config.offsets_retention_ms)) for g in list(self.ctx.groups.values())]
         return await self._cleanup([(g, tps) for g, tps in work if tps or self._is_husk(g)])
 
     @staticmethod
@@ -273,17 +263,17 @@ class Offsets:
             for tp in tps:
                 if group.offsets.pop(tp, None) is not None:
                     removed += 1
-                    by_partition[self.core.partition_for(group.group_id)].append(
+                    by_partition[self.ctx.partition_for(group.group_id)].append(
                         (encode_offset_key(group.group_id, tp[0], tp[1]), None))
             if self._is_husk(group):
-                group.transition_to(GroupState.DEAD, self.core.now_ms())
+                group.transition_to(GroupState.DEAD, self.ctx.now_ms())
             if group.is_(GroupState.DEAD):
-                if self.core.groups.get(group.group_id) is group:
-                    del self.core.groups[group.group_id]
+                if self.ctx.groups.get(group.group_id) is group:
+                    del self.ctx.groups[group.group_id]
                 log.info("group %s is dead (generation %d)", group.group_id, group.generation_id)
-                by_partition[self.core.partition_for(group.group_id)].append((encode_group_key(group.group_id), None))
+                by_partition[self.ctx.partition_for(group.group_id)].append((encode_group_key(group.group_id), None))
         for partition, records in by_partition.items():
-            error = await self.core.append(partition, records, OFFSET_WRITE_ERRORS)
+            error = await self.ctx.append(partition, records, OFFSET_WRITE_ERRORS)
             if error is not ErrorCode.NONE:
                 log.warning("could not write %d tombstones to __consumer_offsets-%d: %s",
                             len(records), partition, error.name)

@@ -17,7 +17,9 @@ implements ``OffsetsStore`` over its own log:
   start to the high watermark, skipping control records and aborted transactional data; committed
   transactional records are yielded where their COMMIT marker is. Records of transactions still open
   at the end are not yielded; ``open_transactions(partition)`` returns them afterwards (producer id ->
-  records). Both are called only from ``GroupCoordinator.load()``.
+  records). Both are called when the partition is loaded (``load()``, or ``load_partition()`` on each
+  election); the coordinator pauses between chunks of the iteration, and may stop iterating if the
+  partition is unloaded meanwhile (then ``open_transactions`` is not called).
 
 The topic itself must exist with ``offsets.topic.num.partitions`` partitions, cleanup.policy=compact,
 and be reported ``is_internal`` in Metadata.

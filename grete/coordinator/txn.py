@@ -75,6 +75,11 @@ class InitResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
+NO_EPOCH = -1
+# Records replayed between two yields to the event loop while a partition loads.
+LOAD_CHUNK = 1000
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -95,9 +100,13 @@ class TransactionCoordinator:
         self._by_pid: dict[int, str] = {}
         self._timeouts: dict[str, asyncio.TimerHandle] = {}
         self._expiry_timer: asyncio.TimerHandle | None = None
-        self.active = False
-        # The __transaction_state partitions served here (Kafka's TransactionStateManager).
+        self.active = False  # started and not shut down: the timers run
+        # Kafka's TransactionStateManager: the __transaction_state partitions served here, those
+        # being loaded (a resignation replaces the token and so abandons the load), and the leader
+        # epoch each was elected in.
         self.owned_partitions: set[int] = set()
+        self._loads: dict[int, object] = {}
+        self._epochs: dict[int, int] = {}
 
     # ================================================================== lifecycle
 
@@ -105,61 +114,123 @@ class TransactionCoordinator:
         return partition_for(transactional_id, self.config.num_partitions)
 
     def load(self) -> None:
-        """Serve every __transaction_state partition (a single node leads them all)."""
+        """Serve every __transaction_state partition (a single node leads them all), synchronously:
+        nothing is answered before this returns."""
+        self.startup()
         for partition in range(self.config.num_partitions):
-            self.load_partition(partition)
+            if partition not in self.owned_partitions and partition not in self._loads:
+                self._serve(partition, self._replay(self.store.read(partition)))
+        log.info("loaded %d transactional ids from __transaction_state", len(self.txns))
+
+    def startup(self) -> None:
         if not self.active:
             self.active = True
             self._schedule_expiry()
-        log.info("loaded %d transactional ids from __transaction_state", len(self.txns))
 
-    def load_partition(self, partition: int) -> None:
-        """Kafka's onElection: rebuild the partition's transactional ids from the log, then finish
-        the commits and aborts a crash (or the previous coordinator) left half done."""
-        loaded = list(self._replay(self.store.read(partition)).values())
+    async def load_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
+        """Kafka's onElection: this broker leads ``partition`` of __transaction_state in leader epoch
+        ``epoch``. Its ids answer COORDINATOR_LOAD_IN_PROGRESS while the log is replayed (a chunk at a
+        time, so other requests are served meanwhile); then the commits and aborts the previous
+        coordinator (or a crash) left half done are finished. A stale election changes nothing."""
+        self.startup()
+        if epoch != NO_EPOCH and epoch < self._epochs.get(partition, NO_EPOCH):
+            log.info("ignoring election for __transaction_state-%d in stale epoch %d", partition, epoch)
+            return
+        self._epochs[partition] = epoch
+        if partition in self.owned_partitions or partition in self._loads:
+            return
+        load = self._loads[partition] = object()
+        try:
+            found: dict[str, TxnMetadata] = {}
+            for n, record in enumerate(self.store.read(partition), 1):
+                self._replay_one(found, record)
+                if n % LOAD_CHUNK == 0:
+                    await asyncio.sleep(0)
+                    if self._loads.get(partition) is not load:
+                        return  # resigned meanwhile
+            await asyncio.sleep(0)  # other requests see LOAD_IN_PROGRESS meanwhile
+            if self._loads.get(partition) is not load:
+                return
+        finally:
+            if self._loads.get(partition) is load:
+                del self._loads[partition]
+        self._serve(partition, found)
+
+    @property
+    def loading_partitions(self) -> set[int]:
+        return set(self._loads)
+
+    def _serve(self, partition: int, found: dict[str, TxnMetadata]) -> None:
+        loaded = list(found.values())
         for meta in loaded:
             self._install(meta)
         self.owned_partitions.add(partition)
-        self.active = True
         for meta in loaded:
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 log.info("completing %s of %s interrupted by a restart", meta.state.kafka_name,
                          meta.transactional_id)
-                self._write_markers_and_complete(meta)
+                try:
+                    self._write_markers_and_complete(meta)
+                except KafkaError as exc:
+                    # Stays prepared: clients get CONCURRENT_TRANSACTIONS until a new election retries.
+                    log.warning("could not complete %s of %s: %s", meta.state.kafka_name,
+                                meta.transactional_id, exc)
             elif meta.state is TxnState.ONGOING:
                 self._schedule_timeout(meta)
 
-    def unload_partition(self, partition: int) -> None:
+    def unload_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
         """Kafka's onResignation: forget the partition's ids (their requests now answer
-        NOT_COORDINATOR) and their timers; the new coordinator finishes what they had begun."""
+        NOT_COORDINATOR) and their timers; the new coordinator finishes what they had begun. A
+        resignation older than the last election is ignored."""
+        current = self._epochs.get(partition, NO_EPOCH)
+        if epoch != NO_EPOCH and current != NO_EPOCH and epoch < current:
+            log.info("ignoring resignation of __transaction_state-%d in stale epoch %d", partition, epoch)
+            return
+        self._loads.pop(partition, None)
+        self._epochs.pop(partition, None)
         self.owned_partitions.discard(partition)
         for meta in [m for t, m in self.txns.items() if self.partition_for(t) == partition]:
             self._remove(meta)  # cancels its timeout too
 
     def _coordinator_error(self, transactional_id: str) -> ErrorCode | None:
-        if not self.active:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if self.partition_for(transactional_id) not in self.owned_partitions:
+        """Kafka's TransactionStateManager.getTransactionState: COORDINATOR_LOAD_IN_PROGRESS while the
+        id's partition loads, NOT_COORDINATOR unless it is served here."""
+        partition = self.partition_for(transactional_id)
+        if partition in self._loads:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if partition not in self.owned_partitions:
             return ErrorCode.NOT_COORDINATOR
         return None
 
-    @staticmethod
-    def _replay(records: Iterable[tuple[bytes, bytes | None]]) -> dict[str, TxnMetadata]:
+    def coordinator_epoch(self, partition: int) -> int:
+        """The epoch stamped into markers, which fences markers of an older coordinator: the one this
+        partition was elected in, else the store's."""
+        epoch = self._epochs.get(partition, NO_EPOCH)
+        return epoch if epoch != NO_EPOCH else self.store.coordinator_epoch(partition)
+
+    @classmethod
+    def _replay(cls, records: Iterable[tuple[bytes, bytes | None]]) -> dict[str, TxnMetadata]:
         found: dict[str, TxnMetadata] = {}
-        for key, value in records:
-            try:
-                txn_id = decode_key(key)
-                if value is None:
-                    found.pop(txn_id, None)
-                else:
-                    found[txn_id] = TxnMetadata.from_log(txn_id, decode_value(value))
-            except FormatError as exc:
-                log.error("skipping unreadable __transaction_state record: %s", exc)
+        for record in records:
+            cls._replay_one(found, record)
         return found
+
+    @staticmethod
+    def _replay_one(found: dict[str, TxnMetadata], record: tuple[bytes, bytes | None]) -> None:
+        key, value = record
+        try:
+            txn_id = decode_key(key)
+            if value is None:
+                found.pop(txn_id, None)
+            else:
+                found[txn_id] = TxnMetadata.from_log(txn_id, decode_value(value))
+        except FormatError as exc:
+            log.error("skipping unreadable __transaction_state record: %s", exc)
 
     def shutdown(self) -> None:
         self.active = False
         self.owned_partitions.clear()
+        self._loads.clear()
         for handle in self._timeouts.values():
             handle.cancel()
         self._timeouts.clear()
@@ -293,7 +364,7 @@ class TransactionCoordinator:
         commit = prepared.state is TxnState.PREPARE_COMMIT
         partition = self.partition_for(prepared.transactional_id)
         self.markers.write_markers(prepared.producer_id, prepared.producer_epoch, commit,
-                                   self.store.coordinator_epoch(partition), prepared.partitions)
+                                   self.coordinator_epoch(partition), prepared.partitions)
         done = prepared.transit(TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, self.now_ms(),
                                 partitions=frozenset())
         self._persist(done)

@@ -105,7 +105,7 @@ def decode_value(data: bytes) -> TxnLogValue:
         if version not in (0, 1):
             raise FormatError(f"unknown transaction log value version {version}")
         flexible = version >= 1
-        pid, epoch, timeout, status = reader.unpack(_HEAD)
+        pid, epoch, timeout, status = reader.int64(), reader.int16(), reader.int32(), reader.int8()
         partitions: list[tuple[str, int]] = []
         for _ in range(max(reader.array_length(flexible), 0)):
             topic = reader.string(flexible)
@@ -113,7 +113,7 @@ def decode_value(data: bytes) -> TxnLogValue:
                 partitions.append((topic, reader.int32()))
             if flexible:
                 reader.tagged_fields()
-        last_update, start = reader.unpack(_TIMES)
+        last_update, start = reader.int64(), reader.int64()
         if flexible:
             reader.tagged_fields()
         return TxnLogValue(pid, epoch, timeout, TxnState(status), tuple(partitions), last_update, start)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack
 
 from grete.coordinator.txn_format import TxnLogValue, TxnState
 
@@ -44,6 +45,18 @@ class TxnConfig:
     verify_partitions: bool = True  # transaction.partition.verification.enable
 
 
+class TxnChanges(TypedDict, total=False):
+    """The fields of ``TxnMetadata`` a state transition may change besides the state and its time."""
+
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int
+    partitions: frozenset[TopicPartition]
+    last_producer_id: int
+    last_producer_epoch: int
+
+
 @dataclass
 class TxnMetadata:
     transactional_id: str
@@ -68,11 +81,11 @@ class TxnMetadata:
         return cls(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms, value.state,
                    value.last_update_ms, value.start_ms, frozenset(value.partitions))
 
-    def transit(self, state: TxnState, now_ms: int, **changes: object) -> TxnMetadata:
+    def transit(self, state: TxnState, now_ms: int, **changes: Unpack[TxnChanges]) -> TxnMetadata:
         """A copy in ``state``; raises if Kafka's state machine does not allow the move."""
         if state not in VALID_NEXT[self.state]:
             raise IllegalTransition(f"{self.transactional_id}: {self.state.kafka_name} -> {state.kafka_name}")
-        return dataclasses.replace(self, state=state, last_update_ms=now_ms, **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(self, state=state, last_update_ms=now_ms, **changes)
 
     @property
     def in_flight(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -28,11 +29,10 @@ def run(coro_fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
 def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     """Turn an ``async def test_x(...)`` into a plain pytest test (pytest-asyncio is not installed)."""
 
+    @functools.wraps(fn)  # keeps the signature, so pytest can parametrize it
     def wrapper(*args: Any, **kwargs: Any) -> None:
         asyncio.run(asyncio.wait_for(fn(*args, **kwargs), timeout=20))
 
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
     return wrapper
 
 

@@ -107,23 +107,6 @@ async def test_store_failures_map_to_kafka_codes_and_leave_offsets_unchanged() -
 
 
 @async_test
-async def test_leader_assignment_write_failure_fails_the_sync_for_everyone() -> None:
-    from tests.coordinator._support import join_all, sync
-
-    store = InMemoryOffsetsStore()
-    coord = await started(store)
-    a, b = await join_all(join(coord), join(coord))
-    leader, follower = (a, b) if a.leader == a.member_id else (b, a)
-    parked = task(sync(coord, follower))
-    await settle()
-    store.fail_with = KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    res = await sync(coord, leader, assignments=[(leader.member_id, b"x")])
-    assert res.error is ErrorCode.NOT_COORDINATOR and (await parked).error is ErrorCode.NOT_COORDINATOR
-    assert coord.describe_group("g").state == "PreparingRebalance"
-    await coord.shutdown()
-
-
-@async_test
 async def test_fetch_for_unknown_group_and_require_stable() -> None:
     coord = await started()
     error, fetched = coord.fetch_offsets("nobody", [("t", 0)], require_stable=True)

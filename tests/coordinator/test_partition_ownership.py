@@ -38,10 +38,12 @@ def test_group_partitions_load_and_unload() -> None:
         store = InMemoryOffsetsStore()
         coordinator = GroupCoordinator(_config(), store)
         here, there = _group_on(coordinator, 1), _group_on(coordinator, 2)
-        assert coordinator.status_error(here) is ErrorCode.COORDINATOR_NOT_AVAILABLE  # nothing elected yet
-        coordinator.loading_partitions.add(1)
+        assert coordinator.status_error(here) is ErrorCode.COORDINATOR_NOT_AVAILABLE  # not started yet
+        loading = asyncio.get_running_loop().create_task(coordinator.load_partition(1))
+        await asyncio.sleep(0)
         assert coordinator.status_error(here) is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        await coordinator.load_partition(1)
+        assert coordinator.status_error(there) is ErrorCode.NOT_COORDINATOR
+        await loading
         assert coordinator.status_error(here) is None
         assert coordinator.status_error(there) is ErrorCode.NOT_COORDINATOR
         assert await _commit(coordinator, here) is ErrorCode.NONE
@@ -96,14 +98,14 @@ def test_transaction_partitions_load_and_unload() -> None:
                                              lambda: next(ids))
         here = next(t for t in (f"tx{i}" for i in range(1000)) if coordinator.partition_for(t) == 0)
         there = next(t for t in (f"tx{i}" for i in range(1000)) if coordinator.partition_for(t) == 1)
-        assert coordinator.init_producer_id(here, 60000).error is ErrorCode.COORDINATOR_NOT_AVAILABLE
-        coordinator.load_partition(0)
+        assert coordinator.init_producer_id(here, 60000).error is ErrorCode.NOT_COORDINATOR  # not elected
+        await coordinator.load_partition(0)
         first = coordinator.init_producer_id(here, 60000)
         assert first.error is ErrorCode.NONE
         assert coordinator.init_producer_id(there, 60000).error is ErrorCode.NOT_COORDINATOR
         coordinator.unload_partition(0)
         assert coordinator.init_producer_id(here, 60000).error is ErrorCode.NOT_COORDINATOR
-        coordinator.load_partition(0)  # the id's producer comes back from the log, epoch bumped on init
+        await coordinator.load_partition(0)  # the id's producer comes back from the log, epoch bumped on init
         again = coordinator.init_producer_id(here, 60000)
         assert (again.error, again.producer_id, again.producer_epoch) == (
             ErrorCode.NONE, first.producer_id, first.producer_epoch + 1)

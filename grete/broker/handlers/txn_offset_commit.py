@@ -40,8 +40,8 @@ def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
     if not request.group_id:
         return ErrorCode.INVALID_GROUP_ID
     coordinator = ctx.broker.group_coordinator
-    error = coordinator.availability_error()
-    if error is not ErrorCode.NONE:
+    error = coordinator.status_error(request.group_id)  # only the group's own partition counts
+    if error is not None:
         return error
     offsets_partition = (OFFSETS_TOPIC, coordinator.partition_for(request.group_id))
     return ctx.broker.txn_coordinator.verify_partition(

@@ -1,10 +1,11 @@
-"""Shared machinery of the group coordinator: configuration, the group table, availability checks,
-timers, background tasks and writes to ``__consumer_offsets`` with Kafka's error mapping.
+"""What the parts of the group coordinator share: configuration, the clock, the store, the group table,
+which ``__consumer_offsets`` partitions are served here, timers, background tasks, and writes to the
+log with Kafka's error mapping.
 
-``GroupCoordinator`` is this state plus two parts that hold a reference to it (composition, not
-inheritance): ``group_membership.Membership`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the
-rebalance state machine) and ``group_offsets.Offsets`` (OffsetCommit, OffsetFetch, OffsetDelete,
-DeleteGroups, retention). A part reaches the state as ``self.core`` and the other part by name.
+``GroupCoordinator`` (``group.py``) is a facade over parts that each hold one ``GroupContext``:
+``Membership`` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the rebalance state machine),
+``Offsets`` (OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, DeleteGroups, retention) and
+``GroupPartitions`` (loading and unloading partitions: Kafka's onElection / onResignation).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple
 
 from grete.coordinator.group_state import Group, GroupState
 from grete.coordinator.group_store import OffsetsStore, Record
@@ -30,9 +31,10 @@ from grete.protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger("grete.coordinator")
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 # How Kafka reports a failed write of group metadata (GroupMetadataManager.storeGroup).
-_GROUP_WRITE_ERRORS: dict[ErrorCode, ErrorCode] = {
+GROUP_WRITE_ERRORS: dict[ErrorCode, ErrorCode] = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -46,7 +48,7 @@ _GROUP_WRITE_ERRORS: dict[ErrorCode, ErrorCode] = {
 
 # ... and of offsets (GroupMetadataManager.storeOffsets).
 OFFSET_WRITE_ERRORS: dict[ErrorCode, ErrorCode] = {
-    **_GROUP_WRITE_ERRORS,
+    **GROUP_WRITE_ERRORS,
     ErrorCode.REQUEST_TIMED_OUT: ErrorCode.REQUEST_TIMED_OUT,
     ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
@@ -58,20 +60,25 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-class CoordinatorBase:
-    def __init__(self, config: GroupConfig, store: OffsetsStore, *,
-                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
+def cancel(handle: asyncio.TimerHandle | None) -> None:
+    if handle is not None:
+        handle.cancel()
+
+
+class GroupContext:
+    def __init__(self, config: GroupConfig, store: OffsetsStore, now_ms: Callable[[], int]) -> None:
         self.config = config
         self.store = store
         self.now_ms = now_ms
         self.groups: dict[str, Group] = {}
-        self._active = False
-        self._loading = False
+        # Kafka's isActive: set at start-up (the first election, or load()), cleared by shutdown.
+        self.active = False
         # Kafka's GroupMetadataManager: the __consumer_offsets partitions this coordinator serves,
-        # and those it was elected for and is still loading.
+        # those it was elected for and is still loading, and the leader epoch each was loaded in.
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.partition_epochs: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[object]] = set()
 
     # ------------------------------------------------------------------------ availability
 
@@ -80,22 +87,23 @@ class CoordinatorBase:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
 
     def availability_error(self) -> ErrorCode:
-        """NONE, or the code every group API answers right now (ListGroups uses it as is): a
-        partition still loading makes ListGroups incomplete, as in Kafka."""
-        if self._loading or self.loading_partitions:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if not self._active:
+        """Kafka's ListGroups answer: COORDINATOR_NOT_AVAILABLE unless started, LOAD_IN_PROGRESS while
+        any partition loads (the listing may be incomplete then), else NONE."""
+        if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self.loading_partitions:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
 
     def status_error(self, group_id: str | None, *, allow_empty_id: bool = False) -> ErrorCode | None:
         """Kafka's validateGroupStatus. OffsetCommit, OffsetFetch, DescribeGroups and DeleteGroups
-        accept the empty group id for backwards compatibility; the membership APIs do not. A group
-        whose partition is loading gets COORDINATOR_LOAD_IN_PROGRESS, one whose partition is not
-        served here NOT_COORDINATOR."""
+        accept the empty group id for backwards compatibility; the membership APIs do not. Then, in
+        Kafka's order: COORDINATOR_NOT_AVAILABLE before start-up and after shutdown, NOT_COORDINATOR
+        for a group whose partition is neither served nor loading here, COORDINATOR_LOAD_IN_PROGRESS
+        while it loads."""
         if group_id is None or (not group_id and not allow_empty_id):
             return ErrorCode.INVALID_GROUP_ID
-        if not self._active and not self.loading_partitions:
+        if not self.active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         partition = self.partition_for(group_id)
         if partition in self.loading_partitions:
@@ -113,19 +121,22 @@ class CoordinatorBase:
         """False once the group was deleted or unloaded (a timer may still fire for it)."""
         return self.groups.get(group.group_id) is group and not group.is_(GroupState.DEAD)
 
+    def groups_in(self, partition: int) -> list[Group]:
+        return [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
+
     # ------------------------------------------------------------------- timers and tasks
 
-    def call_later(self, delay_ms: int, callback: Callable[..., None], *args: Any) -> asyncio.TimerHandle:
+    def call_later(self, delay_ms: int, callback: Callable[[*Ts], object], *args: *Ts) -> asyncio.TimerHandle:
         return asyncio.get_running_loop().call_later(max(delay_ms, 0) / 1000, callback, *args)
 
-    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    def spawn(self, coro: Coroutine[object, None, T]) -> asyncio.Task[T]:
         """Run a write in the background (from a timer callback); shutdown() waits for it."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def detached(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def detached(self, coro: Coroutine[object, None, T]) -> T:
         """Await a state change that must finish even if the calling handler is cancelled (its client
         went away): a write half-applied to memory would leave the group stuck."""
         return await asyncio.shield(self.spawn(coro))
@@ -140,9 +151,10 @@ class CoordinatorBase:
         """Write the group's metadata record. The record is built NOW (not when awaited), so it is
         a consistent snapshot even if the caller only awaits it later."""
         record = (encode_group_key(group.group_id), encode_group_value(self._group_value(group, assignment)))
-        return self.append(self.partition_for(group.group_id), [record], _GROUP_WRITE_ERRORS)
+        return self.append(self.partition_for(group.group_id), [record], GROUP_WRITE_ERRORS)
 
-    def _group_value(self, group: Group, assignment: dict[str, bytes]) -> GroupValue:
+    @staticmethod
+    def _group_value(group: Group, assignment: dict[str, bytes]) -> GroupValue:
         protocol = group.protocol_name
         members = tuple(
             MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
@@ -166,7 +178,14 @@ class CoordinatorBase:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
 
-
-def cancel(handle: asyncio.TimerHandle | None) -> None:
-    if handle is not None:
-        handle.cancel()
+    async def append_txn(self, partition: int, records: list[Record], producer_id: int,
+                         producer_epoch: int) -> ErrorCode:
+        try:
+            await self.store.append_txn(partition, records, producer_id, producer_epoch)
+        except KafkaError as exc:
+            log.warning("transactional write to __consumer_offsets-%d failed: %s", partition, exc)
+            return OFFSET_WRITE_ERRORS.get(exc.code, exc.code)
+        except Exception:
+            log.exception("transactional write to __consumer_offsets-%d failed", partition)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
