@@ -15,9 +15,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from grete.broker.cluster.placement import assign_replicas
 from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.connection_quotas import ConnectionQuotas
-from grete.broker.listeners import Listener, parse_listeners
+from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
@@ -28,9 +29,11 @@ from grete.coordinator.metadata import (
     LocalMetadataStore,
     MetadataChange,
     MetadataStore,
+    TopicExists,
     TopicMeta,
 )
 from grete.coordinator.txn import TransactionCoordinator
+from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.framing import BufferPool, MemoryPool
 from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, validate_topic_name
@@ -48,8 +51,19 @@ class OpenConnection(Protocol):
     def trim(self, quiet_since: float) -> None: ...
 
 
+class ClusterView(Protocol):
+    """The cluster around this broker, as its metadata cache knows it (a ZooKeeper cluster's
+    ``grete.broker.cluster.zk_broker.ZkBroker``)."""
+
+    broker_epoch: int
+
+    def live_brokers(self) -> list[BrokerInfo]: ...
+    def controller_id(self) -> int: ...
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, metadata: MetadataStore | None = None,
+                 cluster: ClusterView | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.listeners = parse_listeners(config.get_list("listeners"))
@@ -57,12 +71,16 @@ class Broker:
         self.advertised = parse_listeners(advertised) if advertised else list(self.listeners)
         self.bound: list[Listener] = []
         self.log_dirs = config.log_dirs
-        self.metadata: MetadataStore = LocalMetadataStore(self.log_dirs[0], cluster_id=config.raw("cluster.id"))
+        # None on the embedded single node, which is the whole cluster.
+        self.cluster = cluster
+        self.metadata: MetadataStore = metadata or LocalMetadataStore(self.log_dirs[0],
+                                                                      cluster_id=config.raw("cluster.id"))
         self._apply_dynamic_configs()
         self.metadata.changes.subscribe(self._on_metadata_change)
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
         self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
-        self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config)
+        self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config,
+                                       cluster=cluster is not None)
         self.connections: set[OpenConnection] = set()
         self.connection_quotas = ConnectionQuotas(config)
         self.buffer_pool = BufferPool()
@@ -97,6 +115,33 @@ class Broker:
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         await self.metadata.set_broker_configs(scope, clean)
+
+    # --- the cluster -------------------------------------------------------------------------
+    def live_brokers(self) -> list[BrokerInfo]:
+        """Every live broker with its advertised endpoints and rack (this node alone when embedded)."""
+        if self.cluster is not None:
+            return self.cluster.live_brokers()
+        endpoints = tuple(EndPoint(a.name, a.host, a.port, security_protocol(self.config, a.name))
+                          for a in self.advertised)
+        return [BrokerInfo(self.node_id, endpoints, self.config.get_str("broker.rack") or None)]
+
+    def controller_id(self) -> int:
+        return self.cluster.controller_id() if self.cluster is not None else self.node_id
+
+    def broker_endpoint(self, broker_id: int, listener: str) -> EndPoint | None:
+        """Where clients on ``listener`` reach ``broker_id``: None if it is not live or has no such
+        listener."""
+        info = next((b for b in self.live_brokers() if b.id == broker_id), None)
+        return info.endpoint(listener) if info is not None else None
+
+    def assign_replicas(self, partitions: int, replication: int, first_partition: int = 0) -> dict[int, list[int]]:
+        """Replica placement over the live brokers. Raises INVALID_REPLICATION_FACTOR when there are
+        fewer live brokers than replicas, with Kafka's message."""
+        brokers = self.live_brokers()
+        if replication > len(brokers):
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Replication factor: {replication} larger than available brokers: {len(brokers)}.")
+        return assign_replicas(brokers, partitions, replication, first_partition)
 
     # --- coordinators ------------------------------------------------------------------------
     @property
@@ -158,18 +203,18 @@ class Broker:
         if replication <= 0:
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              "Replication factor must be larger than 0.")
-        if replication > 1:
-            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                             f"Replication factor: {replication} larger than available brokers: 1.")
+        assignment = self.assign_replicas(partitions, replication)
         try:
             clean = validate_topic_configs(configs or {})
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if validate_only:
             return None
-        assignment = {p: [self.node_id] for p in range(partitions)}
-        meta = await self.metadata.create_topic(name, assignment, clean,
-                                                internal=internal or name in INTERNAL_TOPICS)
+        try:
+            meta = await self.metadata.create_topic(name, assignment, clean,
+                                                    internal=internal or name in INTERNAL_TOPICS)
+        except TopicExists:  # created meanwhile, through another broker
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
         log.info("created topic %s with %d partition(s)", name, partitions)
         if wait_open:
             await self.replicas.ready(meta)
@@ -199,7 +244,9 @@ class Broker:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
         if validate_only:
             return
-        meta = await self.metadata.add_partitions(name, {p: [self.node_id] for p in range(current, total)})
+        replication = len(next(iter(meta.partitions.values())).replicas) if meta.partitions else 1
+        meta = await self.metadata.add_partitions(
+            name, self.assign_replicas(total - current, replication, first_partition=current))
         await self.replicas.ready(meta)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
@@ -213,10 +260,18 @@ class Broker:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         await self.metadata.set_topic_configs(name, clean)  # the replica manager applies it to the logs
 
-    async def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicMeta:
+    async def ensure_internal_topic(self, name: str, partitions: int, configs: dict[str, str],
+                                    replication_key: str = "offsets.topic.replication.factor") -> TopicMeta:
         meta = self.metadata.topic(name)
         if meta is None:
-            created = await self.create_topic(name, partitions, 1, configs, internal=True)
+            replication = 1 if self.cluster is None else self.config.get_int(replication_key)
+            try:
+                created = await self.create_topic(name, partitions, replication, configs, internal=True)
+            except KafkaError as exc:
+                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+                # Another broker is creating it: clients ask again (COORDINATOR_NOT_AVAILABLE).
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{name} is being created") from None
             assert created is not None
             meta = created
         return meta

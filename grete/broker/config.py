@@ -316,6 +316,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("auto.leader.rebalance.enable", BOOL, "true"),
     _d("zookeeper.connect", STR, None),
     _d("zookeeper.session.timeout.ms", INT, "18000"),
+    _d("zookeeper.connection.timeout.ms", INT, None, "empty: zookeeper.session.timeout.ms"),
+    _d("broker.rack", STR, None),
+    _d("security.inter.broker.protocol", STR, "PLAINTEXT"),
+    _d("controlled.shutdown.enable", BOOL, "true"),
+    _d("controlled.shutdown.max.retries", INT, "3", minimum=0),
+    _d("controlled.shutdown.retry.backoff.ms", LONG, "5000", minimum=0),
+    _d("controller.socket.timeout.ms", INT, "30000", minimum=1),
     _d("cluster.id", STR, None, "grete: cluster id for a fresh data dir (Kafka takes it from kafka-storage)"),
     _d("grete.produce.validation", STR, "header", "header: batch header + CRC only (no per-record work); "
        "full: also decode every record, as Kafka does", choices=("header", "full")),

@@ -84,6 +84,9 @@ def group_config(broker: Broker) -> GroupConfig:
 
 
 async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
+    """The single node leads every __consumer_offsets partition and loads them all now; in a cluster
+    each partition loads when LeaderAndIsr makes this broker its leader."""
     coordinator = GroupCoordinator(group_config(broker), LogOffsetsStore(broker), now_ms=broker.now_ms)
-    await coordinator.load()
+    if broker.cluster is None:
+        await coordinator.load()
     return coordinator

@@ -25,6 +25,7 @@ from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener, security_protocol
 from grete.broker.pipeline import Pipeline
 from grete.broker.transactions import start_txn_coordinator
+from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,14 @@ CHECKPOINT_INTERVAL_S = 60.0
 
 class Node:
     def __init__(self, config: BrokerConfig) -> None:
-        self.broker = Broker(config)
+        self.zk_broker: Any = None  # grete.broker.cluster.zk_broker.ZkBroker in a ZooKeeper cluster
+        if config.get_str("zookeeper.connect"):
+            # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
+            cluster = importlib.import_module("grete.broker.cluster.zk_broker")
+            self.zk_broker = cluster.ZkBroker(config)
+            self.broker = Broker(config, metadata=self.zk_broker.metadata, cluster=self.zk_broker)
+        else:
+            self.broker = Broker(config)
         # The steps around every handler; the security, quota and metrics work plugs in here.
         self.pipeline = Pipeline(self.broker.metrics)
         self.metrics_server: Any = None  # grete.broker.metrics_http.MetricsServer when configured
@@ -50,6 +58,9 @@ class Node:
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         broker = self.broker
+        if self.zk_broker is not None:
+            await self.zk_broker.connect()  # the cluster id comes from ZooKeeper
+            broker.replicas.on_leadership = self._leadership_changed
         broker.log_manager.startup(cluster_id=broker.metadata.cluster_id, node_id=broker.node_id)
         broker.replicas.on_all_offline = self._all_dirs_offline
         broker.replicas.start()
@@ -67,9 +78,14 @@ class Node:
             self.metrics_server = exposition.MetricsServer(exposition.new_registry(broker), host, port)
             await self.metrics_server.start()
         self._tasks.append(asyncio.ensure_future(self._maintenance_loop()))
+        if self.zk_broker is not None:
+            await self.zk_broker.register(broker)  # last: the registration names the bound ports
 
     async def stop(self) -> None:
         broker = self.broker
+        if self.zk_broker is not None:
+            # While the listeners still serve: the controller moves leadership away first.
+            await self.zk_broker.controlled_shutdown()
         for server in self.servers:
             server.close()
         if self.metrics_server is not None:
@@ -86,10 +102,27 @@ class Node:
             await groups.shutdown()
         broker.replicas.shutdown()
         broker.log_manager.shutdown()
+        if self.zk_broker is not None:
+            await self.zk_broker.stop()  # the session ends: our registration vanishes at once
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    def _leadership_changed(self, topic: str, index: int, leader_epoch: int, leads: bool) -> None:
+        """The coordinators follow the leadership of their internal partitions (Kafka's
+        onLeadershipChange): load when this broker leads one, unload when it stops."""
+        groups, transactions = self.broker.coordinators()
+        if topic == OFFSETS_TOPIC and groups is not None:
+            if leads:
+                self._tasks.append(asyncio.ensure_future(groups.load_partition(index, leader_epoch)))
+            else:
+                groups.unload_partition(index, leader_epoch)
+        elif topic == TRANSACTION_STATE_TOPIC and transactions is not None:
+            if leads:
+                self._tasks.append(asyncio.ensure_future(transactions.load_partition(index, leader_epoch)))
+            else:
+                transactions.unload_partition(index, leader_epoch)
 
     def _all_dirs_offline(self) -> None:
         dirs = ", ".join(f"{d} ({why})" for d, why in self.broker.log_manager.offline_dirs.items())

@@ -29,9 +29,11 @@ LOG_APPEND_TIME = 1
 
 
 class Partition:
-    __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online")
+    __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
+                 "leader_id", "partition_epoch")
 
-    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int) -> None:
+    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
+                 is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -39,6 +41,10 @@ class Partition:
         self.leader_epoch = leader_epoch
         self._waiters: list[asyncio.Future[None]] = []
         self.online = True
+        # In a cluster, what the controller's last LeaderAndIsr said (a single node always leads).
+        self.is_leader = is_leader
+        self.leader_id = leader_id
+        self.partition_epoch = partition_epoch
         if log.end_offset_for_epoch(leader_epoch)[0] != leader_epoch:
             log.assign_leader_epoch(leader_epoch, log.log_end_offset)
         # The only replica holds everything in its log: the high watermark is the log end at once.
@@ -98,6 +104,26 @@ class Partition:
         self._set_high_watermark(high_watermark)
         self.wake()
 
+    # --- leadership (LeaderAndIsr) --------------------------------------------------------------
+    def make_leader(self, leader_epoch: int, partition_epoch: int, leader_id: int) -> None:
+        """Kafka's Partition.makeLeader: a new leader epoch starts at the log end offset."""
+        if leader_epoch > self.leader_epoch or self._log.end_offset_for_epoch(leader_epoch)[0] != leader_epoch:
+            self._log.assign_leader_epoch(leader_epoch, self._log.log_end_offset)
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.leader_id = leader_id
+        self.is_leader = True
+        self._advance_high_watermark()
+
+    def make_follower(self, leader_epoch: int, partition_epoch: int, leader_id: int) -> None:
+        """Kafka's Partition.makeFollower: appends stop; parked fetches answer now (and are refused
+        as NOT_LEADER_OR_FOLLOWER on their next try)."""
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.leader_id = leader_id
+        self.is_leader = False
+        self.wake()
+
     def update_config(self, config: LogConfig) -> None:
         self._log.update_config(config)
 
@@ -112,6 +138,9 @@ class Partition:
         """Append as leader: the log assigns offsets and stamps this partition's leader epoch."""
         if not self.online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.index} is offline")
+        if not self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"this broker is not the leader of {self.topic}-{self.index}")
         result = self._log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
         self._advance_high_watermark()
         return result

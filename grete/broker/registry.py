@@ -100,9 +100,16 @@ def handlers() -> Handlers:
     return Handlers(HANDLERS)
 
 
-def advertised_versions() -> list[tuple[int, int, int]]:
+# The controller-to-broker APIs of a ZooKeeper cluster (Kafka's "zkBroker" listener APIs): served
+# and advertised only by a broker in one; elsewhere a request for them closes the connection, as a
+# KRaft broker's does.
+ZK_BROKER_APIS = frozenset({4, 5, 6, 7})
+
+
+def advertised_versions(zk_broker: bool = False) -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
-    return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())]
+    return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
+            if zk_broker or key not in ZK_BROKER_APIS]
 
 
 def declared_handlers() -> dict[int, Handler]:

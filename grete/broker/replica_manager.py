@@ -16,6 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from grete.broker.partition import Partition
@@ -32,10 +33,30 @@ OPEN_CHUNK = 64  # partitions opened per loop step when a topic is created (abou
 PartitionKey = tuple[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionOrder:
+    """One partition of a LeaderAndIsr: what the controller decided for it."""
+
+    index: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+LeadershipListener = Callable[[str, int, int, bool], None]  # (topic, index, leader epoch, leads now)
+
+
 class ReplicaManager:
     def __init__(self, node_id: int, log_manager: LogManager, metadata: MetadataStore,
-                 log_config_for: Callable[[TopicMeta], LogConfig]) -> None:
+                 log_config_for: Callable[[TopicMeta], LogConfig], *, cluster: bool = False) -> None:
         self.node_id = node_id
+        # In a cluster the controller decides what this broker hosts and leads (LeaderAndIsr,
+        # StopReplica); the single node hosts and leads every partition the metadata names.
+        self.cluster = cluster
+        self.controller_epoch = -1
+        self.on_leadership: LeadershipListener | None = None
         self.log_manager = log_manager
         self.metadata = metadata
         self._log_config_for = log_config_for
@@ -51,9 +72,10 @@ class ReplicaManager:
     def start(self) -> None:
         """Open every hosted partition the metadata knows, then follow its changes."""
         self.log_manager.on_dir_offline(self._dir_offline)
-        for meta in self.metadata.topics().values():
-            for index in meta.partitions:
-                self._open(meta, index)
+        if not self.cluster:
+            for meta in self.metadata.topics().values():
+                for index in meta.partitions:
+                    self._open(meta, index)
         self.metadata.changes.subscribe(self.on_change)
         for key in list(self.log_manager.future_logs):  # moves a restart interrupted go on
             partition = self.partitions.get(key)
@@ -74,7 +96,13 @@ class ReplicaManager:
         if partition is None:
             if (topic, index) in self.offline:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{index} is in an offline log dir")
+            meta = self.metadata.topic(topic)
+            if self.cluster and meta is not None and index in meta.partitions:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} is led by broker "
+                                 f"{meta.partitions[index].leader}")
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if not partition.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} is led by broker {partition.leader_id}")
         return partition
 
     def is_offline(self, topic: str, index: int) -> bool:
@@ -92,6 +120,8 @@ class ReplicaManager:
         meta = change.topic
         if meta is None:
             return
+        if self.cluster and change.kind is not ChangeKind.TOPIC_CONFIGS_CHANGED:
+            return  # hosting follows LeaderAndIsr and StopReplica
         if change.kind in (ChangeKind.TOPIC_CREATED, ChangeKind.PARTITIONS_ADDED):
             self._open_all(meta, change.partitions)
         elif change.kind is ChangeKind.TOPIC_DELETED:
@@ -133,7 +163,7 @@ class ReplicaManager:
             if n % OPEN_CHUNK == 0:
                 await asyncio.sleep(0)
 
-    def _open(self, meta: TopicMeta, index: int) -> Partition | None:
+    def _open(self, meta: TopicMeta, index: int, leader_epoch: int | None = None) -> Partition | None:
         config = self._log_config_for(meta)
         try:
             log_ = self.log_manager.get_log(meta.name, index)
@@ -141,7 +171,8 @@ class ReplicaManager:
                 log_ = self.log_manager.create_log(meta.name, index, config, meta.topic_id)
             else:
                 log_.update_config(config)
-            partition = Partition(meta.name, index, meta.topic_id, log_, meta.partitions[index].leader_epoch)
+            epoch = meta.partitions[index].leader_epoch if leader_epoch is None else leader_epoch
+            partition = Partition(meta.name, index, meta.topic_id, log_, epoch)
         except KafkaStorageException as exc:
             # No online dir can hold it, or it failed to load: offline, never recreated empty elsewhere.
             log.error("partition %s-%d is offline: %s", meta.name, index, exc.message)
@@ -173,6 +204,72 @@ class ReplicaManager:
                 self.log_manager.delete_log(meta.name, index)
             except KafkaStorageException as exc:  # its dir is offline: the files stay until it is back
                 log.error("could not delete the log of %s-%d: %s", meta.name, index, exc.message)
+
+    # --- the controller's orders (cluster mode) ----------------------------------------------------
+    def check_controller_epoch(self, controller_epoch: int) -> bool:
+        """False for a request from a controller older than one already heard (STALE_CONTROLLER_EPOCH)."""
+        if controller_epoch < self.controller_epoch:
+            return False
+        self.controller_epoch = controller_epoch
+        return True
+
+    def become_leader_or_follower(self, topic: TopicMeta, states: list[PartitionOrder]) -> dict[int, ErrorCode]:
+        """Kafka's ReplicaManager.becomeLeaderOrFollower for one topic: each partition whose leader
+        epoch is newer than the one known here is opened if need be and led or followed; the error
+        code per partition."""
+        errors: dict[int, ErrorCode] = {}
+        for order in states:
+            key = (topic.name, order.index)
+            if key in self.offline:
+                errors[order.index] = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            partition = self.partitions.get(key)
+            if partition is not None and partition.topic_id != topic.topic_id:
+                errors[order.index] = ErrorCode.INCONSISTENT_TOPIC_ID
+                continue
+            if partition is not None and order.leader_epoch <= partition.leader_epoch:
+                errors[order.index] = ErrorCode.STALE_CONTROLLER_EPOCH  # already known: ignored, as Kafka does
+                continue
+            if self.node_id not in order.replicas:
+                errors[order.index] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if partition is None:
+                partition = self._open(topic, order.index, order.leader_epoch)
+                if partition is None:
+                    errors[order.index] = ErrorCode.KAFKA_STORAGE_ERROR
+                    continue
+            if order.leader == self.node_id:
+                partition.make_leader(order.leader_epoch, order.partition_epoch, order.leader)
+            else:
+                partition.make_follower(order.leader_epoch, order.partition_epoch, order.leader)
+            errors[order.index] = ErrorCode.NONE
+            if self.on_leadership is not None:
+                self.on_leadership(topic.name, order.index, order.leader_epoch, order.leader == self.node_id)
+        return errors
+
+    def stop_replica(self, topic: str, index: int, leader_epoch: int, delete: bool) -> ErrorCode:
+        """Kafka's StopReplica for one partition: -2 (deletion) and -1 (no epoch) always apply, an
+        older leader epoch is FENCED_LEADER_EPOCH."""
+        key = (topic, index)
+        partition = self.partitions.get(key)
+        if partition is not None and leader_epoch >= 0 and leader_epoch < partition.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if partition is not None:
+            if self.on_leadership is not None:
+                self.on_leadership(topic, index, max(leader_epoch, partition.leader_epoch), False)
+            if delete:
+                del self.partitions[key]
+                partition.go_offline()
+            else:
+                partition.make_follower(partition.leader_epoch, partition.partition_epoch, -1)
+        if delete:
+            self.offline.discard(key)
+            try:
+                self.log_manager.delete_log(topic, index)
+            except KafkaStorageException as exc:
+                log.error("could not delete the log of %s-%d: %s", topic, index, exc.message)
+                return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NONE
 
     # --- moving a replica between log dirs (AlterReplicaLogDirs) ---------------------------------
     def alter_log_dir(self, topic: str, index: int, log_dir: Path) -> None:

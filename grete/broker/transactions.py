@@ -31,7 +31,7 @@ async def ensure_transaction_state_topic(broker: Broker) -> TopicMeta:
         "compression.type": "uncompressed",
         "segment.bytes": str(cfg.get_int("transaction.state.log.segment.bytes")),
         "unclean.leader.election.enable": "false",
-    })
+    }, replication_key="transaction.state.log.replication.factor")
 
 
 class LogTxnStore:
@@ -102,7 +102,10 @@ def txn_config(broker: Broker) -> TxnConfig:
 def start_txn_coordinator(broker: Broker) -> TransactionCoordinator:
     coordinator = TransactionCoordinator(txn_config(broker), LogTxnStore(broker), LocalMarkerWriter(broker),
                                          broker.producer_ids.next_id, now_ms=broker.now_ms)
-    coordinator.load()
+    if broker.cluster is None:
+        coordinator.load()  # a cluster broker loads a partition when it becomes its leader
+    else:
+        coordinator.startup()
     return coordinator
 
 

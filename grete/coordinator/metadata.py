@@ -44,6 +44,10 @@ class PartitionMeta:
     leader_epoch: int
     replicas: list[int]
     isr: list[int]
+    # In a cluster: replicas on brokers that are down or whose log dir failed (UpdateMetadata's
+    # OfflineReplicas), and the partition epoch (the ZooKeeper state znode's version).
+    offline_replicas: list[int] = field(default_factory=list)
+    partition_epoch: int = 0
 
 
 @dataclass(slots=True)

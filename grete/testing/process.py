@@ -79,14 +79,10 @@ def broker_process(overrides: Mapping[str, str] | None = None, *, data_dir: str 
     directory = Path(data_dir) if data_dir is not None else scratch / "data"
     items.setdefault("log.dirs", str(directory))
     log_path = scratch / "broker.log"
-    command = [sys.executable, "-m", "grete.cli", "serve"]
-    for key, value in items.items():
-        command += ["--override", f"{key}={value}"]
+    command = serve_command(items)
     running: BrokerProcess | None = None
     try:
-        with open(log_path, "wb") as log_file:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                                       preexec_fn=_die_with_parent, close_fds=True)
+        process = spawn(command, log_path)
         running = _await_start(process, Path(items["log.dirs"]), log_path, start_timeout)
         for name, count in (topics or {}).items():
             running.create_topic(name, count)
@@ -99,11 +95,31 @@ def broker_process(overrides: Mapping[str, str] | None = None, *, data_dir: str 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its output in ``log_path``; it dies with this process."""
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                                preexec_fn=_die_with_parent, close_fds=True)
+
+
+def serve_command(items: Mapping[str, str]) -> list[str]:
+    command = [sys.executable, "-m", "grete.cli", "serve"]
+    for key, value in items.items():
+        command += ["--override", f"{key}={value}"]
+    return command
+
+
+def await_start(process: subprocess.Popen[bytes], data_dir: Path, log_path: Path, timeout: float,
+                skip: int = 0) -> BrokerProcess:
+    """Wait for the start-up line (after the first ``skip`` characters of the log)."""
+    return _await_start(process, data_dir, log_path, timeout, skip)
+
+
 def _await_start(process: subprocess.Popen[bytes], data_dir: Path, log_path: Path,
-                 timeout: float) -> BrokerProcess:
+                 timeout: float, skip: int = 0) -> BrokerProcess:
     deadline = time.monotonic() + timeout
     while True:
-        text = log_path.read_text(errors="replace")
+        text = log_path.read_text(errors="replace")[skip:]
         found = _SERVING.search(text)
         if found:
             return BrokerProcess(process, found.group(1), int(found.group(2)), data_dir, log_path)

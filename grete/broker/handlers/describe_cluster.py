@@ -30,12 +30,18 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
         # Kafka's wording, which names the two types the other way round.
         return _error(code, "The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
                             f"of type {ENDPOINT_NAMES[endpoint_type]}")
-    listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
+    if broker.cluster is None:
+        listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
+        brokers = [DescribeClusterResponse.DescribeClusterBroker(
+            broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)]
+    else:  # every live broker with an endpoint on this listener, as Metadata lists them
+        brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=info.id, host=e.host, port=e.port,
+                                                                 rack=info.rack)
+                   for info in broker.live_brokers() if (e := info.endpoint(ctx.listener)) is not None]
     return DescribeClusterResponse(
         error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINTS,
-        cluster_id=broker.metadata.cluster_id, controller_id=broker.node_id,
-        brokers=[DescribeClusterResponse.DescribeClusterBroker(
-            broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)],
+        cluster_id=broker.metadata.cluster_id, controller_id=broker.controller_id(),
+        brokers=brokers,
         cluster_authorized_operations=(CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
                                        else OPERATIONS_NOT_REQUESTED))
 

@@ -19,15 +19,16 @@ GROUP, TRANSACTION = 0, 1
 
 @api(10, 0, 4)
 async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    broker = ctx.broker
-    listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     coordinators = []
     for key in keys:
-        error, message = await _check(ctx, request.key_type, key)
+        error, message, leader = await _check(ctx, request.key_type, key)
+        endpoint = ctx.broker.broker_endpoint(leader, ctx.listener) if not error else None
+        if not error and endpoint is None:
+            error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {leader} has no {ctx.listener} endpoint"
         coordinators.append(FindCoordinatorResponse.Coordinator(
-            key=key, node_id=broker.node_id if not error else -1, host=listener.host if not error else "",
-            port=listener.port if not error else -1, error_code=error, error_message=message))
+            key=key, node_id=leader if endpoint else -1, host=endpoint.host if endpoint else "",
+            port=endpoint.port if endpoint else -1, error_code=error, error_message=message))
     if ctx.version >= 4:
         return FindCoordinatorResponse(coordinators=coordinators)
     only = coordinators[0]
@@ -36,29 +37,38 @@ async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCo
                                    host=only.host, port=only.port)
 
 
-async def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str | None]:
+async def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str | None, int]:
+    """(error, message, coordinator id): the coordinator is the leader of the key's partition of
+    the internal topic."""
     if key_type == GROUP:
         if not key:
-            return ErrorCode.INVALID_REQUEST, "group id must not be empty"
+            return ErrorCode.INVALID_REQUEST, "group id must not be empty", -1
         if not await _ensured(ctx.broker.ensure_offsets_topic()):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} could not be created"
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} could not be created", -1
         return _available(ctx, OFFSETS_TOPIC, ctx.broker.group_coordinator.partition_for(key))
     if key_type == TRANSACTION:
         if not key:
-            return ErrorCode.INVALID_REQUEST, "transactional id must not be empty"
+            return ErrorCode.INVALID_REQUEST, "transactional id must not be empty", -1
         if not await _ensured(ensure_transaction_state_topic(ctx.broker)):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC} could not be created"
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC} could not be created", -1
         return _available(ctx, TRANSACTION_STATE_TOPIC, ctx.broker.txn_coordinator.partition_for(key))
-    return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
+    return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1
 
 
-def _available(ctx: RequestContext, topic: str, partition: int) -> tuple[int, str | None]:
+def _available(ctx: RequestContext, topic: str, partition: int) -> tuple[int, str | None, int]:
     """COORDINATOR_NOT_AVAILABLE while the key's internal partition has no leader (its log dir failed,
-    or it could not be created), as Kafka answers: clients back off and ask again instead of joining
-    a coordinator that cannot write."""
-    if ctx.broker.replicas.is_offline(topic, partition) or (topic, partition) not in ctx.broker.partitions:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the coordinator's partition {topic}-{partition} is offline"
-    return 0, None
+    or it could not be created, or its leader is down), as Kafka answers: clients back off and ask
+    again instead of joining a coordinator that cannot write."""
+    broker = ctx.broker
+    if broker.cluster is not None:
+        meta = broker.metadata.topic(topic)
+        leader = meta.partitions[partition].leader if meta is not None and partition in meta.partitions else -1
+        if leader < 0:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{topic}-{partition} has no leader", -1
+        return 0, None, leader
+    if broker.replicas.is_offline(topic, partition) or (topic, partition) not in broker.partitions:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the coordinator's partition {topic}-{partition} is offline", -1
+    return 0, None, broker.node_id
 
 
 async def _ensured(creating: Awaitable[object]) -> bool:

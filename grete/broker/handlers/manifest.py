@@ -8,6 +8,10 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     1: ("fetch", 4, 12, 4),  # Fetch
     2: ("list_offsets", 1, 7, 1),  # ListOffsets
     3: ("metadata", 0, 12, 0),  # Metadata
+    4: ("leader_and_isr", 2, 7, 2),  # LeaderAndIsr
+    5: ("stop_replica", 3, 4, 3),  # StopReplica
+    6: ("update_metadata", 5, 8, 5),  # UpdateMetadata
+    7: ("controlled_shutdown", 1, 3, 1),  # ControlledShutdown
     8: ("offset_commit", 2, 8, 2),  # OffsetCommit
     9: ("offset_fetch", 1, 8, 1),  # OffsetFetch
     10: ("find_coordinator", 0, 4, 0),  # FindCoordinator

@@ -30,14 +30,8 @@ OPERATIONS_NOT_REQUESTED = -2147483648
 def handle(ctx: RequestContext,
            request: MetadataRequest) -> MetadataResponse | Coroutine[Any, Any, MetadataResponse]:
     broker = ctx.broker
-    listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
-    response = MetadataResponse(
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=listener.host,
-                                                        port=listener.port, rack=None)],
-        cluster_id=broker.metadata.cluster_id,
-        controller_id=broker.node_id,
-        topics=[],
-    )
+    response = MetadataResponse(brokers=_brokers(ctx), cluster_id=broker.metadata.cluster_id,
+                                controller_id=broker.controller_id(), topics=[])
     if request.include_cluster_authorized_operations:
         response.cluster_authorized_operations = CLUSTER_OPERATIONS
     with_ops = request.include_topic_authorized_operations
@@ -85,7 +79,49 @@ def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, w
     return _describe(ctx, meta, with_ops)
 
 
+def _brokers(ctx: RequestContext) -> list[MetadataResponse.MetadataResponseBroker]:
+    """Every live broker with an endpoint on the listener the request came in on (Kafka lists only
+    those); on the embedded node, this node at the address advertised for that listener."""
+    broker = ctx.broker
+    if broker.cluster is None:
+        listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
+        return [MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=listener.host,
+                                                        port=listener.port, rack=None)]
+    found = []
+    for info in broker.live_brokers():
+        endpoint = info.endpoint(ctx.listener)
+        if endpoint is not None:
+            found.append(MetadataResponse.MetadataResponseBroker(node_id=info.id, host=endpoint.host,
+                                                                port=endpoint.port, rack=info.rack))
+    return found
+
+
+def _cluster_partitions(ctx: RequestContext, meta: TopicMeta) -> list[MetadataResponse.MetadataResponsePartition]:
+    """A cluster broker answers from its metadata cache (Kafka's ZkMetadataCache): a leader that is
+    not live, or has no endpoint on this listener, is reported as none (LEADER_NOT_AVAILABLE;
+    LISTENER_NOT_FOUND from v6 when the leader lives but lacks the listener)."""
+    partitions = []
+    live = {b.id: b for b in ctx.broker.live_brokers()}
+    for index, pmeta in sorted(meta.partitions.items()):
+        leader = live.get(pmeta.leader)
+        error, leader_id = ErrorCode.NONE, pmeta.leader
+        if leader is None or leader.endpoint(ctx.listener) is None:
+            error = (ErrorCode.LISTENER_NOT_FOUND if leader is not None and ctx.version >= 6
+                     else ErrorCode.LEADER_NOT_AVAILABLE)
+            leader_id = -1
+        partitions.append(MetadataResponse.MetadataResponsePartition(
+            error_code=error, partition_index=index, leader_id=leader_id, leader_epoch=pmeta.leader_epoch,
+            replica_nodes=list(pmeta.replicas), isr_nodes=list(pmeta.isr),
+            offline_replicas=list(pmeta.offline_replicas)))
+    return partitions
+
+
 def _describe(ctx: RequestContext, meta: TopicMeta, with_ops: bool) -> MetadataResponse.MetadataResponseTopic:
+    if ctx.broker.cluster is not None:
+        return MetadataResponse.MetadataResponseTopic(
+            error_code=0, name=meta.name, topic_id=meta.topic_id, is_internal=meta.internal,
+            partitions=_cluster_partitions(ctx, meta),
+            topic_authorized_operations=TOPIC_OPERATIONS if with_ops else OPERATIONS_NOT_REQUESTED)
     partitions = []
     replicas = ctx.broker.replicas
     node = ctx.broker.node_id

@@ -1,0 +1,570 @@
+"""The controller, as Kafka 3.9 runs it in ZooKeeper mode (KafkaController).
+
+Every broker runs one; the one that creates the ephemeral ``/controller`` (in one multi with the
+increment of ``/controller_epoch``) is active. It keeps the cluster's state in memory (live brokers
+with their epochs, assignments, partition states), changes it in ZooKeeper first, and tells the
+brokers: LeaderAndIsr to the replicas of each changed partition, then UpdateMetadata to every live
+broker, then StopReplica.
+
+Events (a broker came or went, topics created or marked for deletion, partitions added, a
+controlled shutdown) are handled one at a time by one task, as Kafka's ControllerEventManager does:
+the state has one owner and no event sees another half done. Every write is fenced: a multi that
+checks ``/controller_epoch``'s version (a controller that lost its place cannot write), and partition
+states are set conditionally on their own version (the partition epoch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from grete.broker.cluster import requests as build
+from grete.broker.cluster.channels import ControllerChannels
+from grete.coordinator import zk_layout as zk
+from grete.coordinator.metadata import new_topic_id
+from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, ZkClient
+from grete.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+NO_LEADER = -1
+
+
+class ControllerMoved(Exception):
+    """Another controller has been elected: this one must stop acting."""
+
+
+@dataclass
+class ControllerSettings:
+    broker_id: int
+    inter_broker_listener: str
+    delete_topic_enable: bool = True
+    unclean_leader_election: bool = False
+
+
+@dataclass
+class ControllerContext:
+    epoch: int = 0
+    epoch_zk_version: int = 0
+    controller_id: int = -1
+    live: dict[int, zk.BrokerInfo] = field(default_factory=dict)
+    assignments: dict[str, zk.TopicAssignment] = field(default_factory=dict)
+    states: dict[TopicPartition, zk.PartitionState] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)
+    shutting_down: set[int] = field(default_factory=set)
+
+    def replicas(self, tp: TopicPartition) -> list[int]:
+        assignment = self.assignments.get(tp[0])
+        return list(assignment.partitions.get(tp[1], [])) if assignment else []
+
+    def partitions(self) -> list[TopicPartition]:
+        return sorted((t, p) for t, a in self.assignments.items() for p in a.partitions)
+
+    def partitions_on(self, broker_id: int) -> list[TopicPartition]:
+        return [tp for tp in self.partitions() if broker_id in self.replicas(tp)]
+
+
+class Controller:
+    def __init__(self, zk_client: ZkClient, settings: ControllerSettings) -> None:
+        self.zk = zk_client
+        self.settings = settings
+        self.broker_id = settings.broker_id
+        self.active = False
+        self.active_controller_id = -1
+        self.ctx = ControllerContext()
+        self.channels: ControllerChannels | None = None
+        self._events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+        self._watching = False
+        self._stopped = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def startup(self) -> None:
+        self._worker = asyncio.ensure_future(self._run_events())
+        self.zk.watch_data(zk.CONTROLLER, self._on_controller_znode)
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        self._resign()
+        if self._worker is not None:
+            self._worker.cancel()
+
+    def session_lost(self) -> None:
+        """The ZooKeeper session expired: resign at once (Kafka's Expire event); the broker
+        re-registers and this controller runs for election again once the /controller watch fires."""
+        self._resign()
+        self._enqueue(self._elect)
+
+    def _enqueue(self, event: Callable[[], Awaitable[None]]) -> None:
+        if not self._stopped:
+            self._events.put_nowait(event)
+
+    async def _run_events(self) -> None:
+        while True:
+            event = await self._events.get()
+            try:
+                await event()
+            except ControllerMoved:
+                log.warning("broker %d: another controller was elected; resigning", self.broker_id)
+                self._resign()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("controller event failed")
+
+    # --- election (Kafka's elect()) -------------------------------------------------------------
+    def _on_controller_znode(self, data: bytes | None, _stat: object) -> None:
+        if data is None:
+            self.active_controller_id = -1
+            self._enqueue(self._elect)
+            return
+        try:
+            self.active_controller_id = zk.decode_controller(data)
+        except (ValueError, KeyError):
+            return
+        if self.active and self.active_controller_id != self.broker_id:
+            self._resign()
+
+    async def _elect(self) -> None:
+        if self.active or self._stopped:
+            return
+        found = await self.zk.get(zk.CONTROLLER)
+        if found is not None:
+            self.active_controller_id = zk.decode_controller(found[0])
+            return
+        epoch_found = await self.zk.get(zk.CONTROLLER_EPOCH)
+        if epoch_found is None:
+            try:
+                await self.zk.create(zk.CONTROLLER_EPOCH, zk.encode_controller_epoch(0))
+            except NodeExistsError:
+                pass
+            epoch_found = await self.zk.get(zk.CONTROLLER_EPOCH)
+            assert epoch_found is not None
+        epoch = zk.decode_controller_epoch(epoch_found[0]) + 1
+        try:
+            results = await self.zk.multi([
+                Op("create", zk.CONTROLLER, zk.encode_controller(self.broker_id, int(time.time() * 1000)),
+                   ephemeral=True),
+                Op("set", zk.CONTROLLER_EPOCH, zk.encode_controller_epoch(epoch), epoch_found[1].version)])
+        except MultiOpError:
+            found = await self.zk.get(zk.CONTROLLER)
+            self.active_controller_id = zk.decode_controller(found[0]) if found else -1
+            return
+        self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=results[1].version, controller_id=self.broker_id)
+        self.active = True
+        self.active_controller_id = self.broker_id
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+        await self._on_failover()
+
+    def _resign(self) -> None:
+        if self.active:
+            log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.ctx.epoch)
+        self.active = False
+        if self.channels is not None:
+            self.channels.close()
+            self.channels = None
+
+    # --- failover (Kafka's onControllerFailover) -------------------------------------------------
+    async def _on_failover(self) -> None:
+        await self._setup_features()
+        self.channels = ControllerChannels(self.settings.inter_broker_listener, self.broker_id)
+        for child in await self.zk.children(zk.BROKER_IDS):
+            info = await self._read_broker(int(child))
+            if info is not None:
+                self.ctx.live[info.id] = info
+                self.channels.add_broker(info)
+        for topic in await self.zk.children(zk.BROKER_TOPICS):
+            await self._load_topic(topic)
+        self.ctx.deleting = set(await self.zk.children(zk.DELETE_TOPICS))
+        # Brokers must know every live broker before a LeaderAndIsr makes them follow one.
+        self._send_update_metadata(self.ctx.live, [])
+        for broker_id in self.ctx.live:
+            self._send_leader_and_isr(broker_id, self.ctx.partitions_on(broker_id))
+        self._send_update_metadata(self.ctx.live, self.ctx.partitions())
+        await self._elect_offline_partitions()
+        if not self._watching:
+            self._watching = True
+            self.zk.watch_children(zk.BROKER_IDS, lambda c: self._enqueue(lambda: self._on_brokers(c)))
+            self.zk.watch_children(zk.BROKER_TOPICS, lambda c: self._enqueue(lambda: self._on_topics(c)))
+            self.zk.watch_children(zk.DELETE_TOPICS, lambda c: self._enqueue(lambda: self._on_deletions(c)))
+        else:
+            self._enqueue(self._refresh_all)
+
+    async def _refresh_all(self) -> None:
+        await self._on_brokers(await self.zk.children(zk.BROKER_IDS))
+        await self._on_topics(await self.zk.children(zk.BROKER_TOPICS))
+        await self._on_deletions(await self.zk.children(zk.DELETE_TOPICS))
+
+    async def _setup_features(self) -> None:
+        """Create /feature as a 3.9 controller does (finalized metadata.version 21, kraft.version 0),
+        or keep what is there."""
+        if await self.zk.exists(zk.FEATURE) is None:
+            try:
+                await self.zk.create(zk.FEATURE, zk.encode_feature(zk.FINALIZED_FEATURES))
+            except NodeExistsError:
+                pass
+
+    async def _read_broker(self, broker_id: int) -> zk.BrokerInfo | None:
+        found = await self.zk.get(zk.broker_path(broker_id))
+        if found is None:
+            return None
+        return zk.decode_broker(broker_id, found[0], found[1].czxid)
+
+    async def _load_topic(self, topic: str) -> None:
+        found = await self.zk.get(zk.topic_path(topic))
+        if found is None:
+            return
+        assignment = zk.decode_topic(found[0])
+        if assignment.topic_id is None:  # written by an old tool: give it an id, as Kafka does
+            assignment.topic_id = new_topic_id()
+            await self._fenced([Op("set", zk.topic_path(topic), zk.encode_topic(assignment), found[1].version)])
+        self.ctx.assignments[topic] = assignment
+        for partition in assignment.partitions:
+            state = await self.zk.get(zk.partition_state_path(topic, partition))
+            if state is not None:
+                self.ctx.states[(topic, partition)] = zk.decode_partition_state(state[0], state[1].version)
+        self.zk.watch_data(zk.topic_path(topic), lambda data, _s: self._enqueue(
+            lambda: self._on_topic_data(topic, data)) if data is not None else None)
+
+    # --- fenced writes ---------------------------------------------------------------------------
+    async def _fenced(self, ops: list[Op]) -> list[object]:
+        """``ops`` in one multi with the controller-epoch check in front; ControllerMoved if another
+        controller has been elected since."""
+        try:
+            results = await self.zk.multi([Op("check", zk.CONTROLLER_EPOCH, version=self.ctx.epoch_zk_version), *ops])
+        except MultiOpError as exc:
+            if exc.index == 0:
+                raise ControllerMoved() from None
+            raise
+        return results[1:]
+
+    async def _write_states(self, changes: dict[TopicPartition, zk.PartitionState], *, create: bool = False) -> list[TopicPartition]:
+        """Write new partition states (conditional on their versions); the partitions written."""
+        written = []
+        for tp, state in sorted(changes.items()):
+            state.controller_epoch = self.ctx.epoch
+            path = zk.partition_state_path(*tp)
+            try:
+                if create:
+                    await self.zk.ensure_path(path.rsplit("/", 1)[0])
+                    await self._fenced([Op("create", path, zk.encode_partition_state(state))])
+                    state.zk_version = 0
+                else:
+                    results = await self._fenced([Op("set", path, zk.encode_partition_state(state), state.zk_version)])
+                    state.zk_version = results[0].version  # type: ignore[attr-defined]
+            except MultiOpError as exc:
+                log.warning("could not write the state of %s-%d (%s); reading it again", tp[0], tp[1],
+                            type(exc.error).__name__)
+                current = await self.zk.get(path)
+                if current is not None:
+                    self.ctx.states[tp] = zk.decode_partition_state(current[0], current[1].version)
+                continue
+            self.ctx.states[tp] = state
+            written.append(tp)
+        return written
+
+    # --- sending ---------------------------------------------------------------------------------
+    def _send_leader_and_isr(self, broker_id: int, partitions: Iterable[TopicPartition], *, is_new: bool = False) -> None:
+        info = self.ctx.live.get(broker_id)
+        if info is None or self.channels is None:
+            return
+        request = build.leader_and_isr(self.ctx, broker_id, info.epoch, [tp for tp in partitions if tp in self.ctx.states],
+                                       self.settings.inter_broker_listener, is_new)
+        if request is not None:
+            self.channels.send(broker_id, request, build.LEADER_AND_ISR_VERSION)
+
+    def _send_update_metadata(self, brokers: Iterable[int], partitions: Iterable[TopicPartition],
+                              *, deleting: Iterable[TopicPartition] = ()) -> None:
+        if self.channels is None:
+            return
+        parts, gone = list(partitions), list(deleting)
+        for broker_id in list(brokers):
+            info = self.ctx.live.get(broker_id)
+            if info is not None:
+                self.channels.send(broker_id, build.update_metadata(self.ctx, info.epoch, parts, gone),
+                                   build.UPDATE_METADATA_VERSION)
+
+    def _send_stop_replica(self, broker_id: int, partitions: list[TopicPartition], *, delete: bool,
+                           on_done: Callable[[object], None] | None = None) -> None:
+        info = self.ctx.live.get(broker_id)
+        if info is None or self.channels is None or not partitions:
+            return
+        request = build.stop_replica(self.ctx, info.epoch, partitions, delete)
+        self.channels.send(broker_id, request, build.STOP_REPLICA_VERSION, on_done)
+
+    def _publish(self, changed: list[TopicPartition], *, is_new: bool = False) -> None:
+        """LeaderAndIsr to every live replica of the changed partitions, then UpdateMetadata to all."""
+        by_broker: dict[int, list[TopicPartition]] = {}
+        for tp in changed:
+            for replica in self.ctx.replicas(tp):
+                by_broker.setdefault(replica, []).append(tp)
+        for broker_id, tps in sorted(by_broker.items()):
+            self._send_leader_and_isr(broker_id, tps, is_new=is_new)
+        self._send_update_metadata(self.ctx.live, changed)
+
+    # --- leader election (Kafka's PartitionLeaderElectionAlgorithms) -----------------------------
+    def _offline_leader(self, tp: TopicPartition, unclean: bool) -> zk.PartitionState | None:
+        """A new state for a partition whose leader is gone, or None if no replica can lead it."""
+        state = self.ctx.states[tp]
+        live = [r for r in self.ctx.replicas(tp) if r in self.ctx.live and r not in self.ctx.shutting_down]
+        in_isr = [r for r in live if r in state.isr]
+        if in_isr:
+            leader = in_isr[0]
+            return zk.PartitionState(leader, state.leader_epoch + 1, [r for r in state.isr if r in live],
+                                     self.ctx.epoch, False, state.zk_version)
+        if unclean and live:
+            log.warning("unclean leader election for %s-%d: broker %d leads without the data of %s",
+                        tp[0], tp[1], live[0], state.isr)
+            return zk.PartitionState(live[0], state.leader_epoch + 1, [live[0]], self.ctx.epoch, True,
+                                     state.zk_version)
+        return None
+
+    async def _unclean_allowed(self, topic: str) -> bool:
+        found = await self.zk.get(zk.config_path("topics", topic))
+        configs = zk.decode_config(found[0]) if found and found[0] else {}
+        value = configs.get("unclean.leader.election.enable")
+        return value.lower() == "true" if value is not None else self.settings.unclean_leader_election
+
+    async def _elect_offline_partitions(self) -> None:
+        changes: dict[TopicPartition, zk.PartitionState] = {}
+        for tp, state in sorted(self.ctx.states.items()):
+            if tp[0] in self.ctx.deleting:
+                continue
+            if state.leader in self.ctx.live and state.leader not in self.ctx.shutting_down:
+                continue
+            unclean = await self._unclean_allowed(tp[0]) if not any(
+                r in self.ctx.live for r in state.isr) else False
+            new = self._offline_leader(tp, unclean)
+            if new is not None:
+                changes[tp] = new
+        if changes:
+            self._publish(await self._write_states(changes))
+        missing = [tp for tp in self.ctx.partitions() if tp not in self.ctx.states and tp[0] not in self.ctx.deleting]
+        if missing:
+            await self._new_partitions(missing)
+
+    async def _new_partitions(self, partitions: list[TopicPartition]) -> None:
+        """Kafka's initializeLeaderAndIsrForPartitions: leader = first live replica, ISR = the live
+        replicas, epoch 0; LeaderAndIsr (IsNew) to them, UpdateMetadata to all."""
+        changes = {}
+        for tp in partitions:
+            live = [r for r in self.ctx.replicas(tp) if r in self.ctx.live]
+            if not live:
+                log.warning("no replica of new partition %s-%d is live; it stays offline", *tp)
+                continue
+            changes[tp] = zk.PartitionState(live[0], 0, live, self.ctx.epoch)
+        if changes:
+            self._publish(await self._write_states(changes, create=True), is_new=True)
+
+    # --- events ------------------------------------------------------------------------------------
+    async def _on_brokers(self, children: list[str]) -> None:
+        if not self.active:
+            return
+        ids = {int(c) for c in children}
+        current = {}
+        for broker_id in ids:
+            info = await self._read_broker(broker_id)
+            if info is not None:
+                current[broker_id] = info
+        dead = [b for b in self.ctx.live if b not in current]
+        bounced = [b for b, info in current.items() if b in self.ctx.live and info.epoch != self.ctx.live[b].epoch]
+        new = [b for b in current if b not in self.ctx.live]
+        if dead or bounced:
+            await self._on_broker_failure(dead + bounced)
+        for broker_id in new + bounced:
+            self.ctx.live[broker_id] = current[broker_id]
+            assert self.channels is not None
+            self.channels.add_broker(current[broker_id])
+        if new or bounced:
+            await self._on_broker_startup(new + bounced)
+
+    async def _on_broker_failure(self, brokers: list[int]) -> None:
+        log.info("controller: broker(s) %s left the cluster", brokers)
+        for broker_id in brokers:
+            self.ctx.live.pop(broker_id, None)
+            self.ctx.shutting_down.discard(broker_id)
+            if self.channels is not None:
+                self.channels.remove_broker(broker_id)
+        await self._take_replicas_offline(set(brokers))
+
+    async def _take_replicas_offline(self, gone: set[int]) -> None:
+        """Partitions led by ``gone`` get a new leader; ``gone`` leaves every ISR (leader epoch +1);
+        the last ISR member stays in the ISR with no leader, as Kafka keeps it."""
+        changes: dict[TopicPartition, zk.PartitionState] = {}
+        for tp, state in sorted(self.ctx.states.items()):
+            if tp[0] in self.ctx.deleting or not (gone & set(self.ctx.replicas(tp))):
+                continue
+            if state.leader in gone:
+                unclean = await self._unclean_allowed(tp[0]) if not any(
+                    r in self.ctx.live and r not in self.ctx.shutting_down for r in state.isr) else False
+                new = self._offline_leader(tp, unclean)
+                if new is None:
+                    isr = [r for r in state.isr if r not in gone] or state.isr
+                    new = zk.PartitionState(NO_LEADER, state.leader_epoch + 1, isr, self.ctx.epoch, False,
+                                            state.zk_version)
+                changes[tp] = new
+            elif gone & set(state.isr):
+                isr = [r for r in state.isr if r not in gone]
+                changes[tp] = zk.PartitionState(state.leader, state.leader_epoch + 1, isr, self.ctx.epoch,
+                                                state.recovering, state.zk_version)
+        written = await self._write_states(changes) if changes else []
+        self._publish(written)
+        if not written:  # nothing changed: tell everyone who is live anyway
+            self._send_update_metadata(self.ctx.live, [])
+
+    async def _on_broker_startup(self, brokers: list[int]) -> None:
+        log.info("controller: broker(s) %s joined the cluster", brokers)
+        others = [b for b in self.ctx.live if b not in brokers]
+        self._send_update_metadata(others, [])
+        self._send_update_metadata(brokers, self.ctx.partitions())
+        for broker_id in brokers:
+            self._send_leader_and_isr(broker_id, self.ctx.partitions_on(broker_id))
+        await self._elect_offline_partitions()
+        await self._resume_deletions()
+
+    async def _on_topics(self, children: list[str]) -> None:
+        if not self.active:
+            return
+        new = [t for t in children if t not in self.ctx.assignments]
+        for topic in set(self.ctx.assignments) - set(children):
+            self._forget_topic(topic)
+        for topic in new:
+            await self._load_topic(topic)
+        fresh = [tp for topic in new for tp in self.ctx.partitions() if tp[0] == topic and tp not in self.ctx.states]
+        if fresh:
+            await self._new_partitions(fresh)
+        if new:
+            log.info("controller: new topic(s) %s", new)
+
+    async def _on_topic_data(self, topic: str, data: bytes) -> None:
+        if not self.active or topic not in self.ctx.assignments:
+            return
+        assignment = zk.decode_topic(data)
+        known = self.ctx.assignments[topic]
+        if assignment.topic_id is None:
+            return  # being given an id (by us, in _load_topic)
+        added = [p for p in assignment.partitions if p not in known.partitions]
+        self.ctx.assignments[topic] = assignment
+        if added:
+            log.info("controller: %d partition(s) added to %s", len(added), topic)
+            await self._new_partitions([(topic, p) for p in sorted(added)])
+
+    def _forget_topic(self, topic: str) -> None:
+        assignment = self.ctx.assignments.pop(topic, None)
+        if assignment is not None:
+            for partition in assignment.partitions:
+                self.ctx.states.pop((topic, partition), None)
+
+    # --- topic deletion (Kafka's TopicDeletionManager) ---------------------------------------------
+    async def _on_deletions(self, children: list[str]) -> None:
+        if not self.active:
+            return
+        for topic in children:
+            if topic not in self.ctx.assignments or not self.settings.delete_topic_enable:
+                if not self.settings.delete_topic_enable:
+                    log.info("controller: delete.topic.enable is false; not deleting %s", topic)
+                await self._fenced([Op("delete", zk.delete_topic_path(topic))])
+                continue
+            if topic not in self.ctx.deleting:
+                self.ctx.deleting.add(topic)
+        await self._resume_deletions()
+
+    async def _resume_deletions(self) -> None:
+        for topic in sorted(self.ctx.deleting):
+            if topic not in self.ctx.assignments:
+                continue
+            partitions = [tp for tp in self.ctx.partitions() if tp[0] == topic]
+            replicas = {r for tp in partitions for r in self.ctx.replicas(tp)}
+            if not replicas <= set(self.ctx.live):
+                log.info("controller: deleting %s waits for broker(s) %s", topic, sorted(replicas - set(self.ctx.live)))
+                continue
+            self._start_deletion(topic, partitions, replicas)
+
+    def _start_deletion(self, topic: str, partitions: list[TopicPartition], replicas: set[int]) -> None:
+        """UpdateMetadata with leader -2 to all (brokers stop serving it), StopReplica(delete) to
+        each replica; once every replica has answered, the znodes go."""
+        self._send_update_metadata(self.ctx.live, [], deleting=partitions)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        remaining = set(replicas)
+
+        def answered(broker_id: int) -> Callable[[object], None]:
+            def on_response(_response: object) -> None:
+                remaining.discard(broker_id)
+                if not remaining and not done.done():
+                    done.set_result(None)
+            return on_response
+        for broker_id in sorted(replicas):
+            tps = [tp for tp in partitions if broker_id in self.ctx.replicas(tp)]
+            self._send_stop_replica(broker_id, tps, delete=True, on_done=answered(broker_id))
+        if not replicas:
+            done.set_result(None)
+        # Waited for on its own task: the controller's events go on meanwhile.
+        asyncio.ensure_future(self._finish_deletion(topic, done))
+
+    async def _finish_deletion(self, topic: str, done: asyncio.Future[None]) -> None:
+        await done
+        self._enqueue(lambda: self._complete_deletion(topic))
+
+    async def _complete_deletion(self, topic: str) -> None:
+        if not self.active or topic not in self.ctx.deleting:
+            return
+        await self.zk.delete(zk.topic_path(topic), recursive=True)
+        await self.zk.delete(zk.config_path("topics", topic))
+        await self._fenced([Op("delete", zk.delete_topic_path(topic))])
+        self._forget_topic(topic)
+        self.ctx.deleting.discard(topic)
+        log.info("controller: deleted topic %s", topic)
+
+    # --- controlled shutdown (Kafka's doControlledShutdown) ----------------------------------------
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> tuple[ErrorCode, list[TopicPartition]]:
+        """Move leadership off ``broker_id``; the partitions it still leads. Runs as a controller event."""
+        result: asyncio.Future[tuple[ErrorCode, list[TopicPartition]]] = asyncio.get_running_loop().create_future()
+
+        async def event() -> None:
+            try:
+                result.set_result(await self._controlled_shutdown(broker_id, broker_epoch))
+            except BaseException as exc:
+                result.set_exception(exc)
+                raise
+        self._enqueue(event)
+        return await result
+
+    async def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> tuple[ErrorCode, list[TopicPartition]]:
+        if not self.active:
+            return ErrorCode.NOT_CONTROLLER, []
+        info = self.ctx.live.get(broker_id)
+        if info is None:
+            return ErrorCode.BROKER_NOT_AVAILABLE, []
+        if broker_epoch != -1 and broker_epoch < info.epoch:
+            return ErrorCode.STALE_BROKER_EPOCH, []
+        self.ctx.shutting_down.add(broker_id)
+        changes: dict[TopicPartition, zk.PartitionState] = {}
+        follower_of: list[TopicPartition] = []
+        for tp, state in sorted(self.ctx.states.items()):
+            replicas = self.ctx.replicas(tp)
+            if broker_id not in replicas or len(replicas) < 2 or tp[0] in self.ctx.deleting:
+                continue
+            if state.leader == broker_id:
+                candidates = [r for r in replicas if r in state.isr and r in self.ctx.live
+                              and r not in self.ctx.shutting_down]
+                if candidates:
+                    changes[tp] = zk.PartitionState(candidates[0], state.leader_epoch + 1,
+                                                    [r for r in state.isr if r not in self.ctx.shutting_down],
+                                                    self.ctx.epoch, state.recovering, state.zk_version)
+            elif broker_id in state.isr:
+                changes[tp] = zk.PartitionState(state.leader, state.leader_epoch + 1,
+                                                [r for r in state.isr if r != broker_id], self.ctx.epoch,
+                                                state.recovering, state.zk_version)
+                follower_of.append(tp)
+        written = await self._write_states(changes) if changes else []
+        self._publish(written)
+        self._send_stop_replica(broker_id, [tp for tp in follower_of if tp in written], delete=False)
+        # As Kafka: only replicated partitions count (one replica has nowhere to move).
+        remaining = [tp for tp, s in sorted(self.ctx.states.items())
+                     if s.leader == broker_id and len(self.ctx.replicas(tp)) > 1 and tp[0] not in self.ctx.deleting]
+        return ErrorCode.NONE, remaining
+

@@ -1,0 +1,83 @@
+"""A connection to another broker, for the requests brokers send each other (LeaderAndIsr,
+UpdateMetadata, StopReplica from the controller; ControlledShutdown to it).
+
+Kafka builds these channels without an ApiVersions handshake: the version comes from the
+inter-broker protocol version alone (3.9: LeaderAndIsr 7, UpdateMetadata 8, StopReplica 4,
+ControlledShutdown 3), so the caller names the version. One request in flight at a time: the
+controller's per-broker queue is FIFO anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any, TypeVar
+
+from grete.protocol.codec import Message, Reader, Writer
+from grete.protocol.headers import RequestHeader, decode_response_header, encode_request_header
+from grete.protocol.messages import APIS, request_header_version, response_header_version
+
+M = TypeVar("M", bound=Message)
+_SIZE = struct.Struct(">i")
+
+
+class PeerError(Exception):
+    """The peer could not be reached, or closed the connection before answering."""
+
+
+class PeerConnection:
+    def __init__(self, host: str, port: int, client_id: str, *, timeout_s: float = 30.0) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation_id = 0
+        self._lock = asyncio.Lock()
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._reader is not None and self._writer is not None and not self._writer.is_closing():
+            return self._reader, self._writer
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
+        except (TimeoutError, OSError) as exc:
+            raise PeerError(f"cannot connect to {self.host}:{self.port}: {exc}") from None
+        self._reader, self._writer = reader, writer
+        return reader, writer
+
+    async def call(self, request: Message, version: int) -> Any:
+        """Send ``request`` at ``version``; its response. Raises PeerError (the connection is then
+        closed, and the next call reconnects)."""
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._call(request, version), self.timeout_s)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+                self.close()
+                raise PeerError(f"{type(request).__name__} to {self.host}:{self.port} failed: "
+                                f"{exc or type(exc).__name__}") from None
+
+    async def _call(self, request: Message, version: int) -> Any:
+        reader, writer = await self._connect()
+        self._correlation_id += 1
+        api_key = type(request).API_KEY
+        w = Writer()
+        size = w.reserve_int32()
+        encode_request_header(w, RequestHeader(api_key=api_key, api_version=version,
+                                               correlation_id=self._correlation_id, client_id=self.client_id),
+                              request_header_version(api_key, version))
+        request.encode(w, version)
+        w.patch_int32(size, w.nbytes - 4)
+        writer.write(w.getvalue())
+        await writer.drain()
+        (length,) = _SIZE.unpack(await reader.readexactly(4))
+        frame = await reader.readexactly(length)
+        correlation_id, pos = decode_response_header(frame, response_header_version(api_key, version))
+        if correlation_id != self._correlation_id:
+            raise OSError(f"correlation id {correlation_id}, expected {self._correlation_id}")
+        return APIS[api_key].response.decode(Reader(frame, pos), version)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None

@@ -1,0 +1,282 @@
+"""Kafka 3.9's ZooKeeper layout: every path grete reads or writes, and each znode's JSON, byte for
+byte as Kafka's ``ZkData`` writes it (compact JSON, the same keys, the same quirks: a string
+``version`` in ``/cluster/id``, timestamps and producer-id bounds as strings, a bare decimal in
+``/controller_epoch``).
+
+Pure data: no I/O. The ZooKeeper client (``zk_client``) moves bytes; this module says what they are,
+so a broker registered by grete reads like one registered by Kafka 3.9, and the reverse.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from grete.storage.files import uuid_from_kafka, uuid_to_kafka
+
+CLUSTER_ID = "/cluster/id"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+BROKER_SEQID = "/brokers/seqid"
+DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+FEATURE = "/feature"
+CONFIG_TYPES = ("topics", "clients", "users", "brokers", "ips")
+DEFAULT_ENTITY = "<default>"
+
+# What every broker creates at start-up if missing (Kafka's ZkData.PersistentZkPaths).
+PERSISTENT_PATHS = (
+    "/consumers", BROKER_IDS, BROKER_TOPICS, CONFIG_CHANGES, DELETE_TOPICS, BROKER_SEQID,
+    ISR_CHANGE_NOTIFICATION, LATEST_PRODUCER_ID_BLOCK, LOG_DIR_EVENT_NOTIFICATION,
+    *(f"/config/{kind}" for kind in CONFIG_TYPES),
+)
+
+# Security protocol names as the registration's listener map spells them.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# What a stock 3.9 broker advertises in its registration, and what a 3.9 controller finalizes in
+# /feature on its first election: a broker lacking a finalized feature is silently ignored by it.
+SUPPORTED_FEATURES = {"metadata.version": (1, 21), "kraft.version": (0, 1)}
+FINALIZED_FEATURES = {"metadata.version": 21, "kraft.version": 0}
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"))
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{BROKER_TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def config_path(kind: str, entity: str) -> str:
+    return f"/config/{kind}/{entity}"
+
+
+# --- /cluster/id ---------------------------------------------------------------------------------
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return str(_loads(data)["id"])
+
+
+# --- /controller and /controller_epoch ------------------------------------------------------------
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dumps({"version": 2, "brokerid": broker_id, "timestamp": str(timestamp_ms),
+                   "kraftControllerEpoch": -1})
+
+
+def decode_controller(data: bytes) -> int:
+    return int(_loads(data)["brokerid"])
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return int(data.decode("ascii").strip())
+
+
+# --- /brokers/ids/<id> -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class EndPoint:
+    listener: str
+    host: str
+    port: int
+    security_protocol: str
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """One registered broker: what UpdateMetadata's LiveBrokers carries, plus its epoch (the
+    registration znode's czxid), which only a read of the znode gives."""
+
+    id: int
+    endpoints: tuple[EndPoint, ...]
+    rack: str | None = None
+    epoch: int = -1
+    features: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def endpoint(self, listener: str) -> EndPoint | None:
+        return next((e for e in self.endpoints if e.listener == listener), None)
+
+
+def encode_broker(info: BrokerInfo, timestamp_ms: int) -> bytes:
+    """Registration JSON v5 (``BrokerIdZNode.encode``): host/port name the first PLAINTEXT
+    endpoint (null/-1 without one); jmx_port is mandatory for Kafka's decoder."""
+    plain = next((e for e in info.endpoints if e.security_protocol == "PLAINTEXT"), None)
+    value: dict[str, Any] = {
+        "features": {name: {"min_version": lo, "max_version": hi}
+                     for name, (lo, hi) in (info.features or SUPPORTED_FEATURES).items()},
+        "listener_security_protocol_map": {e.listener: e.security_protocol for e in info.endpoints},
+        "endpoints": [f"{e.listener}://{e.host}:{e.port}" for e in info.endpoints],
+        "jmx_port": -1,
+        "port": plain.port if plain else -1,
+        "host": plain.host if plain else None,
+        "version": 5,
+        "timestamp": str(timestamp_ms),
+    }
+    if info.rack is not None:
+        value["rack"] = info.rack
+    return _dumps(value)
+
+
+def decode_broker(broker_id: int, data: bytes, epoch: int = -1) -> BrokerInfo:
+    raw = _loads(data)
+    protocols = raw.get("listener_security_protocol_map") or {p: p for p in SECURITY_PROTOCOLS}
+    endpoints = []
+    for text in raw.get("endpoints") or []:
+        listener, _, address = text.partition("://")
+        host, _, port = address.rpartition(":")
+        endpoints.append(EndPoint(listener, host.strip("[]"), int(port), protocols.get(listener, listener)))
+    features = {name: (int(r["min_version"]), int(r["max_version"]))
+                for name, r in (raw.get("features") or {}).items()}
+    return BrokerInfo(broker_id, tuple(endpoints), raw.get("rack"), epoch, features)
+
+
+# --- /brokers/topics/<t> ---------------------------------------------------------------------------
+@dataclass(slots=True)
+class TopicAssignment:
+    partitions: dict[int, list[int]]
+    topic_id: uuid.UUID | None
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+
+def encode_topic(assignment: TopicAssignment) -> bytes:
+    value: dict[str, Any] = {
+        "partitions": {str(p): r for p, r in sorted(assignment.partitions.items())},
+        "adding_replicas": {str(p): r for p, r in sorted(assignment.adding.items())},
+        "removing_replicas": {str(p): r for p, r in sorted(assignment.removing.items())},
+        "version": 3,
+    }
+    if assignment.topic_id is not None:
+        value["topic_id"] = uuid_to_kafka(assignment.topic_id)
+    return _dumps(value)
+
+
+def decode_topic(data: bytes) -> TopicAssignment:
+    raw = _loads(data)
+
+    def replicas(key: str) -> dict[int, list[int]]:
+        return {int(p): [int(b) for b in r] for p, r in (raw.get(key) or {}).items()}
+    topic_id = raw.get("topic_id")
+    return TopicAssignment(replicas("partitions"), uuid_from_kafka(topic_id) if topic_id else None,
+                           replicas("adding_replicas"), replicas("removing_replicas"))
+
+
+# --- /brokers/topics/<t>/partitions/<p>/state ------------------------------------------------------
+@dataclass(slots=True)
+class PartitionState:
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+    recovering: bool = False
+    zk_version: int = 0  # the state znode's version: the partition epoch, not part of the JSON
+
+
+def encode_partition_state(state: PartitionState) -> bytes:
+    value: dict[str, Any] = {"controller_epoch": state.controller_epoch, "leader": state.leader,
+                             "version": 1, "leader_epoch": state.leader_epoch, "isr": state.isr}
+    if state.recovering:
+        value["leader_recovery_state"] = 1
+    return _dumps(value)
+
+
+def decode_partition_state(data: bytes, zk_version: int = 0) -> PartitionState:
+    raw = _loads(data)
+    return PartitionState(int(raw["leader"]), int(raw["leader_epoch"]), [int(b) for b in raw["isr"]],
+                          int(raw["controller_epoch"]), raw.get("leader_recovery_state", 0) == 1,
+                          zk_version)
+
+
+# --- /config/<type>/<entity> and /config/changes ---------------------------------------------------
+def encode_config(configs: dict[str, str]) -> bytes:
+    return _dumps({"version": 1, "config": dict(sorted(configs.items()))})
+
+
+def decode_config(data: bytes) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (_loads(data).get("config") or {}).items()}
+
+
+def encode_config_change(kind: str, entity: str) -> bytes:
+    return _dumps({"version": 2, "entity_path": f"{kind}/{entity}"})
+
+
+def decode_config_change(data: bytes) -> tuple[str, str]:
+    raw = _loads(data)
+    if raw.get("version") == 1:  # pre-2.0 notifications name type and entity separately
+        return str(raw["entity_type"]), str(raw["entity_name"])
+    kind, _, entity = str(raw["entity_path"]).partition("/")
+    return kind, entity
+
+
+# --- /latest_producer_id_block -------------------------------------------------------------------
+def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:
+    return _dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
+
+
+def decode_producer_id_block(data: bytes) -> tuple[int, int]:
+    """(block_start, block_end) of the last block handed out, inclusive; (-1, -1) when none was."""
+    if not data:
+        return -1, -1
+    raw = _loads(data)
+    return int(raw["block_start"]), int(raw["block_end"])
+
+
+# --- /feature --------------------------------------------------------------------------------------
+def encode_feature(finalized: dict[str, int]) -> bytes:
+    return _dumps({"features": {name: {"max_version_level": level} for name, level in finalized.items()},
+                   "version": 2, "status": 1})
+
+
+def decode_feature(data: bytes) -> dict[str, int]:
+    raw = _loads(data)
+    if raw.get("status") != 1:
+        return {}
+    return {name: int(r["max_version_level"]) for name, r in (raw.get("features") or {}).items()}
+
+
+# --- /admin/reassign_partitions and /admin/preferred_replica_election -----------------------------
+def decode_partition_list(data: bytes) -> list[tuple[str, int, list[int] | None]]:
+    """(topic, partition, target replicas or None) from the legacy admin znodes."""
+    raw = _loads(data)
+    found = []
+    for entry in raw.get("partitions") or []:
+        replicas = entry.get("replicas")
+        found.append((str(entry["topic"]), int(entry["partition"]),
+                      [int(r) for r in replicas] if replicas is not None else None))
+    return found

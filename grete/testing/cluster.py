@@ -1,0 +1,186 @@
+"""A local ZooKeeper cluster of grete brokers, for users (``grete cluster``) and tests alike.
+
+ZooKeeper is Debian's ``zookeeper`` package started as a plain ``java`` process (no service, no
+``zkServer.sh``, whose environment file forces system paths) on a free port with its own data dir;
+each broker is ``grete serve`` in its own process with ``zookeeper.connect`` and ``broker.id`` set,
+listening on a port it binds itself (or one given). Brokers can be stopped, killed, paused and
+started again by id, which is what failover tests need.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from grete.testing.common import BrokerStartError, scratch_root
+from grete.testing.process import BrokerProcess, await_start, serve_command, spawn
+
+ZOOKEEPER_JAR = Path(os.environ.get("GRETE_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+START_TIMEOUT_S = 60.0
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    """Debian's zookeeper package (or java) is not installed: ./scripts/install-test-deps installs it."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def zookeeper_available() -> str | None:
+    """None if ZooKeeper can be started here, else why not."""
+    if not ZOOKEEPER_JAR.exists():
+        return f"{ZOOKEEPER_JAR} is missing (apt-get install zookeeper; ./scripts/install-test-deps does it)"
+    if shutil.which("java") is None:
+        return "java is not installed"
+    return None
+
+
+class ZooKeeperProcess:
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.directory = directory
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = directory / "zookeeper.log"
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        missing = zookeeper_available()
+        if missing:
+            raise ZooKeeperUnavailable(missing)
+        data = self.directory / "zookeeper-data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "zoo.cfg"
+        config.write_text("\n".join([
+            "tickTime=2000", f"dataDir={data}", f"clientPort={self.port}", "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false", "4lw.commands.whitelist=ruok,srvr,stat,mntr", "maxClientCnxns=0",
+            "initLimit=10", "syncLimit=5", ""]))
+        command = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.admin.enableServer=false",
+                   "-cp", str(ZOOKEEPER_JAR), ZOOKEEPER_MAIN, str(config)]
+        self.process = spawn(command, self.log_path)
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self.process.poll() is not None:
+                raise BrokerStartError(f"ZooKeeper exited with code {self.process.returncode}: "
+                                       + self.log_path.read_text(errors="replace")[-2000:])
+            if time.monotonic() > deadline:
+                raise BrokerStartError(f"ZooKeeper did not answer on {self.connect} within {timeout} s")
+            time.sleep(0.05)
+
+    def ready(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"ruok")
+                return sock.recv(16) == b"imok"
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+class GreteCluster:
+    """ZooKeeper and brokers 1..N (``brokers[id]``), each broker's data in ``<dir>/broker-<id>``."""
+
+    def __init__(self, directory: Path, zookeeper: ZooKeeperProcess, overrides: Mapping[str, str] | None = None,
+                 ports: Mapping[int, int] | None = None) -> None:
+        self.directory = directory
+        self.zookeeper = zookeeper
+        self.overrides = dict(overrides or {})
+        self.ports = dict(ports or {})
+        self.brokers: dict[int, BrokerProcess] = {}
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.bootstrap_servers for _, b in sorted(self.brokers.items()) if b.process.poll() is None)
+
+    def broker_items(self, broker_id: int) -> dict[str, str]:
+        port = self.ports.get(broker_id, 0)
+        items = {
+            "broker.id": str(broker_id),
+            "zookeeper.connect": self.zookeeper.connect,
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "log.dirs": str(self.directory / f"broker-{broker_id}"),
+            "group.initial.rebalance.delay.ms": "0",
+            # Quick failure detection for local clusters (Kafka's default is 18 s).
+            "zookeeper.session.timeout.ms": "6000",
+            "controlled.shutdown.retry.backoff.ms": "500",
+        }
+        items.update(self.overrides)
+        return items
+
+    def start_broker(self, broker_id: int, timeout: float = START_TIMEOUT_S) -> BrokerProcess:
+        items = self.broker_items(broker_id)
+        log_path = self.directory / f"broker-{broker_id}.log"
+        skip = log_path.stat().st_size if log_path.exists() else 0
+        process = spawn(serve_command(items), log_path)
+        running = await_start(process, Path(items["log.dirs"]), log_path, timeout, skip)
+        self.brokers[broker_id] = running
+        self.ports.setdefault(broker_id, running.port)  # it keeps its port across restarts
+        return running
+
+    def stop_broker(self, broker_id: int, timeout: float = 60.0) -> int:
+        """SIGTERM (a controlled shutdown first), as ``kafka-server-stop`` does."""
+        return self.brokers[broker_id].stop(timeout)
+
+    def kill_broker(self, broker_id: int) -> None:
+        process = self.brokers[broker_id].process
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
+    def pause_broker(self, broker_id: int) -> None:
+        self.brokers[broker_id].process.send_signal(signal.SIGSTOP)
+
+    def resume_broker(self, broker_id: int) -> None:
+        self.brokers[broker_id].process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        for broker_id in sorted(self.brokers, reverse=True):
+            process = self.brokers[broker_id].process
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                self.brokers[broker_id].stop(30.0)
+        self.zookeeper.stop()
+
+
+@contextmanager
+def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides: Mapping[str, str] | None = None,
+            ports: Mapping[int, int] | None = None, zookeeper_port: int | None = None,
+            keep: bool = False) -> Iterator[GreteCluster]:
+    """ZooKeeper and ``brokers`` grete brokers (ids 1..N), stopped (and, unless ``keep`` or a
+    ``directory`` was given, removed) on exit."""
+    scratch = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="grete-cluster-",
+                                                                                  dir=scratch_root()))
+    scratch.mkdir(parents=True, exist_ok=True)
+    zookeeper = ZooKeeperProcess(scratch, zookeeper_port)
+    running = GreteCluster(scratch, zookeeper, overrides, ports)
+    try:
+        zookeeper.start()
+        for broker_id in range(1, brokers + 1):
+            running.start_broker(broker_id)
+        yield running
+    finally:
+        running.stop()
+        if directory is None and not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
