@@ -1,0 +1,201 @@
+"""A 3-broker grete cluster on Debian's ZooKeeper: what it writes to ZooKeeper, what clients see."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from kazoo.client import KazooClient
+
+from grete.coordinator import zk_layout as zkl
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    ProduceRequest,
+    ProduceResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+from grete.protocol.records.record import Record, build_batch
+from grete.testing import _wire
+from grete.testing.cluster import GreteCluster
+from tests.cluster.conftest import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def admin(cluster: GreteCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+
+
+def create(cluster: GreteCluster, name: str, partitions: int, replication: int) -> None:
+    client = admin(cluster)  # kept: a client collected mid-call fails its futures
+    futures = client.create_topics([NewTopic(name, partitions, replication)], operation_timeout=30)
+    futures[name].result(30)
+
+
+def test_registration_reads_like_kafkas(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    assert sorted(zk.get_children("/brokers/ids")) == ["1", "2", "3"]
+    for broker_id, process in grete_cluster.brokers.items():
+        data, stat = zk.get(f"/brokers/ids/{broker_id}")
+        raw = json.loads(data)
+        assert set(raw) == {"features", "listener_security_protocol_map", "endpoints", "jmx_port", "port",
+                            "host", "version", "timestamp"}
+        assert raw["endpoints"] == [f"PLAINTEXT://127.0.0.1:{process.port}"]
+        assert stat.ephemeralOwner != 0  # it goes with the broker's session
+        assert stat.version == 1  # Kafka's create-empty-then-set registration
+    for path in zkl.PERSISTENT_PATHS:
+        assert zk.exists(path) is not None, path
+    controller = json.loads(zk.get("/controller")[0])
+    assert controller["version"] == 2 and controller["brokerid"] in (1, 2, 3)
+    assert int(zk.get("/controller_epoch")[0]) >= 1
+    cluster_id = json.loads(zk.get("/cluster/id")[0])
+    assert cluster_id["version"] == "1"
+    feature = json.loads(zk.get("/feature")[0])
+    assert feature["features"]["metadata.version"] == {"max_version_level": 21}
+
+
+def test_metadata_lists_every_broker_and_the_controller(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    controller = json.loads(zk.get("/controller")[0])["brokerid"]
+    cluster_id = json.loads(zk.get("/cluster/id")[0])["id"]
+    for process in grete_cluster.brokers.values():
+        md = AdminClient({"bootstrap.servers": process.bootstrap_servers}).list_topics(timeout=10)
+        assert sorted(md.brokers) == [1, 2, 3]
+        assert md.controller_id == controller
+        assert md.cluster_id == cluster_id
+
+
+def test_topic_with_three_replicas(grete_cluster: GreteCluster, zk: KazooClient, topic_name: str) -> None:
+    create(grete_cluster, topic_name, 6, 3)
+    raw = json.loads(zk.get(f"/brokers/topics/{topic_name}")[0])
+    assert raw["version"] == 3 and raw["adding_replicas"] == {} and raw["removing_replicas"] == {}
+    assert sorted(raw["partitions"]) == [str(p) for p in range(6)]
+    leaders = set()
+    for p, replicas in raw["partitions"].items():
+        assert sorted(replicas) == [1, 2, 3]
+        state = json.loads(zk.get(f"/brokers/topics/{topic_name}/partitions/{p}/state")[0])
+        assert state == {"controller_epoch": state["controller_epoch"], "leader": replicas[0], "version": 1,
+                         "leader_epoch": 0, "isr": replicas}
+        leaders.add(replicas[0])
+    assert leaders == {1, 2, 3}  # leadership spread over the brokers
+    md = admin(grete_cluster).list_topics(topic_name, timeout=10).topics[topic_name]
+    for p, meta in md.partitions.items():
+        assert meta.replicas == raw["partitions"][str(p)]
+        assert meta.leader == raw["partitions"][str(p)][0]
+        assert meta.isrs == raw["partitions"][str(p)]
+
+
+def test_topic_id_is_the_one_in_zookeeper(grete_cluster: GreteCluster, zk: KazooClient, topic_name: str) -> None:
+    create(grete_cluster, topic_name, 1, 2)
+    in_zk = json.loads(zk.get(f"/brokers/topics/{topic_name}")[0])["topic_id"]
+    for process in grete_cluster.brokers.values():
+        client = AdminClient({"bootstrap.servers": process.bootstrap_servers})
+        described = client.describe_topics(TopicCollection([topic_name]))[topic_name].result(10)
+        assert str(described.topic_id) == in_zk
+
+
+def test_produce_and_consume_across_leaders(grete_cluster: GreteCluster, topic_name: str) -> None:
+    create(grete_cluster, topic_name, 6, 2)
+    producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "acks": "all",
+                         "enable.idempotence": True})
+    for i in range(300):
+        producer.produce(topic_name, key=str(i).encode(), value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": grete_cluster.bootstrap_servers, "group.id": f"g-{topic_name}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic_name])
+    seen: set[bytes] = set()
+    wait_until(lambda: _poll_into(consumer, seen) >= 300, 60, "300 records")
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert seen == {f"v{i}".encode() for i in range(300)}
+
+
+def _poll_into(consumer: Consumer, seen: set[bytes]) -> int:
+    for message in consumer.consume(100, 0.5):
+        if message.error() is None:
+            seen.add(message.value())
+    return len(seen)
+
+
+def test_produce_to_a_follower_is_not_leader(grete_cluster: GreteCluster, topic_name: str) -> None:
+    create(grete_cluster, topic_name, 1, 3)
+    md = admin(grete_cluster).list_topics(topic_name, timeout=10).topics[topic_name].partitions[0]
+    follower = next(b for b in md.replicas if b != md.leader)
+    process = grete_cluster.brokers[follower]
+    request = ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
+        name=topic_name, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=_one_batch())])])
+    response = _wire.call(process.host, process.port, request, ProduceResponse, 9)
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def _one_batch() -> bytes:
+    return bytes(build_batch([Record(0, 0, None, b"x")]))
+
+
+def test_partitions_added_and_topic_deleted(grete_cluster: GreteCluster, zk: KazooClient, topic_name: str) -> None:
+    create(grete_cluster, topic_name, 2, 2)
+    client = admin(grete_cluster)
+    client.create_partitions([NewPartitions(topic_name, 5)])[topic_name].result(30)
+    assert sorted(json.loads(zk.get(f"/brokers/topics/{topic_name}")[0])["partitions"]) == ["0", "1", "2", "3", "4"]
+    wait_until(lambda: len(admin(grete_cluster).list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 5,
+               what="5 partitions in Metadata")
+    dirs = [d for b in grete_cluster.brokers.values() for d in b.data_dir.glob(f"{topic_name}-*")]
+    assert len(dirs) == 10  # 5 partitions x 2 replicas
+    client.delete_topics([topic_name])[topic_name].result(30)
+    wait_until(lambda: zk.exists(f"/brokers/topics/{topic_name}") is None, what="the topic znode removed")
+    assert zk.exists(f"/admin/delete_topics/{topic_name}") is None
+    assert zk.exists(f"/config/topics/{topic_name}") is None
+    wait_until(lambda: not [d for b in grete_cluster.brokers.values() for d in b.data_dir.glob(f"{topic_name}-*")
+                            if not d.name.endswith("-delete")], what="the replicas deleted")
+    assert topic_name not in admin(grete_cluster).list_topics(timeout=10).topics
+
+
+def test_topic_config_reaches_every_broker(grete_cluster: GreteCluster, zk: KazooClient, topic_name: str) -> None:
+    create(grete_cluster, topic_name, 1, 1)
+    resource = ConfigResource("TOPIC", topic_name, set_config={"retention.ms": "123456"})
+    client = admin(grete_cluster)
+    client.alter_configs([resource])[resource].result(10)
+    stored = json.loads(zk.get(f"/config/topics/{topic_name}")[0])
+    assert stored == {"version": 1, "config": {"retention.ms": "123456"}}
+    changes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in zk.get_children("/config/changes")]
+    assert {"version": 2, "entity_path": f"topics/{topic_name}"} in changes
+
+    def everywhere() -> bool:
+        for process in grete_cluster.brokers.values():
+            client = AdminClient({"bootstrap.servers": process.bootstrap_servers})
+            found = client.describe_configs([ConfigResource("TOPIC", topic_name)])
+            configs = next(iter(found.values())).result(10)
+            del client
+            if configs["retention.ms"].value != "123456":
+                return False
+        return True
+    wait_until(everywhere, what="the config on every broker")
+
+
+def test_replication_factor_above_live_brokers(grete_cluster: GreteCluster, topic_name: str) -> None:
+    client = admin(grete_cluster)
+    futures = client.create_topics([NewTopic(topic_name, 1, 4)])
+    with pytest.raises(KafkaException) as failed:
+        futures[topic_name].result(10)
+    assert failed.value.args[0].code() == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert "larger than available brokers: 3" in failed.value.args[0].str()
+
+
+def test_control_apis_advertised_and_fenced(grete_cluster: GreteCluster) -> None:
+    process = grete_cluster.brokers[1]
+    versions = _wire.call(process.host, process.port, ApiVersionsRequest(), ApiVersionsResponse, 3)
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+    assert ranges[4][1] == 7 and ranges[6][1] == 8 and ranges[5][1] == 4 and ranges[7][1] == 3
+    # A LeaderAndIsr from a controller epoch older than the current one: STALE_CONTROLLER_EPOCH.
+    stale = _wire.call(process.host, process.port, LeaderAndIsrRequest(controller_id=9, controller_epoch=0,
+                                                                       broker_epoch=-1), LeaderAndIsrResponse, 7)
+    assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    old_epoch = _wire.call(process.host, process.port, UpdateMetadataRequest(controller_id=9, controller_epoch=99,
+                                                                             broker_epoch=1), UpdateMetadataResponse, 8)
+    assert old_epoch.error_code == ErrorCode.STALE_BROKER_EPOCH
