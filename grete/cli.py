@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
-    from grete.broker.config import BrokerConfig, ConfigError
+    from grete.broker.config import BrokerConfig, ConfigError, StartupError
     from grete.broker.server import embedded_config, run
 
     try:
@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # found while starting, e.g. an SSL listener without a keystore
         print(f"grete: {exc}", file=sys.stderr)
         return 2
+    except StartupError as exc:  # e.g. ZooKeeper unreachable, the broker id taken
+        print(f"grete: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:  # e.g. the port is in use
         print(f"grete: {exc}", file=sys.stderr)
         return 1
@@ -58,7 +61,8 @@ def run_cluster(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from grete.testing.cluster import BrokerStartError, ZooKeeperUnavailable, cluster
+    from grete.testing.cluster import ZooKeeperUnavailable, cluster
+    from grete.testing.common import BrokerStartError
 
     overrides = dict(item.split("=", 1) for item in args.override)
     replication = str(min(3, args.brokers))

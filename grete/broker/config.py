@@ -49,6 +49,11 @@ class ConfigSource(IntEnum):
     GROUP_CONFIG = 8
 
 
+class StartupError(Exception):
+    """The broker cannot start for a reason outside its configuration (ZooKeeper unreachable, its
+    broker id taken): ``grete serve`` reports it and exits with status 1."""
+
+
 class ConfigError(ValueError):
     """A config key or value Kafka would refuse (INVALID_CONFIG on the wire)."""
 

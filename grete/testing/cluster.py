@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from kazoo.client import KazooClient
+
 from grete.testing.common import BrokerStartError, scratch_root
 from grete.testing.process import BrokerProcess, await_start, serve_command, spawn
 
@@ -130,8 +132,24 @@ class GreteCluster:
         items.update(self.overrides)
         return items
 
+    def registered(self) -> list[int]:
+        """The broker ids registered in ZooKeeper now."""
+        client = KazooClient(hosts=self.zookeeper.connect)
+        client.start(10)
+        try:
+            return sorted(int(c) for c in client.get_children("/brokers/ids"))
+        finally:
+            client.stop()
+            client.close()
+
     def start_broker(self, broker_id: int, timeout: float = START_TIMEOUT_S) -> BrokerProcess:
+        """Start (or restart) a broker. A killed broker's registration lives until its session
+        expires, and a broker cannot register over it (Kafka's rule too): wait for that first."""
         items = self.broker_items(broker_id)
+        if broker_id in self.brokers:
+            deadline = time.monotonic() + int(items["zookeeper.session.timeout.ms"]) / 1000 + 10
+            while broker_id in self.registered() and time.monotonic() < deadline:
+                time.sleep(0.2)
         log_path = self.directory / f"broker-{broker_id}.log"
         skip = log_path.stat().st_size if log_path.exists() else 0
         process = spawn(serve_command(items), log_path)

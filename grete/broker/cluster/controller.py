@@ -185,6 +185,12 @@ class Controller:
         for broker_id in self.ctx.live:
             self._send_leader_and_isr(broker_id, self.ctx.partitions_on(broker_id))
         self._send_update_metadata(self.ctx.live, self.ctx.partitions())
+        # Replicas on brokers that are gone leave their ISRs, leaders they held are replaced
+        # (Kafka's replica state machine start-up: OfflineReplica), then offline and new
+        # partitions get leaders.
+        dead = {r for tp in self.ctx.partitions() for r in self.ctx.replicas(tp)} - set(self.ctx.live)
+        if dead:
+            await self._take_replicas_offline(dead)
         await self._elect_offline_partitions()
         if not self._watching:
             self._watching = True

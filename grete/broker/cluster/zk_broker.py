@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from grete.broker.cluster.controller import Controller, ControllerSettings
 from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.cluster.peer import PeerConnection, PeerError
-from grete.broker.config import BrokerConfig, ConfigError
+from grete.broker.config import BrokerConfig, ConfigError, StartupError
 from grete.broker.listeners import security_protocol
 from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import new_topic_id
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 CONTROLLED_SHUTDOWN_VERSION = 3
 
 
-class ClusterError(Exception):
+class ClusterError(StartupError):
     """The broker cannot join the cluster (ZooKeeper unreachable, id taken, incompatible features)."""
 
 
