@@ -61,6 +61,7 @@ class Node:
         if self.zk_broker is not None:
             await self.zk_broker.connect()  # the cluster id comes from ZooKeeper
             broker.replicas.on_leadership = self._leadership_changed
+            self.zk_broker.serve_replication(broker)
         broker.log_manager.startup(cluster_id=broker.metadata.cluster_id, node_id=broker.node_id)
         broker.replicas.on_all_offline = self._all_dirs_offline
         broker.replicas.start()
@@ -168,6 +169,9 @@ class Node:
             quiet_since = loop.time() - MAINTENANCE_INTERVAL_S
             for conn in list(self.broker.connections):
                 conn.trim(quiet_since)
+            if self.zk_broker is not None:
+                self.broker.replicas.shrink_isrs(int(time.time() * 1000),
+                                                 self.config.get_int("replica.lag.time.max.ms"))
             try:
                 log_manager.maintenance(int(time.time() * 1000))
                 if time.monotonic() - last_checkpoint >= CHECKPOINT_INTERVAL_S:

@@ -31,6 +31,7 @@ async def ensure_transaction_state_topic(broker: Broker) -> TopicMeta:
         "compression.type": "uncompressed",
         "segment.bytes": str(cfg.get_int("transaction.state.log.segment.bytes")),
         "unclean.leader.election.enable": "false",
+        "min.insync.replicas": str(cfg.get_int("transaction.state.log.min.isr")),
     }, replication_key="transaction.state.log.replication.factor")
 
 

@@ -34,6 +34,24 @@ TopicPartition = tuple[str, int]
 NO_LEADER = -1
 
 
+@dataclass(frozen=True)
+class IsrChange:
+    """One partition of an AlterPartition: the ISR its leader proposes, from the state it knows."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class IsrResult:
+    change: IsrChange
+    error: ErrorCode
+    state: zk.PartitionState | None = None
+
+
 class ControllerMoved(Exception):
     """Another controller has been elected: this one must stop acting."""
 
@@ -524,6 +542,63 @@ class Controller:
         self._forget_topic(topic)
         self.ctx.deleting.discard(topic)
         log.info("controller: deleted topic %s", topic)
+
+    # --- ISR changes from leaders (Kafka's tryProcessAlterPartition) ------------------------------
+    async def alter_partition(self, broker_id: int, broker_epoch: int,
+                              changes: list[IsrChange]) -> tuple[ErrorCode, list[IsrResult]]:
+        """Apply leaders' ISR proposals, as a controller event; the top-level error and, per
+        partition, the outcome and the state it leaves (UpdateMetadata goes to every broker)."""
+        result: asyncio.Future[tuple[ErrorCode, list[IsrResult]]] = asyncio.get_running_loop().create_future()
+
+        async def event() -> None:
+            try:
+                result.set_result(await self._alter_partition(broker_id, broker_epoch, changes))
+            except BaseException as exc:
+                result.set_exception(exc)
+                raise
+        self._enqueue(event)
+        return await result
+
+    async def _alter_partition(self, broker_id: int, broker_epoch: int,
+                               changes: list[IsrChange]) -> tuple[ErrorCode, list[IsrResult]]:
+        if not self.active:
+            return ErrorCode.NOT_CONTROLLER, []
+        info = self.ctx.live.get(broker_id)
+        if info is None or (broker_epoch != -1 and broker_epoch != info.epoch):
+            return ErrorCode.STALE_BROKER_EPOCH, []
+        results: list[IsrResult] = []
+        accepted: dict[TopicPartition, zk.PartitionState] = {}
+        for change in changes:
+            tp = (change.topic, change.partition)
+            state = self.ctx.states.get(tp)
+            if change.topic not in self.ctx.assignments or state is None:
+                results.append(IsrResult(change, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif change.leader_epoch > state.leader_epoch or change.partition_epoch > state.zk_version:
+                results.append(IsrResult(change, ErrorCode.NOT_CONTROLLER))
+            elif change.leader_epoch < state.leader_epoch:
+                results.append(IsrResult(change, ErrorCode.FENCED_LEADER_EPOCH))
+            elif state.leader != broker_id:
+                results.append(IsrResult(change, ErrorCode.INVALID_REQUEST))
+            elif sorted(change.isr) == sorted(state.isr):
+                results.append(IsrResult(change, ErrorCode.NONE, state))  # already so
+            elif change.partition_epoch < state.zk_version:
+                results.append(IsrResult(change, ErrorCode.INVALID_UPDATE_VERSION))
+            elif any(r not in self.ctx.live or r not in self.ctx.replicas(tp) for r in change.isr):
+                results.append(IsrResult(change, ErrorCode.INELIGIBLE_REPLICA))
+            else:
+                accepted[tp] = zk.PartitionState(state.leader, state.leader_epoch, list(change.isr),
+                                                 self.ctx.epoch, state.recovering, state.zk_version)
+                results.append(IsrResult(change, ErrorCode.NONE))
+        written = set(await self._write_states(accepted)) if accepted else set()
+        for n, res in enumerate(results):
+            tp = (res.change.topic, res.change.partition)
+            if tp in accepted:
+                results[n] = (IsrResult(res.change, ErrorCode.NONE, self.ctx.states[tp]) if tp in written
+                              else IsrResult(res.change, ErrorCode.INVALID_UPDATE_VERSION))
+        if written:
+            # No LeaderAndIsr for a leader's own ISR change: UpdateMetadata tells everyone.
+            self._send_update_metadata(self.ctx.live, sorted(written))
+        return ErrorCode.NONE, results
 
     # --- controlled shutdown (Kafka's doControlledShutdown) ----------------------------------------
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> tuple[ErrorCode, list[TopicPartition]]:

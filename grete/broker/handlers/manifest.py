@@ -46,6 +46,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     45: ("alter_partition_reassignments", 0, 1, 0),  # AlterPartitionReassignments
     46: ("list_partition_reassignments", 0, 0, 0),  # ListPartitionReassignments
     47: ("offset_delete", 0, 0, 0),  # OffsetDelete
+    56: ("alter_partition", 0, 3, 0),  # AlterPartition
     60: ("describe_cluster", 0, 1, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
