@@ -188,7 +188,8 @@ class Broker:
 
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False,
-                           internal: bool = False, wait_open: bool = True) -> TopicMeta | None:
+                           internal: bool = False, wait_open: bool = True,
+                           assignment: dict[int, list[int]] | None = None) -> TopicMeta | None:
         """CreateTopics semantics; -1 means the broker default. Raises KafkaError. Returns once the
         partitions take writes, unless ``wait_open`` is false (the replica manager opens them as it
         learns of the topic; see :meth:`ReplicaManager.ready`)."""
@@ -203,7 +204,8 @@ class Broker:
         if replication <= 0:
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              "Replication factor must be larger than 0.")
-        assignment = self.assign_replicas(partitions, replication)
+        if assignment is None:
+            assignment = self.assign_replicas(partitions, replication)
         try:
             clean = validate_topic_configs(configs or {})
         except ConfigError as exc:
@@ -231,7 +233,8 @@ class Broker:
         log.info("deleted topic %s", name)
         return meta
 
-    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                             assignment: list[list[int]] | None = None) -> None:
         meta = self.metadata.topic(name)
         if meta is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -245,8 +248,9 @@ class Broker:
         if validate_only:
             return
         replication = len(next(iter(meta.partitions.values())).replicas) if meta.partitions else 1
-        meta = await self.metadata.add_partitions(
-            name, self.assign_replicas(total - current, replication, first_partition=current))
+        placed = ({current + i: replicas for i, replicas in enumerate(assignment)} if assignment
+                  else self.assign_replicas(total - current, replication, first_partition=current))
+        meta = await self.metadata.add_partitions(name, placed)
         await self.replicas.ready(meta)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:

@@ -61,6 +61,7 @@ class Partition:
         # Where an ISR change goes (the cluster's AlterPartition sender); None on the single node.
         self.alter_isr: Callable[[Partition, list[int]], None] | None = None
         if replicated:
+            log.hw_follows_leo = False  # the ISR moves it (Partition._advance_high_watermark)
             return  # the controller's LeaderAndIsr sets epoch, leadership and ISR
         if log.end_offset_for_epoch(leader_epoch)[0] != leader_epoch:
             log.assign_leader_epoch(leader_epoch, log.log_end_offset)

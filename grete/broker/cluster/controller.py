@@ -25,7 +25,7 @@ from grete.broker.cluster import requests as build
 from grete.broker.cluster.channels import ControllerChannels
 from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import new_topic_id
-from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, ZkClient
+from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, ZkClient, ZookeeperError
 from grete.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,9 @@ class Controller:
             except ControllerMoved:
                 log.warning("broker %d: another controller was elected; resigning", self.broker_id)
                 self._resign()
+            except ZookeeperError as exc:
+                # The session broke (expiry, connection loss): session_lost resigns and re-elects.
+                log.warning("controller event stopped: ZooKeeper failed: %r", exc)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -553,6 +556,9 @@ class Controller:
         async def event() -> None:
             try:
                 result.set_result(await self._alter_partition(broker_id, broker_epoch, changes))
+            except ZookeeperError as exc:  # the session broke under us: not the controller now
+                log.warning("controller: ZooKeeper failed during a request: %r", exc)
+                result.set_result((ErrorCode.NOT_CONTROLLER, []))
             except BaseException as exc:
                 result.set_exception(exc)
                 raise
@@ -608,6 +614,9 @@ class Controller:
         async def event() -> None:
             try:
                 result.set_result(await self._controlled_shutdown(broker_id, broker_epoch))
+            except ZookeeperError as exc:  # the session broke under us: not the controller now
+                log.warning("controller: ZooKeeper failed during a request: %r", exc)
+                result.set_result((ErrorCode.NOT_CONTROLLER, []))
             except BaseException as exc:
                 result.set_exception(exc)
                 raise

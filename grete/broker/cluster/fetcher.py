@@ -121,6 +121,8 @@ class ReplicaFetcher:
                 records = data.records if isinstance(data.records, bytes | bytearray | memoryview) else b""
                 partition.follower_append(records, data.high_watermark, data.log_start_offset, _now_ms())
             elif data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                log.info("%s-%d: fetch offset %d out of range on broker %d", partition.topic, partition.index,
+                         partition.log_end_offset, self.leader_id)
                 await self._reset_out_of_range(partition)
             else:
                 # FENCED/UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER...: the next LeaderAndIsr settles it.
@@ -148,6 +150,8 @@ class ReplicaFetcher:
         it; below its start we start over at its start (Kafka's handleOutOfRangeError)."""
         latest = await self._leader_offset(partition, LATEST)
         if latest is not None and partition.log_end_offset > latest:
+            log.info("%s-%d: cutting back to the leader's log end %d (from %d)", partition.topic, partition.index,
+                     latest, partition.log_end_offset)
             partition.truncate_to(latest)
             return
         earliest = await self._leader_offset(partition, EARLIEST)
