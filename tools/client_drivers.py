@@ -121,21 +121,49 @@ class BoundDriver:
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def batch_codecs(log_dir: Path, topic: str, partition: int = 0) -> list[str]:
-    """The compression codec of every record batch in the partition's first segment on disk."""
-    names = {v: k for k, v in CODEC_IDS.items()}
+def batch_headers(log_dir: Path, topic: str, partition: int = 0) -> list[dict[str, int]]:
+    """The header of every data batch (control batches skipped) in the partition's first segment on
+    disk: base_offset, attributes, codec id, producer_id, producer_epoch, base_sequence, records."""
     data = (Path(log_dir) / f"{topic}-{partition}" / "00000000000000000000.log").read_bytes()
-    codecs: list[str] = []
+    out: list[dict[str, int]] = []
     pos = 0
-    while pos + 23 <= len(data):
+    while pos + 61 <= len(data):
         length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
         if length <= 0:
             break
-        attributes = int.from_bytes(data[pos + 21:pos + 23], "big")
-        if not attributes & 0x20:  # control batches (transaction markers) are never compressed
-            codecs.append(names.get(attributes & 7, f"codec-{attributes & 7}"))
+
+        def field(at: int, size: int, base: int = pos) -> int:
+            return int.from_bytes(data[base + at:base + at + size], "big", signed=True)
+
+        attributes = field(21, 2)
+        if not attributes & 0x20:  # control batches (transaction markers)
+            out.append({"base_offset": field(0, 8), "attributes": attributes, "codec": attributes & 7,
+                        "producer_id": field(43, 8), "producer_epoch": field(51, 2),
+                        "base_sequence": field(53, 4), "records": field(57, 4)})
         pos += 12 + length
-    return codecs
+    return out
+
+
+def batch_codecs(log_dir: Path, topic: str, partition: int = 0) -> list[str]:
+    """The compression codec of every record batch in the partition's first segment on disk."""
+    names = {v: k for k, v in CODEC_IDS.items()}
+    return [names.get(b["codec"], f"codec-{b['codec']}") for b in batch_headers(log_dir, topic, partition)]
+
+
+def check_idempotent_batches(log_dir: Path, topic: str, partitions: int) -> int:
+    """Every batch on disk carries one producer id and epoch, and each partition's sequences run
+    from 0 without a gap (what an idempotent producer writes); returns that producer id."""
+    ids = set()
+    for p in range(partitions):
+        sequence = 0
+        for b in batch_headers(log_dir, topic, p):
+            ids.add((b["producer_id"], b["producer_epoch"]))
+            assert b["base_sequence"] == sequence, (p, b)
+            sequence += b["records"]
+    assert len(ids) == 1, ids
+    ((producer_id, epoch),) = ids
+    assert producer_id >= 0 and epoch >= 0
+    return producer_id
 
 
 def librdkafka_read(bootstrap: str, topic: str, count: int, timeout: float = 20.0,

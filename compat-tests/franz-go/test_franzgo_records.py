@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tools.client_drivers import batch_codecs, librdkafka_read
+from tools.client_drivers import batch_codecs, check_idempotent_batches, librdkafka_read
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 # Compressible values: franz-go sends a batch uncompressed when compressing does not make it smaller.
@@ -58,6 +58,8 @@ def test_franzgo_idempotent_producer(franzgo, broker, make_topic):
         assert sorted(offsets) == list(range(len(offsets)))
     got = librdkafka_read(broker.bootstrap, topic, 300)
     assert sorted(v for *_x, v in got) == sorted(f"v{i}".encode() for i in range(300))
+    # The batches on disk: franz-go's producer id, sequences from 0 without gaps.
+    assert check_idempotent_batches(broker.log_dir, topic, 3) == pid["producer_id"]
 
 
 def test_franzgo_oversized_record_refused(franzgo, make_topic):
