@@ -11,12 +11,13 @@
 const { Kafka, CompressionTypes, CompressionCodecs, ConfigResourceTypes, logLevel } = require('kafkajs')
 const SnappyCodec = require('kafkajs-snappy')
 const lz4 = require('lz4js')
+const xxh32 = require('lz4js/xxh32')
 const { ZstdCodec } = require('zstd-codec')
 
 const USAGE = `usage: node driver.js -bootstrap HOST:PORT COMMAND [flags]
 commands:
   produce  -topic T -count N [-codec none|gzip|snappy|lz4|zstd] [-keys K] [-headers] [-ts BASE_MS]
-           [-idempotent] [-prefix v]
+           [-idempotent] [-prefix v] [-lz4-linked]   (a refused send prints its error_code)
   consume  -topic T -count N [-group G] [-isolation committed|uncommitted] [-timeout-ms MS]
   group    -topic T -group G -partitions P -count N
   admin    -topic T -group G       (creates, describes and deletes T; G is a group that exists)
@@ -55,7 +56,7 @@ function parseFlags (argv) {
 async function registerCodecs () {
   CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
   CompressionCodecs[CompressionTypes.LZ4] = () => ({
-    async compress (encoder) { return Buffer.from(lz4.compress(encoder.buffer)) },
+    async compress (encoder) { return lz4Frame(encoder.buffer) },
     async decompress (buffer) { return Buffer.from(lz4.decompress(buffer)) }
   })
   const zstd = await new Promise(resolve => ZstdCodec.run(resolve))
@@ -66,6 +67,21 @@ async function registerCodecs () {
     // streaming: frames without a content size (librdkafka, Java) decode too
     async decompress (buffer) { return Buffer.from(streaming.decompress(buffer)) }
   })
+}
+
+// lz4js writes FLG 0x40: version 01 with the BLOCK_INDEPENDENCE bit clear, which Kafka's lz4 reader
+// refuses ("Dependent block stream is unsupported", UNKNOWN_SERVER_ERROR on Produce). A frame of one
+// block is independent whatever the bit says, so set the bit and fix the header checksum; with
+// -lz4-linked the frame goes out as lz4js wrote it (the refusal test).
+const LZ4_BLOCK_MAX = 4 * 1024 * 1024 // lz4js's block size (BD 0x70)
+let lz4Linked = false
+function lz4Frame (input) {
+  const frame = Buffer.from(lz4.compress(input))
+  if (lz4Linked) return frame
+  if (input.length > LZ4_BLOCK_MAX) throw new Error('lz4: more than one block; cannot mark it independent')
+  frame[4] |= 0x20
+  frame[6] = (xxh32.hash(0, frame, 4, 2) >>> 8) & 0xff
+  return frame
 }
 
 const CODECS = {
@@ -140,8 +156,12 @@ async function produce (f) {
     if (ts > 0) m.timestamp = String(ts + i)
     messages.push(m)
   }
-  const results = await producer.send({ topic: f.topic, messages, acks: -1, compression: CODECS[f.codec || 'none'] })
-  for (const r of results) emit({ partition: r.partition, base_offset: Number(r.baseOffset), error_code: r.errorCode })
+  try {
+    const results = await producer.send({ topic: f.topic, messages, acks: -1, compression: CODECS[f.codec || 'none'] })
+    for (const r of results) emit({ partition: r.partition, base_offset: Number(r.baseOffset), error_code: r.errorCode })
+  } catch (err) {
+    emit({ error_code: errorCode(err), error: String(err) })
+  }
   await producer.disconnect()
 }
 
@@ -353,7 +373,9 @@ async function main () {
   if (!commands[command]) die(USAGE)
   await registerCodecs()
   kafka = newKafka(bootstrap)
-  await commands[command](parseFlags(argv))
+  const flags = parseFlags(argv)
+  lz4Linked = flags['lz4-linked'] === true
+  await commands[command](flags)
 }
 
 main().then(() => process.exit(0), err => die(err && err.stack ? err.stack : String(err)))

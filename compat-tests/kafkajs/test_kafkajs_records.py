@@ -29,6 +29,16 @@ def test_kafkajs_codec_round_trip(kafkajs, broker, make_topic, codec):
         [f"{PREFIX}{i}".encode() for i in range(40)]
 
 
+def test_kafkajs_lz4_linked_blocks_refused(kafkajs, broker, make_topic):
+    """lz4js's frames as it writes them (BLOCK_INDEPENDENCE clear): valid LZ4, but Kafka's lz4 reader
+    refuses them and Produce answers UNKNOWN_SERVER_ERROR; nothing is stored."""
+    topic = make_topic(partitions=1)
+    (refused,) = kafkajs.ok("produce", topic=topic, count=5, codec="lz4", prefix=PREFIX, lz4_linked=True)
+    assert refused["error_code"] == -1, refused  # UNKNOWN_SERVER_ERROR
+    (ack,) = kafkajs.ok("produce", topic=topic, count=5, codec="lz4", prefix=PREFIX)
+    assert ack == {"partition": 0, "base_offset": 0, "error_code": 0}
+
+
 def test_kafkajs_reads_librdkafka_codecs(kafkajs, make_topic, produce):
     """KafkaJS decodes batches another client compressed (librdkafka's framing of each codec)."""
     topic = make_topic(partitions=1)
