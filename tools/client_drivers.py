@@ -7,6 +7,8 @@ folder's node_modules, which ``scripts/install-test-deps`` fills with ``npm ci``
 
     driver = go_driver("franz-go")          # raises Unavailable (with the reason) when it cannot build
     lines = driver.ok(bootstrap, "produce", topic="t", count=10, codec="zstd")
+
+    python -m tools.client_drivers build    # build every Go driver now (scripts/install-test-deps does)
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+GO_CLIENTS = ("franz-go", "sarama", "kafka-go")
 COMPAT = REPO / "compat-tests"
 CACHE = Path(os.environ.get("GRETE_CACHE", Path.home() / ".cache" / "grete"))
 
@@ -81,12 +85,15 @@ def go_driver(folder: str) -> Driver:
     if not binary.exists():
         binary.parent.mkdir(parents=True, exist_ok=True)
         tmp = binary.with_name(binary.name + f".tmp{os.getpid()}")
-        done = subprocess.run([go, "build", "-o", str(tmp), "."], cwd=src, capture_output=True, text=True,
+        done = subprocess.run([go, "build", "-buildvcs=false", "-o", str(tmp), "."], cwd=src, capture_output=True, text=True,
                               timeout=600, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             raise Unavailable(f"go build in compat-tests/{folder} failed (run scripts/install-test-deps): "
                               f"{done.stderr.strip()[-1500:]}")
         tmp.replace(binary)
+        for stale in binary.parent.glob(f"{folder}-*"):  # older builds of this driver
+            if stale != binary and not stale.name.count(".tmp"):
+                stale.unlink(missing_ok=True)
     return Driver(name=folder, argv=[str(binary)], cwd=src)
 
 
@@ -250,3 +257,20 @@ def check_static_run(lines: list[dict]) -> None:
         {m: sorted(p) for m, p in before["assignment"].items()}
     assert after["events"]["b"] == before["events"]["b"], (before, after)
     assert after["events"]["a"] == 1, after
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["build"]:
+        print("usage: python -m tools.client_drivers build", file=sys.stderr)
+        return 2
+    for folder in GO_CLIENTS:
+        try:
+            print(f"{folder}: {go_driver(folder).argv[0]}")
+        except Unavailable as exc:
+            print(f"{folder}: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
