@@ -1,6 +1,6 @@
 module grete.local/compat/kafkago
 
-go 1.26.8
+go 1.26
 
 require github.com/segmentio/kafka-go v0.4.51
 
