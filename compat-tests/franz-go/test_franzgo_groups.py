@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from tools.client_drivers import check_group_run, check_static_run, committed_offsets
 
 
@@ -12,12 +14,14 @@ def group_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.mark.slow
 def test_franzgo_group_of_three_join_and_leave(franzgo, make_topic):
     topic = make_topic(partitions=6)
     lines = franzgo.ok("group", topic=topic, group=group_name("fg3"), partitions=6, count=24)
     check_group_run(lines, topic, 6, 24)
 
 
+@pytest.mark.slow
 def test_franzgo_static_member_restart(franzgo, make_topic):
     topic = make_topic(partitions=6)
     check_static_run(franzgo.ok("static", topic=topic, group=group_name("fgs"), partitions=6))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from tools.client_drivers import check_group_run, committed_offsets
 
 
@@ -12,6 +14,7 @@ def group_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.mark.slow
 def test_kafkajs_group_of_three_join_and_leave(kafkajs, make_topic):
     topic = make_topic(partitions=6)
     lines = kafkajs.ok("group", topic=topic, group=group_name("kj3"), partitions=6, count=24)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from tools.client_drivers import check_group_run, check_static_run, committed_offsets
 
 
@@ -12,12 +14,14 @@ def group_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.mark.slow
 def test_sarama_group_of_three_join_and_leave(sarama_client, make_topic):
     topic = make_topic(partitions=6)
     lines = sarama_client.ok("group", topic=topic, group=group_name("sr3"), partitions=6, count=24)
     check_group_run(lines, topic, 6, 24)
 
 
+@pytest.mark.slow
 def test_sarama_static_member_restart(sarama_client, make_topic):
     topic = make_topic(partitions=6)
     check_static_run(sarama_client.ok("static", topic=topic, group=group_name("srs"), partitions=6))
