@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,3 +275,20 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def check_consume_transform_produce(lines: list[dict], bootstrap: str, produce: Callable[..., int], source: str,
+                                    out: str, group: str, count: int) -> None:
+    """Judge the ``ctp`` command: of two transactions, each producing the transformed half of the
+    ``count`` input records with the input offsets sent to the transaction, the first was committed
+    and the second aborted. So the group's committed offset is the half, and read_committed sees the
+    first half's outputs (then a plain record written after them), none of the aborted ones."""
+    half = count // 2
+    steps = {x["step"]: x for x in lines if "step" in x}
+    assert steps["commit"]["input_next"] == half and steps["abort"]["input_next"] == count, steps
+    assert committed_offsets(bootstrap, group, source, 1) == {0: half}
+    produce(out, [(None, b"after")])  # non-transactional: read_committed reaches it past the abort marker
+    committed = [v for *_x, v in librdkafka_read(bootstrap, out, half + 1, isolation="read_committed")]
+    assert committed == [f"out-v{i}".encode() for i in range(half)] + [b"after"]
+    everything = [v for *_x, v in librdkafka_read(bootstrap, out, count + 1)]
+    assert everything == [f"out-v{i}".encode() for i in range(count)] + [b"after"]

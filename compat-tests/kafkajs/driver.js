@@ -22,7 +22,8 @@ commands:
   group    -topic T -group G -partitions P -count N
   admin    -topic T -group G       (creates, describes and deletes T; G is a group that exists)
   oversize -topic T -size BYTES
-  txn      -topic T -txid ID`
+  txn      -topic T -txid ID
+  ctp      -in T -out T -group G -txid ID -count N`
 
 function emit (obj) {
   process.stdout.write(JSON.stringify(obj) + '\n')
@@ -359,6 +360,42 @@ async function txn (f) {
   await producer.disconnect()
 }
 
+// Consume-transform-produce: read -count records of -in (partition 0) in group -group, then two
+// transactions each producing the transformed half to -out with the input offsets sent to the
+// transaction (sendOffsets): the first committed, the second aborted.
+async function ctp (f) {
+  const n = Number(f.count || 10)
+  const half = n / 2
+  const consumer = kafka.consumer({ groupId: f.group, maxWaitTimeInMs: 200, sessionTimeout: 6000, heartbeatInterval: 500 })
+  await consumer.connect()
+  await consumer.subscribe({ topics: [f.in], fromBeginning: true })
+  const input = []
+  let done
+  const all = new Promise(resolve => { done = resolve })
+  await consumer.run({
+    autoCommit: false,
+    eachMessage: async ({ message }) => {
+      if (input.length < n) input.push(message)
+      if (input.length === n) done()
+    }
+  })
+  await all
+  await consumer.disconnect()
+
+  const producer = kafka.producer({ transactionalId: f.txid, idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  for (const [step, part] of [['commit', input.slice(0, half)], ['abort', input.slice(half)]]) {
+    const t = await producer.transaction()
+    const [r] = await t.send({ topic: f.out, acks: -1, messages: part.map(m => ({ value: `out-${m.value}` })) })
+    const next = String(Number(part[part.length - 1].offset) + 1)
+    await t.sendOffsets({ consumerGroupId: f.group, topics: [{ topic: f.in, partitions: [{ partition: 0, offset: next }] }] })
+    if (step === 'commit') await t.commit()
+    else await t.abort()
+    emit({ step, base_offset: Number(r.baseOffset), input_next: Number(next) })
+  }
+  await producer.disconnect()
+}
+
 // --- main ----------------------------------------------------------------------------------------
 
 async function main () {
@@ -369,7 +406,7 @@ async function main () {
     argv.splice(0, 2)
   }
   const command = argv.shift()
-  const commands = { produce, consume, group, admin, oversize, txn }
+  const commands = { produce, consume, group, admin, oversize, txn, ctp }
   if (!commands[command]) die(USAGE)
   await registerCodecs()
   kafka = newKafka(bootstrap)
