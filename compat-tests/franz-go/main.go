@@ -55,7 +55,8 @@ commands:
   static   -topic T -group G -partitions P
   admin    -topic T -group G       (creates, describes and deletes T; G is a group that exists)
   oversize -topic T -size BYTES
-  txn      -topic T -txid ID`)
+  txn      -topic T -txid ID
+  ctp      -in T -out T -group G -txid ID -count N`)
 	os.Exit(2)
 }
 
@@ -586,6 +587,62 @@ func cmdTxn(args []string) {
 	}
 }
 
+// cmdCtp: a GroupTransactSession (member of -group, read_committed) reads -count records of -in
+// and runs two transactions, each producing the transformed half to -out; End commits the consumed
+// offsets inside the transaction (TxnOffsetCommit with the generation and member id). The first is
+// committed, the second aborted.
+func cmdCtp(args []string) {
+	fs := flag.NewFlagSet("ctp", flag.ExitOnError)
+	in := fs.String("in", "", "")
+	out := fs.String("out", "", "")
+	group := fs.String("group", "", "")
+	txid := fs.String("txid", "", "")
+	count := fs.Int("count", 10, "")
+	fs.Parse(args)
+
+	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(bootstrap), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.TransactionalID(*txid), kgo.DefaultProduceTopic(*out), kgo.ConsumerGroup(*group),
+		kgo.ConsumeTopics(*in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.SessionTimeout(6*time.Second),
+		kgo.HeartbeatInterval(500*time.Millisecond))
+	if err != nil {
+		die("new session: %v", err)
+	}
+	defer sess.Close()
+	ctx, cancel := ctxFor(60 * time.Second)
+	defer cancel()
+	half := *count / 2
+	for _, step := range []struct {
+		name string
+		end  kgo.TransactionEndTry
+	}{{"commit", kgo.TryCommit}, {"abort", kgo.TryAbort}} {
+		if err := sess.Begin(); err != nil {
+			die("begin: %v", err)
+		}
+		var recs []*kgo.Record
+		for len(recs) < half && ctx.Err() == nil {
+			sess.PollRecords(ctx, half-len(recs)).EachRecord(func(r *kgo.Record) { recs = append(recs, r) })
+		}
+		if len(recs) < half {
+			die("read %d of %d records", len(recs), half)
+		}
+		var outs []*kgo.Record
+		for _, r := range recs {
+			outs = append(outs, &kgo.Record{Value: []byte("out-" + string(r.Value))})
+		}
+		if err := sess.ProduceSync(ctx, outs...).FirstErr(); err != nil {
+			die("produce in txn: %v", err)
+		}
+		_, generation := sess.Client().GroupMetadata()
+		committed, err := sess.End(ctx, step.end)
+		if err != nil {
+			die("end %s: %v", step.name, err)
+		}
+		emit(map[string]any{"step": step.name, "base_offset": outs[0].Offset, "committed": committed,
+			"input_next": recs[len(recs)-1].Offset + 1, "generation": generation})
+	}
+}
+
 func main() {
 	flag.StringVar(&bootstrap, "bootstrap", "127.0.0.1:9092", "")
 	flag.Usage = usage
@@ -609,6 +666,8 @@ func main() {
 		cmdOversize(rest)
 	case "txn":
 		cmdTxn(rest)
+	case "ctp":
+		cmdCtp(rest)
 	default:
 		usage()
 	}

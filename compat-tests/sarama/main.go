@@ -53,7 +53,8 @@ commands:
   static   -topic T -group G -partitions P
   admin    -topic T -group G       (creates, describes and deletes T; G is a group that exists)
   oversize -topic T -size BYTES
-  txn      -topic T -txid ID`)
+  txn      -topic T -txid ID
+  ctp      -in T -out T -group G -txid ID -count N`)
 	os.Exit(2)
 }
 
@@ -637,6 +638,106 @@ func cmdTxn(args []string) {
 	}
 }
 
+// --- consume-transform-produce ----------------------------------------------------------------
+
+type ctpHandler struct {
+	n      int
+	msgs   []*sarama.ConsumerMessage
+	run    func(sarama.ConsumerGroupSession, []*sarama.ConsumerMessage)
+	cancel context.CancelFunc
+}
+
+func (h *ctpHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (h *ctpHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+func (h *ctpHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for m := range claim.Messages() {
+		h.msgs = append(h.msgs, m)
+		if len(h.msgs) == h.n {
+			h.run(sess, h.msgs) // still a member: the offsets carry this generation and member id
+			h.cancel()
+			return nil
+		}
+	}
+	return nil
+}
+
+// cmdCtp reads -count records of -in (partition 0) as a member of -group, then runs two
+// transactions, each producing the transformed half to -out with the input offsets added through
+// AddOffsetsToTxnWithGroupMetadata (KIP-447): the first committed, the second aborted.
+func cmdCtp(args []string) {
+	fs := flag.NewFlagSet("ctp", flag.ExitOnError)
+	in := fs.String("in", "", "")
+	out := fs.String("out", "", "")
+	group := fs.String("group", "", "")
+	txid := fs.String("txid", "", "")
+	count := fs.Int("count", 10, "")
+	fs.Parse(args)
+
+	pcfg := config()
+	pcfg.Producer.Idempotent = true
+	pcfg.Producer.Transaction.ID = *txid
+	pcfg.Net.MaxOpenRequests = 1
+	p := syncProducer(pcfg)
+	defer p.Close()
+
+	ccfg := config()
+	ccfg.Consumer.Offsets.AutoCommit.Enable = false
+	ccfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	cg, err := sarama.NewConsumerGroup([]string{bootstrap}, *group, ccfg)
+	if err != nil {
+		die("new consumer group: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ran := false
+	h := &ctpHandler{n: *count, cancel: cancel, run: func(sess sarama.ConsumerGroupSession, msgs []*sarama.ConsumerMessage) {
+		ran = true
+		meta := sarama.NewConsumerGroupMetadataFromSession(sess, *group, nil)
+		half := len(msgs) / 2
+		for _, step := range []struct {
+			name string
+			part []*sarama.ConsumerMessage
+		}{{"commit", msgs[:half]}, {"abort", msgs[half:]}} {
+			if err := p.BeginTxn(); err != nil {
+				die("begin: %v", err)
+			}
+			var outs []*sarama.ProducerMessage
+			for _, m := range step.part {
+				outs = append(outs, &sarama.ProducerMessage{Topic: *out, Value: sarama.StringEncoder("out-" + string(m.Value))})
+			}
+			if err := p.SendMessages(outs); err != nil {
+				die("produce in txn: %v", err)
+			}
+			next := step.part[len(step.part)-1].Offset + 1
+			offsets := map[string][]*sarama.PartitionOffsetMetadata{*in: {{Partition: 0, Offset: next, LeaderEpoch: -1}}}
+			if err := p.AddOffsetsToTxnWithGroupMetadata(offsets, meta); err != nil {
+				die("add offsets to txn: %v", err)
+			}
+			if step.name == "commit" {
+				err = p.CommitTxn()
+			} else {
+				err = p.AbortTxn()
+			}
+			if err != nil {
+				die("end txn %s: %v", step.name, err)
+			}
+			emit(map[string]any{"step": step.name, "base_offset": outs[0].Offset, "input_next": next,
+				"generation": meta.GenerationID})
+		}
+	}}
+	for ctx.Err() == nil {
+		if err := cg.Consume(ctx, []string{*in}, h); err != nil && ctx.Err() == nil {
+			die("consume: %v", err)
+		}
+	}
+	if err := cg.Close(); err != nil {
+		die("close: %v", err)
+	}
+	if !ran {
+		die("read %d of %d records", len(h.msgs), *count)
+	}
+}
+
 func main() {
 	flag.StringVar(&bootstrap, "bootstrap", "127.0.0.1:9092", "")
 	v := flag.String("version", sarama.DefaultVersion.String(), "the Kafka version sarama assumes")
@@ -665,6 +766,8 @@ func main() {
 		cmdOversize(rest)
 	case "txn":
 		cmdTxn(rest)
+	case "ctp":
+		cmdCtp(rest)
 	default:
 		usage()
 	}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+from tools.client_drivers import check_consume_transform_produce
+
 
 def test_sarama_transactions_commit_abort_commit(sarama_client, make_topic):
     topic = make_topic(partitions=1)
@@ -16,3 +18,14 @@ def test_sarama_transactions_commit_abort_commit(sarama_client, make_topic):
     everything = [x for x in sarama_client.ok("consume", topic=topic, count=9) if "value" in x]
     assert [x["value"] for x in everything] == \
         [f"{s}-{i}" for s in ("commit1", "abort", "commit2") for i in range(3)]
+
+
+def test_sarama_consume_transform_produce(sarama_client, broker, make_topic, produce):
+    source, out = make_topic(partitions=1), make_topic(partitions=1)
+    produce(source, [(None, f"v{i}".encode()) for i in range(10)], partition=0)
+    group = f"srctp-{uuid.uuid4().hex[:8]}"
+    lines = sarama_client.ok("ctp", **{"in": source, "out": out, "group": group,
+                                       "txid": f"srx-{uuid.uuid4().hex[:8]}", "count": 10})
+    # The offsets went with the consumer's generation (KIP-447), not the "no generation" -1.
+    assert all(x["generation"] >= 1 for x in lines if "step" in x), lines
+    check_consume_transform_produce(lines, broker.bootstrap, produce, source, out, group, 10)
