@@ -17,6 +17,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     14: ("sync_group", 0, 5, 0),  # SyncGroup
     15: ("describe_groups", 0, 5, 0),  # DescribeGroups
     16: ("list_groups", 0, 5, 0),  # ListGroups
+    17: ("sasl_handshake", 0, 1, 0),  # SaslHandshake
     18: ("api_versions", 0, 4, 0),  # ApiVersions
     19: ("create_topics", 2, 7, 2),  # CreateTopics
     20: ("delete_topics", 1, 6, 1),  # DeleteTopics
@@ -35,6 +36,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
     34: ("alter_replica_log_dirs", 1, 2, 1),  # AlterReplicaLogDirs
     35: ("describe_log_dirs", 1, 4, 1),  # DescribeLogDirs
+    36: ("sasl_authenticate", 0, 2, 0),  # SaslAuthenticate
     37: ("create_partitions", 0, 3, 0),  # CreatePartitions
     42: ("delete_groups", 0, 2, 0),  # DeleteGroups
     43: ("elect_leaders", 0, 2, 0),  # ElectLeaders
