@@ -44,6 +44,8 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     45: ("alter_partition_reassignments", 0, 1, 0),  # AlterPartitionReassignments
     46: ("list_partition_reassignments", 0, 0, 0),  # ListPartitionReassignments
     47: ("offset_delete", 0, 0, 0),  # OffsetDelete
+    50: ("describe_user_scram_credentials", 0, 0, 0),  # DescribeUserScramCredentials
+    51: ("alter_user_scram_credentials", 0, 0, 0),  # AlterUserScramCredentials
     60: ("describe_cluster", 0, 1, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
