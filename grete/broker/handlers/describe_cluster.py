@@ -9,8 +9,11 @@ served (endpoint type 1); asking this node for controller endpoints is MISMATCHE
 from __future__ import annotations
 
 from grete.broker.context import RequestContext
-from grete.broker.handlers.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from grete.broker.authorizer import CLUSTER_OPERATIONS
+from grete.broker.authz import Op, Res, cluster_allowed, operations
+from grete.broker.handlers.metadata import OPERATIONS_NOT_REQUESTED
 from grete.broker.registry import api
+from grete.protocol.acls import CLUSTER_NAME
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DescribeClusterRequest, DescribeClusterResponse
 
@@ -21,6 +24,8 @@ ENDPOINT_NAMES = {BROKER_ENDPOINTS: "BROKER", CONTROLLER_ENDPOINTS: "CONTROLLER"
 @api(60, 0, 1)
 def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     broker = ctx.broker
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKER_ENDPOINTS
     if endpoint_type not in ENDPOINT_NAMES:
         code = ErrorCode.INVALID_REQUEST if ctx.version == 0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
@@ -36,7 +41,8 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
         cluster_id=broker.metadata.cluster_id, controller_id=broker.node_id,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
             broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)],
-        cluster_authorized_operations=(CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
+        cluster_authorized_operations=(operations(ctx, Res.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
+                                       if request.include_cluster_authorized_operations
                                        else OPERATIONS_NOT_REQUESTED))
 
 

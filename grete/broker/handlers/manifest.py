@@ -29,9 +29,9 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     26: ("end_txn", 0, 3, 0),  # EndTxn
     27: ("write_txn_markers", 0, 1, 0),  # WriteTxnMarkers
     28: ("txn_offset_commit", 0, 3, 0),  # TxnOffsetCommit
-    29: ("describe_acls", 1, 3, 1),  # DescribeAcls
-    30: ("create_acls", 1, 3, 1),  # CreateAcls
-    31: ("delete_acls", 1, 3, 1),  # DeleteAcls
+    29: ("describe_acls", 0, 3, 0),  # DescribeAcls
+    30: ("create_acls", 0, 3, 0),  # CreateAcls
+    31: ("delete_acls", 0, 3, 0),  # DeleteAcls
     32: ("describe_configs", 1, 4, 1),  # DescribeConfigs
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
     34: ("alter_replica_log_dirs", 1, 2, 1),  # AlterReplicaLogDirs

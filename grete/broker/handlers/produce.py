@@ -8,6 +8,7 @@ which are up-converted to one v2 batch (Kafka 4.x rejects them; old clients stil
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.config import LONG_MAX
 from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.registry import api
@@ -29,10 +30,21 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | No
     failed = False
     errors = broker.metrics.api(0).errors  # Kafka's ErrorsPerSec counts each partition's error
     topics = []
+    denied: set[str] = set()
+    if broker.authorizer is not None:
+        if request.transactional_id is not None and not allowed(
+                ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+            if acks == 0:
+                raise CloseConnection("acks=0 produce refused: transactional id not authorized")
+            return _refused(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = {t.name for t in request.topic_data if not allowed(ctx, Op.WRITE, Res.TOPIC, t.name)}
     for topic_data in request.topic_data:
         responses = []
         for part in topic_data.partition_data:
-            response = _append(ctx, topic_data.name, part, acks, now_ms, full)
+            if topic_data.name in denied:
+                response = _error(KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED), [], part.index)
+            else:
+                response = _append(ctx, topic_data.name, part, acks, now_ms, full)
             failed = failed or response.error_code != 0
             errors[response.error_code] = errors.get(response.error_code, 0) + 1
             responses.append(response)
@@ -81,6 +93,13 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
     return PartitionResponse(index=part.index, error_code=0, base_offset=result.base_offset,
                              log_append_time_ms=result.log_append_time,
                              log_start_offset=result.log_start_offset)
+
+
+def _refused(request: ProduceRequest, code: ErrorCode) -> ProduceResponse:
+    """Every partition refused with ``code`` (a transactional id the principal may not write)."""
+    return ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+        name=t.name, partition_responses=[_error(KafkaError(code), [], p.index) for p in t.partition_data])
+        for t in request.topic_data])
 
 
 def _verify_transaction(ctx: RequestContext, batch: RecordBatch, topic: str, index: int) -> None:
