@@ -8,9 +8,9 @@ served (endpoint type 1); asking this node for controller endpoints is MISMATCHE
 
 from __future__ import annotations
 
-from grete.broker.context import RequestContext
 from grete.broker.authorizer import CLUSTER_OPERATIONS
 from grete.broker.authz import Op, Res, cluster_allowed, operations
+from grete.broker.context import RequestContext
 from grete.broker.handlers.metadata import OPERATIONS_NOT_REQUESTED
 from grete.broker.registry import api
 from grete.protocol.acls import CLUSTER_NAME
@@ -24,8 +24,6 @@ ENDPOINT_NAMES = {BROKER_ENDPOINTS: "BROKER", CONTROLLER_ENDPOINTS: "CONTROLLER"
 @api(60, 0, 1)
 def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     broker = ctx.broker
-    if not cluster_allowed(ctx, Op.DESCRIBE):
-        return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
     endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKER_ENDPOINTS
     if endpoint_type not in ENDPOINT_NAMES:
         code = ErrorCode.INVALID_REQUEST if ctx.version == 0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
@@ -41,7 +39,9 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
         cluster_id=broker.metadata.cluster_id, controller_id=broker.node_id,
         brokers=[DescribeClusterResponse.DescribeClusterBroker(
             broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)],
-        cluster_authorized_operations=(operations(ctx, Res.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
+        # As KafkaApis: the bitfield only for a principal that may describe the cluster, else 0.
+        cluster_authorized_operations=((operations(ctx, Res.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
+                                        if cluster_allowed(ctx, Op.DESCRIBE) else 0)
                                        if request.include_cluster_authorized_operations
                                        else OPERATIONS_NOT_REQUESTED))
 

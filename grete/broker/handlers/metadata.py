@@ -43,7 +43,8 @@ def handle(ctx: RequestContext,
         topics=[],
     )
     if request.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = operations(ctx, Res.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+        response.cluster_authorized_operations = (operations(ctx, Res.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+                                                  if cluster_allowed(ctx, Op.DESCRIBE) else 0)
     with_ops = request.include_topic_authorized_operations
     secured = broker.authorizer is not None
     if request.topics is None or (ctx.version == 0 and not request.topics):
