@@ -24,8 +24,12 @@ def described(bootstrap: str, user: str) -> dict[str, int]:
 def test_scram_users_add_describe_delete(kafka_cli, broker):
     user = f"u{uuid.uuid4().hex[:8]}"
     base = ("--entity-type", "users", "--entity-name", user)
-    kafka_cli.ok("kafka-configs", *base, "--alter", "--add-config",
-                 "SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=other]")
+    # Two mechanisms of one user in one request: DUPLICATE_RESOURCE (Kafka's rule: a user once per request).
+    both = kafka_cli.run("kafka-configs", *base, "--alter", "--add-config",
+                         "SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=other]")
+    assert both.returncode != 0 and "DuplicateResourceException" in both.stderr, both.stderr[-2000:]
+    kafka_cli.ok("kafka-configs", *base, "--alter", "--add-config", "SCRAM-SHA-256=[iterations=8192,password=alice-secret]")
+    kafka_cli.ok("kafka-configs", *base, "--alter", "--add-config", "SCRAM-SHA-512=[password=other]")
     # (`kafka-configs --describe --entity-type users` also asks DescribeClientQuotas, which grete does
     # not serve yet: the credentials are read back through the Admin API instead.)
     assert described(broker.bootstrap, user) == {"SCRAM_SHA_256": 8192, "SCRAM_SHA_512": 4096}
