@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from grete.broker.authorizer import AclAuthorizer, configured
 from grete.broker.cluster.placement import assign_replicas
 from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.connection_quotas import ConnectionQuotas
@@ -76,6 +77,8 @@ class Broker:
         self.metadata: MetadataStore = metadata or LocalMetadataStore(self.log_dirs[0],
                                                                       cluster_id=config.raw("cluster.id"))
         self._apply_dynamic_configs()
+        # Kafka's ACL authorizer when authorizer.class.name names it; None: every request allowed.
+        self.authorizer: AclAuthorizer | None = AclAuthorizer(config, self.metadata) if configured(config) else None
         self.metadata.changes.subscribe(self._on_metadata_change)
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
         self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")

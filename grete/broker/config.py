@@ -231,6 +231,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("ssl.cipher.suites", LIST, ""),
     _d("ssl.endpoint.identification.algorithm", STR, "https"),
     _d("ssl.principal.mapping.rules", STR, "DEFAULT"),
+    # SASL listeners (per listener as listener.name.<listener>.<key>; the JAAS config and the
+    # re-authentication bound also per mechanism: listener.name.<listener>.<mechanism>.<key>).
+    _d("sasl.enabled.mechanisms", LIST, "GSSAPI"),
+    _d("sasl.mechanism.inter.broker.protocol", STR, "GSSAPI"),
+    _d("sasl.jaas.config", PASSWORD, None),
+    _d("sasl.server.max.receive.size", INT, "524288", minimum=1),
+    _d("connections.max.reauth.ms", LONG, "0", minimum=0),
+    # Authorization: the ACL authorizer (grete/broker/authorizer.py) when authorizer.class.name names
+    # one of Kafka's two.
+    _d("authorizer.class.name", STR, ""),
+    _d("super.users", STR, ""),
+    _d("allow.everyone.if.no.acl.found", BOOL, "false"),
     # Kafka 4's group protocols: the defaults and bounds of per-group configs (grete/broker/group_configs.py).
     _d("group.consumer.assignment.interval.ms", INT, "1000", minimum=1),
     _d("group.consumer.heartbeat.interval.ms", INT, "5000", minimum=1),
@@ -367,10 +379,16 @@ def _definition(key: str) -> ConfigDef | None:
     match = _PER_LISTENER.fullmatch(key)
     if match is not None:
         key = match.group(2)
+        mechanism = _PER_MECHANISM.fullmatch(key)
+        if mechanism is not None:
+            key = mechanism.group(2)
     return BROKER_CONFIGS.get(key) or (TOPIC_CONFIGS[key][0] if key in TOPIC_CONFIGS else None)
 
 
 _PER_LISTENER = re.compile(r"listener\.name\.([a-z0-9_]+)\.(.+)")
+# listener.name.<listener>.<mechanism>.sasl.jaas.config and .connections.max.reauth.ms
+_PER_MECHANISM = re.compile(r"(plain|scram-sha-256|scram-sha-512|oauthbearer|gssapi)\.(sasl\.jaas\.config|"
+                            r"connections\.max\.reauth\.ms)")
 
 
 def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool) -> dict[str, str]:

@@ -136,13 +136,19 @@ class Node:
         broker = self.broker
         loop = asyncio.get_running_loop()
         protocol = security_protocol(broker.config, listener.name)
-        context, principal_of = None, None
-        if protocol == "SSL":
-            # Loaded by name and only for an SSL listener: `cryptography` costs ~90 ms at start-up.
+        context, principal_of, sasl = None, None, None
+        if protocol in ("SSL", "SASL_SSL"):
+            # Loaded by name and only for a TLS listener: `cryptography` costs ~90 ms at start-up.
             tls = importlib.import_module("grete.broker.tls")
-            context, principal_of = tls.server_context(broker.config, listener.name), tls.principal_of
+            context = tls.server_context(broker.config, listener.name)
+            # Under SASL_SSL the principal is the SASL one, as in Kafka.
+            principal_of = tls.principal_of if protocol == "SSL" else None
+        if protocol.startswith("SASL_"):
+            # Loaded by name and only for a SASL listener (scramp).
+            sasl_module = importlib.import_module("grete.broker.sasl")
+            sasl = sasl_module.listener_sasl(broker.config, listener.name, broker.metadata.scram_credential)
         server = await loop.create_server(
-            lambda: KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of),
+            lambda: KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of, sasl),
             listener.host or None, listener.port, reuse_address=True, backlog=1024, start_serving=False,
             ssl=context)
         # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets

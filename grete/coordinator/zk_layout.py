@@ -9,6 +9,7 @@ so a broker registered by grete reads like one registered by Kafka 3.9, and the 
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -280,3 +281,69 @@ def decode_partition_list(data: bytes) -> list[tuple[str, int, list[int] | None]
         found.append((str(entry["topic"]), int(entry["partition"]),
                       [int(r) for r in replicas] if replicas is not None else None))
     return found
+
+
+# --- ACLs: /kafka-acl (literal), /kafka-acl-extended/prefixed, and their change notifications ----
+ACL_LITERAL_ROOT = "/kafka-acl"
+ACL_PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
+ACL_LITERAL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+# Kafka's names for resource types, operations and permissions as its ZooKeeper ACL JSON spells them.
+ACL_RESOURCE_NAMES = {"Topic": 2, "Group": 3, "Cluster": 4, "TransactionalId": 5, "DelegationToken": 6, "User": 7}
+ACL_OPERATION_NAMES = {"All": 2, "Read": 3, "Write": 4, "Create": 5, "Delete": 6, "Alter": 7, "Describe": 8,
+                       "ClusterAction": 9, "DescribeConfigs": 10, "AlterConfigs": 11, "IdempotentWrite": 12,
+                       "CreateTokens": 13, "DescribeTokens": 14}
+ACL_PERMISSION_NAMES = {"Deny": 2, "Allow": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ZkAcl:
+    """One entry of a resource's ACL znode (codes as the wire protocol numbers them)."""
+
+    principal: str
+    permission: int
+    operation: int
+    host: str
+
+
+def _name_of(table: dict[str, int], code: int) -> str:
+    return next(name for name, value in table.items() if value == code)
+
+
+def acl_path(resource_type: int, name: str, prefixed: bool) -> str:
+    root = ACL_PREFIXED_ROOT if prefixed else ACL_LITERAL_ROOT
+    return f"{root}/{_name_of(ACL_RESOURCE_NAMES, resource_type)}/{name}"
+
+
+def encode_acls(acls: list[ZkAcl]) -> bytes:
+    return _dumps({"version": 1, "acls": [
+        {"principal": a.principal, "permissionType": _name_of(ACL_PERMISSION_NAMES, a.permission),
+         "operation": _name_of(ACL_OPERATION_NAMES, a.operation), "host": a.host} for a in acls]})
+
+
+def decode_acls(data: bytes) -> list[ZkAcl]:
+    raw = _loads(data) if data else {}
+    return [ZkAcl(str(a["principal"]), ACL_PERMISSION_NAMES[a["permissionType"]], ACL_OPERATION_NAMES[a["operation"]],
+                  str(a["host"])) for a in raw.get("acls") or []]
+
+
+def encode_acl_change(resource_type: int, name: str, prefixed: bool) -> bytes:
+    type_name = _name_of(ACL_RESOURCE_NAMES, resource_type)
+    if not prefixed:
+        return f"{type_name}:{name}".encode()
+    return _dumps({"version": 1, "resourceType": type_name, "name": name, "patternType": "PREFIXED"})
+
+
+# --- SCRAM credentials in /config/users/<user> -----------------------------------------------------
+def encode_scram(salt: bytes, stored_key: bytes, server_key: bytes, iterations: int) -> str:
+    """Kafka's ScramCredentialUtils.credentialToString."""
+    def b64(value: bytes) -> str:
+        return base64.b64encode(value).decode("ascii")
+    return f"salt={b64(salt)},stored_key={b64(stored_key)},server_key={b64(server_key)},iterations={iterations}"
+
+
+def decode_scram(text: str) -> tuple[bytes, bytes, bytes, int]:
+    fields = dict(item.split("=", 1) for item in text.split(","))
+    return (base64.b64decode(fields["salt"]), base64.b64decode(fields["stored_key"]),
+            base64.b64decode(fields["server_key"]), int(fields["iterations"]))

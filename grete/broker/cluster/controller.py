@@ -19,10 +19,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from grete.broker.cluster import requests as build
 from grete.broker.cluster.channels import ControllerChannels
+from grete.broker.cluster.state import ControllerContext, TopicPartition
 from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import new_topic_id
 from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, ZkClient, ZookeeperError
@@ -30,7 +31,6 @@ from grete.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 NO_LEADER = -1
 
 
@@ -62,28 +62,6 @@ class ControllerSettings:
     inter_broker_listener: str
     delete_topic_enable: bool = True
     unclean_leader_election: bool = False
-
-
-@dataclass
-class ControllerContext:
-    epoch: int = 0
-    epoch_zk_version: int = 0
-    controller_id: int = -1
-    live: dict[int, zk.BrokerInfo] = field(default_factory=dict)
-    assignments: dict[str, zk.TopicAssignment] = field(default_factory=dict)
-    states: dict[TopicPartition, zk.PartitionState] = field(default_factory=dict)
-    deleting: set[str] = field(default_factory=set)
-    shutting_down: set[int] = field(default_factory=set)
-
-    def replicas(self, tp: TopicPartition) -> list[int]:
-        assignment = self.assignments.get(tp[0])
-        return list(assignment.partitions.get(tp[1], [])) if assignment else []
-
-    def partitions(self) -> list[TopicPartition]:
-        return sorted((t, p) for t, a in self.assignments.items() for p in a.partitions)
-
-    def partitions_on(self, broker_id: int) -> list[TopicPartition]:
-        return [tp for tp in self.partitions() if broker_id in self.replicas(tp)]
 
 
 class Controller:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.handlers.create_topics import check_replica_list, live_broker_ids
 from grete.broker.registry import api
@@ -34,6 +35,8 @@ async def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartit
           validate_only: bool) -> Result:
     broker = ctx.broker
     try:
+        if not allowed(ctx, Op.ALTER, Res.TOPIC, topic.name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         meta = broker.metadata.topic(topic.name)
         if meta is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
+from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.broker import Broker
 from grete.broker.config import ConfigError, validate_topic_configs
 from grete.broker.context import RequestContext
@@ -46,6 +47,9 @@ async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic
             created: list[TopicMeta]) -> Result:
     broker = ctx.broker
     try:
+        if broker.authorizer is not None and not cluster_allowed(ctx, Op.CREATE) \
+                and not allowed(ctx, Op.CREATE, Res.TOPIC, topic.name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         if topic.name == CLUSTER_METADATA_TOPIC:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.")

@@ -4,6 +4,7 @@ all partitions (null list) answers nothing, as Kafka's controller does for parti
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -15,6 +16,11 @@ Result = ElectLeadersResponse.ReplicaElectionResult
 @api(43, 0, 2)
 def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     results = []
+    if not cluster_allowed(ctx, Op.ALTER):
+        return ElectLeadersResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, replica_election_results=[
+            Result(topic=w.topic, partition_result=[ElectLeadersResponse.PartitionResult(
+                partition_id=i, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None)
+                for i in w.partitions]) for w in request.topic_partitions or []])
     for wanted in request.topic_partitions or []:
         partitions = []
         for index in wanted.partitions:

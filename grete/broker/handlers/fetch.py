@@ -20,6 +20,7 @@ import math
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.partition import Partition
 from grete.broker.registry import api
@@ -178,6 +179,8 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
                     wanted: FetchRequest.FetchPartition, remaining: int,
                     first: bool) -> tuple[PartitionData, Partition | None]:
     try:
+        if ctx.broker.authorizer is not None and not allowed(ctx, Op.READ, Res.TOPIC, topic):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         partition = ctx.broker.partition(topic, wanted.partition)
         partition.check_leader_epoch(wanted.current_leader_epoch)
         committed = request.isolation_level == READ_COMMITTED

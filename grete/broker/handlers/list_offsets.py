@@ -3,6 +3,7 @@ the first offset at or after a timestamp (time index). No match answers offset -
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -33,6 +34,8 @@ def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffs
             isolation_level: int, replica_id: int = -1) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
     index = wanted.partition_index
     try:
+        if ctx.broker.authorizer is not None and not allowed(ctx, Op.DESCRIBE, Res.TOPIC, topic):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         partition = ctx.broker.partition(topic, index)
         partition.check_leader_epoch(wanted.current_leader_epoch)
         # A follower (replica id >= 0) sees the whole log, as Kafka answers it; clients up to the

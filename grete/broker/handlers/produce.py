@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.config import LONG_MAX
 from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.partition import Partition
@@ -36,10 +37,21 @@ def handle(ctx: RequestContext,
     errors = broker.metrics.api(0).errors  # Kafka's ErrorsPerSec counts each partition's error
     topics = []
     replicating: list[Replicating] = []
+    denied: set[str] = set()
+    if broker.authorizer is not None:
+        if request.transactional_id is not None and not allowed(
+                ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+            if acks == 0:
+                raise CloseConnection("acks=0 produce refused: transactional id not authorized")
+            return _refused(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = {t.name for t in request.topic_data if not allowed(ctx, Op.WRITE, Res.TOPIC, t.name)}
     for topic_data in request.topic_data:
         responses = []
         for part in topic_data.partition_data:
-            response = _append(ctx, topic_data.name, part, acks, now_ms, full, replicating)
+            if topic_data.name in denied:
+                response = _error(KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED), [], part.index)
+            else:
+                response = _append(ctx, topic_data.name, part, acks, now_ms, full, replicating)
             failed = failed or response.error_code != 0
             if not (replicating and replicating[-1][0] is response):
                 errors[response.error_code] = errors.get(response.error_code, 0) + 1
@@ -117,6 +129,13 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
     if acks == -1 and partition.replicated and len(partition.replicas) > 1:
         replicating.append((answer, partition, result.last_offset + 1))
     return answer
+
+
+def _refused(request: ProduceRequest, code: ErrorCode) -> ProduceResponse:
+    """Every partition refused with ``code`` (a transactional id the principal may not write)."""
+    return ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+        name=t.name, partition_responses=[_error(KafkaError(code), [], p.index) for p in t.partition_data])
+        for t in request.topic_data])
 
 
 def _verify_transaction(ctx: RequestContext, batch: RecordBatch, topic: str, index: int) -> None:

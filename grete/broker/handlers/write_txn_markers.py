@@ -6,6 +6,7 @@ v2 (KIP-1228) adds a transaction version per marker for transaction version 2: n
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -32,6 +33,8 @@ def handle(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMark
 
 def _write(ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int) -> int:
     broker = ctx.broker
+    if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     partition = broker.partitions.get((topic, index))
     if partition is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
