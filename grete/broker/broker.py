@@ -37,7 +37,7 @@ from grete.coordinator.txn import TransactionCoordinator
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.framing import BufferPool, MemoryPool
-from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, validate_topic_name
+from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, validate_topic_name
 from grete.storage.config import LogConfig
 from grete.storage.manager import LogManager
 
@@ -166,6 +166,19 @@ class Broker:
     @txn_coordinator.setter
     def txn_coordinator(self, coordinator: TransactionCoordinator) -> None:
         self._txn_coordinator = coordinator
+
+    def coordinates_transactions_of(self, transactional_id: str | None) -> bool:
+        """Whether this broker's transaction coordinator owns ``transactional_id`` (always on the
+        single node). KIP-890's partition verification runs only then: asking a coordinator on
+        another broker (AddPartitionsToTxn v4's verify-only mode) is not implemented, and Kafka
+        itself skips verification when it cannot ask."""
+        if self.cluster is None:
+            return True
+        if transactional_id is None or self._txn_coordinator is None:
+            return False
+        index = self._txn_coordinator.partition_for(transactional_id)
+        hosted = self.replicas.partitions.get((TRANSACTION_STATE_TOPIC, index))
+        return hosted is not None and hosted.is_leader
 
     def coordinators(self) -> tuple[GroupCoordinator | None, TransactionCoordinator | None]:
         """Both coordinators, or None for one not started (for shutdown and the like)."""

@@ -68,7 +68,8 @@ class Node:
         await broker.producer_ids.start()
         broker.group_coordinator = await start_group_coordinator(broker)
         # After the groups: finishing an interrupted commit may apply transactional offsets.
-        broker.txn_coordinator = start_txn_coordinator(broker)
+        broker.txn_coordinator = start_txn_coordinator(
+            broker, self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")
         for listener in broker.listeners:
             await self._listen(listener)
         if broker.config.get_str("metrics.listener"):

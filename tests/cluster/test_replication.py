@@ -204,3 +204,33 @@ def test_diverged_replica_is_truncated_to_the_new_leaders_log(grete_cluster: Gre
     values = consume_all(grete_cluster, topic_name, 4)
     assert values == [b"both", b"new-leader", b"new-leader", b"new-leader"], (
         state(zk, topic_name, 0), grete_cluster.brokers[follower].log()[-3000:])
+
+
+def test_transactions_across_leaders(grete_cluster: GreteCluster, zk: KazooClient, topic_name: str) -> None:
+    """A transaction writing to partitions led by every broker: the coordinator writes the markers
+    it can itself and sends WriteTxnMarkers to the other leaders; read_committed readers see the
+    committed records and none of the aborted ones."""
+    create(grete_cluster, topic_name, 3, 3)
+    assert {state(zk, topic_name, p)["leader"] for p in range(3)} == {1, 2, 3}
+    producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "transactional.id": f"tx-{topic_name}"})
+    producer.init_transactions(30)
+    for outcome in ("commit", "abort", "commit"):
+        producer.begin_transaction()
+        for p in range(3):
+            for i in range(5):
+                producer.produce(topic_name, value=f"{outcome}-{p}-{i}".encode(), partition=p)
+        if outcome == "commit":
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    consumer = Consumer({"bootstrap.servers": grete_cluster.bootstrap_servers, "group.id": "unused",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic_name, p, OFFSET_BEGINNING) for p in range(3)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < 30 and time.monotonic() < deadline:
+        values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
+    time.sleep(1)
+    values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
+    consumer.close()
+    assert len(values) == 30 and all(v.startswith(b"commit-") for v in values)

@@ -51,7 +51,8 @@ def handle(ctx: RequestContext,
             if topic_data.name in denied:
                 response = _error(KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED), [], part.index)
             else:
-                response = _append(ctx, topic_data.name, part, acks, now_ms, full, replicating)
+                response = _append(ctx, topic_data.name, part, acks, now_ms, full, replicating,
+                                   request.transactional_id)
             failed = failed or response.error_code != 0
             if not (replicating and replicating[-1][0] is response):
                 errors[response.error_code] = errors.get(response.error_code, 0) + 1
@@ -89,7 +90,8 @@ async def _await_replication(ctx: RequestContext, response: ProduceResponse, rep
 
 
 def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProduceData, acks: int,
-            now_ms: int, full: bool, replicating: list[Replicating]) -> ProduceResponse.PartitionProduceResponse:
+            now_ms: int, full: bool, replicating: list[Replicating],
+            transactional_id: str | None = None) -> ProduceResponse.PartitionProduceResponse:
     try:
         if acks not in (-1, 0, 1):
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -109,7 +111,7 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
             deep=full or cfg.compact or bounded)
-        if batch.is_transactional:
+        if batch.is_transactional and ctx.broker.coordinates_transactions_of(transactional_id):
             _verify_transaction(ctx, batch, topic, part.index)
         if acks == -1:
             partition.check_enough_replicas()

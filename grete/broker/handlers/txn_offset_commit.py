@@ -61,5 +61,7 @@ def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
     if error is not None:
         return error
     offsets_partition = (OFFSETS_TOPIC, coordinator.partition_for(request.group_id))
+    if not ctx.broker.coordinates_transactions_of(request.transactional_id):
+        return ErrorCode.NONE  # its coordinator is on another broker: not verified (see Broker)
     return ctx.broker.txn_coordinator.verify_partition(
         request.producer_id, request.producer_epoch, offsets_partition)
