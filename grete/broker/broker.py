@@ -137,14 +137,22 @@ class Broker:
         info = next((b for b in self.live_brokers() if b.id == broker_id), None)
         return info.endpoint(listener) if info is not None else None
 
-    def assign_replicas(self, partitions: int, replication: int, first_partition: int = 0) -> dict[int, list[int]]:
+    def assign_replicas(self, partitions: int, replication: int, first_partition: int = 0,
+                        start: int | None = None) -> dict[int, list[int]]:
         """Replica placement over the live brokers. Raises INVALID_REPLICATION_FACTOR when there are
         fewer live brokers than replicas, with Kafka's message."""
         brokers = self.live_brokers()
         if replication > len(brokers):
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {replication} larger than available brokers: {len(brokers)}.")
-        return assign_replicas(brokers, partitions, replication, first_partition)
+        return assign_replicas(brokers, partitions, replication, first_partition, start=start)
+
+    def _continuation(self, meta: TopicMeta) -> int:
+        """Where added partitions start in the broker list (Kafka's AdminZkClient.addPartitions):
+        at partition 0's first replica, so preferred leaders keep rotating."""
+        first = meta.partitions[0].replicas[0] if 0 in meta.partitions and meta.partitions[0].replicas else 0
+        ids = sorted(b.id for b in self.live_brokers())
+        return next((i for i, broker_id in enumerate(ids) if broker_id >= first), 0)
 
     # --- coordinators ------------------------------------------------------------------------
     @property
@@ -265,7 +273,8 @@ class Broker:
             return
         replication = len(next(iter(meta.partitions.values())).replicas) if meta.partitions else 1
         placed = ({current + i: replicas for i, replicas in enumerate(assignment)} if assignment
-                  else self.assign_replicas(total - current, replication, first_partition=current))
+                  else self.assign_replicas(total - current, replication, first_partition=current,
+                                            start=self._continuation(meta)))
         meta = await self.metadata.add_partitions(name, placed)
         await self.replicas.ready(meta)
 

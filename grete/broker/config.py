@@ -338,6 +338,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("transaction.partition.verification.enable", BOOL, "true"),
     _d("producer.id.expiration.ms", INT, "86400000", minimum=1),
     _d("auto.leader.rebalance.enable", BOOL, "true"),
+    _d("leader.imbalance.per.broker.percentage", INT, "10", minimum=0),
+    _d("leader.imbalance.check.interval.seconds", LONG, "300", minimum=1),
     _d("zookeeper.connect", STR, None),
     _d("zookeeper.session.timeout.ms", INT, "18000"),
     _d("zookeeper.connection.timeout.ms", INT, None, "empty: zookeeper.session.timeout.ms"),

@@ -46,8 +46,12 @@ PERSISTENT_PATHS = (
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # What a stock 3.9 broker advertises in its registration, and what a 3.9 controller finalizes in
 # /feature on its first election: a broker lacking a finalized feature is silently ignored by it.
-SUPPORTED_FEATURES = {"metadata.version": (1, 21), "kraft.version": (0, 1)}
-FINALIZED_FEATURES = {"metadata.version": 21, "kraft.version": 0}
+# A 3.9 broker in ZooKeeper mode supports no features (KafkaServer builds BrokerFeatures.createEmpty):
+# its registration says "features":{} and a 3.9 controller writes /feature with none finalized.
+# (A level-0 entry there is not even readable by Kafka's FeatureZNode decoder, so a grete
+# controller must not write one.)
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {}
+FINALIZED_FEATURES: dict[str, int] = {}
 PRODUCER_ID_BLOCK_SIZE = 1000
 
 
@@ -177,14 +181,13 @@ class TopicAssignment:
 
 
 def encode_topic(assignment: TopicAssignment) -> bytes:
-    value: dict[str, Any] = {
-        "partitions": {str(p): r for p, r in sorted(assignment.partitions.items())},
-        "adding_replicas": {str(p): r for p, r in sorted(assignment.adding.items())},
-        "removing_replicas": {str(p): r for p, r in sorted(assignment.removing.items())},
-        "version": 3,
-    }
+    # Kafka's key order: partitions, topic_id, adding_replicas, removing_replicas, version.
+    value: dict[str, Any] = {"partitions": {str(p): r for p, r in sorted(assignment.partitions.items())}}
     if assignment.topic_id is not None:
         value["topic_id"] = uuid_to_kafka(assignment.topic_id)
+    value["adding_replicas"] = {str(p): r for p, r in sorted(assignment.adding.items())}
+    value["removing_replicas"] = {str(p): r for p, r in sorted(assignment.removing.items())}
+    value["version"] = 3
     return _dumps(value)
 
 

@@ -57,7 +57,10 @@ class ZkBroker:
         self.listener = inter_broker_listener(config)
         self.controller = Controller(self.zk, ControllerSettings(
             self.broker_id, self.listener, config.get_bool("delete.topic.enable"),
-            config.get_bool("unclean.leader.election.enable")))
+            config.get_bool("unclean.leader.election.enable"),
+            config.get_int("leader.imbalance.per.broker.percentage")
+            if config.get_bool("auto.leader.rebalance.enable") else -1,
+            float(config.get_int("leader.imbalance.check.interval.seconds"))))
         self.broker_epoch = -1
         self.fetchers: ReplicaFetcherManager | None = None
         self.alter_partitions: AlterPartitionManager | None = None
