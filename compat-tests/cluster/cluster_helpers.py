@@ -223,14 +223,15 @@ def topic_configs_on(host: str, port: int, topic: str) -> dict[str, str | None]:
     return {c.name: c.value for c in result.configs}
 
 
-def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, timeout: float = 30.0) -> Any:
+def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, timeout: float = 30.0,
+                key: bytes | None = None) -> Any:
     """Produce one record with acks=all; returns the delivery error (None when delivered)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.max.bytes": 10_000_000,
                          "retries": 0, "log_level": 0, "logger": silent_logger()})
     outcome: list[Any] = []
-    producer.produce(topic, value=value, partition=partition, on_delivery=lambda err, _m: outcome.append(err))
+    producer.produce(topic, key=key, value=value, partition=partition, on_delivery=lambda err, _m: outcome.append(err))
     producer.flush(timeout)
     assert outcome, "no delivery report"
     return outcome[0]
