@@ -173,6 +173,27 @@ def test_broker_registration_keys_and_types(both: tuple[Captured, Captured]) -> 
         assert without == {k: v for k, v in broker_registration(ref, broker_id).items() if k != "features"}
 
 
+def json_key_orders(c: Captured) -> dict[str, list[str]]:
+    """path -> the top-level keys of its JSON object, in written order."""
+    found = {}
+    for path, node in c.nodes.items():
+        value = h.loads(node.data) if node.data and node.data[:1] == b"{" else None
+        if isinstance(value, dict):
+            found[path] = list(value)
+    return found
+
+
+@pytest.mark.grete_xfail(reason="grete writes topic_id last in /brokers/topics/<t>; Kafka writes it second, "
+                                "after partitions (readers do not care: byte-for-byte only)")
+def test_json_keys_in_kafkas_order(both: tuple[Captured, Captured]) -> None:
+    """Key order does not matter to Kafka's readers; it is compared for the byte-for-byte goal. Znodes
+    present on one side only are the other tests' business."""
+    orders, ref_orders = json_key_orders(both[0]), json_key_orders(both[1])
+    common = sorted(set(orders) & set(ref_orders))
+    assert len(common) > 10
+    assert {p: orders[p] for p in common} == {p: ref_orders[p] for p in common}
+
+
 def test_topic_znode(both: tuple[Captured, Captured]) -> None:
     mine, ref = both
     assert h.type_shape(mine.json(f"/brokers/topics/{ALPHA}")) == h.type_shape(ref.json(f"/brokers/topics/{ALPHA}"))
