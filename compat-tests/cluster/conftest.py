@@ -13,19 +13,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
-
-from tools import kafka_dist
-
-GRETE = "grete"
-KAFKA = "kafka-3.9-zk"
-BROKERS = 3
-# Small internal topics on both sides (50 partitions x RF 3 would dominate a test's time).
-OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
-             "offsets.topic.replication.factor": "3"}
+from cluster_targets import GRETE, KAFKA, OVERRIDES, ClusterTarget, start_cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,66 +32,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
 
 
-@dataclass
-class ClusterTarget:
-    """One running cluster: ``.cluster`` is a GreteCluster or a KafkaZkCluster (same interface)."""
-
-    name: str
-    cluster: Any
-    started_in: float
-
-    @property
-    def is_grete(self) -> bool:
-        return self.name == GRETE
-
-    @property
-    def bootstrap(self) -> str:
-        """Every running broker."""
-        return str(self.cluster.bootstrap_servers)
-
-    @property
-    def zk_connect(self) -> str:
-        return str(self.cluster.zookeeper.connect)
-
-    @property
-    def broker_ids(self) -> list[int]:
-        return sorted(self.cluster.brokers)
-
-    def running(self) -> list[int]:
-        return sorted(i for i, b in self.cluster.brokers.items() if b.process.poll() is None)
-
-    def broker_bootstrap(self, broker_id: int) -> str:
-        return str(self.cluster.brokers[broker_id].bootstrap_servers)
-
-
 def _module_overrides(request: pytest.FixtureRequest) -> dict[str, str]:
     items = dict(OVERRIDES)
     marker = request.module.__dict__.get("CLUSTER_OVERRIDES")
     if isinstance(marker, Mapping):
         items.update({str(k): str(v) for k, v in marker.items()})
     return items
-
-
-def start_cluster(name: str, overrides: Mapping[str, str]) -> Any:
-    """The context manager that runs a ``name`` cluster of BROKERS brokers."""
-    if name == GRETE:
-        from grete.testing.cluster import cluster, zookeeper_available
-
-        missing = zookeeper_available()
-        if missing:
-            pytest.skip(missing)
-        return cluster(BROKERS, overrides=overrides)
-    from grete.testing.cluster import zookeeper_available
-    from tools.reference_kafka_zk import kafka_zk_cluster
-
-    missing = zookeeper_available()
-    if missing:
-        pytest.skip(missing)
-    try:
-        kafka_dist.fetch("3.9.2")
-    except Exception as exc:  # no mvn / no network: the reference runs cannot happen here
-        pytest.skip(f"Kafka 3.9.2 jars unavailable: {exc}")
-    return kafka_zk_cluster(BROKERS, overrides=overrides)
 
 
 @pytest.fixture(scope="module", params=[pytest.param(GRETE, id=GRETE),

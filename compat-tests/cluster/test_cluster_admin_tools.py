@@ -7,7 +7,7 @@ from pathlib import Path
 
 import cluster_helpers as h
 import pytest
-from conftest import ClusterTarget
+from cluster_targets import ClusterTarget
 
 CLUSTER_OVERRIDES = {"auto.leader.rebalance.enable": "false"}  # only the tools move leaders here
 
@@ -73,7 +73,7 @@ def test_preferred_election_after_a_restart(cluster_target: ClusterTarget) -> No
     restart(cluster_target, victim)
     full = set(cluster_target.broker_ids)
     h.wait_until(lambda: (s := h.partitions_seen(cluster_target.bootstrap, name))
-                 and all(set(v.isr) == full for v in s.values()), 60, "every replica back in the ISRs")
+                 and all(set(v.isr) == full for v in s.values()), 30, "every replica back in the ISRs")
     before = h.partitions_seen(cluster_target.bootstrap, name)
     assert before is not None and before[partition].leader != victim  # not moved back on its own
     out = h.tool_ok("kafka-leader-election", "--bootstrap-server", cluster_target.bootstrap,

@@ -9,7 +9,7 @@ from typing import Any
 
 import cluster_helpers as h
 import pytest
-from conftest import ClusterTarget
+from cluster_targets import ClusterTarget
 
 # Leaders must stay where the failure put them while a test looks (Kafka's rebalance check would
 # otherwise run 5 s after a controller change).
@@ -103,7 +103,7 @@ def test_restarted_broker_returns_to_every_isr(cluster_target: ClusterTarget) ->
     restart(cluster_target, victim)
     full = set(cluster_target.broker_ids)
     back = h.wait_until(lambda: (s := h.partitions_seen(cluster_target.bootstrap, name))
-                        and all(set(v.isr) == full for v in s.values()) and s, 60, "the broker in every ISR again")
+                        and all(set(v.isr) == full for v in s.values()) and s, 30, "the broker in every ISR again")
     # With auto.leader.rebalance.enable=false leadership stays where the shutdown moved it.
     assert all(v.leader != victim for v in back.values())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import cluster_helpers as h
 import pytest
-from conftest import ClusterTarget
+from cluster_targets import ClusterTarget
 
 
 def test_metadata_lists_every_broker_and_the_controller(cluster_target: ClusterTarget) -> None:

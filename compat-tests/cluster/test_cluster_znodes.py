@@ -23,7 +23,7 @@ from typing import Any
 
 import cluster_helpers as h
 import pytest
-from conftest import KAFKA, OVERRIDES, ClusterTarget, start_cluster
+from cluster_targets import KAFKA, OVERRIDES, ClusterTarget, start_cluster
 
 ALPHA, BETA = "zk-alpha", "zk-beta"
 KAFKA_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
