@@ -84,8 +84,11 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3, replication: in
     futures = client.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replication,
                                              config=dict(config or {}))], operation_timeout=timeout)
     futures[name].result(timeout=timeout)
-    return wait_until(lambda: _complete(bootstrap, name, partitions, replication), timeout,
-                      f"{name}: {partitions} partitions with leaders and {replication} in-sync replicas")
+    # Every broker learns the topic from its own UpdateMetadata: wait until each one answers with it.
+    views = [wait_until(lambda one=one: _complete(one, name, partitions, replication), timeout,
+                        f"{name} on {one}: {partitions} partitions with leaders and {replication} in-sync replicas")
+             for one in bootstrap.split(",")]
+    return views[0]
 
 
 def _complete(bootstrap: str, name: str, partitions: int, replication: int) -> dict[int, PartitionView] | None:

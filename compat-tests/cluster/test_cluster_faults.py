@@ -122,8 +122,8 @@ def test_sigkill_leaders_move_after_the_session_expires(cluster_target: ClusterT
         try:
             # Until its session expires the broker is still registered and still the leader clients see.
             assert str(victim) in zk.get_children("/brokers/ids")
-            stale = seen_by(cluster_target, survivor, name)
-            assert stale is not None and any(v.leader == victim for v in stale.values())
+            stale = h.wait_until(lambda: seen_by(cluster_target, survivor, name), 3, "the survivor's Metadata")
+            assert any(v.leader == victim for v in stale.values())
             h.wait_until(lambda: str(victim) not in zk.get_children("/brokers/ids"), 30, "the session to expire",
                          interval=0.05)
             expired = time.monotonic() - killed
