@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from kazoo.client import KazooClient
 
@@ -232,8 +233,9 @@ def metadata_brokers(bootstrap: str, timeout: float = 3.0) -> tuple[set[int], in
     """(broker ids, controller id) in a librdkafka Metadata answer from ``bootstrap``, or None."""
     from confluent_kafka.admin import AdminClient
 
+    logger: Any = _silent_logger()
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
-                         "log_level": 0, "logger": _silent_logger()})
+                         "log_level": 0, "logger": logger})
     try:
         md = admin.list_topics(timeout=timeout)
     except Exception:  # KafkaException while the broker comes up
@@ -251,7 +253,12 @@ def kafka_zk_cluster(brokers: int = 3, *, directory: str | Path | None = None,
     scratch = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="kafka-zk-cluster-"))
     scratch.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperProcess(scratch)
-    running = KafkaZkCluster(scratch, zookeeper, overrides, ports, version)
+    # Internal topics cannot have more replicas than there are brokers.
+    items = {"offsets.topic.replication.factor": str(min(3, brokers)),
+             "transaction.state.log.replication.factor": str(min(3, brokers)),
+             "transaction.state.log.min.isr": str(min(2, brokers))}
+    items.update(overrides or {})
+    running = KafkaZkCluster(scratch, zookeeper, items, ports, version)
     try:
         zookeeper.start()
         for broker_id in range(1, brokers + 1):
