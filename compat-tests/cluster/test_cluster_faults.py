@@ -1,0 +1,178 @@
+"""A broker stopped (SIGTERM: controlled shutdown) or killed (SIGKILL: its ZooKeeper session expires
+after zookeeper.session.timeout.ms = 6 s), and the controller killed: what clients and ZooKeeper show,
+on grete and on Apache Kafka 3.9.2. Every test restarts the broker it stopped."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import cluster_helpers as h
+import pytest
+from cluster_targets import ClusterTarget
+
+# Leaders must stay where the failure put them while a test looks (Kafka's rebalance check would
+# otherwise run 5 s after a controller change).
+CLUSTER_OVERRIDES = {"auto.leader.rebalance.enable": "false"}
+SESSION_TIMEOUT_S = 6.0
+
+
+def states(zk: Any, topic: str, partitions: int) -> dict[int, tuple[dict[str, Any], Any]]:
+    """partition -> (state JSON, stat)."""
+    found = {}
+    for p in range(partitions):
+        data, stat = zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")
+        found[p] = (h.loads(data), stat)
+    return found
+
+
+def controller_of(zk: Any) -> int:
+    return int(h.zk_json(zk, "/controller")["brokerid"])
+
+
+def expected_leader(replicas: tuple[int, ...], isr: tuple[int, ...], gone: int) -> int:
+    """Kafka's rule: the first replica in assignment order that is live and in the ISR."""
+    return next(r for r in replicas if r != gone and r in isr)
+
+
+def a_leader_not_controller(created: dict[int, h.PartitionView], controller: int) -> int:
+    return next(v.leader for _, v in sorted(created.items()) if v.leader != controller)
+
+
+def seen_by(target: ClusterTarget, via: int, topic: str) -> dict[int, h.PartitionView] | None:
+    return h.partitions_seen(target.broker_bootstrap(via), topic)
+
+
+def restart(target: ClusterTarget, broker_id: int) -> None:
+    target.cluster.start_broker(broker_id)
+    h.wait_until(lambda: broker_id in h.metadata(target.bootstrap).brokers, 60, f"broker {broker_id} back in Metadata")
+
+
+def test_sigterm_moves_leadership_before_the_broker_leaves(cluster_target: ClusterTarget) -> None:
+    name = h.unique("term")
+    created = h.create_topic(cluster_target.bootstrap, name, partitions=3, replication=3)
+    zk = h.zk_client(cluster_target.zk_connect)
+    try:
+        controller = controller_of(zk)
+        epoch = zk.get("/controller_epoch")[0]
+        victim = a_leader_not_controller(created, controller)
+        survivor = next(i for i in cluster_target.broker_ids if i != victim)
+        started = time.monotonic()
+        cluster_target.cluster.stop_broker(victim)
+        took = time.monotonic() - started
+        try:
+            assert took < 30, took
+            assert str(victim) not in zk.get_children("/brokers/ids")
+            left_at = zk.get("/brokers/ids")[1].pzxid  # the zxid that removed its registration
+            after = states(zk, name, 3)
+            for p, (state, stat) in after.items():
+                old = created[p]
+                assert victim not in state["isr"]
+                assert state["leader"] == (expected_leader(old.replicas, old.isr, victim) if old.leader == victim
+                                           else old.leader)
+                assert state["leader_epoch"] == 1  # leader moved, or the ISR shrunk by the controller
+                # Controlled shutdown: every change was written while the broker was still registered.
+                assert stat.mzxid < left_at, (p, stat.mzxid, left_at)
+            assert zk.get("/controller_epoch")[0] == epoch  # no controller change
+            # Clients asking a survivor see the new leaders and ISRs at once.
+            seen = seen_by(cluster_target, survivor, name)
+            assert seen == {p: h.PartitionView(s["leader"], created[p].replicas, tuple(s["isr"]))
+                            for p, (s, _) in after.items()}
+            assert victim not in h.metadata(cluster_target.broker_bootstrap(survivor)).brokers
+            for p in created:
+                assert h.produce_one(cluster_target.bootstrap, name, p, b"after the stop") is None
+        finally:
+            restart(cluster_target, victim)
+    finally:
+        zk.stop()
+
+
+@pytest.mark.grete_xfail(reason="grete brokers do not replicate yet (issue #15 leaves it to the next issue): "
+                                "a restarted follower never returns to the ISR")
+def test_restarted_broker_returns_to_every_isr(cluster_target: ClusterTarget) -> None:
+    name = h.unique("back")
+    created = h.create_topic(cluster_target.bootstrap, name, partitions=3, replication=3)
+    for p in created:
+        assert h.produce_one(cluster_target.bootstrap, name, p, b"before") is None
+    zk = h.zk_client(cluster_target.zk_connect)
+    try:
+        victim = a_leader_not_controller(created, controller_of(zk))
+    finally:
+        zk.stop()
+    cluster_target.cluster.stop_broker(victim)
+    restart(cluster_target, victim)
+    full = set(cluster_target.broker_ids)
+    back = h.wait_until(lambda: (s := h.partitions_seen(cluster_target.bootstrap, name))
+                        and all(set(v.isr) == full for v in s.values()) and s, 30, "the broker in every ISR again")
+    # With auto.leader.rebalance.enable=false leadership stays where the shutdown moved it.
+    assert all(v.leader != victim for v in back.values())
+
+
+def test_sigkill_leaders_move_after_the_session_expires(cluster_target: ClusterTarget) -> None:
+    name = h.unique("kill")
+    created = h.create_topic(cluster_target.bootstrap, name, partitions=3, replication=3)
+    zk = h.zk_client(cluster_target.zk_connect)
+    try:
+        controller = controller_of(zk)
+        epoch = zk.get("/controller_epoch")[0]
+        victim = a_leader_not_controller(created, controller)
+        survivor = next(i for i in cluster_target.broker_ids if i != victim)
+        cluster_target.cluster.kill_broker(victim)
+        killed = time.monotonic()
+        try:
+            # Until its session expires the broker is still registered and still the leader clients see.
+            assert str(victim) in zk.get_children("/brokers/ids")
+            stale = h.wait_until(lambda: seen_by(cluster_target, survivor, name), 3, "the survivor's Metadata")
+            assert any(v.leader == victim for v in stale.values())
+            h.wait_until(lambda: str(victim) not in zk.get_children("/brokers/ids"), 30, "the session to expire",
+                         interval=0.05)
+            expired = time.monotonic() - killed
+            moved = h.wait_until(lambda: (s := seen_by(cluster_target, survivor, name))
+                                 and all(v.leader != victim and victim not in v.isr for v in s.values()) and s,
+                                 30, "clients told of new leaders")
+            assert SESSION_TIMEOUT_S / 2 <= expired <= SESSION_TIMEOUT_S + 10, expired
+            after = states(zk, name, 3)
+            for p, (state, _) in after.items():
+                old = created[p]
+                want = expected_leader(old.replicas, old.isr, victim) if old.leader == victim else old.leader
+                assert (state["leader"], state["leader_epoch"]) == (want, 1)
+                assert tuple(state["isr"]) == tuple(r for r in old.isr if r != victim)
+                assert moved[p] == h.PartitionView(want, old.replicas, tuple(state["isr"]))
+            assert zk.get("/controller_epoch")[0] == epoch
+            for p in created:
+                assert h.produce_one(cluster_target.bootstrap, name, p, b"after the kill") is None
+        finally:
+            restart(cluster_target, victim)
+    finally:
+        zk.stop()
+
+
+def test_killed_controller_is_replaced(cluster_target: ClusterTarget) -> None:
+    zk = h.zk_client(cluster_target.zk_connect)
+    try:
+        old = controller_of(zk)
+        epoch = int(zk.get("/controller_epoch")[0])
+        survivors = [i for i in cluster_target.broker_ids if i != old]
+        cluster_target.cluster.kill_broker(old)
+        killed = time.monotonic()
+        try:
+            new = h.wait_until(lambda: zk.exists("/controller") and (c := controller_of(zk)) != old and c, 30,
+                               "a new controller", interval=0.05)
+            took = time.monotonic() - killed
+            assert new in survivors
+            assert SESSION_TIMEOUT_S / 2 <= took <= SESSION_TIMEOUT_S + 10, took
+            assert int(zk.get("/controller_epoch")[0]) == epoch + 1
+            for broker_id in survivors:  # every survivor names the new controller to clients
+                h.wait_until(lambda b=broker_id: h.metadata(cluster_target.broker_bootstrap(b)).controller_id == new,
+                             30, f"broker {broker_id} naming controller {new}")
+            # The new controller does the work: a topic created now gets leaders, under the new epoch.
+            name = h.unique("newctl")
+            h.create_topic(cluster_target.bootstrap, name, partitions=2, replication=2)
+            after = states(zk, name, 2)
+            assert all(s["controller_epoch"] == epoch + 1 and s["leader_epoch"] == 0 for s, _ in after.values())
+        finally:
+            restart(cluster_target, old)
+        # The old controller comes back as an ordinary broker.
+        assert controller_of(zk) == new
+    finally:
+        zk.stop()
