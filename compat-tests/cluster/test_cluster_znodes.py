@@ -135,8 +135,6 @@ def test_the_same_znodes_exist(both: tuple[Captured, Captured]) -> None:
     assert {p: n.ephemeral for p, n in mine.nodes.items()} == {p: n.ephemeral for p, n in ref.nodes.items()}
 
 
-@pytest.mark.grete_xfail(reason="grete creates its persistent container znodes with empty data (b''); "
-                                "Kafka creates them with null data")
 def test_container_znodes_hold_null_data(both: tuple[Captured, Captured]) -> None:
     mine, ref = both
     empty = {p for p, n in ref.nodes.items() if n.data is None}
@@ -144,16 +142,12 @@ def test_container_znodes_hold_null_data(both: tuple[Captured, Captured]) -> Non
     assert {p: mine.nodes[p].data for p in sorted(empty) if p in mine.nodes} == {p: None for p in sorted(empty)}
 
 
-@pytest.mark.grete_xfail(reason="grete writes /latest_producer_id_block at start-up (one block per broker); "
-                                "Kafka leaves it empty until a producer id is needed")
 def test_znode_versions_agree(both: tuple[Captured, Captured]) -> None:
     """zkVersions are fencing tokens (partition epoch, controller epoch): the same writes, the same versions."""
     mine, ref = both
     assert shape(mine) == shape(ref)
 
 
-@pytest.mark.grete_xfail(reason="grete registers features metadata.version 1-21 and kraft.version 0-1; "
-                                "a Kafka 3.9.2 ZooKeeper broker registers \"features\":{}")
 def test_broker_registrations(both: tuple[Captured, Captured]) -> None:
     mine, ref = both
     assert sorted(mine.ports) == sorted(ref.ports)
@@ -183,8 +177,6 @@ def json_key_orders(c: Captured) -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.grete_xfail(reason="grete writes topic_id last in /brokers/topics/<t>; Kafka writes it second, "
-                                "after partitions (readers do not care: byte-for-byte only)")
 def test_json_keys_in_kafkas_order(both: tuple[Captured, Captured]) -> None:
     """Key order does not matter to Kafka's readers; it is compared for the byte-for-byte goal. Znodes
     present on one side only are the other tests' business."""
@@ -228,8 +220,6 @@ def test_cluster_id(both: tuple[Captured, Captured]) -> None:
     assert cluster_id(mine) == cluster_id(ref)
 
 
-@pytest.mark.grete_xfail(reason="grete finalizes metadata.version 21 and kraft.version 0 in /feature; "
-                                "Kafka 3.9.2's ZooKeeper controller writes \"features\":{}")
 def test_feature_znode(both: tuple[Captured, Captured]) -> None:
     mine, ref = both
     assert mine.json("/feature") == ref.json("/feature")
@@ -245,8 +235,6 @@ def test_topic_config_and_change_notifications(both: tuple[Captured, Captured]) 
     assert changes(mine) == changes(ref)
 
 
-@pytest.mark.grete_xfail(reason="grete allocates a producer-id block per broker at start-up; Kafka's "
-                                "/latest_producer_id_block stays empty until InitProducerId needs one")
 def test_latest_producer_id_block_is_written_on_demand(cluster_target: ClusterTarget,
                                                        both: tuple[Captured, Captured]) -> None:
     mine, ref = both

@@ -314,7 +314,10 @@ class Controller:
         by_broker: dict[int, list[TopicPartition]] = {}
         for tp in changed:
             for replica in self.ctx.replicas(tp):
-                by_broker.setdefault(replica, []).append(tp)
+                # A broker shutting down is told nothing more (Kafka sends only to live replicas,
+                # not shutting-down ones): it must not start following, and rejoin an ISR, on its way out.
+                if replica not in self.ctx.shutting_down:
+                    by_broker.setdefault(replica, []).append(tp)
         for broker_id, tps in sorted(by_broker.items()):
             self._send_leader_and_isr(broker_id, tps, is_new=is_new)
         self._send_update_metadata(self.ctx.live, changed)
@@ -575,7 +578,8 @@ class Controller:
                 results.append(IsrResult(change, ErrorCode.NONE, state))  # already so
             elif change.partition_epoch < state.zk_version:
                 results.append(IsrResult(change, ErrorCode.INVALID_UPDATE_VERSION))
-            elif any(r not in self.ctx.live or r not in self.ctx.replicas(tp) for r in change.isr):
+            elif any(r not in self.ctx.live or r in self.ctx.shutting_down or r not in self.ctx.replicas(tp)
+                     for r in change.isr):
                 results.append(IsrResult(change, ErrorCode.INELIGIBLE_REPLICA))
             else:
                 accepted[tp] = zk.PartitionState(state.leader, state.leader_epoch, list(change.isr),
