@@ -180,6 +180,15 @@ class Partition:
             self._propose_isr(self.isr + [replica_id])
         self._advance_high_watermark()
 
+    def read_replicas(self, fetch_offset: int) -> list[int]:
+        """Followers in the ISR that hold ``fetch_offset`` (KIP-392's candidates to serve a read)."""
+        return [r for r, f in self._followers.items()
+                if r in self.isr and f.log_end_offset >= fetch_offset]
+
+    def follower_log_end(self, replica: int) -> int:
+        follower = self._followers.get(replica)
+        return follower.log_end_offset if follower is not None else -1
+
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> None:
         """Followers in the ISR that have not caught up for ``replica.lag.time.max.ms`` leave it."""
         if not self.is_leader or self._pending_isr is not None:
@@ -256,6 +265,11 @@ class Partition:
             else:
                 continue
             self._produce_waiters.remove(entry)
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """Where this leader's epoch began (its log end when it became leader)."""
+        return self._epoch_start_offset
 
     # --- the follower's side --------------------------------------------------------------------
     def latest_epoch(self) -> int:

@@ -119,6 +119,16 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} is led by broker {partition.leader_id}")
         return partition
 
+    def readable(self, topic: str, index: int, *, from_follower: bool) -> Partition:
+        """The partition for a consumer's fetch: the leader, or with ``from_follower`` (Fetch v11+,
+        KIP-392) a follower too, which serves up to its own high watermark."""
+        if not from_follower:
+            return self.partition(topic, index)
+        partition = self.partitions.get((topic, index))
+        if partition is not None and not partition.is_leader and partition.online and partition.leader_epoch >= 0:
+            return partition
+        return self.partition(topic, index)
+
     def is_offline(self, topic: str, index: int) -> bool:
         partition = self.partitions.get((topic, index))
         return (topic, index) in self.offline or (partition is not None and not partition.online)
