@@ -69,6 +69,7 @@ class ReplicaManager:
         self.followers: Followers | None = None  # set by the node in a cluster
         # The cluster's AlterPartition sender: a leader's proposed ISR goes to the controller.
         self.alter_isr: Callable[[Partition, list[int]], None] | None = None
+        self.isr_changed: Callable[[int, int], None] | None = None  # the broker's ISR metrics
         self.log_manager = log_manager
         self.metadata = metadata
         self._log_config_for = log_config_for
@@ -200,6 +201,7 @@ class ReplicaManager:
                 partition = Partition(meta.name, index, meta.topic_id, log_, -1, is_leader=False,
                                       replicated=True, broker_id=self.node_id)
                 partition.alter_isr = self.alter_isr
+                partition.isr_changed = self.isr_changed
             else:
                 partition = Partition(meta.name, index, meta.topic_id, log_, epoch)
         except KafkaStorageException as exc:
