@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
+from grete.broker.authorizer import AclAuthorizer, configured
 from grete.broker.cluster.placement import assign_replicas
 from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.connection_quotas import ConnectionQuotas
@@ -36,7 +37,7 @@ from grete.coordinator.txn import TransactionCoordinator
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.framing import BufferPool, MemoryPool
-from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, validate_topic_name
+from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, validate_topic_name
 from grete.storage.config import LogConfig
 from grete.storage.manager import LogManager
 
@@ -76,6 +77,8 @@ class Broker:
         self.metadata: MetadataStore = metadata or LocalMetadataStore(self.log_dirs[0],
                                                                       cluster_id=config.raw("cluster.id"))
         self._apply_dynamic_configs()
+        # Kafka's ACL authorizer when authorizer.class.name names it; None: every request allowed.
+        self.authorizer: AclAuthorizer | None = AclAuthorizer(config, self.metadata) if configured(config) else None
         self.metadata.changes.subscribe(self._on_metadata_change)
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
         self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
@@ -134,14 +137,22 @@ class Broker:
         info = next((b for b in self.live_brokers() if b.id == broker_id), None)
         return info.endpoint(listener) if info is not None else None
 
-    def assign_replicas(self, partitions: int, replication: int, first_partition: int = 0) -> dict[int, list[int]]:
+    def assign_replicas(self, partitions: int, replication: int, first_partition: int = 0,
+                        start: int | None = None) -> dict[int, list[int]]:
         """Replica placement over the live brokers. Raises INVALID_REPLICATION_FACTOR when there are
         fewer live brokers than replicas, with Kafka's message."""
         brokers = self.live_brokers()
         if replication > len(brokers):
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {replication} larger than available brokers: {len(brokers)}.")
-        return assign_replicas(brokers, partitions, replication, first_partition)
+        return assign_replicas(brokers, partitions, replication, first_partition, start=start)
+
+    def _continuation(self, meta: TopicMeta) -> int:
+        """Where added partitions start in the broker list (Kafka's AdminZkClient.addPartitions):
+        at partition 0's first replica, so preferred leaders keep rotating."""
+        first = meta.partitions[0].replicas[0] if 0 in meta.partitions and meta.partitions[0].replicas else 0
+        ids = sorted(b.id for b in self.live_brokers())
+        return next((i for i, broker_id in enumerate(ids) if broker_id >= first), 0)
 
     # --- coordinators ------------------------------------------------------------------------
     @property
@@ -163,6 +174,19 @@ class Broker:
     @txn_coordinator.setter
     def txn_coordinator(self, coordinator: TransactionCoordinator) -> None:
         self._txn_coordinator = coordinator
+
+    def coordinates_transactions_of(self, transactional_id: str | None) -> bool:
+        """Whether this broker's transaction coordinator owns ``transactional_id`` (always on the
+        single node). KIP-890's partition verification runs only then: asking a coordinator on
+        another broker (AddPartitionsToTxn v4's verify-only mode) is not implemented, and Kafka
+        itself skips verification when it cannot ask."""
+        if self.cluster is None:
+            return True
+        if transactional_id is None or self._txn_coordinator is None:
+            return False
+        index = self._txn_coordinator.partition_for(transactional_id)
+        hosted = self.replicas.partitions.get((TRANSACTION_STATE_TOPIC, index))
+        return hosted is not None and hosted.is_leader
 
     def coordinators(self) -> tuple[GroupCoordinator | None, TransactionCoordinator | None]:
         """Both coordinators, or None for one not started (for shutdown and the like)."""
@@ -188,7 +212,8 @@ class Broker:
 
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False,
-                           internal: bool = False, wait_open: bool = True) -> TopicMeta | None:
+                           internal: bool = False, wait_open: bool = True,
+                           assignment: dict[int, list[int]] | None = None) -> TopicMeta | None:
         """CreateTopics semantics; -1 means the broker default. Raises KafkaError. Returns once the
         partitions take writes, unless ``wait_open`` is false (the replica manager opens them as it
         learns of the topic; see :meth:`ReplicaManager.ready`)."""
@@ -203,7 +228,8 @@ class Broker:
         if replication <= 0:
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              "Replication factor must be larger than 0.")
-        assignment = self.assign_replicas(partitions, replication)
+        if assignment is None:
+            assignment = self.assign_replicas(partitions, replication)
         try:
             clean = validate_topic_configs(configs or {})
         except ConfigError as exc:
@@ -231,7 +257,8 @@ class Broker:
         log.info("deleted topic %s", name)
         return meta
 
-    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                             assignment: list[list[int]] | None = None) -> None:
         meta = self.metadata.topic(name)
         if meta is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -245,8 +272,10 @@ class Broker:
         if validate_only:
             return
         replication = len(next(iter(meta.partitions.values())).replicas) if meta.partitions else 1
-        meta = await self.metadata.add_partitions(
-            name, self.assign_replicas(total - current, replication, first_partition=current))
+        placed = ({current + i: replicas for i, replicas in enumerate(assignment)} if assignment
+                  else self.assign_replicas(total - current, replication, first_partition=current,
+                                            start=self._continuation(meta)))
+        meta = await self.metadata.add_partitions(name, placed)
         await self.replicas.ready(meta)
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:

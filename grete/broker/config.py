@@ -196,6 +196,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("log.cleaner.io.buffer.load.factor", DOUBLE, "0.9"),
     _d("log.cleaner.io.max.bytes.per.second", DOUBLE, "1.7976931348623157E308"),
     _d("num.replica.fetchers", INT, "1", minimum=1),
+    _d("replica.lag.time.max.ms", LONG, "30000", minimum=1),
+    _d("replica.fetch.wait.max.ms", INT, "500", minimum=0),
+    _d("replica.fetch.min.bytes", INT, "1", minimum=1),
+    _d("replica.fetch.max.bytes", INT, "1048576", minimum=0),
+    _d("replica.fetch.response.max.bytes", INT, "10485760", minimum=0),
+    _d("replica.fetch.backoff.ms", INT, "1000", minimum=0),
+    _d("replica.socket.timeout.ms", INT, "30000"),
     _d("background.threads", INT, "10", minimum=1),
     _d("max.connection.creation.rate", INT, "2147483647", minimum=0),
     _d("leader.replication.throttled.rate", LONG, "9223372036854775807", minimum=0),
@@ -224,6 +231,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("ssl.cipher.suites", LIST, ""),
     _d("ssl.endpoint.identification.algorithm", STR, "https"),
     _d("ssl.principal.mapping.rules", STR, "DEFAULT"),
+    # SASL listeners (per listener as listener.name.<listener>.<key>; the JAAS config and the
+    # re-authentication bound also per mechanism: listener.name.<listener>.<mechanism>.<key>).
+    _d("sasl.enabled.mechanisms", LIST, "GSSAPI"),
+    _d("sasl.mechanism.inter.broker.protocol", STR, "GSSAPI"),
+    _d("sasl.jaas.config", PASSWORD, None),
+    _d("sasl.server.max.receive.size", INT, "524288", minimum=1),
+    _d("connections.max.reauth.ms", LONG, "0", minimum=0),
+    # Authorization: the ACL authorizer (grete/broker/authorizer.py) when authorizer.class.name names
+    # one of Kafka's two.
+    _d("authorizer.class.name", STR, ""),
+    _d("super.users", STR, ""),
+    _d("allow.everyone.if.no.acl.found", BOOL, "false"),
     # Kafka 4's group protocols: the defaults and bounds of per-group configs (grete/broker/group_configs.py).
     _d("group.consumer.assignment.interval.ms", INT, "1000", minimum=1),
     _d("group.consumer.heartbeat.interval.ms", INT, "5000", minimum=1),
@@ -319,6 +338,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("transaction.partition.verification.enable", BOOL, "true"),
     _d("producer.id.expiration.ms", INT, "86400000", minimum=1),
     _d("auto.leader.rebalance.enable", BOOL, "true"),
+    _d("leader.imbalance.per.broker.percentage", INT, "10", minimum=0),
+    _d("leader.imbalance.check.interval.seconds", LONG, "300", minimum=1),
     _d("zookeeper.connect", STR, None),
     _d("zookeeper.session.timeout.ms", INT, "18000"),
     _d("zookeeper.connection.timeout.ms", INT, None, "empty: zookeeper.session.timeout.ms"),
@@ -360,10 +381,16 @@ def _definition(key: str) -> ConfigDef | None:
     match = _PER_LISTENER.fullmatch(key)
     if match is not None:
         key = match.group(2)
+        mechanism = _PER_MECHANISM.fullmatch(key)
+        if mechanism is not None:
+            key = mechanism.group(2)
     return BROKER_CONFIGS.get(key) or (TOPIC_CONFIGS[key][0] if key in TOPIC_CONFIGS else None)
 
 
 _PER_LISTENER = re.compile(r"listener\.name\.([a-z0-9_]+)\.(.+)")
+# listener.name.<listener>.<mechanism>.sasl.jaas.config and .connections.max.reauth.ms
+_PER_MECHANISM = re.compile(r"(plain|scram-sha-256|scram-sha-512|oauthbearer|gssapi)\.(sasl\.jaas\.config|"
+                            r"connections\.max\.reauth\.ms)")
 
 
 def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool) -> dict[str, str]:

@@ -44,6 +44,7 @@ from grete.protocol.messages import APIS, response_header_version
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
+    from grete.broker.sasl import ListenerSasl, SaslAuthenticator
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ class _FetchMemo:
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker, pipeline: Pipeline, listener: str = "PLAINTEXT",
                  security_protocol: str = "PLAINTEXT",
-                 principal_of: Callable[[Any], str] | None = None) -> None:
+                 principal_of: Callable[[Any], str] | None = None,
+                 sasl: ListenerSasl | None = None) -> None:
         self.broker = broker
         self.listener = listener
         self._security_protocol = security_protocol
@@ -113,6 +115,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writer: Writer | None = None
         self.peer = "unknown"
         self.session = Session(listener, security_protocol, self.peer)
+        if sasl is not None:
+            # Until authenticated: only the SASL exchange, in frames of sasl.server.max.receive.size.
+            self.session.sasl = sasl.authenticator(self.session, self._sasl_complete)
+            self._reader.max_frame = min(self._reader.max_frame, sasl.max_receive_size)
         self._idle_handle: asyncio.TimerHandle | None = None
         self._sndbuf = broker.config.get_int("socket.send.buffer.bytes")
         self._loop = asyncio.get_running_loop()
@@ -208,6 +214,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # --- dispatch ---------------------------------------------------------------------------
     def _dispatch(self, frame: memoryview) -> None:
+        if not self.session.authenticated:
+            sasl = self.session.sasl
+            if sasl is not None and sasl.raw_tokens:
+                self._raw_sasl_token(sasl, bytes(frame))
+                return
         frame_bytes: bytes | None = None
         if len(frame) > 8 and frame[1] == FETCH_KEY and frame[0] == 0 and self.broker.faults is None:
             # Fault injection sees every request, so the short cut is off while faults are installed.
@@ -255,10 +266,29 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if isinstance(result, Message):
             slot.parts = self._encode(result, handler, version, header.correlation_id, memo_key)
             self._flush()
+            if self.session.close_after_response:  # a failed authentication: answered, then closed
+                log.info("closing connection from %s: authentication failed", self.peer)
+                self._close()
         else:  # a coroutine or future of the answer
             future = asyncio.ensure_future(result)
             future.add_done_callback(
                 lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key))
+
+    # --- SASL ---------------------------------------------------------------------------------
+    def _raw_sasl_token(self, sasl: SaslAuthenticator, token: bytes) -> None:
+        """After SaslHandshake v0: a SASL token without a Kafka header, answered by a raw
+        size-prefixed frame; a failure closes the connection (v0 has no error answer)."""
+        result = sasl.authenticate(token)
+        if result.error_code:
+            log.info("closing connection from %s: %s", self.peer, result.error_message)
+            self._close()
+            return
+        slot = self._new_slot()
+        slot.parts = [len(result.auth_bytes).to_bytes(4, "big") + result.auth_bytes]
+        self._flush()
+
+    def _sasl_complete(self) -> None:
+        self._reader.max_frame = self.broker.config.get_int("socket.request.max.bytes")
 
     def _new_slot(self) -> Slot:
         slot = self._responses.reserve()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
+    from grete.broker.sasl import SaslAuthenticator
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -15,7 +16,10 @@ ANONYMOUS = "User:ANONYMOUS"
 class Session:
     """The connection's identity, as Kafka's RequestContext carries it: the listener and its
     security protocol, the authenticated principal (ANONYMOUS on PLAINTEXT), the peer's address, and
-    the client software it named in ApiVersions v3+ (KIP-511)."""
+    the client software it named in ApiVersions v3+ (KIP-511). On a SASL listener, ``sasl`` is the
+    connection's authentication state; ``expires_at`` (monotonic seconds) the end of a session with
+    a lifetime (KIP-368), and ``close_after_response`` asks the connection to close once the current
+    answer is written (a failed authentication)."""
 
     listener: str
     security_protocol: str
@@ -24,6 +28,9 @@ class Session:
     authenticated: bool = True
     client_software_name: str | None = None
     client_software_version: str | None = None
+    sasl: SaslAuthenticator | None = None
+    expires_at: float | None = None
+    close_after_response: bool = False
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from grete.broker.broker import Broker
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_types import GroupConfig
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.control import ControlType, parse_control_record
 from grete.protocol.records.record import Record, decode_records
@@ -19,6 +20,15 @@ from grete.protocol.records.record import build_batch as build_record_batch
 from grete.protocol.topics import OFFSETS_TOPIC
 
 KeyValue = tuple[bytes, bytes | None]
+
+
+# How Kafka's group coordinator reports a failed append of its records to clients.
+COMMIT_ERRORS = {
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+}
 
 
 class LogOffsetsStore:
@@ -43,7 +53,14 @@ class LogOffsetsStore:
         batch = build_record_batch([Record(i, 0, key, value) for i, (key, value) in enumerate(records)],
                                    base_timestamp=now, producer_id=producer_id, producer_epoch=producer_epoch,
                                    base_sequence=-1, transactional=transactional)
-        self.broker.partition(OFFSETS_TOPIC, partition).append(RecordBatch(batch), now)
+        leader = self.broker.partition(OFFSETS_TOPIC, partition)
+        result = leader.append(RecordBatch(batch), now)
+        if leader.replicated and len(leader.replicas) > 1:
+            # As Kafka's coordinator appends: acks=all, and the answer waits for the ISR.
+            error = await leader.wait_for_replication(result.last_offset + 1,
+                                                      self.broker.config.get_int("offsets.commit.timeout.ms"))
+            if error != ErrorCode.NONE:
+                raise KafkaError(COMMIT_ERRORS.get(error, error), f"__consumer_offsets-{partition}: {error.name}")
 
     def read(self, partition: int) -> Iterator[KeyValue]:
         """Committed records in commit order: a transaction's records surface at its COMMIT marker."""

@@ -27,7 +27,7 @@ def parse_listeners(values: list[str]) -> list[Listener]:
     return listeners
 
 
-SUPPORTED = ("PLAINTEXT", "SSL")
+SUPPORTED = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def security_protocol(config: BrokerConfig, listener: str) -> str:

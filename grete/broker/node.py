@@ -61,13 +61,15 @@ class Node:
         if self.zk_broker is not None:
             await self.zk_broker.connect()  # the cluster id comes from ZooKeeper
             broker.replicas.on_leadership = self._leadership_changed
+            self.zk_broker.serve_replication(broker)
         broker.log_manager.startup(cluster_id=broker.metadata.cluster_id, node_id=broker.node_id)
         broker.replicas.on_all_offline = self._all_dirs_offline
         broker.replicas.start()
-        await broker.producer_ids.start()
+        await broker.producer_ids.start(lazily=self.zk_broker is not None)
         broker.group_coordinator = await start_group_coordinator(broker)
         # After the groups: finishing an interrupted commit may apply transactional offsets.
-        broker.txn_coordinator = start_txn_coordinator(broker)
+        broker.txn_coordinator = start_txn_coordinator(
+            broker, self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")
         for listener in broker.listeners:
             await self._listen(listener)
         if broker.config.get_str("metrics.listener"):
@@ -135,13 +137,19 @@ class Node:
         broker = self.broker
         loop = asyncio.get_running_loop()
         protocol = security_protocol(broker.config, listener.name)
-        context, principal_of = None, None
-        if protocol == "SSL":
-            # Loaded by name and only for an SSL listener: `cryptography` costs ~90 ms at start-up.
+        context, principal_of, sasl = None, None, None
+        if protocol in ("SSL", "SASL_SSL"):
+            # Loaded by name and only for a TLS listener: `cryptography` costs ~90 ms at start-up.
             tls = importlib.import_module("grete.broker.tls")
-            context, principal_of = tls.server_context(broker.config, listener.name), tls.principal_of
+            context = tls.server_context(broker.config, listener.name)
+            # Under SASL_SSL the principal is the SASL one, as in Kafka.
+            principal_of = tls.principal_of if protocol == "SSL" else None
+        if protocol.startswith("SASL_"):
+            # Loaded by name and only for a SASL listener (scramp).
+            sasl_module = importlib.import_module("grete.broker.sasl")
+            sasl = sasl_module.listener_sasl(broker.config, listener.name, broker.metadata.scram_credential)
         server = await loop.create_server(
-            lambda: KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of),
+            lambda: KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of, sasl),
             listener.host or None, listener.port, reuse_address=True, backlog=1024, start_serving=False,
             ssl=context)
         # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets
@@ -168,6 +176,9 @@ class Node:
             quiet_since = loop.time() - MAINTENANCE_INTERVAL_S
             for conn in list(self.broker.connections):
                 conn.trim(quiet_since)
+            if self.zk_broker is not None:
+                self.broker.replicas.shrink_isrs(int(time.time() * 1000),
+                                                 self.config.get_int("replica.lag.time.max.ms"))
             try:
                 log_manager.maintenance(int(time.time() * 1000))
                 if time.monotonic() - last_checkpoint >= CHECKPOINT_INTERVAL_S:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -30,10 +31,12 @@ LOG_APPEND_TIME = 1
 
 class Partition:
     __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
-                 "leader_id", "partition_epoch")
+                 "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
+                 "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
-                 is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0) -> None:
+                 is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0,
+                 replicated: bool = False, broker_id: int = -1) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
@@ -45,6 +48,21 @@ class Partition:
         self.is_leader = is_leader
         self.leader_id = leader_id
         self.partition_epoch = partition_epoch
+        # In a cluster the high watermark follows the ISR (Kafka's replication); on the single node
+        # this broker is the only replica and the high watermark is its log end offset.
+        self.replicated = replicated
+        self.broker_id = broker_id
+        self.replicas: tuple[int, ...] = ()
+        self.isr: list[int] = []
+        self._followers: dict[int, FollowerState] = {}
+        self._pending_isr: list[int] | None = None  # an ISR change sent to the controller, unanswered
+        self._produce_waiters: list[tuple[int, asyncio.Future[ErrorCode]]] = []
+        self._epoch_start_offset = log.log_end_offset
+        # Where an ISR change goes (the cluster's AlterPartition sender); None on the single node.
+        self.alter_isr: Callable[[Partition, list[int]], None] | None = None
+        if replicated:
+            log.hw_follows_leo = False  # the ISR moves it (Partition._advance_high_watermark)
+            return  # the controller's LeaderAndIsr sets epoch, leadership and ISR
         if log.end_offset_for_epoch(leader_epoch)[0] != leader_epoch:
             log.assign_leader_epoch(leader_epoch, log.log_end_offset)
         # The only replica holds everything in its log: the high watermark is the log end at once.
@@ -105,23 +123,162 @@ class Partition:
         self.wake()
 
     # --- leadership (LeaderAndIsr) --------------------------------------------------------------
-    def make_leader(self, leader_epoch: int, partition_epoch: int, leader_id: int) -> None:
-        """Kafka's Partition.makeLeader: a new leader epoch starts at the log end offset."""
-        if leader_epoch > self.leader_epoch or self._log.end_offset_for_epoch(leader_epoch)[0] != leader_epoch:
+    def make_leader(self, leader_epoch: int, partition_epoch: int, leader_id: int,
+                    replicas: tuple[int, ...] = (), isr: list[int] | None = None, now_ms: int = 0) -> None:
+        """Kafka's Partition.makeLeader: a new leader epoch starts at the log end offset; the
+        followers' fetch state starts over (those in the ISR count as caught up now)."""
+        new_epoch = leader_epoch > self.leader_epoch or not self.is_leader
+        if new_epoch and self._log.end_offset_for_epoch(leader_epoch)[0] != leader_epoch:
             self._log.assign_leader_epoch(leader_epoch, self._log.log_end_offset)
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
         self.leader_id = leader_id
         self.is_leader = True
+        self.replicas = tuple(replicas) or (leader_id,)
+        self.isr = list(isr) if isr is not None else [leader_id]
+        self._pending_isr = None
+        if new_epoch:
+            self._epoch_start_offset = self._log.log_end_offset
+            self._followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+                               for r in self.replicas if r != leader_id}
         self._advance_high_watermark()
 
-    def make_follower(self, leader_epoch: int, partition_epoch: int, leader_id: int) -> None:
+    def make_follower(self, leader_epoch: int, partition_epoch: int, leader_id: int,
+                      replicas: tuple[int, ...] = ()) -> None:
         """Kafka's Partition.makeFollower: appends stop; parked fetches answer now (and are refused
-        as NOT_LEADER_OR_FOLLOWER on their next try)."""
+        as NOT_LEADER_OR_FOLLOWER on their next try), parked acks=all produces fail."""
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
         self.leader_id = leader_id
         self.is_leader = False
+        if replicas:
+            self.replicas = tuple(replicas)
+        self.isr = []
+        self._followers = {}
+        self._pending_isr = None
+        self._complete_produce_waiters()
+        self.wake()
+
+    # --- the leader's view of its followers (Kafka's Partition/Replica fetch state) -------------
+    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched from ``fetch_offset``: its log end offset. It is caught up if it asked
+        for the leader's log end (or for the log end of its previous fetch, at that fetch's time);
+        it may join the ISR; the high watermark may move."""
+        follower = self._followers.get(replica_id)
+        if follower is None or not self.is_leader:
+            return
+        leo = self._log.log_end_offset
+        if fetch_offset >= leo:
+            follower.last_caught_up_ms = now_ms
+        elif fetch_offset >= follower.last_fetch_leader_leo >= 0:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.log_end_offset = fetch_offset
+        follower.last_fetch_leader_leo = leo
+        follower.last_fetch_ms = now_ms
+        if (replica_id not in self.isr and self._pending_isr is None and fetch_offset >= self.high_watermark
+                and fetch_offset >= self._epoch_start_offset):
+            self._propose_isr(self.isr + [replica_id])
+        self._advance_high_watermark()
+
+    def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> None:
+        """Followers in the ISR that have not caught up for ``replica.lag.time.max.ms`` leave it."""
+        if not self.is_leader or self._pending_isr is not None:
+            return
+        leo = self._log.log_end_offset
+        lagging = [r for r in self.isr if r != self.broker_id and (f := self._followers.get(r)) is not None
+                   and f.log_end_offset != leo and now_ms - f.last_caught_up_ms > lag_max_ms]
+        if lagging:
+            self._propose_isr([r for r in self.isr if r not in lagging])
+
+    def _propose_isr(self, isr: list[int]) -> None:
+        if self.alter_isr is None:
+            return
+        self._pending_isr = isr
+        self.alter_isr(self, isr)
+
+    def isr_change_answered(self, error: ErrorCode, leader_epoch: int, isr: list[int], partition_epoch: int) -> None:
+        """The controller's answer to an AlterPartition (Kafka's submitAlterPartition handling)."""
+        if self._pending_isr is None:
+            return
+        if error == ErrorCode.NONE:
+            if leader_epoch == self.leader_epoch and partition_epoch >= self.partition_epoch:
+                self.isr = list(isr)
+                self.partition_epoch = partition_epoch
+            self._pending_isr = None
+            self._advance_high_watermark()
+            self._complete_produce_waiters()
+        elif error in (ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA):
+            self._pending_isr = None  # back to the last committed ISR
+        # Any other error: the change stays pending until the next LeaderAndIsr settles it.
+
+    def _maximal_isr(self) -> set[int]:
+        return set(self.isr) | set(self._pending_isr or ())
+
+    def _min_isr(self) -> int:
+        return min(self._log.config.min_insync_replicas, max(len(self.replicas), 1))
+
+    def check_enough_replicas(self) -> None:
+        """acks=all before appending: NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas."""
+        if self.replicated and len(self.isr) < self._min_isr():
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"The size of the current ISR {self.isr} is insufficient to satisfy the min.isr "
+                             f"requirement of {self._min_isr()} for partition {self.topic}-{self.index}")
+
+    async def wait_for_replication(self, required_offset: int, timeout_ms: int) -> ErrorCode:
+        """acks=all after appending: NONE once the high watermark reaches ``required_offset``,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
+        NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after ``timeout_ms``."""
+        future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        entry = (required_offset, future)
+        self._produce_waiters.append(entry)
+        self._complete_produce_waiters()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            if entry in self._produce_waiters:
+                self._produce_waiters.remove(entry)
+
+    def _complete_produce_waiters(self) -> None:
+        if not self._produce_waiters:
+            return
+        high_watermark = self._log.high_watermark
+        enough = len(self._maximal_isr()) >= self._min_isr()
+        for entry in list(self._produce_waiters):
+            offset, future = entry
+            if future.done():
+                continue
+            if not self.is_leader or not self.online:
+                future.set_result(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            elif high_watermark >= offset:
+                future.set_result(ErrorCode.NONE if enough else ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+            else:
+                continue
+            self._produce_waiters.remove(entry)
+
+    # --- the follower's side --------------------------------------------------------------------
+    def latest_epoch(self) -> int:
+        return int(self._log.epochs.latest_epoch)
+
+    def follower_append(self, records: bytes | bytearray | memoryview, leader_high_watermark: int, leader_log_start: int,
+                        now_ms: int) -> None:
+        """Append what the leader sent (offsets and epochs kept), then take its high watermark as
+        far as this log reaches (Kafka's processPartitionData)."""
+        if records:
+            self.append_as_follower(records, now_ms)
+        self._set_high_watermark(min(leader_high_watermark, self._log.log_end_offset))
+        if self._log.log_start_offset < leader_log_start <= self._log.high_watermark:
+            self._log.delete_records_before(leader_log_start)  # the leader's retention or DeleteRecords
+        self.wake()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the divergent tail from ``offset`` on (a follower after a leader change)."""
+        self._log.truncate_to(offset)
+        self.wake()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._log.truncate_fully_and_start_at(offset)
         self.wake()
 
     def update_config(self, config: LogConfig) -> None:
@@ -145,7 +302,7 @@ class Partition:
         self._advance_high_watermark()
         return result
 
-    def append_as_follower(self, records: RecordBatch | bytes | memoryview, now_ms: int) -> None:
+    def append_as_follower(self, records: RecordBatch | bytes | bytearray | memoryview, now_ms: int) -> None:
         """Append a leader's batches as they are (offsets, epochs, timestamps kept); the high
         watermark is not moved here: a follower learns it from the leader's Fetch answers."""
         if not self.online:
@@ -153,8 +310,26 @@ class Partition:
         self._log.append_as_follower(records, now_ms=now_ms)
 
     def _advance_high_watermark(self) -> None:
-        """Single replica: everything appended is replicated. Wakes parked fetches."""
-        self._set_high_watermark(self._log.log_end_offset)
+        """Kafka's maybeIncrementLeaderHW. A single replica: everything appended is replicated. In
+        a cluster: the smallest log end offset over the leader and the followers of the (maximal)
+        ISR, never going back, and not moving at all while the ISR is below min.insync.replicas
+        (3.9's strict rule). Wakes parked fetches and acks=all produces."""
+        log = self._log
+        if not self.replicated or not self.is_leader:
+            if not self.replicated:
+                self._set_high_watermark(log.log_end_offset)
+            self.wake()
+            return
+        if len(self.isr) >= self._min_isr():
+            candidates = [log.log_end_offset]
+            for replica in self._maximal_isr():
+                follower = self._followers.get(replica)
+                if follower is not None:
+                    candidates.append(follower.log_end_offset)
+            new = min(candidates)
+            if new > log.high_watermark:
+                self._set_high_watermark(new)
+        self._complete_produce_waiters()
         self.wake()
 
     def _set_high_watermark(self, offset: int) -> None:
@@ -223,4 +398,15 @@ class Partition:
     def go_offline(self) -> None:
         """The partition stops serving (deleted, or its log dir failed): parked fetches answer now."""
         self.online = False
+        self._complete_produce_waiters()
         self.wake()
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower from its fetches (Kafka's Replica)."""
+
+    log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    last_fetch_leader_leo: int = -1

@@ -14,7 +14,6 @@ from typing import Any, Protocol
 from grete.broker.context import RequestContext
 from grete.broker.metrics import BrokerMetrics
 from grete.protocol.codec import Message
-from grete.protocol.errors import ErrorCode
 
 API_VERSIONS_KEY = 18
 SASL_HANDSHAKE_KEY = 17
@@ -47,25 +46,39 @@ class NoThrottle:
         return 0
 
 
-Authorize = Callable[[RequestContext, Any], ErrorCode | None]
+# The authorization step: None to run the handler, or the whole answer when the request is refused
+# outright (most APIs check per resource inside their handler, through ``ctx.broker.authorizer``).
+Authorize = Callable[[RequestContext, Any], Message | None]
 
 
-def allow_all(ctx: RequestContext, request: Any) -> ErrorCode | None:
+def allow_all(ctx: RequestContext, request: Any) -> Message | None:
     return None
 
 
 class Pipeline:
     def __init__(self, metrics: BrokerMetrics, *, throttle: Throttle | None = None,
-                 authorize: Authorize = allow_all) -> None:
+                 authorize: Authorize | None = None) -> None:
         self.throttle = throttle or NoThrottle()
-        self.authorize = authorize
+        self.authorize = authorize  # None: no authorizer (authorizer.class.name unset)
         self.metrics = metrics
 
     def run(self, conn: Any, ctx: RequestContext, handler: HandlerShape, request: Any) -> Any:
         """The handler's result (a response, a coroutine or future of one, or None for no answer),
         after the gate and with the throttle applied to whatever it answers."""
-        if not ctx.session.authenticated and ctx.api_key not in BEFORE_AUTHENTICATION:
-            raise NotAuthenticated(f"{handler.name} before authentication")
+        session = ctx.session
+        if not session.authenticated or session.expires_at is not None:
+            # A SASL connection authenticating, or a session with a lifetime (KIP-368).
+            sasl = session.sasl
+            if sasl is not None:
+                if not sasl.admits(ctx.api_key):
+                    raise NotAuthenticated(f"unexpected {handler.name} request (SASL state: {sasl.state.value}, "
+                                           f"expired: {session.authenticated})")
+            elif ctx.api_key not in BEFORE_AUTHENTICATION:
+                raise NotAuthenticated(f"{handler.name} before authentication")
+        if self.authorize is not None:
+            denied = self.authorize(ctx, request)
+            if denied is not None:
+                return self._finish(ctx, request, denied)
         faults = ctx.broker.faults
         # Fault-injection seam for grete.testing: None unless a test injects faults, so production
         # pays one attribute read. When set, it runs the handler itself and may answer with an

@@ -26,13 +26,19 @@ class ProducerIdManager:
         self._end = 0
         self._ahead: asyncio.Task[int] | None = None
 
-    async def start(self) -> None:
-        """Reserve the first block before any request can ask for an id."""
+    async def start(self, *, lazily: bool = False) -> None:
+        """Reserve the first block before any request can ask for an id; ``lazily`` (a cluster
+        broker, as Kafka's): only when the first id is asked for, so brokers that never hand one
+        out spend none."""
+        if lazily:
+            return
         self._next = await self._store.allocate_producer_ids(BLOCK_SIZE)
         self._end = self._next + BLOCK_SIZE
 
     def next_id(self) -> int:
         if self._next >= self._end:
+            if self._ahead is None:
+                self._ahead = asyncio.ensure_future(self._store.allocate_producer_ids(BLOCK_SIZE))
             self._take_prefetched()
         producer_id = self._next
         self._next += 1

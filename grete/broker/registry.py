@@ -103,7 +103,7 @@ def handlers() -> Handlers:
 # The controller-to-broker APIs of a ZooKeeper cluster (Kafka's "zkBroker" listener APIs): served
 # and advertised only by a broker in one; elsewhere a request for them closes the connection, as a
 # KRaft broker's does.
-ZK_BROKER_APIS = frozenset({4, 5, 6, 7})
+ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56})
 
 
 def advertised_versions(zk_broker: bool = False) -> list[tuple[int, int, int]]:

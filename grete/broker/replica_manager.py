@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from grete.broker.partition import Partition
 from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore, TopicMeta
@@ -48,6 +49,14 @@ class PartitionOrder:
 LeadershipListener = Callable[[str, int, int, bool], None]  # (topic, index, leader epoch, leads now)
 
 
+class Followers(Protocol):
+    """Where followed partitions are fetched from their leaders (the cluster's fetcher manager)."""
+
+    def follow(self, partition: Partition, leader_id: int, endpoint: tuple[str, int] | None) -> None: ...
+    def unfollow(self, key: tuple[str, int]) -> None: ...
+    def shutdown(self) -> None: ...
+
+
 class ReplicaManager:
     def __init__(self, node_id: int, log_manager: LogManager, metadata: MetadataStore,
                  log_config_for: Callable[[TopicMeta], LogConfig], *, cluster: bool = False) -> None:
@@ -57,6 +66,9 @@ class ReplicaManager:
         self.cluster = cluster
         self.controller_epoch = -1
         self.on_leadership: LeadershipListener | None = None
+        self.followers: Followers | None = None  # set by the node in a cluster
+        # The cluster's AlterPartition sender: a leader's proposed ISR goes to the controller.
+        self.alter_isr: Callable[[Partition, list[int]], None] | None = None
         self.log_manager = log_manager
         self.metadata = metadata
         self._log_config_for = log_config_for
@@ -84,6 +96,8 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self.metadata.changes.unsubscribe(self.on_change)
+        if self.followers is not None:
+            self.followers.shutdown()
         for task in [*self._opening.values(), *self._moves.values()]:
             task.cancel()
         for partition in self.partitions.values():
@@ -172,7 +186,12 @@ class ReplicaManager:
             else:
                 log_.update_config(config)
             epoch = meta.partitions[index].leader_epoch if leader_epoch is None else leader_epoch
-            partition = Partition(meta.name, index, meta.topic_id, log_, epoch)
+            if self.cluster:  # leadership and ISR come with the LeaderAndIsr that opens it
+                partition = Partition(meta.name, index, meta.topic_id, log_, -1, is_leader=False,
+                                      replicated=True, broker_id=self.node_id)
+                partition.alter_isr = self.alter_isr
+            else:
+                partition = Partition(meta.name, index, meta.topic_id, log_, epoch)
         except KafkaStorageException as exc:
             # No online dir can hold it, or it failed to load: offline, never recreated empty elsewhere.
             log.error("partition %s-%d is offline: %s", meta.name, index, exc.message)
@@ -213,7 +232,9 @@ class ReplicaManager:
         self.controller_epoch = controller_epoch
         return True
 
-    def become_leader_or_follower(self, topic: TopicMeta, states: list[PartitionOrder]) -> dict[int, ErrorCode]:
+    def become_leader_or_follower(self, topic: TopicMeta, states: list[PartitionOrder],
+                                  leaders: dict[int, tuple[str, int]] | None = None,
+                                  now_ms: int = 0) -> dict[int, ErrorCode]:
         """Kafka's ReplicaManager.becomeLeaderOrFollower for one topic: each partition whose leader
         epoch is newer than the one known here is opened if need be and led or followed; the error
         code per partition."""
@@ -239,9 +260,16 @@ class ReplicaManager:
                     errors[order.index] = ErrorCode.KAFKA_STORAGE_ERROR
                     continue
             if order.leader == self.node_id:
-                partition.make_leader(order.leader_epoch, order.partition_epoch, order.leader)
+                if self.followers is not None:
+                    self.followers.unfollow(key)
+                partition.make_leader(order.leader_epoch, order.partition_epoch, order.leader, order.replicas,
+                                      list(order.isr), now_ms)
             else:
-                partition.make_follower(order.leader_epoch, order.partition_epoch, order.leader)
+                partition.make_follower(order.leader_epoch, order.partition_epoch, order.leader, order.replicas)
+                if self.followers is not None and order.leader >= 0:
+                    self.followers.follow(partition, order.leader, (leaders or {}).get(order.leader))
+                elif self.followers is not None:
+                    self.followers.unfollow(key)
             errors[order.index] = ErrorCode.NONE
             if self.on_leadership is not None:
                 self.on_leadership(topic.name, order.index, order.leader_epoch, order.leader == self.node_id)
@@ -254,6 +282,8 @@ class ReplicaManager:
         partition = self.partitions.get(key)
         if partition is not None and leader_epoch >= 0 and leader_epoch < partition.leader_epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
+        if self.followers is not None:
+            self.followers.unfollow(key)
         if partition is not None:
             if self.on_leadership is not None:
                 self.on_leadership(topic, index, max(leader_epoch, partition.leader_epoch), False)
@@ -270,6 +300,12 @@ class ReplicaManager:
                 log.error("could not delete the log of %s-%d: %s", topic, index, exc.message)
                 return ErrorCode.KAFKA_STORAGE_ERROR
         return ErrorCode.NONE
+
+    def shrink_isrs(self, now_ms: int, lag_max_ms: int) -> None:
+        """Kafka's isr-expiration task: each led partition drops followers that stopped catching up."""
+        for partition in self.partitions.values():
+            if partition.is_leader and len(partition.isr) > 1:
+                partition.maybe_shrink_isr(now_ms, lag_max_ms)
 
     # --- moving a replica between log dirs (AlterReplicaLogDirs) ---------------------------------
     def alter_log_dir(self, topic: str, index: int, log_dir: Path) -> None:

@@ -12,8 +12,9 @@ import logging
 from collections.abc import Iterable, Iterator
 
 from grete.broker.broker import Broker
+from grete.broker.cluster.markers import ClusterMarkerWriter
 from grete.coordinator.metadata import TopicMeta
-from grete.coordinator.txn import TransactionCoordinator
+from grete.coordinator.txn import MarkerWriter, TransactionCoordinator
 from grete.coordinator.txn_state import TopicPartition, TxnConfig
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
@@ -31,6 +32,7 @@ async def ensure_transaction_state_topic(broker: Broker) -> TopicMeta:
         "compression.type": "uncompressed",
         "segment.bytes": str(cfg.get_int("transaction.state.log.segment.bytes")),
         "unclean.leader.election.enable": "false",
+        "min.insync.replicas": str(cfg.get_int("transaction.state.log.min.isr")),
     }, replication_key="transaction.state.log.replication.factor")
 
 
@@ -99,8 +101,12 @@ def txn_config(broker: Broker) -> TxnConfig:
     )
 
 
-def start_txn_coordinator(broker: Broker) -> TransactionCoordinator:
-    coordinator = TransactionCoordinator(txn_config(broker), LogTxnStore(broker), LocalMarkerWriter(broker),
+def start_txn_coordinator(broker: Broker, listener: str = "PLAINTEXT") -> TransactionCoordinator:
+    """``listener``: where a cluster's leaders are reached for the markers of partitions led elsewhere."""
+    markers: MarkerWriter = LocalMarkerWriter(broker)
+    if broker.cluster is not None:
+        markers = ClusterMarkerWriter(broker, markers, listener)
+    coordinator = TransactionCoordinator(txn_config(broker), LogTxnStore(broker), markers,
                                          broker.producer_ids.next_id, now_ms=broker.now_ms)
     if broker.cluster is None:
         coordinator.load()  # a cluster broker loads a partition when it becomes its leader

@@ -14,6 +14,7 @@ ids and leader epochs survive restarts: Java clients ignore metadata whose leade
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import uuid
@@ -23,6 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
+from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.storage.files import atomic_write, uuid_from_kafka, uuid_to_kafka
 
@@ -66,6 +68,8 @@ class ChangeKind(Enum):
     TOPIC_CONFIGS_CHANGED = "topic_configs_changed"
     BROKER_CONFIGS_CHANGED = "broker_configs_changed"
     GROUP_CONFIGS_CHANGED = "group_configs_changed"
+    SCRAM_CREDENTIALS_CHANGED = "scram_credentials_changed"
+    ACLS_CHANGED = "acls_changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,18 @@ class ChangeFeed:
             subscriber(change)
 
 
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """A SCRAM credential as Kafka stores it (UserScramCredentialRecord; under ZooKeeper
+    ``/config/users/<user>`` as ``salt=...,stored_key=...,server_key=...,iterations=...``): never the
+    password, nor the salted password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
 class TopicExists(Exception):
     pass
 
@@ -129,6 +145,14 @@ class MetadataStore(Protocol):
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None: ...
     async def allocate_producer_ids(self, count: int) -> int: ...
 
+    # --- security (issue #17): SCRAM credentials and ACLs ------------------------------------------
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]: ...
+    async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None: ...
+    def acls(self) -> frozenset[AclBinding]: ...
+    async def add_acls(self, acls: list[AclBinding]) -> None: ...
+    async def remove_acls(self, acls: list[AclBinding]) -> None: ...
+
 
 class LocalMetadataStore:
     """Single-node metadata in ``<log dir>/grete-metadata.json``; every broker id is this node."""
@@ -142,6 +166,8 @@ class LocalMetadataStore:
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
+        self._scram: dict[str, dict[str, ScramCredential]] = {}  # user -> mechanism -> credential
+        self._acls: frozenset[AclBinding] = frozenset()
         self.changes = ChangeFeed()
         if self.path.exists():
             self._load()
@@ -257,6 +283,75 @@ class LocalMetadataStore:
         self._persist(undo)
         return first
 
+    # --- security (issue #17): SCRAM credentials and ACLs ------------------------------------------
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._scram.get(user, {}).get(mechanism)
+
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        return {user: dict(mechanisms) for user, mechanisms in self._scram.items()}
+
+    async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
+        """Store (or, with None, delete) one user's credential for one mechanism."""
+        before = self._scram
+        mechanisms = dict(before.get(user, {}))
+        if credential is None:
+            mechanisms.pop(mechanism, None)
+        else:
+            mechanisms[mechanism] = credential
+        self._scram = {**before, user: mechanisms}
+        if not mechanisms:
+            del self._scram[user]
+
+        def undo() -> None:
+            self._scram = before
+        self._persist(undo)
+        self.changes.publish(MetadataChange(ChangeKind.SCRAM_CREDENTIALS_CHANGED))
+
+    def acls(self) -> frozenset[AclBinding]:
+        return self._acls
+
+    async def add_acls(self, acls: list[AclBinding]) -> None:
+        await self._set_acls(self._acls | frozenset(acls))
+
+    async def remove_acls(self, acls: list[AclBinding]) -> None:
+        await self._set_acls(self._acls - frozenset(acls))
+
+    async def _set_acls(self, acls: frozenset[AclBinding]) -> None:
+        before = self._acls
+        self._acls = acls
+
+        def undo() -> None:
+            self._acls = before
+        self._persist(undo)
+        self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
+
+    def _load_security(self, data: dict[str, object]) -> None:
+        scram = data.get("scram_credentials", {})
+        assert isinstance(scram, dict)
+        self._scram = {str(user): {str(mech): ScramCredential(
+            base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]),
+            int(c["iterations"])) for mech, c in mechanisms.items()} for user, mechanisms in scram.items()}
+        acls = data.get("acls", [])
+        assert isinstance(acls, list)
+        self._acls = frozenset(AclBinding(
+            ResourceType[a["resource_type"]], a["resource_name"], PatternType[a["pattern_type"]], a["principal"],
+            a["host"], AclOperation[a["operation"]], AclPermissionType[a["permission"]]) for a in acls)
+
+    def _saved_security(self) -> dict[str, object]:
+        def b64(value: bytes) -> str:
+            return base64.b64encode(value).decode("ascii")
+        return {
+            "scram_credentials": {user: {mech: {"salt": b64(c.salt), "stored_key": b64(c.stored_key),
+                                                "server_key": b64(c.server_key), "iterations": c.iterations}
+                                         for mech, c in sorted(mechanisms.items())}
+                                  for user, mechanisms in sorted(self._scram.items())},
+            "acls": [{"resource_type": a.resource_type.name, "resource_name": a.resource_name,
+                      "pattern_type": a.pattern_type.name, "principal": a.principal, "host": a.host,
+                      "operation": a.operation.name, "permission": a.permission.name}
+                     for a in sorted(self._acls, key=lambda a: (a.resource_type, a.resource_name, a.pattern_type,
+                                                                 a.principal, a.host, a.operation, a.permission))],
+        }
+
     # --- persistence ---------------------------------------------------------------------------
     def _persist(self, undo: Callable[[], None]) -> None:
         """Write the changed state; if the write fails (a full or failed disk), take the change back
@@ -279,6 +374,7 @@ class LocalMetadataStore:
         self._broker_configs = {str(scope): dict(configs) for scope, configs in stored.items()
                                 if isinstance(configs, dict)}
         self._next_producer_id = int(data.get("next_producer_id", 0))
+        self._load_security(data)
         for raw in data["topics"]:
             meta = TopicMeta(
                 raw["name"], uuid_from_kafka(raw["topic_id"]),
@@ -295,6 +391,7 @@ class LocalMetadataStore:
             "broker_configs": self._broker_configs,
             "group_configs": self._group_configs,
             "next_producer_id": self._next_producer_id,
+            **self._saved_security(),
             "topics": [
                 {"name": t.name, "topic_id": uuid_to_kafka(t.topic_id), "internal": t.internal,
                  "configs": t.configs,

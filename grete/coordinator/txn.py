@@ -64,7 +64,9 @@ class TxnStore(Protocol):
 
 class MarkerWriter(Protocol):
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      partitions: Iterable[TopicPartition]) -> None:
+                      partitions: Iterable[TopicPartition]) -> asyncio.Future[None] | None:
+        """Write the markers; None when all are written now, else a future done once every leader
+        has them (in a cluster, those led elsewhere go out as WriteTxnMarkers)."""
         ...
 
 
@@ -361,15 +363,34 @@ class TransactionCoordinator:
         return self._end(meta, commit=False)
 
     def _write_markers_and_complete(self, prepared: TxnMetadata) -> TxnMetadata:
+        """Write the markers, then the Complete state. With markers still on their way to other
+        brokers the transaction stays prepared (its producer gets CONCURRENT_TRANSACTIONS meanwhile,
+        as Kafka's does) and completes when the last leader has answered."""
         commit = prepared.state is TxnState.PREPARE_COMMIT
         partition = self.partition_for(prepared.transactional_id)
-        self.markers.write_markers(prepared.producer_id, prepared.producer_epoch, commit,
-                                   self.coordinator_epoch(partition), prepared.partitions)
+        pending = self.markers.write_markers(prepared.producer_id, prepared.producer_epoch, commit,
+                                             self.coordinator_epoch(partition), prepared.partitions)
+        if pending is not None:
+            pending.add_done_callback(lambda _: self._complete_later(prepared))
+            return prepared
+        return self._complete(prepared)
+
+    def _complete(self, prepared: TxnMetadata) -> TxnMetadata:
+        commit = prepared.state is TxnState.PREPARE_COMMIT
         done = prepared.transit(TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, self.now_ms(),
                                 partitions=frozenset())
         self._persist(done)
         self._cancel_timeout(done.transactional_id)
         return done
+
+    def _complete_later(self, prepared: TxnMetadata) -> None:
+        current = self.txns.get(prepared.transactional_id)
+        if current is None or current.state is not prepared.state or current.producer_epoch != prepared.producer_epoch:
+            return  # resigned or fenced meanwhile: the next coordinator completes it
+        try:
+            self._complete(current)
+        except KafkaError as exc:
+            log.warning("could not complete %s of %s: %s", current.state.kafka_name, current.transactional_id, exc)
 
     # ================================================================== checks for other APIs
 

@@ -156,14 +156,27 @@ class ZkClient:
         return sorted(found)
 
     # --- writes ------------------------------------------------------------------------------
-    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
-                     makepath: bool = False) -> str:
-        created: str = await self._run(self._kazoo.create, path, data, ephemeral=ephemeral, sequence=sequence,
-                                       makepath=makepath)
+    async def create(self, path: str, data: bytes | None = b"", *, ephemeral: bool = False,
+                     sequence: bool = False, makepath: bool = False) -> str:
+        if makepath:
+            await self.ensure_path(path.rsplit("/", 1)[0])
+        created: str = await self._run(self._kazoo.create, path, data, ephemeral=ephemeral, sequence=sequence)
         return created
 
     async def ensure_path(self, path: str) -> None:
-        await self._run(self._kazoo.ensure_path, path)
+        """Create ``path`` and its parents where missing, holding null data as Kafka's container
+        znodes do (kazoo's own ensure_path writes empty bytes)."""
+        def run() -> None:
+            prefix = ""
+            for part in path.strip("/").split("/"):
+                prefix += "/" + part
+                if self._kazoo.exists(prefix) is None:
+                    try:
+                        self._kazoo.create(prefix, None)
+                    except NodeExistsError:
+                        pass
+        if path.strip("/"):
+            await self._run(run)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
         stat: ZnodeStat = await self._run(self._kazoo.set, path, data, version)

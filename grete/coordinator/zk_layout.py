@@ -9,6 +9,7 @@ so a broker registered by grete reads like one registered by Kafka 3.9, and the 
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -45,8 +46,12 @@ PERSISTENT_PATHS = (
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # What a stock 3.9 broker advertises in its registration, and what a 3.9 controller finalizes in
 # /feature on its first election: a broker lacking a finalized feature is silently ignored by it.
-SUPPORTED_FEATURES = {"metadata.version": (1, 21), "kraft.version": (0, 1)}
-FINALIZED_FEATURES = {"metadata.version": 21, "kraft.version": 0}
+# A 3.9 broker in ZooKeeper mode supports no features (KafkaServer builds BrokerFeatures.createEmpty):
+# its registration says "features":{} and a 3.9 controller writes /feature with none finalized.
+# (A level-0 entry there is not even readable by Kafka's FeatureZNode decoder, so a grete
+# controller must not write one.)
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {}
+FINALIZED_FEATURES: dict[str, int] = {}
 PRODUCER_ID_BLOCK_SIZE = 1000
 
 
@@ -176,14 +181,13 @@ class TopicAssignment:
 
 
 def encode_topic(assignment: TopicAssignment) -> bytes:
-    value: dict[str, Any] = {
-        "partitions": {str(p): r for p, r in sorted(assignment.partitions.items())},
-        "adding_replicas": {str(p): r for p, r in sorted(assignment.adding.items())},
-        "removing_replicas": {str(p): r for p, r in sorted(assignment.removing.items())},
-        "version": 3,
-    }
+    # Kafka's key order: partitions, topic_id, adding_replicas, removing_replicas, version.
+    value: dict[str, Any] = {"partitions": {str(p): r for p, r in sorted(assignment.partitions.items())}}
     if assignment.topic_id is not None:
         value["topic_id"] = uuid_to_kafka(assignment.topic_id)
+    value["adding_replicas"] = {str(p): r for p, r in sorted(assignment.adding.items())}
+    value["removing_replicas"] = {str(p): r for p, r in sorted(assignment.removing.items())}
+    value["version"] = 3
     return _dumps(value)
 
 
@@ -280,3 +284,69 @@ def decode_partition_list(data: bytes) -> list[tuple[str, int, list[int] | None]
         found.append((str(entry["topic"]), int(entry["partition"]),
                       [int(r) for r in replicas] if replicas is not None else None))
     return found
+
+
+# --- ACLs: /kafka-acl (literal), /kafka-acl-extended/prefixed, and their change notifications ----
+ACL_LITERAL_ROOT = "/kafka-acl"
+ACL_PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
+ACL_LITERAL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
+# Kafka's names for resource types, operations and permissions as its ZooKeeper ACL JSON spells them.
+ACL_RESOURCE_NAMES = {"Topic": 2, "Group": 3, "Cluster": 4, "TransactionalId": 5, "DelegationToken": 6, "User": 7}
+ACL_OPERATION_NAMES = {"All": 2, "Read": 3, "Write": 4, "Create": 5, "Delete": 6, "Alter": 7, "Describe": 8,
+                       "ClusterAction": 9, "DescribeConfigs": 10, "AlterConfigs": 11, "IdempotentWrite": 12,
+                       "CreateTokens": 13, "DescribeTokens": 14}
+ACL_PERMISSION_NAMES = {"Deny": 2, "Allow": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ZkAcl:
+    """One entry of a resource's ACL znode (codes as the wire protocol numbers them)."""
+
+    principal: str
+    permission: int
+    operation: int
+    host: str
+
+
+def _name_of(table: dict[str, int], code: int) -> str:
+    return next(name for name, value in table.items() if value == code)
+
+
+def acl_path(resource_type: int, name: str, prefixed: bool) -> str:
+    root = ACL_PREFIXED_ROOT if prefixed else ACL_LITERAL_ROOT
+    return f"{root}/{_name_of(ACL_RESOURCE_NAMES, resource_type)}/{name}"
+
+
+def encode_acls(acls: list[ZkAcl]) -> bytes:
+    return _dumps({"version": 1, "acls": [
+        {"principal": a.principal, "permissionType": _name_of(ACL_PERMISSION_NAMES, a.permission),
+         "operation": _name_of(ACL_OPERATION_NAMES, a.operation), "host": a.host} for a in acls]})
+
+
+def decode_acls(data: bytes) -> list[ZkAcl]:
+    raw = _loads(data) if data else {}
+    return [ZkAcl(str(a["principal"]), ACL_PERMISSION_NAMES[a["permissionType"]], ACL_OPERATION_NAMES[a["operation"]],
+                  str(a["host"])) for a in raw.get("acls") or []]
+
+
+def encode_acl_change(resource_type: int, name: str, prefixed: bool) -> bytes:
+    type_name = _name_of(ACL_RESOURCE_NAMES, resource_type)
+    if not prefixed:
+        return f"{type_name}:{name}".encode()
+    return _dumps({"version": 1, "resourceType": type_name, "name": name, "patternType": "PREFIXED"})
+
+
+# --- SCRAM credentials in /config/users/<user> -----------------------------------------------------
+def encode_scram(salt: bytes, stored_key: bytes, server_key: bytes, iterations: int) -> str:
+    """Kafka's ScramCredentialUtils.credentialToString."""
+    def b64(value: bytes) -> str:
+        return base64.b64encode(value).decode("ascii")
+    return f"salt={b64(salt)},stored_key={b64(stored_key)},server_key={b64(server_key)},iterations={iterations}"
+
+
+def decode_scram(text: str) -> tuple[bytes, bytes, bytes, int]:
+    fields = dict(item.split("=", 1) for item in text.split(","))
+    return (base64.b64decode(fields["salt"]), base64.b64decode(fields["stored_key"]),
+            base64.b64decode(fields["server_key"]), int(fields["iterations"]))

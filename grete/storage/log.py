@@ -595,6 +595,10 @@ class Log:
         """Drop everything at and after ``offset`` (replication: a follower's divergent tail)."""
         with self.lock:
             if offset >= self.log_end_offset:
+                # Nothing to cut, but an epoch this replica started as leader and never wrote to
+                # may sit at the end of its cache; left there it would make the new leader answer
+                # a diverging epoch forever (Kafka truncates the cache here too).
+                self.epochs.truncate_from_end(self.log_end_offset)
                 return
             if offset < self.segments[0].base_offset or offset <= self.log_start_offset:
                 self._truncate_fully(max(offset, self.log_start_offset))

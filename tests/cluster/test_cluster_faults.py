@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from confluent_kafka import ElectionType, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -127,3 +128,26 @@ def test_zookeeper_unreachable_at_start(tmp_path) -> None:  # type: ignore[no-un
     assert done.returncode != 0
     assert f"could not connect to ZooKeeper at 127.0.0.1:{port} within 2 s" in done.stderr
     assert time.monotonic() - started < 20
+
+
+def test_preferred_leader_election(grete_cluster: GreteCluster, zk: KazooClient, topic_name: str) -> None:
+    """Leadership moved off a broker (it stopped); once it is back in the ISR, ElectLeaders
+    PREFERRED hands leadership back; while it is down the answer is PREFERRED_LEADER_NOT_AVAILABLE."""
+    create(grete_cluster, topic_name, 1, 3)
+    preferred = states(zk, topic_name)[0]["leader"]
+    assert isinstance(preferred, int)
+    client = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
+    assert grete_cluster.stop_broker(preferred) == 0
+    try:
+        survivor = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
+        refused = survivor.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)]).result(30)
+        assert refused[TopicPartition(topic_name, 0)].code() == KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
+    finally:
+        grete_cluster.start_broker(preferred)
+    wait_until(lambda: preferred in states(zk, topic_name)[0]["isr"], 30, "the preferred replica in the ISR")  # type: ignore[operator]
+    client = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
+    done = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)]).result(30)
+    assert done[TopicPartition(topic_name, 0)] is None  # no error: elected
+    assert states(zk, topic_name)[0]["leader"] == preferred
+    again = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)]).result(30)
+    assert again[TopicPartition(topic_name, 0)].code() == KafkaError.ELECTION_NOT_NEEDED

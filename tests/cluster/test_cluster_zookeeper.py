@@ -56,8 +56,8 @@ def test_registration_reads_like_kafkas(grete_cluster: GreteCluster, zk: KazooCl
     assert int(zk.get("/controller_epoch")[0]) >= 1
     cluster_id = json.loads(zk.get("/cluster/id")[0])
     assert cluster_id["version"] == "1"
-    feature = json.loads(zk.get("/feature")[0])
-    assert feature["features"]["metadata.version"] == {"max_version_level": 21}
+    assert json.loads(zk.get("/feature")[0]) == {"features": {}, "version": 2, "status": 1}
+    assert zk.get("/brokers/ids")[0] is None  # container znodes hold null data, as Kafka's
 
 
 def test_metadata_lists_every_broker_and_the_controller(grete_cluster: GreteCluster, zk: KazooClient) -> None:

@@ -19,9 +19,9 @@ def test_broker_registration_has_kafkas_v5_fields() -> None:
     assert raw["endpoints"] == ["PLAINTEXT://10.0.0.2:9092", "SSL://10.0.0.2:9093"]
     assert raw["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}
     assert raw["rack"] == "r1"
-    # Without these a 3.9 controller silently ignores the broker.
-    assert raw["features"] == {"metadata.version": {"min_version": 1, "max_version": 21},
-                               "kraft.version": {"min_version": 0, "max_version": 1}}
+    # A 3.9.2 broker in ZooKeeper mode supports no features, and says so.
+    assert raw["features"] == {}
+    assert list(raw)[:2] == ["features", "listener_security_protocol_map"]  # Kafka's key order
 
 
 def test_broker_registration_without_plaintext_has_null_host() -> None:
@@ -32,21 +32,23 @@ def test_broker_registration_without_plaintext_has_null_host() -> None:
 
 
 def test_decode_broker_written_by_kafka() -> None:
-    # As a Kafka 3.9.2 broker registers itself (captured from one, key order as Kafka writes it).
-    data = (b'{"features":{"metadata.version":{"min_version":1,"max_version":21},"kraft.version":'
-            b'{"min_version":0,"max_version":1}},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
-            b'"endpoints":["PLAINTEXT://127.0.0.1:40001"],"jmx_port":-1,"port":40001,"host":"127.0.0.1",'
-            b'"version":5,"timestamp":"1764114000000"}')
-    info = zk.decode_broker(7, data, epoch=4294967300)
-    assert info.id == 7 and info.epoch == 4294967300 and info.rack is None
-    assert info.endpoints == (zk.EndPoint("PLAINTEXT", "127.0.0.1", 40001, "PLAINTEXT"),)
-    assert info.features["metadata.version"] == (1, 21)
+    # The exact bytes a Kafka 3.9.2 broker registered as /brokers/ids/1 (captured from one started
+    # on Debian's ZooKeeper, compat-tests/cluster/FINDINGS.md).
+    data = (b'{"features":{},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},'
+            b'"endpoints":["PLAINTEXT://127.0.0.1:46975"],"jmx_port":-1,"port":46975,"host":"127.0.0.1",'
+            b'"version":5,"timestamp":"1795655383040"}')
+    info = zk.decode_broker(1, data, epoch=25)
+    assert info.id == 1 and info.epoch == 25 and info.rack is None and info.features == {}
+    assert info.endpoints == (zk.EndPoint("PLAINTEXT", "127.0.0.1", 46975, "PLAINTEXT"),)
+    # grete writes the same bytes for the same broker (timestamp and port aside).
+    assert zk.encode_broker(info, 1795655383040) == data
 
 
 def test_topic_znode_round_trip_and_format() -> None:
     topic_id = uuid.UUID("5f3b9a2e-1c4d-4e8f-9a0b-1c2d3e4f5a6b")
     data = zk.encode_topic(zk.TopicAssignment({1: [2, 3], 0: [1, 2]}, topic_id))
     raw = json.loads(data)
+    assert list(raw) == ["partitions", "topic_id", "adding_replicas", "removing_replicas", "version"]
     assert raw["version"] == 3
     assert raw["partitions"] == {"0": [1, 2], "1": [2, 3]}  # partition keys are strings
     assert raw["adding_replicas"] == {} and raw["removing_replicas"] == {}
@@ -78,7 +80,6 @@ def test_small_znodes() -> None:
     assert json.loads(zk.encode_producer_id_block(1, 1000, 1999)) == {
         "version": 1, "broker": 1, "block_start": "1000", "block_end": "1999"}
     assert zk.decode_producer_id_block(b"") == (-1, -1)
-    assert json.loads(zk.encode_feature(zk.FINALIZED_FEATURES)) == {
-        "features": {"metadata.version": {"max_version_level": 21}, "kraft.version": {"max_version_level": 0}},
-        "version": 2, "status": 1}
+    # What a 3.9.2 controller writes (Kafka's decoder cannot even read a level-0 feature).
+    assert zk.encode_feature(zk.FINALIZED_FEATURES) == b'{"features":{},"version":2,"status":1}'
     assert zk.decode_feature(b'{"version":2,"status":0,"features":{}}') == {}

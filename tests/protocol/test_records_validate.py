@@ -131,6 +131,48 @@ def test_unknown_codec_is_corrupt_message() -> None:
     rejects(patched(good(), 21, ">h", 6), ErrorCode.CORRUPT_MESSAGE)
 
 
+def lz4_batch_with_descriptor(flg: int | None = None, bd: int | None = None) -> bytearray:
+    """An lz4 batch whose frame descriptor bytes are changed, with a correct header checksum and CRC."""
+    buf = good(5, c.LZ4)
+    frame = bytearray(buf[61:])  # the records region: one lz4 frame
+    if flg is not None:
+        frame[4] = flg
+    if bd is not None:
+        frame[5] = bd
+    buf[61:] = c.lz4_set_header_checksum(frame, broken=False)
+    RecordBatch(buf, 0).rewrite_crc()
+    return buf
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_lz4_linked_blocks_are_refused_like_kafka(deep: bool) -> None:
+    # Found by compat-tests/kafkajs: KafkaJS with an lz4js codec writes FLG 0x40 (version 01, blocks
+    # not marked independent). Kafka 3.9/4.3 answer Produce with UNKNOWN_SERVER_ERROR ("Dependent
+    # block stream is unsupported"); grete stored the batch.
+    buf = lz4_batch_with_descriptor(flg=0x50)  # grete's own 0x70 less BLOCK_INDEPENDENCE
+    assert c.decompress(c.LZ4, buf[61:]) == c.decompress(c.LZ4, good(5, c.LZ4)[61:])  # valid LZ4 all the same
+    error = rejects(buf, ErrorCode.UNKNOWN_SERVER_ERROR, deep=deep)
+    assert "BLOCK_INDEPENDENCE" in str(error)
+
+
+@pytest.mark.parametrize(("flg", "bd", "why"), [
+    (0x71, None, "reserved"),  # dictionary id / reserved bits
+    (0xB0, None, "version 2"),
+    (None, 0x30, "block size value 3"),
+    (None, 0x41, "BD reserved"),
+])
+def test_lz4_descriptor_kafka_cannot_read_is_refused(flg: int | None, bd: int | None, why: str) -> None:
+    assert why in str(rejects(lz4_batch_with_descriptor(flg, bd), ErrorCode.UNKNOWN_SERVER_ERROR))
+
+
+def test_lz4_descriptor_with_independent_blocks_is_accepted() -> None:
+    frame = good(5, c.LZ4)[61:]
+    assert frame[4] & 0x20 and c.lz4_descriptor_problem(frame) is None
+    validate(good(5, c.LZ4), deep=True)
+    # Java's own writer: FLG 0x60 (no block checksums), BD 0x40 (64 KB blocks).
+    assert c.lz4_descriptor_problem(b"\x04\x22\x4d\x18\x60\x40\x82") is None
+
+
 # --- LogValidator.validateBatch ------------------------------------------------------------------
 def test_negative_last_offset_delta_is_invalid_record() -> None:
     rejects(patched(good(), 23, ">i", -1), ErrorCode.INVALID_RECORD)

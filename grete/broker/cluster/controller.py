@@ -19,19 +19,37 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from grete.broker.cluster import requests as build
 from grete.broker.cluster.channels import ControllerChannels
+from grete.broker.cluster.state import ControllerContext, TopicPartition
 from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import new_topic_id
-from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, ZkClient
+from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, ZkClient, ZookeeperError
 from grete.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 NO_LEADER = -1
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    """One partition of an AlterPartition: the ISR its leader proposes, from the state it knows."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class IsrResult:
+    change: IsrChange
+    error: ErrorCode
+    state: zk.PartitionState | None = None
 
 
 class ControllerMoved(Exception):
@@ -44,28 +62,9 @@ class ControllerSettings:
     inter_broker_listener: str
     delete_topic_enable: bool = True
     unclean_leader_election: bool = False
-
-
-@dataclass
-class ControllerContext:
-    epoch: int = 0
-    epoch_zk_version: int = 0
-    controller_id: int = -1
-    live: dict[int, zk.BrokerInfo] = field(default_factory=dict)
-    assignments: dict[str, zk.TopicAssignment] = field(default_factory=dict)
-    states: dict[TopicPartition, zk.PartitionState] = field(default_factory=dict)
-    deleting: set[str] = field(default_factory=set)
-    shutting_down: set[int] = field(default_factory=set)
-
-    def replicas(self, tp: TopicPartition) -> list[int]:
-        assignment = self.assignments.get(tp[0])
-        return list(assignment.partitions.get(tp[1], [])) if assignment else []
-
-    def partitions(self) -> list[TopicPartition]:
-        return sorted((t, p) for t, a in self.assignments.items() for p in a.partitions)
-
-    def partitions_on(self, broker_id: int) -> list[TopicPartition]:
-        return [tp for tp in self.partitions() if broker_id in self.replicas(tp)]
+    # auto.leader.rebalance.enable (-1 percentage: off), leader.imbalance.* settings
+    imbalance_percentage: int = 10
+    imbalance_check_interval_s: float = 300.0
 
 
 class Controller:
@@ -81,6 +80,7 @@ class Controller:
         self._worker: asyncio.Task[None] | None = None
         self._watching = False
         self._stopped = False
+        self._rebalance_timer: asyncio.TimerHandle | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     def startup(self) -> None:
@@ -111,6 +111,9 @@ class Controller:
             except ControllerMoved:
                 log.warning("broker %d: another controller was elected; resigning", self.broker_id)
                 self._resign()
+            except ZookeeperError as exc:
+                # The session broke (expiry, connection loss): session_lost resigns and re-elects.
+                log.warning("controller event stopped: ZooKeeper failed: %r", exc)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -164,6 +167,9 @@ class Controller:
         if self.active:
             log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.ctx.epoch)
         self.active = False
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
+            self._rebalance_timer = None
         if self.channels is not None:
             self.channels.close()
             self.channels = None
@@ -192,6 +198,7 @@ class Controller:
         if dead:
             await self._take_replicas_offline(dead)
         await self._elect_offline_partitions()
+        self._schedule_rebalance()
         if not self._watching:
             self._watching = True
             self.zk.watch_children(zk.BROKER_IDS, lambda c: self._enqueue(lambda: self._on_brokers(c)))
@@ -525,6 +532,157 @@ class Controller:
         self.ctx.deleting.discard(topic)
         log.info("controller: deleted topic %s", topic)
 
+    # --- ISR changes from leaders (Kafka's tryProcessAlterPartition) ------------------------------
+    async def alter_partition(self, broker_id: int, broker_epoch: int,
+                              changes: list[IsrChange]) -> tuple[ErrorCode, list[IsrResult]]:
+        """Apply leaders' ISR proposals, as a controller event; the top-level error and, per
+        partition, the outcome and the state it leaves (UpdateMetadata goes to every broker)."""
+        result: asyncio.Future[tuple[ErrorCode, list[IsrResult]]] = asyncio.get_running_loop().create_future()
+
+        async def event() -> None:
+            try:
+                result.set_result(await self._alter_partition(broker_id, broker_epoch, changes))
+            except ZookeeperError as exc:  # the session broke under us: not the controller now
+                log.warning("controller: ZooKeeper failed during a request: %r", exc)
+                result.set_result((ErrorCode.NOT_CONTROLLER, []))
+            except BaseException as exc:
+                result.set_exception(exc)
+                raise
+        self._enqueue(event)
+        return await result
+
+    async def _alter_partition(self, broker_id: int, broker_epoch: int,
+                               changes: list[IsrChange]) -> tuple[ErrorCode, list[IsrResult]]:
+        if not self.active:
+            return ErrorCode.NOT_CONTROLLER, []
+        info = self.ctx.live.get(broker_id)
+        if info is None or (broker_epoch != -1 and broker_epoch != info.epoch):
+            return ErrorCode.STALE_BROKER_EPOCH, []
+        results: list[IsrResult] = []
+        accepted: dict[TopicPartition, zk.PartitionState] = {}
+        for change in changes:
+            tp = (change.topic, change.partition)
+            state = self.ctx.states.get(tp)
+            if change.topic not in self.ctx.assignments or state is None:
+                results.append(IsrResult(change, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif change.leader_epoch > state.leader_epoch or change.partition_epoch > state.zk_version:
+                results.append(IsrResult(change, ErrorCode.NOT_CONTROLLER))
+            elif change.leader_epoch < state.leader_epoch:
+                results.append(IsrResult(change, ErrorCode.FENCED_LEADER_EPOCH))
+            elif state.leader != broker_id:
+                results.append(IsrResult(change, ErrorCode.INVALID_REQUEST))
+            elif sorted(change.isr) == sorted(state.isr):
+                results.append(IsrResult(change, ErrorCode.NONE, state))  # already so
+            elif change.partition_epoch < state.zk_version:
+                results.append(IsrResult(change, ErrorCode.INVALID_UPDATE_VERSION))
+            elif any(r not in self.ctx.live or r not in self.ctx.replicas(tp) for r in change.isr):
+                results.append(IsrResult(change, ErrorCode.INELIGIBLE_REPLICA))
+            else:
+                accepted[tp] = zk.PartitionState(state.leader, state.leader_epoch, list(change.isr),
+                                                 self.ctx.epoch, state.recovering, state.zk_version)
+                results.append(IsrResult(change, ErrorCode.NONE))
+        written = set(await self._write_states(accepted)) if accepted else set()
+        for n, res in enumerate(results):
+            tp = (res.change.topic, res.change.partition)
+            if tp in accepted:
+                results[n] = (IsrResult(res.change, ErrorCode.NONE, self.ctx.states[tp]) if tp in written
+                              else IsrResult(res.change, ErrorCode.INVALID_UPDATE_VERSION))
+        if written:
+            # No LeaderAndIsr for a leader's own ISR change: UpdateMetadata tells everyone.
+            self._send_update_metadata(self.ctx.live, sorted(written))
+        return ErrorCode.NONE, results
+
+    # --- ElectLeaders and auto-rebalance (Kafka's processReplicaLeaderElection) ------------------
+    async def elect_leaders(self, preferred: bool,
+                            partitions: list[TopicPartition] | None) -> dict[TopicPartition, ErrorCode]:
+        """PREFERRED: move leadership to the first assigned replica if it is live and in the ISR;
+        UNCLEAN: give a partition without a live leader the first live replica. ``None`` means every
+        partition, answered only for those elected. Runs as a controller event."""
+        result: asyncio.Future[dict[TopicPartition, ErrorCode]] = asyncio.get_running_loop().create_future()
+
+        async def event() -> None:
+            try:
+                result.set_result(await self._elect_leaders(preferred, partitions))
+            except ZookeeperError:
+                result.set_result({tp: ErrorCode.NOT_CONTROLLER for tp in partitions or []})
+            except BaseException as exc:
+                result.set_exception(exc)
+                raise
+        self._enqueue(event)
+        return await result
+
+    async def _elect_leaders(self, preferred: bool,
+                             partitions: list[TopicPartition] | None) -> dict[TopicPartition, ErrorCode]:
+        if not self.active:
+            return {tp: ErrorCode.NOT_CONTROLLER for tp in partitions or []}
+        wanted = partitions if partitions is not None else [
+            tp for tp, s in sorted(self.ctx.states.items())
+            if tp[0] not in self.ctx.deleting and self.ctx.replicas(tp) and (
+                s.leader != self.ctx.replicas(tp)[0] if preferred else s.leader not in self.ctx.live)]
+        outcome: dict[TopicPartition, ErrorCode] = {}
+        changes: dict[TopicPartition, zk.PartitionState] = {}
+        for tp in wanted:
+            state = self.ctx.states.get(tp)
+            replicas = self.ctx.replicas(tp)
+            if state is None or not replicas or tp[0] in self.ctx.deleting:
+                outcome[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif preferred:
+                first = replicas[0]
+                if state.leader == first:
+                    outcome[tp] = ErrorCode.ELECTION_NOT_NEEDED
+                elif first not in self.ctx.live or first not in state.isr or first in self.ctx.shutting_down:
+                    outcome[tp] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                else:
+                    changes[tp] = zk.PartitionState(first, state.leader_epoch + 1, list(state.isr), self.ctx.epoch,
+                                                    state.recovering, state.zk_version)
+            elif state.leader in self.ctx.live:
+                outcome[tp] = ErrorCode.ELECTION_NOT_NEEDED
+            else:
+                new = self._offline_leader(tp, unclean=True)
+                if new is None:
+                    outcome[tp] = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+                else:
+                    changes[tp] = new
+        written = await self._write_states(changes) if changes else []
+        self._publish(written)
+        for tp in changes:
+            outcome[tp] = ErrorCode.NONE if tp in written else ErrorCode.NOT_CONTROLLER
+        return outcome
+
+    async def _auto_rebalance(self) -> None:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: per broker, when more than
+        leader.imbalance.per.broker.percentage of the partitions it is preferred for are led by
+        others, hand them back (where it is live and in the ISR)."""
+        if not self.active or self.settings.imbalance_percentage < 0:
+            return
+        by_preferred: dict[int, list[TopicPartition]] = {}
+        for tp, _state in sorted(self.ctx.states.items()):
+            replicas = self.ctx.replicas(tp)
+            if replicas and tp[0] not in self.ctx.deleting:
+                by_preferred.setdefault(replicas[0], []).append(tp)
+        moves = []
+        for broker_id, tps in by_preferred.items():
+            if broker_id not in self.ctx.live or broker_id in self.ctx.shutting_down:
+                continue
+            astray = [tp for tp in tps if self.ctx.states[tp].leader != broker_id]
+            if astray and len(astray) * 100 / len(tps) > self.settings.imbalance_percentage:
+                moves += [tp for tp in astray if broker_id in self.ctx.states[tp].isr]
+        if moves:
+            log.info("controller: auto-rebalance moves %d partition(s) back to their preferred leaders", len(moves))
+            await self._elect_leaders(True, moves)
+
+    def _schedule_rebalance(self) -> None:
+        interval = self.settings.imbalance_check_interval_s
+        if interval <= 0 or self._stopped:
+            return
+
+        def tick() -> None:
+            if self.active:
+                self._enqueue(self._auto_rebalance)
+                self._rebalance_timer = asyncio.get_running_loop().call_later(interval, tick)
+        # Kafka's first check comes 5 s after failover, then every interval.
+        self._rebalance_timer = asyncio.get_running_loop().call_later(min(5.0, interval), tick)
+
     # --- controlled shutdown (Kafka's doControlledShutdown) ----------------------------------------
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> tuple[ErrorCode, list[TopicPartition]]:
         """Move leadership off ``broker_id``; the partitions it still leads. Runs as a controller event."""
@@ -533,6 +691,9 @@ class Controller:
         async def event() -> None:
             try:
                 result.set_result(await self._controlled_shutdown(broker_id, broker_epoch))
+            except ZookeeperError as exc:  # the session broke under us: not the controller now
+                log.warning("controller: ZooKeeper failed during a request: %r", exc)
+                result.set_result((ErrorCode.NOT_CONTROLLER, []))
             except BaseException as exc:
                 result.set_exception(exc)
                 raise

@@ -10,6 +10,8 @@ leaders, DeleteTopics for the topic to be gone), as Kafka's purgatories do.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -19,13 +21,16 @@ from grete.coordinator.metadata import (
     ChangeFeed,
     ChangeKind,
     MetadataChange,
+    MetadataStore,
     NoSuchTopic,
     PartitionMeta,
+    ScramCredential,
     TopicExists,
     TopicMeta,
     new_topic_id,
 )
 from grete.coordinator.zk_client import BadVersionError, NodeExistsError, ZkClient
+from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import UpdateMetadataRequest
 from grete.protocol.topics import INTERNAL_TOPICS
@@ -35,6 +40,7 @@ log = logging.getLogger(__name__)
 LEADER_DURING_DELETE = -2
 SECURITY_PROTOCOL_NAMES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 WAIT_TIMEOUT_S = 30.0
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class ZkMetadataCache:
@@ -52,6 +58,9 @@ class ZkMetadataCache:
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._last_change = -1
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._scram: dict[str, dict[str, ScramCredential]] = {}
+        self._acls: dict[tuple[int, str, bool], frozenset[AclBinding]] = {}
+        self._acl_changes_seen: dict[str, int] = {}
 
     # --- start-up ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -62,6 +71,7 @@ class ZkMetadataCache:
         existing = await self.zk.children(zk.CONFIG_CHANGES)
         self._last_change = max((_sequence(c) for c in existing), default=-1)
         self.zk.watch_children(zk.CONFIG_CHANGES, self._on_config_changes)
+        await self._load_security()
 
     async def _read_config(self, kind: str, entity: str) -> dict[str, str]:
         found = await self.zk.get(zk.config_path(kind, entity))
@@ -269,6 +279,121 @@ class ZkMetadataCache:
             await self.zk.create(f"{zk.CONFIG_CHANGES}/{zk.CONFIG_CHANGE_PREFIX}",
                                  zk.encode_config_change(kind, entity), sequence=True)
 
+    # --- SCRAM credentials (/config/users/<user>) and ACLs (/kafka-acl*), as Kafka 3.9 keeps them --
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._scram.get(user, {}).get(mechanism)
+
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        return {user: dict(mechanisms) for user, mechanisms in self._scram.items()}
+
+    async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
+        """The user's entry in /config/users keeps its other keys (quotas live there too)."""
+        configs = await self._read_config("users", user)
+        if credential is None:
+            configs.pop(mechanism, None)
+        else:
+            configs[mechanism] = zk.encode_scram(credential.salt, credential.stored_key, credential.server_key,
+                                                 credential.iterations)
+        await self._write_config("users", user, configs)
+        self._apply_user_configs(user, configs)
+
+    def _apply_user_configs(self, user: str, configs: dict[str, str]) -> None:
+        found = {}
+        for mechanism in SCRAM_MECHANISMS:
+            if mechanism in configs:
+                salt, stored, server, iterations = zk.decode_scram(configs[mechanism])
+                found[mechanism] = ScramCredential(salt, stored, server, iterations)
+        if found:
+            self._scram[user] = found
+        else:
+            self._scram.pop(user, None)
+        self.changes.publish(MetadataChange(ChangeKind.SCRAM_CREDENTIALS_CHANGED))
+
+    def acls(self) -> frozenset[AclBinding]:
+        return frozenset(b for bindings in self._acls.values() for b in bindings)
+
+    async def add_acls(self, acls: list[AclBinding]) -> None:
+        await self._change_acls(acls, add=True)
+
+    async def remove_acls(self, acls: list[AclBinding]) -> None:
+        await self._change_acls(acls, add=False)
+
+    async def _change_acls(self, acls: list[AclBinding], *, add: bool) -> None:
+        """Per resource, a conditional rewrite of its znode (Kafka's AclAuthorizer), then a change
+        notification every broker's authorizer follows."""
+        by_resource: dict[tuple[int, str, bool], list[AclBinding]] = {}
+        for acl in acls:
+            key = (int(acl.resource_type), acl.resource_name, acl.pattern_type == PatternType.PREFIXED)
+            by_resource.setdefault(key, []).append(acl)
+        for (resource_type, name, prefixed), bindings in by_resource.items():
+            path = zk.acl_path(resource_type, name, prefixed)
+            while True:
+                found = await self.zk.get(path)
+                current = zk.decode_acls(found[0]) if found else []
+                entries = [zk.ZkAcl(b.principal, int(b.permission), int(b.operation), b.host) for b in bindings]
+                wanted = ([*current, *(e for e in entries if e not in current)] if add
+                          else [e for e in current if e not in entries])
+                try:
+                    if found is None:
+                        await self.zk.create(path, zk.encode_acls(wanted), makepath=True)
+                    elif wanted:
+                        await self.zk.set(path, zk.encode_acls(wanted), found[1].version)
+                    else:
+                        await self.zk.delete(path, found[1].version)
+                    break
+                except (BadVersionError, NodeExistsError):
+                    continue  # changed under us: read it again
+            root = zk.ACL_EXTENDED_CHANGES if prefixed else zk.ACL_LITERAL_CHANGES
+            await self.zk.create(f"{root}/{zk.ACL_CHANGE_PREFIX}", zk.encode_acl_change(resource_type, name, prefixed),
+                                 sequence=True, makepath=True)
+            self._acls[(resource_type, name, prefixed)] = _bindings(resource_type, name, prefixed, wanted)
+        self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
+
+    async def _load_security(self) -> None:
+        for user in await self.zk.children("/config/users"):
+            self._apply_user_configs(user, await self._read_config("users", user))
+        for prefixed, root in ((False, zk.ACL_LITERAL_ROOT), (True, zk.ACL_PREFIXED_ROOT)):
+            for type_name in await self.zk.children(root):
+                resource_type = zk.ACL_RESOURCE_NAMES.get(type_name)
+                if resource_type is not None:
+                    for name in await self.zk.children(f"{root}/{type_name}"):
+                        await self._reload_acls(resource_type, name, prefixed)
+        for root in (zk.ACL_LITERAL_CHANGES, zk.ACL_EXTENDED_CHANGES):
+            await self.zk.ensure_path(root)
+            self.zk.watch_children(root, functools.partial(self._on_acl_changes, root))
+
+    async def _reload_acls(self, resource_type: int, name: str, prefixed: bool) -> None:
+        found = await self.zk.get(zk.acl_path(resource_type, name, prefixed))
+        entries = zk.decode_acls(found[0]) if found else []
+        if entries:
+            self._acls[(resource_type, name, prefixed)] = _bindings(resource_type, name, prefixed, entries)
+        else:
+            self._acls.pop((resource_type, name, prefixed), None)
+
+    def _on_acl_changes(self, root: str, children: list[str]) -> None:
+        seen = self._acl_changes_seen.setdefault(root, -1)
+        fresh = sorted((c for c in children if _sequence(c) > seen), key=_sequence)
+        if fresh:
+            self._acl_changes_seen[root] = _sequence(fresh[-1])
+            if seen >= 0:  # the first call lists what start-up already loaded
+                asyncio.ensure_future(self._apply_acl_changes(root, fresh))
+
+    async def _apply_acl_changes(self, root: str, names: list[str]) -> None:
+        for child in names:
+            found = await self.zk.get(f"{root}/{child}")
+            if found is None:
+                continue
+            if root == zk.ACL_LITERAL_CHANGES:
+                type_name, _, name = found[0].decode().partition(":")
+                prefixed = False
+            else:
+                raw = json.loads(found[0])
+                type_name, name, prefixed = raw["resourceType"], raw["name"], raw.get("patternType") == "PREFIXED"
+            resource_type = zk.ACL_RESOURCE_NAMES.get(type_name)
+            if resource_type is not None:
+                await self._reload_acls(resource_type, name, prefixed)
+        self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
+
     # --- /config/changes -------------------------------------------------------------------------
     def _on_config_changes(self, children: list[str]) -> None:
         fresh = sorted((c for c in children if _sequence(c) > self._last_change), key=_sequence)
@@ -285,6 +410,8 @@ class ZkMetadataCache:
             configs = await self._read_config(kind, entity)
             if kind == "topics":
                 self._apply_topic_configs(entity, configs)
+            elif kind == "users" and "/" not in entity:
+                self._apply_user_configs(entity, configs)
             elif kind == "brokers" and entity in (str(self.broker_id), zk.DEFAULT_ENTITY):
                 self._broker_configs["" if entity == zk.DEFAULT_ENTITY else entity] = configs
                 self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
@@ -297,7 +424,18 @@ class ZkMetadataCache:
             self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
 
 
+def _bindings(resource_type: int, name: str, prefixed: bool, entries: list[zk.ZkAcl]) -> frozenset[AclBinding]:
+    return frozenset(AclBinding(ResourceType(resource_type), name,
+                                PatternType.PREFIXED if prefixed else PatternType.LITERAL, e.principal, e.host,
+                                AclOperation(e.operation), AclPermissionType(e.permission)) for e in entries)
+
+
 def _sequence(child: str) -> int:
     digits = child.rsplit("_", 1)[-1]
     return int(digits) if digits.isdigit() else -1
 
+
+
+def as_store(cache: ZkMetadataCache) -> MetadataStore:
+    """The cache where a MetadataStore is wanted (also makes mypy hold it to the whole interface)."""
+    return cache

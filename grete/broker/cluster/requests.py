@@ -5,12 +5,9 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
+from grete.broker.cluster.state import ControllerContext, TopicPartition
 from grete.protocol.messages import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
-
-if TYPE_CHECKING:
-    from grete.broker.cluster.controller import ControllerContext, TopicPartition
 
 LEADER_AND_ISR_VERSION = 7
 UPDATE_METADATA_VERSION = 8

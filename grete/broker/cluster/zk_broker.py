@@ -11,7 +11,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from grete.broker.cluster.alter_partition import AlterPartitionManager
 from grete.broker.cluster.controller import Controller, ControllerSettings
+from grete.broker.cluster.fetcher import ReplicaFetcherManager
 from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.config import BrokerConfig, ConfigError, StartupError
@@ -55,8 +57,13 @@ class ZkBroker:
         self.listener = inter_broker_listener(config)
         self.controller = Controller(self.zk, ControllerSettings(
             self.broker_id, self.listener, config.get_bool("delete.topic.enable"),
-            config.get_bool("unclean.leader.election.enable")))
+            config.get_bool("unclean.leader.election.enable"),
+            config.get_int("leader.imbalance.per.broker.percentage")
+            if config.get_bool("auto.leader.rebalance.enable") else -1,
+            float(config.get_int("leader.imbalance.check.interval.seconds"))))
         self.broker_epoch = -1
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.alter_partitions: AlterPartitionManager | None = None
         self._broker: Broker | None = None
         self._registration: bytes = b""
         self._session_lost = False
@@ -105,6 +112,16 @@ class ZkBroker:
             if not lo <= level <= hi:
                 raise ClusterError(f"/feature finalizes {name}={level}, which this broker does not support "
                                    f"(supported {lo}-{hi})")
+
+    def serve_replication(self, broker: Broker) -> None:
+        """Wire the replica manager to the cluster: followers fetch from their leaders, leaders send
+        their ISR changes to the controller."""
+        self.fetchers = ReplicaFetcherManager(self.broker_id, self.config)
+        self.alter_partitions = AlterPartitionManager(
+            self.broker_id, lambda: self.broker_epoch, lambda: self.metadata.broker(self.metadata.controller_id),
+            self.listener)
+        broker.replicas.followers = self.fetchers
+        broker.replicas.alter_isr = self.alter_partitions.submit
 
     async def register(self, broker: Broker) -> None:
         """Register (after the listeners are bound: the registration names their ports), then run
@@ -196,5 +213,7 @@ class ZkBroker:
         return False
 
     async def stop(self) -> None:
+        if self.alter_partitions is not None:
+            self.alter_partitions.shutdown()
         await self.controller.shutdown()
         await self.zk.close()

@@ -3,6 +3,7 @@ transaction's marker also commits (or drops) the offsets TxnOffsetCommit stages 
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import fenced_error
@@ -13,6 +14,10 @@ from grete.protocol.topics import OFFSETS_TOPIC
 
 @api(25, 0, 3)
 async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
+        return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if not request.group_id:
         return AddOffsetsToTxnResponse(error_code=ErrorCode.INVALID_GROUP_ID)
     try:

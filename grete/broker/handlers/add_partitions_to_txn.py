@@ -9,6 +9,7 @@ others OPERATION_NOT_ATTEMPTED.
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import fenced_error
@@ -22,7 +23,12 @@ PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
 @api(24, 0, 3)
 def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    errors = _unknown_partitions(ctx, wanted)
+    if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.v3_and_below_transactional_id):
+        return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_by_topic(
+            dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)))
+    errors = {(t, p): ErrorCode.TOPIC_AUTHORIZATION_FAILED for t, p in wanted
+              if not allowed(ctx, Op.WRITE, Res.TOPIC, t)}
+    errors = errors or _unknown_partitions(ctx, wanted)
     if errors:
         results = {tp: errors.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     else:

@@ -17,8 +17,9 @@ from typing import Protocol
 
 from grete.broker.config import ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.context import RequestContext
-from grete.broker.handlers.describe_configs import BROKER, TOPIC
+from grete.broker.handlers.describe_configs import BROKER, TOPIC, authorize_config_resource
 from grete.broker.registry import api
+from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterConfigsRequest, AlterConfigsResponse
 from grete.protocol.topics import validate_topic_name
@@ -29,7 +30,8 @@ class AlterResource(Protocol):
     resource_name: str
 
 
-async def answer_each(resources: Sequence[AlterResource], apply: Callable[[AlterResource], Awaitable[None]]
+async def answer_each(ctx: RequestContext, resources: Sequence[AlterResource],
+                      apply: Callable[[AlterResource], Awaitable[None]]
                       ) -> list[tuple[AlterResource, KafkaError | None]]:
     """Run ``apply`` on every resource named once; a resource named twice fails in both places."""
     counts = Counter((r.resource_type, r.resource_name) for r in resources)
@@ -40,6 +42,7 @@ async def answer_each(resources: Sequence[AlterResource], apply: Callable[[Alter
                                                  "Each resource must appear at most once.")))
             continue
         try:
+            authorize_config_resource(ctx, resource.resource_type, resource.resource_name, AclOperation.ALTER_CONFIGS)
             await apply(resource)
             results.append((resource, None))
         except KafkaError as exc:
@@ -113,5 +116,5 @@ async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConf
     responses = [AlterConfigsResponse.AlterConfigsResourceResponse(
         error_code=exc.code if exc else 0, error_message=exc.message if exc else None,
         resource_type=resource.resource_type, resource_name=resource.resource_name)
-        for resource, exc in await answer_each(request.resources, apply)]
+        for resource, exc in await answer_each(ctx, request.resources, apply)]
     return AlterConfigsResponse(responses=responses)

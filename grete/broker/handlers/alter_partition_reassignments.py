@@ -3,6 +3,7 @@ the current replica list (this broker), which completes at once; cancelling find
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -15,6 +16,9 @@ PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionRes
 @api(45, 0, 1)
 def handle(ctx: RequestContext,
            request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
+    if not cluster_allowed(ctx, Op.ALTER):
+        return AlterPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                   error_message=None, responses=[])
     topics = [TopicResponse(name=t.name, partitions=[_one(ctx, t.name, p) for p in t.partitions])
               for t in request.topics]
     return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NONE, responses=topics)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -38,6 +39,8 @@ def handle(ctx: RequestContext, request: AlterReplicaLogDirsRequest) -> AlterRep
 
 def _move(ctx: RequestContext, topic: str, index: int, target: Path | None, asked: str) -> int:
     try:
+        if not cluster_allowed(ctx, Op.ALTER):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         if target is None:
             raise KafkaError(ErrorCode.LOG_DIR_NOT_FOUND, f"Log dir {asked} is not found in the config.")
         ctx.broker.replicas.alter_log_dir(topic, index, target)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
-from grete.broker.handlers.create_topics import check_replica_list
+from grete.broker.handlers.create_topics import check_replica_list, live_broker_ids
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import CreatePartitionsRequest, CreatePartitionsResponse
@@ -34,6 +35,8 @@ async def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartit
           validate_only: bool) -> Result:
     broker = ctx.broker
     try:
+        if not allowed(ctx, Op.ALTER, Res.TOPIC, topic.name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         meta = broker.metadata.topic(topic.name)
         if meta is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -49,9 +52,13 @@ async def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartit
             if len(topic.assignments) != added:
                 raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {added} additional "
                                  f"partition(s), but only {len(topic.assignments)} assignment(s) were specified.")
+            meta = broker.metadata.topic(topic.name)
+            replication = (len(next(iter(meta.partitions.values())).replicas)
+                           if meta is not None and meta.partitions else None)
             for assignment in topic.assignments:
-                check_replica_list(assignment.broker_ids, broker.node_id, 1)
-        await broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+                check_replica_list(assignment.broker_ids, live_broker_ids(broker), replication)
+        await broker.add_partitions(topic.name, topic.count, validate_only=validate_only,
+                                    assignment=[list(a.broker_ids) for a in topic.assignments or []] or None)
     except KafkaError as exc:
         return Result(name=topic.name, error_code=exc.code, error_message=exc.message)
     return Result(name=topic.name, error_code=0, error_message=None)

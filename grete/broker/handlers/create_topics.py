@@ -3,7 +3,7 @@
 -1 partitions / replication factor mean the broker defaults (``num.partitions``,
 ``default.replication.factor``), which kafka-topics.sh sends. v5+ answers the new topic's
 partition count, replication factor and every config with its source; v7 its topic id.
-Manual replica assignments are accepted when each names exactly this node.
+Manual replica assignments name live brokers (only this node on the embedded single node).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
+from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.broker import Broker
 from grete.broker.config import ConfigError, validate_topic_configs
 from grete.broker.context import RequestContext
@@ -46,6 +47,9 @@ async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic
             created: list[TopicMeta]) -> Result:
     broker = ctx.broker
     try:
+        if broker.authorizer is not None and not cluster_allowed(ctx, Op.CREATE) \
+                and not allowed(ctx, Op.CREATE, Res.TOPIC, topic.name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         if topic.name == CLUSTER_METADATA_TOPIC:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.")
@@ -54,9 +58,10 @@ async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic
         if broker.metadata.topic(topic.name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
         configs = _configs(topic)
-        partitions, replication = _sizes(broker, topic)
+        manual = _manual_assignment(broker, topic) if topic.assignments else None
+        partitions, replication = _sizes(broker, topic) if manual is None else (len(manual), len(manual[0]))
         meta = await broker.create_topic(topic.name, partitions, replication, configs,
-                                         validate_only=validate_only, wait_open=False)
+                                         validate_only=validate_only, wait_open=False, assignment=manual)
     except KafkaError as exc:
         return _error(topic.name, exc)
     if meta is not None:
@@ -65,7 +70,8 @@ async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic
                     error_code=0, error_message=None, topic_config_error_code=0)
     if ctx.version >= 5:
         result.num_partitions = len(meta.partitions) if meta is not None else _resolved(broker, partitions)
-        result.replication_factor = 1
+        result.replication_factor = (len(next(iter(meta.partitions.values())).replicas)
+                                     if meta is not None and meta.partitions else replication)
         result.configs = [CreateTopicsResponse.CreatableTopicConfigs(
             name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
             is_sensitive=e.sensitive) for e in topic_config_entries(broker.config, configs)]
@@ -100,8 +106,6 @@ def _configs(topic: CreateTopicsRequest.CreatableTopic) -> dict[str, str]:
 
 def _sizes(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> tuple[int, int]:
     """(partitions, replication factor) to create, -1 meaning the broker default."""
-    if topic.assignments:
-        return _manual_assignment(broker, topic), 1  # each list names this node once
     if topic.replication_factor < -1 or topic.replication_factor == 0:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          "Replication factor must be larger than 0, or -1 to use the default value.")
@@ -115,7 +119,7 @@ def _resolved(broker: Broker, partitions: int) -> int:
     return broker.config.get_int("num.partitions") if partitions == -1 else partitions
 
 
-def _manual_assignment(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> int:
+def _manual_assignment(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> dict[int, list[int]]:
     if topic.replication_factor != -1:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, "
                          "but replication factor was not set to -1.")
@@ -129,22 +133,26 @@ def _manual_assignment(broker: Broker, topic: CreateTopicsRequest.CreatableTopic
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Found multiple manual partition "
                              f"assignments for partition {assignment.partition_index}")
         seen.add(assignment.partition_index)
-        check_replica_list(assignment.broker_ids, broker.node_id, replication)
+        check_replica_list(assignment.broker_ids, live_broker_ids(broker), replication)
         replication = len(assignment.broker_ids)
     if seen != set(range(len(seen))):
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          "partitions should be a consecutive 0-based integer sequence")
-    return len(seen)
+    return {a.partition_index: list(a.broker_ids) for a in topic.assignments}
 
 
-def check_replica_list(broker_ids: list[int], node_id: int, replication: int | None) -> None:
-    """Kafka's validateManualPartitionAssignment, where this node is the only registered broker."""
+def live_broker_ids(broker: Broker) -> set[int]:
+    return {b.id for b in broker.live_brokers()}
+
+
+def check_replica_list(broker_ids: list[int], registered: set[int], replication: int | None) -> None:
+    """Kafka's validateManualPartitionAssignment against the registered (live) brokers."""
     if not broker_ids:
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          "The manual partition assignment includes an empty replica list.")
     previous = None
     for broker_id in sorted(broker_ids):
-        if broker_id != node_id:
+        if broker_id not in registered:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment "
                              f"includes broker {broker_id}, but no such broker is registered.")
         if broker_id == previous:

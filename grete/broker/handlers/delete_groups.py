@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DeleteGroupsRequest, DeleteGroupsResponse
 
 
 @api(42, 0, 2)
 async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
-    results = await ctx.broker.group_coordinator.delete_groups(list(request.groups_names))
+    permitted = [g for g in request.groups_names if allowed(ctx, Op.DELETE, Res.GROUP, g)]
+    results: dict[str, int] = {g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in request.groups_names}
+    if permitted:
+        results.update(await ctx.broker.group_coordinator.delete_groups(permitted))
     return DeleteGroupsResponse(results=[
         DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=results[g])
         for g in request.groups_names])

@@ -8,6 +8,7 @@ Long-poll fetches parked on the partition are woken: their position may now be o
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -29,6 +30,8 @@ def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsR
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> PartitionResult:
     try:
+        if not allowed(ctx, Op.DELETE, Res.TOPIC, topic):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         low_watermark = delete_before(ctx, topic, index, offset)
     except KafkaError as exc:
         return PartitionResult(partition_index=index, low_watermark=-1, error_code=exc.code)

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -46,7 +47,11 @@ async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTop
             results.append(await _delete(ctx, meta.name, topic_id))
     for name in names:
         found = ctx.broker.topic_id_for(name)
-        if found is None:
+        if found is None and not allowed(ctx, Op.DELETE, Res.TOPIC, name):
+            # Refused before the existence check, as Kafka does.
+            results.append(_result(name, ZERO_UUID, KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                               "Authorization failed.")))
+        elif found is None:
             results.append(_result(name, ZERO_UUID, KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
         elif found in ids:
             results.append(_result(name, found, KafkaError(
@@ -89,6 +94,8 @@ def _unique(items: list[T], on_duplicate: Callable[[T], object]) -> list[T]:
 
 async def _delete(ctx: RequestContext, name: str, topic_id: uuid.UUID) -> Result:
     try:
+        if not allowed(ctx, Op.DELETE, Res.TOPIC, name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         await ctx.broker.delete_topic(name)
     except KafkaError as exc:
         return _result(name, topic_id, exc)

@@ -8,9 +8,12 @@ served (endpoint type 1); asking this node for controller endpoints is MISMATCHE
 
 from __future__ import annotations
 
+from grete.broker.authorizer import CLUSTER_OPERATIONS
+from grete.broker.authz import Op, Res, cluster_allowed, operations
 from grete.broker.context import RequestContext
-from grete.broker.handlers.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from grete.broker.handlers.metadata import OPERATIONS_NOT_REQUESTED
 from grete.broker.registry import api
+from grete.protocol.acls import CLUSTER_NAME
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DescribeClusterRequest, DescribeClusterResponse
 
@@ -42,7 +45,10 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
         error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINTS,
         cluster_id=broker.metadata.cluster_id, controller_id=broker.controller_id(),
         brokers=brokers,
-        cluster_authorized_operations=(CLUSTER_OPERATIONS if request.include_cluster_authorized_operations
+        # As KafkaApis: the bitfield only for a principal that may describe the cluster, else 0.
+        cluster_authorized_operations=((operations(ctx, Res.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)
+                                        if cluster_allowed(ctx, Op.DESCRIBE) else 0)
+                                       if request.include_cluster_authorized_operations
                                        else OPERATIONS_NOT_REQUESTED))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
@@ -154,6 +155,7 @@ def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConf
     results = []
     for resource in request.resources:
         try:
+            authorize_config_resource(ctx, resource.resource_type, resource.resource_name, Op.DESCRIBE_CONFIGS)
             entries = _describe(ctx, resource, request.include_documentation and ctx.version >= 3)
             keys = resource.configuration_keys
             if keys:
@@ -192,6 +194,19 @@ def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConf
         check_broker_id(name, broker.node_id)
         return logger_entries()
     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {_type_name(resource.resource_type)}")
+
+
+def authorize_config_resource(ctx: RequestContext, resource_type: int, name: str, operation: Op) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the resource (the cluster for brokers and their loggers);
+    raises Kafka's authorization error of that resource type."""
+    if ctx.broker.authorizer is None:
+        return
+    if resource_type == TOPIC and not allowed(ctx, operation, Res.TOPIC, name):
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
+    if resource_type in (BROKER, BROKER_LOGGER) and not cluster_allowed(ctx, operation):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    if resource_type == GROUP and not allowed(ctx, operation, Res.GROUP, name):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
 
 
 def check_broker_id(name: str, node_id: int) -> None:

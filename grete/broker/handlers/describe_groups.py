@@ -3,6 +3,8 @@ unchanged (kafka-consumer-groups decodes them)."""
 
 from __future__ import annotations
 
+from grete.broker.authorizer import GROUP_OPERATIONS as GROUP_OPS
+from grete.broker.authz import Op, Res, allowed, operations
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -16,6 +18,11 @@ GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
 def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
     for group_id in request.groups:
+        if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
+            described.append(DescribeGroupsResponse.DescribedGroup(
+                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id, group_state="",
+                protocol_type="", protocol_data="", members=[], authorized_operations=-2147483648))
+            continue
         d = ctx.broker.group_coordinator.describe_group(group_id)
         error = d.error
         if not d.found and ctx.version >= 6:
@@ -27,6 +34,7 @@ def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroup
                 member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                 client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                 for m in d.members],
-            authorized_operations=GROUP_OPERATIONS if request.include_authorized_operations
+            authorized_operations=operations(ctx, Res.GROUP, group_id, GROUP_OPS)
+            if request.include_authorized_operations
             else -2147483648))
     return DescribeGroupsResponse(groups=described)

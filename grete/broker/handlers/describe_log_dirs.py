@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -21,6 +22,10 @@ Result = DescribeLogDirsResponse.DescribeLogDirsResult
 
 @api(35, 1, 4)
 def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        # Kafka: an empty answer (v3+ with CLUSTER_AUTHORIZATION_FAILED).
+        return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED if ctx.version >= 3 else 0,
+                                       results=[])
     wanted = None if request.topics is None else {
         (t.topic, p) for t in request.topics for p in t.partitions}
     by_dir: dict[Path, dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]]] = {}

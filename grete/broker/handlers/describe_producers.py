@@ -3,6 +3,7 @@ find hanging transactions)."""
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -18,6 +19,10 @@ def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribePr
         partitions = []
         for index in topic.partition_indexes:
             partition = ctx.broker.partitions.get((topic.name, index))
+            if not allowed(ctx, Op.READ, Res.TOPIC, topic.name):
+                partitions.append(Partition(partition_index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                            active_producers=[]))
+                continue
             if partition is None:
                 partitions.append(Partition(partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                             active_producers=[]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.txn_format import TxnState
@@ -16,6 +17,11 @@ def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> Describ
     coordinator = ctx.broker.txn_coordinator
     states = []
     for txn_id in request.transactional_ids:
+        if not allowed(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, txn_id):
+            states.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=txn_id,
+                                transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                                producer_id=-1, producer_epoch=-1, topics=[]))
+            continue
         meta = coordinator.describe(txn_id)
         if meta is None:
             states.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=txn_id,

@@ -1,20 +1,45 @@
-"""ElectLeaders (43): on one node every partition's leader is its preferred replica and sits in the
-ISR, so no election is ever needed: named partitions answer ELECTION_NOT_NEEDED, and an election of
-all partitions (null list) answers nothing, as Kafka's controller does for partitions it skips."""
+"""ElectLeaders (43). In a cluster the controller elects (preferred: the first assigned replica if
+live and in the ISR; unclean: any live replica for a partition without a leader), and answers
+each named partition with NONE, ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
+ELIGIBLE_LEADERS_NOT_AVAILABLE or NOT_CONTROLLER. On one node every partition's leader is its
+preferred replica and sits in the ISR, so no election is ever needed: named partitions answer
+ELECTION_NOT_NEEDED. An election of all partitions (null list) answers only the partitions it
+elected, as Kafka's controller does."""
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
+from grete.broker.authz import Op, cluster_allowed
+from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ElectLeadersRequest, ElectLeadersResponse
 
 Result = ElectLeadersResponse.ReplicaElectionResult
+PREFERRED = 0
+MESSAGES = {
+    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "Failed to elect leader for partition under strategy "
+                                              "PreferredReplicaPartitionLeaderElectionStrategy",
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "Failed to elect leader for partition under strategy "
+                                              "OfflinePartitionLeaderElectionStrategy",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "The partition does not exist.",
+}
 
 
 @api(43, 0, 2)
-def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+def handle(ctx: RequestContext,
+           request: ElectLeadersRequest) -> ElectLeadersResponse | Coroutine[Any, Any, ElectLeadersResponse]:
     results = []
+    if not cluster_allowed(ctx, Op.ALTER):
+        return ElectLeadersResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, replica_election_results=[
+            Result(topic=w.topic, partition_result=[ElectLeadersResponse.PartitionResult(
+                partition_id=i, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None)
+                for i in w.partitions]) for w in request.topic_partitions or []])
+    if ctx.broker.cluster is not None:
+        return _elect_in_cluster(ctx, request)
     for wanted in request.topic_partitions or []:
         partitions = []
         for index in wanted.partitions:
@@ -25,3 +50,18 @@ def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersRes
                 error_message=None if known else "The partition does not exist."))
         results.append(Result(topic=wanted.topic, partition_result=partitions))
     return ElectLeadersResponse(error_code=ErrorCode.NONE, replica_election_results=results)
+
+
+async def _elect_in_cluster(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+    cluster = ctx.broker.cluster
+    assert isinstance(cluster, ZkBroker)
+    preferred = ctx.version == 0 or request.election_type == PREFERRED
+    wanted = (None if request.topic_partitions is None
+              else [(w.topic, i) for w in request.topic_partitions for i in w.partitions])
+    outcome = await cluster.controller.elect_leaders(preferred, wanted)
+    by_topic: dict[str, list[ElectLeadersResponse.PartitionResult]] = {}
+    for (topic, index), code in sorted(outcome.items()):
+        by_topic.setdefault(topic, []).append(ElectLeadersResponse.PartitionResult(
+            partition_id=index, error_code=code, error_message=MESSAGES.get(code)))
+    return ElectLeadersResponse(error_code=ErrorCode.NONE, replica_election_results=[
+        Result(topic=topic, partition_result=results) for topic, results in by_topic.items()])

@@ -5,14 +5,18 @@ does not enable, so it is not offered."""
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import fenced_error
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import EndTxnRequest, EndTxnResponse
 
 
 @api(26, 0, 3)
 def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     error = ctx.broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
                                                request.producer_epoch, request.committed)
     return EndTxnResponse(error_code=fenced_error(error, ctx.version, 2))

@@ -20,6 +20,7 @@ import math
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.partition import Partition
 from grete.broker.registry import api
@@ -60,11 +61,17 @@ def _read(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, in
     total = 0
     waitable: list[Partition] = []
     topics = []
-    nothing_to_read = True  # no error and fetch offset >= upper bound in every partition
+    replica_id = request.replica_id if ctx.version < 15 else request.replica_state.replica_id
+    # No memo for a follower's fetch: each one moves its fetch state (caught-up time, ISR, HW).
+    nothing_to_read = replica_id < 0  # no error and fetch offset >= upper bound in every partition
     for topic in request.topics:
         partitions = []
         for wanted in topic.partitions:
-            data, partition = _read_partition(ctx, request, topic.topic, wanted, remaining, total == 0)
+            if replica_id >= 0:
+                data, partition = _read_for_follower(ctx, request, replica_id, topic.topic, wanted, remaining,
+                                                     total == 0)
+            else:
+                data, partition = _read_partition(ctx, request, topic.topic, wanted, remaining, total == 0)
             size = _records_size(data.records)
             total += size
             remaining = max(remaining - size, 0)
@@ -83,6 +90,8 @@ def _read(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, in
 
 
 def _upper(request: FetchRequest, partition: Partition) -> int:
+    if request.replica_id >= 0 or request.replica_state.replica_id >= 0:
+        return partition.log_end_offset  # a follower reads the whole log
     return partition.last_stable_offset if request.isolation_level == READ_COMMITTED else partition.high_watermark
 
 
@@ -170,6 +179,8 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
                     wanted: FetchRequest.FetchPartition, remaining: int,
                     first: bool) -> tuple[PartitionData, Partition | None]:
     try:
+        if ctx.broker.authorizer is not None and not allowed(ctx, Op.READ, Res.TOPIC, topic):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         partition = ctx.broker.partition(topic, wanted.partition)
         partition.check_leader_epoch(wanted.current_leader_epoch)
         committed = request.isolation_level == READ_COMMITTED
@@ -196,6 +207,48 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
             for pid, first_offset in aborted],
         preferred_read_replica=-1, records=records)
     return data, partition
+
+
+def _read_for_follower(ctx: RequestContext, request: FetchRequest, replica_id: int, topic: str,
+                       wanted: FetchRequest.FetchPartition, remaining: int,
+                       first: bool) -> tuple[PartitionData, Partition | None]:
+    """A follower's fetch (Kafka's Partition.fetchRecords for a replica): the leader's whole log up
+    to its end, or the epoch where the follower's log diverged (KIP-320); then the follower's
+    fetch state moves (ISR, high watermark)."""
+    try:
+        partition = ctx.broker.partition(topic, wanted.partition)
+        partition.check_leader_epoch(wanted.current_leader_epoch)
+        if replica_id not in partition.replicas:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH if wanted.current_leader_epoch >= 0
+                             else ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"broker {replica_id} is not a replica of {topic}-{wanted.partition}")
+        offset = wanted.fetch_offset
+        if wanted.last_fetched_epoch >= 0:
+            epoch, end = partition.end_offset_for_epoch(wanted.last_fetched_epoch)
+            if epoch < 0 or end < 0:
+                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+            if epoch < wanted.last_fetched_epoch or end < offset:
+                return PartitionData(
+                    partition_index=wanted.partition, error_code=0, high_watermark=partition.high_watermark,
+                    last_stable_offset=partition.last_stable_offset, log_start_offset=partition.log_start_offset,
+                    diverging_epoch=FetchResponse.EpochEndOffset(epoch=epoch, end_offset=end),
+                    records=b""), partition
+        if offset < partition.log_start_offset or offset > partition.log_end_offset:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+        records: Any = b""
+        if offset < partition.log_end_offset:
+            result = partition.read(offset, min(wanted.partition_max_bytes, remaining),
+                                    upper_bound=partition.log_end_offset, min_one=first)
+            if result.size:
+                records = result
+        partition.update_follower(replica_id, offset, ctx.broker.now_ms())
+    except KafkaError as exc:
+        return PartitionData(partition_index=wanted.partition, error_code=exc.code, high_watermark=-1,
+                             last_stable_offset=-1, log_start_offset=-1, records=b""), None
+    return PartitionData(partition_index=wanted.partition, error_code=0, high_watermark=partition.high_watermark,
+                         last_stable_offset=partition.last_stable_offset,
+                         log_start_offset=partition.log_start_offset, preferred_read_replica=-1,
+                         records=records), partition
 
 
 def _records_size(records: Any) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import ensure_transaction_state_topic
@@ -40,6 +41,10 @@ async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCo
 async def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str | None, int]:
     """(error, message, coordinator id): the coordinator is the leader of the key's partition of
     the internal topic."""
+    if key_type == GROUP and not allowed(ctx, Op.DESCRIBE, Res.GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, None, -1
+    if key_type == TRANSACTION and not allowed(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, -1
     if key_type == GROUP:
         if not key:
             return ErrorCode.INVALID_REQUEST, "group id must not be empty", -1

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import HeartbeatRequest, HeartbeatResponse
 
 
 @api(12, 0, 4)
 async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
+        return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = await ctx.broker.group_coordinator.heartbeat(
         group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
         group_instance_id=request.group_instance_id)

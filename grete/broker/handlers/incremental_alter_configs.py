@@ -52,7 +52,7 @@ async def handle(ctx: RequestContext, request: IncrementalAlterConfigsRequest) -
     responses = [IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
         error_code=exc.code if exc else 0, error_message=exc.message if exc else None,
         resource_type=resource.resource_type, resource_name=resource.resource_name)
-        for resource, exc in await answer_each(request.resources, apply)]
+        for resource, exc in await answer_each(ctx, request.resources, apply)]
     return IncrementalAlterConfigsResponse(responses=responses)
 
 

@@ -7,6 +7,7 @@ bumps the epoch of the id's producer (fencing older instances) or allocates the 
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed, allowed_any, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import ensure_transaction_state_topic, fenced_error
@@ -16,6 +17,15 @@ from grete.protocol.messages import InitProducerIdRequest, InitProducerIdRespons
 
 @api(22, 0, 4)
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+    if request.transactional_id is not None and not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID,
+                                                            request.transactional_id):
+        return InitProducerIdResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                                      producer_epoch=-1)
+    if request.transactional_id is None and not (cluster_allowed(ctx, Op.IDEMPOTENT_WRITE)
+                                                 or allowed_any(ctx, Op.WRITE, Res.TOPIC)):
+        # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
+        return InitProducerIdResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
+                                      producer_epoch=-1)
     if request.transactional_id is not None:
         try:
             await ensure_transaction_state_topic(ctx.broker)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import JoinGroupRequest, JoinGroupResponse
 
 
 @api(11, 0, 9)
 async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
+        return JoinGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1,
+                                 protocol_name=None if ctx.version >= 7 else "", leader="", member_id="",
+                                 members=[])
     result = await ctx.broker.group_coordinator.join_group(
         group_id=request.group_id, member_id=request.member_id,
         group_instance_id=request.group_instance_id, client_id=ctx.client_id or "",

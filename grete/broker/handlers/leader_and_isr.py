@@ -28,6 +28,8 @@ async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAnd
         return Response(error_code=ErrorCode.STALE_BROKER_EPOCH)
     if not broker.replicas.check_controller_epoch(request.controller_epoch):
         return Response(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+    # Where followers fetch from: the leaders' inter-broker endpoints, as the controller sent them.
+    leaders = {leader.broker_id: (leader.host_name, leader.port) for leader in request.live_leaders}
     topics: list[Response.LeaderAndIsrTopicError] = []
     flat: list[Response.LeaderAndIsrPartitionError] = []
     for topic_state in request.topic_states:
@@ -43,7 +45,7 @@ async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAnd
                                                                         list(p.isr), [], p.partition_epoch))
             orders.append(PartitionOrder(p.partition_index, p.leader, p.leader_epoch, p.partition_epoch,
                                          tuple(p.replicas), tuple(p.isr)))
-        errors = broker.replicas.become_leader_or_follower(meta, orders)
+        errors = broker.replicas.become_leader_or_follower(meta, orders, leaders, broker.now_ms())
         topics.append(Response.LeaderAndIsrTopicError(topic_id=topic_state.topic_id, partition_errors=[
             Response.LeaderAndIsrPartitionError(partition_index=i, error_code=e) for i, e in sorted(errors.items())]))
         flat.extend(Response.LeaderAndIsrPartitionError(topic_name=topic_state.topic_name, partition_index=i,

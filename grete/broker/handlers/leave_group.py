@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.group_types import LeaveMember
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import LeaveGroupRequest, LeaveGroupResponse
 
 
 @api(13, 0, 5)
 async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
+        return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     if ctx.version >= 3:
         members = [LeaveMember(m.member_id, m.group_instance_id, m.reason) for m in request.members]
     else:

@@ -3,6 +3,7 @@ the first offset at or after a timestamp (time index). No match answers offset -
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -24,18 +25,23 @@ def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsRespo
                                                     error_code=ErrorCode.INVALID_REQUEST))
                 continue
             seen.add(wanted.partition_index)
-            partitions.append(_lookup(ctx, topic.name, wanted, request.isolation_level))
+            partitions.append(_lookup(ctx, topic.name, wanted, request.isolation_level, request.replica_id))
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return ListOffsetsResponse(topics=topics)
 
 
 def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffsetsPartition,
-            isolation_level: int) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
+            isolation_level: int, replica_id: int = -1) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
     index = wanted.partition_index
     try:
+        if ctx.broker.authorizer is not None and not allowed(ctx, Op.DESCRIBE, Res.TOPIC, topic):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         partition = ctx.broker.partition(topic, index)
         partition.check_leader_epoch(wanted.current_leader_epoch)
-        fetchable = partition.last_stable_offset if isolation_level == 1 else partition.high_watermark
+        # A follower (replica id >= 0) sees the whole log, as Kafka answers it; clients up to the
+        # high watermark (or the last stable offset).
+        fetchable = (partition.log_end_offset if replica_id >= 0
+                     else partition.last_stable_offset if isolation_level == 1 else partition.high_watermark)
         epoch = partition.leader_epoch if ctx.version >= 4 else -1  # LeaderEpoch is v4+ only
         if wanted.timestamp == LATEST:
             return PartitionResponse(partition_index=index, timestamp=-1, offset=fetchable, leader_epoch=epoch)

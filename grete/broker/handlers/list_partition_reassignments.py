@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -10,4 +11,6 @@ from grete.protocol.messages import ListPartitionReassignmentsRequest, ListParti
 
 @api(46, 0, 0)
 def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        return ListPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
     return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE, topics=[])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -25,4 +26,5 @@ def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransac
     return ListTransactionsResponse(error_code=ErrorCode.NONE, unknown_state_filters=unknown,
                                     transaction_states=[ListTransactionsResponse.TransactionState(
                                         transactional_id=m.transactional_id, producer_id=m.producer_id,
-                                        transaction_state=m.state.kafka_name) for m in found])
+                                        transaction_state=m.state.kafka_name) for m in found
+                                        if allowed(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, m.transactional_id)])

@@ -21,6 +21,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     14: ("sync_group", 0, 5, 0),  # SyncGroup
     15: ("describe_groups", 0, 5, 0),  # DescribeGroups
     16: ("list_groups", 0, 5, 0),  # ListGroups
+    17: ("sasl_handshake", 0, 1, 0),  # SaslHandshake
     18: ("api_versions", 0, 4, 0),  # ApiVersions
     19: ("create_topics", 2, 7, 2),  # CreateTopics
     20: ("delete_topics", 1, 6, 1),  # DeleteTopics
@@ -32,13 +33,14 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     26: ("end_txn", 0, 3, 0),  # EndTxn
     27: ("write_txn_markers", 0, 1, 0),  # WriteTxnMarkers
     28: ("txn_offset_commit", 0, 3, 0),  # TxnOffsetCommit
-    29: ("describe_acls", 1, 3, 1),  # DescribeAcls
-    30: ("create_acls", 1, 3, 1),  # CreateAcls
-    31: ("delete_acls", 1, 3, 1),  # DeleteAcls
+    29: ("describe_acls", 0, 3, 0),  # DescribeAcls
+    30: ("create_acls", 0, 3, 0),  # CreateAcls
+    31: ("delete_acls", 0, 3, 0),  # DeleteAcls
     32: ("describe_configs", 1, 4, 1),  # DescribeConfigs
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
     34: ("alter_replica_log_dirs", 1, 2, 1),  # AlterReplicaLogDirs
     35: ("describe_log_dirs", 1, 4, 1),  # DescribeLogDirs
+    36: ("sasl_authenticate", 0, 2, 0),  # SaslAuthenticate
     37: ("create_partitions", 0, 3, 0),  # CreatePartitions
     42: ("delete_groups", 0, 2, 0),  # DeleteGroups
     43: ("elect_leaders", 0, 2, 0),  # ElectLeaders
@@ -46,6 +48,9 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     45: ("alter_partition_reassignments", 0, 1, 0),  # AlterPartitionReassignments
     46: ("list_partition_reassignments", 0, 0, 0),  # ListPartitionReassignments
     47: ("offset_delete", 0, 0, 0),  # OffsetDelete
+    50: ("describe_user_scram_credentials", 0, 0, 0),  # DescribeUserScramCredentials
+    51: ("alter_user_scram_credentials", 0, 0, 0),  # AlterUserScramCredentials
+    56: ("alter_partition", 0, 3, 0),  # AlterPartition
     60: ("describe_cluster", 0, 1, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions

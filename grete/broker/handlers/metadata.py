@@ -10,9 +10,13 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any
 
+from grete.broker.authorizer import CLUSTER_OPERATIONS as CLUSTER_OPS
+from grete.broker.authorizer import TOPIC_OPERATIONS as TOPIC_OPS
+from grete.broker.authz import Op, Res, allowed, cluster_allowed, operations
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.metadata import TopicMeta
+from grete.protocol.acls import CLUSTER_NAME
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.protocol.topics import INTERNAL_TOPICS
@@ -33,26 +37,37 @@ def handle(ctx: RequestContext,
     response = MetadataResponse(brokers=_brokers(ctx), cluster_id=broker.metadata.cluster_id,
                                 controller_id=broker.controller_id(), topics=[])
     if request.include_cluster_authorized_operations:
-        response.cluster_authorized_operations = CLUSTER_OPERATIONS
+        response.cluster_authorized_operations = (operations(ctx, Res.CLUSTER, CLUSTER_NAME, CLUSTER_OPS)
+                                                  if cluster_allowed(ctx, Op.DESCRIBE) else 0)
     with_ops = request.include_topic_authorized_operations
+    secured = broker.authorizer is not None
     if request.topics is None or (ctx.version == 0 and not request.topics):
         for meta in sorted(broker.metadata.topics().values(), key=lambda m: m.name):
-            response.topics.append(_describe(ctx, meta, with_ops))
+            # Topics the principal may not describe are left out silently (their existence is secret).
+            if not secured or allowed(ctx, Op.DESCRIBE, Res.TOPIC, meta.name):
+                response.topics.append(_describe(ctx, meta, with_ops))
         return response
     auto_create = broker.config.get_bool("auto.create.topics.enable") and (
         ctx.version < 4 or request.allow_auto_topic_creation)
     missing = [w.name for w in request.topics
-               if w.name is not None and w.name not in INTERNAL_TOPICS and broker.metadata.topic(w.name) is None]
+               if w.name is not None and w.name not in INTERNAL_TOPICS and broker.metadata.topic(w.name) is None
+               and (not secured or allowed(ctx, Op.DESCRIBE, Res.TOPIC, w.name))]
+    refused: dict[str, int] = {}
+    if secured and auto_create and missing and not cluster_allowed(ctx, Op.CREATE):
+        # No CREATE on the cluster: per topic; a topic that cannot be created is TOPIC_AUTHORIZATION_FAILED.
+        refused = {name: ErrorCode.TOPIC_AUTHORIZATION_FAILED for name in missing
+                   if not allowed(ctx, Op.CREATE, Res.TOPIC, name)}
+        missing = [name for name in missing if name not in refused]
     if auto_create and missing:
-        return _create_then_answer(ctx, request, response, missing, with_ops)
+        return _create_then_answer(ctx, request, response, missing, with_ops, refused)
     for wanted in request.topics:
-        response.topics.append(_lookup(ctx, wanted, with_ops, {}))
+        response.topics.append(_lookup(ctx, wanted, with_ops, refused))
     return response
 
 
 async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, response: MetadataResponse,
-                              missing: list[str], with_ops: bool) -> MetadataResponse:
-    failed: dict[str, int] = {}
+                              missing: list[str], with_ops: bool, refused: dict[str, int]) -> MetadataResponse:
+    failed: dict[str, int] = dict(refused)
     for name in dict.fromkeys(missing):
         try:
             await ctx.broker.create_topic(name)
@@ -66,6 +81,16 @@ async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, res
 def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, with_ops: bool,
             failed: dict[str, int]) -> MetadataResponse.MetadataResponseTopic:
     broker = ctx.broker
+    if broker.authorizer is not None:
+        name = wanted.name
+        if name is None:
+            by_id = broker.metadata.topic_by_id(wanted.topic_id)
+            name = by_id.name if by_id is not None else None
+        if name is not None and not allowed(ctx, Op.DESCRIBE, Res.TOPIC, name):
+            # Refused before the existence check; a topic id is echoed (ids are not secret), a name too.
+            return MetadataResponse.MetadataResponseTopic(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name, is_internal=False,
+                topic_id=wanted.topic_id if wanted.name is None else ZERO_UUID, partitions=[])
     if wanted.name is None:
         meta = broker.metadata.topic_by_id(wanted.topic_id)
         if meta is None:
@@ -143,4 +168,5 @@ def _describe(ctx: RequestContext, meta: TopicMeta, with_ops: bool) -> MetadataR
     return MetadataResponse.MetadataResponseTopic(
         error_code=0, name=meta.name, topic_id=meta.topic_id, is_internal=meta.internal,
         partitions=partitions,
-        topic_authorized_operations=TOPIC_OPERATIONS if with_ops else OPERATIONS_NOT_REQUESTED)
+        topic_authorized_operations=(operations(ctx, Res.TOPIC, meta.name, TOPIC_OPS) if with_ops
+                                     else OPERATIONS_NOT_REQUESTED))

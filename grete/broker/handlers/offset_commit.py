@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.group_types import OffsetCommit
@@ -15,7 +16,14 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
                for topic in request.topics for p in topic.partitions]
-    known, errors = split_unknown(ctx, commits)
+    if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
+        errors = {(c.topic, c.partition): int(ErrorCode.GROUP_AUTHORIZATION_FAILED) for c in commits}
+        known: list[OffsetCommit] = []
+    else:
+        denied = {c.topic for c in commits if not allowed(ctx, Op.READ, Res.TOPIC, c.topic)}
+        known, errors = split_unknown(ctx, [c for c in commits if c.topic not in denied])
+        errors.update({(c.topic, c.partition): int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                       for c in commits if c.topic in denied})
     if known:
         errors.update(await ctx.broker.group_coordinator.commit_offsets(
             group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,

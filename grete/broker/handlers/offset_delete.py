@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import OffsetDeleteRequest, OffsetDeleteResponse
 
 
 @api(47, 0, 0)
 async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
-    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = await ctx.broker.group_coordinator.delete_offsets(request.group_id, wanted)
+    if not allowed(ctx, Op.DELETE, Res.GROUP, request.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, topics=[])
+    denied = {t.name for t in request.topics if not allowed(ctx, Op.READ, Res.TOPIC, t.name)}
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name not in denied]
+    error, found = await ctx.broker.group_coordinator.delete_offsets(request.group_id, wanted)
+    results: dict[tuple[str, int], int] = dict(found)
+    results.update({(t.name, p.partition_index): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    for t in request.topics if t.name in denied for p in t.partitions})
     return OffsetDeleteResponse(error_code=error, topics=[
         OffsetDeleteResponse.OffsetDeleteResponseTopic(name=t.name, partitions=[
             OffsetDeleteResponse.OffsetDeleteResponsePartition(

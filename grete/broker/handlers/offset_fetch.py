@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
 
 Partitions = list[tuple[str, int]] | None
@@ -41,8 +43,33 @@ def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchRespo
 
 def _fetch(ctx: RequestContext, group_id: str, wanted: Partitions,
            require_stable: bool) -> tuple[int, dict[str, list[tuple[int, Any]]]]:
+    if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
+    denied: set[str] = set()
+    named: list[tuple[str, int]] = []
+    if ctx.broker.authorizer is not None:
+        names = {t for t, _ in wanted} if wanted is not None else set()
+        denied = {t for t in names if not allowed(ctx, Op.DESCRIBE, Res.TOPIC, t)}
+    named = list(wanted or [])
+    if denied:
+        wanted = [(t, p) for t, p in named if t not in denied]
     error, offsets = ctx.broker.group_coordinator.fetch_offsets(group_id, wanted, require_stable)
     topics: dict[str, list[tuple[int, Any]]] = {}
     for (topic, partition), found in sorted(offsets.items()):
+        if ctx.broker.authorizer is not None and topic not in denied \
+                and not allowed(ctx, Op.DESCRIBE, Res.TOPIC, topic):
+            continue  # all-topics fetch: topics the principal may not describe are left out
         topics.setdefault(topic, []).append((partition, found))
+    for topic, partition in sorted(named):
+        if topic in denied:
+            topics.setdefault(topic, []).append((partition, _Refused()))
     return error, topics
+
+
+class _Refused:
+    """A partition of a topic the principal may not describe: Kafka's TOPIC_AUTHORIZATION_FAILED entry."""
+
+    offset = -1
+    leader_epoch = -1
+    metadata = ""
+    error = ErrorCode.TOPIC_AUTHORIZATION_FAILED

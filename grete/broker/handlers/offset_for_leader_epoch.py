@@ -4,9 +4,10 @@ librdkafka sends exactly v2; Java validates positions only when v3+ is advertise
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
-from grete.protocol.errors import KafkaError
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
 EpochEndOffset = OffsetForLeaderEpochResponse.EpochEndOffset
@@ -15,10 +16,14 @@ EpochEndOffset = OffsetForLeaderEpochResponse.EpochEndOffset
 @api(23, 2, 4)
 def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     topics = []
+    # A follower's request needs CLUSTER_ACTION; a client's, DESCRIBE on each topic.
+    cluster_action = ctx.broker.authorizer is None or cluster_allowed(ctx, Op.CLUSTER_ACTION)
     for topic in request.topics:
         results = []
         for wanted in topic.partitions:
             try:
+                if not cluster_action and not allowed(ctx, Op.DESCRIBE, Res.TOPIC, topic.topic):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partition = ctx.broker.partition(topic.topic, wanted.partition)
                 partition.check_leader_epoch(wanted.current_leader_epoch)
                 epoch, end_offset = partition.end_offset_for_epoch(wanted.leader_epoch)

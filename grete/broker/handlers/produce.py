@@ -8,8 +8,14 @@ which are up-converted to one v2 batch (Kafka 4.x rejects them; old clients stil
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.config import LONG_MAX
 from grete.broker.context import CloseConnection, RequestContext
+from grete.broker.partition import Partition
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceRequest, ProduceResponse
@@ -21,7 +27,8 @@ PartitionResponse = ProduceResponse.PartitionProduceResponse
 
 
 @api(0, 0, 9)
-def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+def handle(ctx: RequestContext,
+           request: ProduceRequest) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse] | None:
     broker = ctx.broker
     acks = request.acks
     now_ms = broker.now_ms()
@@ -29,12 +36,26 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | No
     failed = False
     errors = broker.metrics.api(0).errors  # Kafka's ErrorsPerSec counts each partition's error
     topics = []
+    replicating: list[Replicating] = []
+    denied: set[str] = set()
+    if broker.authorizer is not None:
+        if request.transactional_id is not None and not allowed(
+                ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+            if acks == 0:
+                raise CloseConnection("acks=0 produce refused: transactional id not authorized")
+            return _refused(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = {t.name for t in request.topic_data if not allowed(ctx, Op.WRITE, Res.TOPIC, t.name)}
     for topic_data in request.topic_data:
         responses = []
         for part in topic_data.partition_data:
-            response = _append(ctx, topic_data.name, part, acks, now_ms, full)
+            if topic_data.name in denied:
+                response = _error(KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED), [], part.index)
+            else:
+                response = _append(ctx, topic_data.name, part, acks, now_ms, full, replicating,
+                                   request.transactional_id)
             failed = failed or response.error_code != 0
-            errors[response.error_code] = errors.get(response.error_code, 0) + 1
+            if not (replicating and replicating[-1][0] is response):
+                errors[response.error_code] = errors.get(response.error_code, 0) + 1
             responses.append(response)
         topics.append(ProduceResponse.TopicProduceResponse(name=topic_data.name,
                                                            partition_responses=responses))
@@ -42,11 +63,35 @@ def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | No
         if failed:
             raise CloseConnection("acks=0 produce failed")
         return None
+    if replicating:
+        return _await_replication(ctx, ProduceResponse(responses=topics), replicating, request.timeout_ms)
     return ProduceResponse(responses=topics)
 
 
+# acks=all in a cluster: (the partition's answer, its partition, the offset the ISR must reach)
+Replicating = tuple[PartitionResponse, Partition, int]
+
+
+async def _await_replication(ctx: RequestContext, response: ProduceResponse, replicating: list[Replicating],
+                             timeout_ms: int) -> ProduceResponse:
+    """Kafka's DelayedProduce: answer once every partition's high watermark has passed the appended
+    batch (parked futures on the partitions, no polling), or with the error it came to."""
+    outcomes = await asyncio.gather(*(partition.wait_for_replication(offset, timeout_ms)
+                                      for _, partition, offset in replicating))
+    errors = ctx.broker.metrics.api(0).errors
+    for (answer, _, _), outcome in zip(replicating, outcomes, strict=True):
+        errors[outcome] = errors.get(outcome, 0) + 1
+        if outcome != ErrorCode.NONE:
+            answer.error_code = outcome
+            answer.error_message = None
+            if outcome != ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+                answer.base_offset = answer.log_append_time_ms = answer.log_start_offset = -1
+    return response
+
+
 def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProduceData, acks: int,
-            now_ms: int, full: bool) -> ProduceResponse.PartitionProduceResponse:
+            now_ms: int, full: bool, replicating: list[Replicating],
+            transactional_id: str | None = None) -> ProduceResponse.PartitionProduceResponse:
     try:
         if acks not in (-1, 0, 1):
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -66,8 +111,10 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
             deep=full or cfg.compact or bounded)
-        if batch.is_transactional:
+        if batch.is_transactional and ctx.broker.coordinates_transactions_of(transactional_id):
             _verify_transaction(ctx, batch, topic, part.index)
+        if acks == -1:
+            partition.check_enough_replicas()
         result = partition.append(batch, now_ms)
         ctx.broker.metrics.produced(topic, batch.records_count, batch.size)
     except RecordValidationError as exc:
@@ -78,9 +125,19 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
     except KafkaError as exc:
         ctx.broker.metrics.produce_failed(topic, _records_bytes(part))
         return _error(exc, [], part.index)
-    return PartitionResponse(index=part.index, error_code=0, base_offset=result.base_offset,
-                             log_append_time_ms=result.log_append_time,
-                             log_start_offset=result.log_start_offset)
+    answer = PartitionResponse(index=part.index, error_code=0, base_offset=result.base_offset,
+                               log_append_time_ms=result.log_append_time,
+                               log_start_offset=result.log_start_offset)
+    if acks == -1 and partition.replicated and len(partition.replicas) > 1:
+        replicating.append((answer, partition, result.last_offset + 1))
+    return answer
+
+
+def _refused(request: ProduceRequest, code: ErrorCode) -> ProduceResponse:
+    """Every partition refused with ``code`` (a transactional id the principal may not write)."""
+    return ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+        name=t.name, partition_responses=[_error(KafkaError(code), [], p.index) for p in t.partition_data])
+        for t in request.topic_data])
 
 
 def _verify_transaction(ctx: RequestContext, batch: RecordBatch, topic: str, index: int) -> None:

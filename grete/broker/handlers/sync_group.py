@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import SyncGroupRequest, SyncGroupResponse
 
 
 @api(14, 0, 5)
 async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
+        return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")
     result = await ctx.broker.group_coordinator.sync_group(
         group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
         group_instance_id=request.group_instance_id, protocol_type=request.protocol_type,

@@ -5,6 +5,7 @@ become visible to OffsetFetch when the transaction commits."""
 
 from __future__ import annotations
 
+from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.handlers.offset_commit import split_unknown
 from grete.broker.registry import api
@@ -19,8 +20,16 @@ async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOff
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
                for topic in request.topics for p in topic.partitions]
-    known, errors = split_unknown(ctx, commits)
-    error = _verify(ctx, request)
+    refused = _refused(ctx, request)
+    if refused is not None:
+        known: list[OffsetCommit] = []
+        errors = {(c.topic, c.partition): int(refused) for c in commits}
+    else:
+        denied = {c.topic for c in commits if not allowed(ctx, Op.READ, Res.TOPIC, c.topic)}
+        known, errors = split_unknown(ctx, [c for c in commits if c.topic not in denied])
+        errors.update({(c.topic, c.partition): int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                       for c in commits if c.topic in denied})
+    error = _verify(ctx, request) if refused is None else ErrorCode.NONE
     if error is not ErrorCode.NONE:
         errors.update({(c.topic, c.partition): error for c in known})
     elif known:
@@ -36,6 +45,14 @@ async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOff
         for topic in request.topics])
 
 
+def _refused(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode | None:
+    if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    return None
+
+
 def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
     if not request.group_id:
         return ErrorCode.INVALID_GROUP_ID
@@ -44,5 +61,7 @@ def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
     if error is not None:
         return error
     offsets_partition = (OFFSETS_TOPIC, coordinator.partition_for(request.group_id))
+    if not ctx.broker.coordinates_transactions_of(request.transactional_id):
+        return ErrorCode.NONE  # its coordinator is on another broker: not verified (see Broker)
     return ctx.broker.txn_coordinator.verify_partition(
         request.producer_id, request.producer_epoch, offsets_partition)

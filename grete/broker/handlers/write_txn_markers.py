@@ -1,12 +1,20 @@
-"""WriteTxnMarkers (27): COMMIT/ABORT markers written on request. Kafka's coordinators send it to
-partition leaders; on one node grete's coordinator writes its markers directly, so here it serves
-``kafka-transactions.sh abort`` (Admin.abortTransaction), which ends a hanging transaction.
+"""WriteTxnMarkers (27): COMMIT/ABORT markers written on request. Transaction coordinators send it to
+the leaders of partitions they do not lead themselves (in a cluster); it also serves
+``kafka-transactions.sh abort`` (Admin.abortTransaction), which ends a hanging transaction. Only a
+leader writes a marker, and in a cluster it answers once the ISR has it, as Kafka appends markers
+with acks=all.
 
 v2 (KIP-1228) adds a transaction version per marker for transaction version 2: not offered."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
+from grete.broker.partition import Partition
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
@@ -17,21 +25,47 @@ from grete.protocol.topics import OFFSETS_TOPIC
 Result = WriteTxnMarkersResponse.WritableTxnMarkerResult
 TopicResult = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
 PartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
+MARKER_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms for the coordinator's marker requests
+
+
+Replicating = tuple[PartitionResult, Partition, int]
 
 
 @api(27, 0, 1)
-def handle(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+def handle(ctx: RequestContext,
+           request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse | Coroutine[Any, Any, WriteTxnMarkersResponse]:
     results = []
+    replicating: list[Replicating] = []
     for marker in request.markers:
-        topics = [TopicResult(name=topic.name, partitions=[
-            PartitionResult(partition_index=index, error_code=_write(ctx, marker, topic.name, index))
-            for index in topic.partition_indexes]) for topic in marker.topics]
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                answer = PartitionResult(partition_index=index, error_code=0)
+                answer.error_code = _write(ctx, marker, topic.name, index, answer, replicating)
+                partitions.append(answer)
+            topics.append(TopicResult(name=topic.name, partitions=partitions))
         results.append(Result(producer_id=marker.producer_id, topics=topics))
-    return WriteTxnMarkersResponse(markers=results)
+    response = WriteTxnMarkersResponse(markers=results)
+    if replicating:
+        return _await_replication(response, replicating)
+    return response
 
 
-def _write(ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int) -> int:
+async def _await_replication(response: WriteTxnMarkersResponse,
+                             replicating: list[Replicating]) -> WriteTxnMarkersResponse:
+    outcomes = await asyncio.gather(*(p.wait_for_replication(offset, MARKER_TIMEOUT_MS)
+                                      for _, p, offset in replicating))
+    for (answer, _, _), outcome in zip(replicating, outcomes, strict=True):
+        answer.error_code = outcome
+    return response
+
+
+def _write(ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int,
+           answer: PartitionResult, replicating: list[Replicating]) -> int:
     broker = ctx.broker
+    if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     partition = broker.partitions.get((topic, index))
     if partition is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -39,9 +73,11 @@ def _write(ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker
     batch = build_end_txn_marker(marker.producer_id, marker.producer_epoch, marker.transaction_result,
                                  marker.coordinator_epoch, now)
     try:
-        partition.append(RecordBatch(batch), now)
+        result = partition.append(RecordBatch(batch), now)
     except KafkaError as exc:
         return exc.code
     if topic == OFFSETS_TOPIC:
         broker.group_coordinator.complete_txn(index, marker.producer_id, marker.transaction_result)
+    if partition.replicated and len(partition.replicas) > 1:
+        replicating.append((answer, partition, result.last_offset + 1))
     return ErrorCode.NONE

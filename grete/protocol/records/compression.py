@@ -195,6 +195,28 @@ def xxh32_short(data: bytes, seed: int = 0) -> int:
     return h ^ (h >> 16)
 
 
+def lz4_descriptor_problem(frame: Buffer) -> str | None:
+    """What Kafka's lz4 reader (Lz4BlockInputStream's FLG/BD checks) refuses in a frame descriptor,
+    or None. It reads only frames of version 01 with independent blocks, no dictionary id, and a
+    block size of 64 KB-4 MB; a standard LZ4 frame with linked blocks (lz4js writes those) is valid
+    LZ4 but not something Kafka stores or a Java consumer could read."""
+    view = memoryview(frame)
+    if len(view) < 6 or bytes(view[:4]) != _LZ4_MAGIC:
+        return None  # not a frame at all: decoding reports it
+    flg, bd = view[4], view[5]
+    if flg & 0x03:
+        return "lz4 frame: FLG reserved bits (and dictionary id) must be 0"
+    if not flg & 0x20:
+        return "lz4 frame: dependent block stream is unsupported (BLOCK_INDEPENDENCE must be set)"
+    if flg >> 6 != 1:
+        return f"lz4 frame: version {flg >> 6} is unsupported"
+    if bd & 0x8F:
+        return "lz4 frame: BD reserved bits must be 0"
+    if not 4 <= (bd >> 4) & 7 <= 7:
+        return f"lz4 frame: block size value {(bd >> 4) & 7} is not between 4 and 7"
+    return None
+
+
 def lz4_set_header_checksum(frame: Buffer, broken: bool) -> bytes:
     """Rewrite an lz4 frame's header checksum: Kafka's broken v0 variant, or the standard one."""
     data = bytes(frame)

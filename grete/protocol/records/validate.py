@@ -163,6 +163,13 @@ def _check_v2_fields(batch: RecordBatch) -> None:
                     f"invalid sequence number {batch.base_sequence} in batch with producerId {batch.producer_id}")
     if batch.timestamp_type == 1:
         raise _fail(ErrorCode.INVALID_TIMESTAMP, "producer should not set timestamp type to LogAppendTime")
+    if batch.compression == codecs.LZ4:
+        # Kafka's lz4 reader throws a RuntimeException on these, which the produce path answers
+        # with UNKNOWN_SERVER_ERROR (not CORRUPT_MESSAGE); storing the batch would leave records a
+        # Java consumer cannot read.
+        problem = codecs.lz4_descriptor_problem(batch.records_view)
+        if problem is not None:
+            raise _fail(ErrorCode.UNKNOWN_SERVER_ERROR, problem)
 
 
 def _validate_v2_records(batch: RecordBatch, *, compacted: bool, bounds: tuple[int, int] | None,

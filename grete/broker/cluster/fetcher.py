@@ -1,0 +1,220 @@
+"""Followers fetching from their leaders (Kafka's ReplicaFetcherManager / ReplicaFetcherThread):
+one fetcher per leader broker, each a task that long-polls the leader with Fetch as a replica
+(replica id = this broker) for every partition it follows there, and appends what comes back as is.
+
+Truncation follows KIP-320's truncate-on-fetch: each fetch names the epoch of the last batch this
+replica holds; a leader whose log went elsewhere after that epoch answers with a diverging epoch,
+and the follower cuts its log back to where the two agree, then fetches again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.broker.config import BrokerConfig
+from grete.broker.partition import Partition
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from grete.storage import KafkaStorageException
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 12  # replica id in the body, last fetched epoch and diverging epochs (KIP-320)
+LIST_OFFSETS_VERSION = 7
+EARLIEST, LATEST = -2, -1
+PartitionKey = tuple[str, int]
+
+
+@dataclass
+class _Followed:
+    partition: Partition
+    delayed_until: float = 0.0  # after an error: not fetched again before this (monotonic) time
+
+
+@dataclass
+class ReplicaFetcher:
+    leader_id: int
+    host: str
+    port: int
+    broker_id: int
+    config: BrokerConfig
+    partitions: dict[PartitionKey, _Followed] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def start(self) -> None:
+        self.peer = PeerConnection(self.host, self.port, f"replica-fetcher-{self.broker_id}-{self.leader_id}",
+                                   timeout_s=self.config.get_int("replica.socket.timeout.ms") / 1000)
+        self.task = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        self.peer.close()
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[(partition.topic, partition.index)] = _Followed(partition)
+        self._wake.set()
+
+    def remove(self, key: PartitionKey) -> None:
+        self.partitions.pop(key, None)
+
+    async def _run(self) -> None:
+        backoff_s = self.config.get_int("replica.fetch.backoff.ms") / 1000
+        while True:
+            now = time.monotonic()
+            ready = {k: f for k, f in self.partitions.items()
+                     if f.delayed_until <= now and f.partition.online and not f.partition.is_leader}
+            if not ready:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), backoff_s)
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                response = await self.peer.call(self._request(ready), FETCH_VERSION)
+            except PeerError as exc:
+                log.info("fetching from broker %d failed: %s", self.leader_id, exc)
+                await asyncio.sleep(backoff_s)
+                continue
+            if response.error_code != 0:
+                log.info("broker %d refused the fetch: %s", self.leader_id, ErrorCode(response.error_code).name)
+                await asyncio.sleep(backoff_s)
+                continue
+            for topic in response.responses:
+                for data in topic.partitions:
+                    followed = ready.get((topic.topic, data.partition_index))
+                    if followed is not None and self.partitions.get((topic.topic, data.partition_index)) is followed:
+                        await self._process(followed, data, backoff_s)
+
+    def _request(self, ready: dict[PartitionKey, _Followed]) -> FetchRequest:
+        by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
+        max_bytes = self.config.get_int("replica.fetch.max.bytes")
+        for (topic, index), followed in sorted(ready.items()):
+            p = followed.partition
+            by_topic.setdefault(topic, []).append(FetchRequest.FetchPartition(
+                partition=index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
+                last_fetched_epoch=p.latest_epoch(), log_start_offset=p.log_start_offset,
+                partition_max_bytes=max_bytes))
+        return FetchRequest(
+            replica_id=self.broker_id, max_wait_ms=self.config.get_int("replica.fetch.wait.max.ms"),
+            min_bytes=self.config.get_int("replica.fetch.min.bytes"),
+            max_bytes=self.config.get_int("replica.fetch.response.max.bytes"), isolation_level=0,
+            session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
+
+    async def _process(self, followed: _Followed, data: FetchResponse.PartitionData, backoff_s: float) -> None:
+        partition = followed.partition
+        if partition.is_leader or not partition.online:
+            return
+        try:
+            if data.error_code == ErrorCode.NONE:
+                diverging = data.diverging_epoch
+                if diverging.epoch >= 0:
+                    self._truncate_to_leader(partition, diverging.epoch, diverging.end_offset)
+                    return
+                records = data.records if isinstance(data.records, bytes | bytearray | memoryview) else b""
+                partition.follower_append(records, data.high_watermark, data.log_start_offset, _now_ms())
+            elif data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                log.info("%s-%d: fetch offset %d out of range on broker %d", partition.topic, partition.index,
+                         partition.log_end_offset, self.leader_id)
+                await self._reset_out_of_range(partition)
+            else:
+                # FENCED/UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER...: the next LeaderAndIsr settles it.
+                followed.delayed_until = time.monotonic() + backoff_s
+        except (KafkaError, KafkaStorageException, ValueError) as exc:
+            log.error("replicating %s-%d from broker %d failed: %s", partition.topic, partition.index,
+                      self.leader_id, exc)
+            followed.delayed_until = time.monotonic() + backoff_s
+
+    def _truncate_to_leader(self, partition: Partition, leader_epoch: int, leader_end_offset: int) -> None:
+        """KIP-279: cut the log where it and the leader's agree: the leader's end of ``leader_epoch``
+        if this replica has that epoch too, else the end of the largest epoch below it here (and the
+        next fetch narrows it further)."""
+        epoch, end = partition.end_offset_for_epoch(leader_epoch)
+        target = min(leader_end_offset, end) if epoch == leader_epoch else end
+        if epoch < 0 or end < 0:
+            target = min(leader_end_offset, partition.high_watermark)
+        target = min(target, partition.log_end_offset)
+        log.info("truncating %s-%d to %d (leader's epoch %d ends at %d)", partition.topic, partition.index,
+                 target, leader_epoch, leader_end_offset)
+        partition.truncate_to(max(target, 0))
+
+    async def _reset_out_of_range(self, partition: Partition) -> None:
+        """The leader has not got our fetch offset: past its end (an unclean election) we cut back to
+        it; below its start we start over at its start (Kafka's handleOutOfRangeError)."""
+        latest = await self._leader_offset(partition, LATEST)
+        if latest is not None and partition.log_end_offset > latest:
+            log.info("%s-%d: cutting back to the leader's log end %d (from %d)", partition.topic, partition.index,
+                     latest, partition.log_end_offset)
+            partition.truncate_to(latest)
+            return
+        earliest = await self._leader_offset(partition, EARLIEST)
+        if earliest is not None:
+            log.info("%s-%d: starting over at the leader's log start %d", partition.topic, partition.index, earliest)
+            partition.truncate_fully_and_start_at(earliest)
+
+    async def _leader_offset(self, partition: Partition, timestamp: int) -> int | None:
+        request = ListOffsetsRequest(replica_id=self.broker_id, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=partition.topic, partitions=[
+                ListOffsetsRequest.ListOffsetsPartition(partition_index=partition.index,
+                                                        current_leader_epoch=partition.leader_epoch,
+                                                        timestamp=timestamp)])])
+        try:
+            response: ListOffsetsResponse = await self.peer.call(request, LIST_OFFSETS_VERSION)
+        except PeerError:
+            return None
+        answer = response.topics[0].partitions[0]
+        return int(answer.offset) if answer.error_code == 0 else None
+
+
+class ReplicaFetcherManager:
+    """The fetchers of this broker, one per leader it follows partitions of."""
+
+    def __init__(self, broker_id: int, config: BrokerConfig) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._leader_of: dict[PartitionKey, int] = {}
+
+    def follow(self, partition: Partition, leader_id: int, endpoint: tuple[str, int] | None) -> None:
+        key = (partition.topic, partition.index)
+        self.unfollow(key)
+        if endpoint is None:
+            log.warning("%s-%d: leader %d is not live; not fetching", partition.topic, partition.index, leader_id)
+            return
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is None or (fetcher.host, fetcher.port) != endpoint:
+            if fetcher is not None:
+                fetcher.stop()
+            fetcher = ReplicaFetcher(leader_id, endpoint[0], endpoint[1], self.broker_id, self.config)
+            fetcher.start()
+            self._fetchers[leader_id] = fetcher
+        fetcher.add(partition)
+        self._leader_of[key] = leader_id
+
+    def unfollow(self, key: PartitionKey) -> None:
+        leader_id = self._leader_of.pop(key, None)
+        fetcher = self._fetchers.get(leader_id) if leader_id is not None else None
+        if fetcher is not None:
+            fetcher.remove(key)
+            if not fetcher.partitions:
+                fetcher.stop()
+                del self._fetchers[fetcher.leader_id]
+
+    def shutdown(self) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.stop()
+        self._fetchers.clear()
+        self._leader_of.clear()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+

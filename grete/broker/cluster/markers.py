@@ -1,0 +1,115 @@
+"""Transaction markers in a cluster (Kafka's TransactionMarkerChannelManager): the coordinator writes
+COMMIT/ABORT markers itself to the partitions this broker leads, and sends WriteTxnMarkers (v1, as
+Kafka 3.9 does) to the leaders of the others, again and again until each has written its marker
+or its topic is gone. The transaction completes when the last one has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from grete.broker.broker import Broker
+from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.coordinator.txn import MarkerWriter
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+
+log = logging.getLogger(__name__)
+
+WRITE_TXN_MARKERS_VERSION = 1
+RETRY_BACKOFF_S = 0.1
+TopicPartition = tuple[str, int]
+
+
+class ClusterMarkerWriter:
+    def __init__(self, broker: Broker, local: MarkerWriter, listener: str) -> None:
+        self.broker = broker
+        self.local = local
+        self.listener = listener
+        self._peers: dict[int, PeerConnection] = {}
+
+    def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      partitions: Iterable[TopicPartition]) -> asyncio.Future[None] | None:
+        mine, theirs = self._split(partitions)
+        self.local.write_markers(producer_id, producer_epoch, commit, coordinator_epoch, mine)
+        if not theirs:
+            return None
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        marker = (producer_id, producer_epoch, commit, coordinator_epoch)
+        asyncio.ensure_future(self._send_until_written(marker, set(theirs), done))
+        return done
+
+    def _split(self, partitions: Iterable[TopicPartition]) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        mine: list[TopicPartition] = []
+        theirs: list[TopicPartition] = []
+        for tp in partitions:
+            hosted = self.broker.partitions.get(tp)
+            (mine if hosted is not None and hosted.is_leader else theirs).append(tp)
+        return mine, theirs
+
+    async def _send_until_written(self, marker: tuple[int, int, bool, int], pending: set[TopicPartition],
+                                  done: asyncio.Future[None]) -> None:
+        producer_id, producer_epoch, commit, coordinator_epoch = marker
+        while pending:
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in sorted(pending):
+                meta = self.broker.metadata.topic(tp[0])
+                if meta is None or tp[1] not in meta.partitions:
+                    pending.discard(tp)  # deleted: nothing left to mark
+                    continue
+                by_leader.setdefault(meta.partitions[tp[1]].leader, []).append(tp)
+            for leader, tps in by_leader.items():
+                if leader == self.broker.node_id:  # leadership came here meanwhile
+                    mine, _ = self._split(tps)
+                    self.local.write_markers(producer_id, producer_epoch, commit, coordinator_epoch, mine)
+                    pending.difference_update(mine)
+                    continue
+                written = await self._send(leader, marker, tps)
+                pending.difference_update(written)
+            if pending:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+        if not done.done():
+            done.set_result(None)
+
+    async def _send(self, leader: int, marker: tuple[int, int, bool, int], tps: list[TopicPartition]) -> list[TopicPartition]:
+        """The partitions whose leader wrote the marker (or no longer has the topic)."""
+        endpoint = self.broker.broker_endpoint(leader, self.listener)
+        if endpoint is None:
+            return []  # no leader now: wait for one
+        peer = self._peers.get(leader)
+        if peer is None or (peer.host, peer.port) != (endpoint.host, endpoint.port):
+            peer = self._peers[leader] = PeerConnection(endpoint.host, endpoint.port,
+                                                        f"txn-markers-{self.broker.node_id}")
+        producer_id, producer_epoch, commit, coordinator_epoch = marker
+        topics: dict[str, list[int]] = {}
+        for topic, index in tps:
+            topics.setdefault(topic, []).append(index)
+        request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+            coordinator_epoch=coordinator_epoch,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                    for t, ps in topics.items()])])
+        try:
+            response: WriteTxnMarkersResponse = await peer.call(request, WRITE_TXN_MARKERS_VERSION)
+        except PeerError as exc:
+            log.info("markers of producer %d to broker %d: %s", producer_id, leader, exc)
+            return []
+        written: list[TopicPartition] = []
+        for result in response.markers:
+            for answered in result.topics:
+                for p in answered.partitions:
+                    if p.error_code == ErrorCode.NONE:
+                        written.append((answered.name, p.partition_index))
+                    elif p.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                              ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                                              ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR):
+                        log.error("broker %d refused the marker of producer %d for %s-%d: %s", leader, producer_id,
+                                  answered.name, p.partition_index, ErrorCode(p.error_code).name)
+                        written.append((answered.name, p.partition_index))  # Kafka gives up on these too
+        return written
+
+    def close(self) -> None:
+        for peer in self._peers.values():
+            peer.close()

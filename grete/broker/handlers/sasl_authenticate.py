@@ -1,0 +1,22 @@
+"""SaslAuthenticate (36): one SASL token each way. v1+ carry the session lifetime (KIP-368) once the
+exchange completes. A failed exchange is answered with SASL_AUTHENTICATION_FAILED and a message,
+then the connection is closed; on a listener without SASL, ILLEGAL_SASL_STATE as in Kafka."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import SaslAuthenticateRequest, SaslAuthenticateResponse
+
+
+@api(36, 0, 2)
+def handle(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
+    sasl = ctx.session.sasl
+    if sasl is None:
+        return SaslAuthenticateResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE,
+                                        error_message="SaslAuthenticate request received after successful "
+                                                      "authentication", auth_bytes=b"")
+    result = sasl.authenticate(bytes(request.auth_bytes))
+    return SaslAuthenticateResponse(error_code=result.error_code, error_message=result.error_message,
+                                    auth_bytes=result.auth_bytes, session_lifetime_ms=result.session_lifetime_ms)
