@@ -11,9 +11,6 @@ from cluster_targets import ClusterTarget
 
 CLUSTER_OVERRIDES = {"auto.leader.rebalance.enable": "false"}  # only the tools move leaders here
 
-SINGLE_NODE_ELECT = ("grete's ElectLeaders handler is still the single-node one (grete/broker/handlers/"
-                     "elect_leaders.py): every named partition answers ELECTION_NOT_NEEDED")
-NO_REPLICATION = "grete brokers do not replicate yet: a restarted replica never returns to the ISR"
 SINGLE_NODE_REASSIGN = ("grete's AlterPartitionReassignments handler is still the single-node one (grete/broker/"
                         "handlers/alter_partition_reassignments.py): any broker but the receiving one is "
                         "'not registered'")
@@ -49,7 +46,6 @@ def preferred_on_a_follower(target: ClusterTarget, name: str) -> tuple[int, int]
     return partition, view.replicas[0]
 
 
-@pytest.mark.grete_xfail(reason=SINGLE_NODE_ELECT + ", even when the leader is not the preferred replica")
 def test_preferred_election_with_the_preferred_replica_stopped(cluster_target: ClusterTarget) -> None:
     name = h.unique("elect-down")
     partition, victim = preferred_on_a_follower(cluster_target, name)
@@ -66,7 +62,6 @@ def test_preferred_election_with_the_preferred_replica_stopped(cluster_target: C
         restart(cluster_target, victim)
 
 
-@pytest.mark.grete_xfail(reason=NO_REPLICATION + "; and " + SINGLE_NODE_ELECT)
 def test_preferred_election_after_a_restart(cluster_target: ClusterTarget) -> None:
     name = h.unique("elect")
     partition, victim = preferred_on_a_follower(cluster_target, name)

@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import cluster_helpers as h
-import pytest
 from cluster_targets import ClusterTarget
 
 # Leaders must stay where the failure put them while a test looks (Kafka's rebalance check would
@@ -87,8 +86,6 @@ def test_sigterm_moves_leadership_before_the_broker_leaves(cluster_target: Clust
         zk.stop()
 
 
-@pytest.mark.grete_xfail(reason="grete brokers do not replicate yet (issue #15 leaves it to the next issue): "
-                                "a restarted follower never returns to the ISR")
 def test_restarted_broker_returns_to_every_isr(cluster_target: ClusterTarget) -> None:
     name = h.unique("back")
     created = h.create_topic(cluster_target.bootstrap, name, partitions=3, replication=3)

@@ -52,9 +52,6 @@ def joins_and_takes_over(target: ClusterTarget, joiner: Any) -> None:
         broker.stop(30)
 
 
-@pytest.mark.grete_xfail(reason="grete's /feature finalizes kraft.version at level 0, which Kafka 3.9.2's "
-                                "FeatureZNode.decode rejects (maxValue >= 1): a Kafka controller fails over, "
-                                "resigns and re-elects itself in a loop")
 def test_a_kafka_broker_joins_and_takes_over_as_controller(cluster_target: ClusterTarget, tmp_path: Path,
                                                            restore: None) -> None:
     from tools.reference_kafka_zk import KafkaZkCluster

@@ -68,8 +68,6 @@ def test_topic_with_three_replicas_described_by_admin_and_kafka_topics(cluster_t
         assert (state["leader"], tuple(state["isr"]), state["leader_epoch"]) == (created[p].leader, created[p].isr, 0)
 
 
-@pytest.mark.grete_xfail(reason="grete places added partitions from a random start (Broker.add_partitions calls "
-                           "assign_replicas without start=), not from partition 0's first replica as Kafka does")
 def test_added_partitions_continue_the_leader_rotation(cluster_target: ClusterTarget) -> None:
     """Kafka places added partitions from partition 0's first replica on (AdminZkClient.addPartitions with a
     fixed start index), so preferred leaders keep rotating through the brokers in id order."""
