@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--root", default="", help="another grete checkout to run instead of this one")
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--prefix", default="", help="command prefix for the broker (a profiler)")
+    parser.add_argument("--records", type=int, default=1, help="100-byte records per produced batch")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -97,7 +98,8 @@ def main() -> None:
                         raise
                     time.sleep(0.05)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            batch = bytes(build_batch([Record(0, 0, None, b"x" * 100)], base_timestamp=int(time.time() * 1000)))
+            batch = bytes(build_batch([Record(i, 0, None, b"x" * 100) for i in range(args.records)],
+                                      base_timestamp=int(time.time() * 1000)))
             produce = ProduceRequest(acks=1, timeout_ms=30000, topic_data=[ProduceRequest.TopicProduceData(
                 name="bench", partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
             create = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
@@ -110,9 +112,10 @@ def main() -> None:
             fetch = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
                                  session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(
                                      topic="bench", partitions=[FetchRequest.FetchPartition(
-                                         partition=0, fetch_offset=len(warm) + args.requests, partition_max_bytes=1 << 20)])])
+                                         partition=0, fetch_offset=(len(warm) + args.requests) * args.records,
+                                         partition_max_bytes=1 << 20)])])
             fetch_us = run(sock, [frame(1, 12, i, fetch) for i in range(args.requests)], child.pid)
-            print(json.dumps({"root": str(root), "requests": args.requests,
+            print(json.dumps({"root": str(root), "requests": args.requests, "records_per_batch": args.records,
                               "produce_cpu_us_per_request": round(produce_us, 2),
                               "fetch_cpu_us_per_request": round(fetch_us, 2)}))
             sock.close()

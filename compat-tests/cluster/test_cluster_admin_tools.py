@@ -6,14 +6,10 @@ import json
 from pathlib import Path
 
 import cluster_helpers as h
-import pytest
 from cluster_targets import ClusterTarget
 
 CLUSTER_OVERRIDES = {"auto.leader.rebalance.enable": "false"}  # only the tools move leaders here
 
-SINGLE_NODE_REASSIGN = ("grete's AlterPartitionReassignments handler is still the single-node one (grete/broker/"
-                        "handlers/alter_partition_reassignments.py): any broker but the receiving one is "
-                        "'not registered'")
 
 
 def elected(out: str, prefix: str) -> set[str]:
@@ -93,7 +89,6 @@ def test_preferred_election_after_a_restart(cluster_target: ClusterTarget) -> No
     assert elected(again, "Valid replica already elected for partitions") == {f"{name}-{partition}"}, again
 
 
-@pytest.mark.grete_xfail(reason=SINGLE_NODE_REASSIGN)
 def test_reassignment_moves_a_replica(cluster_target: ClusterTarget, tmp_path: Path) -> None:
     name = h.unique("move")
     created = h.create_topic(cluster_target.bootstrap, name, partitions=1, replication=2)

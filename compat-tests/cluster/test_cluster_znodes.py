@@ -29,11 +29,6 @@ ALPHA, BETA = "zk-alpha", "zk-beta"
 KAFKA_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
 
 
-ACL_CHANGE_ZNODES = ("grete creates /kafka-acl-changes and /kafka-acl-extended-changes at start-up even without "
-                     "an authorizer (MetadataCache._load_security); Kafka 3.9.2 without authorizer.class.name "
-                     "creates no /kafka-acl* znode")
-
-
 @dataclass
 class Captured:
     nodes: dict[str, h.Znode]
@@ -136,7 +131,6 @@ def shape(c: Captured) -> dict[str, tuple[bool, int]]:
 
 # --- the comparisons ---------------------------------------------------------------------------
 
-@pytest.mark.grete_xfail(reason=ACL_CHANGE_ZNODES)
 def test_the_same_znodes_exist(both: tuple[Captured, Captured]) -> None:
     mine, ref = both
     assert {p: n.ephemeral for p, n in mine.nodes.items()} == {p: n.ephemeral for p, n in ref.nodes.items()}
@@ -149,7 +143,6 @@ def test_container_znodes_hold_null_data(both: tuple[Captured, Captured]) -> Non
     assert {p: mine.nodes[p].data for p in sorted(empty) if p in mine.nodes} == {p: None for p in sorted(empty)}
 
 
-@pytest.mark.grete_xfail(reason=ACL_CHANGE_ZNODES)
 def test_znode_versions_agree(both: tuple[Captured, Captured]) -> None:
     """zkVersions are fencing tokens (partition epoch, controller epoch): the same writes, the same versions."""
     mine, ref = both

@@ -89,6 +89,7 @@ class Broker:
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
         self.metrics = BrokerMetrics()
+        self.replicas.isr_changed = self.metrics.isr_changed
         # Static settings read on every request, parsed once.
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.producer_ids = ProducerIdManager(self.metadata)

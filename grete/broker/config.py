@@ -197,6 +197,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("log.cleaner.io.max.bytes.per.second", DOUBLE, "1.7976931348623157E308"),
     _d("num.replica.fetchers", INT, "1", minimum=1),
     _d("replica.lag.time.max.ms", LONG, "30000", minimum=1),
+    _d("replica.selector.class", STR, None, "fetch from follower (KIP-392): "
+       "org.apache.kafka.common.replica.RackAwareReplicaSelector; empty: consumers read from leaders"),
     _d("replica.fetch.wait.max.ms", INT, "500", minimum=0),
     _d("replica.fetch.min.bytes", INT, "1", minimum=1),
     _d("replica.fetch.max.bytes", INT, "1048576", minimum=0),

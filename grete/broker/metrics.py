@@ -88,6 +88,12 @@ class BrokerMetrics:
         self.isr_shrinks = 0
         self.isr_expands = 0
 
+    def isr_changed(self, before: int, after: int) -> None:
+        if after < before:
+            self.isr_shrinks += 1
+        else:
+            self.isr_expands += 1
+
     def topic(self, name: str) -> TopicCounters:
         counters = self.topics.get(name)
         if counters is None:

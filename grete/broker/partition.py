@@ -32,7 +32,7 @@ LOG_APPEND_TIME = 1
 class Partition:
     __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
                  "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
-                 "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id")
+                 "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
                  is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0,
@@ -60,6 +60,9 @@ class Partition:
         self._epoch_start_offset = log.log_end_offset
         # Where an ISR change goes (the cluster's AlterPartition sender); None on the single node.
         self.alter_isr: Callable[[Partition, list[int]], None] | None = None
+        # Told (old size, new size) of each ISR change the controller accepted (the metrics'
+        # IsrShrinksPerSec / IsrExpandsPerSec).
+        self.isr_changed: Callable[[int, int], None] | None = None
         if replicated:
             log.hw_follows_leo = False  # the ISR moves it (Partition._advance_high_watermark)
             return  # the controller's LeaderAndIsr sets epoch, leadership and ISR
@@ -180,6 +183,15 @@ class Partition:
             self._propose_isr(self.isr + [replica_id])
         self._advance_high_watermark()
 
+    def read_replicas(self, fetch_offset: int) -> list[int]:
+        """Followers in the ISR that hold ``fetch_offset`` (KIP-392's candidates to serve a read)."""
+        return [r for r, f in self._followers.items()
+                if r in self.isr and f.log_end_offset >= fetch_offset]
+
+    def follower_log_end(self, replica: int) -> int:
+        follower = self._followers.get(replica)
+        return follower.log_end_offset if follower is not None else -1
+
     def maybe_shrink_isr(self, now_ms: int, lag_max_ms: int) -> None:
         """Followers in the ISR that have not caught up for ``replica.lag.time.max.ms`` leave it."""
         if not self.is_leader or self._pending_isr is not None:
@@ -202,6 +214,8 @@ class Partition:
             return
         if error == ErrorCode.NONE:
             if leader_epoch == self.leader_epoch and partition_epoch >= self.partition_epoch:
+                if self.isr_changed is not None and len(isr) != len(self.isr):
+                    self.isr_changed(len(self.isr), len(isr))
                 self.isr = list(isr)
                 self.partition_epoch = partition_epoch
             self._pending_isr = None
@@ -256,6 +270,11 @@ class Partition:
             else:
                 continue
             self._produce_waiters.remove(entry)
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """Where this leader's epoch began (its log end when it became leader)."""
+        return self._epoch_start_offset
 
     # --- the follower's side --------------------------------------------------------------------
     def latest_epoch(self) -> int:

@@ -69,6 +69,7 @@ class ReplicaManager:
         self.followers: Followers | None = None  # set by the node in a cluster
         # The cluster's AlterPartition sender: a leader's proposed ISR goes to the controller.
         self.alter_isr: Callable[[Partition, list[int]], None] | None = None
+        self.isr_changed: Callable[[int, int], None] | None = None  # the broker's ISR metrics
         self.log_manager = log_manager
         self.metadata = metadata
         self._log_config_for = log_config_for
@@ -118,6 +119,16 @@ class ReplicaManager:
         if not partition.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{index} is led by broker {partition.leader_id}")
         return partition
+
+    def readable(self, topic: str, index: int, *, from_follower: bool) -> Partition:
+        """The partition for a consumer's fetch: the leader, or with ``from_follower`` (Fetch v11+,
+        KIP-392) a follower too, which serves up to its own high watermark."""
+        if not from_follower:
+            return self.partition(topic, index)
+        partition = self.partitions.get((topic, index))
+        if partition is not None and not partition.is_leader and partition.online and partition.leader_epoch >= 0:
+            return partition
+        return self.partition(topic, index)
 
     def is_offline(self, topic: str, index: int) -> bool:
         partition = self.partitions.get((topic, index))
@@ -190,6 +201,7 @@ class ReplicaManager:
                 partition = Partition(meta.name, index, meta.topic_id, log_, -1, is_leader=False,
                                       replicated=True, broker_id=self.node_id)
                 partition.alter_isr = self.alter_isr
+                partition.isr_changed = self.isr_changed
             else:
                 partition = Partition(meta.name, index, meta.topic_id, log_, epoch)
         except KafkaStorageException as exc:

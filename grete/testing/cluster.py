@@ -106,10 +106,12 @@ class GreteCluster:
     """ZooKeeper and brokers 1..N (``brokers[id]``), each broker's data in ``<dir>/broker-<id>``."""
 
     def __init__(self, directory: Path, zookeeper: ZooKeeperProcess, overrides: Mapping[str, str] | None = None,
-                 ports: Mapping[int, int] | None = None) -> None:
+                 ports: Mapping[int, int] | None = None,
+                 broker_overrides: Mapping[int, Mapping[str, str]] | None = None) -> None:
         self.directory = directory
         self.zookeeper = zookeeper
         self.overrides = dict(overrides or {})
+        self.broker_overrides = {b: dict(o) for b, o in (broker_overrides or {}).items()}
         self.ports = dict(ports or {})
         self.brokers: dict[int, BrokerProcess] = {}
 
@@ -130,6 +132,7 @@ class GreteCluster:
             "controlled.shutdown.retry.backoff.ms": "500",
         }
         items.update(self.overrides)
+        items.update(self.broker_overrides.get(broker_id, {}))
         return items
 
     def registered(self) -> list[int]:
@@ -185,14 +188,16 @@ class GreteCluster:
 @contextmanager
 def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides: Mapping[str, str] | None = None,
             ports: Mapping[int, int] | None = None, zookeeper_port: int | None = None,
-            keep: bool = False) -> Iterator[GreteCluster]:
+            keep: bool = False,
+            broker_overrides: Mapping[int, Mapping[str, str]] | None = None) -> Iterator[GreteCluster]:
     """ZooKeeper and ``brokers`` grete brokers (ids 1..N), stopped (and, unless ``keep`` or a
-    ``directory`` was given, removed) on exit."""
+    ``directory`` was given, removed) on exit. ``broker_overrides``: properties of single brokers
+    (e.g. ``{1: {"broker.rack": "a"}}``)."""
     scratch = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="grete-cluster-",
                                                                                   dir=scratch_root()))
     scratch.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperProcess(scratch, zookeeper_port)
-    running = GreteCluster(scratch, zookeeper, overrides, ports)
+    running = GreteCluster(scratch, zookeeper, overrides, ports, broker_overrides)
     try:
         zookeeper.start()
         for broker_id in range(1, brokers + 1):

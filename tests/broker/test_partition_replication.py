@@ -94,8 +94,11 @@ def test_isr_expands_when_caught_up_and_shrinks_when_stalled(tmp_path: Path) -> 
     assert proposals == []  # below the high watermark: not in sync yet
     p.update_follower(3, 2, 1000)
     assert proposals == [[1, 2, 3]]
+    changes: list[tuple[int, int]] = []
+    p.isr_changed = lambda before, after: changes.append((before, after))
     p.isr_change_answered(ErrorCode.NONE, 0, [1, 2, 3], 1)
     assert p.isr == [1, 2, 3] and p.partition_epoch == 1
+    assert changes == [(2, 3)]  # counted as an expansion (IsrExpandsPerSec)
     p.append(batch(), 2000)
     p.update_follower(2, 3, 2000)
     p.maybe_shrink_isr(40_000, 30_000)  # 3 last caught up at 1000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -9,7 +10,10 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from kazoo.client import KazooClient
 
+from grete.broker.cluster.controller import Controller, ControllerMoved, ControllerSettings
+from grete.broker.cluster.state import ControllerContext
 from grete.coordinator import zk_layout as zkl
+from grete.coordinator.zk_client import Op, ZkClient
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     ApiVersionsRequest,
@@ -200,3 +204,26 @@ def test_control_apis_advertised_and_fenced(grete_cluster: GreteCluster) -> None
     old_epoch = _wire.call(process.host, process.port, UpdateMetadataRequest(controller_id=9, controller_epoch=99,
                                                                              broker_epoch=1), UpdateMetadataResponse, 8)
     assert old_epoch.error_code == ErrorCode.STALE_BROKER_EPOCH
+
+
+def test_a_deposed_controller_cannot_write(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    """Two controllers never both act: every controller write is a multi that checks
+    /controller_epoch's version, so a controller that was elected before the current one (a
+    zombie after a long pause) fails its writes with ControllerMoved and changes nothing."""
+    current = zk.get("/controller_epoch")[1].version
+
+    async def attempt(fence_version: int) -> None:
+        client = ZkClient(grete_cluster.zookeeper.connect, session_timeout_ms=6000, connection_timeout_ms=10000)
+        await client.start()
+        try:
+            zombie = Controller(client, ControllerSettings(99, "PLAINTEXT"))
+            zombie.ctx = ControllerContext(epoch=0, epoch_zk_version=fence_version, controller_id=99)
+            await zombie._fenced([Op("create", "/grete-fence-probe", b"zombie")])
+        finally:
+            await client.close()
+    with pytest.raises(ControllerMoved):
+        asyncio.run(attempt(current - 1))
+    assert zk.exists("/grete-fence-probe") is None
+    asyncio.run(attempt(current))  # the current epoch's version passes the same check
+    assert zk.get("/grete-fence-probe")[0] == b"zombie"
+    zk.delete("/grete-fence-probe")

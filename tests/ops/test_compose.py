@@ -1,4 +1,4 @@
-"""docker/compose.yaml, validated (not run: grete's ZooKeeper cluster mode is not there yet).
+"""docker/compose.yaml, validated, and its brokers run as a cluster outside containers.
 
 Each broker's environment goes through the image's entrypoint into a server.properties that grete
 loads strictly (every key known, every value valid); ids, listeners, published ports, ZooKeeper and
@@ -7,14 +7,20 @@ the Prometheus targets must agree with each other."""
 from __future__ import annotations
 
 import re
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from grete.broker.config import BrokerConfig, read_properties
 from grete.broker.listeners import parse_listeners, security_protocol
+from grete.testing.cluster import ZooKeeperProcess, zookeeper_available
+from grete.testing.process import await_start, spawn
 
-from ._support import DOCKER, entrypoint
+from ._support import DOCKER, entrypoint, free_port
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the compose file")
 
@@ -85,3 +91,58 @@ def test_prometheus_is_optional_and_scrapes_every_broker(tmp_path):
         assert port is not None, url
         expected.add(f"{name}:{port.group(1)}")
     assert targets == expected
+
+
+@pytest.mark.slow
+def test_compose_brokers_run_as_a_cluster(tmp_path):
+    """The compose file's three brokers, as its environment configures them (through the image's
+    entrypoint), run as one cluster on Debian's ZooKeeper, outside containers: only hosts, ports
+    and the data dir are replaced by this machine's. RF 3 with min.insync.replicas 2 as configured."""
+    if zookeeper_available():
+        pytest.skip(zookeeper_available())
+    zookeeper = ZooKeeperProcess(tmp_path)
+    zookeeper.start()
+    processes = []
+    try:
+        ports = {(b, name): free_port() for b in BROKERS for name in ("INTERNAL", "EXTERNAL")}
+        hosts = {b: "127.0.0.1" for b in BROKERS}
+        bootstrap = []
+        for service in BROKERS:
+            environ = {k: str(v) for k, v in SERVICES[service]["environment"].items()}
+            environ["KAFKA_ZOOKEEPER_CONNECT"] = zookeeper.connect
+            for key in ("KAFKA_LISTENERS", "KAFKA_ADVERTISED_LISTENERS"):
+                environ[key] = ",".join(
+                    f"{name}://{'' if key == 'KAFKA_LISTENERS' else hosts[service]}:{ports[(service, name)]}"
+                    for name in ("INTERNAL", "EXTERNAL"))
+            environ.pop("KAFKA_METRICS_LISTENER", None)  # one port per broker would be needed
+            config = tmp_path / f"{service}.properties"
+            config.write_text(ep.render(environ, [], []) + f"log.dirs={tmp_path / service}\n")
+            log_path = tmp_path / f"{service}.log"
+            process = spawn([sys.executable, "-m", "grete.cli", "serve", str(config)], log_path)
+            processes.append(process)
+            await_start(process, tmp_path / service, log_path, 60)
+            bootstrap.append(f"127.0.0.1:{ports[(service, 'EXTERNAL')]}")
+        servers = ",".join(bootstrap)
+        admin = AdminClient({"bootstrap.servers": servers})
+        assert sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3]
+        admin.create_topics([NewTopic("compose", 3)])["compose"].result(30)  # default RF 3 from compose
+        described = admin.list_topics("compose", timeout=10).topics["compose"].partitions
+        assert all(len(p.replicas) == 3 for p in described.values())
+        producer = Producer({"bootstrap.servers": servers, "acks": "all"})
+        for i in range(30):
+            producer.produce("compose", value=f"v{i}".encode())
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": servers, "group.id": "compose", "auto.offset.reset": "earliest"})
+        consumer.subscribe(["compose"])
+        seen = set()
+        deadline = time.monotonic() + 60
+        while len(seen) < 30 and time.monotonic() < deadline:
+            seen |= {m.value() for m in consumer.consume(100, 0.5) if m.error() is None}
+        consumer.close()
+        assert len(seen) == 30
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(60)
+        zookeeper.stop()

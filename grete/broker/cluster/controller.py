@@ -81,6 +81,7 @@ class Controller:
         self._watching = False
         self._stopped = False
         self._rebalance_timer: asyncio.TimerHandle | None = None
+        self._targets: dict[TopicPartition, list[int]] = {}  # reassignments under way
 
     # --- lifecycle ---------------------------------------------------------------------------
     def startup(self) -> None:
@@ -186,6 +187,10 @@ class Controller:
         for topic in await self.zk.children(zk.BROKER_TOPICS):
             await self._load_topic(topic)
         self.ctx.deleting = set(await self.zk.children(zk.DELETE_TOPICS))
+        # Reassignments a previous controller started (the topic znodes' adding/removing lists).
+        self._targets = {(t, p): [r for r in a.partitions[p] if r not in a.removing.get(p, [])]
+                         for t, a in self.ctx.assignments.items() for p in set(a.adding) | set(a.removing)
+                         if p in a.partitions}
         # Brokers must know every live broker before a LeaderAndIsr makes them follow one.
         self._send_update_metadata(self.ctx.live, [])
         for broker_id in self.ctx.live:
@@ -198,6 +203,8 @@ class Controller:
         if dead:
             await self._take_replicas_offline(dead)
         await self._elect_offline_partitions()
+        for tp in list(self._targets):
+            await self._maybe_complete_reassignment(tp)
         self._schedule_rebalance()
         if not self._watching:
             self._watching = True
@@ -314,7 +321,10 @@ class Controller:
         by_broker: dict[int, list[TopicPartition]] = {}
         for tp in changed:
             for replica in self.ctx.replicas(tp):
-                by_broker.setdefault(replica, []).append(tp)
+                # A broker shutting down is told nothing more (Kafka sends only to live replicas,
+                # not shutting-down ones): it must not start following, and rejoin an ISR, on its way out.
+                if replica not in self.ctx.shutting_down:
+                    by_broker.setdefault(replica, []).append(tp)
         for broker_id, tps in sorted(by_broker.items()):
             self._send_leader_and_isr(broker_id, tps, is_new=is_new)
         self._send_update_metadata(self.ctx.live, changed)
@@ -575,7 +585,8 @@ class Controller:
                 results.append(IsrResult(change, ErrorCode.NONE, state))  # already so
             elif change.partition_epoch < state.zk_version:
                 results.append(IsrResult(change, ErrorCode.INVALID_UPDATE_VERSION))
-            elif any(r not in self.ctx.live or r not in self.ctx.replicas(tp) for r in change.isr):
+            elif any(r not in self.ctx.live or r in self.ctx.shutting_down or r not in self.ctx.replicas(tp)
+                     for r in change.isr):
                 results.append(IsrResult(change, ErrorCode.INELIGIBLE_REPLICA))
             else:
                 accepted[tp] = zk.PartitionState(state.leader, state.leader_epoch, list(change.isr),
@@ -590,7 +601,116 @@ class Controller:
         if written:
             # No LeaderAndIsr for a leader's own ISR change: UpdateMetadata tells everyone.
             self._send_update_metadata(self.ctx.live, sorted(written))
+            for tp in sorted(written):
+                if tp in self._targets:
+                    await self._maybe_complete_reassignment(tp)
         return ErrorCode.NONE, results
+
+    # --- partition reassignment (KIP-455, Kafka's onPartitionReassignment) -------------------------
+    async def reassign(self, targets: dict[TopicPartition, list[int] | None]) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        """Start (a replica list) or cancel (None) reassignments, as a controller event."""
+        result: asyncio.Future[dict[TopicPartition, tuple[ErrorCode, str | None]]] = (
+            asyncio.get_running_loop().create_future())
+
+        async def event() -> None:
+            try:
+                result.set_result(await self._reassign(targets))
+            except ZookeeperError:
+                result.set_result({tp: (ErrorCode.NOT_CONTROLLER, None) for tp in targets})
+            except BaseException as exc:
+                result.set_exception(exc)
+                raise
+        self._enqueue(event)
+        return await result
+
+    def reassignments(self) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """Ongoing reassignments: (replicas, adding, removing) per partition."""
+        found = {}
+        for topic, assignment in self.ctx.assignments.items():
+            for index in set(assignment.adding) | set(assignment.removing):
+                found[(topic, index)] = (list(assignment.partitions.get(index, [])),
+                                         list(assignment.adding.get(index, [])), list(assignment.removing.get(index, [])))
+        return found
+
+    async def _reassign(self, targets: dict[TopicPartition, list[int] | None]) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        if not self.active:
+            return {tp: (ErrorCode.NOT_CONTROLLER, None) for tp in targets}
+        outcome: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+        started: list[TopicPartition] = []
+        for tp, target in targets.items():
+            assignment = self.ctx.assignments.get(tp[0])
+            if assignment is None or tp[1] not in assignment.partitions or tp[0] in self.ctx.deleting:
+                outcome[tp] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            adding = assignment.adding.get(tp[1], [])
+            origin = [r for r in assignment.partitions[tp[1]] if r not in adding]
+            if target is None:
+                if tp[1] not in assignment.adding and tp[1] not in assignment.removing:
+                    outcome[tp] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No ongoing reassignment for this partition.")
+                    continue
+                target = origin  # cancelling: back to where it was
+            unknown = [r for r in target if r not in self.ctx.live]
+            if unknown:
+                outcome[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                               f"The manual partition assignment includes broker(s) {unknown} that are not registered.")
+                continue
+            replicas = list(dict.fromkeys(target + origin))
+            assignment.partitions[tp[1]] = replicas
+            assignment.adding[tp[1]] = [r for r in target if r not in origin]
+            assignment.removing[tp[1]] = [r for r in origin if r not in target]
+            for side in (assignment.adding, assignment.removing):
+                if not side[tp[1]]:
+                    del side[tp[1]]
+            self._targets[tp] = list(target)
+            outcome[tp] = (ErrorCode.NONE, None)
+            started.append(tp)
+        for topic in {tp[0] for tp in started}:
+            await self._write_assignment(topic)
+        if started:
+            # Every replica, old and new, learns the new replica set (leader epoch +1); the new ones
+            # start following and catching up.
+            changes = {tp: self._bumped(tp) for tp in started if tp in self.ctx.states}
+            self._publish(await self._write_states(changes))
+            for tp in started:
+                await self._maybe_complete_reassignment(tp)
+        return outcome
+
+    def _bumped(self, tp: TopicPartition) -> zk.PartitionState:
+        state = self.ctx.states[tp]
+        return zk.PartitionState(state.leader, state.leader_epoch + 1, list(state.isr), self.ctx.epoch,
+                                 state.recovering, state.zk_version)
+
+    async def _write_assignment(self, topic: str) -> None:
+        found = await self.zk.get(zk.topic_path(topic))
+        if found is not None:
+            await self._fenced([Op("set", zk.topic_path(topic), zk.encode_topic(self.ctx.assignments[topic]),
+                                   found[1].version)])
+
+    async def _maybe_complete_reassignment(self, tp: TopicPartition) -> None:
+        """Once every target replica is in the ISR: the target becomes the replica set, leadership
+        moves into it if needed (leader epoch +1 either way), the replicas left out are deleted."""
+        target = self._targets.get(tp)
+        state = self.ctx.states.get(tp)
+        assignment = self.ctx.assignments.get(tp[0])
+        if target is None or state is None or assignment is None:
+            return
+        if not all(r in state.isr for r in target):
+            return
+        removed = [r for r in assignment.partitions.get(tp[1], []) if r not in target]
+        isr = [r for r in state.isr if r in target]
+        leader = state.leader
+        if leader not in target or leader not in self.ctx.live:
+            leader = next((r for r in target if r in isr and r in self.ctx.live), NO_LEADER)
+        assignment.partitions[tp[1]] = list(target)
+        assignment.adding.pop(tp[1], None)
+        assignment.removing.pop(tp[1], None)
+        del self._targets[tp]
+        await self._write_assignment(tp[0])
+        new = zk.PartitionState(leader, state.leader_epoch + 1, isr, self.ctx.epoch, state.recovering, state.zk_version)
+        self._publish(await self._write_states({tp: new}))
+        for broker_id in removed:
+            self._send_stop_replica(broker_id, [tp], delete=True)
+        log.info("controller: reassignment of %s-%d done: replicas %s", tp[0], tp[1], target)
 
     # --- ElectLeaders and auto-rebalance (Kafka's processReplicaLeaderElection) ------------------
     async def elect_leaders(self, preferred: bool,

@@ -44,7 +44,7 @@ SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class ZkMetadataCache:
-    def __init__(self, zk_client: ZkClient, cluster_id: str, broker_id: int) -> None:
+    def __init__(self, zk_client: ZkClient, cluster_id: str, broker_id: int, *, acls: bool = False) -> None:
         self.zk = zk_client
         self.cluster_id = cluster_id
         self.broker_id = broker_id
@@ -61,6 +61,8 @@ class ZkMetadataCache:
         self._scram: dict[str, dict[str, ScramCredential]] = {}
         self._acls: dict[tuple[int, str, bool], frozenset[AclBinding]] = {}
         self._acl_changes_seen: dict[str, int] = {}
+        # ACL znodes exist only where an authorizer is configured (Kafka's AclAuthorizer makes them).
+        self._with_acls = acls
 
     # --- start-up ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -352,6 +354,8 @@ class ZkMetadataCache:
     async def _load_security(self) -> None:
         for user in await self.zk.children("/config/users"):
             self._apply_user_configs(user, await self._read_config("users", user))
+        if not self._with_acls:
+            return
         for prefixed, root in ((False, zk.ACL_LITERAL_ROOT), (True, zk.ACL_PREFIXED_ROOT)):
             for type_name in await self.zk.children(root):
                 resource_type = zk.ACL_RESOURCE_NAMES.get(type_name)

@@ -11,6 +11,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from grete.broker.authorizer import configured
 from grete.broker.cluster.alter_partition import AlterPartitionManager
 from grete.broker.cluster.controller import Controller, ControllerSettings
 from grete.broker.cluster.fetcher import ReplicaFetcherManager
@@ -53,7 +54,7 @@ class ZkBroker:
         connection_ms = int(config.get_str("zookeeper.connection.timeout.ms") or session_ms)
         self.zk = ZkClient(config.get_str("zookeeper.connect"), session_timeout_ms=session_ms,
                            connection_timeout_ms=connection_ms)
-        self.metadata = ZkMetadataCache(self.zk, "", self.broker_id)
+        self.metadata = ZkMetadataCache(self.zk, "", self.broker_id, acls=configured(config))
         self.listener = inter_broker_listener(config)
         self.controller = Controller(self.zk, ControllerSettings(
             self.broker_id, self.listener, config.get_bool("delete.topic.enable"),

@@ -1,9 +1,16 @@
-"""AlterPartitionReassignments (45) with Kafka's validation. On one node the only valid target is
-the current replica list (this broker), which completes at once; cancelling finds nothing to cancel."""
+"""AlterPartitionReassignments (45) with Kafka's validation. In a cluster the controller starts the
+reassignment (new replicas join and catch up, then the target becomes the replica set and the rest
+are deleted) or cancels it; other brokers answer NOT_CONTROLLER, as Kafka's ZooKeeper-mode brokers
+do. On one node the only valid target is the current replica list (this broker), which completes at
+once; cancelling finds nothing to cancel."""
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 from grete.broker.authz import Op, cluster_allowed
+from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -14,13 +21,44 @@ PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionRes
 
 
 @api(45, 0, 1)
-def handle(ctx: RequestContext,
-           request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
+def handle(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+           ) -> AlterPartitionReassignmentsResponse | Coroutine[Any, Any, AlterPartitionReassignmentsResponse]:
     if not cluster_allowed(ctx, Op.ALTER):
         return AlterPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                                    error_message=None, responses=[])
+    if ctx.broker.cluster is not None:
+        return _in_cluster(ctx, request)
     topics = [TopicResponse(name=t.name, partitions=[_one(ctx, t.name, p) for p in t.partitions])
               for t in request.topics]
+    return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NONE, responses=topics)
+
+
+async def _in_cluster(ctx: RequestContext,
+                      request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
+    cluster = ctx.broker.cluster
+    assert isinstance(cluster, ZkBroker)
+    if not cluster.controller.active:
+        return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER,
+                                                   error_message="This is not the correct controller for this cluster.",
+                                                   responses=[])
+    targets: dict[tuple[str, int], list[int] | None] = {}
+    refused: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
+    for topic in request.topics:
+        for wanted in topic.partitions:
+            tp = (topic.name, wanted.partition_index)
+            replicas = wanted.replicas
+            if replicas is not None and not replicas:
+                refused[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The replica list cannot be empty.")
+            elif replicas is not None and len(set(replicas)) != len(replicas):
+                refused[tp] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The replica list contains duplicates.")
+            else:
+                targets[tp] = list(replicas) if replicas is not None else None
+    outcome: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {**refused}
+    outcome.update(await cluster.controller.reassign(targets) if targets else {})
+    topics = [TopicResponse(name=t.name, partitions=[
+        PartitionResponse(partition_index=p.partition_index, error_code=outcome[(t.name, p.partition_index)][0],
+                          error_message=outcome[(t.name, p.partition_index)][1]) for p in t.partitions])
+        for t in request.topics]
     return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NONE, responses=topics)
 
 

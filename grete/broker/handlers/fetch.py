@@ -181,8 +181,16 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
     try:
         if ctx.broker.authorizer is not None and not allowed(ctx, Op.READ, Res.TOPIC, topic):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        partition = ctx.broker.partition(topic, wanted.partition)
+        # KIP-392: a consumer fetch carrying client metadata (v11+) may read from a follower.
+        partition = ctx.broker.replicas.readable(topic, wanted.partition, from_follower=ctx.version >= 11)
         partition.check_leader_epoch(wanted.current_leader_epoch)
+        preferred = _preferred_read_replica(ctx, request, partition, wanted.fetch_offset)
+        if preferred >= 0:
+            return PartitionData(partition_index=wanted.partition, error_code=0,
+                                 high_watermark=partition.high_watermark,
+                                 last_stable_offset=partition.last_stable_offset,
+                                 log_start_offset=partition.log_start_offset,
+                                 preferred_read_replica=preferred, records=b""), partition
         committed = request.isolation_level == READ_COMMITTED
         upper = partition.last_stable_offset if committed else partition.high_watermark
         offset = wanted.fetch_offset
@@ -207,6 +215,27 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
             for pid, first_offset in aborted],
         preferred_read_replica=-1, records=records)
     return data, partition
+
+
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _preferred_read_replica(ctx: RequestContext, request: FetchRequest, partition: Partition,
+                            fetch_offset: int) -> int:
+    """Kafka's RackAwareReplicaSelector, asked by a leader for a consumer that named its rack
+    (``client.rack``, Fetch v11+): the leader itself if it is in that rack (or no replica is),
+    else the in-sync follower there that holds the fetch offset and has the most of the log.
+    -1: read here."""
+    if (ctx.version < 11 or not request.rack_id or not partition.is_leader or not partition.replicated
+            or ctx.broker.config.get_str("replica.selector.class") != RACK_AWARE_SELECTOR):
+        return -1
+    racks = {b.id: b.rack for b in ctx.broker.live_brokers()}
+    if racks.get(partition.leader_id) == request.rack_id:
+        return -1
+    same_rack = [r for r in partition.read_replicas(fetch_offset) if racks.get(r) == request.rack_id]
+    if not same_rack:
+        return -1
+    return max(same_rack, key=lambda r: (partition.follower_log_end(r), -r))
 
 
 def _read_for_follower(ctx: RequestContext, request: FetchRequest, replica_id: int, topic: str,

@@ -1,8 +1,11 @@
-"""ListPartitionReassignments (46): a single node never has a reassignment in progress."""
+"""ListPartitionReassignments (46): the controller's reassignments in progress (replicas, adding,
+removing), all or those asked for; other cluster brokers answer NOT_CONTROLLER. A single node never
+has one in progress."""
 
 from __future__ import annotations
 
 from grete.broker.authz import Op, cluster_allowed
+from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -13,4 +16,23 @@ from grete.protocol.messages import ListPartitionReassignmentsRequest, ListParti
 def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         return ListPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
-    return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE, topics=[])
+    cluster = ctx.broker.cluster
+    if not isinstance(cluster, ZkBroker):
+        return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE, topics=[])
+    if not cluster.controller.active:
+        return ListPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER,
+                                                  error_message="This is not the correct controller for this cluster.",
+                                                  topics=[])
+    ongoing = cluster.controller.reassignments()
+    wanted = (None if request.topics is None
+              else {(t.name, p) for t in request.topics for p in t.partition_indexes})
+    by_topic: dict[str, list[Ongoing]] = {}
+    for (topic, index), (replicas, adding, removing) in sorted(ongoing.items()):
+        if wanted is None or (topic, index) in wanted:
+            by_topic.setdefault(topic, []).append(Ongoing(partition_index=index, replicas=replicas,
+                                                          adding_replicas=adding, removing_replicas=removing))
+    return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE, topics=[
+        ListPartitionReassignmentsResponse.OngoingTopicReassignment(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+Ongoing = ListPartitionReassignmentsResponse.OngoingPartitionReassignment

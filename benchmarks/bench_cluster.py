@@ -1,0 +1,222 @@
+"""A 3-broker cluster, grete against Apache Kafka 3.9.2 in ZooKeeper mode, side by side in one run
+(docs/benchmarks.md, "Clusters"):
+
+* start: from nothing (ZooKeeper included) to every broker registered and serving Metadata;
+* acks=all, RF 3, min.insync.replicas=2: produce throughput of an idempotent confluent-kafka
+  producer, ``--records`` records of ``--size`` bytes over 3 partitions, and per-record latency
+  (p50/p99) of 2000 records sent at a steady 1000 records/s;
+* leader failover: SIGKILL of a partition's leader, then the time to the first acknowledged
+  acks=all write on that partition (the ZooKeeper session timeout, the same for both, dominates);
+* controller failover: SIGKILL of the controller, then the time until another broker holds
+  ``/controller``.
+
+    python -m benchmarks.bench_cluster [--rounds 3] [--records 20000] [--size 1024] [--targets grete,kafka-3.9]
+
+The machine has 2 cores: three brokers and the client share them, so absolute figures are low;
+the ratios are what to compare. Prints one JSON line per round and a summary; writes
+benchmarks/results/cluster-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+
+from grete.testing.cluster import cluster
+from tools.reference_kafka_zk import kafka_zk_cluster
+
+SESSION_TIMEOUT_MS = 6000
+OVERRIDES = {"zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS), "min.insync.replicas": "2",
+             "offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
+             "auto.leader.rebalance.enable": "false"}
+RESULTS = Path(__file__).parent / "results"
+
+
+def start(target: str) -> AbstractContextManager[Any]:
+    if target == "grete":
+        return cluster(3, overrides=OVERRIDES)
+    return kafka_zk_cluster(3, overrides=OVERRIDES)
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    client.create_topics([NewTopic(name, 3, 3)])[name].result(60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        parts = client.list_topics(name, timeout=10).topics[name].partitions
+        if len(parts) == 3 and all(p.leader >= 0 and len(p.isrs) == 3 for p in parts.values()):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{name}: no full ISR")
+
+
+def latency(bootstrap: str, topic: str, records: int, size: int, rate: int) -> dict[str, float]:
+    """Per-record acks=all latency at a steady ``rate`` records/s (no queueing behind a burst)."""
+    sent: dict[int, float] = {}
+    latencies: list[float] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 0})
+    producer.produce(topic, value=b"warm")  # metadata and the producer id first
+    producer.flush(30)
+    value = b"x" * size
+
+    def delivered(err: KafkaError | None, message: Any) -> None:
+        if err is None:
+            latencies.append(time.perf_counter() - sent[int(message.key())])
+    started = time.perf_counter()
+    for i in range(records):
+        pause = started + i / rate - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        sent[i] = time.perf_counter()
+        producer.produce(topic, key=str(i).encode(), value=value, on_delivery=delivered)
+        producer.poll(0)
+    producer.flush(60)
+    latencies.sort()
+    return {"p50_ms": latencies[len(latencies) // 2] * 1000, "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000}
+
+
+def produce(bootstrap: str, topic: str, records: int, size: int) -> dict[str, float]:
+    sent: dict[int, float] = {}
+    latencies: list[float] = []
+    errors: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, message: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            latencies.append(time.perf_counter() - sent[int(message.key())])
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "queue.buffering.max.messages": 1_000_000})
+    producer.produce(topic, key=b"-1", value=b"warm")  # metadata and the producer id first
+    producer.flush(30)
+    sent.clear()
+    latencies.clear()
+    value = b"x" * size
+    started = time.perf_counter()
+    for i in range(records):
+        sent[i] = time.perf_counter()
+        while True:
+            try:
+                producer.produce(topic, key=str(i).encode(), value=value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if errors or len(latencies) != records:
+        raise RuntimeError(f"produce failed: {errors[:3]}")
+    return {"mb_per_s": records * size / elapsed / 1e6}
+
+
+def leader_of(zk: KazooClient, topic: str, partition: int) -> int:
+    return int(json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])["leader"])
+
+
+def controller_of(zk: KazooClient) -> int | None:
+    found = zk.exists("/controller")
+    return int(json.loads(zk.get("/controller")[0])["brokerid"]) if found else None
+
+
+def until(condition: Callable[[], bool], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        time.sleep(0.02)
+
+
+def leader_failover(running: Any, zk: KazooClient, topic: str) -> float:
+    """SIGKILL the leader of partition 0; seconds until an acks=all write to partition 0 is acked."""
+    victim = leader_of(zk, topic, 0)
+    others = ",".join(b.bootstrap_servers for i, b in running.brokers.items() if i != victim)
+    producer = Producer({"bootstrap.servers": others, "acks": "all", "enable.idempotence": True,
+                         "message.timeout.ms": 120000, "retry.backoff.ms": 20, "topic.metadata.refresh.interval.ms": 200})
+    acked: list[float] = []
+    producer.produce(topic, value=b"warm", partition=0)
+    producer.flush(30)
+    running.kill_broker(victim)
+    killed = time.perf_counter()
+    producer.produce(topic, value=b"after", partition=0,
+                     on_delivery=lambda err, _m: acked.append(time.perf_counter()) if err is None else None)
+    producer.flush(120)
+    running.start_broker(victim)
+    if not acked:
+        raise RuntimeError("the write after the kill was not acknowledged")
+    return acked[0] - killed
+
+
+def controller_failover(running: Any, zk: KazooClient) -> float:
+    victim = controller_of(zk)
+    running.kill_broker(victim)
+    killed = time.perf_counter()
+    until(lambda: controller_of(zk) not in (None, victim))
+    took = time.perf_counter() - killed
+    running.start_broker(victim)
+    return took
+
+
+def one_round(target: str, n: int, records: int, size: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    with start(target) as running:
+        start_s = time.perf_counter() - started
+        zk = KazooClient(hosts=running.zookeeper.connect)
+        zk.start(10)
+        try:
+            topic = f"bench-{n}"
+            create_topic(running.bootstrap_servers, topic)
+            throughput = produce(running.bootstrap_servers, topic, records, size)
+            throughput.update(latency(running.bootstrap_servers, topic, 2000, size, 1000))
+            leader_s = leader_failover(running, zk, topic)
+            until(lambda: len(running.registered()) == 3)
+            controller_s = controller_failover(running, zk)
+        finally:
+            zk.stop()
+            zk.close()
+    return {"target": target, "round": n, "start_s": start_s, **throughput, "leader_failover_s": leader_s,
+            "controller_failover_s": controller_s}
+
+
+def rounds(targets: list[str], count: int, records: int, size: int) -> Iterator[dict[str, Any]]:
+    for n in range(count):
+        for target in targets:  # alternated, so drifts of the machine hit both alike
+            yield one_round(target, n, records, size)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=20000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--targets", default="grete,kafka-3.9")
+    args = parser.parse_args()
+    results = []
+    for result in rounds(args.targets.split(","), args.rounds, args.records, args.size):
+        print(json.dumps(result), flush=True)
+        results.append(result)
+    summary: dict[str, dict[str, float]] = {}
+    for target in args.targets.split(","):
+        mine = [r for r in results if r["target"] == target]
+        summary[target] = {key: statistics.median(r[key] for r in mine)
+                           for key in ("start_s", "mb_per_s", "p50_ms", "p99_ms", "leader_failover_s",
+                                       "controller_failover_s")}
+    print(json.dumps({"medians": summary}, indent=1))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"cluster-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(
+        json.dumps({"args": vars(args), "rounds": results, "medians": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
