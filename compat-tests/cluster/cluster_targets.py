@@ -51,6 +51,23 @@ class ClusterTarget:
         return str(self.cluster.brokers[broker_id].bootstrap_servers)
 
 
+def await_full_metadata(cluster: Any, timeout: float = 60.0) -> None:
+    """Every running broker's Metadata lists every running broker and a controller among them: the
+    same readiness for both targets (a broker that serves before it has heard of the others would
+    refuse RF 3)."""
+    from cluster_helpers import metadata, wait_until
+
+    running = {i for i, b in cluster.brokers.items() if b.process.poll() is None}
+
+    def complete(bootstrap: str) -> bool:
+        md = metadata(bootstrap, timeout=5)
+        return set(md.brokers) == running and md.controller_id in running
+
+    for broker_id in sorted(running):
+        wait_until(lambda b=cluster.brokers[broker_id].bootstrap_servers: complete(b), timeout,
+                   f"broker {broker_id}'s Metadata listing brokers {sorted(running)} and a controller")
+
+
 def start_cluster(name: str, overrides: Mapping[str, str]) -> Any:
     """The context manager that runs a ``name`` cluster of BROKERS brokers."""
     if name == GRETE:

@@ -14,6 +14,8 @@ from cluster_targets import ClusterTarget
 # otherwise run 5 s after a controller change).
 CLUSTER_OVERRIDES = {"auto.leader.rebalance.enable": "false"}
 SESSION_TIMEOUT_S = 6.0
+CYCLES = 5  # the re-added-follower race grete had (FINDINGS 11) showed in about half of the stops
+SETTLE_S = 1.5
 
 
 def states(zk: Any, topic: str, partitions: int) -> dict[int, tuple[dict[str, Any], Any]]:
@@ -48,41 +50,54 @@ def restart(target: ClusterTarget, broker_id: int) -> None:
 
 
 def test_sigterm_moves_leadership_before_the_broker_leaves(cluster_target: ClusterTarget) -> None:
+    """A stop/restart cycle, CYCLES times (a rolling restart): each SIGTERM moves leadership and shrinks
+    the ISRs while the broker is still registered, with one leader-epoch bump per partition, and nothing
+    changes after it has gone (a stopped broker does not come back into an ISR)."""
     name = h.unique("term")
     created = h.create_topic(cluster_target.bootstrap, name, partitions=3, replication=3)
+    full = set(cluster_target.broker_ids)
     zk = h.zk_client(cluster_target.zk_connect)
     try:
-        controller = controller_of(zk)
         epoch = zk.get("/controller_epoch")[0]
-        victim = a_leader_not_controller(created, controller)
-        survivor = next(i for i in cluster_target.broker_ids if i != victim)
-        started = time.monotonic()
-        cluster_target.cluster.stop_broker(victim)
-        took = time.monotonic() - started
-        try:
-            assert took < 30, took
+        controller = controller_of(zk)
+        for cycle in range(CYCLES):
+            before = {p: s for p, (s, _) in states(zk, name, 3).items()}
+            leaders = {p: s["leader"] for p, s in before.items()}
+            victim = next(v for _, v in sorted(leaders.items()) if v != controller)
+            survivor = next(i for i in cluster_target.broker_ids if i != victim)
+            started = time.monotonic()
+            cluster_target.cluster.stop_broker(victim)
+            assert time.monotonic() - started < 30
             assert str(victim) not in zk.get_children("/brokers/ids")
+            time.sleep(SETTLE_S)  # whatever a leader or the controller does next has happened
             left_at = zk.get("/brokers/ids")[1].pzxid  # the zxid that removed its registration
             after = states(zk, name, 3)
             for p, (state, stat) in after.items():
-                old = created[p]
-                assert victim not in state["isr"]
-                assert state["leader"] == (expected_leader(old.replicas, old.isr, victim) if old.leader == victim
-                                           else old.leader)
-                assert state["leader_epoch"] == 1  # leader moved, or the ISR shrunk by the controller
+                old = before[p]
+                where = (cycle, p, old, state, stat.version)
+                assert victim not in state["isr"], where
+                want = expected_leader(created[p].replicas, tuple(old["isr"]), victim) if old["leader"] == victim \
+                    else old["leader"]
+                assert state["leader"] == want, where
+                # One bump: the leader moved, or the controller shrank the ISR; nothing after.
+                assert state["leader_epoch"] == old["leader_epoch"] + 1, where
                 # Controlled shutdown: every change was written while the broker was still registered.
-                assert stat.mzxid < left_at, (p, stat.mzxid, left_at)
+                assert stat.mzxid < left_at, (where, stat.mzxid, left_at)
             assert zk.get("/controller_epoch")[0] == epoch  # no controller change
-            # Clients asking a survivor see the new leaders and ISRs at once.
+            # Clients asking a survivor see the new leaders and ISRs.
             seen = seen_by(cluster_target, survivor, name)
             assert seen == {p: h.PartitionView(s["leader"], created[p].replicas, tuple(s["isr"]))
                             for p, (s, _) in after.items()}
             assert victim not in h.metadata(cluster_target.broker_bootstrap(survivor)).brokers
             for p in created:
                 assert h.produce_one(cluster_target.bootstrap, name, p, b"after the stop") is None
-        finally:
             restart(cluster_target, victim)
+            h.wait_until(lambda: (s := h.partitions_seen(cluster_target.bootstrap, name))
+                         and all(set(v.isr) == full for v in s.values()), 30, "the broker back in every ISR")
     finally:
+        for broker_id in cluster_target.broker_ids:
+            if cluster_target.cluster.brokers[broker_id].process.poll() is not None:
+                restart(cluster_target, broker_id)
         zk.stop()
 
 

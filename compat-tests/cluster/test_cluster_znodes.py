@@ -23,7 +23,7 @@ from typing import Any
 
 import cluster_helpers as h
 import pytest
-from cluster_targets import KAFKA, OVERRIDES, ClusterTarget, start_cluster
+from cluster_targets import KAFKA, OVERRIDES, ClusterTarget, await_full_metadata, start_cluster
 
 ALPHA, BETA = "zk-alpha", "zk-beta"
 KAFKA_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
@@ -66,6 +66,7 @@ def run_operations(cluster: Any) -> Captured:
 def kafka_reference() -> Captured:
     """The same operations on a separate Kafka 3.9.2 cluster, stopped as soon as its ZooKeeper is read."""
     with start_cluster(KAFKA, OVERRIDES) as running:
+        await_full_metadata(running)
         return run_operations(running)
 
 
