@@ -189,6 +189,24 @@ class Broker:
         hosted = self.replicas.partitions.get((TRANSACTION_STATE_TOPIC, index))
         return hosted is not None and hosted.is_leader
 
+    async def txn_log_replicated(self, transactional_id: str) -> ErrorCode:
+        """Wait until what the transaction coordinator wrote for ``transactional_id`` is in its
+        partition's ISR (Kafka appends transaction state with acks=all and answers only then: a
+        coordinator that fails over must find an acknowledged commit). NONE on the single node;
+        NOT_COORDINATOR if leadership moved meanwhile, COORDINATOR_NOT_AVAILABLE if the ISR could
+        not take it in time (Kafka's mapping for these appends)."""
+        if self.cluster is None or self._txn_coordinator is None:
+            return ErrorCode.NONE
+        index = self._txn_coordinator.partition_for(transactional_id)
+        partition = self.replicas.partitions.get((TRANSACTION_STATE_TOPIC, index))
+        if partition is None or not partition.replicated or len(partition.replicas) < 2:
+            return ErrorCode.NONE
+        outcome = await partition.wait_for_replication(partition.log_end_offset,
+                                                       self.config.get_int("request.timeout.ms"))
+        if outcome == ErrorCode.NONE:
+            return outcome
+        return ErrorCode.NOT_COORDINATOR if outcome == ErrorCode.NOT_LEADER_OR_FOLLOWER else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
     def coordinators(self) -> tuple[GroupCoordinator | None, TransactionCoordinator | None]:
         """Both coordinators, or None for one not started (for shutdown and the like)."""
         return self._group_coordinator, self._txn_coordinator

@@ -351,6 +351,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("controlled.shutdown.max.retries", INT, "3", minimum=0),
     _d("controlled.shutdown.retry.backoff.ms", LONG, "5000", minimum=0),
     _d("controller.socket.timeout.ms", INT, "30000", minimum=1),
+    _d("request.timeout.ms", INT, "30000", minimum=1, doc="how long a transaction coordinator waits for its log's ISR"),
     _d("cluster.id", STR, None, "grete: cluster id for a fresh data dir (Kafka takes it from kafka-storage)"),
     _d("grete.produce.validation", STR, "header", "header: batch header + CRC only (no per-record work); "
        "full: also decode every record, as Kafka does", choices=("header", "full")),

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from grete.broker.broker import Broker
 from grete.broker.cluster.markers import ClusterMarkerWriter
+from grete.broker.partition import Partition
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.txn import MarkerWriter, TransactionCoordinator
 from grete.coordinator.txn_state import TopicPartition, TxnConfig
@@ -72,21 +73,29 @@ class LocalMarkerWriter:
 
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                       partitions: Iterable[TopicPartition]) -> None:
+        self.append_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
+
+    def append_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                       partitions: Iterable[TopicPartition]) -> list[tuple[Partition, int]]:
+        """Append the markers here; (partition, offset after its marker) for each written."""
         now = self.broker.now_ms()
+        written = []
         for topic, index in sorted(partitions):
             partition = self.broker.partitions.get((topic, index))
             if partition is None:
                 continue  # deleted since it joined the transaction: nothing left to mark
             marker = build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now)
             try:
-                partition.append(RecordBatch(marker), now)
+                result = partition.append(RecordBatch(marker), now)
             except KafkaError as exc:
                 log.error("could not write the %s marker of producer %d to %s-%d: %s",
                           "COMMIT" if commit else "ABORT", producer_id, topic, index, exc)
                 continue
+            written.append((partition, result.last_offset + 1))
             groups = self.broker.coordinators()[0]
             if topic == OFFSETS_TOPIC and groups is not None:
                 groups.complete_txn(index, producer_id, commit)
+        return written
 
 
 def txn_config(broker: Broker) -> TxnConfig:
@@ -103,9 +112,10 @@ def txn_config(broker: Broker) -> TxnConfig:
 
 def start_txn_coordinator(broker: Broker, listener: str = "PLAINTEXT") -> TransactionCoordinator:
     """``listener``: where a cluster's leaders are reached for the markers of partitions led elsewhere."""
-    markers: MarkerWriter = LocalMarkerWriter(broker)
+    local = LocalMarkerWriter(broker)
+    markers: MarkerWriter = local
     if broker.cluster is not None:
-        markers = ClusterMarkerWriter(broker, markers, listener)
+        markers = ClusterMarkerWriter(broker, local, listener)
     coordinator = TransactionCoordinator(txn_config(broker), LogTxnStore(broker), markers,
                                          broker.producer_ids.next_id, now_ms=broker.now_ms)
     if broker.cluster is None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from typing import Protocol
 
 from grete.broker.broker import Broker
 from grete.broker.cluster.peer import PeerConnection, PeerError
-from grete.coordinator.txn import MarkerWriter
+from grete.broker.partition import Partition
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
@@ -20,11 +21,19 @@ log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_VERSION = 1
 RETRY_BACKOFF_S = 0.1
+MARKER_TIMEOUT_MS = 30_000
 TopicPartition = tuple[str, int]
 
 
+class LocalMarkers(Protocol):
+    """The markers this broker writes itself (``transactions.LocalMarkerWriter``)."""
+
+    def append_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                       partitions: Iterable[TopicPartition]) -> list[tuple[Partition, int]]: ...
+
+
 class ClusterMarkerWriter:
-    def __init__(self, broker: Broker, local: MarkerWriter, listener: str) -> None:
+    def __init__(self, broker: Broker, local: LocalMarkers, listener: str) -> None:
         self.broker = broker
         self.local = local
         self.listener = listener
@@ -33,13 +42,28 @@ class ClusterMarkerWriter:
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                       partitions: Iterable[TopicPartition]) -> asyncio.Future[None] | None:
         mine, theirs = self._split(partitions)
-        self.local.write_markers(producer_id, producer_epoch, commit, coordinator_epoch, mine)
-        if not theirs:
+        written = self.local.append_markers(producer_id, producer_epoch, commit, coordinator_epoch, mine)
+        # Kafka writes markers with acks=all: the transaction completes only once they are on
+        # their ISRs, so no leader change can lose one behind a CompleteCommit.
+        replicating = [(p, offset) for p, offset in written if p.replicated and len(p.replicas) > 1]
+        if not theirs and not replicating:
             return None
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         marker = (producer_id, producer_epoch, commit, coordinator_epoch)
-        asyncio.ensure_future(self._send_until_written(marker, set(theirs), done))
+        asyncio.ensure_future(self._complete(marker, replicating, set(theirs), done))
         return done
+
+    async def _complete(self, marker: tuple[int, int, bool, int], replicating: list[tuple[Partition, int]],
+                        theirs: set[TopicPartition], done: asyncio.Future[None]) -> None:
+        pending = set(theirs)
+        for partition, offset in replicating:
+            outcome = await partition.wait_for_replication(offset, MARKER_TIMEOUT_MS)
+            if outcome != ErrorCode.NONE:
+                # Not on the ISR (leadership moved, ISR too small): send it to whoever leads now.
+                log.info("marker on %s-%d not replicated (%s); writing it again", partition.topic,
+                         partition.index, outcome.name)
+                pending.add((partition.topic, partition.index))
+        await self._send_until_written(marker, pending, done)
 
     def _split(self, partitions: Iterable[TopicPartition]) -> tuple[list[TopicPartition], list[TopicPartition]]:
         mine: list[TopicPartition] = []
@@ -63,8 +87,10 @@ class ClusterMarkerWriter:
             for leader, tps in by_leader.items():
                 if leader == self.broker.node_id:  # leadership came here meanwhile
                     mine, _ = self._split(tps)
-                    self.local.write_markers(producer_id, producer_epoch, commit, coordinator_epoch, mine)
-                    pending.difference_update(mine)
+                    for partition, offset in self.local.append_markers(producer_id, producer_epoch, commit,
+                                                                       coordinator_epoch, mine):
+                        if await partition.wait_for_replication(offset, MARKER_TIMEOUT_MS) == ErrorCode.NONE:
+                            pending.discard((partition.topic, partition.index))
                     continue
                 written = await self._send(leader, marker, tps)
                 pending.difference_update(written)

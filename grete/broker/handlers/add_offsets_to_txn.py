@@ -27,4 +27,6 @@ async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOff
     partition = ctx.broker.group_coordinator.partition_for(request.group_id)
     error = ctx.broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
                                                       request.producer_epoch, [(OFFSETS_TOPIC, partition)])
+    if error == ErrorCode.NONE:
+        error = await ctx.broker.txn_log_replicated(request.transactional_id)
     return AddOffsetsToTxnResponse(error_code=fenced_error(error, ctx.version, 2))

@@ -21,7 +21,7 @@ PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
 
 
 @api(24, 0, 3)
-def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.v3_and_below_transactional_id):
         return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_by_topic(
@@ -35,12 +35,17 @@ def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartit
         error = ctx.broker.txn_coordinator.add_partitions(
             request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch, wanted)
+        if error == ErrorCode.NONE:  # the partitions must survive a coordinator failover
+            error = await ctx.broker.txn_log_replicated(request.v3_and_below_transactional_id)
         results = dict.fromkeys(wanted, fenced_error(error, ctx.version, 2))
     return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_by_topic(results))
 
 
 def _unknown_partitions(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-    return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if tp not in ctx.broker.partitions}
+    """Partitions the metadata does not know (in a cluster most are hosted elsewhere)."""
+    metadata = ctx.broker.metadata
+    return {(t, p): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for t, p in wanted
+            if (meta := metadata.topic(t)) is None or p not in meta.partitions}
 
 
 def _by_topic(results: dict[tuple[str, int], ErrorCode]) -> list[TopicResult]:

@@ -14,9 +14,12 @@ from grete.protocol.messages import EndTxnRequest, EndTxnResponse
 
 
 @api(26, 0, 3)
-def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     error = ctx.broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,
                                                request.producer_epoch, request.committed)
+    if error == ErrorCode.NONE:
+        # The PrepareCommit/PrepareAbort must be on the ISR before the client hears "committed".
+        error = await ctx.broker.txn_log_replicated(request.transactional_id)
     return EndTxnResponse(error_code=fenced_error(error, ctx.version, 2))

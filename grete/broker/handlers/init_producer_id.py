@@ -35,7 +35,13 @@ async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitPro
         result = ctx.broker.txn_coordinator.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms,
             request.producer_id if ctx.version >= 3 else -1, request.producer_epoch if ctx.version >= 3 else -1)
-        return InitProducerIdResponse(error_code=fenced_error(result.error, ctx.version, 4),
+        error = result.error
+        if error == ErrorCode.NONE:
+            error = await ctx.broker.txn_log_replicated(request.transactional_id)
+        if error != ErrorCode.NONE:
+            return InitProducerIdResponse(error_code=fenced_error(error, ctx.version, 4), producer_id=-1,
+                                          producer_epoch=-1)
+        return InitProducerIdResponse(error_code=ErrorCode.NONE,
                                       producer_id=result.producer_id, producer_epoch=result.producer_epoch)
     try:
         producer_id = ctx.broker.producer_ids.next_id()
