@@ -117,7 +117,9 @@ class TransactionalWriter(threading.Thread):
     def _finish(self, producer: Producer, txn: Txn) -> bool:
         """Commit or abort as intended; False when the producer must be replaced."""
         op = producer.commit_transaction if txn.intent == "c" else producer.abort_transaction
-        for _ in range(10):
+        for attempt in range(10):
+            if attempt >= 3 and self.stop_event.is_set():
+                return False
             try:
                 op(20)
                 txn.outcome = "committed" if txn.intent == "c" else "aborted"
@@ -131,7 +133,6 @@ class TransactionalWriter(threading.Thread):
                     if op == producer.abort_transaction:
                         return False
                     op = producer.abort_transaction  # now the outcome is aborted, if this works
-                    txn.intent_failed = True  # type: ignore[attr-defined]
                     continue
                 if not err.retriable():
                     return False
@@ -152,8 +153,6 @@ class TransactionalWriter(threading.Thread):
                 for partition, value in txn.values:
                     producer.produce(self.topic, value=value.encode(), partition=partition)
                 ok = self._finish(producer, txn)
-                if ok and txn.intent == "c" and txn.outcome == "aborted":
-                    pass  # a commit that had to be aborted
             except KafkaException as exc:
                 txn.error = str(exc.args[0])
                 ok = False
@@ -164,6 +163,20 @@ class TransactionalWriter(threading.Thread):
                 producer.flush(0)
                 producer = self._producer()  # init_transactions fences the old one and ends its transaction
             time.sleep(0.02)
+        if self.txns and self.txns[-1].outcome == "unknown":
+            self._fence()
+
+    def _fence(self) -> None:
+        """A last init_transactions, so that no transaction of this id stays open (it would hold
+        the last stable offset, and the read_committed catch-up read, until it timed out)."""
+        for _ in range(3):
+            producer = Producer(_quiet({"bootstrap.servers": self.bootstrap,
+                                        "transactional.id": self.transactional_id}))
+            try:
+                producer.init_transactions(30)
+                return
+            except KafkaException as exc:
+                self.errors.append(f"final init_transactions: {exc.args[0]}")
 
 
 def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 60.0
