@@ -114,7 +114,7 @@ def reorders(reads: Mapping[int, Read]) -> list[str]:
             if parsed is None:
                 continue
             writer, seq = parsed
-            if writer in last and seq <= last[writer][1]:
+            if writer in last and seq < last[writer][1]:  # (equal: a duplicate, counted apart)
                 prev_offset, prev_seq = last[writer]
                 found.append(f"p{partition}: {writer} seq {seq} at offset {offset} after seq {prev_seq} "
                              f"at offset {prev_offset}")
