@@ -65,6 +65,7 @@ class RoundResult:
     lost_committed: list[str] = field(default_factory=list)
     partial_txns: list[str] = field(default_factory=list)
     unavailable_s: float = 0.0
+    error: str = ""  # the round could not be run or checked (not an anomaly, but not a pass either)
     notes: list[str] = field(default_factory=list)
 
     ANOMALIES = ("lost", "duplicates", "reorders", "two_values", "aborted_reads", "lost_committed",
@@ -149,6 +150,9 @@ def check_writes(result: RoundResult, writes: Iterable[Write], reads: Mapping[in
     present = {v for read in reads.values() for _, v in read}
     by_status = Counter(w.status for w in writes)
     result.acked, result.failed, result.unknown = by_status["ok"], by_status["fail"], by_status["unknown"]
+    no_offset = sum(1 for w in writes if w.status == "ok" and w.offset < 0)
+    if no_offset:
+        result.notes.append(f"{no_offset} acks without an offset")
     result.lost += [f"{w.value} (p{w.partition} acked at offset {w.offset})"
                     for w in writes if w.status == "ok" and w.value not in present]
     result.duplicates += duplicates(reads)

@@ -127,7 +127,7 @@ def summarize(results: Sequence[checker.RoundResult]) -> dict[str, Any]:
         entry["unavailable_sum_s"] += r.unavailable_s
     for entry in per_fault.values():
         entry["unavailable_mean_s"] = round(entry.pop("unavailable_sum_s") / entry["rounds"], 2)
-    return {"rounds": len(results), "acked": sum(r.acked for r in results),
+    return {"rounds": len(results), "errors": sum(1 for r in results if r.error), "acked": sum(r.acked for r in results),
             "txns_committed": sum(r.txns_committed for r in results),
             "txns_aborted": sum(r.txns_aborted for r in results), "anomalies": totals, "per_fault": per_fault}
 
@@ -153,7 +153,12 @@ def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = F
                 fault = rng.choice(chosen)
                 round_rng = random.Random(rng.random())
                 started = time.monotonic()
-                result = run_round(cluster, zk, number, fault, round_rng, unclean, say)
+                try:
+                    result = run_round(cluster, zk, number, fault, round_rng, unclean, say)
+                except Exception as exc:  # recorded; the next round starts from a healed cluster
+                    result = checker.RoundResult(number, fault, error=repr(exc), notes=[traceback.format_exc()])
+                    say(f"round {number} ({fault}) failed: {exc!r}")
+                    nemesis.heal(cluster, zk, [], nemesis.Events())
                 result.notes.insert(0, f"round took {time.monotonic() - started:.0f}s")
                 results.append(result)
                 say(row(result) + ("  <-- " + ", ".join(f"{k} {v}" for k, v in result.anomalies().items())
@@ -199,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     document = run(args.target, args.rounds, seed, args.unclean, faults, out, args.keep,
                    say=lambda line: print(line, flush=True))
     print(f"result: {out}")
-    return 1 if any(document["summary"]["anomalies"].values()) else 0
+    summary = document["summary"]
+    return 1 if any(summary["anomalies"].values()) or summary["errors"] else 0
 
 
 if __name__ == "__main__":

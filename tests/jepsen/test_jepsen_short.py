@@ -29,7 +29,7 @@ def test_faults_leave_no_anomaly() -> None:
     document = run("grete", rounds=3, seed=16, faults=["kill-leader", "pause-leader", "zk-isolate-leader"],
                    say=said.append)
     summary = document["summary"]
-    assert summary["rounds"] == 3 and summary["acked"] > 1000 and summary["txns_committed"] > 0
+    assert summary["rounds"] == 3 and summary["errors"] == 0 and summary["acked"] > 1000 and summary["txns_committed"] > 0
     assert not any(summary["anomalies"].values()), "\n".join(said)
 
 

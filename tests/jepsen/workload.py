@@ -54,7 +54,10 @@ class IdempotentWriter(threading.Thread):
     def _delivered(self, err: KafkaError | None, message: Any) -> None:
         write = self.writes[message.value().decode()]
         if err is None:
-            write.status, write.offset, write.acked_at = "ok", message.offset(), time.monotonic()
+            # An ack may carry no offset (librdkafka reports none for a batch the broker already had:
+            # DUPLICATE_SEQUENCE_NUMBER is success without an offset).
+            offset = message.offset()
+            write.status, write.offset, write.acked_at = "ok", -1 if offset is None else offset, time.monotonic()
             self.ack_times.append(write.acked_at)
         else:
             write.status, write.error = "fail", err.name()
