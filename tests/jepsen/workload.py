@@ -163,7 +163,10 @@ class TransactionalWriter(threading.Thread):
                 ok = False
             if not ok:
                 self.errors.append(f"t{number}: {txn.error}")
-                producer.flush(0)
+                try:
+                    producer.flush(0)
+                except KafkaException:
+                    pass  # a fatal producer raises here too
                 producer = self._producer()  # init_transactions fences the old one and ends its transaction
             time.sleep(0.02)
         if self.txns and self.txns[-1].outcome == "unknown":
