@@ -100,8 +100,11 @@ def parse_txn_value(value: str) -> tuple[int, str] | None:
 
 
 def duplicates(reads: Mapping[int, Read]) -> list[str]:
-    counts = Counter(v for read in reads.values() for _, v in read)
-    return sorted(f"{v} x{n}" for v, n in counts.items() if n > 1)
+    where: dict[str, list[str]] = defaultdict(list)
+    for partition, read in sorted(reads.items()):
+        for offset, value in read:
+            where[value].append(f"p{partition}@{offset}")
+    return sorted(f"{v} x{len(at)} ({', '.join(at)})" for v, at in where.items() if len(at) > 1)
 
 
 def reorders(reads: Mapping[int, Read]) -> list[str]:

@@ -28,7 +28,7 @@ def test_lost_duplicated_reordered_and_overwritten_writes() -> None:
     reads = {0: [(0, "w0g0-0"), (1, "w0g0-2"), (2, "w0g0-1"), (3, "w0g0-2")]}
     checker.check_writes(result, writes, reads)
     assert [x.split()[0] for x in result.lost] == ["w1g0-0"]
-    assert result.duplicates == ["w0g0-2 x2"]
+    assert result.duplicates == ["w0g0-2 x2 (p0@1, p0@3)"]
     assert len(result.reorders) == 1 and "seq 1 at offset 2 after seq 2" in result.reorders[0]
     # acked at offset 1 and 2 and 3, but those offsets hold other values now
     assert len(result.two_values) == 3
