@@ -80,3 +80,35 @@ def read_partition_dir(directory: Path) -> tuple[list[tuple[int, str]], int]:
                     break
             pos = end
     return records, skipped
+
+
+def batches_with(directory: Path, values: set[str]) -> list[str]:
+    """The headers of the batches holding any of ``values`` (base offset, partition leader epoch,
+    producer id/epoch, base sequence): how a duplicate got in, e.g. under two producer epochs."""
+    out = []
+    for segment in sorted(directory.glob("*.log")):
+        buf = segment.read_bytes()
+        pos = 0
+        while pos + HEADER <= len(buf):
+            length, = struct.unpack_from(">i", buf, pos + 8)
+            end = pos + 12 + length
+            if length <= 0 or end > len(buf) or buf[pos + 16] != 2:
+                break
+            attributes, = struct.unpack_from(">h", buf, pos + 21)
+            if not attributes & (CONTROL_MASK | COMPRESSION_MASK):
+                records = batch_records(buf, pos)
+                hits = [f"{o}:{v.decode()}" for o, v in records if v is not None and v.decode() in values]
+                if hits:
+                    epoch, = struct.unpack_from(">i", buf, pos + 12)
+                    pid, pepoch, seq = struct.unpack_from(">qhi", buf, pos + 43)
+                    out.append(f"{segment.name} batch offsets {records[0][0]}-{records[-1][0]} leader epoch {epoch} "
+                               f"producer {pid} epoch {pepoch} base sequence {seq}: {hits}")
+            pos = end
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    for line in batches_with(Path(sys.argv[1]), set(sys.argv[2:])):
+        print(line)

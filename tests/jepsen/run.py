@@ -101,9 +101,25 @@ def run_round(cluster: Any, zk: KazooClient, number: int, fault: str, rng: rando
         checker.check_replicas(result, topic, replica_logs(cluster, topic), ends)
         checker.check_replicas(result, txn_topic, replica_logs(cluster, txn_topic), txn_ends)
     result.notes += log.lines
+    result.notes += duplicate_evidence(cluster, topic, result.duplicates)
     result.notes += [f"writer fatal: {f}" for w in writers for f in w.fatal]
     result.notes += [f"txn: {e}" for e in txn_writer.errors[:10]]
     return result
+
+
+def duplicate_evidence(cluster: Any, topic: str, found: Sequence[str]) -> list[str]:
+    """The batches holding each duplicated value, from one replica's files (producer id, epoch and
+    sequence tell whether the broker should have dropped the second copy)."""
+    out = []
+    broker = cluster.brokers[min(cluster.brokers)]
+    for line in found[:5]:
+        value, _, where = line.partition(" x")
+        partitions = sorted({at.split("@")[0].lstrip("(p") for at in where.split()[1:]})
+        for p in partitions:
+            directory = Path(broker.data_dir) / f"{topic}-{p}"
+            out += [f"duplicate {value} on broker {min(cluster.brokers)}: {b}"
+                    for b in logfiles.batches_with(directory, {value})]
+    return out
 
 
 HEADER = (f"{'round':>5} {'fault':<18} {'acked':>6} {'fail':>5} {'unkn':>5} {'txn c/a/u':>11} {'lost':>5} "
