@@ -177,6 +177,7 @@ def check_txns(result: RoundResult, txns: Iterable[Txn], committed_reads: Mappin
     result.txns_committed, result.txns_aborted = outcomes["committed"], outcomes["aborted"]
     result.txns_unknown = outcomes["unknown"]
     visible = {v for read in committed_reads.values() for _, v in read}
+    raw = {v: f"p{p}@{o}" for p, read in uncommitted_reads.items() for o, v in read}
     for partition, read in sorted(committed_reads.items()):
         for offset, value in read:
             parsed = parse_txn_value(value)
@@ -189,7 +190,8 @@ def check_txns(result: RoundResult, txns: Iterable[Txn], committed_reads: Mappin
     for txn in txns:
         seen = [v for _, v in txn.values if v in visible]
         if txn.outcome == "committed" and len(seen) < len(txn.values):
-            result.lost_committed += [f"{v} (t{txn.txn} committed)" for _, v in txn.values if v not in visible]
+            result.lost_committed += [f"{v} (t{txn.txn} committed; read_uncommitted: {raw.get(v, 'absent')})"
+                                      for _, v in txn.values if v not in visible]
         elif txn.outcome != "committed" and 0 < len(seen) < len(txn.values):
             result.partial_txns.append(f"t{txn.txn} ({txn.outcome}): {len(seen)} of {len(txn.values)} visible")
     result.duplicates += [f"read_committed {d}" for d in duplicates(committed_reads)]

@@ -54,7 +54,7 @@ def test_aborted_reads_lost_commits_and_half_transactions() -> None:
                    1: [(0, "t1-c-1"), (1, "t2-a-1")]}
     checker.check_txns(result, txns, committed, uncommitted)
     assert len(result.aborted_reads) == 2  # t2 (meant to abort) and t3 (aborted)
-    assert result.lost_committed == ["t5-c-1 (t5 committed)"]
+    assert result.lost_committed == ["t5-c-1 (t5 committed; read_uncommitted: absent)"]
     assert [p.split()[0] for p in result.partial_txns] == ["t2", "t3", "t4"]
     assert result.two_values == []
     checker.check_txns(result, [], {0: [(0, "t1-c-0")]}, {0: [(0, "t9-c-0")]})
