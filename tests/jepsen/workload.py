@@ -185,6 +185,20 @@ class TransactionalWriter(threading.Thread):
                 self.errors.append(f"final init_transactions: {exc.args[0]}")
 
 
+def _high_watermark(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0) -> int:
+    """Retried: right after healing, leadership may still move (preferred-leader rebalancing)
+    and the client's metadata lags (NOT_LEADER_OR_FOLLOWER)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            high: int = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+            return high
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 60.0
                ) -> tuple[dict[int, Read], dict[int, int], list[str]]:
     """Every partition from its beginning to its high watermark (as it was when the read started):
@@ -197,7 +211,7 @@ def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str, time
     try:
         ends = {}
         for p in range(partitions):
-            ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=20)[1]
+            ends[p] = _high_watermark(consumer, topic, p)
         reads: dict[int, Read] = {p: [] for p in range(partitions)}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         done = {p for p, end in ends.items() if end == 0}
