@@ -158,7 +158,7 @@ def unclean_election(cluster: Any, zk: KazooClient, topic: str, rng: random.Rand
     cluster.kill_broker(leader)
     cluster.kill_broker(other)
     cluster.resume_broker(stale)
-    deadline = time.monotonic() + 3 * SESSION_S + 10
+    deadline = time.monotonic() + 2 * SESSION_S + 6
     while time.monotonic() < deadline:
         now = partition_state(zk, topic, p)
         if now["leader"] == stale:

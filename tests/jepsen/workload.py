@@ -87,7 +87,10 @@ class IdempotentWriter(threading.Thread):
                 seq += 1
                 next_at += interval
                 producer.poll(0)
-            producer.flush(0 if fatal.is_set() else 40)
+            try:
+                producer.flush(0 if fatal.is_set() else 20)
+            except (KafkaException, SystemError):
+                pass  # librdkafka raises its fatal error from flush (through the delivery callback)
             self.generation += 1
 
 
@@ -121,7 +124,7 @@ class TransactionalWriter(threading.Thread):
         """Commit or abort as intended; False when the producer must be replaced."""
         op = producer.commit_transaction if txn.intent == "c" else producer.abort_transaction
         for attempt in range(10):
-            if attempt >= 3 and self.stop_event.is_set():
+            if attempt >= 1 and self.stop_event.is_set():
                 return False
             try:
                 op(20)
