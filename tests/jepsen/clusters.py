@@ -1,0 +1,87 @@
+"""The clusters under test: grete (grete.testing.cluster) or Apache Kafka 3.9.2 in ZooKeeper mode
+(tools.reference_kafka_zk), three brokers, each reaching ZooKeeper through its own proxy
+(tests/jepsen/proxy.py) so a broker can be cut off from ZooKeeper."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from grete.testing.cluster import GreteCluster, ZooKeeperProcess
+from grete.testing.common import scratch_root
+from tests.jepsen.proxy import Proxy
+
+TARGETS = ("grete", "kafka-3.9")
+SESSION_TIMEOUT_MS = 6000
+
+# Both targets get the same broker settings (Kafka's names; grete reads the same ones).
+OVERRIDES = {
+    "offsets.topic.num.partitions": "3",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.num.partitions": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "auto.create.topics.enable": "false",
+    # Leadership goes back to the preferred replica soon after a broker returns, as it would in
+    # production after leader.imbalance.check.interval.seconds (300 s): more leader changes per round.
+    "leader.imbalance.check.interval.seconds": "10",
+}
+
+
+def _proxied(base: type) -> type:
+    class Proxied(base):  # type: ignore[valid-type,misc]
+        """``zookeeper.connect`` of broker N is its own proxy to ZooKeeper."""
+
+        zk_proxies: dict[int, Proxy]
+
+        def broker_items(self, broker_id: int) -> dict[str, str]:
+            items: dict[str, str] = super().broker_items(broker_id)
+            if broker_id not in self.zk_proxies:
+                self.zk_proxies[broker_id] = Proxy(self.zookeeper.port)
+            items["zookeeper.connect"] = self.zk_proxies[broker_id].address
+            return items
+
+    return Proxied
+
+
+@contextmanager
+def open_cluster(target: str, brokers: int = 3, overrides: Mapping[str, str] | None = None,
+                 keep: bool = False) -> Iterator[Any]:
+    """A running cluster of ``target`` with ``.zk_proxies[broker_id]``; removed on exit unless ``keep``."""
+    items = {**OVERRIDES, **(overrides or {})}
+    if target == "grete":
+        scratch = Path(tempfile.mkdtemp(prefix="jepsen-grete-", dir=scratch_root()))
+        zookeeper = ZooKeeperProcess(scratch)
+        running = _proxied(GreteCluster)(scratch, zookeeper, items)
+    elif target == "kafka-3.9":
+        from tools import kafka_dist
+        from tools.reference_kafka_zk import VERSION, KafkaZkCluster
+
+        kafka_dist.fetch(VERSION)
+        scratch = Path(tempfile.mkdtemp(prefix="jepsen-kafka-"))
+        zookeeper = ZooKeeperProcess(scratch)
+        running = _proxied(KafkaZkCluster)(scratch, zookeeper, items, None, VERSION)
+    else:
+        raise ValueError(f"unknown target {target!r} (one of {TARGETS})")
+    running.zk_proxies = {}
+    try:
+        zookeeper.start()
+        for broker_id in range(1, brokers + 1):
+            running.start_broker(broker_id)
+        if hasattr(running, "await_metadata"):
+            running.await_metadata()
+        yield running
+    finally:
+        for proxy in running.zk_proxies.values():
+            proxy.heal()
+        running.stop()
+        for proxy in running.zk_proxies.values():
+            proxy.close()
+        if not keep and not os.environ.get("GRETE_KEEP_TMP"):
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,224 @@
+"""Faults, and healing. Each fault takes the cluster, a ZooKeeper client (direct, not proxied), the
+round's topic and a seeded random generator, does its damage, undoes what it can, and returns a
+log of what it did (it heals nothing it need not: ``heal`` restarts and resumes everything)."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from tests.jepsen.clusters import SESSION_TIMEOUT_MS
+
+SESSION_S = SESSION_TIMEOUT_MS / 1000
+
+
+class Events:
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(f"+{time.monotonic() - self.t0:5.1f}s {line}")
+
+
+def partition_state(zk: KazooClient, topic: str, partition: int) -> dict[str, Any]:
+    data, _ = zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+    found: dict[str, Any] = json.loads(data)
+    return found
+
+
+def controller(zk: KazooClient) -> int:
+    try:
+        return int(json.loads(zk.get("/controller")[0])["brokerid"])
+    except Exception:
+        return -1
+
+
+def alive(cluster: Any) -> list[int]:
+    return sorted(b for b, proc in cluster.brokers.items() if proc.process.poll() is None)
+
+
+def kill_leader(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    p = rng.randrange(3)
+    leader = partition_state(zk, topic, p)["leader"]
+    log(f"SIGKILL broker {leader}, leader of p{p}")
+    cluster.kill_broker(leader)
+    time.sleep(rng.uniform(2, 10))
+    log(f"restart broker {leader}")
+    cluster.start_broker(leader)
+
+
+def kill_follower(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    p = rng.randrange(3)
+    state = partition_state(zk, topic, p)
+    follower = rng.choice(sorted(b for b in state["isr"] if b != state["leader"]))
+    log(f"SIGKILL broker {follower}, a follower of p{p} (leader {state['leader']})")
+    cluster.kill_broker(follower)
+    time.sleep(rng.uniform(2, 10))
+    log(f"restart broker {follower}")
+    cluster.start_broker(follower)
+
+
+def kill_controller(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    victim = controller(zk)
+    log(f"SIGKILL broker {victim}, the controller")
+    cluster.kill_broker(victim)
+    time.sleep(rng.uniform(2, 10))
+    log(f"restart broker {victim}")
+    cluster.start_broker(victim)
+
+
+def pause_leader(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """A zombie leader: SIGSTOP past the ZooKeeper session timeout (its session expires, leaders
+    move), then SIGCONT: it must find itself fenced and follow."""
+    p = rng.randrange(3)
+    leader = partition_state(zk, topic, p)["leader"]
+    pause = SESSION_S + rng.uniform(1, 5)
+    log(f"SIGSTOP broker {leader}, leader of p{p}, for {pause:.1f}s")
+    cluster.pause_broker(leader)
+    time.sleep(pause)
+    log(f"SIGCONT broker {leader}")
+    cluster.resume_broker(leader)
+
+
+def pause_any(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """SIGSTOP of any broker, sometimes shorter than the session timeout (an ISR shrink only)."""
+    victim = rng.choice(alive(cluster))
+    pause = rng.uniform(2, SESSION_S + 4)
+    log(f"SIGSTOP broker {victim} for {pause:.1f}s (controller {controller(zk)})")
+    cluster.pause_broker(victim)
+    time.sleep(pause)
+    log(f"SIGCONT broker {victim}")
+    cluster.resume_broker(victim)
+
+
+def rolling_restart(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """SIGTERM (controlled shutdown) each broker in turn, waiting for it to rejoin every ISR."""
+    order = alive(cluster)
+    rng.shuffle(order)
+    for broker in order:
+        log(f"SIGTERM broker {broker}")
+        code = cluster.stop_broker(broker)
+        log(f"broker {broker} exited {code}; restart")
+        cluster.start_broker(broker)
+        full_isr(zk, [topic], 60, log)
+
+
+def zk_isolate_leader(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """Cut a leader off from ZooKeeper only (its proxy closes and refuses connections), past the
+    session timeout: the controller moves its leaderships while it still talks to clients and to
+    the other brokers (Kafka's §9 #5)."""
+    p = rng.randrange(3)
+    leader = partition_state(zk, topic, p)["leader"]
+    cut = SESSION_S + rng.uniform(1, 5)
+    log(f"cut broker {leader} (leader of p{p}) from ZooKeeper for {cut:.1f}s")
+    cluster.zk_proxies[leader].partition()
+    time.sleep(cut)
+    log(f"reconnect broker {leader} to ZooKeeper")
+    cluster.zk_proxies[leader].heal()
+
+
+def zk_pause(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """SIGSTOP ZooKeeper itself past the session timeout: on SIGCONT sessions may expire all at once."""
+    pause = SESSION_S + rng.uniform(1, 4)
+    log(f"SIGSTOP ZooKeeper for {pause:.1f}s")
+    cluster.zookeeper.process.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(pause)
+    finally:
+        cluster.zookeeper.process.send_signal(signal.SIGCONT)
+    log("SIGCONT ZooKeeper")
+
+
+def unclean_election(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """Force the case of §9 #8: one follower stalls out of the ISR, acks=all writes go on with the
+    two others, then both die and only the stale one is alive. With unclean.leader.election.enable
+    it becomes leader and the writes it lacks are lost (as Kafka documents); without, the partition
+    waits offline for an ISR member and nothing is lost."""
+    p = rng.randrange(3)
+    state = partition_state(zk, topic, p)
+    leader, boss = state["leader"], controller(zk)
+    candidates = [b for b in alive(cluster) if b not in (leader, boss)] or [b for b in alive(cluster) if b != leader]
+    stale = rng.choice(candidates)
+    other = next(b for b in alive(cluster) if b not in (leader, stale))
+    log(f"p{p}: leader {leader}, controller {boss}; SIGSTOP broker {stale} past the session timeout")
+    cluster.pause_broker(stale)
+    deadline = time.monotonic() + 40
+    while stale in partition_state(zk, topic, p)["isr"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log(f"ISR of p{p}: {partition_state(zk, topic, p)['isr']}; writes go on without broker {stale}")
+    time.sleep(3)
+    log(f"SIGKILL brokers {leader} and {other}; SIGCONT broker {stale}")
+    cluster.kill_broker(leader)
+    cluster.kill_broker(other)
+    cluster.resume_broker(stale)
+    deadline = time.monotonic() + 2 * SESSION_S + 6
+    while time.monotonic() < deadline:
+        now = partition_state(zk, topic, p)
+        if now["leader"] == stale:
+            log(f"unclean election: p{p} state {now}")
+            break
+        time.sleep(0.2)
+    else:
+        log(f"no election of broker {stale}: p{p} state {partition_state(zk, topic, p)}")
+
+
+FAULTS: dict[str, Callable[[Any, KazooClient, str, random.Random, Events], None]] = {
+    "kill-leader": kill_leader,
+    "kill-follower": kill_follower,
+    "kill-controller": kill_controller,
+    "pause-leader": pause_leader,
+    "pause-any": pause_any,
+    "rolling-restart": rolling_restart,
+    "zk-isolate-leader": zk_isolate_leader,
+    "zk-pause": zk_pause,
+}
+EXTRA_FAULTS = {"unclean-election": unclean_election}
+
+
+def full_isr(zk: KazooClient, topics: Iterable[str], timeout: float, log: Events | None = None) -> bool:
+    """Every partition of ``topics`` led and with all its replicas in the ISR."""
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = []
+        for topic in topics:
+            if not zk.exists(f"/brokers/topics/{topic}"):
+                continue
+            assignment = json.loads(zk.get(f"/brokers/topics/{topic}")[0])["partitions"]
+            for p, replicas in assignment.items():
+                try:
+                    state = partition_state(zk, topic, int(p))
+                except Exception:
+                    missing.append(f"{topic}-{p}: no state")
+                    continue
+                if state["leader"] < 0 or sorted(state["isr"]) != sorted(replicas):
+                    missing.append(f"{topic}-{p}: leader {state['leader']} isr {state['isr']}")
+        if not missing:
+            return True
+        if time.monotonic() > deadline:
+            if log is not None:
+                log(f"ISR not full after {timeout:.0f}s: {missing}")
+            return False
+        time.sleep(0.2)
+
+
+def heal(cluster: Any, zk: KazooClient, topics: Iterable[str], log: Events, timeout: float = 120) -> bool:
+    """Everything back: proxies healed, ZooKeeper and every broker resumed, dead brokers restarted,
+    then every partition of ``topics`` (and the internal ones) with a full ISR."""
+    for proxy in cluster.zk_proxies.values():
+        proxy.heal()
+    cluster.zookeeper.process.send_signal(signal.SIGCONT)
+    for broker, proc in sorted(cluster.brokers.items()):
+        if proc.process.poll() is None:
+            cluster.resume_broker(broker)
+    for broker, proc in sorted(cluster.brokers.items()):
+        if proc.process.poll() is not None:
+            log(f"heal: restart broker {broker} (exit code {proc.process.returncode})")
+            cluster.start_broker(broker)
+    return full_isr(zk, [*topics, "__transaction_state"], timeout, log)
