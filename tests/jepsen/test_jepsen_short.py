@@ -4,6 +4,7 @@ see the acknowledged writes Kafka documents as lost, and none without it."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -46,9 +47,6 @@ def test_faults_lose_no_acknowledged_write(short_run: tuple[dict[str, Any], list
     assert {k: summary["anomalies"][k] for k in IDEMPOTENT} == dict.fromkeys(IDEMPOTENT, 0), report(document, said)
 
 
-@pytest.mark.xfail(reason="grete bug (tests/jepsen/README.md, 'Bug 1'): EndTxn is answered before the "
-                          "PrepareCommit record is replicated; a coordinator failover then aborts a transaction "
-                          "the client saw committed", strict=False)
 def test_faults_keep_transactions_atomic(short_run: tuple[dict[str, Any], list[str]]) -> None:
     document, said = short_run
     summary = document["summary"]
@@ -57,6 +55,8 @@ def test_faults_keep_transactions_atomic(short_run: tuple[dict[str, Any], list[s
         report(document, said)
 
 
+@pytest.mark.skipif(not os.environ.get("GRETE_JEPSEN_LONG"),
+                    reason="2 x ~135 s: run by hand with GRETE_JEPSEN_LONG=1 (tests/jepsen/README.md)")
 @pytest.mark.parametrize("unclean", [True, False], ids=["unclean", "clean"])
 def test_unclean_leader_election_loses_acknowledged_writes(unclean: bool) -> None:
     said: list[str] = []
