@@ -22,6 +22,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from grete.protocol.messages import MetadataRequest, MetadataResponse
+from grete.testing import _wire
 from grete.testing.common import BrokerStartError, scratch_root
 from grete.testing.process import BrokerProcess, await_start, serve_command, spawn
 
@@ -145,7 +147,8 @@ class GreteCluster:
             client.stop()
             client.close()
 
-    def start_broker(self, broker_id: int, timeout: float = START_TIMEOUT_S) -> BrokerProcess:
+    def start_broker(self, broker_id: int, timeout: float = START_TIMEOUT_S, *,
+                     wait_metadata: bool = True) -> BrokerProcess:
         """Start (or restart) a broker. A killed broker's registration lives until its session
         expires, and a broker cannot register over it (Kafka's rule too): wait for that first."""
         items = self.broker_items(broker_id)
@@ -159,7 +162,32 @@ class GreteCluster:
         running = await_start(process, Path(items["log.dirs"]), log_path, timeout, skip)
         self.brokers[broker_id] = running
         self.ports.setdefault(broker_id, running.port)  # it keeps its port across restarts
+        if wait_metadata:
+            self.await_metadata()
         return running
+
+    def await_metadata(self, timeout: float = 30.0) -> None:
+        """Until every running broker's Metadata lists every running broker and a controller: a
+        broker serves as soon as it has registered, but learns the cluster only from the
+        controller's UpdateMetadata a moment later (clients asking it before then would wait for
+        their next metadata refresh)."""
+        deadline = time.monotonic() + timeout
+        running = {i: b for i, b in self.brokers.items() if b.process.poll() is None and not _stopped(b.process.pid)}
+        while True:
+            if all(self._metadata_complete(b, set(running)) for b in running.values()):
+                return
+            if time.monotonic() > deadline:
+                raise BrokerStartError(f"brokers {sorted(running)} do not all see each other and a controller")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _metadata_complete(broker: BrokerProcess, running: set[int]) -> bool:
+        try:
+            answer = _wire.call(broker.host, broker.port, MetadataRequest(topics=[]), MetadataResponse, 9, timeout=5)
+        except OSError:
+            return False
+        listed = {b.node_id for b in answer.brokers}
+        return running <= listed and answer.controller_id in listed
 
     def stop_broker(self, broker_id: int, timeout: float = 60.0) -> int:
         """SIGTERM (a controlled shutdown first), as ``kafka-server-stop`` does."""
@@ -185,6 +213,14 @@ class GreteCluster:
         self.zookeeper.stop()
 
 
+def _stopped(pid: int) -> bool:
+    """Whether the process is paused (SIGSTOP): such a broker answers nothing until resumed."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 @contextmanager
 def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides: Mapping[str, str] | None = None,
             ports: Mapping[int, int] | None = None, zookeeper_port: int | None = None,
@@ -201,7 +237,8 @@ def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides:
     try:
         zookeeper.start()
         for broker_id in range(1, brokers + 1):
-            running.start_broker(broker_id)
+            running.start_broker(broker_id, wait_metadata=False)
+        running.await_metadata()
         yield running
     finally:
         running.stop()
