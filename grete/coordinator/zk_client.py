@@ -32,6 +32,7 @@ from kazoo.protocol.states import ZnodeStat
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+CLOSE_TIMEOUT_S = 10.0
 
 __all__ = ["BadVersionError", "MultiOpError", "NodeExistsError", "NoNodeError", "NotEmptyError", "Op", "ZkClient",
            "ZkUnavailable", "ZnodeStat", "ZookeeperError", "SessionState"]
@@ -95,9 +96,15 @@ class ZkClient:
         if self._closed:
             return
         self._closed = True
+        # Not on the worker thread: a call stuck there (ZooKeeper unreachable) must not hold up a
+        # broker's shutdown; kazoo's stop is safe from any thread. Bounded: past it, the process
+        # exits and ZooKeeper expires the session instead.
+        loop = asyncio.get_running_loop()
         try:
-            await self._run(self._kazoo.stop)
-            await self._run(self._kazoo.close)
+            await asyncio.wait_for(loop.run_in_executor(None, self._kazoo.stop), CLOSE_TIMEOUT_S)
+            await asyncio.wait_for(loop.run_in_executor(None, self._kazoo.close), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("closing the ZooKeeper session took over %g s; leaving it to expire", CLOSE_TIMEOUT_S)
         finally:
             self._executor.shutdown(wait=False)
 
