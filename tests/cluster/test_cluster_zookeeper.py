@@ -153,8 +153,9 @@ def test_partitions_added_and_topic_deleted(grete_cluster: GreteCluster, zk: Kaz
     dirs = [d for b in grete_cluster.brokers.values() for d in b.data_dir.glob(f"{topic_name}-*")]
     assert len(dirs) == 10  # 5 partitions x 2 replicas
     client.delete_topics([topic_name])[topic_name].result(30)
-    wait_until(lambda: zk.exists(f"/brokers/topics/{topic_name}") is None, what="the topic znode removed")
-    assert zk.exists(f"/admin/delete_topics/{topic_name}") is None
+    # Kafka's order: the topic znode, then its config, then the deletion marker, three writes in a row.
+    wait_until(lambda: zk.exists(f"/admin/delete_topics/{topic_name}") is None, what="the deletion marker removed")
+    assert zk.exists(f"/brokers/topics/{topic_name}") is None
     assert zk.exists(f"/config/topics/{topic_name}") is None
     wait_until(lambda: not [d for b in grete_cluster.brokers.values() for d in b.data_dir.glob(f"{topic_name}-*")
                             if not d.name.endswith("-delete")], what="the replicas deleted")
