@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
+from typing import Any
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None,
@@ -23,3 +26,61 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[st
             return
         time.sleep(0.05)
     raise TimeoutError(f"topic {name} has no leaders after {timeout}s")
+
+
+
+def alter_client_quotas(bootstrap: str, entity: dict[str, str | None], values: dict[str, float | None],
+                        timeout: float = 10.0) -> None:
+    """AlterClientQuotas v0 (confluent-kafka has no client-quota admin call): set, or with None
+    remove, ``values`` of ``entity`` ({"client-id": "x"}, {"user": None} for the default user, ...).
+    Raises if the broker refuses."""
+    from grete.protocol.messages import AlterClientQuotasRequest
+
+    request = AlterClientQuotasRequest(validate_only=False, entries=[AlterClientQuotasRequest.EntryData(
+        entity=[AlterClientQuotasRequest.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+        ops=[AlterClientQuotasRequest.OpData(key=k, value=0.0 if v is None else v, remove=v is None)
+             for k, v in values.items()])])
+    for entry in call(bootstrap, request, 0, timeout).entries:
+        if entry.error_code:
+            raise RuntimeError(f"AlterClientQuotas refused: {entry.error_code} {entry.error_message}")
+
+
+def describe_client_quotas(bootstrap: str, timeout: float = 10.0) -> dict[tuple[tuple[str, str | None], ...],
+                                                                         dict[str, float]]:
+    """Every client quota the broker knows (DescribeClientQuotas v0, an empty filter)."""
+    from grete.protocol.messages import DescribeClientQuotasRequest
+
+    response = call(bootstrap, DescribeClientQuotasRequest(components=[], strict=False), 0, timeout)
+    if response.error_code:
+        raise RuntimeError(f"DescribeClientQuotas: {response.error_code} {response.error_message}")
+    return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+            {v.key: v.value for v in entry.values} for entry in response.entries}
+
+
+def call(bootstrap: str, request: Any, version: int, timeout: float = 10.0) -> Any:
+    """One request on a fresh connection to the first bootstrap server; the decoded answer."""
+    from grete.protocol.codec import Reader, Writer
+    from grete.protocol.headers import RequestHeader, decode_response_header, encode_request_header
+    from grete.protocol.messages import APIS, response_header_version
+
+    w = Writer()
+    encode_request_header(w, RequestHeader(api_key=request.API_KEY, api_version=version, correlation_id=1,
+                                          client_id="kafka_admin"))
+    request.encode(w, version)
+    payload = w.getvalue()
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(struct.pack(">i", len(payload)) + payload)
+        frame = _recv_exactly(s, struct.unpack(">i", _recv_exactly(s, 4))[0])
+    _, pos = decode_response_header(frame, response_header_version(request.API_KEY, version))
+    return APIS[request.API_KEY].response.decode(Reader(frame, pos), version)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        out += chunk
+    return out

@@ -23,6 +23,7 @@ from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
+from grete.broker.quotas import ClientQuotas
 from grete.broker.replica_manager import ReplicaManager
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.metadata import (
@@ -86,6 +87,7 @@ class Broker:
                                        cluster=cluster is not None)
         self.connections: set[OpenConnection] = set()
         self.connection_quotas = ConnectionQuotas(config)
+        self.quotas = ClientQuotas(config, self.metadata)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
         self.metrics = BrokerMetrics()

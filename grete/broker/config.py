@@ -188,6 +188,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("max.connections", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip.overrides", STR, ""),
+    # Client quotas (grete/broker/quotas.py): the sliding window their rates are measured over.
+    _d("quota.window.num", INT, "11", minimum=1),
+    _d("quota.window.size.seconds", INT, "1", minimum=1),
+    _d("controller.quota.window.num", INT, "11", minimum=1),
+    _d("controller.quota.window.size.seconds", INT, "1", minimum=1),
     _d("metrics.listener", STR, "", "http://HOST:PORT for GET /metrics (Prometheus); empty: no endpoint"),
     # Keys Kafka lets operators change at run time (DynamicBrokerConfig): accepted, stored and shown.
     # grete has no thread pools, throttled replication or Kerberos to apply some of them to.

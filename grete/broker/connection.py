@@ -110,6 +110,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused_reading = False
         self._paused_writing = False
         self._waiting_for_memory = False
+        self._throttled: asyncio.TimerHandle | None = None  # KIP-219: muted until this fires
         self._closed = False
         self.transport: asyncio.Transport | None = None
         self._writer: Writer | None = None
@@ -157,6 +158,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._reader.close()
         if self._idle_handle is not None:
             self._idle_handle.cancel()
+        if self._throttled is not None:
+            self._throttled.cancel()
 
     def pause_writing(self) -> None:
         self._paused_writing = True
@@ -244,7 +247,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.session.client_software_name = request.client_software_name
             self.session.client_software_version = request.client_software_version
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id,
-                             self.session)
+                             self.session, len(frame))
         counters = self._metrics.request(header.api_key, version)
         started = perf_counter()
         try:
@@ -258,6 +261,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._close()
             return
         local_done = perf_counter()
+        if ctx.throttle_ms:
+            self._throttle(ctx.throttle_ms)
         if result is None:
             return  # acks=0 produce: no response at all
         slot = self._new_slot()
@@ -272,7 +277,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         else:  # a coroutine or future of the answer
             future = asyncio.ensure_future(result)
             future.add_done_callback(
-                lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key))
+                lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key, ctx))
 
     # --- SASL ---------------------------------------------------------------------------------
     def _raw_sasl_token(self, sasl: SaslAuthenticator, token: bytes) -> None:
@@ -342,7 +347,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._flush()
 
     def _complete_async(self, future: asyncio.Future[Any], slot: Slot, handler: Handler,
-                        version: int, correlation_id: int, memo_key: MemoKey | None) -> None:
+                        version: int, correlation_id: int, memo_key: MemoKey | None,
+                        ctx: RequestContext | None = None) -> None:
         if self._closed:
             return
         try:
@@ -351,6 +357,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
             self._close()
             return
+        if ctx is not None and ctx.throttle_ms:
+            self._throttle(ctx.throttle_ms)
         if slot.timing is not None:
             slot.timing[3] = perf_counter()
         if response is None:
@@ -429,8 +437,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._paused_reading = True
             self.transport.pause_reading()
 
+    def _throttle(self, throttle_ms: int) -> None:
+        """KIP-219: the answer goes out now; nothing more is read from this client for
+        ``throttle_ms`` (a later, longer throttle extends the pause)."""
+        until = self._loop.time() + throttle_ms / 1000
+        current = self._throttled
+        if current is not None:
+            if current.when() >= until:
+                return
+            current.cancel()
+        self._throttled = self._loop.call_at(until, self._end_throttle)
+        self._pause_reading()
+
+    def _end_throttle(self) -> None:
+        self._throttled = None
+        self._maybe_resume_reading()
+
     def _maybe_resume_reading(self) -> None:
-        if (self._paused_reading and not self._paused_writing and not self._closed
+        if (self._paused_reading and not self._paused_writing and not self._closed and self._throttled is None
                 and not self._waiting_for_memory and self._responses.drained and self.transport is not None):
             self._paused_reading = False
             self.transport.resume_reading()

@@ -41,6 +41,8 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     session: Session
+    size: int = 0  # the request's bytes on the wire (the producer byte-rate quota counts them)
+    throttle_ms: int = 0  # set by the quota step: the connection reads nothing more for that long
 
     @property
     def version(self) -> int:

@@ -44,7 +44,7 @@ class Node:
         else:
             self.broker = Broker(config)
         # The steps around every handler; the security, quota and metrics work plugs in here.
-        self.pipeline = Pipeline(self.broker.metrics)
+        self.pipeline = Pipeline(self.broker.metrics, quotas=self.broker.quotas)
         self.metrics_server: Any = None  # grete.broker.metrics_http.MetricsServer when configured
         self.servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []

@@ -3,12 +3,14 @@ handler, quota (throttle time), metrics; fault injection for grete.testing wraps
 
 Each step is a small function of the request context. Most pass through today: the security
 listeners, the authorizer and quotas plug in here (``Pipeline`` takes them), and ``throttle_time_ms``
-is written into responses in this one place, never by a handler.
+is written into responses in this one place, never by a handler; the connection then mutes itself
+for ``ctx.throttle_ms`` (KIP-219).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import Any, Protocol
 
 from grete.broker.context import RequestContext
@@ -19,6 +21,8 @@ API_VERSIONS_KEY = 18
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 COUNTED_BY_HANDLER = frozenset({0, 1})  # Produce, Fetch
+# Cluster actions (inter-broker requests) and the SASL exchange: never throttled, as in Kafka.
+EXEMPT_APIS = frozenset({4, 5, 6, 7, 17, 27, 36, 56})
 # What an unauthenticated session may send (Kafka's SaslServerAuthenticator state machine).
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 
@@ -37,13 +41,13 @@ class NotAuthenticated(Exception):
     """The request came before authentication finished: Kafka closes the connection."""
 
 
-class Throttle(Protocol):
-    def throttle_ms(self, ctx: RequestContext, request: Any) -> int: ...
+class Quotas(Protocol):
+    """The quota step (``grete.broker.quotas.ClientQuotas``)."""
 
+    active: bool
 
-class NoThrottle:
-    def throttle_ms(self, ctx: RequestContext, request: Any) -> int:
-        return 0
+    def throttle(self, ctx: RequestContext, request: Any, response: Any,
+                 handler_s: float) -> tuple[int, Any]: ...
 
 
 # The authorization step: None to run the handler, or the whole answer when the request is refused
@@ -56,9 +60,9 @@ def allow_all(ctx: RequestContext, request: Any) -> Message | None:
 
 
 class Pipeline:
-    def __init__(self, metrics: BrokerMetrics, *, throttle: Throttle | None = None,
+    def __init__(self, metrics: BrokerMetrics, *, quotas: Quotas | None = None,
                  authorize: Authorize | None = None) -> None:
-        self.throttle = throttle or NoThrottle()
+        self.quotas = quotas
         self.authorize = authorize  # None: no authorizer (authorizer.class.name unset)
         self.metrics = metrics
 
@@ -83,21 +87,33 @@ class Pipeline:
         # Fault-injection seam for grete.testing: None unless a test injects faults, so production
         # pays one attribute read. When set, it runs the handler itself and may answer with an
         # injected error, defer the request, or raise CloseConnection.
+        quotas = self.quotas if self.quotas is not None and self.quotas.active else None
+        started = perf_counter() if quotas is not None else 0.0
         result = handler.fn(ctx, request) if faults is None else faults.handle(conn, handler, ctx, request)
+        # Kafka's request quota counts the time a request holds a handler thread: here, the
+        # handler's synchronous part (a parked Fetch or acks=all wait holds nothing).
+        handler_s = perf_counter() - started if quotas is not None else 0.0
         if result is None:
+            if quotas is not None and ctx.api_key not in EXEMPT_APIS:
+                # An acks=0 produce has no answer to carry the throttle: the channel is still muted.
+                ctx.throttle_ms = quotas.throttle(ctx, request, None, handler_s)[0]
             return None
         if isinstance(result, Message):  # answered now (a plain class check: cheaper than iscoroutine)
-            return self._finish(ctx, request, result)
-        return self._later(ctx, request, result)
+            return self._finish(ctx, request, result, handler_s)
+        return self._later(ctx, request, result, handler_s)
 
-    async def _later(self, ctx: RequestContext, request: Any, pending: Awaitable[Any]) -> Any:
+    async def _later(self, ctx: RequestContext, request: Any, pending: Awaitable[Any], handler_s: float) -> Any:
         response = await pending
-        return None if response is None else self._finish(ctx, request, response)
+        return None if response is None else self._finish(ctx, request, response, handler_s)
 
-    def _finish(self, ctx: RequestContext, request: Any, response: Any) -> Any:
-        throttle = self.throttle.throttle_ms(ctx, request)
-        if throttle and hasattr(response, "throttle_time_ms"):
-            response.throttle_time_ms = throttle
+    def _finish(self, ctx: RequestContext, request: Any, response: Any, handler_s: float = 0.0) -> Any:
+        quotas = self.quotas
+        if quotas is not None and quotas.active and ctx.api_key not in EXEMPT_APIS:
+            throttle, response = quotas.throttle(ctx, request, response, handler_s)
+            if throttle:
+                ctx.throttle_ms = throttle
+                if hasattr(response, "throttle_time_ms"):
+                    response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
         if ctx.api_key not in COUNTED_BY_HANDLER:
             # Kafka's ErrorsPerSec: the answer's error (NONE included). Produce and Fetch count the
             # error of every partition themselves, where they build the answer.

@@ -70,6 +70,7 @@ class ChangeKind(Enum):
     GROUP_CONFIGS_CHANGED = "group_configs_changed"
     SCRAM_CREDENTIALS_CHANGED = "scram_credentials_changed"
     ACLS_CHANGED = "acls_changed"
+    CLIENT_QUOTAS_CHANGED = "client_quotas_changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,15 @@ class ScramCredential:
     iterations: int
 
 
+# A client quota entity as Kafka's ClientQuotaEntity names it: (entity type, name) pairs sorted by
+# type, the types being "client-id", "ip" and "user"; a None name is that type's <default>.
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def quota_entity(pairs: dict[str, str | None]) -> QuotaEntity:
+    return tuple(sorted(pairs.items()))
+
+
 class TopicExists(Exception):
     pass
 
@@ -153,6 +163,10 @@ class MetadataStore(Protocol):
     async def add_acls(self, acls: list[AclBinding]) -> None: ...
     async def remove_acls(self, acls: list[AclBinding]) -> None: ...
 
+    # --- client quotas: values by entity, as /config/users|clients|ips hold them under ZooKeeper ---
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]: ...
+    async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None: ...
+
 
 class LocalMetadataStore:
     """Single-node metadata in ``<log dir>/grete-metadata.json``; every broker id is this node."""
@@ -168,6 +182,7 @@ class LocalMetadataStore:
         self._next_producer_id = 0
         self._scram: dict[str, dict[str, ScramCredential]] = {}  # user -> mechanism -> credential
         self._acls: frozenset[AclBinding] = frozenset()
+        self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         self.changes = ChangeFeed()
         if self.path.exists():
             self._load()
@@ -325,12 +340,37 @@ class LocalMetadataStore:
         self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
 
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        return {entity: dict(values) for entity, values in self._quotas.items()}
+
+    async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None:
+        """Set (or, with None, remove) quota values of one entity; an entity left without values goes."""
+        before = self._quotas
+        values = dict(before.get(entity, {}))
+        for key, value in changes.items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+        self._quotas = {**before, entity: values}
+        if not values:
+            del self._quotas[entity]
+
+        def undo() -> None:
+            self._quotas = before
+        self._persist(undo)
+        self.changes.publish(MetadataChange(ChangeKind.CLIENT_QUOTAS_CHANGED))
+
     def _load_security(self, data: dict[str, object]) -> None:
         scram = data.get("scram_credentials", {})
         assert isinstance(scram, dict)
         self._scram = {str(user): {str(mech): ScramCredential(
             base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]),
             int(c["iterations"])) for mech, c in mechanisms.items()} for user, mechanisms in scram.items()}
+        quotas = data.get("client_quotas", [])
+        assert isinstance(quotas, list)
+        self._quotas = {tuple((str(t), None if n is None else str(n)) for t, n in q["entity"]):
+                        {str(k): float(v) for k, v in q["values"].items()} for q in quotas}
         acls = data.get("acls", [])
         assert isinstance(acls, list)
         self._acls = frozenset(AclBinding(
@@ -345,6 +385,8 @@ class LocalMetadataStore:
                                                 "server_key": b64(c.server_key), "iterations": c.iterations}
                                          for mech, c in sorted(mechanisms.items())}
                                   for user, mechanisms in sorted(self._scram.items())},
+            "client_quotas": [{"entity": [list(pair) for pair in entity], "values": dict(sorted(values.items()))}
+                              for entity, values in sorted(self._quotas.items(), key=lambda q: repr(q[0]))],
             "acls": [{"resource_type": a.resource_type.name, "resource_name": a.resource_name,
                       "pattern_type": a.pattern_type.name, "principal": a.principal, "host": a.host,
                       "operation": a.operation.name, "permission": a.permission.name}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -350,3 +351,52 @@ def decode_scram(text: str) -> tuple[bytes, bytes, bytes, int]:
     fields = dict(item.split("=", 1) for item in text.split(","))
     return (base64.b64decode(fields["salt"]), base64.b64decode(fields["stored_key"]),
             base64.b64decode(fields["server_key"]), int(fields["iterations"]))
+
+
+# --- client quotas in /config/users, /config/clients, /config/ips ----------------------------------
+# The quota keys Kafka's DynamicConfig.Client/User/Ip know, with their ConfigDef types: integer keys
+# are stored as integers, the others as Java prints a double.
+QUOTA_INTEGER_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "connection_creation_rate"})
+QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage",
+                        "controller_mutation_rate"})
+IP_QUOTA_KEYS = frozenset({"connection_creation_rate"})
+
+
+def sanitize_entity(name: str | None) -> str:
+    """Kafka's Sanitizer.sanitize (URL-encoding as java.net.URLEncoder does, then ``*`` and the space
+    as %2A and %20), so any user or client id is a valid znode name; None is ``<default>``."""
+    if name is None:
+        return DEFAULT_ENTITY
+    return urllib.parse.quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize_entity(text: str) -> str | None:
+    return None if text == DEFAULT_ENTITY else urllib.parse.unquote(text)
+
+
+def quota_location(user: str | None | bool, client_id: str | None | bool, ip: str | None | bool) -> tuple[str, str]:
+    """(config type, entity path) of a quota entity; False marks a type the entity does not name,
+    None its <default>: ``users/<u>/clients/<c>`` for a (user, client-id) pair, as Kafka 3.9 keeps it."""
+    if ip is not False:
+        return "ips", sanitize_entity(ip if isinstance(ip, str) else None)
+    if user is not False:
+        path = sanitize_entity(user if isinstance(user, str) else None)
+        if client_id is not False:
+            path += "/clients/" + sanitize_entity(client_id if isinstance(client_id, str) else None)
+        return "users", path
+    return "clients", sanitize_entity(client_id if isinstance(client_id, str) else None)
+
+
+def encode_quota_value(key: str, value: float) -> str:
+    if key in QUOTA_INTEGER_KEYS:
+        return str(int(value + 1e-6))
+    return java_double(value)
+
+
+def java_double(value: float) -> str:
+    """``Double.toString``: plain digits with at least one decimal in [1e-3, 1e7), else 1.0E7 style."""
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(float(value))
+    mantissa, _, exponent = f"{value:.17e}".partition("e")
+    digits = repr(float(mantissa)) if float(mantissa) != int(float(mantissa)) else f"{float(mantissa):.1f}"
+    return f"{digits}E{int(exponent)}"

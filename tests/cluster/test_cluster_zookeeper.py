@@ -29,6 +29,7 @@ from grete.protocol.records.record import Record, build_batch
 from grete.testing import _wire
 from grete.testing.cluster import GreteCluster
 from tests.cluster.conftest import wait_until
+from tools.kafka_admin import alter_client_quotas, describe_client_quotas
 
 pytestmark = pytest.mark.slow
 
@@ -182,6 +183,28 @@ def test_topic_config_reaches_every_broker(grete_cluster: GreteCluster, zk: Kazo
                 return False
         return True
     wait_until(everywhere, what="the config on every broker")
+
+
+def test_client_quotas_in_zookeeper(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    first, *others = grete_cluster.brokers.values()
+    alter_client_quotas(first.bootstrap_servers, {"client-id": "orders app"}, {"producer_byte_rate": 1024.0})
+    alter_client_quotas(first.bootstrap_servers, {"user": "alice", "client-id": None},
+                        {"request_percentage": 12.5})
+    # Kafka 3.9's znodes: sanitized names, integer keys as integers, a change notification each.
+    assert json.loads(zk.get("/config/clients/orders%20app")[0]) == {
+        "version": 1, "config": {"producer_byte_rate": "1024"}}
+    assert json.loads(zk.get("/config/users/alice/clients/<default>")[0]) == {
+        "version": 1, "config": {"request_percentage": "12.5"}}
+    changes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in zk.get_children("/config/changes")]
+    assert {"version": 2, "entity_path": "users/alice/clients/<default>"} in changes
+    wanted = {(("client-id", "orders app"),): {"producer_byte_rate": 1024.0},
+              (("client-id", None), ("user", "alice")): {"request_percentage": 12.5}}
+    wait_until(lambda: all(describe_client_quotas(b.bootstrap_servers) == wanted for b in others),
+               what="the quotas on every broker")
+    alter_client_quotas(first.bootstrap_servers, {"client-id": "orders app"}, {"producer_byte_rate": None})
+    alter_client_quotas(first.bootstrap_servers, {"user": "alice", "client-id": None}, {"request_percentage": None})
+    wait_until(lambda: all(describe_client_quotas(b.bootstrap_servers) == {} for b in others),
+               what="the quotas gone from every broker")
 
 
 def test_replication_factor_above_live_brokers(grete_cluster: GreteCluster, topic_name: str) -> None:

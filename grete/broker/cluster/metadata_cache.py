@@ -24,10 +24,12 @@ from grete.coordinator.metadata import (
     MetadataStore,
     NoSuchTopic,
     PartitionMeta,
+    QuotaEntity,
     ScramCredential,
     TopicExists,
     TopicMeta,
     new_topic_id,
+    quota_entity,
 )
 from grete.coordinator.zk_client import BadVersionError, NodeExistsError, ZkClient
 from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
@@ -61,6 +63,7 @@ class ZkMetadataCache:
         self._scram: dict[str, dict[str, ScramCredential]] = {}
         self._acls: dict[tuple[int, str, bool], frozenset[AclBinding]] = {}
         self._acl_changes_seen: dict[str, int] = {}
+        self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         # ACL znodes exist only where an authorizer is configured (Kafka's AclAuthorizer makes them).
         self._with_acls = acls
 
@@ -351,9 +354,53 @@ class ZkMetadataCache:
             self._acls[(resource_type, name, prefixed)] = _bindings(resource_type, name, prefixed, wanted)
         self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
 
+    # --- client quotas (/config/users, /config/users/<u>/clients, /config/clients, /config/ips) ----
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        return {entity: dict(values) for entity, values in self._quotas.items()}
+
+    async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None:
+        """Kafka 3.9's ZkAdminManager.alterClientQuotas: the entity's znode keeps its other keys
+        (a user's SCRAM credentials live beside its quotas), then a change notification."""
+        named: dict[str, str | None] = dict(entity)
+        kind, path = zk.quota_location(named.get("user", False), named.get("client-id", False),
+                                       named.get("ip", False))
+        configs = await self._read_config(kind, path)
+        for key, value in changes.items():
+            if value is None:
+                configs.pop(key, None)
+            else:
+                configs[key] = zk.encode_quota_value(key, value)
+        await self._write_config(kind, path, configs)
+        self._apply_quota_configs(kind, path, configs)
+
+    def _apply_quota_configs(self, kind: str, path: str, configs: dict[str, str]) -> None:
+        entity = _quota_entity_of(kind, path)
+        keys = zk.IP_QUOTA_KEYS if kind == "ips" else zk.QUOTA_KEYS
+        values = {key: float(value) for key, value in configs.items() if key in keys}
+        if values == self._quotas.get(entity, {}):
+            return
+        if values:
+            self._quotas[entity] = values
+        else:
+            self._quotas.pop(entity, None)
+        self.changes.publish(MetadataChange(ChangeKind.CLIENT_QUOTAS_CHANGED))
+
+    async def _load_quotas(self, users: list[str]) -> None:
+        for user in users:
+            for client in await self.zk.children(f"/config/users/{user}/clients"):
+                path = f"{user}/clients/{client}"
+                self._apply_quota_configs("users", path, await self._read_config("users", path))
+        for kind in ("clients", "ips"):
+            for name in await self.zk.children(f"/config/{kind}"):
+                self._apply_quota_configs(kind, name, await self._read_config(kind, name))
+
     async def _load_security(self) -> None:
-        for user in await self.zk.children("/config/users"):
-            self._apply_user_configs(user, await self._read_config("users", user))
+        users = await self.zk.children("/config/users")
+        for user in users:
+            configs = await self._read_config("users", user)
+            self._apply_user_configs(user, configs)
+            self._apply_quota_configs("users", user, configs)
+        await self._load_quotas(users)
         if not self._with_acls:
             return
         for prefixed, root in ((False, zk.ACL_LITERAL_ROOT), (True, zk.ACL_PREFIXED_ROOT)):
@@ -416,6 +463,9 @@ class ZkMetadataCache:
                 self._apply_topic_configs(entity, configs)
             elif kind == "users" and "/" not in entity:
                 self._apply_user_configs(entity, configs)
+                self._apply_quota_configs(kind, entity, configs)
+            elif kind in ("users", "clients", "ips"):
+                self._apply_quota_configs(kind, entity, configs)
             elif kind == "brokers" and entity in (str(self.broker_id), zk.DEFAULT_ENTITY):
                 self._broker_configs["" if entity == zk.DEFAULT_ENTITY else entity] = configs
                 self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
@@ -432,6 +482,18 @@ def _bindings(resource_type: int, name: str, prefixed: bool, entries: list[zk.Zk
     return frozenset(AclBinding(ResourceType(resource_type), name,
                                 PatternType.PREFIXED if prefixed else PatternType.LITERAL, e.principal, e.host,
                                 AclOperation(e.operation), AclPermissionType(e.permission)) for e in entries)
+
+
+def _quota_entity_of(kind: str, path: str) -> QuotaEntity:
+    """The entity a quota znode holds, from its config type and sanitized path."""
+    if kind == "ips":
+        return quota_entity({"ip": zk.desanitize_entity(path)})
+    if kind == "clients":
+        return quota_entity({"client-id": zk.desanitize_entity(path)})
+    user, _, client = path.partition("/clients/")
+    if client:
+        return quota_entity({"user": zk.desanitize_entity(user), "client-id": zk.desanitize_entity(client)})
+    return quota_entity({"user": zk.desanitize_entity(user)})
 
 
 def _sequence(child: str) -> int:

@@ -48,6 +48,8 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     45: ("alter_partition_reassignments", 0, 1, 0),  # AlterPartitionReassignments
     46: ("list_partition_reassignments", 0, 0, 0),  # ListPartitionReassignments
     47: ("offset_delete", 0, 0, 0),  # OffsetDelete
+    48: ("describe_client_quotas", 0, 1, 0),  # DescribeClientQuotas
+    49: ("alter_client_quotas", 0, 1, 0),  # AlterClientQuotas
     50: ("describe_user_scram_credentials", 0, 0, 0),  # DescribeUserScramCredentials
     51: ("alter_user_scram_credentials", 0, 0, 0),  # AlterUserScramCredentials
     56: ("alter_partition", 0, 3, 0),  # AlterPartition

@@ -1,0 +1,51 @@
+"""Client quotas seen from librdkafka: a producer over its producer_byte_rate is slowed to the quota
+(within 10% once the quota window is full) and is told so through throttle_time_ms (KIP-219)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Producer
+
+from tools.kafka_admin import alter_client_quotas
+
+QUOTA = 300_000  # bytes/s
+# Kafka measures over quota.window.num (11) windows of 1 s and stretches a young sensor's span to
+# 10 s: a new client may send ten seconds' worth at once, and the rate then saws up and down as
+# whole samples leave the window. It is judged over two full windows after the first.
+WARM_UP_S = 11.0
+RUN_S = WARM_UP_S + 22.0
+VALUE = b"q" * 1000
+
+
+def test_producer_slowed_to_its_byte_rate(broker, fresh_topic):
+    client = f"quota-{uuid.uuid4().hex[:8]}"
+    alter_client_quotas(broker.bootstrap, {"client-id": client}, {"producer_byte_rate": QUOTA})
+    throttles: list[int] = []
+    delivered: list[tuple[float, int]] = []
+    try:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": client, "linger.ms": 5,
+                             "batch.size": 16384,  # requests well under the quota
+                             "queue.buffering.max.kbytes": 2048,
+                             "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000))})
+
+        def acked(err, msg):  # type: ignore[no-untyped-def]
+            assert err is None, err
+            delivered.append((time.monotonic(), len(msg.value())))
+
+        start = time.monotonic()
+        while time.monotonic() - start < RUN_S:
+            try:
+                producer.produce(fresh_topic, VALUE, on_delivery=acked)
+            except BufferError:
+                producer.poll(0.05)
+            producer.poll(0)
+        producer.flush(30)
+    finally:
+        alter_client_quotas(broker.bootstrap, {"client-id": client}, {"producer_byte_rate": None})
+    steady = [size for at, size in delivered if WARM_UP_S <= at - start <= RUN_S]
+    rate = sum(steady) / (RUN_S - WARM_UP_S)
+    print(f"steady rate {rate:.0f} B/s, quota {QUOTA}, throttles seen {len(throttles)}, max {max(throttles, default=0)} ms")
+    assert 0.9 * QUOTA <= rate <= 1.1 * QUOTA, f"{rate:.0f} B/s against a quota of {QUOTA} B/s"
+    assert throttles and max(throttles) > 0, "no throttle_time_ms reported"
