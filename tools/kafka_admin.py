@@ -57,7 +57,7 @@ def describe_client_quotas(bootstrap: str, timeout: float = 10.0) -> dict[tuple[
             {v.key: v.value for v in entry.values} for entry in response.entries}
 
 
-def call(bootstrap: str, request: Any, version: int, timeout: float = 10.0) -> Any:
+def call(bootstrap: str, request: Any, version: int, timeout: float = 10.0, client_id: str = "kafka_admin") -> Any:
     """One request on a fresh connection to the first bootstrap server; the decoded answer."""
     from grete.protocol.codec import Reader, Writer
     from grete.protocol.headers import RequestHeader, decode_response_header, encode_request_header
@@ -65,7 +65,7 @@ def call(bootstrap: str, request: Any, version: int, timeout: float = 10.0) -> A
 
     w = Writer()
     encode_request_header(w, RequestHeader(api_key=request.API_KEY, api_version=version, correlation_id=1,
-                                          client_id="kafka_admin"))
+                                          client_id=client_id))
     request.encode(w, version)
     payload = w.getvalue()
     host, _, port = bootstrap.split(",")[0].rpartition(":")

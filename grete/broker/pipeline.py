@@ -111,7 +111,8 @@ class Pipeline:
         if quotas is not None and quotas.active and ctx.api_key not in EXEMPT_APIS:
             throttle, response = quotas.throttle(ctx, request, response, handler_s)
             if throttle:
-                ctx.throttle_ms = throttle
+                # The largest throttle wins (a handler may have set one: partition mutations).
+                ctx.throttle_ms = max(ctx.throttle_ms, throttle)
                 if hasattr(response, "throttle_time_ms"):
                     response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
         if ctx.api_key not in COUNTED_BY_HANDLER:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from grete.broker.config import BrokerConfig
 from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchResponse
 
 PRODUCE_RATE = "producer_byte_rate"
@@ -97,6 +98,66 @@ class Rate:
                 self._values[i] = 0.0
 
 
+class TokenBucket:
+    """Kafka's TokenBucket (KIP-599) for partition mutations: full at ``samples * window`` seconds
+    of the quota, refilled at the quota's rate, emptied by what is recorded; below zero is over."""
+
+    __slots__ = ("burst_s", "tokens", "_last_ms", "last_used")
+
+    def __init__(self, burst_s: float, limit: float, now_ms: float) -> None:
+        self.burst_s = burst_s
+        self.tokens = burst_s * limit
+        self._last_ms = now_ms
+        self.last_used = now_ms
+
+    def value(self, limit: float, now_ms: float) -> float:
+        self.tokens = min(self.burst_s * limit, self.tokens + limit * (now_ms - self._last_ms) / 1000.0)
+        self._last_ms = now_ms
+        return self.tokens
+
+    def record(self, permits: float, limit: float, now_ms: float) -> None:
+        self.last_used = now_ms
+        self.tokens = min(self.burst_s * limit, self.value(limit, now_ms) - permits)
+
+
+class MutationQuota:
+    """One request's view of its client's ``controller_mutation_rate`` (Kafka's Strict- and
+    PermissiveControllerMutationQuota). Strict (the versions whose clients know
+    THROTTLING_QUOTA_EXCEEDED): nothing more is accepted once the bucket is empty, but a mutation
+    that empties it is; permissive: everything is accepted and the client throttled afterwards."""
+
+    def __init__(self, bucket: TokenBucket | None, limit: float, strict: bool) -> None:
+        self._bucket = bucket
+        self._limit = limit
+        self._strict = strict
+        self._throttle_ms = 0.0
+        self._recorded_ms = 0.0
+
+    def record(self, permits: int) -> None:
+        bucket = self._bucket
+        if bucket is None:
+            return
+        now_ms = monotonic() * 1000
+        if self._strict:
+            tokens = bucket.value(self._limit, now_ms)
+            if tokens < 0:
+                self._throttled(tokens, now_ms)
+                raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED)  # no message, as Kafka 4.3 answers
+        bucket.record(permits, self._limit, now_ms)
+        if not self._strict and bucket.tokens < 0:
+            self._throttled(bucket.tokens, now_ms)
+
+    def _throttled(self, tokens: float, now_ms: float) -> None:
+        self._throttle_ms = round(-tokens / self._limit * 1000)
+        self._recorded_ms = now_ms
+
+    def throttle_ms(self) -> int:
+        """What is left of the throttle time (a request may have waited since it was computed)."""
+        if not self._throttle_ms:
+            return 0
+        return max(0, int(self._throttle_ms - (monotonic() * 1000 - self._recorded_ms)))
+
+
 # An entity's user or client-id part: a name, None for <default>, False when the entity names none.
 Part = str | None | bool
 
@@ -128,6 +189,7 @@ class ClientQuotas:
         self._limits: dict[str, dict[tuple[Part, Part], float]] = {}
         self._matches: dict[tuple[str, str, str], Match | None] = {}
         self._sensors: dict[tuple[str, str, str], Rate] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._last_sweep = 0.0
         self.active = False  # any produce, fetch or request quota configured
         metadata.changes.subscribe(self._changed)
@@ -219,6 +281,23 @@ class ClientQuotas:
         self._last_sweep = now_ms
         for key in [k for k, r in self._sensors.items() if now_ms - r.last_used > SENSOR_EXPIRY_MS]:
             del self._sensors[key]
+        for pair in [k for k, b in self._buckets.items() if now_ms - b.last_used > SENSOR_EXPIRY_MS]:
+            del self._buckets[pair]
+
+    def mutations(self, ctx: QuotedRequest, strict: bool) -> MutationQuota:
+        """The request's partition-mutation quota (CreateTopics, CreatePartitions, DeleteTopics)."""
+        user, client = user_of(ctx.principal), ctx.client_id or ""
+        found = self.match(MUTATION_RATE, user, client)
+        if found is None:
+            return MutationQuota(None, 0.0, strict)
+        now_ms = monotonic() * 1000
+        key = (found.user_tag, found.client_tag)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            self._sweep(now_ms)
+            bucket = TokenBucket(self._mutation_samples * self._mutation_window_ms / 1000, found.limit, now_ms)
+            self._buckets[key] = bucket
+        return MutationQuota(bucket, found.limit, strict)
 
     # --- the pipeline's step -------------------------------------------------------------------
     def throttle(self, ctx: QuotedRequest, request: Any, response: Any,
@@ -247,6 +326,15 @@ class ClientQuotas:
                 return throttle, throttled_fetch(request, response, throttle)
             return 0, response
         return request_ms, response
+
+
+def throttle_for_mutations(ctx: Any, response: Any, quota: MutationQuota) -> None:
+    """Put a mutation quota's throttle on the answer and on the connection (the request quota's,
+    added by the pipeline afterwards, may still be larger)."""
+    throttle = quota.throttle_ms()
+    if throttle:
+        response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
+        ctx.throttle_ms = max(ctx.throttle_ms, throttle)
 
 
 def user_of(principal: str) -> str:

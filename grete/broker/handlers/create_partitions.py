@@ -11,28 +11,34 @@ from collections import Counter
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.handlers.create_topics import check_replica_list, live_broker_ids
+from grete.broker.quotas import MutationQuota, throttle_for_mutations
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import CreatePartitionsRequest, CreatePartitionsResponse
 
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+STRICT_QUOTA_SINCE = 3
 
 
 @api(37, 0, 3)
 async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     counts = Counter(topic.name for topic in request.topics)
+    # KIP-599: v3+ clients know THROTTLING_QUOTA_EXCEEDED; older ones are throttled afterwards.
+    quota = ctx.broker.quotas.mutations(ctx, strict=ctx.version >= STRICT_QUOTA_SINCE)
     results = []
     for topic in request.topics:
         if counts[topic.name] == 1:
-            results.append(await _grow(ctx, topic, request.validate_only))
+            results.append(await _grow(ctx, topic, request.validate_only, quota))
     for name in dict.fromkeys(t.name for t in request.topics if counts[t.name] > 1):
         results.append(Result(name=name, error_code=ErrorCode.INVALID_REQUEST,
                               error_message="Duplicate topic name."))
-    return CreatePartitionsResponse(results=results)
+    response = CreatePartitionsResponse(results=results)
+    throttle_for_mutations(ctx, response, quota)
+    return response
 
 
 async def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTopic,
-          validate_only: bool) -> Result:
+                validate_only: bool, quota: MutationQuota) -> Result:
     broker = ctx.broker
     try:
         if not allowed(ctx, Op.ALTER, Res.TOPIC, topic.name):
@@ -57,6 +63,8 @@ async def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartit
                            if meta is not None and meta.partitions else None)
             for assignment in topic.assignments:
                 check_replica_list(assignment.broker_ids, live_broker_ids(broker), replication)
+        if not validate_only:
+            quota.record(topic.count - current)
         await broker.add_partitions(topic.name, topic.count, validate_only=validate_only,
                                     assignment=[list(a.broker_ids) for a in topic.assignments or []] or None)
     except KafkaError as exc:

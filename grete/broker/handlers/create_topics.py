@@ -16,6 +16,7 @@ from grete.broker.broker import Broker
 from grete.broker.config import ConfigError, validate_topic_configs
 from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import topic_config_entries
+from grete.broker.quotas import MutationQuota, throttle_for_mutations
 from grete.broker.registry import api
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -25,13 +26,16 @@ from grete.protocol.topics import validate_topic_name
 ZERO_UUID = uuid.UUID(int=0)
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 Result = CreateTopicsResponse.CreatableTopicResult
+STRICT_QUOTA_SINCE = 6
 
 
 @api(19, 2, 7)
 async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     counts = Counter(topic.name for topic in request.topics)
     created: list[TopicMeta] = []
-    results = [await _create(ctx, topic, request.validate_only, created)
+    # KIP-599: v6+ clients know THROTTLING_QUOTA_EXCEEDED; older ones are throttled afterwards.
+    quota = ctx.broker.quotas.mutations(ctx, strict=ctx.version >= STRICT_QUOTA_SINCE)
+    results = [await _create(ctx, topic, request.validate_only, created, quota)
                for topic in request.topics if counts[topic.name] == 1]
     # Kafka answers each duplicated name once, after the others, and creates none of them.
     for name in dict.fromkeys(t.name for t in request.topics if counts[t.name] > 1):
@@ -40,11 +44,13 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
     # per loop step, serving other connections meanwhile).
     for meta in created:
         await ctx.broker.replicas.ready(meta)
-    return CreateTopicsResponse(topics=results)
+    response = CreateTopicsResponse(topics=results)
+    throttle_for_mutations(ctx, response, quota)
+    return response
 
 
 async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool,
-            created: list[TopicMeta]) -> Result:
+                  created: list[TopicMeta], quota: MutationQuota) -> Result:
     broker = ctx.broker
     try:
         if broker.authorizer is not None and not cluster_allowed(ctx, Op.CREATE) \
@@ -60,6 +66,8 @@ async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic
         configs = _configs(topic)
         manual = _manual_assignment(broker, topic) if topic.assignments else None
         partitions, replication = _sizes(broker, topic) if manual is None else (len(manual), len(manual[0]))
+        if not validate_only:
+            quota.record(_resolved(broker, partitions))
         meta = await broker.create_topic(topic.name, partitions, replication, configs,
                                          validate_only=validate_only, wait_open=False, assignment=manual)
     except KafkaError as exc:

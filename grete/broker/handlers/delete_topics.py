@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
+from grete.broker.quotas import MutationQuota, throttle_for_mutations
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DeleteTopicsRequest, DeleteTopicsResponse
@@ -27,12 +28,15 @@ DEFAULT_MESSAGES = {
     ErrorCode.TOPIC_DELETION_DISABLED: "Topic deletion is disabled.",
 }
 Result = DeleteTopicsResponse.DeletableTopicResult
+STRICT_QUOTA_SINCE = 5
 
 
 @api(20, 1, 6)
 async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     results: list[Result] = []
     names, ids = _requested(ctx, request, results)
+    # KIP-599: v5+ clients know THROTTLING_QUOTA_EXCEEDED; older ones are throttled afterwards.
+    quota = ctx.broker.quotas.mutations(ctx, strict=ctx.version >= STRICT_QUOTA_SINCE)
     if not ctx.broker.config.get_bool("delete.topic.enable"):
         code = ErrorCode.TOPIC_DELETION_DISABLED if ctx.version >= 3 else ErrorCode.INVALID_REQUEST
         error = KafkaError(code, "Topic deletion is disabled.")
@@ -44,7 +48,7 @@ async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTop
         if meta is None:
             results.append(_result(None, topic_id, KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)))
         else:
-            results.append(await _delete(ctx, meta.name, topic_id))
+            results.append(await _delete(ctx, meta.name, topic_id, quota))
     for name in names:
         found = ctx.broker.topic_id_for(name)
         if found is None and not allowed(ctx, Op.DELETE, Res.TOPIC, name):
@@ -57,8 +61,10 @@ async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTop
             results.append(_result(name, found, KafkaError(
                 ErrorCode.INVALID_REQUEST, "The provided topic name maps to an ID that was already supplied.")))
         else:
-            results.append(await _delete(ctx, name, found))
-    return DeleteTopicsResponse(responses=results)
+            results.append(await _delete(ctx, name, found, quota))
+    response = DeleteTopicsResponse(responses=results)
+    throttle_for_mutations(ctx, response, quota)
+    return response
 
 
 def _requested(ctx: RequestContext, request: DeleteTopicsRequest,
@@ -92,10 +98,12 @@ def _unique(items: list[T], on_duplicate: Callable[[T], object]) -> list[T]:
     return [item for item, count in counts.items() if count == 1]
 
 
-async def _delete(ctx: RequestContext, name: str, topic_id: uuid.UUID) -> Result:
+async def _delete(ctx: RequestContext, name: str, topic_id: uuid.UUID, quota: MutationQuota) -> Result:
     try:
         if not allowed(ctx, Op.DELETE, Res.TOPIC, name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+        meta = ctx.broker.metadata.topic(name)
+        quota.record(len(meta.partitions) if meta is not None else 0)
         await ctx.broker.delete_topic(name)
     except KafkaError as exc:
         return _result(name, topic_id, exc)
