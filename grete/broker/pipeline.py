@@ -9,6 +9,7 @@ for ``ctx.throttle_ms`` (KIP-219).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any, Protocol
@@ -16,6 +17,9 @@ from typing import Any, Protocol
 from grete.broker.context import RequestContext
 from grete.broker.metrics import BrokerMetrics
 from grete.protocol.codec import Message
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import APIS
+from grete.protocol.shapes import error_response
 
 API_VERSIONS_KEY = 18
 SASL_HANDSHAKE_KEY = 17
@@ -59,6 +63,13 @@ def allow_all(ctx: RequestContext, request: Any) -> Message | None:
     return None
 
 
+def illegal_sasl_state(ctx: RequestContext, request: Any) -> Message:
+    info = APIS[ctx.api_key]
+    kafka_name = re.sub(r"(?<!^)(?=[A-Z])", "_", info.name).upper()  # Kafka's ApiKeys name
+    return error_response(info.response, request, ctx.api_version, ErrorCode.ILLEGAL_SASL_STATE,
+                          f"Unexpected Kafka request of type {kafka_name} during SASL authentication.")
+
+
 class Pipeline:
     def __init__(self, metrics: BrokerMetrics, *, quotas: Quotas | None = None,
                  authorize: Authorize | None = None) -> None:
@@ -75,6 +86,11 @@ class Pipeline:
             sasl = session.sasl
             if sasl is not None:
                 if not sasl.admits(ctx.api_key):
+                    if sasl.answers_illegal_state():
+                        # Kafka's SaslServerAuthenticator mid-exchange: the request's own error
+                        # answer, ILLEGAL_SASL_STATE, then the connection closed.
+                        session.close_after_response = True
+                        return illegal_sasl_state(ctx, request)
                     raise NotAuthenticated(f"unexpected {handler.name} request (SASL state: {sasl.state.value}, "
                                            f"expired: {session.authenticated})")
             elif ctx.api_key not in BEFORE_AUTHENTICATION:

@@ -472,6 +472,11 @@ class SaslAuthenticator:
             return False  # "Disconnecting expired channel"
         return True
 
+    def answers_illegal_state(self) -> bool:
+        """A request ``admits`` refused in the middle of an exchange (after SaslHandshake v1) is
+        answered with ILLEGAL_SASL_STATE before the close; elsewhere Kafka closes without a word."""
+        return self.state is State.AUTHENTICATE and not self.raw_tokens
+
     # --- SaslHandshake -------------------------------------------------------------------------
     def handshake(self, mechanism: str, version: int) -> int:
         """The handshake's error code; the enabled list goes with it either way."""

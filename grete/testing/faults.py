@@ -9,7 +9,7 @@ default, and again once every rule is gone) a request costs one attribute read m
 set, :meth:`Faults.handle` runs the handler in its place and may
 
 * answer with an error: a response of the request's own API and version built from the request
-  (:mod:`grete.testing._shapes`), every error code set; with a ``topic``/``partition`` filter only
+  (:mod:`grete.protocol.shapes`), every error code set; with a ``topic``/``partition`` filter only
   the matching partitions fail and the rest of the request is processed as usual;
 * defer the request (``delay``, a paused partition), keeping the connection's processing order:
   a later request on the same connection is not handled before an earlier one, as Kafka
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from grete.broker.context import CloseConnection, RequestContext
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import APIS
-from grete.testing._shapes import detach, error_response, merge, split
+from grete.protocol.shapes import detach, error_response, merge, split
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker

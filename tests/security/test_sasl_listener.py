@@ -28,6 +28,8 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     MetadataRequest,
@@ -141,11 +143,16 @@ def test_requests_before_authentication_close_the_connection(sasl_broker: Runnin
     assert advertised[17] == (0, 1) and advertised[36] == (0, 2)
     wire.send(MetadataRequest(topics=None), 1)
     assert _closed(wire.sock)
-    # After a handshake only SaslAuthenticate is accepted.
-    wire = Wire("127.0.0.1", port)
-    assert wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, 1).error_code == 0
-    wire.send(ApiVersionsRequest(), 0)
-    assert _closed(wire.sock)
+    # After a handshake only SaslAuthenticate is accepted: anything else is answered with its own
+    # error response, ILLEGAL_SASL_STATE, then closed (Kafka's SaslServerAuthenticator).
+    for request, response, version in ((ApiVersionsRequest(), ApiVersionsResponse, 0),
+                                       (DescribeGroupsRequest(groups=["g"]), DescribeGroupsResponse, 5)):
+        wire = Wire("127.0.0.1", port)
+        assert wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, 1).error_code == 0
+        answer = wire.call(request, response, version)
+        codes = [answer.error_code] if hasattr(answer, "error_code") else [g.error_code for g in answer.groups]
+        assert codes == [ErrorCode.ILLEGAL_SASL_STATE], answer
+        assert _closed(wire.sock)
 
 
 def test_unknown_mechanism_and_bad_password_answered_then_closed(sasl_broker: RunningBroker) -> None:

@@ -21,8 +21,8 @@ from grete.protocol.messages import (
     ProduceResponse,
 )
 from grete.protocol.records.record import Record, build_batch
+from grete.protocol.shapes import error_response
 from grete.testing import RunningBroker
-from grete.testing._shapes import error_response
 from grete.testing._wire import Wire
 
 PRODUCE_V = 9

@@ -1,4 +1,5 @@
-"""Generic walks over the generated message classes, for fault injection.
+"""Generic walks over the generated message classes: error answers shaped like the request, for
+fault injection and for the answers Kafka gives to a whole request it refuses (ILLEGAL_SASL_STATE).
 
 An injected error must be a correctly shaped response of the request's API and version, with
 every partition the request named present in it. Rather than hand-writing one builder per API,
@@ -7,7 +8,8 @@ array that carries the same key fields (topic name/id, partition index, group id
 ``*error_code`` field is set, and other fields keep their spec defaults. The same key fields let a
 request be split into the partitions a fault names and the rest, and the two responses be merged.
 
-Nothing here is on the broker's normal path: it only runs for requests a fault matches.
+Nothing here is on the broker's normal path: it only runs for requests a fault matches or a
+request refused whole.
 """
 
 from __future__ import annotations
