@@ -105,12 +105,19 @@ class KafkaZkCluster:
     def bootstrap_servers(self) -> str:
         return ",".join(b.bootstrap_servers for _, b in sorted(self.brokers.items()) if b.process.poll() is None)
 
+    def launch_prefix(self, broker_id: int) -> list[str]:
+        """What a broker's command runs under (tests/jepsen runs each in a network namespace)."""
+        return []
+
+    def host_of(self, broker_id: int) -> str:
+        return "127.0.0.1"
+
     def broker_items(self, broker_id: int) -> dict[str, str]:
         port = self.ports.setdefault(broker_id, free_port())
         items = {
             "broker.id": str(broker_id),
             "zookeeper.connect": self.zookeeper.connect,
-            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listeners": f"PLAINTEXT://{self.host_of(broker_id)}:{port}",
             "log.dirs": str(self.directory / f"broker-{broker_id}"),
             "offsets.topic.replication.factor": "3",
             "transaction.state.log.replication.factor": "3",
@@ -157,14 +164,14 @@ class KafkaZkCluster:
         config = self.directory / f"broker-{broker_id}.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in items.items()))
         log_path = self.directory / f"broker-{broker_id}.log"
-        command = kafka_dist.java_cmd(self.version, "kafka-server-start", str(config), log_level="INFO",
-                                      heap=self.heap, quick_start=False)
+        command = self.launch_prefix(broker_id) + kafka_dist.java_cmd(
+            self.version, "kafka-server-start", str(config), log_level="INFO", heap=self.heap, quick_start=False)
         with open(log_path, "ab") as log:
             log.write(f"==== start broker {broker_id} ====\n".encode())
             log.flush()
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True, cwd=self.directory, preexec_fn=die_with_parent)
-        broker = KafkaZkBroker(broker_id, process, "127.0.0.1", self.ports[broker_id],
+        broker = KafkaZkBroker(broker_id, process, self.host_of(broker_id), self.ports[broker_id],
                                Path(items["log.dirs"]), log_path)
         self.brokers[broker_id] = broker
         try:

@@ -121,12 +121,19 @@ class GreteCluster:
     def bootstrap_servers(self) -> str:
         return ",".join(b.bootstrap_servers for _, b in sorted(self.brokers.items()) if b.process.poll() is None)
 
+    def launch_prefix(self, broker_id: int) -> list[str]:
+        """What a broker's command runs under (tests/jepsen runs each in a network namespace)."""
+        return []
+
+    def host_of(self, broker_id: int) -> str:
+        return "127.0.0.1"
+
     def broker_items(self, broker_id: int) -> dict[str, str]:
         port = self.ports.get(broker_id, 0)
         items = {
             "broker.id": str(broker_id),
             "zookeeper.connect": self.zookeeper.connect,
-            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listeners": f"PLAINTEXT://{self.host_of(broker_id)}:{port}",
             "log.dirs": str(self.directory / f"broker-{broker_id}"),
             "group.initial.rebalance.delay.ms": "0",
             # Quick failure detection for local clusters (Kafka's default is 18 s).
@@ -158,7 +165,7 @@ class GreteCluster:
                 time.sleep(0.2)
         log_path = self.directory / f"broker-{broker_id}.log"
         skip = log_path.stat().st_size if log_path.exists() else 0
-        process = spawn(serve_command(items), log_path)
+        process = spawn(self.launch_prefix(broker_id) + serve_command(items), log_path)
         running = await_start(process, Path(items["log.dirs"]), log_path, timeout, skip)
         self.brokers[broker_id] = running
         self.ports.setdefault(broker_id, running.port)  # it keeps its port across restarts

@@ -14,6 +14,7 @@ from typing import Any
 
 from grete.testing.cluster import GreteCluster, ZooKeeperProcess
 from grete.testing.common import scratch_root
+from tests.jepsen.netns import Network
 from tests.jepsen.proxy import Proxy
 
 TARGETS = ("grete", "kafka-3.9")
@@ -31,19 +32,29 @@ OVERRIDES = {
     # Leadership goes back to the preferred replica soon after a broker returns, as it would in
     # production after leader.imbalance.check.interval.seconds (300 s): more leader changes per round.
     "leader.imbalance.check.interval.seconds": "10",
+    # A follower cut off by a network partition leaves the ISR within a round (Kafka: 30 s).
+    "replica.lag.time.max.ms": "8000",
 }
 
 
-def _proxied(base: type) -> type:
+def _proxied(base: type, network: Network | None) -> type:
     class Proxied(base):  # type: ignore[valid-type,misc]
-        """``zookeeper.connect`` of broker N is its own proxy to ZooKeeper."""
+        """``zookeeper.connect`` of broker N is its own proxy to ZooKeeper; with a ``network``,
+        broker N also runs in its own network namespace (tests/jepsen/netns.py)."""
 
         zk_proxies: dict[int, Proxy]
+
+        def launch_prefix(self, broker_id: int) -> list[str]:
+            return network.prefix(broker_id) if network is not None else []
+
+        def host_of(self, broker_id: int) -> str:
+            return network.address(broker_id) if network is not None else "127.0.0.1"
 
         def broker_items(self, broker_id: int) -> dict[str, str]:
             items: dict[str, str] = super().broker_items(broker_id)
             if broker_id not in self.zk_proxies:
-                self.zk_proxies[broker_id] = Proxy(self.zookeeper.port)
+                bind = network.root_address(broker_id) if network is not None else "127.0.0.1"
+                self.zk_proxies[broker_id] = Proxy(self.zookeeper.port, bind_host=bind)
             items["zookeeper.connect"] = self.zk_proxies[broker_id].address
             return items
 
@@ -52,13 +63,29 @@ def _proxied(base: type) -> type:
 
 @contextmanager
 def open_cluster(target: str, brokers: int = 3, overrides: Mapping[str, str] | None = None,
-                 keep: bool = False) -> Iterator[Any]:
-    """A running cluster of ``target`` with ``.zk_proxies[broker_id]``; removed on exit unless ``keep``."""
+                 keep: bool = False, namespaces: bool = False) -> Iterator[Any]:
+    """A running cluster of ``target`` with ``.zk_proxies[broker_id]`` and, with ``namespaces``,
+    ``.network`` (each broker in its own network namespace, for partitions between brokers);
+    removed on exit unless ``keep``."""
     items = {**OVERRIDES, **(overrides or {})}
+    network = Network() if namespaces else None
+    try:
+        if network is not None:
+            for broker_id in range(1, brokers + 1):
+                network.add(broker_id)
+        with _cluster(target, brokers, items, keep, network) as running:
+            yield running
+    finally:
+        if network is not None:
+            network.close()
+
+
+@contextmanager
+def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, network: Network | None) -> Iterator[Any]:
     if target == "grete":
         scratch = Path(tempfile.mkdtemp(prefix="jepsen-grete-", dir=scratch_root()))
         zookeeper = ZooKeeperProcess(scratch)
-        running = _proxied(GreteCluster)(scratch, zookeeper, items)
+        running = _proxied(GreteCluster, network)(scratch, zookeeper, items)
     elif target == "kafka-3.9":
         from tools import kafka_dist
         from tools.reference_kafka_zk import VERSION, KafkaZkCluster
@@ -66,10 +93,11 @@ def open_cluster(target: str, brokers: int = 3, overrides: Mapping[str, str] | N
         kafka_dist.fetch(VERSION)
         scratch = Path(tempfile.mkdtemp(prefix="jepsen-kafka-"))
         zookeeper = ZooKeeperProcess(scratch)
-        running = _proxied(KafkaZkCluster)(scratch, zookeeper, items, None, VERSION)
+        running = _proxied(KafkaZkCluster, network)(scratch, zookeeper, items, None, VERSION)
     else:
         raise ValueError(f"unknown target {target!r} (one of {TARGETS})")
     running.zk_proxies = {}
+    running.network = network
     try:
         zookeeper.start()
         for broker_id in range(1, brokers + 1):

@@ -13,9 +13,10 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from tests.jepsen.clusters import SESSION_TIMEOUT_MS
+from tests.jepsen.clusters import OVERRIDES, SESSION_TIMEOUT_MS
 
 SESSION_S = SESSION_TIMEOUT_MS / 1000
+LAG_S = int(OVERRIDES["replica.lag.time.max.ms"]) / 1000
 
 
 class Events:
@@ -169,6 +170,60 @@ def unclean_election(cluster: Any, zk: KazooClient, topic: str, rng: random.Rand
         log(f"no election of broker {stale}: p{p} state {partition_state(zk, topic, p)}")
 
 
+def _network(cluster: Any) -> Any:
+    network = getattr(cluster, "network", None)
+    if network is None:
+        raise RuntimeError("network faults need the brokers in network namespaces (run with --netns)")
+    return network
+
+
+def partition_leader(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """Cut a leader off from the other brokers (not from ZooKeeper, not from clients), past
+    replica.lag.time.max.ms: it keeps its leaderships, its followers cannot fetch, it shrinks the ISR
+    to itself, and with min.insync.replicas=2 acks=all writes to it fail until the partition heals."""
+    p = rng.randrange(3)
+    leader = partition_state(zk, topic, p)["leader"]
+    cut = rng.uniform(4, LAG_S + 6)
+    log(f"cut broker {leader} (leader of p{p}) from the other brokers for {cut:.1f}s")
+    network = _network(cluster)
+    network.isolate(leader)
+    time.sleep(cut)
+    log(f"p{p} state before healing: {partition_state(zk, topic, p)}; heal")
+    network.heal()
+
+
+def partition_pair(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """Cut a leader from one of its followers only: that follower drops out of the ISR after
+    replica.lag.time.max.ms while writes go on with the other two, and catches up after the heal."""
+    p = rng.randrange(3)
+    state = partition_state(zk, topic, p)
+    follower = rng.choice(sorted(b for b in alive(cluster) if b != state["leader"]))  # RF 3 on 3 brokers
+    cut = rng.uniform(4, LAG_S + 6)
+    log(f"cut broker {state['leader']} (leader of p{p}) from broker {follower} for {cut:.1f}s")
+    network = _network(cluster)
+    network.cut(state["leader"], follower)
+    time.sleep(cut)
+    log(f"p{p} state before healing: {partition_state(zk, topic, p)}; heal")
+    network.heal()
+
+
+def partition_controller(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """Cut the controller off from the other brokers while a leader dies elsewhere: its
+    LeaderAndIsr and UpdateMetadata cannot reach them until the heal."""
+    boss = controller(zk)
+    others = [b for b in alive(cluster) if b != boss]
+    victim = rng.choice(others)
+    log(f"cut broker {boss} (the controller) from the other brokers, then SIGKILL broker {victim}")
+    network = _network(cluster)
+    network.isolate(boss)
+    time.sleep(1)
+    cluster.kill_broker(victim)
+    time.sleep(rng.uniform(3, 8))
+    log(f"heal; restart broker {victim}")
+    network.heal()
+    cluster.start_broker(victim)
+
+
 FAULTS: dict[str, Callable[[Any, KazooClient, str, random.Random, Events], None]] = {
     "kill-leader": kill_leader,
     "kill-follower": kill_follower,
@@ -180,6 +235,9 @@ FAULTS: dict[str, Callable[[Any, KazooClient, str, random.Random, Events], None]
     "zk-pause": zk_pause,
 }
 EXTRA_FAULTS = {"unclean-election": unclean_election}
+# Only with the brokers in network namespaces (run.py --netns).
+NETWORK_FAULTS = {"partition-leader": partition_leader, "partition-pair": partition_pair,
+                  "partition-controller": partition_controller}
 
 
 def full_isr(zk: KazooClient, topics: Iterable[str], timeout: float, log: Events | None = None) -> bool:
@@ -213,6 +271,8 @@ def heal(cluster: Any, zk: KazooClient, topics: Iterable[str], log: Events, time
     then every partition of ``topics`` (and the internal ones) with a full ISR."""
     for proxy in cluster.zk_proxies.values():
         proxy.heal()
+    if getattr(cluster, "network", None) is not None:
+        cluster.network.heal()
     cluster.zookeeper.process.send_signal(signal.SIGCONT)
     for broker, proc in sorted(cluster.brokers.items()):
         if proc.process.poll() is None:

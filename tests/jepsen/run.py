@@ -30,6 +30,7 @@ from tests.jepsen.clusters import TARGETS, open_cluster
 from tests.jepsen.workload import IdempotentWriter, TransactionalWriter, read_topic
 
 PARTITIONS = 3
+ALL_FAULTS = {**nemesis.FAULTS, **nemesis.EXTRA_FAULTS, **nemesis.NETWORK_FAULTS}
 WRITERS = 3
 WARMUP_S = 2.0
 RECOVERY_S = 4.0
@@ -75,7 +76,7 @@ def run_round(cluster: Any, zk: KazooClient, number: int, fault: str, rng: rando
     time.sleep(WARMUP_S)
     fault_start = time.monotonic()
     try:
-        {**nemesis.FAULTS, **nemesis.EXTRA_FAULTS}[fault](cluster, zk, topic, rng, log)
+        ALL_FAULTS[fault](cluster, zk, topic, rng, log)
     except Exception as exc:
         log(f"fault raised {exc!r}")
         result.notes.append(traceback.format_exc(limit=3))
@@ -150,16 +151,19 @@ def summarize(results: Sequence[checker.RoundResult]) -> dict[str, Any]:
 
 def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = False,
         faults: Sequence[str] | None = None, out: str | Path | None = None, keep: bool = False,
-        say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run ``rounds`` rounds; returns (and writes to ``out``) the JSON result."""
+        say: Callable[[str], None] = print, netns: bool = False) -> dict[str, Any]:
+    """Run ``rounds`` rounds; returns (and writes to ``out``) the JSON result. ``netns``: each broker
+    in its own network namespace, which the partition faults need (and then join the default mix)."""
     rng = random.Random(seed)
-    chosen = list(faults or nemesis.FAULTS)
-    say(f"jepsen: target {target}, seed {seed}, {rounds} rounds, faults {chosen}, unclean={unclean}")
+    chosen = list(faults or (list(nemesis.FAULTS) + (list(nemesis.NETWORK_FAULTS) if netns else [])))
+    netns = netns or any(f in nemesis.NETWORK_FAULTS for f in chosen)
+    say(f"jepsen: target {target}, seed {seed}, {rounds} rounds, faults {chosen}, unclean={unclean}, "
+        f"netns={netns}")
     overrides = {"unclean.leader.election.enable": "true" if unclean else "false"}
     results: list[checker.RoundResult] = []
     t0 = time.monotonic()
     document: dict[str, Any] = {}
-    with open_cluster(target, overrides=overrides, keep=keep) as cluster:
+    with open_cluster(target, overrides=overrides, keep=keep, namespaces=netns) as cluster:
         say(f"cluster up in {time.monotonic() - t0:.0f}s: {cluster.bootstrap_servers} (data in {cluster.directory})")
         zk = KazooClient(hosts=cluster.zookeeper.connect)
         zk.start(10)
@@ -207,18 +211,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="unclean.leader.election.enable=true and the unclean-election fault only "
                              "(unless --faults): the checker must then report lost writes")
     parser.add_argument("--faults", default=None,
-                        help=f"comma-separated, of {sorted({**nemesis.FAULTS, **nemesis.EXTRA_FAULTS})}")
+                        help=f"comma-separated, of {sorted(ALL_FAULTS)}")
     parser.add_argument("--out", default=None, help="JSON result (default jepsen-results/<target>-seed<seed>.json)")
     parser.add_argument("--keep", action="store_true", help="keep the cluster directory (logs, data)")
+    parser.add_argument("--netns", action="store_true",
+                        help="each broker in its own network namespace (root): adds the partition faults")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     faults = args.faults.split(",") if args.faults else (["unclean-election"] if args.unclean else None)
     for fault in faults or []:
-        if fault not in nemesis.FAULTS and fault not in nemesis.EXTRA_FAULTS:
+        if fault not in ALL_FAULTS:
             parser.error(f"unknown fault {fault}")
     out = args.out or f"jepsen-results/{args.target}-seed{seed}{'-unclean' if args.unclean else ''}.json"
     document = run(args.target, args.rounds, seed, args.unclean, faults, out, args.keep,
-                   say=lambda line: print(line, flush=True))
+                   say=lambda line: print(line, flush=True), netns=args.netns)
     print(f"result: {out}")
     summary = document["summary"]
     return 1 if any(summary["anomalies"].values()) or summary["errors"] else 0
