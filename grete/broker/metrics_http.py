@@ -25,11 +25,14 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from grete.broker.broker import Broker
 from grete.broker.config import ConfigError
 from grete.broker.metrics import PHASES, Histogram
+from grete.broker.quotas import FETCH_RATE, PRODUCE_RATE, REQUEST_PERCENTAGE
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import APIS
 
 log = logging.getLogger(__name__)
 
+# Kafka's quota types, the ``type`` of kafka.server's quota MBeans.
+QUOTA_RESOURCES = {PRODUCE_RATE: "Produce", FETCH_RATE: "Fetch", REQUEST_PERCENTAGE: "Request"}
 QUANTILES = (("0.50", 0.50), ("0.75", 0.75), ("0.95", 0.95), ("0.98", 0.98), ("0.99", 0.99), ("0.999", 0.999))
 GROUP_STATES = (("Stable", "numgroupsstable"), ("PreparingRebalance", "numgroupspreparingrebalance"),
                 ("CompletingRebalance", "numgroupscompletingrebalance"), ("Empty", "numgroupsempty"),
@@ -61,6 +64,7 @@ class KafkaCollector(Collector):
         yield from self._group_metrics()
         yield from self._lag_metrics()
         yield from self._socket_metrics()
+        yield from self._quota_metrics()
 
     # --- kafka.server:type=BrokerTopicMetrics -----------------------------------------------------
     def _topic_metrics(self) -> Iterator[Metric]:
@@ -213,6 +217,24 @@ class KafkaCollector(Collector):
         for name, n in sorted(counts.items()):
             family.add_metric([name], n)
         yield family
+
+    # --- kafka.server:type=Produce|Fetch|Request,user=...,client-id=... (client quotas) ------------
+    def _quota_metrics(self) -> Iterator[Metric]:
+        labels = ["resource", "user", "clientId"]
+        byte_rate = GaugeMetricFamily("kafka_server_quota_byte_rate", "Bytes/s of a quota group", labels=labels)
+        request_time = GaugeMetricFamily("kafka_server_quota_request_time",
+                                         "Percent of a thread's time used by a quota group", labels=labels)
+        throttle = GaugeMetricFamily("kafka_server_quota_throttle_time", "Mean throttle time (ms) given to a "
+                                     "quota group over the quota window", labels=labels)
+        for kind, user, client, rate, throttle_ms in self.broker.quotas.observed():
+            resource = QUOTA_RESOURCES.get(kind)
+            if resource is None:
+                continue
+            (request_time if resource == "Request" else byte_rate).add_metric([resource, user, client], rate)
+            throttle.add_metric([resource, user, client], throttle_ms)
+        yield byte_rate
+        yield request_time
+        yield throttle
 
     def _groups(self) -> dict[str, Any]:
         coordinator = self.broker.group_coordinator

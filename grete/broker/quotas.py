@@ -16,6 +16,7 @@ costs one dictionary lookup here.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from time import monotonic
 from typing import Any, Protocol
@@ -96,6 +97,29 @@ class Rate:
             if now_ms - start >= expire:
                 self._starts[i] = now_ms
                 self._values[i] = 0.0
+
+
+class ThrottleAverage:
+    """Kafka's throttle-time sensor (an Avg over the quota window): the mean of the throttle times
+    given to one quota group in the last ``span_ms``."""
+
+    __slots__ = ("span_ms", "_entries")
+
+    def __init__(self, span_ms: int) -> None:
+        self.span_ms = span_ms
+        self._entries: deque[tuple[float, int]] = deque()
+
+    def record(self, throttle_ms: int, now_ms: float) -> None:
+        self._entries.append((now_ms, throttle_ms))
+        self._purge(now_ms)
+
+    def value(self, now_ms: float) -> float:
+        self._purge(now_ms)
+        return sum(ms for _, ms in self._entries) / len(self._entries) if self._entries else 0.0
+
+    def _purge(self, now_ms: float) -> None:
+        while self._entries and now_ms - self._entries[0][0] >= self.span_ms:
+            self._entries.popleft()
 
 
 class TokenBucket:
@@ -190,6 +214,7 @@ class ClientQuotas:
         self._matches: dict[tuple[str, str, str], Match | None] = {}
         self._sensors: dict[tuple[str, str, str], Rate] = {}
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._throttles: dict[tuple[str, str, str], ThrottleAverage] = {}
         self._last_sweep = 0.0
         self.active = False  # any produce, fetch or request quota configured
         metadata.changes.subscribe(self._changed)
@@ -244,7 +269,15 @@ class ClientQuotas:
         observed = rate.per_second(now_ms)
         if observed <= found.limit:
             return 0
-        return round((observed - found.limit) / found.limit * rate.span_ms(now_ms))
+        throttle = round((observed - found.limit) / found.limit * rate.span_ms(now_ms))
+        if kind == REQUEST_PERCENTAGE:
+            throttle = min(throttle, self._window_ms)  # Kafka caps the request-time throttle at one window
+        average = self._throttles.get((kind, found.user_tag, found.client_tag))
+        if average is None:
+            average = self._throttles[(kind, found.user_tag, found.client_tag)] = ThrottleAverage(
+                self._samples * self._window_ms)
+        average.record(throttle, now_ms)
+        return throttle
 
     def unrecord(self, kind: str, user: str, client: str, value: float, now_ms: float) -> None:
         """Take back a recording (a throttled fetch answers without its data)."""
@@ -281,6 +314,7 @@ class ClientQuotas:
         self._last_sweep = now_ms
         for key in [k for k, r in self._sensors.items() if now_ms - r.last_used > SENSOR_EXPIRY_MS]:
             del self._sensors[key]
+            self._throttles.pop(key, None)
         for pair in [k for k, b in self._buckets.items() if now_ms - b.last_used > SENSOR_EXPIRY_MS]:
             del self._buckets[pair]
 
@@ -299,6 +333,16 @@ class ClientQuotas:
             self._buckets[key] = bucket
         return MutationQuota(bucket, found.limit, strict)
 
+    def observed(self) -> list[tuple[str, str, str, float, float]]:
+        """(quota key, user tag, client-id tag, rate now, mean throttle ms) per measured quota group,
+        for the metrics endpoint (Kafka's byte-rate / request-time and throttle-time sensors)."""
+        now_ms = monotonic() * 1000
+        out = []
+        for (kind, user, client), rate in sorted(self._sensors.items()):
+            average = self._throttles.get((kind, user, client))
+            out.append((kind, user, client, rate.per_second(now_ms), average.value(now_ms) if average else 0.0))
+        return out
+
     # --- the pipeline's step -------------------------------------------------------------------
     def throttle(self, ctx: QuotedRequest, request: Any, response: Any,
                  handler_s: float) -> tuple[int, Any]:
@@ -310,8 +354,7 @@ class ClientQuotas:
         request_ms = 0
         if REQUEST_PERCENTAGE in self._limits:
             # Kafka caps the request-time throttle at one window.
-            request_ms = min(self.record(REQUEST_PERCENTAGE, user, client, handler_s * 100.0, now_ms),
-                             self._window_ms)
+            request_ms = self.record(REQUEST_PERCENTAGE, user, client, handler_s * 100.0, now_ms)
         api = ctx.api_key
         if api == PRODUCE_KEY:
             produced = self.record(PRODUCE_RATE, user, client, ctx.size, now_ms) if PRODUCE_RATE in self._limits else 0

@@ -89,3 +89,22 @@ def test_histogram_quantiles_from_buckets() -> None:
     for value in [0.3] * 90 + [40.0] * 10:
         h.observe(value)
     assert h.quantile(0.5) == 0.5 and h.quantile(0.95) == 50.0 and h.count == 100
+
+
+def test_quota_series() -> None:
+    """kafka.server:type=Produce,user=...,client-id=... byte-rate and throttle-time, as the JMX
+    exporter names them, for a client over its producer_byte_rate."""
+    from tools.kafka_admin import alter_client_quotas
+
+    with broker({"metrics.listener": "http://127.0.0.1:0"}, topics={"q": 1}) as b:
+        alter_client_quotas(b.bootstrap_servers, {"client-id": "metered"}, {"producer_byte_rate": 5000.0})
+        producer = Producer({"bootstrap.servers": b.bootstrap_servers, "client.id": "metered", "linger.ms": 0})
+        for _ in range(3):
+            producer.produce("q", value=b"v" * 20_000)
+            assert producer.flush(10) == 0
+        s = _scrape(b.node.metrics_server.port)
+    labels = (("clientId", "metered"), ("resource", "Produce"), ("user", ""))
+    # 60 kB over the 10 s a young sensor spans: about 6000 B/s, over the quota by a fifth, which
+    # the third request's throttle, (6000 - 5000) / 5000 x 10 s, makes up for.
+    assert 6000 < s[("kafka_server_quota_byte_rate", labels)] < 6500
+    assert 1900 < s[("kafka_server_quota_throttle_time", labels)] < 2300
