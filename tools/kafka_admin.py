@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 from typing import Any
 
@@ -59,28 +57,8 @@ def describe_client_quotas(bootstrap: str, timeout: float = 10.0) -> dict[tuple[
 
 def call(bootstrap: str, request: Any, version: int, timeout: float = 10.0, client_id: str = "kafka_admin") -> Any:
     """One request on a fresh connection to the first bootstrap server; the decoded answer."""
-    from grete.protocol.codec import Reader, Writer
-    from grete.protocol.headers import RequestHeader, decode_response_header, encode_request_header
-    from grete.protocol.messages import APIS, response_header_version
+    from grete.protocol.messages import APIS
+    from grete.testing import _wire
 
-    w = Writer()
-    encode_request_header(w, RequestHeader(api_key=request.API_KEY, api_version=version, correlation_id=1,
-                                          client_id=client_id))
-    request.encode(w, version)
-    payload = w.getvalue()
     host, _, port = bootstrap.split(",")[0].rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(struct.pack(">i", len(payload)) + payload)
-        frame = _recv_exactly(s, struct.unpack(">i", _recv_exactly(s, 4))[0])
-    _, pos = decode_response_header(frame, response_header_version(request.API_KEY, version))
-    return APIS[request.API_KEY].response.decode(Reader(frame, pos), version)
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        out += chunk
-    return out
+    return _wire.call(host, int(port), request, APIS[request.API_KEY].response, version, timeout, client_id)

@@ -23,16 +23,17 @@ CREATE_TOPICS_VERSION = 5
 class Wire:
     """One connection; requests may be sent ahead of their responses (pipelining, long polls)."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "grete.testing") -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.correlation_id = 0
+        self.client_id = client_id
 
     def send(self, request: Any, version: int) -> int:
         self.correlation_id += 1
         w = Writer()
         size = w.reserve_int32()
         encode_request_header(w, RequestHeader(api_key=request.API_KEY, api_version=version,
-                                               correlation_id=self.correlation_id, client_id="grete.testing"),
+                                               correlation_id=self.correlation_id, client_id=self.client_id),
                               request_header_version(request.API_KEY, version))
         request.encode(w, version)
         w.patch_int32(size, w.nbytes - 4)
@@ -55,9 +56,10 @@ class Wire:
         self.sock.close()
 
 
-def call(host: str, port: int, request: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
+def call(host: str, port: int, request: Any, response_cls: Any, version: int, timeout: float = 10.0,
+         client_id: str = "grete.testing") -> Any:
     """One request on a fresh connection."""
-    wire = Wire(host, port, timeout)
+    wire = Wire(host, port, timeout, client_id)
     try:
         return wire.call(request, response_cls, version)
     finally:

@@ -5,8 +5,6 @@ throttle_time_ms and, for a Fetch, no data; then nothing read from that connecti
 from __future__ import annotations
 
 import asyncio
-import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -17,16 +15,16 @@ from confluent_kafka import Producer
 from grete.broker.config import BrokerConfig
 from grete.broker.quotas import FETCH_RATE, PRODUCE_RATE, ClientQuotas, Rate
 from grete.coordinator.metadata import LocalMetadataStore, quota_entity
-from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ErrorCode
-from grete.protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from grete.protocol.messages import (
-    APIS,
     AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     FetchRequest,
-    response_header_version,
+    FetchResponse,
 )
+from grete.testing._wire import Wire
 from grete.testing.inprocess import RunningBroker
 
 # --- the measurement ---------------------------------------------------------------------------
@@ -88,56 +86,23 @@ def test_quotas_survive_a_restart_of_the_store(tmp_path: Path) -> None:
 # --- the admin APIs on the wire ----------------------------------------------------------------
 
 
-class Conn:
-    def __init__(self, broker: RunningBroker, client_id: str = "quota-test") -> None:
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=20)
-        self.client_id = client_id
-        self.correlation = 0
-
-    def send(self, request: Any, version: int) -> int:
-        self.correlation += 1
-        w = Writer()
-        encode_request_header(w, RequestHeader(api_key=request.API_KEY, api_version=version,
-                                              correlation_id=self.correlation, client_id=self.client_id))
-        request.encode(w, version)
-        payload = w.getvalue()
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        return self.correlation
-
-    def receive(self, api_key: int, version: int) -> Any:
-        frame = self._exactly(struct.unpack(">i", self._exactly(4))[0])
-        _, pos = decode_response_header(frame, response_header_version(api_key, version))
-        return APIS[api_key].response.decode(Reader(frame, pos), version)
-
-    def call(self, request: Any, version: int) -> Any:
-        self.send(request, version)
-        return self.receive(request.API_KEY, version)
-
-    def _exactly(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "connection closed"
-            out += chunk
-        return out
-
-    def close(self) -> None:
-        self.sock.close()
+def connect(broker: RunningBroker, client_id: str = "quota-test") -> Wire:
+    return Wire(broker.host, broker.port, 20, client_id)
 
 
-def alter(conn: Conn, entity: dict[str, str | None], ops: dict[str, float | None],
+def alter(conn: Wire, entity: dict[str, str | None], ops: dict[str, float | None],
           validate_only: bool = False) -> Any:
     request = AlterClientQuotasRequest(validate_only=validate_only, entries=[AlterClientQuotasRequest.EntryData(
         entity=[AlterClientQuotasRequest.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
         ops=[AlterClientQuotasRequest.OpData(key=k, value=0.0 if v is None else v, remove=v is None)
              for k, v in ops.items()])])
-    return conn.call(request, 1).entries[0]
+    return conn.call(request, AlterClientQuotasResponse, 1).entries[0]
 
 
-def describe(conn: Conn, components: list[tuple[str, int, str | None]], strict: bool = False) -> Any:
+def describe(conn: Wire, components: list[tuple[str, int, str | None]], strict: bool = False) -> Any:
     return conn.call(DescribeClientQuotasRequest(strict=strict, components=[
         DescribeClientQuotasRequest.ComponentData(entity_type=t, match_type=m, match=n)
-        for t, m, n in components]), 1)
+        for t, m, n in components]), DescribeClientQuotasResponse, 1)
 
 
 def entities(response: Any) -> set[tuple[tuple[str, str | None], ...]]:
@@ -146,7 +111,7 @@ def entities(response: Any) -> set[tuple[tuple[str, str | None], ...]]:
 
 
 def test_alter_checks_as_kafka(grete_broker: RunningBroker) -> None:
-    conn = Conn(grete_broker)
+    conn = connect(grete_broker)
     try:
         cases: list[tuple[dict[str, str | None], dict[str, float | None], str]] = [
             ({}, {PRODUCE_RATE: 1.0}, "Invalid empty client quota entity"),
@@ -169,7 +134,7 @@ def test_alter_checks_as_kafka(grete_broker: RunningBroker) -> None:
 
 
 def test_describe_filters(grete_broker: RunningBroker) -> None:
-    conn = Conn(grete_broker)
+    conn = connect(grete_broker)
     try:
         stored: list[dict[str, str | None]] = [{"user": "alice"}, {"user": None}, {"client-id": "c"},
                                                {"user": "alice", "client-id": "c"}, {"ip": "10.0.0.1"}]
@@ -209,24 +174,24 @@ def test_throttled_fetch_answers_empty_then_mutes(grete_broker: RunningBroker, g
     for _ in range(50):
         producer.produce(grete_topic, b"x" * 1000)
     assert producer.flush(10) == 0
-    free = Conn(grete_broker, "unthrottled")
-    size = len(free.call(fetch_request(grete_topic), 11).responses[0].partitions[0].records)
+    free = connect(grete_broker, "unthrottled")
+    size = len(free.call(fetch_request(grete_topic), FetchResponse, 11).responses[0].partitions[0].records)
     free.close()
     assert size > 40_000
-    admin = Conn(grete_broker)
+    admin = connect(grete_broker)
     # The fetch reads as size/10 B/s (a young sensor spans 10 s): just over this quota, throttled
     # for about 1 s.
     assert alter(admin, {"client-id": "slow"}, {"consumer_byte_rate": float(size // 11)}).error_code == 0
     admin.close()
-    slow = Conn(grete_broker, "slow")
+    slow = connect(grete_broker, "slow")
     try:
-        first = slow.call(fetch_request(grete_topic), 11)
+        first = slow.call(fetch_request(grete_topic), FetchResponse, 11)
         assert 900 <= first.throttle_time_ms <= 1100, first.throttle_time_ms
         assert first.responses == []  # Kafka's throttled Fetch carries no data
         # Muted: the next request is read only once the throttle time has passed.
         asked = time.monotonic()
         slow.send(fetch_request(grete_topic), 11)
-        slow.receive(1, 11)
+        slow.receive(FetchResponse, 11)
         assert time.monotonic() - asked >= first.throttle_time_ms / 1000 - 0.1
     finally:
         slow.close()
