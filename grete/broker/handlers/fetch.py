@@ -38,7 +38,7 @@ LEADER_HINTS_VERSION = 16  # KIP-951: CurrentLeader and NodeEndpoints in the ans
 PartitionData = FetchResponse.PartitionData
 
 
-@api(1, 4, 12)
+@api(1, 4, 18)
 def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
     broker = ctx.broker
     try:
