@@ -311,6 +311,8 @@ def finish(cache: FetchSessionCache, fetch_plan: FetchPlan, topics: list[Any],
         for topic, cached in zip(topics, fetch_plan.cached, strict=True):
             parts = []
             for data, cp in zip(topic.partitions, cached, strict=True):
+                if data is None:  # found unchanged without a read (the handler's quiet check)
+                    continue
                 size = records_size(data.records)
                 if cp.must_respond(data, size):
                     parts.append(data)

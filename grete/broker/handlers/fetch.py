@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from grete.broker import fetch_sessions as sessions
@@ -79,9 +79,17 @@ def _read(ctx: RequestContext, request: FetchRequest,
     # No memo for a follower's fetch: each one moves its fetch state (caught-up time, ISR, HW); nor
     # for one in a session, whose every answer moves the session.
     nothing_to_read = replica_id < 0 and fetch_plan.session is None and not fetch_plan.create
-    for name, topic_id, wanted_partitions in fetch_plan.groups:
-        partitions = []
-        for wanted in wanted_partitions:
+    quiet = _quiet_check(ctx, request, fetch_plan, replica_id)
+    for group_index, (name, topic_id, wanted_partitions) in enumerate(fetch_plan.groups):
+        partitions: list[PartitionData | None] = []
+        cached = fetch_plan.cached[group_index] if quiet is not None and fetch_plan.cached is not None else None
+        for wanted_index, wanted in enumerate(wanted_partitions):
+            if quiet is not None and cached is not None:
+                idle = quiet(name, topic_id, wanted, cached[wanted_index])
+                if idle is not None:  # nothing the fetcher does not know: no read, no answer
+                    waitable.append(idle)
+                    partitions.append(None)
+                    continue
             if replica_id >= 0:
                 data, partition = _read_for_follower(ctx, request, replica_id, name, topic_id, wanted,
                                                      remaining, total == 0)
@@ -96,12 +104,45 @@ def _read(ctx: RequestContext, request: FetchRequest,
                 waitable.append(partition)
             partitions.append(data)
         topics.append(FetchResponse.FetchableTopicResponse(topic=name or "", topic_id=topic_id,
-                                                           partitions=partitions))
+                                                           partitions=partitions))  # type: ignore[arg-type]
     if nothing_to_read and waitable:
         empty = EmptyFetchResponse(error_code=0, session_id=0, responses=topics)
         empty.snapshot = Snapshot(ctx.broker, waitable)
         return empty, total, waitable
     return FetchResponse(error_code=0, session_id=0, responses=topics), total, waitable
+
+
+QuietCheck = Callable[[str | None, uuid.UUID, FetchRequest.FetchPartition, sessions.CachedPartition],
+                      Partition | None]
+
+
+def _quiet_check(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+                 replica_id: int) -> QuietCheck | None:
+    """For an incremental fetch: a check that finds a session partition with nothing new for its
+    fetcher without reading it (the cost of an idle partition in a session is this check). Only for
+    a consumer of a leader, without an authorizer or a rack to consider; None: read every partition."""
+    if (fetch_plan.cached is None or replica_id >= 0 or ctx.broker.authorizer is not None or request.rack_id):
+        return None
+    hosted = ctx.broker.partitions
+    by_id = ctx.version >= sessions.TOPIC_IDS_VERSION
+    committed = request.isolation_level == READ_COMMITTED
+
+    def quiet(name: str | None, topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition,
+              cp: sessions.CachedPartition) -> Partition | None:
+        partition = hosted.get((name, wanted.partition)) if name is not None else None
+        if partition is None or not partition.is_leader or not partition.online:
+            return None
+        epoch = wanted.current_leader_epoch
+        if (epoch != -1 and epoch != partition.leader_epoch) or (by_id and partition.topic_id != topic_id):
+            return None
+        high_watermark, stable, start, end = partition.offsets()
+        offset = wanted.fetch_offset
+        if (cp.high_watermark != high_watermark or cp.log_start_offset != start or offset < start or offset > end
+                or offset < (stable if committed else high_watermark)):
+            return None
+        return partition
+
+    return quiet
 
 
 def _answer(ctx: RequestContext, fetch_plan: sessions.FetchPlan, response: FetchResponse) -> FetchResponse:
@@ -121,7 +162,8 @@ def _leader_hints(ctx: RequestContext, fetch_plan: sessions.FetchPlan, response:
     endpoints: dict[int, FetchResponse.NodeEndpoint] = {}
     for (name, _, _), topic in zip(fetch_plan.groups, response.responses, strict=True):
         for data in topic.partitions:
-            if data.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+            if data is None or data.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                                       ErrorCode.FENCED_LEADER_EPOCH):
                 continue
             leader = current_leader(ctx, name or "", data.partition_index)
             data.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=leader.leader_id,
