@@ -74,7 +74,7 @@ def handle(ctx: RequestContext,
             raise CloseConnection("acks=0 produce failed")
         return None
     produced = ProduceResponse(responses=topics)
-    if ctx.version >= LEADER_HINTS_VERSION:
+    if failed and ctx.version >= LEADER_HINTS_VERSION:
         _leader_hints(ctx, names, produced)
     if replicating:
         return _await_replication(ctx, produced, replicating, request.timeout_ms)
