@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_request_cpu import cpu_seconds, frame, run
+from benchmarks.bench_request_cpu import frame, run
 from grete.protocol.codec import Reader
 from grete.protocol.messages import CreateTopicsRequest, FetchRequest, FetchResponse
 
