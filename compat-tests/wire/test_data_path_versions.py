@@ -139,14 +139,14 @@ def test_list_offsets_special_timestamps(wire, make_topic):
     base = int(time.time() * 1000)
     records = [Record(i, delta, None, b"v") for i, delta in enumerate((100, 400, 200))]
     produce_by_id(wire, tid, build_batch(records, base_timestamp=base))
-    found = {ts: (p.error_code, p.offset, p.timestamp) for ts in (-1, -2, -3, -4, -5, -6)
+    found = {ts: (p.error_code, p.offset, p.timestamp, p.leader_epoch) for ts in (-1, -2, -3, -4, -5, -6)
              for p in [list_offsets(wire, name, ts)]}
-    assert found[-1] == (0, 3, -1)  # latest
-    assert found[-2] == (0, 0, -1)  # earliest
-    assert found[-3] == (0, 1, base + 400)  # the record with the largest timestamp inside the batch
-    assert found[-4] == (0, 0, -1)  # earliest local: the earliest, without tiered storage
-    assert found[-5] == (0, -1, -1)  # latest tiered: none without tiered storage
-    assert found[-6] == (0, -1, -1)  # earliest pending upload: none either
+    assert found[-1] == (0, 3, -1, 0)  # latest
+    assert found[-2] == (0, 0, -1, 0)  # earliest
+    assert found[-3] == (0, 1, base + 400, 0)  # the record with the largest timestamp inside the batch
+    assert found[-4] == (0, 0, -1, 0)  # earliest local: the earliest, without tiered storage
+    assert found[-5] == (0, -1, -1, -1)  # latest tiered: none without tiered storage
+    assert found[-6] == (0, -1, -1, -1)  # earliest pending upload: none either
     # Each special timestamp only from the version that introduced it.
     refused = [list_offsets(wire, name, ts, version).error_code for ts, version in ((-4, 7), (-5, 8), (-6, 10))]
     assert refused == [ErrorCode.UNSUPPORTED_VERSION] * 3

@@ -62,8 +62,9 @@ def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffs
         if wanted.timestamp == LATEST:
             return PartitionResponse(partition_index=index, timestamp=-1, offset=fetchable, leader_epoch=epoch)
         if wanted.timestamp in (EARLIEST, EARLIEST_LOCAL):
-            return PartitionResponse(partition_index=index, timestamp=-1,
-                                     offset=partition.log_start_offset, leader_epoch=epoch)
+            # The epoch of the earliest offset's batches, as Kafka answers, not the current one.
+            return PartitionResponse(partition_index=index, timestamp=-1, offset=partition.log_start_offset,
+                                     leader_epoch=partition.epoch_of_log_start() if ctx.version >= 4 else -1)
         if wanted.timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
             return PartitionResponse(partition_index=index, timestamp=-1, offset=-1, leader_epoch=-1)
         found: tuple[int, int] | None
