@@ -1,8 +1,10 @@
-"""KIP-951 on one node: a Fetch v16+ refused with FENCED_LEADER_EPOCH names the current leader and
-its endpoint; older versions carry no hint. (Produce's NOT_LEADER_OR_FOLLOWER hint needs a second
+"""Fetch refusals on one node. KIP-951: a Fetch v16+ refused with FENCED_LEADER_EPOCH names the
+current leader and its endpoint; older versions carry no hint. KIP-516: INCONSISTENT_TOPIC_ID. (Produce's NOT_LEADER_OR_FOLLOWER hint needs a second
 broker: tests/cluster/test_fetch_from_follower.py.)"""
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 
@@ -43,3 +45,22 @@ def test_a_fenced_fetch_names_the_leader_from_v16(grete_broker, topic_name, vers
             (node, grete_broker.host, grete_broker.port)]
     else:
         assert (data.current_leader.leader_id, answer.node_endpoints) == (-1, [])
+
+
+def test_a_replica_of_another_incarnation_answers_inconsistent_topic_id(grete_broker, topic_name):
+    """v13+: the id resolves to the topic's name, but the replica hosted under that name belongs to
+    another topic id (a deletion and re-creation not applied here yet): INCONSISTENT_TOPIC_ID."""
+    grete_broker.create_topic(topic_name)
+    partition = grete_broker.broker.partitions[(topic_name, 0)]
+    current = partition.topic_id
+    grete_broker.call(setattr, partition, "topic_id", uuid.uuid4())
+    wire = Wire(grete_broker.host, grete_broker.port)
+    try:
+        req = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, topics=[FetchRequest.FetchTopic(
+            topic_id=current, partitions=[FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                                                      partition_max_bytes=1 << 20)])])
+        data = wire.call(req, FetchResponse, 13).responses[0].partitions[0]
+        by_name = fetch(wire, topic_name, -1, 12).responses[0].partitions[0]  # names are not checked
+    finally:
+        wire.close()
+    assert (data.error_code, by_name.error_code) == (ErrorCode.INCONSISTENT_TOPIC_ID, 0)
