@@ -64,3 +64,59 @@ def test_a_grete_broker_joins_and_takes_over_as_controller(cluster_target: Clust
     from grete.testing.cluster import GreteCluster
 
     joins_and_takes_over(cluster_target, GreteCluster(tmp_path, cluster_target.cluster.zookeeper, OVERRIDES))
+
+
+def follows_the_targets_leader(target: ClusterTarget, joiner: Any) -> None:
+    """The joiner follows a partition led by one of the target's brokers: it joins the ISR, holds
+    every acknowledged record, and serves them all once it leads. On a grete cluster the follower
+    is a Kafka 3.9.2 broker, which fetches with the Fetch version its inter-broker protocol fixes
+    (v17: topic ids, ReplicaState, fetch sessions)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import NewTopic
+
+    broker = joiner.start_broker(JOINER)
+    try:
+        everyone = set(target.broker_ids) | {JOINER}
+        h.wait_until(lambda: set(h.metadata(target.bootstrap).brokers) == everyone, 30,
+                     "the target's Metadata listing the joiner")
+        leader = target.broker_ids[0]
+        name = h.unique("followed")
+        client = h.admin(target.bootstrap)
+        client.create_topics([NewTopic(name, 1, replica_assignment=[[leader, JOINER]])])[name].result(30)
+        producer = Producer({"bootstrap.servers": target.bootstrap, "acks": "all", "enable.idempotence": True})
+        for i in range(200):
+            producer.produce(name, value=f"v{i}".encode(), partition=0)
+        assert producer.flush(60) == 0
+        zk = h.zk_client(target.zk_connect)
+        try:
+            state = f"/brokers/topics/{name}/partitions/0/state"
+            h.wait_until(lambda: sorted(h.zk_json(zk, state)["isr"]) == sorted([leader, JOINER]), 30,
+                         "the joiner in the ISR")
+            target.cluster.stop_broker(leader)
+            h.wait_until(lambda: h.zk_json(zk, state)["leader"] == JOINER, 30, "the joiner leading")
+        finally:
+            zk.stop()
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": h.unique("g"),
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(name, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 200 and time.monotonic() < deadline:
+            values += [m.value() for m in consumer.consume(200, 0.5) if m.error() is None]
+        consumer.close()
+        assert values == [f"v{i}".encode() for i in range(200)]
+    finally:
+        broker.stop(30)
+
+
+def test_the_other_kind_of_broker_follows_a_leader(cluster_target: ClusterTarget, tmp_path: Path,
+                                                  restore: None) -> None:
+    if cluster_target.is_grete:
+        from tools.reference_kafka_zk import KafkaZkCluster
+
+        joiner: Any = KafkaZkCluster(tmp_path, cluster_target.cluster.zookeeper, OVERRIDES)
+    else:
+        from grete.testing.cluster import GreteCluster
+
+        joiner = GreteCluster(tmp_path, cluster_target.cluster.zookeeper, OVERRIDES)
+    follows_the_targets_leader(cluster_target, joiner)

@@ -19,6 +19,7 @@ from grete.broker.authorizer import AclAuthorizer, configured
 from grete.broker.cluster.placement import assign_replicas
 from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.connection_quotas import ConnectionQuotas
+from grete.broker.fetch_sessions import FetchSessionCache
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
@@ -94,6 +95,7 @@ class Broker:
         self.replicas.isr_changed = self.metrics.isr_changed
         # Static settings read on every request, parsed once.
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
+        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
@@ -337,6 +339,10 @@ class Broker:
     def topic_id_for(self, name: str) -> uuid.UUID | None:
         meta = self.metadata.topic(name)
         return meta.topic_id if meta else None
+
+    def topic_name_for(self, topic_id: uuid.UUID) -> str | None:
+        meta = self.metadata.topic_by_id(topic_id)
+        return meta.name if meta else None
 
     @property
     def advertised_listener(self) -> Listener:

@@ -205,6 +205,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("replica.selector.class", STR, None, "fetch from follower (KIP-392): "
        "org.apache.kafka.common.replica.RackAwareReplicaSelector; empty: consumers read from leaders"),
     _d("replica.fetch.wait.max.ms", INT, "500", minimum=0),
+    _d("max.incremental.fetch.session.cache.slots", INT, "1000",
+       "fetch sessions (KIP-227) kept, in 8 shards of slots/8 as Kafka does", minimum=0),
     _d("replica.fetch.min.bytes", INT, "1", minimum=1),
     _d("replica.fetch.max.bytes", INT, "1048576", minimum=0),
     _d("replica.fetch.response.max.bytes", INT, "10485760", minimum=0),

@@ -134,6 +134,14 @@ class KafkaCollector(Collector):
             yield _gauge(f"kafka_server_replicamanager_{name}", name, value)
         yield _counter("kafka_server_replicamanager_isrshrinks", "ISR shrinks", broker.metrics.isr_shrinks)
         yield _counter("kafka_server_replicamanager_isrexpands", "ISR expansions", broker.metrics.isr_expands)
+        # kafka.server:type=FetchSessionCache
+        sessions = broker.fetch_sessions
+        yield _gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions", "NumIncrementalFetchSessions",
+                     len(sessions))
+        yield _gauge("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                     "NumIncrementalFetchPartitionsCached", sessions.partitions_cached())
+        yield _counter("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                       "IncrementalFetchSessionEvictionsPerSec", sessions.evictions)
 
     # --- kafka.log:type=Log ----------------------------------------------------------------------
     def _log_metrics(self) -> Iterator[Metric]:

@@ -306,6 +306,10 @@ class Partition:
     def producers(self) -> list[ProducerStateEntry]:
         return list(self._log.producer_state.producers.values())
 
+    def epoch_of_log_start(self) -> int:
+        """The leader epoch of the first offset in the log (ListOffsets EARLIEST answers it)."""
+        return int(self._log.epochs.epoch_for_offset(self._log.log_start_offset))
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self._log.end_offset_for_epoch(epoch)
 

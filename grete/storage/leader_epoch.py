@@ -46,6 +46,16 @@ class LeaderEpochCache:
         if persist:
             self.flush()
 
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch whose batches hold ``offset`` (Kafka's epochForOffset): the last entry starting at
+        or before it; -1 if none does."""
+        found = -1
+        for epoch, start in self.entries:
+            if start > offset:
+                break
+            found = epoch
+        return found
+
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's rule: the latest epoch ends at the LEO; an older one at the start of the next
         higher epoch, reported under the largest known epoch <= the request; an epoch newer than

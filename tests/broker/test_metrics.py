@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from grete.broker.config import ConfigError
 from grete.broker.metrics import Histogram
 from grete.broker.metrics_http import parse_metrics_listener
-from grete.testing import broker
+from grete.protocol.messages import FetchRequest, FetchResponse
+from grete.testing import _wire, broker
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -45,6 +46,11 @@ def test_metrics_endpoint_counts_traffic_and_lag() -> None:
             read += 1
         consumer.commit(offsets=[TopicPartition("m", 0, 3)], asynchronous=False)
         consumer.close()
+        # A fetch session of two partitions, as a Java consumer opens one (epoch 0).
+        session = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, session_id=0, session_epoch=0,
+                               topics=[FetchRequest.FetchTopic(topic="m", partitions=[FetchRequest.FetchPartition(
+                                   partition=p, fetch_offset=0, partition_max_bytes=1024) for p in (0, 1)])])
+        assert _wire.call(b.host, b.port, session, FetchResponse, 12).session_id != 0
         s = _scrape(port)
     assert s[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "m"),))] == 10
     assert s[("kafka_server_brokertopicmetrics_messagesin_total", ())] == 10
@@ -58,6 +64,9 @@ def test_metrics_endpoint_counts_traffic_and_lag() -> None:
     assert ("kafka_network_requestmetrics_totaltimems", (("quantile", "0.99"), ("request", "Produce"))) in s
     assert s[("kafka_server_replicamanager_partitioncount", ())] >= 2
     assert s[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 0
+    assert s[("kafka_server_fetchsessioncache_numincrementalfetchsessions", ())] >= 1
+    assert s[("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached", ())] >= 2
+    assert s[("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total", ())] == 0
     assert s[("kafka_log_log_size", (("partition", "0"), ("topic", "m")))] > 0
     assert s[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
     # 5 records in partition 0, committed at 3: lag 2.

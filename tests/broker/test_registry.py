@@ -25,5 +25,7 @@ def test_advertisement_excludes_what_must_not_be_advertised():
     # Transactions: transaction version 1 only. AddPartitionsToTxn v4+ is the brokers' verify form,
     # EndTxn v5 / TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2).
     assert ranges[24] == ranges[25] == ranges[26] == ranges[28] == (0, 3)
-    assert ranges[0] == (0, 9)        # Produce: min 0 for librdkafka's checks, never 12+ (KIP-890)
+    # Produce: min 0 for librdkafka's checks; v12+ adds the batch's partition to its transaction as
+    # Kafka's ADD_PARTITION does (compat-tests/wire/test_data_path_versions.py).
+    assert ranges[0] == (0, 13)
     assert ranges[1][0] == 4          # Fetch: no down-conversion versions

@@ -14,7 +14,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import FetchRequest, FetchResponse
+from grete.protocol.messages import (
+    FetchRequest,
+    FetchResponse,
+    MetadataRequest,
+    MetadataResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from grete.protocol.records.record import Record, build_batch
 from grete.testing import _wire
 from grete.testing.cluster import GreteCluster, cluster
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
@@ -71,3 +79,44 @@ def test_reading_from_the_follower_in_the_clients_rack(grete_cluster: GreteClust
         values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
     consumer.close()
     assert values == [f"v{i}".encode() for i in range(100)]
+
+
+def test_refusals_name_the_leader_and_its_endpoint(grete_cluster: GreteCluster, topic_name: str) -> None:
+    """KIP-951: Produce v10+ sent to a follower and Fetch v16+ sent to a broker without the
+    partition answer NOT_LEADER_OR_FOLLOWER with the leader's id, epoch and endpoint (rack too)."""
+    client = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
+    client.create_topics([NewTopic(topic_name, 1, replica_assignment=[[1, 3]])])[topic_name].result(30)
+    leader = grete_cluster.brokers[1]
+    expected = [(1, leader.host, leader.port, "rack-a")]
+
+    def produce_to(broker: int, version: int) -> ProduceResponse:
+        process = grete_cluster.brokers[broker]
+        request = ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
+            name=topic_name, partition_data=[ProduceRequest.PartitionProduceData(
+                index=0, records=build_batch([Record(0, 0, None, b"x")]))])])
+        return _wire.call(process.host, process.port, request, ProduceResponse, version)
+
+    wait_until(lambda: produce_to(3, 10).responses[0].partition_responses[0].current_leader.leader_id == 1, 15,
+               "the follower knowing its leader")
+    answer = produce_to(3, 10)
+    refused = answer.responses[0].partition_responses[0]
+    assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and refused.current_leader.leader_epoch >= 0
+    assert [(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints] == expected
+    old = produce_to(3, 9)
+    assert (old.responses[0].partition_responses[0].current_leader.leader_id, old.node_endpoints) == (-1, [])
+    # Broker 2 holds no replica: a consumer's fetch there is refused, with the hint from v16.
+    process = grete_cluster.brokers[2]
+    request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
+        FetchRequest.FetchTopic(topic=topic_name, partitions=[
+            FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    fetched = _wire.call(process.host, process.port, request, FetchResponse, 12)
+    assert fetched.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    meta = _wire.call(process.host, process.port, MetadataRequest(topics=[
+        MetadataRequest.MetadataRequestTopic(name=topic_name)]), MetadataResponse, 12)
+    by_id = FetchRequest(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
+        FetchRequest.FetchTopic(topic_id=meta.topics[0].topic_id, partitions=[
+            FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    hinted = _wire.call(process.host, process.port, by_id, FetchResponse, 16)
+    data = hinted.responses[0].partitions[0]
+    assert (data.error_code, data.current_leader.leader_id) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, 1)
+    assert [(e.node_id, e.host, e.port, e.rack) for e in hinted.node_endpoints] == expected

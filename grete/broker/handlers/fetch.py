@@ -3,8 +3,8 @@
 The records of each partition are the storage layer's file slices, written to the socket with
 sendfile (large) or pread (small) by the connection; nothing here touches record bytes. A fetch
 that finds fewer than ``min_bytes`` parks one future per partition and is woken by the next append
-(or by its ``max_wait_ms`` timer). Fetch sessions (KIP-227) are not kept: the response's session id
-0 tells clients to keep sending full fetches, which every client supports.
+(or by its ``max_wait_ms`` timer). Fetch sessions (KIP-227) are in fetch_sessions.py: the plan says
+which partitions a request reads, and the session filters the answer.
 
 Idle consumers repeat the same Fetch, byte for byte apart from the correlation id, and get the same
 empty answer. A response with nothing to read in any partition is an :class:`EmptyFetchResponse`
@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Coroutine
+import uuid
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from grete.broker import fetch_sessions as sessions
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
+from grete.broker.leader_hints import current_leader
 from grete.broker.partition import Partition
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -31,47 +34,67 @@ if TYPE_CHECKING:
     from grete.broker.broker import Broker
 
 READ_COMMITTED = 1
+LEADER_HINTS_VERSION = 16  # KIP-951: CurrentLeader and NodeEndpoints in the answer
 PartitionData = FetchResponse.PartitionData
 
 
-@api(1, 4, 12)
+@api(1, 4, 18)
 def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
-    if request.session_id != 0 and request.session_epoch > 0:
-        # We never hand out sessions, so an incremental fetch names one we do not know.
-        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
-    response, total, parked = _read(ctx, request)
+    broker = ctx.broker
+    try:
+        fetch_plan = sessions.plan(broker.fetch_sessions, request, ctx.version, _replica_id(ctx, request) >= 0,
+                                   broker.topic_name_for, broker.now_ms())
+    except sessions.SessionError as exc:
+        return FetchResponse(error_code=exc.code, session_id=0, responses=[])
+    response, total, parked = _read(ctx, request, fetch_plan)
     if request.max_wait_ms <= 0 or total >= max(request.min_bytes, 1) or not parked:
-        return _counted(ctx, response)
-    return _long_poll(ctx, request, parked)
+        return _answer(ctx, fetch_plan, response)
+    return _long_poll(ctx, request, fetch_plan, parked)
 
 
 def resume(ctx: RequestContext, request: FetchRequest,
            deadline: float) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
-    """Go on with a long poll that a wake-up interrupted (the connection's memo path): answer now if
-    ``min_bytes`` are there or ``deadline`` (loop time) has passed, else wait on until the deadline."""
-    response, total, parked = _read(ctx, request)
+    """Go on with a long poll that a wake-up interrupted (the connection's memo path, sessionless
+    fetches only): answer now if ``min_bytes`` are there or ``deadline`` (loop time) has passed, else
+    wait on until the deadline."""
+    fetch_plan = sessions.sessionless(request, ctx.version, ctx.broker.topic_name_for)
+    response, total, parked = _read(ctx, request, fetch_plan)
     if total >= max(request.min_bytes, 1) or not parked or asyncio.get_running_loop().time() >= deadline:
-        return _counted(ctx, response)
-    return _long_poll(ctx, request, parked, deadline)
+        return _answer(ctx, fetch_plan, response)
+    return _long_poll(ctx, request, fetch_plan, parked, deadline)
 
 
-def _read(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, int, list[Partition]]:
-    """One pass over the requested partitions: (response, bytes found, partitions to wait on)."""
+def _replica_id(ctx: RequestContext, request: FetchRequest) -> int:
+    return request.replica_id if ctx.version < 15 else request.replica_state.replica_id
+
+
+def _read(ctx: RequestContext, request: FetchRequest,
+          fetch_plan: sessions.FetchPlan) -> tuple[FetchResponse, int, list[Partition]]:
+    """One pass over the plan's partitions: (response, bytes found, partitions to wait on)."""
     remaining = request.max_bytes
     total = 0
     waitable: list[Partition] = []
     topics = []
-    replica_id = request.replica_id if ctx.version < 15 else request.replica_state.replica_id
-    # No memo for a follower's fetch: each one moves its fetch state (caught-up time, ISR, HW).
-    nothing_to_read = replica_id < 0  # no error and fetch offset >= upper bound in every partition
-    for topic in request.topics:
-        partitions = []
-        for wanted in topic.partitions:
+    replica_id = _replica_id(ctx, request)
+    # No memo for a follower's fetch: each one moves its fetch state (caught-up time, ISR, HW); nor
+    # for one in a session, whose every answer moves the session.
+    nothing_to_read = replica_id < 0 and fetch_plan.session is None and not fetch_plan.create
+    quiet = _quiet_check(ctx, request, fetch_plan, replica_id)
+    for group_index, (name, topic_id, wanted_partitions) in enumerate(fetch_plan.groups):
+        partitions: list[PartitionData | None] = []
+        cached = fetch_plan.cached[group_index] if quiet is not None and fetch_plan.cached is not None else None
+        for wanted_index, wanted in enumerate(wanted_partitions):
+            if quiet is not None and cached is not None:
+                idle = quiet(name, topic_id, wanted, cached[wanted_index])
+                if idle is not None:  # nothing the fetcher does not know: no read, no answer
+                    waitable.append(idle)
+                    partitions.append(None)
+                    continue
             if replica_id >= 0:
-                data, partition = _read_for_follower(ctx, request, replica_id, topic.topic, wanted, remaining,
-                                                     total == 0)
+                data, partition = _read_for_follower(ctx, request, replica_id, name, topic_id, wanted,
+                                                     remaining, total == 0)
             else:
-                data, partition = _read_partition(ctx, request, topic.topic, wanted, remaining, total == 0)
+                data, partition = _read_partition(ctx, request, name, topic_id, wanted, remaining, total == 0)
             size = _records_size(data.records)
             total += size
             remaining = max(remaining - size, 0)
@@ -80,13 +103,76 @@ def _read(ctx: RequestContext, request: FetchRequest) -> tuple[FetchResponse, in
             if partition is not None:
                 waitable.append(partition)
             partitions.append(data)
-        topics.append(FetchResponse.FetchableTopicResponse(topic=topic.topic, topic_id=topic.topic_id,
-                                                           partitions=partitions))
+        topics.append(FetchResponse.FetchableTopicResponse(topic=name or "", topic_id=topic_id,
+                                                           partitions=partitions))  # type: ignore[arg-type]
     if nothing_to_read and waitable:
         empty = EmptyFetchResponse(error_code=0, session_id=0, responses=topics)
         empty.snapshot = Snapshot(ctx.broker, waitable)
         return empty, total, waitable
     return FetchResponse(error_code=0, session_id=0, responses=topics), total, waitable
+
+
+QuietCheck = Callable[[str | None, uuid.UUID, FetchRequest.FetchPartition, sessions.CachedPartition],
+                      Partition | None]
+
+
+def _quiet_check(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+                 replica_id: int) -> QuietCheck | None:
+    """For an incremental fetch: a check that finds a session partition with nothing new for its
+    fetcher without reading it (the cost of an idle partition in a session is this check). Only for
+    a consumer of a leader, without an authorizer or a rack to consider; None: read every partition."""
+    if (fetch_plan.cached is None or replica_id >= 0 or ctx.broker.authorizer is not None or request.rack_id):
+        return None
+    hosted = ctx.broker.partitions
+    by_id = ctx.version >= sessions.TOPIC_IDS_VERSION
+    committed = request.isolation_level == READ_COMMITTED
+
+    def quiet(name: str | None, topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition,
+              cp: sessions.CachedPartition) -> Partition | None:
+        partition = hosted.get((name, wanted.partition)) if name is not None else None
+        if partition is None or not partition.is_leader or not partition.online:
+            return None
+        epoch = wanted.current_leader_epoch
+        if (epoch != -1 and epoch != partition.leader_epoch) or (by_id and partition.topic_id != topic_id):
+            return None
+        high_watermark, stable, start, end = partition.offsets()
+        offset = wanted.fetch_offset
+        if (cp.high_watermark != high_watermark or cp.log_start_offset != start or offset < start or offset > end
+                or offset < (stable if committed else high_watermark)):
+            return None
+        return partition
+
+    return quiet
+
+
+def _answer(ctx: RequestContext, fetch_plan: sessions.FetchPlan, response: FetchResponse) -> FetchResponse:
+    """The answer as sent: the session's say on which partitions go in (and a new session's id),
+    leader hints from v16, Kafka's counts."""
+    if ctx.version >= LEADER_HINTS_VERSION:
+        _leader_hints(ctx, fetch_plan, response)
+    if fetch_plan.session is not None or fetch_plan.create:
+        response.session_id, response.responses = sessions.finish(
+            ctx.broker.fetch_sessions, fetch_plan, response.responses, _records_size, ctx.broker.now_ms())
+    return _counted(ctx, response)
+
+
+def _leader_hints(ctx: RequestContext, fetch_plan: sessions.FetchPlan, response: FetchResponse) -> None:
+    """KIP-951: a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the leader
+    this broker knows, and the answer carries that leader's endpoint."""
+    endpoints: dict[int, FetchResponse.NodeEndpoint] = {}
+    for (name, _, _), topic in zip(fetch_plan.groups, response.responses, strict=True):
+        for data in topic.partitions:
+            if data is None or data.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                                       ErrorCode.FENCED_LEADER_EPOCH):
+                continue
+            leader = current_leader(ctx, name or "", data.partition_index)
+            data.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=leader.leader_id,
+                                                                 leader_epoch=leader.leader_epoch)
+            if leader.endpoint is not None and leader.leader_id not in endpoints:
+                host, port, rack = leader.endpoint
+                endpoints[leader.leader_id] = FetchResponse.NodeEndpoint(node_id=leader.leader_id, host=host,
+                                                                         port=port, rack=rack)
+    response.node_endpoints = list(endpoints.values())
 
 
 def _upper(request: FetchRequest, partition: Partition) -> int:
@@ -175,14 +261,16 @@ def wait_for_change(snapshot: Snapshot, deadline: float) -> asyncio.Future[bool]
     return done
 
 
-def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
+def _read_partition(ctx: RequestContext, request: FetchRequest, name: str | None, topic_id: uuid.UUID,
                     wanted: FetchRequest.FetchPartition, remaining: int,
                     first: bool) -> tuple[PartitionData, Partition | None]:
     try:
+        topic = _known(ctx, name)
         if ctx.broker.authorizer is not None and not allowed(ctx, Op.READ, Res.TOPIC, topic):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         # KIP-392: a consumer fetch carrying client metadata (v11+) may read from a follower.
         partition = ctx.broker.replicas.readable(topic, wanted.partition, from_follower=ctx.version >= 11)
+        _check_topic_id(ctx, partition, topic_id)
         partition.check_leader_epoch(wanted.current_leader_epoch)
         preferred = _preferred_read_replica(ctx, request, partition, wanted.fetch_offset)
         if preferred >= 0:
@@ -217,6 +305,19 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, topic: str,
     return data, partition
 
 
+def _known(ctx: RequestContext, name: str | None) -> str:
+    """The topic's name; None: a topic id (v13+) this broker does not know."""
+    if name is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
+    return name
+
+
+def _check_topic_id(ctx: RequestContext, partition: Partition, topic_id: uuid.UUID) -> None:
+    """v13+: the replica here must be of the topic the id names (not a deleted one of the same name)."""
+    if ctx.version >= sessions.TOPIC_IDS_VERSION and partition.topic_id != topic_id:
+        raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID)
+
+
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
@@ -238,14 +339,16 @@ def _preferred_read_replica(ctx: RequestContext, request: FetchRequest, partitio
     return max(same_rack, key=lambda r: (partition.follower_log_end(r), -r))
 
 
-def _read_for_follower(ctx: RequestContext, request: FetchRequest, replica_id: int, topic: str,
-                       wanted: FetchRequest.FetchPartition, remaining: int,
+def _read_for_follower(ctx: RequestContext, request: FetchRequest, replica_id: int, name: str | None,
+                       topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition, remaining: int,
                        first: bool) -> tuple[PartitionData, Partition | None]:
     """A follower's fetch (Kafka's Partition.fetchRecords for a replica): the leader's whole log up
     to its end, or the epoch where the follower's log diverged (KIP-320); then the follower's
     fetch state moves (ISR, high watermark)."""
     try:
+        topic = _known(ctx, name)
         partition = ctx.broker.partition(topic, wanted.partition)
+        _check_topic_id(ctx, partition, topic_id)
         partition.check_leader_epoch(wanted.current_leader_epoch)
         if replica_id not in partition.replicas:
             raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH if wanted.current_leader_epoch >= 0
@@ -287,8 +390,8 @@ def _records_size(records: Any) -> int:
     return int(size) if size is not None else len(records)
 
 
-async def _long_poll(ctx: RequestContext, request: FetchRequest, parked: list[Partition],
-                     deadline: float | None = None) -> FetchResponse:
+async def _long_poll(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+                     parked: list[Partition], deadline: float | None = None) -> FetchResponse:
     loop = asyncio.get_running_loop()
     if deadline is None:
         deadline = expiry(request.max_wait_ms)
@@ -303,10 +406,10 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, parked: list[Pa
             partition.discard_waiter(waiter)
         if not done:
             break
-        response, total, parked = _read(ctx, request)
+        response, total, parked = _read(ctx, request, fetch_plan)
         if total >= request.min_bytes or not parked:
-            return _counted(ctx, response)
-    return _counted(ctx, _read(ctx, request)[0])
+            return _answer(ctx, fetch_plan, response)
+    return _answer(ctx, fetch_plan, _read(ctx, request, fetch_plan)[0])
 
 
 def _counted(ctx: RequestContext, response: FetchResponse) -> FetchResponse:

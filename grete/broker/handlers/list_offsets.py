@@ -1,5 +1,11 @@
-"""ListOffsets (2): earliest (-2), latest (-1, HW or LSO by isolation), max timestamp (-3), and
-the first offset at or after a timestamp (time index). No match answers offset -1, timestamp -1."""
+"""ListOffsets (2): earliest (-2), latest (-1, HW or LSO by isolation), max timestamp (-3, v7+),
+earliest local (-4, v8+), latest tiered (-5, v9+), earliest pending upload (-6, v11+), and the first
+offset at or after a timestamp (time index). No match answers offset -1, timestamp -1.
+
+Without tiered storage (KIP-405) the local log is the whole log, as Kafka answers then: -4 is the
+earliest offset, and -5 / -6 find nothing. A special timestamp older than the request's version
+answers UNSUPPORTED_VERSION for its partition, as Kafka does. v10's TimeoutMs bounds a remote
+lookup (KIP-1075); there is none here."""
 
 from __future__ import annotations
 
@@ -10,10 +16,13 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -4, -5, -6
+# The first version that may ask for each special timestamp.
+SINCE = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
-@api(2, 1, 7)
+@api(2, 1, 11)
 def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = []
     for topic in request.topics:
@@ -47,11 +56,17 @@ def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffs
             # A new leader that does not know yet how far its predecessor committed (Kafka's rule).
             raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE)
         epoch = partition.leader_epoch if ctx.version >= 4 else -1  # LeaderEpoch is v4+ only
+        if ctx.version < SINCE.get(wanted.timestamp, 0):
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                             f"timestamp {wanted.timestamp} needs ListOffsets v{SINCE[wanted.timestamp]}")
         if wanted.timestamp == LATEST:
             return PartitionResponse(partition_index=index, timestamp=-1, offset=fetchable, leader_epoch=epoch)
-        if wanted.timestamp == EARLIEST:
-            return PartitionResponse(partition_index=index, timestamp=-1,
-                                     offset=partition.log_start_offset, leader_epoch=epoch)
+        if wanted.timestamp in (EARLIEST, EARLIEST_LOCAL):
+            # The epoch of the earliest offset's batches, as Kafka answers, not the current one.
+            return PartitionResponse(partition_index=index, timestamp=-1, offset=partition.log_start_offset,
+                                     leader_epoch=partition.epoch_of_log_start() if ctx.version >= 4 else -1)
+        if wanted.timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+            return PartitionResponse(partition_index=index, timestamp=-1, offset=-1, leader_epoch=-1)
         found: tuple[int, int] | None
         if wanted.timestamp == MAX_TIMESTAMP:
             found = partition.offset_of_max_timestamp()

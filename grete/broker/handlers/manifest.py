@@ -4,10 +4,10 @@ Written by ``python -m grete.broker.registry`` from the ``@api`` declaration of 
 a test fails when it is out of date. Do not edit by hand."""
 
 HANDLERS: dict[int, tuple[str, int, int, int]] = {
-    0: ("produce", 0, 9, 0),  # Produce
-    1: ("fetch", 4, 12, 4),  # Fetch
-    2: ("list_offsets", 1, 7, 1),  # ListOffsets
-    3: ("metadata", 0, 12, 0),  # Metadata
+    0: ("produce", 0, 13, 0),  # Produce
+    1: ("fetch", 4, 18, 4),  # Fetch
+    2: ("list_offsets", 1, 11, 1),  # ListOffsets
+    3: ("metadata", 0, 13, 0),  # Metadata
     4: ("leader_and_isr", 2, 7, 2),  # LeaderAndIsr
     5: ("stop_replica", 3, 4, 3),  # StopReplica
     6: ("update_metadata", 5, 8, 5),  # UpdateMetadata

@@ -1,5 +1,8 @@
 """Metadata (3): brokers, controller, topics with their partitions, leader epochs and topic ids.
 
+v13 adds a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED), which a broker answering for
+itself leaves at NONE, as Kafka's does.
+
 Topics are auto-created (auto.create.topics.enable and, from v4, the request's flag) before the
 answer, so the first response already carries the new topic instead of LEADER_NOT_AVAILABLE.
 """
@@ -30,7 +33,7 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 OPERATIONS_NOT_REQUESTED = -2147483648
 
 
-@api(3, 0, 12)
+@api(3, 0, 13)
 def handle(ctx: RequestContext,
            request: MetadataRequest) -> MetadataResponse | Coroutine[Any, Any, MetadataResponse]:
     broker = ctx.broker

@@ -15,6 +15,7 @@ from typing import Any
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.config import LONG_MAX
 from grete.broker.context import CloseConnection, RequestContext
+from grete.broker.leader_hints import current_leader
 from grete.broker.partition import Partition
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -26,7 +27,13 @@ from grete.protocol.topics import INTERNAL_TOPICS
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 
 
-@api(0, 0, 9)
+LEADER_HINTS_VERSION = 10  # KIP-951: CurrentLeader and NodeEndpoints when refused as not the leader
+ABORTABLE_VERSION = 11  # KIP-890: the client knows TRANSACTION_ABORTABLE
+ADD_PARTITION_VERSION = 12  # KIP-890 part 2: a transactional batch adds its partition to the transaction
+TOPIC_IDS_VERSION = 13  # KIP-516: topics named by id
+
+
+@api(0, 0, 13)
 def handle(ctx: RequestContext,
            request: ProduceRequest) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse] | None:
     broker = ctx.broker
@@ -44,28 +51,59 @@ def handle(ctx: RequestContext,
             if acks == 0:
                 raise CloseConnection("acks=0 produce refused: transactional id not authorized")
             return _refused(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        denied = {t.name for t in request.topic_data if not allowed(ctx, Op.WRITE, Res.TOPIC, t.name)}
-    for topic_data in request.topic_data:
+    names = _names(ctx, request)
+    if broker.authorizer is not None:
+        denied = {name for name in names if name is not None and not allowed(ctx, Op.WRITE, Res.TOPIC, name)}
+    for topic_data, name in zip(request.topic_data, names, strict=True):
         responses = []
         for part in topic_data.partition_data:
-            if topic_data.name in denied:
+            if name is None:
+                response = _error(KafkaError(ErrorCode.UNKNOWN_TOPIC_ID), [], part.index)
+            elif name in denied:
                 response = _error(KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED), [], part.index)
             else:
-                response = _append(ctx, topic_data.name, part, acks, now_ms, full, replicating,
-                                   request.transactional_id)
+                response = _append(ctx, name, part, acks, now_ms, full, replicating, request.transactional_id)
             failed = failed or response.error_code != 0
             if not (replicating and replicating[-1][0] is response):
                 errors[response.error_code] = errors.get(response.error_code, 0) + 1
             responses.append(response)
-        topics.append(ProduceResponse.TopicProduceResponse(name=topic_data.name,
+        topics.append(ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id,
                                                            partition_responses=responses))
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed")
         return None
+    produced = ProduceResponse(responses=topics)
+    if failed and ctx.version >= LEADER_HINTS_VERSION:
+        _leader_hints(ctx, names, produced)
     if replicating:
-        return _await_replication(ctx, ProduceResponse(responses=topics), replicating, request.timeout_ms)
-    return ProduceResponse(responses=topics)
+        return _await_replication(ctx, produced, replicating, request.timeout_ms)
+    return produced
+
+
+def _names(ctx: RequestContext, request: ProduceRequest) -> list[str | None]:
+    """Each topic's name: the request's, or from v13 the one its id maps to (None: an unknown id)."""
+    if ctx.version < TOPIC_IDS_VERSION:
+        return [t.name for t in request.topic_data]
+    return [ctx.broker.topic_name_for(t.topic_id) for t in request.topic_data]
+
+
+def _leader_hints(ctx: RequestContext, names: list[str | None], response: ProduceResponse) -> None:
+    """KIP-951: a partition refused with NOT_LEADER_OR_FOLLOWER names the leader this broker knows,
+    and the answer carries its endpoint."""
+    endpoints: dict[int, ProduceResponse.NodeEndpoint] = {}
+    for name, topic in zip(names, response.responses, strict=True):
+        for answer in topic.partition_responses:
+            if answer.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER or name is None:
+                continue
+            leader = current_leader(ctx, name, answer.index)
+            answer.current_leader = ProduceResponse.LeaderIdAndEpoch(leader_id=leader.leader_id,
+                                                                     leader_epoch=leader.leader_epoch)
+            if leader.endpoint is not None and leader.leader_id not in endpoints:
+                host, port, rack = leader.endpoint
+                endpoints[leader.leader_id] = ProduceResponse.NodeEndpoint(node_id=leader.leader_id, host=host,
+                                                                           port=port, rack=rack)
+    response.node_endpoints = list(endpoints.values())
 
 
 # acks=all in a cluster: (the partition's answer, its partition, the offset the ISR must reach)
@@ -112,7 +150,10 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
             deep=full or cfg.compact or bounded)
         if batch.is_transactional and ctx.broker.coordinates_transactions_of(transactional_id):
-            _verify_transaction(ctx, batch, topic, part.index)
+            if ctx.version >= ADD_PARTITION_VERSION:
+                _add_to_transaction(ctx, batch, transactional_id, topic, part.index)
+            else:
+                _verify_transaction(ctx, batch, topic, part.index, ctx.version)
         if acks == -1:
             partition.check_enough_replicas()
         result = partition.append(batch, now_ms)
@@ -136,15 +177,31 @@ def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProdu
 def _refused(request: ProduceRequest, code: ErrorCode) -> ProduceResponse:
     """Every partition refused with ``code`` (a transactional id the principal may not write)."""
     return ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
-        name=t.name, partition_responses=[_error(KafkaError(code), [], p.index) for p in t.partition_data])
+        name=t.name, topic_id=t.topic_id, partition_responses=[_error(KafkaError(code), [], p.index) for p in t.partition_data])
         for t in request.topic_data])
 
 
-def _verify_transaction(ctx: RequestContext, batch: RecordBatch, topic: str, index: int) -> None:
-    """A transactional batch is accepted only into a partition its transaction added (KIP-890)."""
+def _verify_transaction(ctx: RequestContext, batch: RecordBatch, topic: str, index: int, version: int) -> None:
+    """A transactional batch is accepted only into a partition its transaction added (KIP-890).
+    A batch outside its transaction is TRANSACTION_ABORTABLE to a client that knows that code
+    (v11+, Kafka's genericErrorSupported), INVALID_TXN_STATE before."""
     error = ctx.broker.txn_coordinator.verify_partition(batch.producer_id, batch.producer_epoch, (topic, index))
+    if error == ErrorCode.INVALID_TXN_STATE and version >= ABORTABLE_VERSION:
+        error = ErrorCode.TRANSACTION_ABORTABLE
     if error:
         raise KafkaError(error, f"producer {batch.producer_id} has no ongoing transaction with {topic}-{index}")
+
+
+def _add_to_transaction(ctx: RequestContext, batch: RecordBatch, transactional_id: str | None, topic: str,
+                        index: int) -> None:
+    """From v12 (Kafka's ADD_PARTITION operation) the batch adds its partition to its producer's
+    transaction, as AddPartitionsToTxn would, instead of only being checked against it."""
+    error = ctx.broker.txn_coordinator.add_partitions(transactional_id or "", batch.producer_id,
+                                                      batch.producer_epoch, [(topic, index)])
+    if error == ErrorCode.PRODUCER_FENCED:
+        error = ErrorCode.INVALID_PRODUCER_EPOCH  # as Kafka's AddPartitionsToTxnManager converts it
+    if error:
+        raise KafkaError(error, f"producer {batch.producer_id} could not add {topic}-{index} to its transaction")
 
 
 def _error(exc: KafkaError, record_errors: list[ProduceResponse.BatchIndexAndErrorMessage],
