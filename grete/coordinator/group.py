@@ -20,8 +20,11 @@ COORDINATOR_NOT_AVAILABLE.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
+from grete.coordinator.consumer_assignors import TopicView
+from grete.coordinator.consumer_groups import ConsumerGroups, ConsumerHeartbeat, HeartbeatResult
+from grete.coordinator.consumer_state import ConsumerGroup
 from grete.coordinator.group_context import GroupContext, wall_clock_ms
 from grete.coordinator.group_membership import Membership, Protocols
 from grete.coordinator.group_offsets import Offsets
@@ -30,6 +33,7 @@ from grete.coordinator.group_state import Group, GroupState, Member, TopicPartit
 from grete.coordinator.group_store import OffsetsStore
 from grete.coordinator.group_types import (
     CLASSIC_GROUP_TYPE,
+    CONSUMER_GROUP_TYPE,
     GroupConfig,
     GroupDescription,
     GroupListing,
@@ -47,9 +51,16 @@ __all__ = ["GroupCoordinator"]
 
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, store: OffsetsStore, *,
-                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 now_ms: Callable[[], int] = wall_clock_ms,
+                 topic_view: Callable[[], TopicView] | None = None,
+                 group_overrides: Callable[[str], Mapping[str, str]] | None = None) -> None:
         self.ctx = GroupContext(config, store, now_ms)
+        if topic_view is not None:
+            self.ctx.topic_view = topic_view
+        if group_overrides is not None:
+            self.ctx.group_overrides = group_overrides
         self.membership = Membership(self.ctx)
+        self.consumer = ConsumerGroups(self.ctx)
         self.offsets = Offsets(self.ctx, self.membership)
         self.partitions = GroupPartitions(self.ctx, self.membership, self.offsets)
         self._loaded = False
@@ -143,14 +154,28 @@ class GroupCoordinator:
         """As if the member's session expired (grete.testing uses it to expire a member now)."""
         self.membership.remove_member_and_update_group(group, member, reason)
 
+    # ==================================================== KIP-848 consumer groups (consumer_groups)
+
+    def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> HeartbeatResult:
+        return self.consumer.heartbeat(request)
+
+    def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        return self.consumer.describe(group_id)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        return self.consumer.validate_fetch(group_id, member_id, member_epoch)
+
     # ============================================================================= offsets
 
     async def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None, retention_ms: int,
-                             offsets: list[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
+                             offsets: list[OffsetCommit], api_version: int | None = None
+                             ) -> dict[TopicPartition, ErrorCode]:
+        """``api_version`` is OffsetCommit's (None: the newest); members of consumer groups need v9+."""
         return await self.offsets.commit_offsets(
             group_id=group_id, generation_id=generation_id, member_id=member_id,
-            group_instance_id=group_instance_id, retention_ms=retention_ms, offsets=offsets)
+            group_instance_id=group_instance_id, retention_ms=retention_ms, offsets=offsets,
+            api_version=api_version)
 
     async def commit_txn_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int,
                                  generation_id: int, member_id: str, group_instance_id: str | None,
@@ -187,7 +212,8 @@ class GroupCoordinator:
         if error is not None:
             return GroupDescription(group_id, error, "")
         group = self.ctx.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
+        if group is None or group.is_(GroupState.DEAD) or group.consumer is not None:
+            # A consumer group is not a classic group: Kafka answers it as Dead (not found).
             return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value, found=False)
         stable = group.is_(GroupState.STABLE) and group.protocol_name is not None
         members = [
@@ -203,9 +229,16 @@ class GroupCoordinator:
         Handlers report ``availability_error()`` as the response's error code."""
         if self.ctx.availability_error() is ErrorCode.COORDINATOR_NOT_AVAILABLE:
             return []
-        if types and CLASSIC_GROUP_TYPE not in {t.lower() for t in types}:
-            return []
+        kinds = {t.lower() for t in types} if types else {CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE}
         wanted = {s.lower() for s in states} if states else None
-        return [GroupListing(g.group_id, g.protocol_type or "", g.state.value)
-                for g in self.ctx.groups.values()
-                if not g.is_(GroupState.DEAD) and (wanted is None or g.state.value.lower() in wanted)]
+        listed = []
+        for g in self.ctx.groups.values():
+            if g.is_(GroupState.DEAD):
+                continue
+            if g.consumer is not None:
+                entry = GroupListing(g.group_id, CONSUMER_GROUP_TYPE, g.consumer.state_name(), CONSUMER_GROUP_TYPE)
+            else:
+                entry = GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+            if entry.group_type in kinds and (wanted is None or entry.state.lower() in wanted):
+                listed.append(entry)
+        return listed

@@ -65,6 +65,12 @@ class Membership:
             if not is_unknown:
                 return JoinResult.failed(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
             group = self.ctx.new_group(group_id)
+        if group.consumer is not None:
+            if group.consumer.members:
+                # A KIP-848 group with members: grete does not migrate groups between the protocols.
+                return JoinResult.failed(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            group.consumer = None  # an empty group may change its type (its offsets stay)
+            group.protocol_type = None
         if not self._accept_joining_member(group, member_id):
             self._drop_member(group, member_id)
             self._try_complete_join(group)
@@ -402,6 +408,9 @@ class Membership:
         cancel(group.join_timer)
         cancel(group.sync_timer)
         group.join_timer = group.sync_timer = None
+        for consumer_member in group.consumer.members.values() if group.consumer is not None else ():
+            cancel(consumer_member.session_timer)
+            cancel(consumer_member.rebalance_timer)
         for handle in group.pending_members.values():
             cancel(handle)
         for member in group.members.values():

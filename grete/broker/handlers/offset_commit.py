@@ -1,5 +1,6 @@
-"""OffsetCommit (8): group commits (generation and member checked) and simple commits
-(generation -1, empty member id), stored in ``__consumer_offsets``."""
+"""OffsetCommit (8): group commits (generation and member checked; v9+ carries a KIP-848 member's
+epoch instead, STALE_MEMBER_EPOCH when it is not current) and simple commits (generation -1, empty
+member id), stored in ``__consumer_offsets``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 
 
-@api(8, 2, 8)
+@api(8, 2, 9)
 async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
@@ -28,7 +29,7 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
         errors.update(await ctx.broker.group_coordinator.commit_offsets(
             group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
             member_id=request.member_id, group_instance_id=request.group_instance_id,
-            retention_ms=request.retention_time_ms, offsets=known))
+            retention_ms=request.retention_time_ms, offsets=known, api_version=ctx.version))
     return OffsetCommitResponse(topics=[
         OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
             OffsetCommitResponse.OffsetCommitResponsePartition(

@@ -1,4 +1,5 @@
-"""OffsetFetch (9): committed offsets of one group (v1-7) or several (v8); -1 where none."""
+"""OffsetFetch (9): committed offsets of one group (v1-7) or several (v8+); -1 where none. From v9 a
+KIP-848 member names itself and its epoch (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH otherwise)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,18 @@ from grete.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
 Partitions = list[tuple[str, int]] | None
 
 
-@api(9, 1, 8)
+@api(9, 1, 9)
 def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     if ctx.version >= 8:
         groups = []
         for group in request.groups:
             wanted = (None if group.topics is None else
                       [(t.name, p) for t in group.topics for p in t.partition_indexes])
-            error, topics = _fetch(ctx, group.group_id, wanted, request.require_stable)
+            stale = (ctx.broker.group_coordinator.validate_offset_fetch(group.group_id, group.member_id,
+                                                                         group.member_epoch)
+                     if ctx.version >= 9 and allowed(ctx, Op.DESCRIBE, Res.GROUP, group.group_id) else None)
+            error, topics = (stale, {}) if stale is not None else _fetch(ctx, group.group_id, wanted,
+                                                                         request.require_stable)
             groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(
                 group_id=group.group_id, error_code=error, topics=[
                     OffsetFetchResponse.OffsetFetchResponseTopics(name=name, partitions=[

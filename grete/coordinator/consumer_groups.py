@@ -1,0 +1,437 @@
+"""KIP-848 consumer groups: ConsumerGroupHeartbeat, ConsumerGroupDescribe, and the member-epoch
+checks of OffsetCommit / OffsetFetch.
+
+A heartbeat (Kafka's GroupMetadataManager.consumerGroupHeartbeat, in its order): validate the request;
+get or create the group (created only by a join, epoch 0); find or create the member, dynamic or
+static, and check its epoch; apply what changed; bump the group epoch if membership, a subscription or
+the subscribed topics changed; compute a new target assignment when the group epoch is ahead of the
+assignment epoch (synchronously: the answer already carries it); reconcile the member
+(``consumer_state.reconcile``); re-arm its session timer (and the rebalance timer while it has
+partitions to revoke). Everything happens within one call on the event loop, so there is one owner.
+
+Each error answers with the code and message Kafka 4.3.1 gives for it (checked against it).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+from grete.coordinator.consumer_assignors import ASSIGNORS, Assignment, AssignorMember, TopicView, assign
+from grete.coordinator.consumer_state import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    reconcile,
+)
+from grete.coordinator.group_context import GroupContext, cancel, log
+from grete.coordinator.group_state import Group, GroupState
+from grete.protocol.errors import ErrorCode
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeat:
+    """A ConsumerGroupHeartbeat request, decoded (None: unchanged since the last heartbeat)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    subscribed_topic_names: list[str] | None
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    owned: Assignment | None
+    client_id: str = ""
+    client_host: str = ""
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+
+
+class HeartbeatError(Exception):
+    def __init__(self, error: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def full_match(pattern: str, name: str) -> bool:
+    """RE2J's ``matches``: the whole topic name must match."""
+    return re.fullmatch(pattern, name) is not None
+
+
+def new_member_id() -> str:
+    """What Kafka's clients generate (a random UUID, URL-safe base64 without padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def validate_commit(cg: ConsumerGroup, member_id: str, epoch: int, api_version: int | None,
+                    transactional: bool = False) -> ErrorCode | None:
+    """ConsumerGroup.validateOffsetCommit: a negative epoch commits as an admin only while the
+    group has no members; otherwise the member's current epoch, over OffsetCommit v9+."""
+    if epoch < 0 and not cg.members:
+        return None
+    member = cg.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if not transactional and api_version is not None and api_version < 9:
+        return ErrorCode.UNSUPPORTED_VERSION
+    if epoch != member.member_epoch:
+        return ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+    return None
+
+
+class ConsumerGroups:
+    """The consumer-protocol part of the group coordinator, over the shared ``GroupContext``."""
+
+    def __init__(self, ctx: GroupContext) -> None:
+        self.ctx = ctx
+
+    # ====================================================================== configuration
+
+    def _setting(self, group_id: str, key: str, default: int) -> int:
+        value = self.ctx.group_overrides(group_id).get(key)
+        return int(value) if value is not None else default
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self._setting(group_id, "consumer.session.timeout.ms", self.ctx.config.consumer_session_timeout_ms)
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self._setting(group_id, "consumer.heartbeat.interval.ms",
+                             self.ctx.config.consumer_heartbeat_interval_ms)
+
+    # ========================================================================== heartbeat
+
+    def heartbeat(self, req: ConsumerHeartbeat) -> HeartbeatResult:
+        if not self.ctx.config.consumer_protocol_enabled:
+            return HeartbeatResult(ErrorCode.UNSUPPORTED_VERSION,
+                                   "The consumer protocol is not in group.coordinator.rebalance.protocols.")
+        try:
+            self._validate(req)
+            status = self.ctx.status_error(req.group_id)
+            if status is not None:
+                return HeartbeatResult(status)
+            return self._heartbeat(req)
+        except HeartbeatError as exc:
+            return HeartbeatResult(exc.error, exc.message)
+
+    def _validate(self, req: ConsumerHeartbeat) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, with its messages."""
+        def invalid(message: str) -> HeartbeatError:
+            return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
+        if not req.group_id:
+            raise invalid("GroupId can't be empty.")
+        if req.instance_id == "":
+            raise invalid("InstanceId can't be empty.")
+        if req.rack_id == "":
+            raise invalid("RackId can't be empty.")
+        if req.version >= 1 and not req.member_id:
+            raise invalid("MemberId can't be empty.")
+        epoch = req.member_epoch
+        if epoch > 0 or epoch == LEAVE_EPOCH:
+            if not req.member_id:
+                raise invalid("MemberId can't be empty.")
+        elif epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if req.owned is None or req.owned:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+                raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                              "(re-)joining.")
+        elif epoch == STATIC_LEAVE_EPOCH:
+            if not req.member_id:
+                raise invalid("MemberId can't be empty.")
+            if req.instance_id is None:
+                raise invalid("InstanceId can't be null.")
+        else:
+            raise invalid("MemberEpoch is invalid.")
+        assignors = self.ctx.config.consumer_assignors
+        if req.server_assignor is not None and req.server_assignor not in assignors:
+            raise HeartbeatError(ErrorCode.UNSUPPORTED_ASSIGNOR,
+                                 f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+                                 f"{', '.join(assignors)}.")
+        if req.subscribed_topic_regex:
+            try:
+                re.compile(req.subscribed_topic_regex)
+            except re.error as exc:
+                raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                                     f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid "
+                                     f"regular expression: {exc.msg}.") from None
+
+    def _heartbeat(self, req: ConsumerHeartbeat) -> HeartbeatResult:
+        group = self._group(req)
+        cg = group.consumer
+        assert cg is not None
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(group, cg, req)
+        if req.member_epoch == 0:
+            member, bump = self._join(cg, req)
+        else:
+            member = self._known_member(cg, req)
+            bump = False
+        bump |= self._apply(member, req)
+        view = self.ctx.topic_view()
+        subscribed = self._subscribed(cg, view)
+        if bump or subscribed != cg.subscribed:
+            cg.group_epoch += 1
+            cg.subscribed = subscribed
+        if cg.group_epoch > cg.assignment_epoch:
+            self._compute_target(cg, view)
+        before = member.assigned
+        reconcile(cg, member, req.owned)
+        self._arm_timers(group, cg, member)
+        full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.owned is not None and (
+            req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
+        return HeartbeatResult(ErrorCode.NONE, None, member.member_id, member.member_epoch,
+                               self.heartbeat_interval_ms(cg.group_id),
+                               member.assigned if full or member.assigned != before else None)
+
+    def _group(self, req: ConsumerHeartbeat) -> Group:
+        group = self.ctx.groups.get(req.group_id)
+        if group is not None and group.consumer is not None:
+            return group
+        if req.member_epoch != 0:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {req.group_id}.")
+        if group is None or group.is_(GroupState.DEAD):
+            group = self.ctx.new_group(req.group_id)
+        elif not group.is_(GroupState.EMPTY):
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                 f"Cannot upgrade classic group {req.group_id} to consumer group: grete does "
+                                 "not migrate groups online between the protocols.")
+        group.consumer = ConsumerGroup(req.group_id)
+        group.protocol_type = CONSUMER_PROTOCOL_TYPE
+        return group
+
+    def _join(self, cg: ConsumerGroup, req: ConsumerHeartbeat) -> tuple[ConsumerMember, bool]:
+        member_id = req.member_id or new_member_id()
+        if req.instance_id is not None:
+            owner_id = cg.static_members.get(req.instance_id)
+            if owner_id is not None and owner_id != member_id:
+                old = cg.members[owner_id]
+                if old.member_epoch != STATIC_LEAVE_EPOCH:
+                    raise HeartbeatError(
+                        ErrorCode.UNRELEASED_INSTANCE_ID,
+                        f"Static member {member_id} with instance id {req.instance_id} cannot join the group "
+                        f"because the instance id is owned by {owner_id} member.")
+                return self._replace_static(cg, old, member_id), False
+        member = cg.members.get(member_id)
+        if member is not None:
+            # A known member rejoining owns nothing now (TopicPartitions is empty): start it over.
+            cg.release(member)
+            member.member_epoch, member.state = 0, MemberState.STABLE
+            return member, False
+        limit = self.ctx.config.consumer_max_size
+        if len(cg.members) >= limit:
+            raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                 f"The consumer group has reached its maximum capacity of {limit} members.")
+        member = ConsumerMember(member_id, instance_id=req.instance_id)
+        cg.members[member_id] = member
+        if req.instance_id is not None:
+            cg.static_members[req.instance_id] = member_id
+        return member, True
+
+    def _replace_static(self, cg: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
+        """A static member back within its session: the new member id takes over the old one's
+        assignment and target without a rebalance."""
+        assigned, pending = old.assigned, old.pending_revocation
+        self._drop(cg, old)
+        member = ConsumerMember(member_id, instance_id=old.instance_id, rack_id=old.rack_id,
+                                subscribed_topic_names=old.subscribed_topic_names,
+                                subscribed_topic_regex=old.subscribed_topic_regex,
+                                rebalance_timeout_ms=old.rebalance_timeout_ms, server_assignor=old.server_assignor,
+                                member_epoch=0, previous_member_epoch=old.previous_member_epoch)
+        cg.members[member_id] = member
+        cg.target[member_id] = cg.target.pop(old.member_id, frozenset())
+        if old.instance_id is not None:
+            cg.static_members[old.instance_id] = member_id
+        cg.set_owned(member, assigned, pending)
+        return member
+
+    def _known_member(self, cg: ConsumerGroup, req: ConsumerHeartbeat) -> ConsumerMember:
+        if req.instance_id is not None:
+            owner_id = cg.static_members.get(req.instance_id)
+            if owner_id is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+            if owner_id != req.member_id:
+                raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
+                                     f"Static member {req.member_id} with instance id {req.instance_id} was "
+                                     f"fenced by member {owner_id}.")
+        member = cg.members.get(req.member_id)
+        if member is None:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {cg.group_id}.")
+        self._check_epoch(member, req)
+        return member
+
+    @staticmethod
+    def _check_epoch(member: ConsumerMember, req: ConsumerHeartbeat) -> None:
+        """Kafka's throwIfConsumerGroupMemberEpochIsInvalid: an older epoch passes only if it is the
+        previous one and the member owns no more than it is assigned (its last answer was lost)."""
+        received, known = req.member_epoch, member.member_epoch
+        if received > known:
+            relation = "greater"
+        elif received < known and (received != member.previous_member_epoch or req.owned is None
+                                   or not req.owned <= member.assigned):
+            relation = "smaller"
+        else:
+            return
+        raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The consumer group member has a {relation} member epoch ({received}) than the one "
+                             f"known by the group coordinator ({known}). The member must abandon all its "
+                             "partitions and rejoin.")
+
+    @staticmethod
+    def _apply(member: ConsumerMember, req: ConsumerHeartbeat) -> bool:
+        """Take the request's changed fields; True if the subscription changed (a new group epoch)."""
+        before = (member.rack_id, member.subscribed_topic_names, member.subscribed_topic_regex,
+                  member.server_assignor)
+        member.client_id, member.client_host = req.client_id, req.client_host
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        if req.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        if req.subscribed_topic_names is not None:
+            member.subscribed_topic_names = tuple(sorted(set(req.subscribed_topic_names)))
+        if req.subscribed_topic_regex is not None:
+            member.subscribed_topic_regex = req.subscribed_topic_regex or None
+        if req.server_assignor is not None:
+            member.server_assignor = req.server_assignor
+        return before != (member.rack_id, member.subscribed_topic_names, member.subscribed_topic_regex,
+                          member.server_assignor)
+
+    # ============================================================================= leaving
+
+    def _leave(self, group: Group, cg: ConsumerGroup, req: ConsumerHeartbeat) -> HeartbeatResult:
+        member = cg.members.get(req.member_id)
+        if member is None:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {req.member_id} is not a member of group {cg.group_id}.")
+        if req.instance_id is not None and cg.static_members.get(req.instance_id) != member.member_id:
+            raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
+                                 f"Static member {req.member_id} with instance id {req.instance_id} was fenced "
+                                 f"by member {cg.static_members.get(req.instance_id)}.")
+        if req.member_epoch == STATIC_LEAVE_EPOCH:
+            # Gone for now, back soon: keep its assignment and do not rebalance; the session timer
+            # removes it if it does not come back in time.
+            member.member_epoch = STATIC_LEAVE_EPOCH
+            cancel(member.rebalance_timer)
+            member.rebalance_timer = None
+        else:
+            self.remove_member(group, member, "the member left the group")
+        return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch, 0, None)
+
+    def remove_member(self, group: Group, member: ConsumerMember, reason: str) -> None:
+        """Fence or remove a member: its partitions are free and the group epoch rises."""
+        cg = group.consumer
+        if cg is None or cg.members.get(member.member_id) is not member:
+            return
+        log.info("consumer group %s: removing member %s (%s)", cg.group_id, member.member_id, reason)
+        self._drop(cg, member)
+        cg.target.pop(member.member_id, None)
+        cg.group_epoch += 1
+
+    @staticmethod
+    def _drop(cg: ConsumerGroup, member: ConsumerMember) -> None:
+        cancel(member.session_timer)
+        cancel(member.rebalance_timer)
+        member.session_timer = member.rebalance_timer = None
+        cg.release(member)
+        del cg.members[member.member_id]
+        if member.instance_id is not None and cg.static_members.get(member.instance_id) == member.member_id:
+            del cg.static_members[member.instance_id]
+
+    # ============================================================================== timers
+
+    def _arm_timers(self, group: Group, cg: ConsumerGroup, member: ConsumerMember) -> None:
+        cancel(member.session_timer)
+        member.session_timer = self.ctx.call_later(self.session_timeout_ms(cg.group_id), self._expire, group,
+                                                   member, "session timeout")
+        if member.state is MemberState.UNREVOKED_PARTITIONS:
+            if member.rebalance_timer is None:
+                member.rebalance_timer = self.ctx.call_later(member.rebalance_timeout_ms, self._expire, group,
+                                                             member, "did not revoke partitions in time")
+        else:
+            cancel(member.rebalance_timer)
+            member.rebalance_timer = None
+
+    def _expire(self, group: Group, member: ConsumerMember, reason: str) -> None:
+        if self.ctx.live_group(group):
+            self.remove_member(group, member, reason)
+
+    # ================================================================== target assignment
+
+    @staticmethod
+    def _subscribed(cg: ConsumerGroup, view: TopicView) -> dict[str, tuple[uuid.UUID, int]]:
+        """The existing topics the members subscribe to, by name or by regex, with their id and size."""
+        names: set[str] = set()
+        patterns: set[str] = set()
+        for m in cg.members.values():
+            names.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex:
+                patterns.add(m.subscribed_topic_regex)
+        for pattern in patterns:
+            names.update(n for n in view if full_match(pattern, n))
+        return {n: view[n] for n in sorted(names) if n in view}
+
+    def _member_topics(self, member: ConsumerMember, view: TopicView) -> frozenset[str]:
+        topics = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            topics.update(n for n in view if full_match(member.subscribed_topic_regex, n))
+        return frozenset(topics)
+
+    def _compute_target(self, cg: ConsumerGroup, view: TopicView) -> None:
+        """The server-side assignor's answer for the current group epoch: the assignor most members
+        asked for, else the first of group.consumer.assignors."""
+        wished = Counter(m.server_assignor for m in cg.members.values() if m.server_assignor)
+        assignor = wished.most_common(1)[0][0] if wished else self.ctx.config.consumer_assignors[0]
+        members = [AssignorMember(m.member_id, self._member_topics(m, view), cg.target.get(m.member_id, frozenset()))
+                   for m in cg.members.values()]
+        cg.target = assign(assignor if assignor in ASSIGNORS else ASSIGNORS[0], members, view)
+        cg.assignor = assignor
+        cg.assignment_epoch = cg.group_epoch
+
+    # ============================================================================= offsets
+
+    def validate_fetch(self, group_id: str, member_id: str | None, epoch: int) -> ErrorCode | None:
+        """OffsetFetch v9+: a member fetching must be one, at its current epoch."""
+        group = self.ctx.groups.get(group_id)
+        if group is None or group.consumer is None or (member_id is None and epoch < 0):
+            return None
+        member = group.consumer.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.STALE_MEMBER_EPOCH if epoch != member.member_epoch else None
+
+    # ============================================================================ describe
+
+    def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe for one group: a classic group is not found here, as in Kafka (the
+        admin client then falls back to DescribeGroups)."""
+        error = self.ctx.status_error(group_id)
+        if error is not None:
+            return error, None, None
+        group = self.ctx.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if group.consumer is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+        return ErrorCode.NONE, None, group.consumer

@@ -1,0 +1,97 @@
+"""ConsumerGroupHeartbeat / ConsumerGroupDescribe and OffsetCommit / OffsetFetch v9 on the wire, with
+the versions, codes and messages a Kafka 4.3.1 broker answers (recorded from one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from grete.testing._wire import Wire
+
+HB = ConsumerGroupHeartbeatRequest
+
+
+def heartbeat(wire: Wire, group: str, member: str, epoch: int = 0, **fields: Any) -> ConsumerGroupHeartbeatResponse:
+    base: dict[str, Any] = dict(group_id=group, member_id=member, member_epoch=epoch, instance_id=None,
+                                rack_id=None, rebalance_timeout_ms=30000 if epoch == 0 else -1,
+                                subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
+                                topic_partitions=[] if epoch == 0 else None)
+    base.update(fields)
+    response: ConsumerGroupHeartbeatResponse = wire.call(HB(**base), ConsumerGroupHeartbeatResponse, 1)
+    return response
+
+
+def commit(wire: Wire, group: str, member: str, epoch: int, topic: str, version: int = 9) -> int:
+    response = wire.call(OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=epoch, member_id=member, group_instance_id=None,
+        retention_time_ms=-1, topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+            OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=5,
+                                                             committed_leader_epoch=-1, committed_metadata="")])]),
+        OffsetCommitResponse, version)
+    return int(response.topics[0].partitions[0].error_code)
+
+
+def test_versions_are_kafka_431s(grete_broker: Any) -> None:
+    wire = Wire(grete_broker.host, grete_broker.port)
+    versions = {k.api_key: (k.min_version, k.max_version)
+                for k in wire.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+                                   ApiVersionsResponse, 3).api_keys}
+    assert versions[68] == (0, 1) and versions[69] == (0, 1)
+    assert versions[8][1] >= 9 and versions[9][1] >= 9
+
+
+def test_a_member_joins_commits_with_its_epoch_and_is_described(grete_broker: Any, topic_name: str) -> None:
+    grete_broker.create_topic(topic_name, 3)
+    wire = Wire(grete_broker.host, grete_broker.port)
+    joined = heartbeat(wire, "g848", "member-a", subscribed_topic_names=[topic_name])
+    assert joined.error_code == 0 and joined.member_epoch >= 1 and joined.heartbeat_interval_ms == 5000
+    assert joined.assignment is not None
+    assert sorted(p for t in joined.assignment.topic_partitions for p in t.partitions) == [0, 1, 2]
+    epoch = joined.member_epoch
+    assert commit(wire, "g848", "member-a", epoch, topic_name) == ErrorCode.NONE
+    assert commit(wire, "g848", "member-a", epoch - 1, topic_name) == ErrorCode.STALE_MEMBER_EPOCH
+    assert commit(wire, "g848", "member-a", epoch, topic_name, version=8) == ErrorCode.UNSUPPORTED_VERSION
+    assert commit(wire, "g848", "member-a", epoch, "no-such-topic") == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    fetched = wire.call(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+        group_id="g848", member_id="member-a", member_epoch=epoch + 1, topics=None)], require_stable=True),
+        OffsetFetchResponse, 9)
+    assert fetched.groups[0].error_code == ErrorCode.STALE_MEMBER_EPOCH
+    described = wire.call(ConsumerGroupDescribeRequest(group_ids=["g848", "nope"], include_authorized_operations=True),
+                          ConsumerGroupDescribeResponse, 1)
+    group, missing = described.groups
+    assert (group.group_state, group.assignor_name, group.authorized_operations) == ("Stable", "uniform", 3400)
+    [member] = group.members
+    assert (member.member_id, member.member_epoch, member.member_type) == ("member-a", epoch, 1)
+    assert member.assignment.topic_partitions[0].topic_name == topic_name
+    assert (missing.error_code, missing.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")
+    left = heartbeat(wire, "g848", "member-a", -1)
+    assert (left.error_code, left.member_epoch) == (0, -1)
+
+
+def test_invalid_heartbeats_get_kafkas_messages(grete_broker: Any) -> None:
+    wire = Wire(grete_broker.host, grete_broker.port)
+    cases = [
+        (dict(member="", topics=["t"]), ErrorCode.INVALID_REQUEST, "MemberId can't be empty."),
+        (dict(member="m", topics=["t"], rebalance_timeout_ms=-1), ErrorCode.INVALID_REQUEST,
+         "RebalanceTimeoutMs must be provided in first request."),
+        (dict(member="m", topics=None), ErrorCode.INVALID_REQUEST,
+         "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."),
+        (dict(member="m", topics=["t"], server_assignor="foo"), ErrorCode.UNSUPPORTED_ASSIGNOR,
+         "ServerAssignor foo is not supported. Supported assignors: uniform, range."),
+    ]
+    for fields, code, message in cases:
+        member, topics = fields.pop("member"), fields.pop("topics")
+        response = heartbeat(wire, "g-invalid", str(member), subscribed_topic_names=topics, **fields)
+        assert (response.error_code, response.error_message) == (code, message)
