@@ -8,6 +8,8 @@ rejects heartbeat.interval.ms / session.timeout.ms under this protocol), the sam
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import subprocess
 import uuid
@@ -18,6 +20,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from test_java_scenarios import check_phase
 
+from grete.coordinator.consumer_groups import ConsumerHeartbeat
+from grete.coordinator.group import GroupCoordinator
+from grete.coordinator.group_store import InMemoryOffsetsStore
+from grete.coordinator.group_types import GroupConfig
 from tools import kafka_dist
 from tools.reference_kafka import ReferenceKafka
 
@@ -70,3 +76,62 @@ def test_consumer_protocol_group_of_three_then_one_leaves(bootstrap: str) -> Non
             per_partition[int(str(x["partition"]))].append(int(str(x["offset"])))
     # Every offset once: phase 2 started where phase 1 committed, on every partition.
     assert {p: sorted(o) for p, o in per_partition.items()} == {p: list(range(2 * n // 6)) for p in range(6)}
+
+
+def test_kafka_decodes_the_consumer_group_records_grete_writes() -> None:
+    """grete's __consumer_offsets records of a consumer group, read by Kafka 4.3.1's own deserializer
+    (GroupCoordinatorRecordSerde): every record type, a static member, a regex, a revocation."""
+    try:
+        kafka_dist.harness_classes(CLIENT)
+    except Exception as exc:
+        pytest.skip(f"Java harness for kafka-clients {CLIENT} unavailable: {exc}")
+    store = asyncio.run(_write_group_records())
+    lines = "".join(f"{k.hex()} {'-' if v is None else v.hex()}\n" for k, v in store)
+    cmd = kafka_dist.harness_cmd(CLIENT, "decode-group-records", "-")
+    done = subprocess.run(cmd, input=lines, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    decoded = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(decoded) == len(store)
+    text = "\n".join(f"{d['key']} => {d['value']}" for d in decoded)
+    topic = base64.urlsafe_b64encode(TOPIC_ID.bytes).rstrip(b"=").decode()  # Kafka prints Uuids so
+    for expected in [
+        "ConsumerGroupMemberMetadataKey(groupId='g', memberId='A') => ConsumerGroupMemberMetadataValue("
+        "instanceId='inst', rackId='r1', clientId='cid', clientHost='/127.0.0.1', subscribedTopicNames=[a], "
+        "subscribedTopicRegex=null, rebalanceTimeoutMs=30000, serverAssignor='range'",
+        "subscribedTopicNames=[], subscribedTopicRegex='a.*'",
+        f"ConsumerGroupTargetAssignmentMemberKey(groupId='g', memberId='B') => ConsumerGroupTargetAssignmentMemberValue("
+        f"topicPartitions=[TopicPartition(topicId={topic}, partitions=[2, 3])])",
+        "ConsumerGroupMetadataKey(groupId='g') => ConsumerGroupMetadataValue(epoch=2",
+        "ConsumerGroupTargetAssignmentMetadataKey(groupId='g') => ConsumerGroupTargetAssignmentMetadataValue("
+        "assignmentEpoch=2",
+        f"ConsumerGroupCurrentMemberAssignmentValue(memberEpoch=1, previousMemberEpoch=0, state=1, "
+        f"assignedPartitions=[TopicPartitions(topicId={topic}, partitions=[0, 1], assignmentEpochs=[])], "
+        f"partitionsPendingRevocation=[TopicPartitions(topicId={topic}, partitions=[2, 3]",
+    ]:
+        assert expected in text, f"{expected!r} not in:\n{text}"
+
+
+TOPIC_ID = uuid.UUID("11111111-2222-3333-4444-555555555555")
+
+
+async def _write_group_records() -> list[tuple[bytes, bytes | None]]:
+    store = InMemoryOffsetsStore()
+    coord = GroupCoordinator(GroupConfig(offsets_topic_num_partitions=1), store,
+                             topic_view=lambda: {"a": (TOPIC_ID, 4)})
+    await coord.start()
+
+    async def beat(member: str, epoch: int, **fields: object) -> None:
+        base: dict[str, object] = dict(
+            group_id="g", member_id=member, member_epoch=epoch, instance_id=None, rack_id=None,
+            rebalance_timeout_ms=30000 if epoch == 0 else -1, subscribed_topic_names=["a"] if epoch == 0 else None,
+            subscribed_topic_regex=None, server_assignor=None, owned=frozenset() if epoch == 0 else None,
+            client_id="cid", client_host="/127.0.0.1")
+        base.update(fields)
+        result = await coord.consumer_group_heartbeat(ConsumerHeartbeat(**base))  # type: ignore[arg-type]
+        assert result.error == 0, result
+
+    await beat("A", 0, instance_id="inst", rack_id="r1", server_assignor="range")
+    await beat("B", 0, subscribed_topic_names=None, subscribed_topic_regex="a.*")
+    await beat("A", 1, instance_id="inst")
+    await coord.shutdown()
+    return store.partitions[0]

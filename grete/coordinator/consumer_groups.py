@@ -14,12 +14,14 @@ Each error answers with the code and message Kafka 4.3.1 gives for it (checked a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass
 
+from grete.coordinator import consumer_records
 from grete.coordinator.consumer_assignors import ASSIGNORS, Assignment, AssignorMember, TopicView, assign
 from grete.coordinator.consumer_state import (
     LEAVE_EPOCH,
@@ -29,7 +31,7 @@ from grete.coordinator.consumer_state import (
     MemberState,
     reconcile,
 )
-from grete.coordinator.group_context import GroupContext, cancel, log
+from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, cancel, log
 from grete.coordinator.group_state import Group, GroupState
 from grete.protocol.errors import ErrorCode
 
@@ -103,6 +105,7 @@ class ConsumerGroups:
 
     def __init__(self, ctx: GroupContext) -> None:
         self.ctx = ctx
+        self._writes: dict[int, asyncio.Future[None]] = {}  # partition -> the last write under way
 
     # ====================================================================== configuration
 
@@ -119,7 +122,9 @@ class ConsumerGroups:
 
     # ========================================================================== heartbeat
 
-    def heartbeat(self, req: ConsumerHeartbeat) -> HeartbeatResult:
+    async def heartbeat(self, req: ConsumerHeartbeat) -> HeartbeatResult:
+        """The state changes at once; the answer waits until the records saying so are written (a
+        failed write answers with Kafka's mapping of the log's error)."""
         if not self.ctx.config.consumer_protocol_enabled:
             return HeartbeatResult(ErrorCode.UNSUPPORTED_VERSION,
                                    "The consumer protocol is not in group.coordinator.rebalance.protocols.")
@@ -128,9 +133,36 @@ class ConsumerGroups:
             status = self.ctx.status_error(req.group_id)
             if status is not None:
                 return HeartbeatResult(status)
-            return self._heartbeat(req)
+            result = self._heartbeat(req)
         except HeartbeatError as exc:
             return HeartbeatResult(exc.error, exc.message)
+        error = await self.ctx.detached(self.persist(req.group_id))
+        return result if error is ErrorCode.NONE else HeartbeatResult(error)
+
+    async def persist(self, group_id: str) -> ErrorCode:
+        """Append the group's changed records, in the order the changes were made: each write waits
+        for the one before it on the same partition."""
+        group = self.ctx.groups.get(group_id)
+        if group is None or group.consumer is None or not (records := self._changes(group.consumer)):
+            return ErrorCode.NONE
+        partition = self.ctx.partition_for(group_id)
+        previous = self._writes.get(partition)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._writes[partition] = done
+        try:
+            if previous is not None:
+                await previous
+            return await self.ctx.append(partition, records, GROUP_WRITE_ERRORS)
+        finally:
+            done.set_result(None)
+            if self._writes.get(partition) is done:
+                del self._writes[partition]
+
+    @staticmethod
+    def _changes(cg: ConsumerGroup) -> list[consumer_records.Record]:
+        records = consumer_records.changes(cg, cg.dirty)
+        cg.dirty.clear()
+        return records
 
     def _validate(self, req: ConsumerHeartbeat) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, with its messages."""
@@ -197,6 +229,7 @@ class ConsumerGroups:
             self._compute_target(cg, view)
         before = member.assigned
         reconcile(cg, member, req.owned)
+        cg.dirty.add(member.member_id)
         self._arm_timers(group, cg, member)
         full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.owned is not None and (
             req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
@@ -254,6 +287,7 @@ class ConsumerGroups:
         assignment and target without a rebalance."""
         assigned, pending = old.assigned, old.pending_revocation
         self._drop(cg, old)
+        cg.dirty.add(old.member_id)
         member = ConsumerMember(member_id, instance_id=old.instance_id, rack_id=old.rack_id,
                                 subscribed_topic_names=old.subscribed_topic_names,
                                 subscribed_topic_regex=old.subscribed_topic_regex,
@@ -333,6 +367,7 @@ class ConsumerGroups:
             # Gone for now, back soon: keep its assignment and do not rebalance; the session timer
             # removes it if it does not come back in time.
             member.member_epoch = STATIC_LEAVE_EPOCH
+            cg.dirty.add(member.member_id)
             cancel(member.rebalance_timer)
             member.rebalance_timer = None
         else:
@@ -348,6 +383,7 @@ class ConsumerGroups:
         self._drop(cg, member)
         cg.target.pop(member.member_id, None)
         cg.group_epoch += 1
+        cg.dirty.add(member.member_id)
 
     @staticmethod
     def _drop(cg: ConsumerGroup, member: ConsumerMember) -> None:
@@ -376,6 +412,16 @@ class ConsumerGroups:
     def _expire(self, group: Group, member: ConsumerMember, reason: str) -> None:
         if self.ctx.live_group(group):
             self.remove_member(group, member, reason)
+            self.ctx.spawn(self.persist(group.group_id))
+
+    def arm_loaded(self, groups: list[Group]) -> None:
+        """Groups just loaded from the log: their members' sessions start now (Kafka does the same),
+        so members that did not survive the restart are removed in time."""
+        for group in groups:
+            for member in group.consumer.members.values() if group.consumer is not None else ():
+                if member.session_timer is None:
+                    member.session_timer = self.ctx.call_later(self.session_timeout_ms(group.group_id), self._expire,
+                                                               group, member, "session timeout")
 
     # ================================================================== target assignment
 
@@ -406,6 +452,7 @@ class ConsumerGroups:
         members = [AssignorMember(m.member_id, self._member_topics(m, view), cg.target.get(m.member_id, frozenset()))
                    for m in cg.members.values()]
         cg.target = assign(assignor if assignor in ASSIGNORS else ASSIGNORS[0], members, view)
+        cg.dirty.update(cg.target)
         cg.assignor = assignor
         cg.assignment_epoch = cg.group_epoch
 

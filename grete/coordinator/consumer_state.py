@@ -69,6 +69,10 @@ class ConsumerGroup:
     # The subscribed topics (name -> (id, partitions)) the target assignment was computed from.
     subscribed: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
     assignor: str = ""
+    # The value of each of the group's records in __consumer_offsets as last written (key -> value),
+    # so a heartbeat appends only what it changed (consumer_records.changes).
+    persisted: dict[bytes, bytes] = field(default_factory=dict)
+    dirty: set[str] = field(default_factory=set)  # members whose records may have changed
 
     def state_name(self) -> str:
         """Kafka's ConsumerGroupState as DescribeGroups and ListGroups spell it."""

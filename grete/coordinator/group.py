@@ -104,6 +104,7 @@ class GroupCoordinator:
     async def load(self) -> None:
         """Serve every ``__consumer_offsets`` partition (a single node leads them all)."""
         await self.partitions.load_all()
+        self.consumer.arm_loaded(list(self.ctx.groups.values()))
         self._loaded = True
 
     async def start(self) -> None:
@@ -112,6 +113,7 @@ class GroupCoordinator:
 
     async def load_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
         await self.partitions.load_partition(partition, epoch)
+        self.consumer.arm_loaded(self.ctx.groups_in(partition))
 
     def unload_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
         self.partitions.unload_partition(partition, epoch)
@@ -156,8 +158,8 @@ class GroupCoordinator:
 
     # ==================================================== KIP-848 consumer groups (consumer_groups)
 
-    def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> HeartbeatResult:
-        return self.consumer.heartbeat(request)
+    async def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> HeartbeatResult:
+        return await self.consumer.heartbeat(request)
 
     def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         return self.consumer.describe(group_id)

@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from grete.coordinator.consumer_groups import validate_commit
+from grete.coordinator.consumer_records import tombstones
 from grete.coordinator.group_context import OFFSET_WRITE_ERRORS, GroupContext, log
 from grete.coordinator.group_membership import Membership
 from grete.coordinator.group_state import CommittedOffset, Group, GroupState, TopicPartition
@@ -285,6 +286,8 @@ class Offsets:
                     del self.ctx.groups[group.group_id]
                 log.info("group %s is dead (generation %d)", group.group_id, group.generation_id)
                 by_partition[self.ctx.partition_for(group.group_id)].append((encode_group_key(group.group_id), None))
+                if group.consumer is not None:
+                    by_partition[self.ctx.partition_for(group.group_id)].extend(tombstones(group.consumer))
         for partition, records in by_partition.items():
             error = await self.ctx.append(partition, records, OFFSET_WRITE_ERRORS)
             if error is not ErrorCode.NONE:

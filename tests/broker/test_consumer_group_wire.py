@@ -95,3 +95,30 @@ def test_invalid_heartbeats_get_kafkas_messages(grete_broker: Any) -> None:
         member, topics = fields.pop("member"), fields.pop("topics")
         response = heartbeat(wire, "g-invalid", str(member), subscribed_topic_names=topics, **fields)
         assert (response.error_code, response.error_message) == (code, message)
+
+
+def test_a_consumer_group_survives_a_broker_restart(tmp_path: Any) -> None:
+    from grete.testing import broker
+
+    with broker(data_dir=tmp_path) as first:
+        first.create_topic("restart-topic", 2)
+        wire = Wire(first.host, first.port)
+        joined = heartbeat(wire, "g-restart", "member-r", subscribed_topic_names=["restart-topic"],
+                           instance_id="inst-r")
+        assert joined.error_code == 0
+        assert commit(wire, "g-restart", "member-r", joined.member_epoch, "restart-topic") == ErrorCode.NONE
+        wire.close()
+    with broker(data_dir=tmp_path) as second:
+        wire = Wire(second.host, second.port)
+        owned = [HB.TopicPartitions(topic_id=t.topic_id, partitions=t.partitions)
+                 for t in joined.assignment.topic_partitions]
+        again = heartbeat(wire, "g-restart", "member-r", joined.member_epoch, instance_id="inst-r",
+                          topic_partitions=owned)
+        assert (again.error_code, again.member_epoch >= joined.member_epoch) == (0, True)
+        described = wire.call(ConsumerGroupDescribeRequest(group_ids=["g-restart"], include_authorized_operations=False),
+                              ConsumerGroupDescribeResponse, 1).groups[0]
+        [member] = described.members
+        assert (member.member_id, member.instance_id) == ("member-r", "inst-r")
+        assert sorted(member.assignment.topic_partitions[0].partitions) == [0, 1]
+        assert commit(wire, "g-restart", "member-r", again.member_epoch, "restart-topic") == ErrorCode.NONE
+        wire.close()

@@ -27,14 +27,14 @@ async def coordinator(topics: dict[str, tuple[uuid.UUID, int]] | None = None, **
     return coord
 
 
-def hb(coord: GroupCoordinator, member: str, epoch: int = 0, *, group: str = "g", topics: list[str] | None = None,
+async def hb(coord: GroupCoordinator, member: str, epoch: int = 0, *, group: str = "g", topics: list[str] | None = None,
        regex: str | None = None, owned: frozenset[tuple[uuid.UUID, int]] | None = None, instance: str | None = None,
        assignor: str | None = None, rebalance_ms: int = -1) -> HeartbeatResult:
     if epoch == 0:
         owned = frozenset() if owned is None else owned
         rebalance_ms = 30000 if rebalance_ms == -1 else rebalance_ms
         topics = ["a"] if topics is None and regex is None else topics
-    return coord.consumer_group_heartbeat(ConsumerHeartbeat(
+    return await coord.consumer_group_heartbeat(ConsumerHeartbeat(
         group_id=group, member_id=member, member_epoch=epoch, instance_id=instance, rack_id=None,
         rebalance_timeout_ms=rebalance_ms, subscribed_topic_names=topics, subscribed_topic_regex=regex,
         server_assignor=assignor, owned=owned, client_id="c", client_host="/127.0.0.1"))
@@ -48,88 +48,88 @@ def parts(result: HeartbeatResult) -> set[int]:
 @async_test
 async def test_first_member_gets_everything_then_revokes_before_the_second_gets_any() -> None:
     coord = await coordinator()
-    a = hb(coord, "A")
+    a = await hb(coord, "A")
     assert (a.error, a.member_epoch, parts(a)) == (ErrorCode.NONE, 1, set(range(6)))
-    b = hb(coord, "B")
+    b = await hb(coord, "B")
     assert b.error is ErrorCode.NONE and parts(b) == set()  # A still owns everything
-    a2 = hb(coord, "A", 1)
+    a2 = await hb(coord, "A", 1)
     # A is told its smaller assignment but keeps its epoch until it confirms the revocation.
     assert a2.member_epoch == 1 and len(parts(a2)) == 3
     assert coord.groups["g"].consumer is not None
     assert coord.groups["g"].consumer.members["A"].state is MemberState.UNREVOKED_PARTITIONS
-    b2 = hb(coord, "B", b.member_epoch)
+    b2 = await hb(coord, "B", b.member_epoch)
     assert b2.assignment is None  # nothing released yet: B may not take A's partitions
     kept = frozenset((T1, p) for p in parts(a2))
-    a3 = hb(coord, "A", 1, owned=kept)
+    a3 = await hb(coord, "A", 1, owned=kept)
     assert a3.member_epoch == 2
-    b3 = hb(coord, "B", b.member_epoch, owned=frozenset())
+    b3 = await hb(coord, "B", b.member_epoch, owned=frozenset())
     assert b3.member_epoch == 2 and parts(b3) == set(range(6)) - parts(a2)
 
 
 @async_test
 async def test_epoch_errors_and_request_validation_as_kafka_answers() -> None:
     coord = await coordinator()
-    assert hb(coord, "A").member_epoch == 1
-    greater = hb(coord, "A", 5)
+    assert (await hb(coord, "A")).member_epoch == 1
+    greater = await hb(coord, "A", 5)
     assert greater.error is ErrorCode.FENCED_MEMBER_EPOCH
     assert greater.message == ("The consumer group member has a greater member epoch (5) than the one known by the "
                                "group coordinator (1). The member must abandon all its partitions and rejoin.")
-    unknown = hb(coord, "Z", 1)
+    unknown = await hb(coord, "Z", 1)
     assert (unknown.error, unknown.message) == (ErrorCode.UNKNOWN_MEMBER_ID, "Member Z is not a member of group g.")
-    assert hb(coord, "", 0).message == "MemberId can't be empty."
-    assert hb(coord, "B", -3).message == "MemberEpoch is invalid."
-    assert hb(coord, "B", -2).message == "InstanceId can't be null."
-    assert hb(coord, "B", 0, owned=frozenset({(T1, 0)})).message == "TopicPartitions must be empty when (re-)joining."
-    bad = hb(coord, "B", assignor="foo")
+    assert (await hb(coord, "", 0)).message == "MemberId can't be empty."
+    assert (await hb(coord, "B", -3)).message == "MemberEpoch is invalid."
+    assert (await hb(coord, "B", -2)).message == "InstanceId can't be null."
+    assert (await hb(coord, "B", 0, owned=frozenset({(T1, 0)}))).message == "TopicPartitions must be empty when (re-)joining."
+    bad = await hb(coord, "B", assignor="foo")
     assert (bad.error, bad.message) == (ErrorCode.UNSUPPORTED_ASSIGNOR,
                                         "ServerAssignor foo is not supported. Supported assignors: uniform, range.")
-    assert hb(coord, "B", topics=None, regex="[").error is ErrorCode.INVALID_REGULAR_EXPRESSION
+    assert (await hb(coord, "B", topics=None, regex="[")).error is ErrorCode.INVALID_REGULAR_EXPRESSION
 
 
 @async_test
 async def test_lost_answer_previous_epoch_is_accepted_if_it_owns_no_more_than_assigned() -> None:
     coord = await coordinator()
-    hb(coord, "A")
-    b = hb(coord, "B")
-    a = hb(coord, "A", 1)
-    hb(coord, "A", 1, owned=frozenset((T1, p) for p in parts(a)))  # A moves to epoch 2
-    again = hb(coord, "A", 1, owned=frozenset((T1, p) for p in parts(a)))
+    await hb(coord, "A")
+    b = await hb(coord, "B")
+    a = await hb(coord, "A", 1)
+    await hb(coord, "A", 1, owned=frozenset((T1, p) for p in parts(a)))  # A moves to epoch 2
+    again = await hb(coord, "A", 1, owned=frozenset((T1, p) for p in parts(a)))
     assert again.error is ErrorCode.NONE and again.member_epoch == 2
-    assert hb(coord, "A", 1, owned=frozenset((T1, p) for p in range(6))).error is ErrorCode.FENCED_MEMBER_EPOCH
+    assert (await hb(coord, "A", 1, owned=frozenset((T1, p) for p in range(6)))).error is ErrorCode.FENCED_MEMBER_EPOCH
     assert b.error is ErrorCode.NONE
 
 
 @async_test
 async def test_leave_frees_partitions_and_static_members_come_back_without_a_rebalance() -> None:
     coord = await coordinator()
-    s1 = hb(coord, "S1", instance="i1")
+    s1 = await hb(coord, "S1", instance="i1")
     assert parts(s1) == set(range(6))
-    taken = hb(coord, "S2", instance="i1")
+    taken = await hb(coord, "S2", instance="i1")
     assert taken.error is ErrorCode.UNRELEASED_INSTANCE_ID
-    assert hb(coord, "S2", 1, instance="i1").error is ErrorCode.FENCED_INSTANCE_ID
-    assert hb(coord, "S2", 1, instance="i9").error is ErrorCode.UNKNOWN_MEMBER_ID
-    left = hb(coord, "S1", -2, instance="i1")
+    assert (await hb(coord, "S2", 1, instance="i1")).error is ErrorCode.FENCED_INSTANCE_ID
+    assert (await hb(coord, "S2", 1, instance="i9")).error is ErrorCode.UNKNOWN_MEMBER_ID
+    left = await hb(coord, "S1", -2, instance="i1")
     assert (left.error, left.member_epoch) == (ErrorCode.NONE, -2)
     cg = coord.groups["g"].consumer
     assert cg is not None
     epoch = cg.group_epoch
-    back = hb(coord, "S2", instance="i1")
+    back = await hb(coord, "S2", instance="i1")
     assert back.error is ErrorCode.NONE and parts(back) == set(range(6)) and cg.group_epoch == epoch
     assert list(cg.members) == ["S2"]
-    gone = hb(coord, "S2", -1, instance="i1")
+    gone = await hb(coord, "S2", -1, instance="i1")
     assert gone.member_epoch == -1 and not cg.members and cg.group_epoch == epoch + 1
-    assert hb(coord, "S2", -1).error is ErrorCode.UNKNOWN_MEMBER_ID
+    assert (await hb(coord, "S2", -1)).error is ErrorCode.UNKNOWN_MEMBER_ID
 
 
 @async_test
 async def test_session_timeout_removes_a_silent_member_and_its_partitions_move() -> None:
     coord = await coordinator(consumer_session_timeout_ms=50)
-    hb(coord, "A")
-    hb(coord, "B")
+    await hb(coord, "A")
+    await hb(coord, "B")
     await asyncio.sleep(0.2)  # neither heartbeats again: both sessions end
     cg = coord.groups["g"].consumer
     assert cg is not None and not cg.members and not cg.owners
-    assert hb(coord, "A", 1).error is ErrorCode.UNKNOWN_MEMBER_ID
+    assert (await hb(coord, "A", 1)).error is ErrorCode.UNKNOWN_MEMBER_ID
 
 
 @async_test
@@ -137,19 +137,19 @@ async def test_regex_matches_whole_names_and_new_topics_join_the_assignment() ->
     view = {"orders-1": (T1, 2), "orders-1x": (T2, 1), "xorders-1": (uuid.uuid4(), 1)}
     coord = GroupCoordinator(config(), InMemoryOffsetsStore(), topic_view=lambda: view)
     await coord.start()
-    a = hb(coord, "A", topics=None, regex="orders-\\d")
+    a = await hb(coord, "A", topics=None, regex="orders-\\d")
     assert a.assignment == frozenset({(T1, 0), (T1, 1)})
     t3 = uuid.uuid4()
     view["orders-2"] = (t3, 1)
-    a2 = hb(coord, "A", a.member_epoch, owned=a.assignment)
+    a2 = await hb(coord, "A", a.member_epoch, owned=a.assignment)
     assert a2.member_epoch == a.member_epoch + 1 and a2.assignment == frozenset({(T1, 0), (T1, 1), (t3, 0)})
 
 
 @async_test
 async def test_max_size_and_a_classic_join_refused_while_the_group_has_consumer_members() -> None:
     coord = await coordinator(consumer_max_size=1)
-    hb(coord, "A")
-    full = hb(coord, "B")
+    await hb(coord, "A")
+    full = await hb(coord, "B")
     assert (full.error, full.message) == (ErrorCode.GROUP_MAX_SIZE_REACHED,
                                           "The consumer group has reached its maximum capacity of 1 members.")
     assert (await join(coord, "g")).error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
@@ -162,7 +162,7 @@ async def test_max_size_and_a_classic_join_refused_while_the_group_has_consumer_
 @async_test
 async def test_offset_commits_need_the_members_current_epoch() -> None:
     coord = await coordinator()
-    a = hb(coord, "A")
+    a = await hb(coord, "A")
     commit = [OffsetCommit("a", 0, 10)]
 
     async def commit_as(member: str, epoch: int, version: int = 9) -> ErrorCode:
@@ -179,7 +179,7 @@ async def test_offset_commits_need_the_members_current_epoch() -> None:
     assert coord.validate_offset_fetch("g", "A", a.member_epoch) is None
     assert coord.validate_offset_fetch("g", "A", 0) is ErrorCode.STALE_MEMBER_EPOCH
     assert coord.validate_offset_fetch("g", None, -1) is None
-    hb(coord, "A", -1)
+    await hb(coord, "A", -1)
     assert await commit_as("", -1) is ErrorCode.NONE
     assert coord.fetch_offsets("g", None)[1][("a", 0)].offset == 10
 
@@ -203,3 +203,61 @@ def test_uniform_gives_each_partition_only_to_members_subscribed_to_its_topic() 
     assert all(tid == T1 for tid, _ in result["X"])
     assert len(result["X"] | result["Y"]) == 8 and not result["X"] & result["Y"]
     assert abs(len(result["X"]) - len(result["Y"])) <= 1
+
+
+@async_test
+async def test_a_consumer_group_survives_a_restart_from_its_records() -> None:
+    store = InMemoryOffsetsStore()
+    view = dict(TOPICS)
+    coord = GroupCoordinator(config(), store, topic_view=lambda: view)
+    await coord.start()
+    await hb(coord, "A", instance="ia")
+    b = await hb(coord, "B", topics=["a", "b"])
+    a = await hb(coord, "A", 1, instance="ia")  # told to revoke: UNREVOKED_PARTITIONS is stored too
+    await hb(coord, "C")
+    await hb(coord, "C", -1)  # left: its records are tombstoned
+    before = coord.groups["g"].consumer
+    assert before is not None
+    await coord.shutdown()
+    store.compact()
+
+    again = GroupCoordinator(config(), store, topic_view=lambda: view)
+    await again.start()
+    after = again.groups["g"].consumer
+    assert after is not None
+    assert (after.group_epoch, after.assignment_epoch, after.target) == (before.group_epoch, before.assignment_epoch,
+                                                                          before.target)
+    assert set(after.members) == {"A", "B"} and after.static_members == {"ia": "A"}
+    for mid in ("A", "B"):
+        old, new = before.members[mid], after.members[mid]
+        assert (new.member_epoch, new.previous_member_epoch, new.state, new.assigned, new.pending_revocation,
+                new.subscribed_topic_names, new.instance_id, new.rebalance_timeout_ms) == (
+            old.member_epoch, old.previous_member_epoch, old.state, old.assigned, old.pending_revocation,
+            old.subscribed_topic_names, old.instance_id, old.rebalance_timeout_ms)
+    assert after.owners == before.owners
+    # The members carry on from where they were (no rejoin) until everything is assigned once.
+    assert a.assignment is not None and b.assignment is not None
+    state = {"A": (a.member_epoch, a.assignment, "ia"), "B": (b.member_epoch, b.assignment, None)}
+    for _ in range(4):
+        for mid, (epoch, owned, instance) in list(state.items()):
+            r = await hb(again, mid, epoch, owned=owned, instance=instance)
+            assert r.error is ErrorCode.NONE, r
+            state[mid] = (r.member_epoch, owned if r.assignment is None else r.assignment, instance)
+    assert {e for e, _, _ in state.values()} == {after.assignment_epoch}
+    assert sorted(state["A"][1] | state["B"][1]) == sorted(
+        [(T1, p) for p in range(6)] + [(T2, p) for p in range(2)])
+    assert not state["A"][1] & state["B"][1]
+    await again.shutdown()
+
+
+@async_test
+async def test_deleting_an_empty_consumer_group_tombstones_its_records() -> None:
+    store = InMemoryOffsetsStore()
+    coord = GroupCoordinator(config(), store, topic_view=lambda: dict(TOPICS))
+    await coord.start()
+    await hb(coord, "A")
+    assert await coord.delete_groups(["g"]) == {"g": ErrorCode.NON_EMPTY_GROUP}
+    await hb(coord, "A", -1)
+    assert await coord.delete_groups(["g"]) == {"g": ErrorCode.NONE}
+    store.compact()
+    assert not [r for records in store.partitions.values() for r in records]

@@ -18,12 +18,12 @@ Response = ConsumerGroupHeartbeatResponse
 
 
 @api(68, 0, 1)
-def handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Response:
+async def handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Response:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     owned = (None if request.topic_partitions is None else
              frozenset((t.topic_id, p) for t in request.topic_partitions for p in t.partitions))
-    result = ctx.broker.group_coordinator.consumer_group_heartbeat(ConsumerHeartbeat(
+    result = await ctx.broker.group_coordinator.consumer_group_heartbeat(ConsumerHeartbeat(
         group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
         instance_id=request.instance_id, rack_id=request.rack_id,
         rebalance_timeout_ms=request.rebalance_timeout_ms,
