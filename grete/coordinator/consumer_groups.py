@@ -74,6 +74,39 @@ class HeartbeatError(Exception):
         self.message = message
 
 
+_LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
+# Python's wording -> RE2J's, for the mistakes users make most.
+_RE2J_WORDING = {"unterminated character set": "missing closing ]",
+                 "missing ), unterminated subpattern": "missing closing )",
+                 "unbalanced parenthesis": "unexpected )"}
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why RE2J would refuse ``pattern`` (Kafka compiles regexes with it), or None. RE2 has no
+    look-arounds and no back-references, which Python's ``re`` would accept."""
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            if not in_class and pattern[i + 1:i + 2] in tuple("123456789"):
+                return "invalid escape sequence"
+            i += 2
+            continue
+        if c == "[":
+            in_class = True
+        elif c == "]":
+            in_class = False
+        elif not in_class and pattern.startswith(_LOOKAROUNDS, i):
+            return "invalid or unsupported Perl syntax"
+        i += 1
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return _RE2J_WORDING.get(exc.msg, exc.msg)
+    return None
+
+
 def full_match(pattern: str, name: str) -> bool:
     """RE2J's ``matches``: the whole topic name must match."""
     return re.fullmatch(pattern, name) is not None
@@ -201,12 +234,11 @@ class ConsumerGroups:
                                  f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
                                  f"{', '.join(assignors)}.")
         if req.subscribed_topic_regex:
-            try:
-                re.compile(req.subscribed_topic_regex)
-            except re.error as exc:
+            problem = regex_problem(req.subscribed_topic_regex)
+            if problem is not None:
                 raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION,
                                      f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid "
-                                     f"regular expression: {exc.msg}.") from None
+                                     f"regular expression: {problem}.")
 
     def _heartbeat(self, req: ConsumerHeartbeat) -> HeartbeatResult:
         group = self._group(req)

@@ -122,3 +122,49 @@ def test_a_consumer_group_survives_a_broker_restart(tmp_path: Any) -> None:
         assert sorted(member.assignment.topic_partitions[0].partitions) == [0, 1]
         assert commit(wire, "g-restart", "member-r", again.member_epoch, "restart-topic") == ErrorCode.NONE
         wire.close()
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(grete_broker: Any, topic_name: str) -> None:
+    """As Kafka 4.3.1 answers: an unknown topic id is UNKNOWN_TOPIC_ID for each of its partitions."""
+    import uuid
+
+    from grete.protocol.messages import MetadataRequest, MetadataResponse
+
+    grete_broker.create_topic(topic_name, 2)
+    wire = Wire(grete_broker.host, grete_broker.port)
+    topic_id = wire.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic_name)],
+                                         allow_auto_topic_creation=False, include_topic_authorized_operations=False),
+                         MetadataResponse, 12).topics[0].topic_id
+    stranger = uuid.uuid4()
+
+    def commit_v10(tid: uuid.UUID) -> list[tuple[int, int]]:
+        response = wire.call(OffsetCommitRequest(
+            group_id="g10", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+            retention_time_ms=-1, topics=[OffsetCommitRequest.OffsetCommitRequestTopic(topic_id=tid, partitions=[
+                OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=p, committed_offset=3,
+                                                                 committed_leader_epoch=-1, committed_metadata="")
+                for p in (0, 5)])]), OffsetCommitResponse, 10)
+        assert response.topics[0].topic_id == tid
+        return [(p.partition_index, p.error_code) for p in response.topics[0].partitions]
+
+    assert commit_v10(topic_id) == [(0, 0), (5, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert commit_v10(stranger) == [(0, ErrorCode.UNKNOWN_TOPIC_ID), (5, ErrorCode.UNKNOWN_TOPIC_ID)]
+    fetched = wire.call(OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+        group_id="g10", member_id=None, member_epoch=-1, topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopics(topic_id=topic_id, partition_indexes=[0, 1]),
+            OffsetFetchRequest.OffsetFetchRequestTopics(topic_id=stranger, partition_indexes=[0])])],
+        require_stable=False), OffsetFetchResponse, 10)
+    got = {t.topic_id: [(p.partition_index, p.committed_offset, p.error_code) for p in t.partitions]
+           for t in fetched.groups[0].topics}
+    assert got == {topic_id: [(0, 3, 0), (1, -1, 0)], stranger: [(0, -1, ErrorCode.UNKNOWN_TOPIC_ID)]}
+
+
+def test_regexes_re2j_refuses_are_refused(grete_broker: Any) -> None:
+    """Kafka compiles SubscribedTopicRegex with RE2J: no look-arounds, no back-references."""
+    wire = Wire(grete_broker.host, grete_broker.port)
+    for pattern, why in [("(?=p)p10", "invalid or unsupported Perl syntax"), ("(p)\\1", "invalid escape sequence"),
+                         ("[", "missing closing ]")]:
+        response = heartbeat(wire, "g-regex", "member-x", subscribed_topic_regex=pattern)
+        assert (response.error_code, response.error_message) == (
+            ErrorCode.INVALID_REGULAR_EXPRESSION,
+            f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {why}.")
