@@ -33,6 +33,7 @@ from grete.coordinator.consumer_state import (
 )
 from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, cancel, log
 from grete.coordinator.group_state import Group, GroupState
+from grete.coordinator.offsets_format import encode_group_key
 from grete.protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -282,6 +283,11 @@ class ConsumerGroups:
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                  f"Cannot upgrade classic group {req.group_id} to consumer group: grete does "
                                  "not migrate groups online between the protocols.")
+        else:
+            # An empty classic group becomes a consumer group (its offsets stay); its classic record
+            # goes, so a restart cannot bring the classic group back.
+            self.ctx.spawn(self.ctx.append(self.ctx.partition_for(req.group_id),
+                                           [(encode_group_key(req.group_id), None)], GROUP_WRITE_ERRORS))
         group.consumer = ConsumerGroup(req.group_id)
         group.protocol_type = CONSUMER_PROTOCOL_TYPE
         return group

@@ -22,7 +22,8 @@ import asyncio
 import uuid
 from collections.abc import Awaitable
 
-from grete.coordinator.group_context import GroupContext, cancel, log
+from grete.coordinator.consumer_records import tombstones
+from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, cancel, log
 from grete.coordinator.group_state import Group, GroupState, Member
 from grete.coordinator.group_types import UNKNOWN_MEMBER_ID, JoinResult, LeaveMember, SyncResult
 from grete.protocol.errors import ErrorCode
@@ -69,8 +70,13 @@ class Membership:
             if group.consumer.members:
                 # A KIP-848 group with members: grete does not migrate groups between the protocols.
                 return JoinResult.failed(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-            group.consumer = None  # an empty group may change its type (its offsets stay)
+            # An empty group may change its type (its offsets stay); its consumer-group records go,
+            # or a restart would bring the consumer group back.
+            records = tombstones(group.consumer)
+            group.consumer = None
             group.protocol_type = None
+            if records:
+                self.ctx.spawn(self.ctx.append(self.ctx.partition_for(group_id), records, GROUP_WRITE_ERRORS))
         if not self._accept_joining_member(group, member_id):
             self._drop_member(group, member_id)
             self._try_complete_join(group)

@@ -14,7 +14,7 @@ from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_store import InMemoryOffsetsStore
 from grete.coordinator.group_types import OffsetCommit
 from grete.protocol.errors import ErrorCode
-from tests.coordinator._support import async_test, config, join
+from tests.coordinator._support import async_test, config, join, sync
 
 T1, T2 = uuid.uuid4(), uuid.uuid4()
 TOPICS: dict[str, tuple[uuid.UUID, int]] = {"a": (T1, 6), "b": (T2, 2)}
@@ -261,3 +261,25 @@ async def test_deleting_an_empty_consumer_group_tombstones_its_records() -> None
     assert await coord.delete_groups(["g"]) == {"g": ErrorCode.NONE}
     store.compact()
     assert not [r for records in store.partitions.values() for r in records]
+
+
+@async_test
+async def test_an_empty_group_changes_type_and_a_restart_keeps_the_new_type() -> None:
+    store = InMemoryOffsetsStore()
+    coord = GroupCoordinator(config(), store, topic_view=lambda: dict(TOPICS))
+    await coord.start()
+    await hb(coord, "A")
+    await hb(coord, "A", -1)
+    joined = await join(coord, "g")  # the consumer group is empty: a classic member may take it over
+    assert joined.error is ErrorCode.NONE and coord.groups["g"].consumer is None
+    synced = await sync(coord, joined, "g", assignments=[(joined.member_id, b"")])
+    assert synced.error is ErrorCode.NONE  # the classic group's record is written
+    await asyncio.sleep(0.05)  # the consumer group's tombstones are written in the background
+    await coord.shutdown()
+    store.compact()
+    kinds = {int.from_bytes(k[:2], "big") for records in store.partitions.values() for k, _ in records}
+    assert kinds == {2}  # the classic group's record only: no consumer-group record is left
+    again = GroupCoordinator(config(), store, topic_view=lambda: dict(TOPICS))
+    await again.start()
+    assert again.groups["g"].consumer is None and list(again.groups["g"].members) == [joined.member_id]
+    await again.shutdown()
