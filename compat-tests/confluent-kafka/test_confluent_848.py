@@ -103,3 +103,31 @@ def test_group_of_three_rebalances_commits_and_resumes(bootstrap: str) -> None:
     step(resumed, later)
     resumed[0].close()
     assert sorted(later) == list(range(600, 660))  # it starts at the commits, not at the beginning
+
+
+def test_rolling_upgrade_from_classic_members_to_the_consumer_protocol(bootstrap: str) -> None:
+    """Online upgrade (group.consumer.migration.policy=bidirectional, the default): two classic
+    members, then a consumer-protocol member joins the same group and the classic ones leave one by
+    one; partitions are shared throughout and every record is read once."""
+    topic, group = group_name("t848u"), group_name("g848u")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+    p = producer(bootstrap)
+    produce_all(p, topic, ({"value": str(i).encode(), "partition": i % PARTITIONS} for i in range(300)))
+    seen: list[int] = []
+    classic = {"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+               "partition.assignment.strategy": "cooperative-sticky"}
+    old = [member(bootstrap, group, topic, **classic), member(bootstrap, group, topic, **classic)]
+    until(lambda: spread(old) and len(seen) >= 100, old, seen)
+    new = member(bootstrap, group, topic)
+    consumers = [*old, new]
+    until(lambda: spread(consumers), consumers, seen)  # the upgraded group spans both protocols
+    produce_all(p, topic, ({"value": str(i).encode(), "partition": i % PARTITIONS} for i in range(300, 600)))
+    for leaving in old:
+        leaving.close()
+        consumers.remove(leaving)
+        until(lambda: spread(consumers), consumers, seen)
+    until(lambda: len(seen) >= 600, consumers, seen)
+    step(consumers, seen)
+    new.close()
+    assert sorted(seen) == list(range(600))

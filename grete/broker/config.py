@@ -259,7 +259,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("group.consumer.assignors", LIST, "uniform,range",
        "server-side assignors, the first the default: uniform, range (or Kafka's class names for them)"),
     _d("group.consumer.migration.policy", STR, "bidirectional",
-       "accepted; grete migrates no group online between the classic and consumer protocols (docs/groups.md)",
+       "online upgrade / downgrade of groups between the classic and consumer protocols (docs/groups.md)",
        choices=("disabled", "upgrade", "downgrade", "bidirectional")),
     _d("group.coordinator.rebalance.protocols", LIST, "classic,consumer,streams",
        "without consumer, ConsumerGroupHeartbeat answers UNSUPPORTED_VERSION",

@@ -105,6 +105,7 @@ def group_config(broker: Broker) -> GroupConfig:
         consumer_max_size=cfg.get_int("group.consumer.max.size"),
         consumer_assignors=consumer_assignors(cfg.get_list("group.consumer.assignors")),
         consumer_protocol_enabled="consumer" in cfg.get_list("group.coordinator.rebalance.protocols"),
+        consumer_migration_policy=cfg.get_str("group.consumer.migration.policy").lower(),
     )
 
 

@@ -19,6 +19,7 @@ import base64
 import re
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from grete.coordinator import consumer_records
@@ -121,17 +122,27 @@ def new_member_id() -> str:
 def validate_commit(cg: ConsumerGroup, member_id: str, epoch: int, api_version: int | None,
                     transactional: bool = False) -> ErrorCode | None:
     """ConsumerGroup.validateOffsetCommit: a negative epoch commits as an admin only while the
-    group has no members; otherwise the member's current epoch, over OffsetCommit v9+."""
+    group has no members; otherwise the member's current epoch, over OffsetCommit v9+ (a member
+    using the classic protocol commits with its generation, any version: ILLEGAL_GENERATION)."""
     if epoch < 0 and not cg.members:
         return None
     member = cg.members.get(member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if not transactional and api_version is not None and api_version < 9:
+    classic = member.classic is not None
+    if not transactional and not classic and api_version is not None and api_version < 9:
         return ErrorCode.UNSUPPORTED_VERSION
     if epoch != member.member_epoch:
-        return ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.ILLEGAL_GENERATION if transactional or classic else ErrorCode.STALE_MEMBER_EPOCH
     return None
+
+
+def _nothing(group: Group, member: ConsumerMember) -> None:
+    return None
+
+
+def _never(group: Group) -> bool:
+    return False
 
 
 class ConsumerGroups:
@@ -140,6 +151,10 @@ class ConsumerGroups:
     def __init__(self, ctx: GroupContext) -> None:
         self.ctx = ctx
         self._writes: dict[int, asyncio.Future[None]] = {}  # partition -> the last write under way
+        # Set by consumer_classic (online migration): called after a member was removed, and to turn a
+        # classic group with members into a consumer group (False: it stays classic).
+        self.on_member_removed: Callable[[Group, ConsumerMember], None] = _nothing
+        self.upgrade: Callable[[Group], bool] = _never
 
     # ====================================================================== configuration
 
@@ -253,13 +268,7 @@ class ConsumerGroups:
             member = self._known_member(cg, req)
             bump = False
         bump |= self._apply(member, req)
-        view = self.ctx.topic_view()
-        subscribed = self._subscribed(cg, view)
-        if bump or subscribed != cg.subscribed:
-            cg.group_epoch += 1
-            cg.subscribed = subscribed
-        if cg.group_epoch > cg.assignment_epoch:
-            self._compute_target(cg, view)
+        self.refresh(cg, self.ctx.topic_view(), bump)
         before = member.assigned
         reconcile(cg, member, req.owned)
         cg.dirty.add(member.member_id)
@@ -269,6 +278,16 @@ class ConsumerGroups:
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, member.member_epoch,
                                self.heartbeat_interval_ms(cg.group_id),
                                member.assigned if full or member.assigned != before else None)
+
+    def refresh(self, cg: ConsumerGroup, view: TopicView, bump: bool) -> None:
+        """A new group epoch if ``bump`` or the subscribed topics changed; then a new target
+        assignment if the group epoch is ahead of it."""
+        subscribed = self._subscribed(cg, view)
+        if bump or subscribed != cg.subscribed:
+            cg.group_epoch += 1
+            cg.subscribed = subscribed
+        if cg.group_epoch > cg.assignment_epoch:
+            self._compute_target(cg, view)
 
     def _group(self, req: ConsumerHeartbeat) -> Group:
         group = self.ctx.groups.get(req.group_id)
@@ -280,9 +299,9 @@ class ConsumerGroups:
         if group is None or group.is_(GroupState.DEAD):
             group = self.ctx.new_group(req.group_id)
         elif not group.is_(GroupState.EMPTY):
-            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
-                                 f"Cannot upgrade classic group {req.group_id} to consumer group: grete does "
-                                 "not migrate groups online between the protocols.")
+            if self.upgrade(group):
+                return group
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
         else:
             # An empty classic group becomes a consumer group (its offsets stay); its classic record
             # goes, so a restart cannot bring the classic group back.
@@ -303,7 +322,7 @@ class ConsumerGroups:
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         f"Static member {member_id} with instance id {req.instance_id} cannot join the group "
                         f"because the instance id is owned by {owner_id} member.")
-                return self._replace_static(cg, old, member_id), False
+                return self.replace_static(cg, old, member_id), False
         member = cg.members.get(member_id)
         if member is not None:
             # A known member rejoining owns nothing now (TopicPartitions is empty): start it over.
@@ -320,7 +339,7 @@ class ConsumerGroups:
             cg.static_members[req.instance_id] = member_id
         return member, True
 
-    def _replace_static(self, cg: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
+    def replace_static(self, cg: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
         """A static member back within its session: the new member id takes over the old one's
         assignment and target without a rebalance."""
         assigned, pending = old.assigned, old.pending_revocation
@@ -330,7 +349,7 @@ class ConsumerGroups:
                                 subscribed_topic_names=old.subscribed_topic_names,
                                 subscribed_topic_regex=old.subscribed_topic_regex,
                                 rebalance_timeout_ms=old.rebalance_timeout_ms, server_assignor=old.server_assignor,
-                                member_epoch=0, previous_member_epoch=old.previous_member_epoch)
+                                member_epoch=0, previous_member_epoch=old.previous_member_epoch, classic=old.classic)
         cg.members[member_id] = member
         cg.target[member_id] = cg.target.pop(old.member_id, frozenset())
         if old.instance_id is not None:
@@ -422,12 +441,13 @@ class ConsumerGroups:
         cg.target.pop(member.member_id, None)
         cg.group_epoch += 1
         cg.dirty.add(member.member_id)
+        self.on_member_removed(group, member)
 
     @staticmethod
     def _drop(cg: ConsumerGroup, member: ConsumerMember) -> None:
-        cancel(member.session_timer)
-        cancel(member.rebalance_timer)
-        member.session_timer = member.rebalance_timer = None
+        for timer in (member.session_timer, member.rebalance_timer, member.sync_timer, member.join_timer):
+            cancel(timer)
+        member.session_timer = member.rebalance_timer = member.sync_timer = member.join_timer = None
         cg.release(member)
         del cg.members[member.member_id]
         if member.instance_id is not None and cg.static_members.get(member.instance_id) == member.member_id:

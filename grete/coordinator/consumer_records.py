@@ -6,8 +6,8 @@ A key is an int16 record type then the key struct (classic strings); a value is 
 
 * 3 ConsumerGroupMetadata (GroupId) -> Epoch int32, tags (MetadataHash: not written)
 * 5 ConsumerGroupMemberMetadata (GroupId, MemberId) -> InstanceId?, RackId?, ClientId, ClientHost,
-  SubscribedTopicNames[], SubscribedTopicRegex?, RebalanceTimeoutMs, ServerAssignor?, tags
-  (ClassicMemberMetadata: only members of the classic protocol, which grete does not mix in)
+  SubscribedTopicNames[], SubscribedTopicRegex?, RebalanceTimeoutMs, ServerAssignor?, tag 0
+  ClassicMemberMetadata (members using the classic protocol: session timeout, JoinGroup protocols)
 * 6 ConsumerGroupTargetAssignmentMetadata (GroupId) -> AssignmentEpoch int32, tags
 * 7 ConsumerGroupTargetAssignmentMember (GroupId, MemberId) -> TopicPartitions[{TopicId, Partitions[]}]
 * 8 ConsumerGroupCurrentMemberAssignment (GroupId, MemberId) -> MemberEpoch, PreviousMemberEpoch,
@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from grete.coordinator.consumer_assignors import Assignment
-from grete.coordinator.consumer_state import ConsumerGroup, ConsumerMember, MemberState
+from grete.coordinator.consumer_state import ClassicMeta, ConsumerGroup, ConsumerMember, MemberState
 from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ProtocolError
 
@@ -118,8 +118,35 @@ def member_metadata_value(m: ConsumerMember) -> bytes:
     w.string(m.subscribed_topic_regex, True)
     w.int32(m.rebalance_timeout_ms)
     w.string(m.server_assignor, True)
-    w.uvarint(0)
+    if m.classic is None:
+        w.uvarint(0)
+    else:
+        # Tag 0, ClassicMemberMetadata: SessionTimeoutMs, SupportedProtocols[{Name, Metadata}].
+        t = Writer()
+        t.int32(m.classic.session_timeout_ms)
+        t.length(len(m.classic.protocols), True)
+        for name, metadata in m.classic.protocols:
+            t.string(name, True)
+            t.binary(metadata, True)
+            t.uvarint(0)
+        t.uvarint(0)
+        tagged = t.getvalue()
+        w.uvarint(1)
+        w.uvarint(0)
+        w.uvarint(len(tagged))
+        w.raw(tagged)
     return w.getvalue()
+
+
+def _read_classic(data: bytes | memoryview) -> ClassicMeta:
+    r = Reader(data)
+    session_timeout_ms = r.int32()
+    protocols = []
+    for _ in range(r.array_length(True)):
+        name = r.string(True)
+        protocols.append((name, bytes(r.binary(True))))
+        r.tagged_fields()
+    return ClassicMeta(session_timeout_ms, tuple(protocols))
 
 
 def target_member_value(assignment: Assignment) -> bytes:
@@ -242,6 +269,7 @@ def _apply(cg: ConsumerGroup, record_type: int, member_id: str, r: Reader) -> No
         m.subscribed_topic_regex = r.nullable_string(True)
         m.rebalance_timeout_ms = r.int32()
         m.server_assignor = r.nullable_string(True)
+        m.classic = next((_read_classic(data) for tag, data in r.tagged_fields() if tag == 0), None)
     elif record_type == CURRENT_MEMBER_ASSIGNMENT:
         m = _member(cg, member_id)
         m.member_epoch, m.previous_member_epoch = r.int32(), r.int32()

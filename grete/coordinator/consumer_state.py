@@ -33,6 +33,15 @@ class MemberState(enum.IntEnum):
     UNKNOWN = 127
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMeta:
+    """A member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a consumer
+    group: its session timeout and its JoinGroup protocols (name, ConsumerProtocolSubscription)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(eq=False)
 class ConsumerMember:
     member_id: str
@@ -51,6 +60,11 @@ class ConsumerMember:
     pending_revocation: Assignment = EMPTY
     session_timer: asyncio.TimerHandle | None = None
     rebalance_timer: asyncio.TimerHandle | None = None
+    classic: ClassicMeta | None = None
+    # Classic members only: SyncGroup must follow JoinGroup, and JoinGroup a REBALANCE_IN_PROGRESS
+    # heartbeat, within the rebalance timeout.
+    sync_timer: asyncio.TimerHandle | None = None
+    join_timer: asyncio.TimerHandle | None = None
 
     def owned(self) -> Assignment:
         """What the member may still be consuming: its assignment and what it has yet to revoke."""

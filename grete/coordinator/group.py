@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from grete.coordinator.consumer_assignors import TopicView
+from grete.coordinator.consumer_classic import ClassicMembers
 from grete.coordinator.consumer_groups import ConsumerGroups, ConsumerHeartbeat, HeartbeatResult
 from grete.coordinator.consumer_state import ConsumerGroup
 from grete.coordinator.group_context import GroupContext, wall_clock_ms
@@ -61,6 +62,7 @@ class GroupCoordinator:
             self.ctx.group_overrides = group_overrides
         self.membership = Membership(self.ctx)
         self.consumer = ConsumerGroups(self.ctx)
+        self.classic_in_consumer = ClassicMembers(self.ctx, self.consumer, self.membership)
         self.offsets = Offsets(self.ctx, self.membership)
         self.partitions = GroupPartitions(self.ctx, self.membership, self.offsets)
         self._loaded = False
@@ -128,6 +130,17 @@ class GroupCoordinator:
                          rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
                          require_known_member_id: bool, reason: str | None,
                          supports_skip_assignment: bool = False) -> JoinResult:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None and consumer_group.consumer is not None and consumer_group.consumer.members \
+                and self.config.consumer_migration_policy != "disabled":
+            if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
+                    <= self.config.group_max_session_timeout_ms):
+                return JoinResult.failed(member_id, ErrorCode.INVALID_SESSION_TIMEOUT)
+            return await self.classic_in_consumer.join(
+                consumer_group, member_id=member_id, instance_id=group_instance_id, client_id=client_id,
+                client_host=client_host, session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols,
+                require_known_member_id=require_known_member_id)
         return await self.membership.join_group(
             group_id=group_id, member_id=member_id, group_instance_id=group_instance_id, client_id=client_id,
             client_host=client_host, session_timeout_ms=session_timeout_ms,
@@ -138,6 +151,11 @@ class GroupCoordinator:
     async def sync_group(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                          protocol_type: str | None, protocol_name: str | None,
                          assignments: list[tuple[str, bytes]]) -> SyncResult:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            return self.classic_in_consumer.sync(consumer_group, generation_id=generation_id, member_id=member_id,
+                                                 instance_id=group_instance_id, protocol_type=protocol_type,
+                                                 protocol_name=protocol_name)
         return await self.membership.sync_group(
             group_id=group_id, generation_id=generation_id, member_id=member_id,
             group_instance_id=group_instance_id, protocol_type=protocol_type, protocol_name=protocol_name,
@@ -145,12 +163,26 @@ class GroupCoordinator:
 
     async def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
                         group_instance_id: str | None) -> ErrorCode:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            return self.classic_in_consumer.heartbeat(consumer_group, generation_id=generation_id,
+                                                      member_id=member_id, instance_id=group_instance_id)
         return await self.membership.heartbeat(group_id=group_id, generation_id=generation_id,
                                                member_id=member_id, group_instance_id=group_instance_id)
 
     async def leave_group(self, *, group_id: str,
                           members: list[LeaveMember]) -> tuple[ErrorCode, list[tuple[LeaveMember, ErrorCode]]]:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            return ErrorCode.NONE, await self.classic_in_consumer.leave(consumer_group, members)
         return await self.membership.leave_group(group_id=group_id, members=members)
+
+    def _consumer_group(self, group_id: str) -> Group | None:
+        """The group, if it is a consumer group served here: classic APIs then act on its members."""
+        group = self.ctx.groups.get(group_id)
+        if group is None or group.consumer is None or self.ctx.status_error(group_id) is not None:
+            return None
+        return group
 
     def remove_member_and_update_group(self, group: Group, member: Member, reason: str) -> None:
         """As if the member's session expired (grete.testing uses it to expire a member now)."""

@@ -68,7 +68,8 @@ class Membership:
             group = self.ctx.new_group(group_id)
         if group.consumer is not None:
             if group.consumer.members:
-                # A KIP-848 group with members: grete does not migrate groups between the protocols.
+                # A KIP-848 group with members while the migration policy is disabled (otherwise
+                # GroupCoordinator hands the join to consumer_classic).
                 return JoinResult.failed(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
             # An empty group may change its type (its offsets stay); its consumer-group records go,
             # or a restart would bring the consumer group back.
@@ -394,6 +395,13 @@ class Membership:
             self._try_complete_join(group)
 
     # --------------------------------------------------------------------- session timers
+
+    def downgraded(self, group: Group) -> None:
+        """A consumer group just became this classic group (online downgrade): its members' sessions
+        start and a rebalance begins, which they learn of from their next heartbeat."""
+        for member in group.members.values():
+            self.schedule_session(group, member, member.session_timeout_ms)
+        self._prepare_rebalance(group, "downgrade from the consumer protocol")
 
     def schedule_session(self, group: Group, member: Member, timeout_ms: int) -> None:
         cancel(member.session_timer)

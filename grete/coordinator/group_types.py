@@ -40,6 +40,7 @@ class GroupConfig:
     consumer_max_size: int = 2**31 - 1
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     consumer_protocol_enabled: bool = True  # "consumer" in group.coordinator.rebalance.protocols
+    consumer_migration_policy: str = "bidirectional"  # disabled, upgrade, downgrade, bidirectional
 
     @property
     def offsets_retention_ms(self) -> int:

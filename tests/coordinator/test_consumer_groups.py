@@ -147,7 +147,7 @@ async def test_regex_matches_whole_names_and_new_topics_join_the_assignment() ->
 
 @async_test
 async def test_max_size_and_a_classic_join_refused_while_the_group_has_consumer_members() -> None:
-    coord = await coordinator(consumer_max_size=1)
+    coord = await coordinator(consumer_max_size=1, consumer_migration_policy="disabled")
     await hb(coord, "A")
     full = await hb(coord, "B")
     assert (full.error, full.message) == (ErrorCode.GROUP_MAX_SIZE_REACHED,
