@@ -478,8 +478,9 @@ class ConsumerGroups:
         for group in groups:
             for member in group.consumer.members.values() if group.consumer is not None else ():
                 if member.session_timer is None:
-                    member.session_timer = self.ctx.call_later(self.session_timeout_ms(group.group_id), self._expire,
-                                                               group, member, "session timeout")
+                    timeout = (member.classic.session_timeout_ms if member.classic is not None
+                               else self.session_timeout_ms(group.group_id))
+                    member.session_timer = self.ctx.call_later(timeout, self._expire, group, member, "session timeout")
 
     # ================================================================== target assignment
 

@@ -422,9 +422,9 @@ class Membership:
         cancel(group.join_timer)
         cancel(group.sync_timer)
         group.join_timer = group.sync_timer = None
-        for consumer_member in group.consumer.members.values() if group.consumer is not None else ():
-            cancel(consumer_member.session_timer)
-            cancel(consumer_member.rebalance_timer)
+        for m in group.consumer.members.values() if group.consumer is not None else ():
+            for timer in (m.session_timer, m.rebalance_timer, m.sync_timer, m.join_timer):
+                cancel(timer)
         for handle in group.pending_members.values():
             cancel(handle)
         for member in group.members.values():

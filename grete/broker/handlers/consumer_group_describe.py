@@ -21,7 +21,7 @@ NO_OPERATIONS = -2147483648
 # What Kafka 4.3.1 reports for a group without an authorizer (3400): group configs are new in 4.
 GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
                     AclOperation.ALTER_CONFIGS)
-CONSUMER_MEMBER_TYPE = 1
+CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1  # v1's MemberType: the protocol the member speaks
 
 
 @api(69, 0, 1)
@@ -62,7 +62,7 @@ def _member(m: ConsumerMember, group: ConsumerGroup, names: dict[uuid.UUID, str]
         subscribed_topic_regex=m.subscribed_topic_regex or "",
         assignment=_assignment(m.assigned, names),
         target_assignment=_assignment(group.target.get(m.member_id, frozenset()), names),
-        member_type=CONSUMER_MEMBER_TYPE)
+        member_type=CLASSIC_MEMBER_TYPE if m.classic is not None else CONSUMER_MEMBER_TYPE)
 
 
 def _assignment(assignment: Assignment, names: dict[uuid.UUID, str]) -> Response.Assignment:
