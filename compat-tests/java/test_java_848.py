@@ -12,6 +12,7 @@ import asyncio
 import base64
 import json
 import subprocess
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -135,3 +136,38 @@ async def _write_group_records() -> list[tuple[bytes, bytes | None]]:
     await beat("A", 1, instance_id="inst")
     await coord.shutdown()
     return store.partitions[0]
+
+
+def test_kafka_consumer_groups_describes_a_consumer_protocol_group(bootstrap: str) -> None:
+    """kafka-consumer-groups (Kafka 4.3.1's tools: Admin describeConsumerGroups over
+    ConsumerGroupDescribe, ListGroups with types) on a group of one librdkafka consumer-protocol
+    member holding all 3 partitions."""
+    from confluent_kafka import Consumer
+
+    topic, group = f"t848d-{uuid.uuid4().hex[:8]}", f"g848d-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=30)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                  "client.id": "describe-me"})
+    c.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 30
+        while len(c.assignment()) < 3:
+            assert time.monotonic() < deadline, "no assignment"
+            c.poll(0.1)
+        listed = kafka_dist.run_tool(CLIENT, "kafka-consumer-groups", "--bootstrap-server", bootstrap, "--list",
+                                     "--type", "consumer")
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        assert group in listed.stdout.split()
+        state = kafka_dist.run_tool(CLIENT, "kafka-consumer-groups", "--bootstrap-server", bootstrap, "--describe",
+                                    "--group", group, "--state")
+        assert state.returncode == 0, state.stderr[-2000:]
+        row = next(line.split() for line in state.stdout.splitlines() if line.startswith(group))
+        assert row[-3:] == ["uniform", "Stable", "1"], state.stdout
+        members = kafka_dist.run_tool(CLIENT, "kafka-consumer-groups", "--bootstrap-server", bootstrap, "--describe",
+                                      "--group", group, "--members")
+        assert members.returncode == 0, members.stderr[-2000:]
+        row = next(line.split() for line in members.stdout.splitlines() if line.startswith(group))
+        assert row[-2:] == ["describe-me", "3"], members.stdout  # CLIENT-ID, #PARTITIONS
+    finally:
+        c.close()
