@@ -138,6 +138,7 @@ async def _write_group_records() -> list[tuple[bytes, bytes | None]]:
     return store.partitions[0]
 
 
+@pytest.mark.slow  # three more JVM starts (~8 s): run by hand, or with the slow tests
 def test_kafka_consumer_groups_describes_a_consumer_protocol_group(bootstrap: str) -> None:
     """kafka-consumer-groups (Kafka 4.3.1's tools: Admin describeConsumerGroups over
     ConsumerGroupDescribe, ListGroups with types) on a group of one librdkafka consumer-protocol
