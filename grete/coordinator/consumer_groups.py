@@ -192,10 +192,14 @@ class ConsumerGroups:
         """Append the group's changed records, in the order the changes were made: each write waits
         for the one before it on the same partition."""
         group = self.ctx.groups.get(group_id)
-        if group is None or group.consumer is None or not (records := self._changes(group.consumer)):
-            return ErrorCode.NONE
+        records = self._changes(group.consumer) if group is not None and group.consumer is not None else []
         partition = self.ctx.partition_for(group_id)
         previous = self._writes.get(partition)
+        if not records:
+            # Nothing new, but an earlier write may carry this change (it ran first): answer after it.
+            if previous is not None:
+                await previous
+            return ErrorCode.NONE
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._writes[partition] = done
         try:

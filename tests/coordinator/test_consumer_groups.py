@@ -283,3 +283,17 @@ async def test_an_empty_group_changes_type_and_a_restart_keeps_the_new_type() ->
     await again.start()
     assert again.groups["g"].consumer is None and list(again.groups["g"].members) == [joined.member_id]
     await again.shutdown()
+
+
+@async_test
+async def test_a_failed_write_answers_with_kafkas_mapping_of_the_logs_error() -> None:
+    from grete.protocol.errors import KafkaError
+
+    store = InMemoryOffsetsStore()
+    coord = GroupCoordinator(config(), store, topic_view=lambda: dict(TOPICS))
+    await coord.start()
+    store.fail_with = KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved")
+    assert (await hb(coord, "A")).error is ErrorCode.NOT_COORDINATOR
+    store.fail_with = KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "isr")
+    assert (await hb(coord, "B")).error is ErrorCode.COORDINATOR_NOT_AVAILABLE
+    await coord.shutdown()
