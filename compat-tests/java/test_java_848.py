@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from test_java_scenarios import check_phase
 
-from grete.coordinator.consumer_groups import ConsumerHeartbeat
+from grete.coordinator.consumer_requests import ConsumerHeartbeat
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_store import InMemoryOffsetsStore
 from grete.coordinator.group_types import GroupConfig

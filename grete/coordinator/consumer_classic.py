@@ -21,8 +21,9 @@ import uuid
 from collections.abc import Iterable
 
 from grete.coordinator.consumer_assignors import Assignment, TopicView
-from grete.coordinator.consumer_groups import CONSUMER_PROTOCOL_TYPE, ConsumerGroups, HeartbeatError
+from grete.coordinator.consumer_groups import ConsumerGroups
 from grete.coordinator.consumer_records import tombstones
+from grete.coordinator.consumer_requests import CONSUMER_PROTOCOL_TYPE, HeartbeatError
 from grete.coordinator.consumer_state import (
     ClassicMeta,
     ConsumerGroup,

@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from grete.coordinator.consumer_assignors import TopicView
 from grete.coordinator.consumer_classic import ClassicMembers
-from grete.coordinator.consumer_groups import ConsumerGroups, ConsumerHeartbeat, HeartbeatResult
+from grete.coordinator.consumer_groups import ConsumerGroups
+from grete.coordinator.consumer_requests import ConsumerHeartbeat, HeartbeatResult
 from grete.coordinator.consumer_state import ConsumerGroup
 from grete.coordinator.group_context import GroupContext, wall_clock_ms
 from grete.coordinator.group_membership import Membership, Protocols

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from grete.coordinator.consumer_groups import validate_commit
 from grete.coordinator.consumer_records import tombstones
+from grete.coordinator.consumer_requests import validate_commit
 from grete.coordinator.group_context import OFFSET_WRITE_ERRORS, GroupContext, log
 from grete.coordinator.group_membership import Membership
 from grete.coordinator.group_state import CommittedOffset, Group, GroupState, TopicPartition

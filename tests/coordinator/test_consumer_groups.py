@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from grete.coordinator.consumer_assignors import AssignorMember, assign
-from grete.coordinator.consumer_groups import ConsumerHeartbeat, HeartbeatResult
+from grete.coordinator.consumer_requests import ConsumerHeartbeat, HeartbeatResult
 from grete.coordinator.consumer_state import MemberState
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_store import InMemoryOffsetsStore

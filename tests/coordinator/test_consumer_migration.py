@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 from grete.coordinator.consumer_classic import decode_assignment, encode_assignment
-from grete.coordinator.consumer_groups import ConsumerHeartbeat, HeartbeatResult
+from grete.coordinator.consumer_requests import ConsumerHeartbeat, HeartbeatResult
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_state import GroupState
 from grete.coordinator.group_store import InMemoryOffsetsStore

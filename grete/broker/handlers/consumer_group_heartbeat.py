@@ -10,7 +10,7 @@ from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.consumer_assignors import Assignment
-from grete.coordinator.consumer_groups import ConsumerHeartbeat
+from grete.coordinator.consumer_requests import ConsumerHeartbeat
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
