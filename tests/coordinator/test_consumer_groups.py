@@ -297,3 +297,17 @@ async def test_a_failed_write_answers_with_kafkas_mapping_of_the_logs_error() ->
     store.fail_with = KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "isr")
     assert (await hb(coord, "B")).error is ErrorCode.COORDINATOR_NOT_AVAILABLE
     await coord.shutdown()
+
+
+@async_test
+async def test_a_groups_own_configs_set_its_heartbeat_interval_and_session_timeout() -> None:
+    overrides = {"g": {"consumer.heartbeat.interval.ms": "7000", "consumer.session.timeout.ms": "50"}}
+    coord = GroupCoordinator(config(), InMemoryOffsetsStore(), topic_view=lambda: dict(TOPICS),
+                             group_overrides=lambda group_id: overrides.get(group_id, {}))
+    await coord.start()
+    assert (await hb(coord, "A")).heartbeat_interval_ms == 7000
+    assert (await hb(coord, "A", group="other")).heartbeat_interval_ms == 5000
+    await asyncio.sleep(0.2)  # group g's 50 ms session ends; the other group's 45 s one does not
+    assert not coord.groups["g"].consumer.members  # type: ignore[union-attr]
+    assert list(coord.groups["other"].consumer.members) == ["A"]  # type: ignore[union-attr]
+    await coord.shutdown()
