@@ -51,7 +51,7 @@ commands:
   produce  -topic T -count N [-codec none|gzip|snappy|lz4|zstd] [-keys K] [-headers] [-ts BASE_MS]
            [-partition P] [-idempotent=true|false] [-prefix v]
   consume  -topic T -count N [-group G] [-isolation committed|uncommitted] [-timeout-ms MS]
-  group    -topic T -group G -partitions P -count N
+  group    -topic T -group G -partitions P -count N [-protocol classic|consumer]
   static   -topic T -group G -partitions P
   admin    -topic T -group G       (creates, describes and deletes T; G is a group that exists)
   oversize -topic T -size BYTES
@@ -236,6 +236,9 @@ func (m *member) owned() []int32 {
 
 var consumedMu sync.Mutex
 
+// groupProtocol is the group command's -protocol: "classic" (the client assigns) or "consumer" (KIP-848).
+var groupProtocol = "classic"
+
 func joinMember(name, topic, group, instance string, phase, consumed *int) *member {
 	m := &member{name: name, assigned: map[int32]bool{}, phase: phase, consumed: consumed,
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -269,6 +272,10 @@ func joinMember(name, topic, group, instance string, phase, consumed *int) *memb
 	}
 	if instance != "" {
 		opts = append(opts, kgo.InstanceID(instance))
+	}
+	if groupProtocol == "consumer" {
+		// KIP-848: the broker assigns (cooperative-sticky is sent as the "uniform" server assignor).
+		opts = append(opts, kgo.ServerSideBalancer())
 	}
 	m.cl = newClient(opts...)
 	go m.loop()
@@ -394,7 +401,9 @@ func cmdGroup(args []string) {
 	group := fs.String("group", "", "")
 	partitions := fs.Int("partitions", 6, "")
 	count := fs.Int("count", 24, "records per phase")
+	protocol := fs.String("protocol", "classic", "classic or consumer (KIP-848, kgo.ServerSideBalancer)")
 	fs.Parse(args)
+	groupProtocol = *protocol
 
 	phase, consumed := 0, 0
 	m0 := joinMember("m0", *topic, *group, "", &phase, &consumed)

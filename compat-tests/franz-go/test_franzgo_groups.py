@@ -43,3 +43,13 @@ def test_franzgo_commit_then_resume(franzgo, broker, make_topic):
         assert min((x["offset"] for x in second if x["partition"] == p), default=None) in \
             (committed.get(p) if committed.get(p, -1) >= 0 else 0, None)
     assert sum(committed_offsets(broker.bootstrap, group, topic, 3).values()) == 30
+
+
+@pytest.mark.slow
+def test_franzgo_848_group_of_three_join_and_leave(franzgo, make_topic, target):
+    """The same run with kgo.ServerSideBalancer (KIP-848; needs Kafka 4): the broker assigns."""
+    if target == "kafka-3.9":
+        pytest.skip("the consumer group protocol is Kafka 4's")
+    topic = make_topic(partitions=6)
+    lines = franzgo.ok("group", topic=topic, group=group_name("fg848"), partitions=6, count=24, protocol="consumer")
+    check_group_run(lines, topic, 6, 24)

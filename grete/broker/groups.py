@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from grete.broker.broker import Broker
+from grete.broker.config import BrokerConfig, ConfigError
+from grete.coordinator.consumer_assignors import ASSIGNORS, TopicView
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_types import GroupConfig
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -88,6 +90,7 @@ class LogOffsetsStore:
 
 def group_config(broker: Broker) -> GroupConfig:
     cfg = broker.config
+    check_consumer_group_bounds(cfg)
     return GroupConfig(
         group_min_session_timeout_ms=cfg.get_int("group.min.session.timeout.ms"),
         group_max_session_timeout_ms=cfg.get_int("group.max.session.timeout.ms"),
@@ -97,13 +100,54 @@ def group_config(broker: Broker) -> GroupConfig:
         offsets_retention_minutes=cfg.get_int("offsets.retention.minutes"),
         offset_metadata_max_bytes=cfg.get_int("offset.metadata.max.bytes"),
         offsets_retention_check_interval_ms=cfg.get_int("offsets.retention.check.interval.ms"),
+        consumer_session_timeout_ms=cfg.get_int("group.consumer.session.timeout.ms"),
+        consumer_heartbeat_interval_ms=cfg.get_int("group.consumer.heartbeat.interval.ms"),
+        consumer_max_size=cfg.get_int("group.consumer.max.size"),
+        consumer_assignors=consumer_assignors(cfg.get_list("group.consumer.assignors")),
+        consumer_protocol_enabled="consumer" in cfg.get_list("group.coordinator.rebalance.protocols"),
+        consumer_migration_policy=cfg.get_str("group.consumer.migration.policy").lower(),
     )
+
+
+# Kafka's class names for its two server-side assignors, which group.consumer.assignors also takes.
+_ASSIGNOR_CLASSES = {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                     "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+
+
+def consumer_assignors(names: list[str]) -> tuple[str, ...]:
+    assignors = tuple(_ASSIGNOR_CLASSES.get(n, n) for n in names)
+    unknown = [n for n in assignors if n not in ASSIGNORS]
+    if unknown or not assignors:
+        raise ConfigError(f"Invalid value {','.join(names)} for configuration group.consumer.assignors: "
+                          f"grete has the assignors {', '.join(ASSIGNORS)}")
+    return assignors
+
+
+def check_consumer_group_bounds(cfg: BrokerConfig) -> None:
+    """GroupCoordinatorConfig's start-up checks of the group.consumer.* timeouts."""
+    for value, low, high in (("heartbeat.interval.ms", "min.heartbeat.interval.ms", "max.heartbeat.interval.ms"),
+                             ("session.timeout.ms", "min.session.timeout.ms", "max.session.timeout.ms")):
+        v, lo, hi = (cfg.get_int(f"group.consumer.{k}") for k in (value, low, high))
+        if hi < lo:
+            raise ConfigError(f"group.consumer.{high} must be greater than or equal to group.consumer.{low}")
+        if not lo <= v <= hi:
+            raise ConfigError(f"group.consumer.{value} must be between group.consumer.{low} and group.consumer.{high}")
+    if cfg.get_int("group.consumer.heartbeat.interval.ms") >= cfg.get_int("group.consumer.session.timeout.ms"):
+        raise ConfigError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
+
+
+def topic_view(broker: Broker) -> TopicView:
+    """What KIP-848 assignors see: every topic clients may subscribe to, by name, with id and size."""
+    return {name: (meta.topic_id, len(meta.partitions)) for name, meta in broker.metadata.topics().items()
+            if not meta.internal}
 
 
 async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
     """The single node leads every __consumer_offsets partition and loads them all now; in a cluster
     each partition loads when LeaderAndIsr makes this broker its leader."""
-    coordinator = GroupCoordinator(group_config(broker), LogOffsetsStore(broker), now_ms=broker.now_ms)
+    coordinator = GroupCoordinator(group_config(broker), LogOffsetsStore(broker), now_ms=broker.now_ms,
+                                   topic_view=lambda: topic_view(broker),
+                                   group_overrides=lambda group_id: broker.metadata.group_configs(group_id))
     if broker.cluster is None:
         await coordinator.load()
     return coordinator

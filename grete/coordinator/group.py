@@ -20,8 +20,13 @@ COORDINATOR_NOT_AVAILABLE.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
+from grete.coordinator.consumer_assignors import TopicView
+from grete.coordinator.consumer_classic import ClassicMembers
+from grete.coordinator.consumer_groups import ConsumerGroups
+from grete.coordinator.consumer_requests import ConsumerHeartbeat, HeartbeatResult
+from grete.coordinator.consumer_state import ConsumerGroup
 from grete.coordinator.group_context import GroupContext, wall_clock_ms
 from grete.coordinator.group_membership import Membership, Protocols
 from grete.coordinator.group_offsets import Offsets
@@ -30,6 +35,7 @@ from grete.coordinator.group_state import Group, GroupState, Member, TopicPartit
 from grete.coordinator.group_store import OffsetsStore
 from grete.coordinator.group_types import (
     CLASSIC_GROUP_TYPE,
+    CONSUMER_GROUP_TYPE,
     GroupConfig,
     GroupDescription,
     GroupListing,
@@ -47,9 +53,17 @@ __all__ = ["GroupCoordinator"]
 
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, store: OffsetsStore, *,
-                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 now_ms: Callable[[], int] = wall_clock_ms,
+                 topic_view: Callable[[], TopicView] | None = None,
+                 group_overrides: Callable[[str], Mapping[str, str]] | None = None) -> None:
         self.ctx = GroupContext(config, store, now_ms)
+        if topic_view is not None:
+            self.ctx.topic_view = topic_view
+        if group_overrides is not None:
+            self.ctx.group_overrides = group_overrides
         self.membership = Membership(self.ctx)
+        self.consumer = ConsumerGroups(self.ctx)
+        self.classic_in_consumer = ClassicMembers(self.ctx, self.consumer, self.membership)
         self.offsets = Offsets(self.ctx, self.membership)
         self.partitions = GroupPartitions(self.ctx, self.membership, self.offsets)
         self._loaded = False
@@ -93,6 +107,7 @@ class GroupCoordinator:
     async def load(self) -> None:
         """Serve every ``__consumer_offsets`` partition (a single node leads them all)."""
         await self.partitions.load_all()
+        self.consumer.arm_loaded(list(self.ctx.groups.values()))
         self._loaded = True
 
     async def start(self) -> None:
@@ -101,6 +116,7 @@ class GroupCoordinator:
 
     async def load_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
         await self.partitions.load_partition(partition, epoch)
+        self.consumer.arm_loaded(self.ctx.groups_in(partition))
 
     def unload_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
         self.partitions.unload_partition(partition, epoch)
@@ -115,6 +131,17 @@ class GroupCoordinator:
                          rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
                          require_known_member_id: bool, reason: str | None,
                          supports_skip_assignment: bool = False) -> JoinResult:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None and consumer_group.consumer is not None and consumer_group.consumer.members \
+                and self.config.consumer_migration_policy != "disabled":
+            if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
+                    <= self.config.group_max_session_timeout_ms):
+                return JoinResult.failed(member_id, ErrorCode.INVALID_SESSION_TIMEOUT)
+            return await self.classic_in_consumer.join(
+                consumer_group, member_id=member_id, instance_id=group_instance_id, client_id=client_id,
+                client_host=client_host, session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols,
+                require_known_member_id=require_known_member_id)
         return await self.membership.join_group(
             group_id=group_id, member_id=member_id, group_instance_id=group_instance_id, client_id=client_id,
             client_host=client_host, session_timeout_ms=session_timeout_ms,
@@ -125,6 +152,11 @@ class GroupCoordinator:
     async def sync_group(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                          protocol_type: str | None, protocol_name: str | None,
                          assignments: list[tuple[str, bytes]]) -> SyncResult:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            return self.classic_in_consumer.sync(consumer_group, generation_id=generation_id, member_id=member_id,
+                                                 instance_id=group_instance_id, protocol_type=protocol_type,
+                                                 protocol_name=protocol_name)
         return await self.membership.sync_group(
             group_id=group_id, generation_id=generation_id, member_id=member_id,
             group_instance_id=group_instance_id, protocol_type=protocol_type, protocol_name=protocol_name,
@@ -132,25 +164,53 @@ class GroupCoordinator:
 
     async def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
                         group_instance_id: str | None) -> ErrorCode:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            return self.classic_in_consumer.heartbeat(consumer_group, generation_id=generation_id,
+                                                      member_id=member_id, instance_id=group_instance_id)
         return await self.membership.heartbeat(group_id=group_id, generation_id=generation_id,
                                                member_id=member_id, group_instance_id=group_instance_id)
 
     async def leave_group(self, *, group_id: str,
                           members: list[LeaveMember]) -> tuple[ErrorCode, list[tuple[LeaveMember, ErrorCode]]]:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            return ErrorCode.NONE, await self.classic_in_consumer.leave(consumer_group, members)
         return await self.membership.leave_group(group_id=group_id, members=members)
+
+    def _consumer_group(self, group_id: str) -> Group | None:
+        """The group, if it is a consumer group served here: classic APIs then act on its members."""
+        group = self.ctx.groups.get(group_id)
+        if group is None or group.consumer is None or self.ctx.status_error(group_id) is not None:
+            return None
+        return group
 
     def remove_member_and_update_group(self, group: Group, member: Member, reason: str) -> None:
         """As if the member's session expired (grete.testing uses it to expire a member now)."""
         self.membership.remove_member_and_update_group(group, member, reason)
 
+    # ==================================================== KIP-848 consumer groups (consumer_groups)
+
+    async def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> HeartbeatResult:
+        return await self.consumer.heartbeat(request)
+
+    def describe_consumer_group(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        return self.consumer.describe(group_id)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        return self.consumer.validate_fetch(group_id, member_id, member_epoch)
+
     # ============================================================================= offsets
 
     async def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None, retention_ms: int,
-                             offsets: list[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
+                             offsets: list[OffsetCommit], api_version: int | None = None
+                             ) -> dict[TopicPartition, ErrorCode]:
+        """``api_version`` is OffsetCommit's (None: the newest); members of consumer groups need v9+."""
         return await self.offsets.commit_offsets(
             group_id=group_id, generation_id=generation_id, member_id=member_id,
-            group_instance_id=group_instance_id, retention_ms=retention_ms, offsets=offsets)
+            group_instance_id=group_instance_id, retention_ms=retention_ms, offsets=offsets,
+            api_version=api_version)
 
     async def commit_txn_offsets(self, *, group_id: str, producer_id: int, producer_epoch: int,
                                  generation_id: int, member_id: str, group_instance_id: str | None,
@@ -187,7 +247,8 @@ class GroupCoordinator:
         if error is not None:
             return GroupDescription(group_id, error, "")
         group = self.ctx.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
+        if group is None or group.is_(GroupState.DEAD) or group.consumer is not None:
+            # A consumer group is not a classic group: Kafka answers it as Dead (not found).
             return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value, found=False)
         stable = group.is_(GroupState.STABLE) and group.protocol_name is not None
         members = [
@@ -203,9 +264,16 @@ class GroupCoordinator:
         Handlers report ``availability_error()`` as the response's error code."""
         if self.ctx.availability_error() is ErrorCode.COORDINATOR_NOT_AVAILABLE:
             return []
-        if types and CLASSIC_GROUP_TYPE not in {t.lower() for t in types}:
-            return []
+        kinds = {t.lower() for t in types} if types else {CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE}
         wanted = {s.lower() for s in states} if states else None
-        return [GroupListing(g.group_id, g.protocol_type or "", g.state.value)
-                for g in self.ctx.groups.values()
-                if not g.is_(GroupState.DEAD) and (wanted is None or g.state.value.lower() in wanted)]
+        listed = []
+        for g in self.ctx.groups.values():
+            if g.is_(GroupState.DEAD):
+                continue
+            if g.consumer is not None:
+                entry = GroupListing(g.group_id, CONSUMER_GROUP_TYPE, g.consumer.state_name(), CONSUMER_GROUP_TYPE)
+            else:
+                entry = GroupListing(g.group_id, g.protocol_type or "", g.state.value)
+            if entry.group_type in kinds and (wanted is None or entry.state.lower() in wanted):
+                listed.append(entry)
+        return listed

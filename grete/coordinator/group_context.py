@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TypeVar, TypeVarTuple
 
+from grete.coordinator.consumer_assignors import TopicView
 from grete.coordinator.group_state import Group, GroupState
 from grete.coordinator.group_store import OffsetsStore, Record
 from grete.coordinator.group_types import GroupConfig
@@ -56,6 +57,10 @@ OFFSET_WRITE_ERRORS: dict[ErrorCode, ErrorCode] = {
 }
 
 
+def _no_overrides(group_id: str) -> Mapping[str, str]:
+    return {}
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -79,6 +84,11 @@ class GroupContext:
         self.loading_partitions: set[int] = set()
         self.partition_epochs: dict[int, int] = {}
         self._tasks: set[asyncio.Task[object]] = set()
+        # What KIP-848 groups see of the cluster: the topics (name -> id, partition count), and a
+        # group's configs (ConfigResource GROUP overrides such as consumer.session.timeout.ms). The
+        # broker sets both; the defaults suit tests of the classic protocol.
+        self.topic_view: Callable[[], TopicView] = dict
+        self.group_overrides: Callable[[str], Mapping[str, str]] = _no_overrides
 
     # ------------------------------------------------------------------------ availability
 

@@ -22,7 +22,8 @@ import asyncio
 import uuid
 from collections.abc import Awaitable
 
-from grete.coordinator.group_context import GroupContext, cancel, log
+from grete.coordinator.consumer_records import tombstones
+from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, cancel, log
 from grete.coordinator.group_state import Group, GroupState, Member
 from grete.coordinator.group_types import UNKNOWN_MEMBER_ID, JoinResult, LeaveMember, SyncResult
 from grete.protocol.errors import ErrorCode
@@ -65,6 +66,18 @@ class Membership:
             if not is_unknown:
                 return JoinResult.failed(member_id, ErrorCode.UNKNOWN_MEMBER_ID)
             group = self.ctx.new_group(group_id)
+        if group.consumer is not None:
+            if group.consumer.members:
+                # A KIP-848 group with members while the migration policy is disabled (otherwise
+                # GroupCoordinator hands the join to consumer_classic).
+                return JoinResult.failed(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            # An empty group may change its type (its offsets stay); its consumer-group records go,
+            # or a restart would bring the consumer group back.
+            records = tombstones(group.consumer)
+            group.consumer = None
+            group.protocol_type = None
+            if records:
+                self.ctx.spawn(self.ctx.append(self.ctx.partition_for(group_id), records, GROUP_WRITE_ERRORS))
         if not self._accept_joining_member(group, member_id):
             self._drop_member(group, member_id)
             self._try_complete_join(group)
@@ -383,6 +396,13 @@ class Membership:
 
     # --------------------------------------------------------------------- session timers
 
+    def downgraded(self, group: Group) -> None:
+        """A consumer group just became this classic group (online downgrade): its members' sessions
+        start and a rebalance begins, which they learn of from their next heartbeat."""
+        for member in group.members.values():
+            self.schedule_session(group, member, member.session_timeout_ms)
+        self._prepare_rebalance(group, "downgrade from the consumer protocol")
+
     def schedule_session(self, group: Group, member: Member, timeout_ms: int) -> None:
         cancel(member.session_timer)
         member.session_timer = self.ctx.call_later(timeout_ms, self._on_session_expired, group, member)
@@ -402,6 +422,9 @@ class Membership:
         cancel(group.join_timer)
         cancel(group.sync_timer)
         group.join_timer = group.sync_timer = None
+        for m in group.consumer.members.values() if group.consumer is not None else ():
+            for timer in (m.session_timer, m.rebalance_timer, m.sync_timer, m.join_timer):
+                cancel(timer)
         for handle in group.pending_members.values():
             cancel(handle)
         for member in group.members.values():

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from grete.coordinator.consumer_records import tombstones
+from grete.coordinator.consumer_requests import validate_commit
 from grete.coordinator.group_context import OFFSET_WRITE_ERRORS, GroupContext, log
 from grete.coordinator.group_membership import Membership
 from grete.coordinator.group_state import CommittedOffset, Group, GroupState, TopicPartition
@@ -50,7 +52,8 @@ class Offsets:
 
     async def commit_offsets(self, *, group_id: str, generation_id: int, member_id: str,
                              group_instance_id: str | None, retention_ms: int,
-                             offsets: list[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
+                             offsets: list[OffsetCommit], api_version: int | None = None
+                             ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit. Generation -1 with an empty member id is a simple (standalone) commit, allowed
         only while the group has no members. ``retention_ms`` is v2-v4's retention_time_ms; -1 (and
         every other version) means offsets.retention.minutes applies."""
@@ -64,7 +67,10 @@ class Offsets:
                 # Either a stale member of a group that no longer exists or a bogus generation.
                 return dict.fromkeys(tps, ErrorCode.ILLEGAL_GENERATION)
             group = self.ctx.new_group(group_id)
-        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
+        if group.consumer is not None:
+            error = validate_commit(group.consumer, member_id, generation_id, api_version)
+        else:
+            error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
             return dict.fromkeys(tps, error)
         if group.is_(GroupState.COMPLETING_REBALANCE):
@@ -134,7 +140,10 @@ class Offsets:
         if error is not None:
             return dict.fromkeys(tps, error)
         group = self.ctx.groups.get(group_id) or self.ctx.new_group(group_id)
-        error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
+        if group.consumer is not None and (generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID):
+            error = validate_commit(group.consumer, member_id, generation_id, None, transactional=True)
+        else:
+            error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
             return dict.fromkeys(tps, error)
         return await self.ctx.detached(self._store_offsets(group, offsets, NO_RETENTION,
@@ -206,7 +215,11 @@ class Offsets:
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
         results: dict[TopicPartition, ErrorCode] = {}
-        if group.is_(GroupState.EMPTY):
+        if group.consumer is not None and group.consumer.members:
+            subscribed = group.consumer.subscribed
+            eligible = [tp for tp in partitions if tp[0] not in subscribed]
+            results.update({tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp[0] in subscribed})
+        elif group.is_(GroupState.EMPTY):
             eligible = list(partitions)
         elif group.is_consumer_group():
             eligible = [tp for tp in partitions if not group.is_subscribed_to(tp[0])]
@@ -231,7 +244,7 @@ class Offsets:
                 results[group_id] = error
             elif group is None or group.is_(GroupState.DEAD):
                 results[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
-            elif not group.is_(GroupState.EMPTY):
+            elif not group.is_(GroupState.EMPTY) or group.has_consumer_members():
                 results[group_id] = ErrorCode.NON_EMPTY_GROUP
             else:
                 group.transition_to(GroupState.DEAD, self.ctx.now_ms())
@@ -251,7 +264,8 @@ class Offsets:
 
     @staticmethod
     def _is_husk(group: Group) -> bool:
-        return group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members
+        return (group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members
+                and not group.has_consumer_members())
 
     async def _cleanup(self, work: list[tuple[Group, list[TopicPartition]]]) -> int:
         """Remove the offsets in memory at once, then write their tombstones (and the group's, for
@@ -272,6 +286,8 @@ class Offsets:
                     del self.ctx.groups[group.group_id]
                 log.info("group %s is dead (generation %d)", group.group_id, group.generation_id)
                 by_partition[self.ctx.partition_for(group.group_id)].append((encode_group_key(group.group_id), None))
+                if group.consumer is not None:
+                    by_partition[self.ctx.partition_for(group.group_id)].extend(tombstones(group.consumer))
         for partition, records in by_partition.items():
             error = await self.ctx.append(partition, records, OFFSET_WRITE_ERRORS)
             if error is not ErrorCode.NONE:

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 
+from grete.coordinator.consumer_state import ConsumerGroup
 from grete.coordinator.group_types import JoinMember, JoinResult, SyncResult
 from grete.coordinator.offsets_format import subscription_topics
 from grete.protocol.errors import ErrorCode
@@ -137,8 +138,14 @@ class Group:
     initial_delay_active: bool = False
     sync_timer: asyncio.TimerHandle | None = None
     last_rebalance_reason: str = ""
+    # Set while the group is a KIP-848 consumer group (type "consumer"): its members, epochs and
+    # assignments live there; this object keeps the offsets and stays Empty as a classic group.
+    consumer: ConsumerGroup | None = None
 
     # ------------------------------------------------------------------------------- states
+
+    def has_consumer_members(self) -> bool:
+        return self.consumer is not None and bool(self.consumer.members)
 
     def is_(self, state: GroupState) -> bool:
         return self.state is state

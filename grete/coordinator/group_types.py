@@ -16,6 +16,7 @@ NO_GENERATION = -1
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,13 @@ class GroupConfig:
     # Kafka times out a JoinGroup of a brand-new member after 5 minutes so that defunct members of
     # clients that gave up and retried do not pile up in a long rebalance.
     new_member_join_timeout_ms: int = 300000
+    # KIP-848 consumer groups (group.consumer.*); per-group overrides come from the group's configs.
+    consumer_session_timeout_ms: int = 45000
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_protocol_enabled: bool = True  # "consumer" in group.coordinator.rebalance.protocols
+    consumer_migration_policy: str = "bidirectional"  # disabled, upgrade, downgrade, bidirectional
 
     @property
     def offsets_retention_ms(self) -> int:

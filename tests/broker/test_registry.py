@@ -19,8 +19,8 @@ def test_manifest_matches_the_handler_declarations():
 
 def test_advertisement_excludes_what_must_not_be_advertised():
     keys = {key for key, _, _ in advertised_versions()}
-    # KIP-848 groups, telemetry, DescribeTopicPartitions, share groups.
-    assert keys.isdisjoint({68, 69, 71, 72, 75, 76, 77, 78, 79})
+    # Telemetry, DescribeTopicPartitions, share groups.
+    assert keys.isdisjoint({71, 72, 75, 76, 77, 78, 79})
     ranges = {key: (lo, hi) for key, lo, hi in advertised_versions()}
     # Transactions: transaction version 1 only. AddPartitionsToTxn v4+ is the brokers' verify form,
     # EndTxn v5 / TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2).

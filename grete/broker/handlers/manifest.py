@@ -12,8 +12,8 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     5: ("stop_replica", 3, 4, 3),  # StopReplica
     6: ("update_metadata", 5, 8, 5),  # UpdateMetadata
     7: ("controlled_shutdown", 1, 3, 1),  # ControlledShutdown
-    8: ("offset_commit", 2, 8, 2),  # OffsetCommit
-    9: ("offset_fetch", 1, 8, 1),  # OffsetFetch
+    8: ("offset_commit", 2, 10, 2),  # OffsetCommit
+    9: ("offset_fetch", 1, 10, 1),  # OffsetFetch
     10: ("find_coordinator", 0, 4, 0),  # FindCoordinator
     11: ("join_group", 0, 9, 0),  # JoinGroup
     12: ("heartbeat", 0, 4, 0),  # Heartbeat
@@ -57,4 +57,6 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
     66: ("list_transactions", 0, 2, 0),  # ListTransactions
+    68: ("consumer_group_heartbeat", 0, 1, 0),  # ConsumerGroupHeartbeat
+    69: ("consumer_group_describe", 0, 1, 0),  # ConsumerGroupDescribe
 }

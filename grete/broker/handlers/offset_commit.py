@@ -1,5 +1,6 @@
-"""OffsetCommit (8): group commits (generation and member checked) and simple commits
-(generation -1, empty member id), stored in ``__consumer_offsets``."""
+"""OffsetCommit (8): group commits (generation and member checked; v9+ carries a KIP-848 member's
+epoch instead, STALE_MEMBER_EPOCH when it is not current) and simple commits (generation -1, empty
+member id), stored in ``__consumer_offsets``. v10 names topics by id."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 
 
-@api(8, 2, 8)
+@api(8, 2, 10)
 async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    unknown_ids = _names_from_ids(ctx, request) if ctx.version >= 10 else set()
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
-               for topic in request.topics for p in topic.partitions]
+               for topic in request.topics if topic.name not in unknown_ids for p in topic.partitions]
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         errors = {(c.topic, c.partition): int(ErrorCode.GROUP_AUTHORIZATION_FAILED) for c in commits}
         known: list[OffsetCommit] = []
@@ -28,9 +30,11 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
         errors.update(await ctx.broker.group_coordinator.commit_offsets(
             group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
             member_id=request.member_id, group_instance_id=request.group_instance_id,
-            retention_ms=request.retention_time_ms, offsets=known))
+            retention_ms=request.retention_time_ms, offsets=known, api_version=ctx.version))
+    errors.update({(t.name, p.partition_index): int(ErrorCode.UNKNOWN_TOPIC_ID)
+                   for t in request.topics if t.name in unknown_ids for p in t.partitions})
     return OffsetCommitResponse(topics=[
-        OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, topic_id=topic.topic_id, partitions=[
             OffsetCommitResponse.OffsetCommitResponsePartition(
                 partition_index=p.partition_index, error_code=errors[(topic.name, p.partition_index)])
             for p in topic.partitions])
@@ -51,3 +55,15 @@ def split_unknown(ctx: RequestContext,
         else:
             known.append(commit)
     return known, errors
+
+
+def _names_from_ids(ctx: RequestContext, request: OffsetCommitRequest) -> set[str]:
+    """v10 names topics by id: fill in each topic's name; an id the broker does not know gets a
+    stand-in name (returned) whose partitions answer UNKNOWN_TOPIC_ID, as Kafka 4.3.1 does."""
+    unknown: set[str] = set()
+    for topic in request.topics:
+        meta = ctx.broker.metadata.topic_by_id(topic.topic_id)
+        topic.name = meta.name if meta is not None else f"\0{topic.topic_id}"
+        if meta is None:
+            unknown.add(topic.name)
+    return unknown

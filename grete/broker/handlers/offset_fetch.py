@@ -1,32 +1,46 @@
-"""OffsetFetch (9): committed offsets of one group (v1-7) or several (v8); -1 where none."""
+"""OffsetFetch (9): committed offsets of one group (v1-7) or several (v8+); -1 where none. From v9 a
+KIP-848 member names itself and its epoch (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH otherwise); v10
+names topics by id."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
 
 Partitions = list[tuple[str, int]] | None
 
 
-@api(9, 1, 8)
+@api(9, 1, 10)
 def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     if ctx.version >= 8:
         groups = []
         for group in request.groups:
+            unknown = _names_from_ids(ctx, group) if ctx.version >= 10 else []
             wanted = (None if group.topics is None else
-                      [(t.name, p) for t in group.topics for p in t.partition_indexes])
-            error, topics = _fetch(ctx, group.group_id, wanted, request.require_stable)
+                      [(t.name, p) for t in group.topics if t not in unknown for p in t.partition_indexes])
+            stale = (ctx.broker.group_coordinator.validate_offset_fetch(group.group_id, group.member_id,
+                                                                         group.member_epoch)
+                     if ctx.version >= 9 and allowed(ctx, Op.DESCRIBE, Res.GROUP, group.group_id) else None)
+            error, topics = (stale, {}) if stale is not None else _fetch(ctx, group.group_id, wanted,
+                                                                         request.require_stable)
+            if error == ErrorCode.NONE:
+                for t in unknown:
+                    topics[t.name] = [(p, _UnknownId()) for p in t.partition_indexes]
+            ids = {t.name: t.topic_id for t in group.topics or ()}
             groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(
                 group_id=group.group_id, error_code=error, topics=[
-                    OffsetFetchResponse.OffsetFetchResponseTopics(name=name, partitions=[
-                        OffsetFetchResponse.OffsetFetchResponsePartitions(
-                            partition_index=p, committed_offset=o.offset, committed_leader_epoch=o.leader_epoch,
-                            metadata=o.metadata, error_code=o.error) for p, o in parts])
+                    OffsetFetchResponse.OffsetFetchResponseTopics(
+                        name=name, topic_id=ids.get(name) or _topic_id(ctx, name), partitions=[
+                            OffsetFetchResponse.OffsetFetchResponsePartitions(
+                                partition_index=p, committed_offset=o.offset, committed_leader_epoch=o.leader_epoch,
+                                metadata=o.metadata, error_code=o.error) for p, o in parts])
                     for name, parts in topics.items()]))
         return OffsetFetchResponse(groups=groups)
     wanted = None if request.topics is None else [(t.name, p) for t in request.topics
@@ -73,3 +87,26 @@ class _Refused:
     leader_epoch = -1
     metadata = ""
     error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class _UnknownId(_Refused):
+    """A partition of a topic id the broker does not know (v10): Kafka 4.3.1's UNKNOWN_TOPIC_ID entry."""
+
+    error = ErrorCode.UNKNOWN_TOPIC_ID
+
+
+def _names_from_ids(ctx: RequestContext, group: OffsetFetchRequest.OffsetFetchRequestGroup
+                    ) -> list[OffsetFetchRequest.OffsetFetchRequestTopics]:
+    """v10 names topics by id: fill in the names; the topics whose id is unknown are returned."""
+    unknown = []
+    for topic in group.topics or ():
+        meta = ctx.broker.metadata.topic_by_id(topic.topic_id)
+        topic.name = meta.name if meta is not None else f"\0{topic.topic_id}"
+        if meta is None:
+            unknown.append(topic)
+    return unknown
+
+
+def _topic_id(ctx: RequestContext, name: str) -> uuid.UUID:
+    meta = ctx.broker.metadata.topic(name)
+    return meta.topic_id if meta is not None else ZERO_UUID
