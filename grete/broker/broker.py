@@ -115,10 +115,20 @@ class Broker:
         """Replace the dynamic configs of this broker (``scope`` = its id) or of the cluster default
         (``scope`` = ""), as AlterConfigs on a BROKER resource does. Raises KafkaError."""
         try:
-            clean = check_dynamic_update(configs, cluster_default=scope == "")
+            clean = check_dynamic_update(configs, cluster_default=scope == "", current=self.config)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         await self.metadata.set_broker_configs(scope, clean)
+
+    async def ensure_cluster_min_isr(self) -> None:
+        """Kafka 4.3's controller writes min.insync.replicas as a cluster-level config when eligible
+        leader replicas are on (its ELR safety record), with the value from its static config; the
+        single node, a KRaft-like cluster of one, does the same once, so topics show it as a
+        DYNAMIC_DEFAULT_BROKER_CONFIG as Kafka 4.3 shows it."""
+        defaults = self.metadata.broker_configs("")
+        if "min.insync.replicas" not in defaults:
+            value = str(self.config.get_int("min.insync.replicas"))
+            await self.metadata.set_broker_configs("", {**defaults, "min.insync.replicas": value})
 
     # --- the cluster -------------------------------------------------------------------------
     def live_brokers(self) -> list[BrokerInfo]:

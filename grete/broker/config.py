@@ -216,6 +216,25 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("sasl.kerberos.ticket.renew.window.factor", DOUBLE, "0.8"),
     _d("sasl.kerberos.principal.to.local.rules", LIST, "DEFAULT"),
     _d("metric.reporters", LIST, ""),
+    # More of Kafka 4.3's run-time keys: accepted, stored and shown; grete has no tiered storage,
+    # share coordinator, config providers, log-dir cordoning or compression levels to apply them to.
+    _d("compression.gzip.level", INT, "-1"),
+    _d("compression.lz4.level", INT, "9"),
+    _d("compression.zstd.level", INT, "3"),
+    _d("config.providers", LIST, ""),
+    _d("cordoned.log.dirs", LIST, ""),
+    _d("follower.fetch.last.tiered.offset.enable", BOOL, "false"),
+    _d("group.coordinator.cached.buffer.max.bytes", INT, "1048588"),
+    _d("share.coordinator.cached.buffer.max.bytes", INT, "1048588"),
+    _d("remote.fetch.max.wait.ms", INT, "500", minimum=1),
+    _d("remote.list.offsets.request.timeout.ms", LONG, "30000", minimum=1),
+    _d("remote.log.index.file.cache.total.size.bytes", LONG, "1073741824", minimum=1),
+    _d("remote.log.manager.copier.thread.pool.size", INT, "10", minimum=1),
+    _d("remote.log.manager.copy.max.bytes.per.second", LONG, "9223372036854775807", minimum=1),
+    _d("remote.log.manager.expiration.thread.pool.size", INT, "10", minimum=1),
+    _d("remote.log.manager.fetch.max.bytes.per.second", LONG, "9223372036854775807", minimum=1),
+    _d("remote.log.manager.follower.thread.pool.size", INT, "2", minimum=1),
+    _d("remote.log.reader.threads", INT, "10", minimum=1),
     # TLS listeners (per listener as listener.name.<listener>.<key>): Kafka's keys and defaults.
     _d("ssl.keystore.type", STR, "JKS", choices=("JKS", "PKCS12", "PEM")),
     _d("ssl.keystore.location", STR, None),
@@ -358,13 +377,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
 ]}
 
 
-# What Kafka's DynamicBrokerConfig can change at run time (per broker, or as a cluster default):
-# the broker-side defaults of topic configs, the log cleaner, thread pools, connection quotas,
-# replication throttles, Kerberos relogin and metric reporters; listeners only per broker.
-PER_BROKER_ONLY = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+# What Kafka 4.3's DynamicBrokerConfig can change at run time (per broker, or as a cluster default),
+# as a live Kafka 4.3.1 accepts them: the broker-side defaults of topic configs (the primary names,
+# not log.retention.hours and the other coarser units), the log cleaner, thread pools, connection
+# quotas, replication throttles, Kerberos relogin, metric reporters, the group coordinators'
+# assignment intervals, tiered storage and compression levels. The listener and TLS keys come with
+# the security work: until grete re-binds listeners and reloads keystores, they stay static.
+PER_BROKER_ONLY = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map",
+                             "cordoned.log.dirs", "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+                             "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.ticket.renew.jitter",
+                             "sasl.kerberos.ticket.renew.window.factor"})
 DYNAMIC_BROKER_CONFIGS = frozenset(
     {synonym for _, synonym in TOPIC_CONFIGS.values() if synonym is not None}
-    | {coarser for chain in _UNIT_FALLBACKS.values() for coarser, _ in chain}
     | {"log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
        "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
        "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
@@ -373,9 +397,25 @@ DYNAMIC_BROKER_CONFIGS = frozenset(
        "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
        "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.ticket.renew.jitter",
        "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.principal.to.local.rules",
-       "metric.reporters", "producer.id.expiration.ms", "transaction.partition.verification.enable"}
-    # Not the listeners (PER_BROKER_ONLY): Kafka re-binds them at run time, grete cannot yet.
+       "metric.reporters", "producer.id.expiration.ms", "transaction.partition.verification.enable",
+       "group.consumer.assignment.interval.ms", "group.share.assignment.interval.ms",
+       "group.streams.assignment.interval.ms", "group.coordinator.cached.buffer.max.bytes",
+       "share.coordinator.cached.buffer.max.bytes", "compression.gzip.level", "compression.lz4.level",
+       "compression.zstd.level", "config.providers", "cordoned.log.dirs", "follower.fetch.last.tiered.offset.enable",
+       "remote.fetch.max.wait.ms", "remote.list.offsets.request.timeout.ms",
+       "remote.log.index.file.cache.total.size.bytes", "remote.log.manager.copier.thread.pool.size",
+       "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.expiration.thread.pool.size",
+       "remote.log.manager.fetch.max.bytes.per.second", "remote.log.manager.follower.thread.pool.size",
+       "remote.log.reader.threads"}
 ) & set(BROKER_CONFIGS)
+# Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only with a listener prefix.
+_LISTENER_PREFIX_ONLY = frozenset({"ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password",
+                                   "ssl.key.password", "ssl.keystore.certificate.chain", "ssl.keystore.key",
+                                   "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+                                   "ssl.truststore.certificates"})
+# Thread pools Kafka resizes at run time by at most a factor of two either way.
+_THREAD_POOLS = ("num.io.threads", "num.network.threads", "num.replica.fetchers",
+                 "num.recovery.threads.per.data.dir", "background.threads")
 
 
 def _definition(key: str) -> ConfigDef | None:
@@ -396,20 +436,50 @@ _PER_MECHANISM = re.compile(r"(plain|scram-sha-256|scram-sha-512|oauthbearer|gss
                             r"connections\.max\.reauth\.ms)")
 
 
-def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool) -> dict[str, str]:
-    """Validate a broker resource's dynamic configs as Kafka does; raises ConfigError (a key that
-    cannot change at run time, a per-broker key at cluster level, or a bad value)."""
-    static = sorted(k for k in configs if k not in DYNAMIC_BROKER_CONFIGS)
-    if static:
-        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
-    if cluster_default:
-        per_broker = sorted(k for k in configs if k in PER_BROKER_ONLY)
-        if per_broker:
-            raise ConfigError(f"Cannot update these configs at default cluster level, broker id must be "
-                              f"specified: Set({', '.join(per_broker)})")
+def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool,
+                         current: BrokerConfig | None = None) -> dict[str, str]:
+    """Validate a broker resource's dynamic configs in Kafka 4.3's order, with its messages; raises
+    ConfigError (INVALID_REQUEST on the wire). Keys grete does not know are kept as they are, as
+    Kafka keeps custom configs; ``current`` (the configs in force) bounds thread-pool resizes."""
+    _refuse(sorted(k for k in configs if k in BROKER_CONFIGS and k not in DYNAMIC_BROKER_CONFIGS),
+            "Cannot update these configs dynamically")
+    _refuse(sorted(k for k in configs if k in _LISTENER_PREFIX_ONLY),
+            "These security configs can be dynamically updated only per-listener using the listener prefix")
     for key, value in configs.items():
-        BROKER_CONFIGS[key].parse(value)
+        if key in BROKER_CONFIGS:
+            BROKER_CONFIGS[key].parse(value)
+    if cluster_default:
+        _refuse(sorted(k for k in configs if k in PER_BROKER_ONLY),
+                "Cannot update these configs at default cluster level, broker id must be specified")
+    if current is not None:
+        _check_resizes(configs, current)
     return dict(configs)
+
+
+def _refuse(keys: list[str], message: str) -> None:
+    if keys:
+        raise ConfigError(f"{message}: [{', '.join(keys)}]")
+
+
+def _check_resizes(configs: Mapping[str, str], current: BrokerConfig) -> None:
+    """Kafka's DynamicThreadPool and LogCleaner bounds: a pool at most doubles or halves at once."""
+    def invalid(detail: str) -> ConfigError:
+        return ConfigError("Invalid value org.apache.kafka.common.config.ConfigException: "
+                           f"{detail} for configuration Invalid dynamic configuration")
+    for key in _THREAD_POOLS:
+        if key in configs:
+            new, old = int(configs[key]), current.get_int(key)
+            prefix = f"Dynamic thread count update validation failed for {key}={new}, value should"
+            if new < old // 2:
+                raise invalid(f"{prefix} be at least half the current value {old}")
+            if new > old * 2:
+                raise invalid(f"{prefix} not be greater than double the current value {old}")
+    if "log.cleaner.threads" in configs:
+        new, old = int(configs["log.cleaner.threads"]), current.get_int("log.cleaner.threads")
+        if new < old // 2:
+            raise invalid(f"Log cleaner threads cannot be reduced to less than half the current value {old}")
+        if new > old * 2:
+            raise invalid(f"Log cleaner threads cannot be increased to more than double the current value {old}")
 
 
 def _broker_default_for_topic(topic_key: str) -> str | None:
