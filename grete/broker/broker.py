@@ -17,7 +17,13 @@ from typing import Any, Protocol
 
 from grete.broker.authorizer import AclAuthorizer, configured
 from grete.broker.cluster.placement import assign_replicas
-from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
+from grete.broker.config import (
+    BrokerConfig,
+    ConfigError,
+    check_dynamic_update,
+    cordoned_dirs,
+    validate_topic_configs,
+)
 from grete.broker.connection_quotas import ConnectionQuotas
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
@@ -82,6 +88,7 @@ class Broker:
         self.metadata.changes.subscribe(self._on_metadata_change)
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
         self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
+        self.log_manager.cordoned = cordoned_dirs(config)
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config,
                                        cluster=cluster is not None)
         self.connections: set[OpenConnection] = set()
@@ -110,6 +117,7 @@ class Broker:
             # What reads the config on each use picks the change up by itself; these hold it.
             self.replicas.reconfigure_all()
             self.connection_quotas.reload(self.config)
+            self.log_manager.cordoned = cordoned_dirs(self.config)
 
     async def set_dynamic_configs(self, scope: str, configs: dict[str, str]) -> None:
         """Replace the dynamic configs of this broker (``scope`` = its id) or of the cluster default
@@ -153,6 +161,11 @@ class Broker:
         """Replica placement over the live brokers. Raises INVALID_REPLICATION_FACTOR when there are
         fewer live brokers than replicas, with Kafka's message."""
         brokers = self.live_brokers()
+        if self.cluster is None and self.log_manager.cordoned >= set(self.log_dirs):
+            # Kafka 4.3's controller places no replica on a cordoned dir (KIP-1066).
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Unable to replicate the partition {replication} time(s): All brokers are currently "
+                             "fenced, or have all their log directories cordoned.")
         if replication > len(brokers):
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {replication} larger than available brokers: {len(brokers)}.")

@@ -188,6 +188,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("max.connections", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip.overrides", STR, ""),
+    _d("max.request.partition.size.limit", INT, "2000", "most partitions in one DescribeTopicPartitions answer",
+       minimum=1),
     _d("metrics.listener", STR, "", "http://HOST:PORT for GET /metrics (Prometheus); empty: no endpoint"),
     # Keys Kafka lets operators change at run time (DynamicBrokerConfig): accepted, stored and shown.
     # grete has no thread pools, throttled replication or Kerberos to apply some of them to.
@@ -453,7 +455,27 @@ def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool,
                 "Cannot update these configs at default cluster level, broker id must be specified")
     if current is not None:
         _check_resizes(configs, current)
+        if "cordoned.log.dirs" in configs:
+            _check_cordoned(configs["cordoned.log.dirs"], current)
     return dict(configs)
+
+
+def cordoned_dirs(config: BrokerConfig) -> set[Path]:
+    """The log dirs ``cordoned.log.dirs`` names (``*``: all of them): no new replica goes there."""
+    named = config.get_list("cordoned.log.dirs")
+    dirs = config.log_dirs
+    if "*" in named:
+        return set(dirs)
+    wanted = {Path(entry).expanduser() for entry in named}
+    return {d for d in dirs if d in wanted}
+
+
+def _check_cordoned(value: str, current: BrokerConfig) -> None:
+    configured = {str(d) for d in current.log_dirs} | set(current.get_list("log.dirs") or [current.get_str("log.dir")])
+    missing = [e for e in (p.strip() for p in value.split(",")) if e and e != "*" and e not in configured]
+    if missing:
+        raise ConfigError("requirement failed: All entries in cordoned.log.dirs must be present in log.dirs or "
+                          f"log.dir. Missing entries : {', '.join(missing)}")
 
 
 def _refuse(keys: list[str], message: str) -> None:
