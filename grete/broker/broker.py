@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grete.broker.authorizer import AclAuthorizer, configured
+from grete.broker.client_telemetry import ClientTelemetry
 from grete.broker.cluster.placement import assign_replicas
 from grete.broker.config import (
     BrokerConfig,
@@ -92,6 +93,7 @@ class Broker:
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config,
                                        cluster=cluster is not None)
         self.connections: set[OpenConnection] = set()
+        self.client_telemetry = ClientTelemetry()
         self.connection_quotas = ConnectionQuotas(config)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))

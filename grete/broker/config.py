@@ -188,6 +188,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("max.connections", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip.overrides", STR, ""),
+    _d("telemetry.max.bytes", INT, "1048576", "largest PushTelemetry metrics payload accepted", minimum=1),
     _d("max.request.partition.size.limit", INT, "2000", "most partitions in one DescribeTopicPartitions answer",
        minimum=1),
     _d("metrics.listener", STR, "", "http://HOST:PORT for GET /metrics (Prometheus); empty: no endpoint"),

@@ -55,6 +55,8 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
     66: ("list_transactions", 0, 2, 0),  # ListTransactions
+    71: ("get_telemetry_subscriptions", 0, 0, 0),  # GetTelemetrySubscriptions
+    72: ("push_telemetry", 0, 0, 0),  # PushTelemetry
     74: ("list_config_resources", 0, 1, 0),  # ListConfigResources
     75: ("describe_topic_partitions", 0, 0, 0),  # DescribeTopicPartitions
 }
