@@ -127,8 +127,13 @@ def test_describe_topic_partitions_all_topics(wire, topics):
     assert all(name is not None and name >= a for _, name, _ in got) and nxt is None
 
 
+KAFKA_TYPE_ORDER = [GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC]
+
+
 def list_config_resources(wire: Wire, types: list[int], version: int = 1) -> tuple[int, set[tuple[int, str]]]:
     response = wire.call(ListConfigResourcesRequest(resource_types=types), ListConfigResourcesResponse, version)
+    order = [KAFKA_TYPE_ORDER.index(r.resource_type) for r in response.config_resources]
+    assert order == sorted(order), "types in Kafka's order"
     return response.error_code, {(r.resource_type, r.resource_name) for r in response.config_resources}
 
 
@@ -144,6 +149,7 @@ def test_list_config_resources(wire, topics):
     assert code == 0
     assert {(TOPIC, t) for t in topics} | {(BROKER, broker_id), (BROKER_LOGGER, broker_id), (GROUP, group)} <= everything
     assert {t for t, _ in everything} <= {TOPIC, BROKER, BROKER_LOGGER, GROUP}  # no client-metrics resources
+    assert list_config_resources(wire, [TOPIC, GROUP, BROKER])[0] == 0  # answered in Kafka's order
     code, only_topics = list_config_resources(wire, [TOPIC, TOPIC])
     assert code == 0 and only_topics == {r for r in everything if r[0] == TOPIC}
     assert list_config_resources(wire, [BROKER]) == (0, {(BROKER, broker_id)})

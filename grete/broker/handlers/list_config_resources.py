@@ -2,10 +2,12 @@
 
 v0 is KIP-714's ListClientMetricsResources: the client-metrics resources, of which grete has none
 (it keeps no client-metrics subscriptions). v1 takes resource types; an empty list means all of
-them. As Kafka 4.3.1 answers (measured): TOPIC lists every topic, internal ones too; BROKER the
-brokers; BROKER_LOGGER this broker; GROUP the groups with config overrides (not every group);
-CLIENT_METRICS none. Any other type fails the request with UNSUPPORTED_VERSION. The principal needs
-DESCRIBE_CONFIGS on the cluster (KIP-1142), else CLUSTER_AUTHORIZATION_FAILED.
+them. As Kafka 4.3.1 answers (measured): TOPIC lists every topic, internal ones too; BROKER and
+BROKER_LOGGER the live brokers with an endpoint on the request's listener; GROUP the groups with
+config overrides (not every group); CLIENT_METRICS none. Types come in Kafka's fixed order (GROUP,
+CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC) whatever the request's order, each once. Any other type
+fails the request with UNSUPPORTED_VERSION. The principal needs DESCRIBE_CONFIGS on the cluster
+(KIP-1142), else CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ListConfigResourcesRequest, ListConfigResourcesResponse
 
 CLIENT_METRICS = 16
-ALL_TYPES = (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
+ALL_TYPES = (GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC)  # Kafka's answer order
 Resource = ListConfigResourcesResponse.ConfigResource
 
 
@@ -43,10 +45,9 @@ def _names(ctx: RequestContext, resource_type: int) -> list[str]:
     broker = ctx.broker
     if resource_type == TOPIC:
         return sorted(broker.metadata.topics())
-    if resource_type == BROKER:
-        return [str(info.id) for info in broker.live_brokers()]
-    if resource_type == BROKER_LOGGER:
-        return [str(broker.node_id)]
+    if resource_type in (BROKER, BROKER_LOGGER):
+        return [str(info.id) for info in sorted(broker.live_brokers(), key=lambda b: b.id)
+                if info.endpoint(ctx.listener) is not None]
     if resource_type == GROUP:
         return broker.metadata.configured_groups()
     return []
