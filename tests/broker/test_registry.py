@@ -23,8 +23,9 @@ def test_advertisement_excludes_what_must_not_be_advertised():
     # without a client-telemetry metrics reporter (measured).
     assert keys.isdisjoint({68, 69, 71, 72, 76, 77, 78, 79})
     ranges = {key: (lo, hi) for key, lo, hi in advertised_versions()}
-    # Transactions: transaction version 1 only. AddPartitionsToTxn v4+ is the brokers' verify form,
-    # EndTxn v5 / TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2).
-    assert ranges[24] == ranges[25] == ranges[26] == ranges[28] == (0, 3)
+    # Transactions: transaction version 1 with KIP-890 part 1's client versions (TRANSACTION_ABORTABLE).
+    # AddPartitionsToTxn v4+ is the brokers' verify form, EndTxn v5 / TxnOffsetCommit v5 belong to
+    # transaction version 2 (KIP-890 part 2), InitProducerId v6 to two-phase commit (KIP-939).
+    assert (ranges[22], ranges[24], ranges[25], ranges[26], ranges[28]) == ((0, 5), (0, 3), (0, 4), (0, 4), (0, 4))
     assert ranges[0] == (0, 9)        # Produce: min 0 for librdkafka's checks, never 12+ (KIP-890)
     assert ranges[1][0] == 4          # Fetch: no down-conversion versions
