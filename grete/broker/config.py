@@ -67,6 +67,8 @@ class ConfigDef:
     sensitive: bool = False
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
+    also: float | None = None  # one value allowed outside [minimum, maximum] (gzip's -1: the default level)
     allow_empty: bool = False  # a LIST with choices that may be empty (Kafka's ValidList.anyNonDuplicateValues)
 
     def parse(self, raw: str) -> object:
@@ -87,15 +89,16 @@ class ConfigDef:
             else:
                 value = text
         except ValueError:
-            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
-                              f"expected a {self.type.name.lower()}") from None
+            # Kafka's ConfigDef.parseType wording.
+            reason = ("Expected value to be either true or false" if self.type == ConfigType.BOOLEAN
+                      else f"Not a number of type {self.type.name}")
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: {reason}") from None
         self._check(value, raw)
         return value
 
     def _check(self, value: object, raw: str) -> None:
-        if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:
-            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
-                              f"Value must be at least {self.minimum:g}")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value != self.also:
+            self._check_range(value, raw)
         if self.choices is not None:
             items = value if isinstance(value, list) else [value]
             bad = [v for v in items if v not in self.choices]
@@ -103,6 +106,20 @@ class ConfigDef:
             if bad or (empty and not self.allow_empty):
                 raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
                                   f"String must be one of: {', '.join(self.choices)}")
+
+
+    def _check_range(self, value: float, raw: str) -> None:
+        """Kafka's Range / between-or-equal validators, with their wording."""
+        low, high = self.minimum, self.maximum
+        if self.also is not None and low is not None and high is not None:
+            if not low <= value <= high:
+                raise ConfigError(f"Invalid value {raw} for configuration {self.name}: Value must be between "
+                                  f"{low:g} and {high:g} or equal to {self.also:g}")
+            return
+        if low is not None and value < low:
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: Value must be at least {low:g}")
+        if high is not None and value > high:
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: Value must be no more than {high:g}")
 
 
 def _d(name: str, type_: ConfigType, default: str | None, doc: str = "", **kw: object) -> ConfigDef:
@@ -121,6 +138,10 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, syn) for d
         choices=("delete", "compact"), allow_empty=True),
      "log.cleanup.policy"),
     (_d("compression.type", STR, "producer", choices=_CODECS), "compression.type"),
+    # KIP-390's levels: accepted and shown; grete keeps the producer's batches as they are.
+    (_d("compression.gzip.level", INT, "-1", minimum=1, maximum=9, also=-1), "compression.gzip.level"),
+    (_d("compression.lz4.level", INT, "9", minimum=1, maximum=17), "compression.lz4.level"),
+    (_d("compression.zstd.level", INT, "3", minimum=-131072, maximum=22), "compression.zstd.level"),
     (_d("delete.retention.ms", LONG, "86400000", minimum=0), "log.cleaner.delete.retention.ms"),
     (_d("file.delete.delay.ms", LONG, "60000", minimum=0), "log.segment.delete.delay.ms"),
     (_d("flush.messages", LONG, str(LONG_MAX), minimum=1), "log.flush.interval.messages"),
@@ -142,6 +163,8 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, syn) for d
     (_d("min.insync.replicas", INT, "1", minimum=1), "min.insync.replicas"),
     (_d("preallocate", BOOL, "false"), "log.preallocate"),
     (_d("remote.storage.enable", BOOL, "false"), None),
+    (_d("remote.log.copy.disable", BOOL, "false"), None),  # tiered storage: accepted and shown
+    (_d("remote.log.delete.on.disable", BOOL, "false"), None),
     (_d("retention.bytes", LONG, "-1"), "log.retention.bytes"),
     (_d("retention.ms", LONG, "604800000", minimum=-1), "log.retention.ms"),
     (_d("segment.bytes", INT, "1073741824", minimum=14), "log.segment.bytes"),
@@ -221,9 +244,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("metric.reporters", LIST, ""),
     # More of Kafka 4.3's run-time keys: accepted, stored and shown; grete has no tiered storage,
     # share coordinator, config providers, log-dir cordoning or compression levels to apply them to.
-    _d("compression.gzip.level", INT, "-1"),
-    _d("compression.lz4.level", INT, "9"),
-    _d("compression.zstd.level", INT, "3"),
+    _d("compression.gzip.level", INT, "-1", minimum=1, maximum=9, also=-1),
+    _d("compression.lz4.level", INT, "9", minimum=1, maximum=17),
+    _d("compression.zstd.level", INT, "3", minimum=-131072, maximum=22),
     _d("config.providers", LIST, ""),
     _d("cordoned.log.dirs", LIST, ""),
     _d("follower.fetch.last.tiered.offset.enable", BOOL, "false"),
