@@ -180,7 +180,7 @@ def test_describe_log_dirs_cordoned(wire):
                                       "entries : /nonexistent")
     assert cordon("*") == (0, None)
     try:
-        deadline = time.monotonic() + 15  # Kafka's broker applies the controller's record a moment later
+        deadline = time.monotonic() + 30  # Kafka's broker applies the controller's record a moment later
         while not wire.call(DescribeLogDirsRequest(topics=[]), DescribeLogDirsResponse, 5).results[0].is_cordoned:
             assert time.monotonic() < deadline
             time.sleep(0.1)
@@ -194,6 +194,10 @@ def test_describe_log_dirs_cordoned(wire):
         assert v4.log_dir == log_dir and not v4.is_cordoned  # not in v4
     finally:
         assert cordon(None) == (0, None)
+        deadline = time.monotonic() + 30  # later tests create topics: wait until the broker applied it
+        while wire.call(DescribeLogDirsRequest(topics=[]), DescribeLogDirsResponse, 5).results[0].is_cordoned:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
 
 
 def test_describe_cluster_v2(wire):

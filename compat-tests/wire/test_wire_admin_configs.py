@@ -122,10 +122,11 @@ def test_accepted_and_shown(wire, scope, key, value):
         if key != "grete.custom.key":  # Kafka does not describe keys it has no definition for
             # Kafka's brokers see the change once the controller's record reaches them.
             deadline = time.monotonic() + 30  # generous: the reference shares two cores with the suite
-            while (entry := describe(wire, BROKER, name, [key]).get(key)) is None or entry.value != value:
+            source = 2 if scope else DYNAMIC_DEFAULT_BROKER_CONFIG  # (an empty value equals the default's)
+            while ((entry := describe(wire, BROKER, name, [key]).get(key)) is None or entry.value != value
+                   or entry.config_source != source):
                 assert time.monotonic() < deadline, entry
                 time.sleep(0.1)
-            assert entry.config_source == (2 if scope else DYNAMIC_DEFAULT_BROKER_CONFIG)
             assert not entry.read_only
     finally:
         assert alter(wire, name, [(key, DELETE, None)], validate_only=False) == (0, None)
