@@ -22,7 +22,27 @@ from grete.protocol.messages import (  # noqa: E402
     ListOffsetsResponse,
 )
 from grete.testing._wire import Wire  # noqa: E402
-from tests.broker._txn import READ_COMMITTED, READ_UNCOMMITTED, Txn, latest, settled  # noqa: E402
+from tests.broker._txn import (  # noqa: E402
+    KIP890_VERSIONS,
+    LEGACY_VERSIONS,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Txn,
+    latest,
+    settled,
+)
+
+
+@pytest.fixture(autouse=True, params=["legacy", "kip890"])
+def client_versions(request, monkeypatch):
+    """Every scenario twice: with the versions of a client before KIP-890, and with KIP-890 part 1's
+    (InitProducerId 5, AddOffsetsToTxn 4, EndTxn 4, TxnOffsetCommit 4), which Kafka 4.3.1 answers alike
+    except where TRANSACTION_ABORTABLE replaces an older code."""
+    versions = LEGACY_VERSIONS if request.param == "legacy" else KIP890_VERSIONS
+    if versions is KIP890_VERSIONS and request.config.getoption("--target", default=None) == "kafka-3.9":
+        pytest.skip("KIP-890 part 1 versions: measured on Kafka 4.3.1 only")
+    monkeypatch.setattr(Txn, "versions", versions)
+    return versions
 
 
 @pytest.fixture
@@ -87,11 +107,12 @@ def test_partition_checks(wire, make_topic):
     assert settled(lambda: txn.end(True)) == ErrorCode.INVALID_TXN_STATE
 
 
-def test_offsets_need_add_offsets_and_a_valid_member(wire, make_topic):
+def test_offsets_need_add_offsets_and_a_valid_member(wire, make_topic, client_versions):
     topic = writable(wire, make_topic(partitions=1))
     group = f"g-{uuid.uuid4().hex[:6]}"
     txn = ready(wire)
-    assert txn.commit_offsets(group, topic, 5) == ErrorCode.INVALID_TXN_STATE
+    not_added = ErrorCode.TRANSACTION_ABORTABLE if client_versions["commit_offsets"] >= 4 else ErrorCode.INVALID_TXN_STATE
+    assert txn.commit_offsets(group, topic, 5) == not_added
     assert txn.add_offsets(group) == 0
     assert txn.commit_offsets(group, topic, 5, member="ghost") == 0  # Empty group, no generation
     assert txn.commit_offsets(group, topic, 5, generation=3) == ErrorCode.UNKNOWN_MEMBER_ID

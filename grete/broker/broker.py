@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grete.broker.authorizer import AclAuthorizer, configured
+from grete.broker.client_telemetry import ClientTelemetry
 from grete.broker.cluster.placement import assign_replicas
-from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
+from grete.broker.config import (
+    BrokerConfig,
+    ConfigError,
+    check_dynamic_update,
+    cordoned_dirs,
+    validate_topic_configs,
+)
 from grete.broker.connection_quotas import ConnectionQuotas
 from grete.broker.fetch_sessions import FetchSessionCache
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
@@ -84,9 +91,11 @@ class Broker:
         self.metadata.changes.subscribe(self._on_metadata_change)
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
         self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
+        self.log_manager.cordoned = cordoned_dirs(config)
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config,
                                        cluster=cluster is not None)
         self.connections: set[OpenConnection] = set()
+        self.client_telemetry = ClientTelemetry()
         self.connection_quotas = ConnectionQuotas(config)
         self.quotas = ClientQuotas(config, self.metadata)
         self.buffer_pool = BufferPool()
@@ -114,15 +123,26 @@ class Broker:
             # What reads the config on each use picks the change up by itself; these hold it.
             self.replicas.reconfigure_all()
             self.connection_quotas.reload(self.config)
+            self.log_manager.cordoned = cordoned_dirs(self.config)
 
     async def set_dynamic_configs(self, scope: str, configs: dict[str, str]) -> None:
         """Replace the dynamic configs of this broker (``scope`` = its id) or of the cluster default
         (``scope`` = ""), as AlterConfigs on a BROKER resource does. Raises KafkaError."""
         try:
-            clean = check_dynamic_update(configs, cluster_default=scope == "")
+            clean = check_dynamic_update(configs, cluster_default=scope == "", current=self.config)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         await self.metadata.set_broker_configs(scope, clean)
+
+    async def ensure_cluster_min_isr(self) -> None:
+        """Kafka 4.3's controller writes min.insync.replicas as a cluster-level config when eligible
+        leader replicas are on (its ELR safety record), with the value from its static config; the
+        single node, a KRaft-like cluster of one, does the same once, so topics show it as a
+        DYNAMIC_DEFAULT_BROKER_CONFIG as Kafka 4.3 shows it."""
+        defaults = self.metadata.broker_configs("")
+        if "min.insync.replicas" not in defaults:
+            value = str(self.config.get_int("min.insync.replicas"))
+            await self.metadata.set_broker_configs("", {**defaults, "min.insync.replicas": value})
 
     # --- the cluster -------------------------------------------------------------------------
     def live_brokers(self) -> list[BrokerInfo]:
@@ -147,6 +167,11 @@ class Broker:
         """Replica placement over the live brokers. Raises INVALID_REPLICATION_FACTOR when there are
         fewer live brokers than replicas, with Kafka's message."""
         brokers = self.live_brokers()
+        if self.cluster is None and self.log_manager.cordoned >= set(self.log_dirs):
+            # Kafka 4.3's controller places no replica on a cordoned dir (KIP-1066).
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Unable to replicate the partition {replication} time(s): All brokers are currently "
+                             "fenced, or have all their log directories cordoned.")
         if replication > len(brokers):
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {replication} larger than available brokers: {len(brokers)}.")

@@ -67,6 +67,8 @@ class ConfigDef:
     sensitive: bool = False
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
+    also: float | None = None  # one value allowed outside [minimum, maximum] (gzip's -1: the default level)
     allow_empty: bool = False  # a LIST with choices that may be empty (Kafka's ValidList.anyNonDuplicateValues)
 
     def parse(self, raw: str) -> object:
@@ -87,15 +89,16 @@ class ConfigDef:
             else:
                 value = text
         except ValueError:
-            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
-                              f"expected a {self.type.name.lower()}") from None
+            # Kafka's ConfigDef.parseType wording.
+            reason = ("Expected value to be either true or false" if self.type == ConfigType.BOOLEAN
+                      else f"Not a number of type {self.type.name}")
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: {reason}") from None
         self._check(value, raw)
         return value
 
     def _check(self, value: object, raw: str) -> None:
-        if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:
-            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
-                              f"Value must be at least {self.minimum:g}")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value != self.also:
+            self._check_range(value, raw)
         if self.choices is not None:
             items = value if isinstance(value, list) else [value]
             bad = [v for v in items if v not in self.choices]
@@ -103,6 +106,20 @@ class ConfigDef:
             if bad or (empty and not self.allow_empty):
                 raise ConfigError(f"Invalid value {raw} for configuration {self.name}: "
                                   f"String must be one of: {', '.join(self.choices)}")
+
+
+    def _check_range(self, value: float, raw: str) -> None:
+        """Kafka's Range / between-or-equal validators, with their wording."""
+        low, high = self.minimum, self.maximum
+        if self.also is not None and low is not None and high is not None:
+            if not low <= value <= high:
+                raise ConfigError(f"Invalid value {raw} for configuration {self.name}: Value must be between "
+                                  f"{low:g} and {high:g} or equal to {self.also:g}")
+            return
+        if low is not None and value < low:
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: Value must be at least {low:g}")
+        if high is not None and value > high:
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: Value must be no more than {high:g}")
 
 
 def _d(name: str, type_: ConfigType, default: str | None, doc: str = "", **kw: object) -> ConfigDef:
@@ -121,6 +138,10 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, syn) for d
         choices=("delete", "compact"), allow_empty=True),
      "log.cleanup.policy"),
     (_d("compression.type", STR, "producer", choices=_CODECS), "compression.type"),
+    # KIP-390's levels: accepted and shown; grete keeps the producer's batches as they are.
+    (_d("compression.gzip.level", INT, "-1", minimum=1, maximum=9, also=-1), "compression.gzip.level"),
+    (_d("compression.lz4.level", INT, "9", minimum=1, maximum=17), "compression.lz4.level"),
+    (_d("compression.zstd.level", INT, "3", minimum=-131072, maximum=22), "compression.zstd.level"),
     (_d("delete.retention.ms", LONG, "86400000", minimum=0), "log.cleaner.delete.retention.ms"),
     (_d("file.delete.delay.ms", LONG, "60000", minimum=0), "log.segment.delete.delay.ms"),
     (_d("flush.messages", LONG, str(LONG_MAX), minimum=1), "log.flush.interval.messages"),
@@ -142,6 +163,8 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, syn) for d
     (_d("min.insync.replicas", INT, "1", minimum=1), "min.insync.replicas"),
     (_d("preallocate", BOOL, "false"), "log.preallocate"),
     (_d("remote.storage.enable", BOOL, "false"), None),
+    (_d("remote.log.copy.disable", BOOL, "false"), None),  # tiered storage: accepted and shown
+    (_d("remote.log.delete.on.disable", BOOL, "false"), None),
     (_d("retention.bytes", LONG, "-1"), "log.retention.bytes"),
     (_d("retention.ms", LONG, "604800000", minimum=-1), "log.retention.ms"),
     (_d("segment.bytes", INT, "1073741824", minimum=14), "log.segment.bytes"),
@@ -193,6 +216,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("quota.window.size.seconds", INT, "1", minimum=1),
     _d("controller.quota.window.num", INT, "11", minimum=1),
     _d("controller.quota.window.size.seconds", INT, "1", minimum=1),
+    _d("telemetry.max.bytes", INT, "1048576", "largest PushTelemetry metrics payload accepted", minimum=1),
+    _d("max.request.partition.size.limit", INT, "2000", "most partitions in one DescribeTopicPartitions answer",
+       minimum=1),
     _d("metrics.listener", STR, "", "http://HOST:PORT for GET /metrics (Prometheus); empty: no endpoint"),
     # Keys Kafka lets operators change at run time (DynamicBrokerConfig): accepted, stored and shown.
     # grete has no thread pools, throttled replication or Kerberos to apply some of them to.
@@ -223,6 +249,25 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("sasl.kerberos.ticket.renew.window.factor", DOUBLE, "0.8"),
     _d("sasl.kerberos.principal.to.local.rules", LIST, "DEFAULT"),
     _d("metric.reporters", LIST, ""),
+    # More of Kafka 4.3's run-time keys: accepted, stored and shown; grete has no tiered storage,
+    # share coordinator, config providers, log-dir cordoning or compression levels to apply them to.
+    _d("compression.gzip.level", INT, "-1", minimum=1, maximum=9, also=-1),
+    _d("compression.lz4.level", INT, "9", minimum=1, maximum=17),
+    _d("compression.zstd.level", INT, "3", minimum=-131072, maximum=22),
+    _d("config.providers", LIST, ""),
+    _d("cordoned.log.dirs", LIST, ""),
+    _d("follower.fetch.last.tiered.offset.enable", BOOL, "false"),
+    _d("group.coordinator.cached.buffer.max.bytes", INT, "1048588"),
+    _d("share.coordinator.cached.buffer.max.bytes", INT, "1048588"),
+    _d("remote.fetch.max.wait.ms", INT, "500", minimum=1),
+    _d("remote.list.offsets.request.timeout.ms", LONG, "30000", minimum=1),
+    _d("remote.log.index.file.cache.total.size.bytes", LONG, "1073741824", minimum=1),
+    _d("remote.log.manager.copier.thread.pool.size", INT, "10", minimum=1),
+    _d("remote.log.manager.copy.max.bytes.per.second", LONG, "9223372036854775807", minimum=1),
+    _d("remote.log.manager.expiration.thread.pool.size", INT, "10", minimum=1),
+    _d("remote.log.manager.fetch.max.bytes.per.second", LONG, "9223372036854775807", minimum=1),
+    _d("remote.log.manager.follower.thread.pool.size", INT, "2", minimum=1),
+    _d("remote.log.reader.threads", INT, "10", minimum=1),
     # TLS listeners (per listener as listener.name.<listener>.<key>): Kafka's keys and defaults.
     _d("ssl.keystore.type", STR, "JKS", choices=("JKS", "PKCS12", "PEM")),
     _d("ssl.keystore.location", STR, None),
@@ -376,13 +421,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
 ]}
 
 
-# What Kafka's DynamicBrokerConfig can change at run time (per broker, or as a cluster default):
-# the broker-side defaults of topic configs, the log cleaner, thread pools, connection quotas,
-# replication throttles, Kerberos relogin and metric reporters; listeners only per broker.
-PER_BROKER_ONLY = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+# What Kafka 4.3's DynamicBrokerConfig can change at run time (per broker, or as a cluster default),
+# as a live Kafka 4.3.1 accepts them: the broker-side defaults of topic configs (the primary names,
+# not log.retention.hours and the other coarser units), the log cleaner, thread pools, connection
+# quotas, replication throttles, Kerberos relogin, metric reporters, the group coordinators'
+# assignment intervals, tiered storage and compression levels. The listener and TLS keys come with
+# the security work: until grete re-binds listeners and reloads keystores, they stay static.
+PER_BROKER_ONLY = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map",
+                             "cordoned.log.dirs", "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+                             "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.ticket.renew.jitter",
+                             "sasl.kerberos.ticket.renew.window.factor"})
 DYNAMIC_BROKER_CONFIGS = frozenset(
     {synonym for _, synonym in TOPIC_CONFIGS.values() if synonym is not None}
-    | {coarser for chain in _UNIT_FALLBACKS.values() for coarser, _ in chain}
     | {"log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
        "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms",
        "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
@@ -391,9 +441,25 @@ DYNAMIC_BROKER_CONFIGS = frozenset(
        "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
        "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.ticket.renew.jitter",
        "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.principal.to.local.rules",
-       "metric.reporters", "producer.id.expiration.ms", "transaction.partition.verification.enable"}
-    # Not the listeners (PER_BROKER_ONLY): Kafka re-binds them at run time, grete cannot yet.
+       "metric.reporters", "producer.id.expiration.ms", "transaction.partition.verification.enable",
+       "group.consumer.assignment.interval.ms", "group.share.assignment.interval.ms",
+       "group.streams.assignment.interval.ms", "group.coordinator.cached.buffer.max.bytes",
+       "share.coordinator.cached.buffer.max.bytes", "compression.gzip.level", "compression.lz4.level",
+       "compression.zstd.level", "config.providers", "cordoned.log.dirs", "follower.fetch.last.tiered.offset.enable",
+       "remote.fetch.max.wait.ms", "remote.list.offsets.request.timeout.ms",
+       "remote.log.index.file.cache.total.size.bytes", "remote.log.manager.copier.thread.pool.size",
+       "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.expiration.thread.pool.size",
+       "remote.log.manager.fetch.max.bytes.per.second", "remote.log.manager.follower.thread.pool.size",
+       "remote.log.reader.threads"}
 ) & set(BROKER_CONFIGS)
+# Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only with a listener prefix.
+_LISTENER_PREFIX_ONLY = frozenset({"ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password",
+                                   "ssl.key.password", "ssl.keystore.certificate.chain", "ssl.keystore.key",
+                                   "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+                                   "ssl.truststore.certificates"})
+# Thread pools Kafka resizes at run time by at most a factor of two either way.
+_THREAD_POOLS = ("num.io.threads", "num.network.threads", "num.replica.fetchers",
+                 "num.recovery.threads.per.data.dir", "background.threads")
 
 
 def _definition(key: str) -> ConfigDef | None:
@@ -414,20 +480,70 @@ _PER_MECHANISM = re.compile(r"(plain|scram-sha-256|scram-sha-512|oauthbearer|gss
                             r"connections\.max\.reauth\.ms)")
 
 
-def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool) -> dict[str, str]:
-    """Validate a broker resource's dynamic configs as Kafka does; raises ConfigError (a key that
-    cannot change at run time, a per-broker key at cluster level, or a bad value)."""
-    static = sorted(k for k in configs if k not in DYNAMIC_BROKER_CONFIGS)
-    if static:
-        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
-    if cluster_default:
-        per_broker = sorted(k for k in configs if k in PER_BROKER_ONLY)
-        if per_broker:
-            raise ConfigError(f"Cannot update these configs at default cluster level, broker id must be "
-                              f"specified: Set({', '.join(per_broker)})")
+def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool,
+                         current: BrokerConfig | None = None) -> dict[str, str]:
+    """Validate a broker resource's dynamic configs in Kafka 4.3's order, with its messages; raises
+    ConfigError (INVALID_REQUEST on the wire). Keys grete does not know are kept as they are, as
+    Kafka keeps custom configs; ``current`` (the configs in force) bounds thread-pool resizes."""
+    _refuse(sorted(k for k in configs if k in BROKER_CONFIGS and k not in DYNAMIC_BROKER_CONFIGS),
+            "Cannot update these configs dynamically")
+    _refuse(sorted(k for k in configs if k in _LISTENER_PREFIX_ONLY),
+            "These security configs can be dynamically updated only per-listener using the listener prefix")
     for key, value in configs.items():
-        BROKER_CONFIGS[key].parse(value)
+        if key in BROKER_CONFIGS:
+            BROKER_CONFIGS[key].parse(value)
+    if cluster_default:
+        _refuse(sorted(k for k in configs if k in PER_BROKER_ONLY),
+                "Cannot update these configs at default cluster level, broker id must be specified")
+    if current is not None:
+        _check_resizes(configs, current)
+        if "cordoned.log.dirs" in configs:
+            _check_cordoned(configs["cordoned.log.dirs"], current)
     return dict(configs)
+
+
+def cordoned_dirs(config: BrokerConfig) -> set[Path]:
+    """The log dirs ``cordoned.log.dirs`` names (``*``: all of them): no new replica goes there."""
+    named = config.get_list("cordoned.log.dirs")
+    dirs = config.log_dirs
+    if "*" in named:
+        return set(dirs)
+    wanted = {Path(entry).expanduser() for entry in named}
+    return {d for d in dirs if d in wanted}
+
+
+def _check_cordoned(value: str, current: BrokerConfig) -> None:
+    configured = {str(d) for d in current.log_dirs} | set(current.get_list("log.dirs") or [current.get_str("log.dir")])
+    missing = [e for e in (p.strip() for p in value.split(",")) if e and e != "*" and e not in configured]
+    if missing:
+        raise ConfigError("requirement failed: All entries in cordoned.log.dirs must be present in log.dirs or "
+                          f"log.dir. Missing entries : {', '.join(missing)}")
+
+
+def _refuse(keys: list[str], message: str) -> None:
+    if keys:
+        raise ConfigError(f"{message}: [{', '.join(keys)}]")
+
+
+def _check_resizes(configs: Mapping[str, str], current: BrokerConfig) -> None:
+    """Kafka's DynamicThreadPool and LogCleaner bounds: a pool at most doubles or halves at once."""
+    def invalid(detail: str) -> ConfigError:
+        return ConfigError("Invalid value org.apache.kafka.common.config.ConfigException: "
+                           f"{detail} for configuration Invalid dynamic configuration")
+    for key in _THREAD_POOLS:
+        if key in configs:
+            new, old = int(configs[key]), current.get_int(key)
+            prefix = f"Dynamic thread count update validation failed for {key}={new}, value should"
+            if new < old // 2:
+                raise invalid(f"{prefix} be at least half the current value {old}")
+            if new > old * 2:
+                raise invalid(f"{prefix} not be greater than double the current value {old}")
+    if "log.cleaner.threads" in configs:
+        new, old = int(configs["log.cleaner.threads"]), current.get_int("log.cleaner.threads")
+        if new < old // 2:
+            raise invalid(f"Log cleaner threads cannot be reduced to less than half the current value {old}")
+        if new > old * 2:
+            raise invalid(f"Log cleaner threads cannot be increased to more than double the current value {old}")
 
 
 def _broker_default_for_topic(topic_key: str) -> str | None:

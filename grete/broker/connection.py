@@ -154,6 +154,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.transport is not None and self in self.broker.connections:
             self.broker.connections.discard(self)
             self.broker.connection_quotas.release(self.peer)
+            self.broker.client_telemetry.connection_closed(id(self.session))
         self._closed = True
         self._reader.close()
         if self._idle_handle is not None:

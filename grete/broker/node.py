@@ -65,6 +65,8 @@ class Node:
         broker.log_manager.startup(cluster_id=broker.metadata.cluster_id, node_id=broker.node_id)
         broker.replicas.on_all_offline = self._all_dirs_offline
         broker.replicas.start()
+        if self.zk_broker is None:
+            await broker.ensure_cluster_min_isr()
         await broker.producer_ids.start(lazily=self.zk_broker is not None)
         broker.group_coordinator = await start_group_coordinator(broker)
         # After the groups: finishing an interrupted commit may apply transactional offsets.

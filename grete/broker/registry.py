@@ -104,12 +104,15 @@ def handlers() -> Handlers:
 # and advertised only by a broker in one; elsewhere a request for them closes the connection, as a
 # KRaft broker's does.
 ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56})
+# Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
+# advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
+UNADVERTISED_APIS = frozenset({71, 72})
 
 
 def advertised_versions(zk_broker: bool = False) -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
     return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
-            if zk_broker or key not in ZK_BROKER_APIS]
+            if (zk_broker or key not in ZK_BROKER_APIS) and key not in UNADVERTISED_APIS]
 
 
 def declared_handlers() -> dict[int, Handler]:

@@ -144,6 +144,7 @@ class MetadataStore(Protocol):
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None: ...
     def broker_configs(self, scope: str) -> dict[str, str]: ...
     def group_configs(self, group_id: str) -> dict[str, str]: ...
+    def configured_groups(self) -> list[str]: ...
 
     # changes: durable when the call returns, then published on ``changes``
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
@@ -206,6 +207,10 @@ class LocalMetadataStore:
 
     def group_configs(self, group_id: str) -> dict[str, str]:
         return dict(self._group_configs.get(group_id, {}))
+
+    def configured_groups(self) -> list[str]:
+        """The groups with config overrides (ListConfigResources' GROUP resources)."""
+        return sorted(self._group_configs)
 
     # --- writes --------------------------------------------------------------------------------
     # The file is local and small: each change is written in place, in the loop step that asked

@@ -90,6 +90,8 @@ class LogManager:
         self._last_checkpoint_ms = 0
         # log.retention.check.interval.ms (Kafka: 300 s, first check 30 s after start); 0 = every pass.
         self.retention_check_interval_ms = 0
+        # cordoned.log.dirs, set by the broker: dirs that take no new replica while another can.
+        self.cordoned: set[Path] = set()
         self._next_retention_ms: int | None = None
         self._cleaner: LogCleaner | None = None
         # fsyncs of rolled segments, off the event loop (fsync releases the GIL)
@@ -238,6 +240,8 @@ class LogManager:
         online = self.online_dirs
         if not online:
             raise KafkaStorageException(self.log_dirs[0], None, "no online log dir left")
+        # Cordoned dirs (cordoned.log.dirs) take no new replica while another dir can.
+        online = [d for d in online if d not in self.cordoned] or online
         if len(online) == 1:
             return online[0]
         counts = Counter(lg.log_dir for lg in [*self.logs.values(), *self.future_logs.values()])

@@ -49,8 +49,17 @@ def settled(call, timeout: float = 20.0) -> int:
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
+# The request versions a transactional client speaks: transaction version 1 as before KIP-890, and
+# with KIP-890 part 1's versions (TRANSACTION_ABORTABLE understood).
+LEGACY_VERSIONS = {"init": 4, "add": 3, "add_offsets": 3, "end": 3, "commit_offsets": 3}
+KIP890_VERSIONS = {"init": 5, "add": 3, "add_offsets": 4, "end": 4, "commit_offsets": 4}
+
+
 class Txn:
-    """One transactional producer speaking the raw protocol (so tests control every field)."""
+    """One transactional producer speaking the raw protocol (so tests control every field).
+    ``versions`` (class-wide, a test may swap it) are the versions used when a call names none."""
+
+    versions = LEGACY_VERSIONS
 
     def __init__(self, wire: Wire, transactional_id: str | None = None, timeout_ms: int = 60_000) -> None:
         self.wire = wire
@@ -60,27 +69,28 @@ class Txn:
         self.epoch = -1
         self.seq: dict[tuple[str, int], int] = {}
 
-    def init(self, version: int = 4) -> int:
+    def init(self, version: int | None = None) -> int:
         resp = self.wire.call(InitProducerIdRequest(transactional_id=self.id, transaction_timeout_ms=self.timeout_ms,
-                                                    producer_id=-1, producer_epoch=-1), InitProducerIdResponse, version)
+                                                    producer_id=-1, producer_epoch=-1), InitProducerIdResponse,
+                              version or self.versions["init"])
         if resp.error_code == 0:
             self.pid, self.epoch = resp.producer_id, resp.producer_epoch
             self.seq.clear()
         return int(resp.error_code)
 
-    def add(self, topic: str, *partitions: int, version: int = 3) -> dict[tuple[str, int], int]:
+    def add(self, topic: str, *partitions: int, version: int | None = None) -> dict[tuple[str, int], int]:
         req = AddPartitionsToTxnRequest(
             v3_and_below_transactional_id=self.id, v3_and_below_producer_id=self.pid,
             v3_and_below_producer_epoch=self.epoch, v3_and_below_topics=[
                 AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=list(partitions or (0,)))])
-        resp = self.wire.call(req, AddPartitionsToTxnResponse, version)
+        resp = self.wire.call(req, AddPartitionsToTxnResponse, version or self.versions["add"])
         return {(t.name, p.partition_index): p.partition_error_code
                 for t in resp.results_by_topic_v3_and_below for p in t.results_by_partition}
 
-    def add_offsets(self, group: str, version: int = 3) -> int:
+    def add_offsets(self, group: str, version: int | None = None) -> int:
         return int(self.wire.call(AddOffsetsToTxnRequest(transactional_id=self.id, producer_id=self.pid,
                                                          producer_epoch=self.epoch, group_id=group),
-                                  AddOffsetsToTxnResponse, version).error_code)
+                                  AddOffsetsToTxnResponse, version or self.versions["add_offsets"]).error_code)
 
     def produce(self, topic: str, values: list[bytes], partition: int = 0) -> ProduceResponse.PartitionProduceResponse:
         seq = self.seq.get((topic, partition), 0)
@@ -101,12 +111,13 @@ class Txn:
                                      topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic, partitions=[
                                          TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
                                              partition_index=0, committed_offset=offset, committed_metadata="")])])
-        return int(self.wire.call(req, TxnOffsetCommitResponse, 3).topics[0].partitions[0].error_code)
+        return int(self.wire.call(req, TxnOffsetCommitResponse,
+                                  self.versions["commit_offsets"]).topics[0].partitions[0].error_code)
 
-    def end(self, commit: bool, version: int = 3) -> int:
+    def end(self, commit: bool, version: int | None = None) -> int:
         return int(self.wire.call(EndTxnRequest(transactional_id=self.id, producer_id=self.pid,
                                                 producer_epoch=self.epoch, committed=commit),
-                                  EndTxnResponse, version).error_code)
+                                  EndTxnResponse, version or self.versions["end"]).error_code)
 
 
 def fetch(wire: Wire, topic: str, isolation: int, offset: int = 0) -> FetchResponse.PartitionData:

@@ -244,7 +244,8 @@ def test_describe_errors_and_key_filter(grete_broker: Any, topic_name: str) -> N
     assert got[1] == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
     assert got[2][0] == got[3][0] == ErrorCode.INVALID_REQUEST
     assert "Unexpected broker id, expected 1" in resp.results[2].error_message
-    assert got[4] == (0, [])  # no dynamic cluster defaults
+    # The one cluster default Kafka 4.3's controller writes itself (ELR): min.insync.replicas.
+    assert got[4] == (0, ["min.insync.replicas"])
     assert got[5][0] == 0 and "root" in got[5][1]
     assert got[6][0] == ErrorCode.INVALID_REQUEST
 
@@ -288,7 +289,8 @@ def test_alter_configs_replaces_whole_set(grete_broker: Any, topic_name: str) ->
                                                    "The topic 'missing' does not exist.")
     code, message = _alter(grete_broker, "1", {"log.dirs": "/elsewhere"}, rtype=BROKER)
     assert code == ErrorCode.INVALID_REQUEST and "Cannot update these configs dynamically" in message
-    assert _alter(grete_broker, "", {}, rtype=BROKER) == (0, None)
+    assert _alter(grete_broker, "", {"min.insync.replicas": "1"}, rtype=BROKER) == (0, None)
+    assert _alter(grete_broker, "1", {}, rtype=BROKER) == (0, None)
     assert _alter(grete_broker, "2", {}, rtype=BROKER)[0] == ErrorCode.INVALID_REQUEST
 
 
@@ -298,7 +300,8 @@ def test_dynamic_broker_configs(grete_broker: Any, topic_name: str) -> None:
     grete_broker.create_topic(topic_name, 1)
     other = topic_name + "-kept"
     grete_broker.create_topic(other, 1, {"retention.ms": "1000"})
-    assert _alter(grete_broker, "", {"log.retention.ms": "7200000"}, rtype=BROKER) == (0, None)
+    cluster_min_isr = {"min.insync.replicas": "1"}  # AlterConfigs must keep it (ELR)
+    assert _alter(grete_broker, "", {"log.retention.ms": "7200000", **cluster_min_isr}, rtype=BROKER) == (0, None)
     assert grete_broker.broker.partitions[(topic_name, 0)].config.retention_ms == 7_200_000
     assert grete_broker.broker.partitions[(other, 0)].config.retention_ms == 1000  # its override wins
     assert _alter(grete_broker, "1", {"log.retention.ms": "3600000"}, rtype=BROKER) == (0, None)
@@ -312,13 +315,46 @@ def test_dynamic_broker_configs(grete_broker: Any, topic_name: str) -> None:
                                                           ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
     default = call(grete_broker, DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
         resource_type=BROKER, resource_name="")]), 4).results[0].configs
-    assert [(c.name, c.value, c.config_source) for c in default] == [
-        ("log.retention.ms", "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    assert sorted((c.name, c.value, c.config_source) for c in default) == [
+        ("log.retention.ms", "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("min.insync.replicas", "1", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]
     code, message = _alter(grete_broker, "1", {"log.retention.ms": "soon"}, rtype=BROKER)
-    assert code == ErrorCode.INVALID_CONFIG
+    assert code == ErrorCode.INVALID_REQUEST  # Kafka 4.3's code for a bad broker value
     assert grete_broker.broker.metadata.broker_configs("1") == {"log.retention.ms": "3600000"}
     assert _alter(grete_broker, "1", {}, rtype=BROKER) == (0, None)  # AlterConfigs replaces the whole set
     assert grete_broker.broker.partitions[(topic_name, 0)].config.retention_ms == 7_200_000
+    assert _alter(grete_broker, "", cluster_min_isr, rtype=BROKER) == (0, None)
+
+
+def test_dynamic_broker_config_rules(grete_broker: Any) -> None:
+    """Kafka 4.3.1's answers, measured on it (compat-tests/wire/test_wire_admin_configs.py runs the
+    same requests against both): which keys, at which level, by how much, with its messages."""
+    SET, DELETE = 0, 1
+    assert _incremental(grete_broker, "1", [("log.retention.hours", SET, "5")], BROKER) == (
+        ErrorCode.INVALID_REQUEST, "Cannot update these configs dynamically: [log.retention.hours]")
+    assert _incremental(grete_broker, "", [("sasl.kerberos.min.time.before.relogin", SET, "70000")], BROKER) == (
+        ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, broker id must be "
+                                   "specified: [sasl.kerberos.min.time.before.relogin]")
+    io = grete_broker.broker.config.get_int("num.io.threads")
+    code, message = _incremental(grete_broker, "1", [("num.io.threads", SET, str(io * 2 + 1))], BROKER)
+    assert code == ErrorCode.INVALID_REQUEST and f"not be greater than double the current value {io}" in message
+    code, message = _incremental(grete_broker, "1", [("num.io.threads", SET, "0")], BROKER)
+    assert code == ErrorCode.INVALID_REQUEST and "Value must be at least 1" in message
+    assert _incremental(grete_broker, "1", [("grete.custom.key", SET, "x")], BROKER) == (0, None)  # kept, as Kafka
+    assert _incremental(grete_broker, "1", [("grete.custom.key", DELETE, None)], BROKER) == (0, None)
+    assert _incremental(grete_broker, "1", [("min.insync.replicas", SET, "1")], BROKER) == (
+        ErrorCode.INVALID_CONFIG, "Broker-level min.insync.replicas cannot be altered while ELR is enabled.")
+    assert _incremental(grete_broker, "", [("min.insync.replicas", DELETE, None)], BROKER) == (
+        ErrorCode.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.")
+    assert grete_broker.broker.metadata.broker_configs("1") == {}
+
+
+def test_topics_show_cluster_min_isr(grete_broker: Any, topic_name: str) -> None:
+    grete_broker.create_topic(topic_name)
+    entry = topic_configs(grete_broker, topic_name)["min.insync.replicas"]
+    assert (entry.value, entry.config_source) == ("1", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert [s.source for s in entry.synonyms] == [ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                                  ConfigSource.DEFAULT_CONFIG]
 
 
 def test_incremental_alter_configs(grete_broker: Any, topic_name: str) -> None:

@@ -30,8 +30,12 @@ from grete.protocol.messages import (
     ApiVersionsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
     MetadataRequest,
     MetadataResponse,
     OffsetFetchRequest,
@@ -290,4 +294,32 @@ def test_acls_end_to_end() -> None:
                                             "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)]))
         found = wire.call(FindCoordinatorRequest(key="alice-group", key_type=0), FindCoordinatorResponse, 3)
         assert found.error_code == 0  # READ implies DESCRIBE
+        wire.close()
+
+
+def test_kafka4_admin_apis_authorized() -> None:
+    """DescribeTopicPartitions shows alice only what she may describe (asked by name: refused);
+    ListConfigResources needs DESCRIBE_CONFIGS on the cluster."""
+    with broker(ACL_OVERRIDES, topics={"orders": 2, "hidden": 1}) as b:
+        admin = AdminClient(_sasl_conf(b, "PLAIN", "admin", "admin-secret"))
+        _wait(admin.create_acls([AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice",
+                                            "*", AclOperation.DESCRIBE, AclPermissionType.ALLOW)]))
+        wire = Wire("127.0.0.1", _port(b, "SASL_PLAINTEXT"))
+        wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, 1)
+        wire.call(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-secret"), SaslAuthenticateResponse, 1)
+        DTP = DescribeTopicPartitionsRequest
+        everything = wire.call(DTP(topics=[]), DescribeTopicPartitionsResponse, 0)
+        assert [(t.name, len(t.partitions)) for t in everything.topics] == [("orders", 2)]
+        assert everything.topics[0].topic_authorized_operations == 1 << AclOperation.DESCRIBE.value
+        named = wire.call(DTP(topics=[DTP.TopicRequest(name="hidden"), DTP.TopicRequest(name="orders")]),
+                          DescribeTopicPartitionsResponse, 0)
+        assert [(t.name, t.error_code) for t in named.topics] == [
+            ("hidden", ErrorCode.TOPIC_AUTHORIZATION_FAILED), ("orders", 0)]
+        listed = wire.call(ListConfigResourcesRequest(resource_types=[]), ListConfigResourcesResponse, 1)
+        assert (listed.error_code, listed.config_resources) == (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
+        _wait(admin.create_acls([AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                                            "User:alice", "*", AclOperation.DESCRIBE_CONFIGS,
+                                            AclPermissionType.ALLOW)]))
+        listed = wire.call(ListConfigResourcesRequest(resource_types=[2]), ListConfigResourcesResponse, 1)
+        assert listed.error_code == 0 and {r.resource_name for r in listed.config_resources} >= {"orders", "hidden"}
         wire.close()

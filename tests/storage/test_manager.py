@@ -134,3 +134,16 @@ def test_rolled_segments_are_flushed_in_the_background(tmp_path: Path) -> None:
     mgr.checkpoint()
     text = (tmp_path / "d0" / "recovery-point-offset-checkpoint").read_text()
     assert f"t 0 {lg.active.base_offset}" in text
+
+
+def test_cordoned_dirs_take_no_new_logs_while_another_can(tmp_path: Path) -> None:
+    """cordoned.log.dirs (KIP-1066): new logs go to the dirs left; with every dir cordoned the
+    broker refuses new topics before this layer, so the fallback keeps existing replicas working."""
+    mgr = manager(tmp_path, dirs=3)
+    mgr.startup(cluster_id="AAAAAAAAAAAAAAAAAAAAAA", node_id=1)
+    mgr.cordoned = {tmp_path / "d0", tmp_path / "d2"}
+    logs = [mgr.create_log("placed", p) for p in range(4)]
+    assert {lg.dir.parent for lg in logs} == {tmp_path / "d1"}
+    mgr.cordoned = {tmp_path / "d0", tmp_path / "d1", tmp_path / "d2"}
+    assert mgr.create_log("fallback", 0).dir.parent in {tmp_path / "d0", tmp_path / "d2"}  # emptiest
+    mgr.shutdown()

@@ -98,6 +98,9 @@ class ZkMetadataCache:
     def group_configs(self, group_id: str) -> dict[str, str]:
         return {}
 
+    def configured_groups(self) -> list[str]:
+        return []  # no GROUP config resources under ZooKeeper
+
     def live_brokers(self) -> list[zk.BrokerInfo]:
         return [self._brokers[b] for b in sorted(self._brokers)]
 

@@ -1,5 +1,7 @@
 """AddOffsetsToTxn (25): the group's ``__consumer_offsets`` partition joins the transaction, so the
-transaction's marker also commits (or drops) the offsets TxnOffsetCommit stages there."""
+transaction's marker also commits (or drops) the offsets TxnOffsetCommit stages there. v4 (KIP-890
+part 1) only lets the answer carry TRANSACTION_ABORTABLE, which the coordinator never answers here:
+the same answers as v3 (measured on Kafka 4.3.1)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from grete.protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnRespo
 from grete.protocol.topics import OFFSETS_TOPIC
 
 
-@api(25, 0, 3)
+@api(25, 0, 4)
 async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)

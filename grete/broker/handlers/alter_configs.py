@@ -1,9 +1,10 @@
 """AlterConfigs (33): v0-2, the legacy form that replaces a resource's whole override set.
 
 Topic resources: the request's configs become the topic's overrides (keys left out go back to
-their defaults) and apply live to every partition's log. Broker resources: grete has no dynamic
-broker configs, so any key answers INVALID_REQUEST "Cannot update these configs dynamically", as
-Kafka answers for its static keys; an empty set is a no-op success.
+their defaults) and apply live to every partition's log. Broker resources: the configs become this
+broker's (or, with an empty name, the cluster default's) dynamic set, checked as Kafka 4.3 checks
+it (grete/broker/config.py ``check_dynamic_update``): static keys are INVALID_REQUEST "Cannot update
+these configs dynamically: [...]"; on the single node min.insync.replicas follows KRaft's ELR rules.
 
 The checks shared with IncrementalAlterConfigs live here, in Kafka's order: a resource named twice,
 duplicate keys, null values, then the resource name, the new configs, and the topic's existence.
@@ -76,12 +77,25 @@ async def replace_broker_configs(ctx: RequestContext, name: str, configs: dict[s
     broker's, or the cluster default's); keys that cannot change at run time are refused."""
     scope = check_broker_resource(ctx, name)
     try:
-        clean = check_dynamic_update(configs, cluster_default=scope == "")
+        clean = check_dynamic_update(configs, cluster_default=scope == "", current=ctx.broker.config)
     except ConfigError as exc:
-        code = ErrorCode.INVALID_REQUEST if str(exc).startswith("Cannot update") else ErrorCode.INVALID_CONFIG
-        raise KafkaError(code, str(exc)) from None
+        raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+    if ctx.broker.cluster is None:
+        check_elr_min_isr(scope, ctx.broker.metadata.broker_configs(scope), clean)
     if not validate_only:
         await ctx.broker.set_dynamic_configs(scope, clean)
+
+
+def check_elr_min_isr(scope: str, before: dict[str, str], after: dict[str, str]) -> None:
+    """The single node runs as a Kafka 4.3 KRaft cluster does, with eligible leader replicas on:
+    min.insync.replicas lives at cluster level only and stays there (Kafka's controller rules)."""
+    key = "min.insync.replicas"
+    if scope and key in after:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Broker-level min.insync.replicas cannot be altered while "
+                                                   "ELR is enabled.")
+    if not scope and key in before and key not in after:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be removed while "
+                                                   "ELR is enabled.")
 
 
 async def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str],

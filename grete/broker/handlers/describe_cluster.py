@@ -1,9 +1,11 @@
-"""DescribeCluster (60): v0-1, the brokers (this node), the controller (this node) and cluster id.
+"""DescribeCluster (60): v0-2, the brokers (this node), the controller (this node) and cluster id.
 
 The Java Admin client prefers it to Metadata for describeCluster. Brokers are reported with the
 address advertised for the listener the request came in on, as Metadata does. With no authorizer,
 the cluster's authorized operations are every cluster operation. Only broker endpoints are
 served (endpoint type 1); asking this node for controller endpoints is MISMATCHED_ENDPOINT_TYPE.
+v2 (KIP-1073) may ask for fenced brokers too: grete never fences a broker (a live one is registered,
+a gone one is absent), so every broker listed has ``is_fenced`` false and the flag changes nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2
 ENDPOINT_NAMES = {BROKER_ENDPOINTS: "BROKER", CONTROLLER_ENDPOINTS: "CONTROLLER"}
 
 
-@api(60, 0, 1)
+@api(60, 0, 2)
 def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     broker = ctx.broker
     endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKER_ENDPOINTS

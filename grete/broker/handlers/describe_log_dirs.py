@@ -1,8 +1,9 @@
-"""DescribeLogDirs (35): v1-4, each log dir with the partitions it holds and their sizes.
+"""DescribeLogDirs (35): v1-5, each log dir with the partitions it holds and their sizes.
 
 A replica being moved by AlterReplicaLogDirs also appears in its destination dir as a future
 replica (``is_future_key``), with ``offset_lag`` the offsets it still has to copy. v4 adds the file
-system's total and usable bytes (``os.statvfs``). An offline dir (its I/O failed), or one that cannot
+system's total and usable bytes (``os.statvfs``), v5 whether the dir is cordoned
+(``cordoned.log.dirs``: it takes no new replica). An offline dir (its I/O failed), or one that cannot
 be read, is answered with KAFKA_STORAGE_ERROR and no partitions, as Kafka answers it.
 """
 
@@ -20,7 +21,7 @@ from grete.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsRespo
 Result = DescribeLogDirsResponse.DescribeLogDirsResult
 
 
-@api(35, 1, 4)
+@api(35, 1, 5)
 def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         # Kafka: an empty answer (v3+ with CLUSTER_AUTHORIZATION_FAILED).
@@ -44,8 +45,11 @@ def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogD
                 partition_index=index, partition_size=int(future.size_bytes) if future is not None else 0,
                 offset_lag=lag, is_future_key=True))
     offline = {_absolute(d) for d in ctx.broker.log_manager.offline_dirs}
+    cordoned = {_absolute(d) for d in ctx.broker.log_manager.cordoned}
     results = [_describe_dir(_absolute(d), by_dir.get(_absolute(d), {}), _absolute(d) in offline)
                for d in ctx.broker.log_dirs]
+    for result in results:
+        result.is_cordoned = Path(result.log_dir) in cordoned
     return DescribeLogDirsResponse(error_code=0, results=results)
 
 

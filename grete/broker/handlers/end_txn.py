@@ -1,7 +1,8 @@
 """EndTxn (26): commit or abort; answered once every partition of the transaction has its marker.
 
-v5 belongs to transaction version 2 (an epoch bump per transaction, KIP-890 part 2), which grete
-does not enable, so it is not offered."""
+v4 (KIP-890 part 1) only lets the answer carry TRANSACTION_ABORTABLE, which the coordinator never
+answers here: v3's answers (measured on Kafka 4.3.1). v5 belongs to transaction version 2 (an epoch
+bump per transaction, KIP-890 part 2), which grete does not enable, so it is not offered."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import EndTxnRequest, EndTxnResponse
 
 
-@api(26, 0, 3)
+@api(26, 0, 4)
 async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)

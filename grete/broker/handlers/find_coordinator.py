@@ -1,7 +1,9 @@
 """FindCoordinator (10): this node coordinates every group and every transactional id.
 
 The offsets topic is created on the first group lookup, and ``__transaction_state`` on the first
-transactional-id lookup, as Kafka does."""
+transactional-id lookup, as Kafka does. v5 only lets the answer carry TRANSACTION_ABORTABLE, which
+FindCoordinator never produces; v6 (share-group coordinators, key type SHARE) is not advertised:
+grete has no share groups. Key type SHARE below v6 is INVALID_REQUEST, as Kafka answers it."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 GROUP, TRANSACTION = 0, 1
 
 
-@api(10, 0, 4)
+@api(10, 0, 5)
 async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     coordinators = []

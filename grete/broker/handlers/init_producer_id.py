@@ -3,6 +3,9 @@
 Without a transactional id, a producer always gets a fresh id with epoch 0, as in Kafka (an epoch
 bump request from KIP-360 clients also gets a fresh id). With one, the transaction coordinator
 bumps the epoch of the id's producer (fencing older instances) or allocates the first one.
+v5 (KIP-890 part 1) only lets the answer carry TRANSACTION_ABORTABLE, which InitProducerId never
+needs: its answers are v4's (measured on Kafka 4.3.1, compat-tests/wire/test_txn_error_codes.py).
+v6 (two-phase commit, KIP-939) is not offered.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import InitProducerIdRequest, InitProducerIdResponse
 
 
-@api(22, 0, 4)
+@api(22, 0, 5)
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None and not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID,
                                                             request.transactional_id):

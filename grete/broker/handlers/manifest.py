@@ -14,7 +14,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     7: ("controlled_shutdown", 1, 3, 1),  # ControlledShutdown
     8: ("offset_commit", 2, 10, 2),  # OffsetCommit
     9: ("offset_fetch", 1, 10, 1),  # OffsetFetch
-    10: ("find_coordinator", 0, 4, 0),  # FindCoordinator
+    10: ("find_coordinator", 0, 5, 0),  # FindCoordinator
     11: ("join_group", 0, 9, 0),  # JoinGroup
     12: ("heartbeat", 0, 4, 0),  # Heartbeat
     13: ("leave_group", 0, 5, 0),  # LeaveGroup
@@ -26,20 +26,20 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     19: ("create_topics", 2, 7, 2),  # CreateTopics
     20: ("delete_topics", 1, 6, 1),  # DeleteTopics
     21: ("delete_records", 0, 2, 0),  # DeleteRecords
-    22: ("init_producer_id", 0, 4, 0),  # InitProducerId
+    22: ("init_producer_id", 0, 5, 0),  # InitProducerId
     23: ("offset_for_leader_epoch", 2, 4, 2),  # OffsetForLeaderEpoch
     24: ("add_partitions_to_txn", 0, 3, 0),  # AddPartitionsToTxn
-    25: ("add_offsets_to_txn", 0, 3, 0),  # AddOffsetsToTxn
-    26: ("end_txn", 0, 3, 0),  # EndTxn
+    25: ("add_offsets_to_txn", 0, 4, 0),  # AddOffsetsToTxn
+    26: ("end_txn", 0, 4, 0),  # EndTxn
     27: ("write_txn_markers", 0, 1, 0),  # WriteTxnMarkers
-    28: ("txn_offset_commit", 0, 3, 0),  # TxnOffsetCommit
+    28: ("txn_offset_commit", 0, 4, 0),  # TxnOffsetCommit
     29: ("describe_acls", 0, 3, 0),  # DescribeAcls
     30: ("create_acls", 0, 3, 0),  # CreateAcls
     31: ("delete_acls", 0, 3, 0),  # DeleteAcls
     32: ("describe_configs", 1, 4, 1),  # DescribeConfigs
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
     34: ("alter_replica_log_dirs", 1, 2, 1),  # AlterReplicaLogDirs
-    35: ("describe_log_dirs", 1, 4, 1),  # DescribeLogDirs
+    35: ("describe_log_dirs", 1, 5, 1),  # DescribeLogDirs
     36: ("sasl_authenticate", 0, 2, 0),  # SaslAuthenticate
     37: ("create_partitions", 0, 3, 0),  # CreatePartitions
     42: ("delete_groups", 0, 2, 0),  # DeleteGroups
@@ -53,10 +53,14 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     50: ("describe_user_scram_credentials", 0, 0, 0),  # DescribeUserScramCredentials
     51: ("alter_user_scram_credentials", 0, 0, 0),  # AlterUserScramCredentials
     56: ("alter_partition", 0, 3, 0),  # AlterPartition
-    60: ("describe_cluster", 0, 1, 0),  # DescribeCluster
+    60: ("describe_cluster", 0, 2, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
     66: ("list_transactions", 0, 2, 0),  # ListTransactions
     68: ("consumer_group_heartbeat", 0, 1, 0),  # ConsumerGroupHeartbeat
     69: ("consumer_group_describe", 0, 1, 0),  # ConsumerGroupDescribe
+    71: ("get_telemetry_subscriptions", 0, 0, 0),  # GetTelemetrySubscriptions
+    72: ("push_telemetry", 0, 0, 0),  # PushTelemetry
+    74: ("list_config_resources", 0, 1, 0),  # ListConfigResources
+    75: ("describe_topic_partitions", 0, 0, 0),  # DescribeTopicPartitions
 }

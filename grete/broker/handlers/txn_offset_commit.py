@@ -1,7 +1,10 @@
 """TxnOffsetCommit (28): offsets committed as part of a transaction (consume-transform-produce).
 
-The transaction must have added the group's offsets partition (AddOffsetsToTxn) first; the offsets
-become visible to OffsetFetch when the transaction commits."""
+The transaction must have added the group's offsets partition (AddOffsetsToTxn) first, else
+INVALID_TXN_STATE, or from v4 (KIP-890 part 1) TRANSACTION_ABORTABLE, as Kafka 4.3.1 answers (its
+verification's error, converted for older clients); the offsets become visible to OffsetFetch when
+the transaction commits. v5 adds the partition implicitly under transaction version 2, which grete
+does not enable, so it is not offered."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from grete.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitRespo
 from grete.protocol.topics import OFFSETS_TOPIC
 
 
-@api(28, 0, 3)
+@api(28, 0, 4)
 async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
@@ -30,6 +33,8 @@ async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOff
         errors.update({(c.topic, c.partition): int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                        for c in commits if c.topic in denied})
     error = _verify(ctx, request) if refused is None else ErrorCode.NONE
+    if error is ErrorCode.INVALID_TXN_STATE and ctx.version >= 4:
+        error = ErrorCode.TRANSACTION_ABORTABLE
     if error is not ErrorCode.NONE:
         errors.update({(c.topic, c.partition): error for c in known})
     elif known:

@@ -1,0 +1,21 @@
+"""PushTelemetry (72): v0, checked as Kafka 4.3.1 checks a push (grete/broker/client_telemetry.py)
+and then dropped: with no client-metrics subscriptions there is no exporter to hand metrics to.
+Not advertised, as on Kafka 4.3.1 without a telemetry reporter."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import KafkaError
+from grete.protocol.messages import PushTelemetryRequest, PushTelemetryResponse
+
+
+@api(72, 0, 0)
+def handle(ctx: RequestContext, request: PushTelemetryRequest) -> PushTelemetryResponse:
+    try:
+        ctx.broker.client_telemetry.push(id(ctx.session), request.client_instance_id, request.subscription_id,
+                                         request.terminating, request.compression_type, len(request.metrics),
+                                         ctx.broker.config.get_int("telemetry.max.bytes"))
+    except KafkaError as exc:
+        return PushTelemetryResponse(error_code=exc.code)
+    return PushTelemetryResponse(error_code=0)

@@ -1,0 +1,87 @@
+"""Dynamic broker configs and DescribeTopicPartitions in a 3-broker grete cluster on ZooKeeper:
+Kafka's ``/config/brokers`` layout and change notifications, and every broker's view."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kazoo.client import KazooClient
+
+from grete.protocol.messages import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from grete.testing import _wire
+from grete.testing.cluster import GreteCluster
+from tests.cluster.conftest import wait_until
+from tests.cluster.test_cluster_zookeeper import create
+
+pytestmark = pytest.mark.slow
+BROKER = 4
+SET, DELETE = 0, 1
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
+IAC = IncrementalAlterConfigsRequest
+
+
+def alter(cluster: GreteCluster, via: int, name: str, ops: list[tuple[str, int, str | None]]) -> tuple[int, str | None]:
+    process = cluster.brokers[via]
+    request = IAC(resources=[IAC.AlterConfigsResource(resource_type=BROKER, resource_name=name, configs=[
+        IAC.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])])
+    (r,) = _wire.call(process.host, process.port, request, IncrementalAlterConfigsResponse, 1).responses
+    return r.error_code, r.error_message
+
+
+def described(cluster: GreteCluster, broker_id: int, key: str) -> tuple[str | None, int]:
+    process = cluster.brokers[broker_id]
+    request = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=BROKER, resource_name=str(broker_id), configuration_keys=[key])])
+    (entry,) = _wire.call(process.host, process.port, request, DescribeConfigsResponse, 4).results[0].configs
+    return entry.value, entry.config_source
+
+
+def test_dynamic_broker_configs_in_zookeeper(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    assert alter(grete_cluster, 1, "", [("log.retention.ms", SET, "86400123")]) == (0, None)
+    assert alter(grete_cluster, 2, "2", [("sasl.kerberos.min.time.before.relogin", SET, "60123")]) == (0, None)
+    try:
+        assert json.loads(zk.get("/config/brokers/<default>")[0]) == {
+            "version": 1, "config": {"log.retention.ms": "86400123"}}
+        assert json.loads(zk.get("/config/brokers/2")[0]) == {
+            "version": 1, "config": {"sasl.kerberos.min.time.before.relogin": "60123"}}
+        changes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in zk.get_children("/config/changes")]
+        assert {"version": 2, "entity_path": "brokers/<default>"} in changes
+        assert {"version": 2, "entity_path": "brokers/2"} in changes
+        # Each broker learns the cluster default from ZooKeeper; only broker 2 has its own key.
+        wait_until(lambda: all(described(grete_cluster, b, "log.retention.ms") == (
+            "86400123", DYNAMIC_DEFAULT_BROKER_CONFIG) for b in (1, 2, 3)), what="the default on every broker")
+        assert described(grete_cluster, 2, "sasl.kerberos.min.time.before.relogin") == ("60123", DYNAMIC_BROKER_CONFIG)
+        assert described(grete_cluster, 3, "sasl.kerberos.min.time.before.relogin")[1] != DYNAMIC_BROKER_CONFIG
+        # No ELR under ZooKeeper (as Kafka 3.9.2): min.insync.replicas may be set per broker.
+        assert alter(grete_cluster, 3, "3", [("min.insync.replicas", SET, "1")]) == (0, None)
+        assert alter(grete_cluster, 3, "3", [("min.insync.replicas", DELETE, None)]) == (0, None)
+    finally:
+        alter(grete_cluster, 1, "", [("log.retention.ms", DELETE, None)])
+        alter(grete_cluster, 2, "2", [("sasl.kerberos.min.time.before.relogin", DELETE, None)])
+
+
+def test_describe_topic_partitions_in_a_cluster(grete_cluster: GreteCluster, topic_name: str) -> None:
+    create(grete_cluster, topic_name, 3, 3)
+    DTP = DescribeTopicPartitionsRequest
+
+    def page(via: int) -> DescribeTopicPartitionsResponse:
+        process = grete_cluster.brokers[via]
+        return _wire.call(process.host, process.port, DTP(topics=[DTP.TopicRequest(name=topic_name)],
+                                                          response_partition_limit=2),
+                          DescribeTopicPartitionsResponse, 0)
+    wait_until(lambda: all(len(page(b).topics[0].partitions) == 2 for b in (1, 2, 3)), what="the topic everywhere")
+    answer = page(3)
+    (topic,) = answer.topics
+    assert [p.partition_index for p in topic.partitions] == [0, 1]
+    assert (answer.next_cursor.topic_name, answer.next_cursor.partition_index) == (topic_name, 2)
+    for p in topic.partitions:
+        assert p.error_code == 0 and sorted(p.replica_nodes) == [1, 2, 3] and p.leader_id in p.replica_nodes
+        assert sorted(p.isr_nodes) == [1, 2, 3]
