@@ -61,6 +61,14 @@ class OpenConnection(Protocol):
     def trim(self, quiet_since: float) -> None: ...
 
 
+class ReloadableTls(Protocol):
+    """An SSL listener's stores, as the broker checks and reloads them (``grete.broker.tls.ListenerTls``,
+    loaded only for TLS listeners)."""
+
+    def check(self, config: BrokerConfig, proposed: BrokerConfig) -> None: ...
+    def reload(self, config: BrokerConfig) -> bool: ...
+
+
 class ClusterView(Protocol):
     """The cluster around this broker, as its metadata cache knows it (a ZooKeeper cluster's
     ``grete.broker.cluster.zk_broker.ZkBroker``)."""
@@ -97,6 +105,8 @@ class Broker:
         self.connections: set[OpenConnection] = set()
         self.client_telemetry = ClientTelemetry()
         self.connection_quotas = ConnectionQuotas(config)
+        # SSL listeners' reloadable contexts (grete.broker.tls.ListenerTls), set by the node as it listens.
+        self.listener_tls: dict[str, ReloadableTls] = {}
         self.quotas = ClientQuotas(config, self.metadata)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
@@ -124,12 +134,25 @@ class Broker:
             self.replicas.reconfigure_all()
             self.connection_quotas.reload(self.config)
             self.log_manager.cordoned = cordoned_dirs(self.config)
+            self._reload_tls()
+
+    def _reload_tls(self) -> None:
+        for name, listener in self.listener_tls.items():
+            try:
+                if listener.reload(self.config):
+                    log.info("listener %s: keystore and truststore reloaded; new connections use them", name)
+            except ConfigError as exc:  # a change this broker did not check (another broker wrote it)
+                log.error("listener %s: the new SSL stores cannot be used, the old ones stay: %s", name, exc)
 
     async def set_dynamic_configs(self, scope: str, configs: dict[str, str]) -> None:
         """Replace the dynamic configs of this broker (``scope`` = its id) or of the cluster default
         (``scope`` = ""), as AlterConfigs on a BROKER resource does. Raises KafkaError."""
         try:
             clean = check_dynamic_update(configs, cluster_default=scope == "", current=self.config)
+            if scope == str(self.node_id):
+                proposed = self.config.with_dynamic(clean, self.config.dynamic_default)
+                for listener in self.listener_tls.values():
+                    listener.check(self.config, proposed)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         await self.metadata.set_broker_configs(scope, clean)

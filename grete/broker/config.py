@@ -8,6 +8,7 @@ resolves them; DescribeConfigs reports that chain as synonyms with their sources
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -493,13 +494,22 @@ def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool,
         if key in BROKER_CONFIGS:
             BROKER_CONFIGS[key].parse(value)
     if cluster_default:
-        _refuse(sorted(k for k in configs if k in PER_BROKER_ONLY),
+        # Kafka's perBrokerConfigs: those named, and every listener-prefixed key but three.
+        _refuse(sorted(k for k in configs if k in PER_BROKER_ONLY or _per_listener_only(k)),
                 "Cannot update these configs at default cluster level, broker id must be specified")
     if current is not None:
         _check_resizes(configs, current)
         if "cordoned.log.dirs" in configs:
             _check_cordoned(configs["cordoned.log.dirs"], current)
     return dict(configs)
+
+
+_CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset({"max.connections", "max.connection.creation.rate", "num.network.threads"})
+
+
+def _per_listener_only(key: str) -> bool:
+    match = _PER_LISTENER.fullmatch(key)
+    return match is not None and match.group(2) not in _CLUSTER_LEVEL_LISTENER_CONFIGS
 
 
 def cordoned_dirs(config: BrokerConfig) -> set[Path]:
@@ -587,6 +597,12 @@ class BrokerConfig:
         return cls(props, strict=strict)
 
     # --- typed access -------------------------------------------------------------------------
+    def with_dynamic(self, per_broker: Mapping[str, str], cluster_default: Mapping[str, str]) -> BrokerConfig:
+        """A copy with other dynamic configs: what the broker would run with after an update."""
+        proposed = copy.copy(self)
+        proposed.set_dynamic(per_broker, cluster_default)
+        return proposed
+
     def set_dynamic(self, per_broker: Mapping[str, str], cluster_default: Mapping[str, str]) -> None:
         self.dynamic_broker = dict(per_broker)
         self.dynamic_default = dict(cluster_default)

@@ -143,7 +143,9 @@ class Node:
         if protocol in ("SSL", "SASL_SSL"):
             # Loaded by name and only for a TLS listener: `cryptography` costs ~90 ms at start-up.
             tls = importlib.import_module("grete.broker.tls")
-            context = tls.server_context(broker.config, listener.name)
+            reloadable = tls.ListenerTls(broker.config, listener.name)
+            broker.listener_tls[listener.name] = reloadable
+            context = reloadable.context
             # Under SASL_SSL the principal is the SASL one, as in Kafka.
             principal_of = tls.principal_of if protocol == "SSL" else None
         if protocol.startswith("SASL_"):

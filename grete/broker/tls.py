@@ -59,6 +59,103 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     return context
 
 
+# The stores Kafka's SslFactory reconfigures at run time (SslConfigs.RECONFIGURABLE_CONFIGS), per listener.
+RELOADABLE = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+              "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type",
+              "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates")
+
+
+class ListenerTls:
+    """An SSL listener's context, replaceable while it serves (Kafka's dynamic keystore and
+    truststore update): the context the server holds hands each new handshake the current one from
+    its SNI callback, which OpenSSL runs for every ClientHello, so new connections get the reloaded
+    stores and open ones go on with theirs."""
+
+    def __init__(self, config: BrokerConfig, listener: str) -> None:
+        self.listener = listener
+        self.context = server_context(config, listener)
+        self.current = self.context
+        self.context.sni_callback = self._hand_over
+        self._stores = _stores(config, listener)
+
+    def _hand_over(self, ssl_object: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
+        if self.current is not self.context:
+            ssl_object.context = self.current
+
+    def check(self, config: BrokerConfig, proposed: BrokerConfig) -> None:
+        """Refuse (ConfigError) stores ``proposed`` cannot load, or a keystore whose certificate
+        names another subject or other alternative names than the one in force, as Kafka's
+        SslFactory.validateReconfiguration does."""
+        if _stores(proposed, self.listener) == self._stores:
+            return
+        server_context(proposed, self.listener)
+        before, after = _leaf(config, self.listener), _leaf(proposed, self.listener)
+        if before is not None and after is not None and _identity(before) != _identity(after):
+            raise ConfigError(f"Validation of dynamic config update of SSLFactory failed: Keystore "
+                              f"DistinguishedName or SubjectAltNames do not match: existing "
+                              f"{_describe(before)}, new {_describe(after)}")
+
+    def reload(self, config: BrokerConfig) -> bool:
+        """Serve new connections with the stores ``config`` names, if they changed (a location whose
+        file was rewritten counts as changed); False when nothing changed."""
+        stores = _stores(config, self.listener)
+        if stores == self._stores:
+            return False
+        self.current = server_context(config, self.listener)
+        self._stores = stores
+        return True
+
+
+def _stores(config: BrokerConfig, listener: str) -> tuple[object, ...]:
+    """What identifies the listener's stores: their settings, and the files' size and time."""
+    values: list[object] = []
+    for key in RELOADABLE:
+        value = listener_value(config, listener, key)
+        values.append(value)
+        if value and key.endswith(".location"):
+            try:
+                stat = os.stat(value)
+                values.append((stat.st_size, stat.st_mtime_ns))
+            except OSError:
+                values.append(None)
+    return tuple(values)
+
+
+def _leaf(config: BrokerConfig, listener: str) -> x509.Certificate | None:
+    """The keystore's own certificate (the first of its chain), or None when it cannot be read."""
+    def get(key: str) -> str | None:
+        return listener_value(config, listener, key)
+    try:
+        kind = (get("ssl.keystore.type") or "JKS").upper()
+        chain, location = get("ssl.keystore.certificate.chain"), get("ssl.keystore.location")
+        if kind == "PEM" and chain:
+            return x509.load_pem_x509_certificates(chain.encode())[0]
+        if kind == "PEM" and location:
+            return x509.load_pem_x509_certificates(Path(location).read_bytes())[0]
+        if kind == "PKCS12" and location:
+            password = get("ssl.keystore.password")
+            _key, cert, _extra = pkcs12.load_key_and_certificates(Path(location).read_bytes(),
+                                                                  password.encode() if password else None)
+            return cert
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _identity(cert: x509.Certificate) -> tuple[str, frozenset[str]]:
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        alternatives = frozenset(str(n.value) for n in names)
+    except x509.ExtensionNotFound:
+        alternatives = frozenset()
+    return cert.subject.rfc4514_string(), alternatives
+
+
+def _describe(cert: x509.Certificate) -> str:
+    subject, alternatives = _identity(cert)
+    return f"DN={subject} SANs={sorted(alternatives)}"
+
+
 def _set_protocols(context: ssl.SSLContext, enabled: str, listener: str) -> None:
     versions = [_PROTOCOLS.get(p.strip()) for p in enabled.split(",") if p.strip()]
     if not versions or None in versions:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -23,8 +24,11 @@ CREATE_TOPICS_VERSION = 5
 class Wire:
     """One connection; requests may be sent ahead of their responses (pipelining, long polls)."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "grete.testing") -> None:
+    def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "grete.testing",
+                 tls: ssl.SSLContext | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        if tls is not None:  # an SSL listener: the same frames inside TLS
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.correlation_id = 0
         self.client_id = client_id
 

@@ -21,6 +21,7 @@ class Certs:
     server_p12: Path    # the same as PKCS12, password "secret"
     client_cert: Path
     client_key: Path
+    ca_key: Path        # to issue more certificates (tests of keystore reloads)
 
 
 def _name(common: str, unit: str | None = None) -> x509.Name:
@@ -54,7 +55,8 @@ def make_certs(directory: Path) -> Certs:
     client_key = ec.generate_private_key(ec.SECP256R1())
     client = _cert(_name("alice", "eng"), client_key, ca_name, ca_key)
     paths = Certs(directory / "ca.pem", directory / "server.pem", directory / "server.p12",
-                  directory / "client.pem", directory / "client.key")
+                  directory / "client.pem", directory / "client.key", directory / "ca.key")
+    paths.ca_key.write_bytes(ca_key.private_bytes(*plain))
     paths.ca.write_bytes(ca.public_bytes(pem))
     paths.server.write_bytes(server_key.private_bytes(*plain) + server.public_bytes(pem) + ca.public_bytes(pem))
     paths.server_p12.write_bytes(pkcs12.serialize_key_and_certificates(
@@ -62,3 +64,16 @@ def make_certs(directory: Path) -> Certs:
     paths.client_cert.write_bytes(client.public_bytes(pem))
     paths.client_key.write_bytes(client_key.private_bytes(*plain))
     return paths
+
+
+def issue_server(certs: Certs, path: Path, common_name: str = "localhost") -> Path:
+    """Another server keystore (PEM: new key, certificate and CA) signed by the test CA."""
+    pem = serialization.Encoding.PEM
+    plain = (pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    ca_key = serialization.load_pem_private_key(certs.ca_key.read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca = x509.load_pem_x509_certificate(certs.ca.read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = _cert(_name(common_name), key, ca.subject, ca_key, server=True)
+    path.write_bytes(key.private_bytes(*plain) + cert.public_bytes(pem) + ca.public_bytes(pem))
+    return path

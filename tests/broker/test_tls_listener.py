@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from cryptography import x509
 
 from grete.broker.config import ConfigError
+from grete.protocol.messages import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 from grete.testing import broker
-from tests.broker._tls import Certs, make_certs
+from grete.testing._wire import Wire
+from tests.broker._tls import Certs, issue_server, make_certs
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +174,52 @@ def test_ssl_listener_without_a_keystore_fails_clearly(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="GSSAPI"):
         with broker({"listeners": "SASL_PLAINTEXT://127.0.0.1:0"}):
             pass
+
+
+def _served_certificate(port: int, certs: Certs) -> x509.Certificate:
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="localhost") as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
+def _alter_broker(port: int, certs: Certs, name: str, key: str, value: str) -> Any:
+    """IncrementalAlterConfigs SET of one key on a BROKER resource, over the SSL listener."""
+    request = IncrementalAlterConfigsRequest(validate_only=False, resources=[
+        IncrementalAlterConfigsRequest.AlterConfigsResource(resource_type=4, resource_name=name, configs=[
+            IncrementalAlterConfigsRequest.AlterableConfig(name=key, config_operation=0, value=value)])])
+    wire = Wire("localhost", port, 10, "tls-test", ssl.create_default_context(cafile=str(certs.ca)))
+    try:
+        return wire.call(request, IncrementalAlterConfigsResponse, 1).responses[0]
+    finally:
+        wire.close()
+
+
+def test_keystore_reloaded_by_alter_configs(certs: Certs, tmp_path: Path) -> None:
+    """Kafka's dynamic keystore update: `listener.name.ssl.ssl.keystore.location` set on this broker
+    serves new connections with the new certificate, open ones go on; a certificate for another
+    subject, and the cluster-wide default, are refused and change nothing."""
+    overrides = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+                 "ssl.keystore.location": str(certs.server)}
+    with broker(overrides, topics={"secure": 1}) as b:
+        port = b.broker.bound[0].port
+        first = _served_certificate(port, certs)
+        renewed = issue_server(certs, tmp_path / "renewed.pem")
+        held = Producer(_ssl_client(b.bootstrap_servers, certs))
+        held.list_topics(timeout=10)  # a connection opened before the reload
+        key = "listener.name.ssl.ssl.keystore.location"
+        assert _alter_broker(port, certs, "", key, str(renewed)).error_code == 42  # per broker only
+        other = issue_server(certs, tmp_path / "other.pem", common_name="someone-else")
+        refused = _alter_broker(port, certs, str(b.broker.node_id), key, str(other))
+        assert refused.error_code == 42 and "do not match" in refused.error_message
+        assert _served_certificate(port, certs).serial_number == first.serial_number
+        assert _alter_broker(port, certs, str(b.broker.node_id), key, str(renewed)).error_code == 0
+        deadline = time.monotonic() + 10
+        while _served_certificate(port, certs).serial_number == first.serial_number:
+            assert time.monotonic() < deadline, "the new keystore is not served"
+            time.sleep(0.1)
+        assert _round_trip(b.bootstrap_servers, _ssl_client(b.bootstrap_servers, certs), b"after") == b"after"
+        held.produce("secure", b"still open")
+        assert held.flush(10) == 0
