@@ -19,6 +19,7 @@ from grete.broker.authorizer import AclAuthorizer, configured
 from grete.broker.cluster.placement import assign_replicas
 from grete.broker.config import BrokerConfig, ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.connection_quotas import ConnectionQuotas
+from grete.broker.direct.base import DirectPath
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
@@ -98,6 +99,8 @@ class Broker:
         self._txn_coordinator: TransactionCoordinator | None = None
         # grete.testing's fault injection (grete/testing/faults.py); None outside tests.
         self.faults: Any = None
+        # The direct data path (docs/direct.md), set by the node when ``direct.transports`` is set.
+        self.direct: DirectPath | None = None
         self.started_at = time.monotonic()
 
     # --- dynamic broker configs ------------------------------------------------------------------

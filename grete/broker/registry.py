@@ -105,11 +105,16 @@ def handlers() -> Handlers:
 # KRaft broker's does.
 ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56})
 
+# grete's direct data path control APIs (docs/direct.md, specs/grete/): served and advertised only
+# by a broker started with ``direct.transports`` set; elsewhere a request for them closes the
+# connection as any unknown API key does.
+DIRECT_APIS = frozenset({32000, 32001})
 
-def advertised_versions(zk_broker: bool = False) -> list[tuple[int, int, int]]:
+
+def advertised_versions(zk_broker: bool = False, direct: bool = False) -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
     return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
-            if zk_broker or key not in ZK_BROKER_APIS]
+            if (zk_broker or key not in ZK_BROKER_APIS) and (direct or key not in DIRECT_APIS)]
 
 
 def declared_handlers() -> dict[int, Handler]:

@@ -55,4 +55,6 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
     66: ("list_transactions", 0, 2, 0),  # ListTransactions
+    32000: ("direct_produce_address", 0, 0, 0),  # DirectProduceAddress
+    32001: ("direct_consume_address", 0, 0, 0),  # DirectConsumeAddress
 }
