@@ -19,7 +19,7 @@ ROUNDS = 20_000
 def _reserve(path: str, size: int, rounds: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     region = ShmRegion(path, 4096, writable=True)
     got = [region.fetch_add(ORDER_WORD, reservation_delta(size)) for _ in range(rounds)]
-    out.put(got)
+    out.put((size, got))
 
 
 def test_fetch_add_races_from_processes_reserve_disjoint_ranges(tmp_path: Path) -> None:
@@ -37,11 +37,10 @@ def test_fetch_add_races_from_processes_reserve_disjoint_ranges(tmp_path: Path) 
     order, offset = split_word(region.load(ORDER_WORD))
     assert offset == total  # no lost update
     assert order == (len(sizes) * ROUNDS) & 0xFFFF
-    starts = sorted(split_word(v)[1] for r in results for v in r)
+    starts = sorted(split_word(v)[1] for _, r in results for v in r)
     assert len(set(starts)) == len(starts)  # every reservation began somewhere else
     # ... and reservations tile the range exactly: each starts where the previous one ended
-    sizes_by_start = {split_word(v)[1]: size for r, size in zip(results, sizes, strict=True)
-                      for v in r}
+    sizes_by_start = {split_word(v)[1]: size for size, r in results for v in r}
     pos = 0
     for start in starts:
         assert start == pos
