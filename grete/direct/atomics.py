@@ -28,6 +28,7 @@ uint64_t grete_faa(char *base, size_t offset, uint64_t delta);
 uint64_t grete_load(char *base, size_t offset);
 void grete_store(char *base, size_t offset, uint64_t value);
 int grete_snapshot(char *dst, char *src, size_t slots, size_t slot_size, int attempts);
+int grete_changed(char *dst, char *src, size_t slots, size_t slot_size);
 void grete_slot_write(char *base, size_t offset, int64_t *fields, size_t count);
 """
 
@@ -61,6 +62,15 @@ int grete_snapshot(char *dst, char *src, size_t slots, size_t slot_size, int att
             memcpy(dst + i * slot_size, &seq, 8);
         }
         if (ok) return 1;
+    }
+    return 0;
+}
+
+/* An empty poll's whole cost: 0 when no slot's sequence word moved since ``dst`` was copied. */
+int grete_changed(char *dst, char *src, size_t slots, size_t slot_size) {
+    for (size_t i = 0; i < slots; i++) {
+        uint64_t seq = __atomic_load_n((uint64_t *)(src + i * slot_size), __ATOMIC_ACQUIRE);
+        if (seq != *(uint64_t *)(dst + i * slot_size)) return 1;
     }
     return 0;
 }

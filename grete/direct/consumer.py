@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,10 @@ class Consumer:
         self._slot_count = 0
         self._parts: dict[tuple[str, int], _Part] = {}
         self._ready: collections.deque[Message] = collections.deque()
+        # True while some partition may have more to read than the last pass took (or nothing has
+        # been read yet); otherwise an unchanged slot region means there is nothing to do.
+        self._behind = True
+        self._changed: Callable[[], int] = lambda: 1
 
     # --- confluent-kafka's API ---------------------------------------------------------------------
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -109,7 +114,8 @@ class Consumer:
         ready = self._ready
         if ready:
             return ready.popleft()
-        self._fetch()
+        if self._behind or self._changed():
+            self._fetch()
         if ready:
             return ready.popleft()
         if not timeout:
@@ -124,7 +130,8 @@ class Consumer:
             if now - start > self._spin_s:
                 time.sleep(min(pause, deadline - now))
                 pause = min(pause * 2, 0.002)
-            self._fetch()
+            if self._behind or self._changed():
+                self._fetch()
             if ready:
                 return ready.popleft()
 
@@ -189,6 +196,9 @@ class Consumer:
                     part.aborting = old.aborting
                 self._parts[tp] = part
         self._slot_count = 1 + max((p.slot for p in self._parts.values()), default=-1)
+        self._behind = True
+        if self._slots is not None and self._slot_count:
+            self._changed = self._slots.changed_check(self._snapshot, self._slot_count, SLOT_BYTES)
 
     # --- reading -------------------------------------------------------------------------------------
     def _fetch(self) -> None:
@@ -196,8 +206,10 @@ class Consumer:
         if slots is None or view is None or not self._slot_count:
             return
         if not slots.snapshot_into(self._snapshot, self._slot_count, SLOT_BYTES):
+            self._behind = True
             return  # the broker kept writing: next time
         committed = self._isolation == 1
+        self._behind = False
         for part in list(self._parts.values()):
             (_, base, written, hw_pos, lso_pos, _, _, _, flags) = SLOT.unpack_from(view, part.slot * SLOT_BYTES)
             if base != part.base_offset:
@@ -208,6 +220,8 @@ class Consumer:
             limit = lso_pos if committed else hw_pos
             if part.position < limit:
                 self._read(part, limit)
+                if part.position < limit:
+                    self._behind = True  # more than one fetch's worth, or a torn tail
             elif flags & SEALED and part.position >= written:
                 self._register([(part.topic, part.partition, part.next_offset)])
 

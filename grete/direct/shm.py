@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import select
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,11 @@ class ShmRegion:
     def snapshot_into(self, dst: Any, slots: int, slot_size: int) -> bool:
         """Copy ``slots`` consistent slots into ``dst`` (a cffi buffer): one read of them all."""
         return bool(self._lib.grete_snapshot(dst, self._ptr, slots, slot_size, 64))
+
+    def changed_check(self, dst: Any, slots: int, slot_size: int) -> Callable[[], int]:
+        """A no-argument function: 0 while none of the first ``slots`` slots changed since ``dst``
+        was last filled by ``snapshot_into`` (the empty poll, one C call)."""
+        return functools.partial(self._lib.grete_changed, dst, self._ptr, slots, slot_size)
 
     def close(self) -> None:
         self._ptr = None

@@ -99,3 +99,15 @@ def test_the_module_is_built_once_per_source(tmp_path: Path, monkeypatch: pytest
     assert first.parent == tmp_path / "direct"
     mtime = first.stat().st_mtime_ns
     assert atomics.build() == first and first.stat().st_mtime_ns == mtime
+
+
+def test_changed_check_sees_every_slot_write_and_nothing_else(tmp_path: Path) -> None:
+    region = ShmRegion(tmp_path / "s", 3 * SLOT_BYTES, writable=True, create=True)
+    dst = atomics.ffi().new("char[]", 3 * SLOT_BYTES)
+    changed = region.changed_check(dst, 3, SLOT_BYTES)
+    assert region.snapshot_into(dst, 3, SLOT_BYTES)
+    assert changed() == 0
+    region.slot_write(2 * SLOT_BYTES, (1, 2, 3, 4, 5, 6, 7, 8))
+    assert changed() == 1
+    assert region.snapshot_into(dst, 3, SLOT_BYTES)
+    assert changed() == 0
