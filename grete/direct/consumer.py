@@ -72,6 +72,11 @@ class Consumer:
         self._check_crcs = str(conf.pop("check.crcs", "true")).lower() == "true"
         self._control = Control(str(conf.pop("bootstrap.servers")), str(conf.pop("client.id", "grete-direct")))
         self._key = -1
+        # A session on the notification endpoint: the broker frees this consumer's slots when it
+        # ends (a consumer that dies without close() costs the broker nothing for long).
+        hello = self._control.call(Request(transport=self._transport.name, session_id=-1, consumer_key=-1,
+                                           isolation_level=0, topics=[]), DirectConsumeAddressResponse, 0)
+        self._channel = self._transport.connect(hello.endpoint)
         self._slots: ShmRegion | None = None
         self._snapshot: Any = None
         self._snapshot_view: memoryview | None = None
@@ -148,8 +153,8 @@ class Consumer:
     def close(self) -> None:
         if self._parts and self._key >= 0:
             try:
-                self._control.call(Request(transport=self._transport.name, consumer_key=self._key,
-                                           isolation_level=self._isolation, topics=[],
+                self._control.call(Request(transport=self._transport.name, session_id=self._channel.session_id,
+                                           consumer_key=self._key, isolation_level=self._isolation, topics=[],
                                            forgotten=[p.slot for p in self._parts.values()]),
                                    DirectConsumeAddressResponse, 0)
             except (OSError, ConnectionError):
@@ -160,6 +165,7 @@ class Consumer:
         self._snapshot_view = None
         if self._slots is not None:
             self._slots.close()
+        self._channel.close()
         self._control.close()
 
     # --- registration ------------------------------------------------------------------------------
@@ -167,7 +173,8 @@ class Consumer:
         by_topic: dict[str, list[Request.DirectConsumePartition]] = {}
         for topic, partition, offset in wanted:
             by_topic.setdefault(topic, []).append(Request.DirectConsumePartition(index=partition, offset=offset))
-        request = Request(transport=self._transport.name, consumer_key=self._key, isolation_level=self._isolation,
+        request = Request(transport=self._transport.name, session_id=self._channel.session_id,
+                          consumer_key=self._key, isolation_level=self._isolation,
                           topics=[Request.DirectConsumeTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
                           forgotten=forgotten or [])
         response = self._control.call(request, DirectConsumeAddressResponse, 0)
@@ -260,7 +267,8 @@ class Consumer:
         if batch.base_offset >= part.aborted_known_below:
             # Past what the broker listed aborts for: ask again from here (one control request).
             response = self._control.call(Request(
-                transport=self._transport.name, consumer_key=self._key, isolation_level=1,
+                transport=self._transport.name, session_id=self._channel.session_id, consumer_key=self._key,
+                isolation_level=1,
                 topics=[Request.DirectConsumeTopic(name=part.topic, partitions=[
                     Request.DirectConsumePartition(index=part.partition, offset=batch.base_offset)])]),
                 DirectConsumeAddressResponse, 0)

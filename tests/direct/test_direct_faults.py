@@ -187,3 +187,29 @@ def test_broker_crash_and_restart_keeps_what_was_acknowledged(tmp_path: Path) ->
         got = consume(second.bootstrap_servers, "crash", 200)
         assert [m.value() for m in got] == [b"c%d" % i for i in range(200)]
         assert produce(second.bootstrap_servers, "crash", [b"again"]) == [(None, 200)]
+
+
+def _assign_and_die(servers: str, topic: str, ready: multiprocessing.Event) -> None:  # type: ignore[type-arg]
+    from grete.direct import Consumer, TopicPartition  # noqa: PLC0415 - in the child only
+
+    consumer = Consumer({"bootstrap.servers": servers})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    ready.set()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_consumer_that_dies_has_its_slots_freed(direct_broker: RunningBroker, topic: str) -> None:
+    def consumers() -> int:
+        return int(direct_broker.call(lambda: len(direct_broker.broker.direct.consumers)))  # type: ignore[union-attr]
+
+    before = consumers()
+    ready = multiprocessing.Event()
+    child = multiprocessing.Process(target=_assign_and_die, args=(direct_broker.bootstrap_servers, topic, ready))
+    child.start()
+    assert ready.wait(10)
+    child.join(10)
+    deadline = time.monotonic() + 5
+    while consumers() != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert consumers() == before
+    assert produce(direct_broker.bootstrap_servers, topic, [b"still served"]) == [(None, 0)]

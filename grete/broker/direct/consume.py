@@ -59,8 +59,9 @@ def slot_fields(slot: Slot) -> tuple[int, ...]:
 class ConsumerSlots:
     """One consumer's slot region; slots are packed low so one copy of a prefix reads them all."""
 
-    def __init__(self, directory: Path, max_slots: int) -> None:
+    def __init__(self, directory: Path, max_slots: int, session: int = -1) -> None:
         self.key = secrets.randbits(63)
+        self.session = session
         self.path = directory / f"consumer-{self.key}.slots"
         self.max_slots = max_slots
         self.shm = ShmRegion(self.path, max_slots * SLOT_BYTES, writable=True, create=True)

@@ -106,6 +106,9 @@ class ProduceRegion:
         self.path.unlink(missing_ok=True)
 
 
+# Announcements held behind a gap in the order chain; beyond this many the rest are refused.
+MAX_PENDING = 4096
+
 Append = Callable[[str, int, bytearray], tuple[int, int, int]]  # (error code, base offset, append time)
 
 
@@ -128,7 +131,9 @@ class RegionChain:
         if region.exclusive_session is not None and region.exclusive_session != session:
             self._answer(session, region_id, order, ErrorCode.PRODUCER_FENCED)
             return
-        if order in region.pending:
+        if order in region.pending or len(region.pending) >= MAX_PENDING:
+            # A repeated order, or announcements running far ahead of a gap: not a producer
+            # following the protocol (each reserves before it announces).
             self._answer(session, region_id, order, ErrorCode.INVALID_REQUEST)
             return
         region.pending[order] = Announced(session, offset, length, flags)

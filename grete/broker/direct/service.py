@@ -120,6 +120,9 @@ class DirectService:
     def session_closed(self, session: int) -> None:
         self._sessions.pop(session, None)
         self.chain.session_closed(session)
+        for consumer in [c for c in self.consumers.values() if c.session == session]:
+            consumer.close()  # a consumer that went away: its slots stop costing updates
+            del self.consumers[consumer.key]
         for grants in self.grants.values():
             if grants.exclusive is not None and grants.exclusive.sealed:
                 grants.exclusive = None
@@ -178,9 +181,12 @@ class DirectService:
             self.chain.drop(region, "retired")
 
     # --- consumers --------------------------------------------------------------------------------
-    def consumer(self, key: int) -> ConsumerSlots:
+    def consumer(self, key: int, session: int) -> ConsumerSlots:
+        """A consumer's slot region: a new one for key -1 (freed with ``session`` when it is not -1)."""
         if key < 0:
-            consumer = ConsumerSlots(self.dir, self.max_slots)
+            if session >= 0 and session not in self._sessions:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"no direct session {session} on this broker")
+            consumer = ConsumerSlots(self.dir, self.max_slots, session)
             self.consumers[consumer.key] = consumer
             return consumer
         found = self.consumers.get(key)

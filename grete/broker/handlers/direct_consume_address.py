@@ -32,10 +32,14 @@ def handle(ctx: RequestContext, request: DirectConsumeAddressRequest) -> DirectC
             raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"direct transport {request.transport!r} is not offered")
         if request.isolation_level not in (0, 1):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"isolation level {request.isolation_level}")
-        consumer = service.consumer(request.consumer_key)
+        if request.consumer_key < 0 and not request.topics:
+            # The first call of a client: only the endpoint, to open its session on.
+            return Response(throttle_time_ms=0, error_code=0, endpoint=service.endpoint, consumer_key=-1,
+                            slots_address="", slots_length=0, topics=[])
+        consumer = service.consumer(request.consumer_key, request.session_id)
     except KafkaError as exc:
-        return Response(throttle_time_ms=0, error_code=exc.code, consumer_key=-1, slots_address="",
-                        slots_length=0, topics=[])
+        return Response(throttle_time_ms=0, error_code=exc.code, endpoint=service.endpoint, consumer_key=-1,
+                        slots_address="", slots_length=0, topics=[])
     topics = []
     for topic in request.topics:
         answers = []
@@ -68,6 +72,7 @@ def handle(ctx: RequestContext, request: DirectConsumeAddressRequest) -> DirectC
         topics.append(Topic(name=topic.name, partitions=answers))
     service.forget(consumer, list(request.forgotten))
     live = service.consumers.get(consumer.key)
-    return Response(throttle_time_ms=0, error_code=0, consumer_key=consumer.key if live else -1,
+    return Response(throttle_time_ms=0, error_code=0, endpoint=service.endpoint,
+                    consumer_key=consumer.key if live else -1,
                     slots_address=str(consumer.path) if live else "",
                     slots_length=consumer.shm.length if live else 0, topics=topics)

@@ -26,10 +26,9 @@ from grete.protocol.codec import (
 __all__ = ['DirectConsumeAddressRequest', 'DirectConsumeAddressResponse']
 
 _S_ih = struct.Struct('>ih')
-_S_ihq = struct.Struct('>ihq')
 _S_iq = struct.Struct('>iq')
-_S_qb = struct.Struct('>qb')
 _S_qq = struct.Struct('>qq')
+_S_qqb = struct.Struct('>qqb')
 _S_qqiqi = struct.Struct('>qqiqi')
 
 
@@ -43,6 +42,7 @@ class DirectConsumeAddressRequest(Message):
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('transport', 'Transport', 'string', None, False, (0,), (), (), None, False),
+        FieldSpec('session_id', 'SessionId', 'int64', None, False, (0,), (), (), None, False),
         FieldSpec('consumer_key', 'ConsumerKey', 'int64', None, False, (0,), (), (), None, False),
         FieldSpec('isolation_level', 'IsolationLevel', 'int8', None, False, (0,), (), (), None, False),
         FieldSpec('topics', 'Topics', 'struct', 'DirectConsumeTopic', True, (0,), (), (), None, False),
@@ -50,6 +50,7 @@ class DirectConsumeAddressRequest(Message):
     )
 
     transport: str = ''
+    session_id: int = 0
     consumer_key: int = 0
     isolation_level: int = 0
     topics: list[DirectConsumeAddressRequest.DirectConsumeTopic] = field(default_factory=list)
@@ -132,7 +133,7 @@ class DirectConsumeAddressRequest(Message):
             raise UnsupportedVersion('DirectConsumeAddressRequest v%d is not supported' % version)
         flex = True
         w.string(self.transport, flex)
-        w.pack(_S_qb, self.consumer_key, self.isolation_level)
+        w.pack(_S_qqb, self.session_id, self.consumer_key, self.isolation_level)
         w.length(len(self.topics), flex)
         for _e_topics in self.topics:
             _e_topics.encode(w, version)
@@ -147,12 +148,13 @@ class DirectConsumeAddressRequest(Message):
             raise UnsupportedVersion('DirectConsumeAddressRequest v%d is not supported' % version)
         flex = True
         f_transport: str
+        f_session_id: int
         f_consumer_key: int
         f_isolation_level: int
         f_topics: list[DirectConsumeAddressRequest.DirectConsumeTopic]
         f_forgotten: list[int]
         f_transport = r.string(flex)
-        f_consumer_key, f_isolation_level = r.unpack(_S_qb)
+        f_session_id, f_consumer_key, f_isolation_level = r.unpack(_S_qqb)
         _n = r.array_length(flex)
         if _n < 0:
             raise ProtocolError('null DirectConsumeAddressRequest.Topics')
@@ -170,7 +172,7 @@ class DirectConsumeAddressRequest(Message):
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(transport=f_transport, consumer_key=f_consumer_key, isolation_level=f_isolation_level, topics=f_topics, forgotten=f_forgotten, unknown_tagged_fields=_unknown)
+        return cls(transport=f_transport, session_id=f_session_id, consumer_key=f_consumer_key, isolation_level=f_isolation_level, topics=f_topics, forgotten=f_forgotten, unknown_tagged_fields=_unknown)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -184,6 +186,7 @@ class DirectConsumeAddressResponse(Message):
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
         FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0,), (), (), None, False),
         FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
+        FieldSpec('endpoint', 'Endpoint', 'string', None, False, (0,), (), (), None, False),
         FieldSpec('consumer_key', 'ConsumerKey', 'int64', None, False, (0,), (), (), None, False),
         FieldSpec('slots_address', 'SlotsAddress', 'string', None, False, (0,), (), (), None, False),
         FieldSpec('slots_length', 'SlotsLength', 'int32', None, False, (0,), (), (), None, False),
@@ -192,6 +195,7 @@ class DirectConsumeAddressResponse(Message):
 
     throttle_time_ms: int = 0
     error_code: int = 0
+    endpoint: str = ''
     consumer_key: int = 0
     slots_address: str = ''
     slots_length: int = 0
@@ -343,7 +347,9 @@ class DirectConsumeAddressResponse(Message):
         if not 0 <= version <= 0:
             raise UnsupportedVersion('DirectConsumeAddressResponse v%d is not supported' % version)
         flex = True
-        w.pack(_S_ihq, self.throttle_time_ms, self.error_code, self.consumer_key)
+        w.pack(_S_ih, self.throttle_time_ms, self.error_code)
+        w.string(self.endpoint, flex)
+        w.int64(self.consumer_key)
         w.string(self.slots_address, flex)
         w.int32(self.slots_length)
         w.length(len(self.topics), flex)
@@ -359,11 +365,14 @@ class DirectConsumeAddressResponse(Message):
         flex = True
         f_throttle_time_ms: int
         f_error_code: int
+        f_endpoint: str
         f_consumer_key: int
         f_slots_address: str
         f_slots_length: int
         f_topics: list[DirectConsumeAddressResponse.DirectConsumeTopicResponse]
-        f_throttle_time_ms, f_error_code, f_consumer_key = r.unpack(_S_ihq)
+        f_throttle_time_ms, f_error_code = r.unpack(_S_ih)
+        f_endpoint = r.string(flex)
+        f_consumer_key = r.int64()
         f_slots_address = r.string(flex)
         f_slots_length = r.int32()
         _n = r.array_length(flex)
@@ -378,4 +387,4 @@ class DirectConsumeAddressResponse(Message):
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, consumer_key=f_consumer_key, slots_address=f_slots_address, slots_length=f_slots_length, topics=f_topics, unknown_tagged_fields=_unknown)
+        return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, endpoint=f_endpoint, consumer_key=f_consumer_key, slots_address=f_slots_address, slots_length=f_slots_length, topics=f_topics, unknown_tagged_fields=_unknown)
