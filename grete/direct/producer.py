@@ -34,7 +34,8 @@ from grete.direct.transport import Channel, write_with_imm
 from grete.direct.types import KafkaError, KafkaException, Message
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DirectProduceAddressRequest, DirectProduceAddressResponse
-from grete.protocol.records.record import Record, build_batch
+from grete.protocol.records.record import batch_from_body
+from grete.protocol.records.varint import encode_varint
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 MAX_RESENDS = 5
@@ -72,8 +73,33 @@ class InFlight:
 
 @dataclass(slots=True)
 class _Buffer:
+    """A partition's records so far, already encoded as a v2 record stream."""
+
+    base_timestamp: int
     records: list[Pending] = field(default_factory=list)
-    size: int = 0
+    body: bytearray = field(default_factory=bytearray)
+    max_timestamp: int = -1
+
+
+# Zig-zag varints of -1 .. 16382 (lengths, deltas), precomputed: a record is encoded with a few
+# lookups and concatenations instead of a loop per varint.
+_SMALL_VARINTS = [encode_varint(n) for n in range(-1, (1 << 14) - 1)]
+
+
+def _varint(n: int) -> bytes:
+    return _SMALL_VARINTS[n + 1] if -1 <= n < (1 << 14) - 1 else encode_varint(n)
+
+
+def _field(data: bytes | None) -> bytes:
+    return b"\x01" if data is None else _varint(len(data)) + data
+
+
+def _headers(headers: list[tuple[str, bytes | None]]) -> bytes:
+    out = [_varint(len(headers))]
+    for name, value in headers:
+        out.append(_field(name.encode("utf-8", "surrogateescape")))
+        out.append(_field(value))
+    return b"".join(out)
 
 
 def murmur2(data: bytes) -> int:
@@ -132,10 +158,18 @@ class Producer:
             partition = self._partition_for(topic, key_b)
         header_list = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
         ts = timestamp if timestamp > 0 else int(time.time() * 1000)
-        buf = self._buffers.setdefault((topic, partition), _Buffer())
+        buf = self._buffers.get((topic, partition))
+        if buf is None:
+            buf = self._buffers[(topic, partition)] = _Buffer(ts)
+        # The record, encoded now (attributes 0, then timestamp and offset deltas, key, value, headers).
+        record = (b"\x00" + _varint(ts - buf.base_timestamp) + _varint(len(buf.records)) + _field(key_b)
+                  + _field(value_b) + (_headers(header_list) if header_list else b"\x00"))
+        buf.body += _varint(len(record))
+        buf.body += record
         buf.records.append(Pending(key_b, value_b, header_list, ts, on_delivery or callback))
-        buf.size += (len(value_b) if value_b else 0) + (len(key_b) if key_b else 0) + 16
-        if buf.size >= self._batch_size:
+        if ts > buf.max_timestamp:
+            buf.max_timestamp = ts
+        if len(buf.body) >= self._batch_size:
             self._send_buffer(topic, partition)
 
     def poll(self, timeout: float | None = None) -> int:
@@ -179,9 +213,9 @@ class Producer:
 
     def _send_buffer(self, topic: str, partition: int) -> None:
         buf = self._buffers.pop((topic, partition))
-        base_ts = buf.records[0].timestamp
-        batch = build_batch([Record(i, p.timestamp - base_ts, p.key, p.value, p.headers)
-                             for i, p in enumerate(buf.records)], base_timestamp=base_ts)
+        count = len(buf.records)
+        batch = batch_from_body(buf.body, count, base_timestamp=buf.base_timestamp,
+                                max_timestamp=buf.max_timestamp, last_offset_delta=count - 1)
         self._send(InFlight(topic, partition, batch, buf.records))
 
     def _send(self, flight: InFlight) -> None:

@@ -210,3 +210,28 @@ def test_offset_below_the_log_start_is_refused(direct_broker: RunningBroker, top
     message = consumer.poll(1)
     consumer.close()
     assert message is not None and message.error().code() == ErrorCode.OFFSET_OUT_OF_RANGE  # type: ignore[union-attr]
+
+
+def test_keys_headers_timestamps_and_nulls_survive(direct_broker: RunningBroker, topic: str) -> None:
+    servers = direct_broker.bootstrap_servers
+    producer = Producer({"bootstrap.servers": servers})
+    producer.produce(topic, None, key=b"tombstone", partition=0, timestamp=1_700_000_000_000)
+    producer.produce(topic, b"v" * 20000, key=None, partition=0, timestamp=1_700_000_000_500,
+                     headers=[("h1", b"x"), ("h2", None)])
+    assert producer.flush(10) == 0
+    producer.close()
+    got = consume(servers, topic, 2)
+    assert [(m.key(), m.value(), m.timestamp(), m.headers()) for m in got] == [
+        (b"tombstone", None, (1, 1_700_000_000_000), None),
+        (None, b"v" * 20000, (1, 1_700_000_000_500), [("h1", b"x"), ("h2", None)])]
+    reader = TcpConsumer({"bootstrap.servers": servers, "group.id": f"h-{topic}"})
+    reader.assign([TcpTopicPartition(topic, 0, 0)])
+    seen = []
+    deadline = time.monotonic() + 10
+    while len(seen) < 2 and time.monotonic() < deadline:
+        m = reader.poll(0.5)
+        if m is not None and m.error() is None:
+            seen.append((m.key(), m.value(), m.timestamp()[1], m.headers()))
+    reader.close()
+    assert seen == [(b"tombstone", None, 1_700_000_000_000, None),
+                    (None, b"v" * 20000, 1_700_000_000_500, [("h1", b"x"), ("h2", None)])]
