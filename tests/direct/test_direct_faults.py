@@ -12,6 +12,7 @@ from pathlib import Path
 from confluent_kafka import Consumer as TcpConsumer
 from confluent_kafka import TopicPartition as TcpTopicPartition
 
+from grete.direct import Consumer, TopicPartition
 from grete.direct.control import Control
 from grete.direct.layout import ACK, NOTIFY, ORDER_WORD, reservation_delta, split_word
 from grete.direct.shm import ShmChannel, ShmRegion
@@ -190,8 +191,6 @@ def test_broker_crash_and_restart_keeps_what_was_acknowledged(tmp_path: Path) ->
 
 
 def _assign_and_die(servers: str, topic: str, ready: multiprocessing.Event) -> None:  # type: ignore[type-arg]
-    from grete.direct import Consumer, TopicPartition  # noqa: PLC0415 - in the child only
-
     consumer = Consumer({"bootstrap.servers": servers})
     consumer.assign([TopicPartition(topic, 0, 0)])
     ready.set()

@@ -12,9 +12,11 @@ import pytest
 from confluent_kafka import Consumer as TcpConsumer
 from confluent_kafka import Producer as TcpProducer
 from confluent_kafka import TopicPartition as TcpTopicPartition
+from confluent_kafka.admin import AdminClient
 
 from grete.direct import Consumer, KafkaException, Producer, TopicPartition
 from grete.direct.layout import DIRECT_API_KEYS
+from grete.direct.producer import murmur2
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from grete.testing import RunningBroker, broker
@@ -169,7 +171,6 @@ def test_reading_a_deleted_segment_is_a_clean_error(direct_broker: RunningBroker
     produce(servers, "direct-deleted", [b"x" * 300 for _ in range(12)], **{"batch.size": 1})
     consumer = Consumer({"bootstrap.servers": servers, "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition("direct-deleted", 0, 0)])
-    from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - only this test needs it
     admin = AdminClient({"bootstrap.servers": servers})
     for future in admin.delete_records([TcpTopicPartition("direct-deleted", 0, 9)]).values():
         future.result(10)
@@ -235,3 +236,17 @@ def test_keys_headers_timestamps_and_nulls_survive(direct_broker: RunningBroker,
     reader.close()
     assert seen == [(b"tombstone", None, 1_700_000_000_000, None),
                     (None, b"v" * 20000, 1_700_000_000_500, [("h1", b"x"), ("h2", None)])]
+
+
+def test_unpartitioned_records_are_spread_and_keys_hash_like_kafka(direct_broker: RunningBroker) -> None:
+    servers = direct_broker.bootstrap_servers
+    direct_broker.create_topic("direct-keys", 3)
+    producer = Producer({"bootstrap.servers": servers})
+    where: list[tuple[bytes | None, int]] = []
+    for _ in range(6):
+        producer.produce("direct-keys", b"v", key=None, on_delivery=lambda e, m: where.append((m.key(), m.partition())))
+    producer.produce("direct-keys", b"v", key=b"user-42", on_delivery=lambda e, m: where.append((m.key(), m.partition())))
+    assert producer.flush(10) == 0
+    producer.close()
+    assert {p for k, p in where if k is None} == {0, 1, 2}
+    assert (b"user-42", (murmur2(b"user-42") & 0x7FFFFFFF) % 3) in where
