@@ -224,6 +224,11 @@ class Consumer:
             if flags & (DELETED | REVOKED):
                 self._lost(part, flags)
                 continue
+            if part.position > written:
+                # The file is shorter than what was read from it (truncated underneath, as a
+                # follower's divergent tail is): ask again where the next offset is.
+                self._register([(part.topic, part.partition, part.next_offset)])
+                continue
             limit = lso_pos if committed else hw_pos
             if part.position < limit:
                 self._read(part, limit)
