@@ -140,15 +140,20 @@ class RegionChain:
         self._drain(region)
 
     def _drain(self, region: ProduceRegion) -> None:
+        progressed = False
         while not region.sealed and region.next_order in region.pending:
             announced = region.pending.pop(region.next_order)
             self._take(region, region.next_order, announced)
+            progressed = True
         if region.sealed:
             return
         if region.pending:
-            if region.timer is None:
+            # The timeout counts from the moment the chain last moved: a gap, not a busy region.
+            if progressed or region.timer is None:
+                if region.timer is not None:
+                    region.timer.cancel()
                 region.timer = asyncio.get_running_loop().call_later(self._timeout_s, self._expired, region)
-        elif region.timer is not None:
+        elif region.timer is not None and not region.retiring:
             region.timer.cancel()
             region.timer = None
         if region.retiring and region.all_in():
@@ -184,9 +189,18 @@ class RegionChain:
                 append_time: int = -1) -> None:
         self._reply(session, ACK.pack(region_id, order, code, base_offset, append_time))
 
+    def retire(self, region: ProduceRegion) -> None:
+        """A newer region took over: drop this one once every reservation in it is in, or after the
+        timeout if one never comes (a producer that died holding the last reservation)."""
+        region.retiring = True
+        if region.all_in():
+            self.drop(region, "retired")
+        elif region.timer is None:
+            region.timer = asyncio.get_running_loop().call_later(self._timeout_s, self._expired, region)
+
     def _expired(self, region: ProduceRegion) -> None:
         region.timer = None
-        if region.sealed or not region.pending:
+        if region.sealed or not (region.pending or region.retiring):
             return
         log.warning("direct region %d of %s-%d: order %d reserved but not announced within %.1f s; "
                     "sealing the region", region.id, region.topic, region.index, region.next_order,

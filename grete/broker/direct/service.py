@@ -176,9 +176,7 @@ class DirectService:
         return region
 
     def _retire(self, region: ProduceRegion) -> None:
-        region.retiring = True
-        if region.all_in():
-            self.chain.drop(region, "retired")
+        self.chain.retire(region)
 
     # --- consumers --------------------------------------------------------------------------------
     def consumer(self, key: int, session: int) -> ConsumerSlots:
