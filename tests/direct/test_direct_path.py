@@ -74,11 +74,13 @@ def test_one_exclusive_producer_per_partition(direct_broker: RunningBroker, topi
         second.flush(5)
         shared.flush(5)
         assert [e.code() for e in errors] == [ErrorCode.PRODUCER_FENCED] * 2  # type: ignore[attr-defined]
-        first.close()  # its session ends: the grant is revoked
-        time.sleep(0.1)
-        delivered: list[object] = []
-        second.produce(topic, b"d", partition=0, on_delivery=lambda err, msg: delivered.append(err))
-        assert second.flush(5) == 0 and delivered == [None]
+        first.close()  # its session ends: the grant is revoked (once the broker has seen it go)
+        delivered: list[object] = [errors[0]]
+        deadline = time.monotonic() + 10
+        while delivered[-1] is not None and time.monotonic() < deadline:
+            second.produce(topic, b"d", partition=0, on_delivery=lambda err, msg: delivered.append(err))
+            assert second.flush(5) == 0
+        assert delivered[-1] is None
     finally:
         second.close()
         shared.close()
