@@ -218,8 +218,14 @@ class Consumer:
         committed = self._isolation == 1
         self._behind = False
         for part in list(self._parts.values()):
-            (_, base, written, hw_pos, lso_pos, _, _, _, flags) = SLOT.unpack_from(view, part.slot * SLOT_BYTES)
+            (_, base, written, hw_pos, lso_pos, _, _, log_start, flags) = SLOT.unpack_from(
+                view, part.slot * SLOT_BYTES)
             if base != part.base_offset:
+                continue
+            if flags & DELETED and part.next_offset >= log_start:
+                # The file left the log but our offset did not (the cleaner replaced it, or it went
+                # after we had read all of it): continue in whichever file holds it now.
+                self._register([(part.topic, part.partition, part.next_offset)])
                 continue
             if flags & (DELETED | REVOKED):
                 self._lost(part, flags)
@@ -292,7 +298,8 @@ class Consumer:
         return batch.producer_id not in part.aborting
 
     def _lost(self, part: _Part, flags: int) -> None:
-        why = "its segment file was deleted" if flags & DELETED else "the broker no longer serves it here"
+        why = ("its segment file was deleted (retention or DeleteRecords)" if flags & DELETED
+               else "the broker no longer serves it here")
         code = ErrorCode.OFFSET_OUT_OF_RANGE if flags & DELETED else ErrorCode.NOT_LEADER_OR_FOLLOWER
         self._ready.append(Message(part.topic, part.partition, part.next_offset, None, None,
                                    error=KafkaError(code, f"{part.topic}-{part.partition} at offset "

@@ -252,3 +252,20 @@ def test_unpartitioned_records_are_spread_and_keys_hash_like_kafka(direct_broker
     producer.close()
     assert {p for k, p in where if k is None} == {0, 1, 2}
     assert (b"user-42", (murmur2(b"user-42") & 0x7FFFFFFF) % 3) in where
+
+
+def test_a_deleted_file_already_read_to_its_end_is_no_error(direct_broker: RunningBroker) -> None:
+    """The consumer's offset is still in the log (it had read the whole file): it just moves on."""
+    servers = direct_broker.bootstrap_servers
+    direct_broker.create_topic("direct-moved", 1, {"segment.bytes": "1000"})
+    produce(servers, "direct-moved", [b"y" * 300 for _ in range(6)], **{"batch.size": 1})
+    consumer = Consumer({"bootstrap.servers": servers})
+    consumer.assign([TopicPartition("direct-moved", 0, 0)])
+    first = [consumer.poll(5) for _ in range(2)]
+    assert [(m.offset(), m.error()) for m in first if m is not None] == [(0, None), (1, None)]
+    admin = AdminClient({"bootstrap.servers": servers})
+    for future in admin.delete_records([TcpTopicPartition("direct-moved", 0, 2)]).values():
+        future.result(10)
+    rest = [consumer.poll(5) for _ in range(4)]
+    consumer.close()
+    assert [(m.offset(), m.error()) for m in rest if m is not None] == [(i, None) for i in range(2, 6)]
