@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -212,3 +213,31 @@ def test_a_consumer_that_dies_has_its_slots_freed(direct_broker: RunningBroker, 
         time.sleep(0.05)
     assert consumers() == before
     assert produce(direct_broker.bootstrap_servers, topic, [b"still served"]) == [(None, 0)]
+
+
+def test_a_client_that_never_reads_its_answers_is_cut_off(direct_broker: RunningBroker, topic: str) -> None:
+    raw = RawProducer(direct_broker.bootstrap_servers, topic)
+    sock = raw.channel._sock
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    junk = NOTIFY.pack(raw.grant.region_key ^ 1, raw.grant.region_id, 0, 0, 0, 100)  # a stale key: fenced
+    sock.settimeout(10)
+    ended = False
+    try:
+        for _ in range(200):  # 6.5 MB of announcements, 6.5 MB of answers it never reads
+            sock.sendall(junk * 1024)
+    except (BrokenPipeError, ConnectionResetError):
+        ended = True
+    if not ended:
+        try:  # the broker must have ended the session: reading reaches its end (or a reset)
+            while sock.recv(1 << 16):
+                pass
+            ended = True
+        except ConnectionResetError:
+            ended = True
+        except TimeoutError:
+            ended = False
+    session = raw.channel.session_id
+    raw.close()
+    assert ended
+    assert produce(direct_broker.bootstrap_servers, topic, [b"others are served"]) == [(None, 0)]
+    assert session not in direct_broker.call(lambda: set(direct_broker.broker.direct._sessions))  # type: ignore[union-attr]

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRODUCE_VERSION = 9  # the direct path validates a batch as Produce v9 would (v2 batches only)
+MAX_UNREAD_ANSWERS = 1 << 20
 
 
 @dataclass(slots=True)
@@ -131,6 +132,12 @@ class DirectService:
         proto = self._sessions.get(session)
         if proto is not None and proto.transport is not None and not proto.transport.is_closing():
             proto.transport.write(frame)
+            if proto.transport.get_write_buffer_size() > MAX_UNREAD_ANSWERS:
+                # A client that does not read its answers: its session ends (and its grants with
+                # it) rather than the broker buffering for it without bound.
+                log.warning("direct session %d: %d bytes of answers unread; closing it", session,
+                            proto.transport.get_write_buffer_size())
+                proto.transport.abort()
 
     def _append(self, topic: str, index: int, data: bytearray) -> tuple[int, int, int]:
         answer = append_records(self.broker, PRODUCE_VERSION, topic, index, data, 1, int(time.time() * 1000),
