@@ -13,7 +13,7 @@ in helper processes (producers). Measures:
   the difference): direct producer + direct consumer vs confluent-kafka producer + Fetch long poll;
 * produce throughput with 1 KB and 64 KB batches: direct exclusive, direct shared (2 processes)
   and confluent-kafka over TCP;
-* broker CPU per MB consumed (utime + stime of the broker process, /proc).
+* broker CPU per MB produced and per MB consumed (utime + stime of the broker process, /proc).
 
 Brief by design (the machine is shared): each figure is one short run, not a median of runs.
 Raw JSON goes to ``benchmarks/results/direct-<UTC time>.json``.
@@ -156,7 +156,7 @@ def end_to_end(servers: str, topic: str, count: int, direct: bool) -> dict[str, 
     start = multiprocessing.Event()
     writer = multiprocessing.Process(target=_stamping_producer, args=(servers, topic, count, direct, start))
     writer.start()
-    times = []
+    times: list[int] = []
     if direct:
         consumer = Consumer({"bootstrap.servers": servers, "direct.poll.spin.us": 1_000_000})
         consumer.assign([TopicPartition(topic, 0, -1)])
@@ -211,20 +211,25 @@ def _throughput_worker(servers: str, topic: str, batch_bytes: int, seconds: floa
     elapsed = time.perf_counter() - t0
     if mode != "tcp":
         producer.close()
-    out.put(sent * len(record) / elapsed / 1e6)
+    out.put((sent * len(record) / elapsed / 1e6, sent * len(record)))
 
 
-def throughput(servers: str, topic: str, batch_bytes: int, seconds: float, mode: str, procs: int = 1) -> float:
+def throughput(servers: str, topic: str, batch_bytes: int, seconds: float, mode: str, procs: int = 1,
+               broker_pid: int | None = None) -> tuple[float, float]:
+    """(MB/s over all producers, broker CPU ms per MB produced)."""
+    before = _cpu_s(broker_pid) if broker_pid else 0.0
     queue: Any = multiprocessing.Queue()
     workers = [multiprocessing.Process(target=_throughput_worker,
                                        args=(servers, topic, batch_bytes, seconds, mode, queue))
                for _ in range(procs)]
     for w in workers:
         w.start()
-    total = sum(queue.get(timeout=120) for _ in workers)
+    reports = [queue.get(timeout=120) for _ in workers]
     for w in workers:
         w.join(30)
-    return float(total)
+    cpu_ms = (_cpu_s(broker_pid) - before) * 1000 if broker_pid else 0.0
+    total_mb = sum(sent for _, sent in reports) / 1e6
+    return float(sum(rate for rate, _ in reports)), cpu_ms / total_mb if total_mb else 0.0
 
 
 # --- broker CPU per MB consumed ----------------------------------------------------------------------
@@ -282,11 +287,13 @@ def main() -> None:
         print("end to end", results["end_to_end"], flush=True)
         tput: dict[str, dict[str, float]] = {}
         for batch in (1024, 65536):
-            tput[f"{batch // 1024}KB"] = {
-                "direct_exclusive_MBps": throughput(servers, "tput", batch, args.seconds, "exclusive"),
-                "direct_shared_2proc_MBps": throughput(servers, "tput", batch, args.seconds, "shared", 2),
-                "tcp_confluent_MBps": throughput(servers, "tput", batch, args.seconds, "tcp"),
-            }
+            row: dict[str, float] = {}
+            for name, mode, procs in (("direct_exclusive", "exclusive", 1), ("direct_shared_2proc", "shared", 2),
+                                      ("tcp_confluent", "tcp", 1)):
+                mbps, cpu = throughput(servers, "tput", batch, args.seconds, mode, procs, pid)
+                row[f"{name}_MBps"] = mbps
+                row[f"{name}_broker_cpu_ms_per_MB"] = cpu
+            tput[f"{batch // 1024}KB"] = row
             print("throughput", batch, tput[f"{batch // 1024}KB"], flush=True)
         results["produce_throughput"] = tput
         volume = 50_000_000
