@@ -137,6 +137,8 @@ class Producer:
             raise ValueError(f"direct.producer.mode={mode!r}: shared or exclusive")
         self._exclusive = mode == "exclusive"
         self._batch_size = int(conf.pop("batch.size", 16384))
+        self._max_queued = int(conf.pop("queue.buffering.max.messages", 100000))
+        self._queued = 0  # records buffered or in flight
         self._control = Control(str(conf.pop("bootstrap.servers")), str(conf.pop("client.id", "grete-direct")))
         hello = self._control.call(DirectProduceAddressRequest(transport=self._transport.name, session_id=-1,
                                                                topics=[]), DirectProduceAddressResponse, 0)
@@ -152,6 +154,8 @@ class Producer:
                 partition: int = -1, on_delivery: DeliveryCallback | None = None, timestamp: int = 0,
                 headers: list[tuple[str, bytes | None]] | dict[str, bytes | None] | None = None,
                 callback: DeliveryCallback | None = None) -> None:
+        if self._queued >= self._max_queued:
+            raise BufferError("Local: Queue full")  # as confluent-kafka: poll() and try again
         value_b = value.encode() if isinstance(value, str) else value
         key_b = key.encode() if isinstance(key, str) else key
         if partition < 0:
@@ -167,6 +171,7 @@ class Producer:
         buf.body += _varint(len(record))
         buf.body += record
         buf.records.append(Pending(key_b, value_b, header_list, ts, on_delivery or callback))
+        self._queued += 1
         if ts > buf.max_timestamp:
             buf.max_timestamp = ts
         if len(buf.body) >= self._batch_size:
@@ -189,7 +194,8 @@ class Producer:
         return len(self._inflight)
 
     def __len__(self) -> int:
-        return sum(len(b.records) for b in self._buffers.values()) + len(self._inflight)
+        """Records buffered or awaiting their answer (confluent-kafka counts messages too)."""
+        return self._queued
 
     def close(self) -> None:
         self._channel.close()
@@ -306,6 +312,7 @@ class Producer:
         return served
 
     def _deliver(self, flight: InFlight, error: KafkaError | None, base_offset: int, append_time: int) -> int:
+        self._queued -= len(flight.records)
         for i, pending in enumerate(flight.records):
             if pending.on_delivery is not None:
                 offset = base_offset + i if error is None else -1

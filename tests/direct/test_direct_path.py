@@ -269,3 +269,18 @@ def test_a_deleted_file_already_read_to_its_end_is_no_error(direct_broker: Runni
     rest = [consumer.poll(5) for _ in range(4)]
     consumer.close()
     assert [(m.offset(), m.error()) for m in rest if m is not None] == [(i, None) for i in range(2, 6)]
+
+
+def test_a_full_queue_raises_buffer_error_until_served(direct_broker: RunningBroker, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": direct_broker.bootstrap_servers,
+                         "queue.buffering.max.messages": 3, "batch.size": 1})
+    for i in range(3):
+        producer.produce(topic, b"%d" % i, partition=0)
+    assert len(producer) == 3
+    with pytest.raises(BufferError):
+        producer.produce(topic, b"3", partition=0)
+    assert producer.flush(10) == 0 and len(producer) == 0
+    producer.produce(topic, b"3", partition=0)
+    assert producer.flush(10) == 0
+    producer.close()
+    assert [m.value() for m in consume(direct_broker.bootstrap_servers, topic, 4)] == [b"0", b"1", b"2", b"3"]
