@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from grete.broker.config import ConfigError
+from grete.broker.server import embedded_config
 from grete.direct import atomics
 from grete.direct.layout import ORDER_WORD, SLOT, SLOT_BYTES, reservation_delta, split_word
 from grete.direct.shm import ShmFileReader, ShmRegion, transport
@@ -111,3 +113,9 @@ def test_changed_check_sees_every_slot_write_and_nothing_else(tmp_path: Path) ->
     assert changed() == 1
     assert region.snapshot_into(dst, 3, SLOT_BYTES)
     assert changed() == 0
+
+
+def test_the_broker_refuses_a_transport_it_does_not_have() -> None:
+    with pytest.raises(ConfigError, match="direct.transports"):
+        embedded_config(["direct.transports=rdma"], strict=True)
+    assert embedded_config([], strict=True).get_list("direct.transports") == []  # off by default
