@@ -41,7 +41,7 @@ from grete.protocol.records.batch import BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)
 
-# (session, order, error code, base offset, log append time): how an answer reaches its producer
+# (session, a 32-byte ACK frame): how an answer reaches its producer
 Reply = Callable[[int, bytes], None]
 
 
