@@ -27,6 +27,7 @@ from grete.broker.config import (
 )
 from grete.broker.connection_quotas import ConnectionQuotas
 from grete.broker.fetch_sessions import FetchSessionCache
+from grete.broker.direct.base import DirectPath
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
@@ -121,6 +122,8 @@ class Broker:
         self._txn_coordinator: TransactionCoordinator | None = None
         # grete.testing's fault injection (grete/testing/faults.py); None outside tests.
         self.faults: Any = None
+        # The direct data path (docs/direct.md), set by the node when ``direct.transports`` is set.
+        self.direct: DirectPath | None = None
         self.started_at = time.monotonic()
 
     # --- dynamic broker configs ------------------------------------------------------------------

@@ -417,6 +417,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("controller.socket.timeout.ms", INT, "30000", minimum=1),
     _d("request.timeout.ms", INT, "30000", minimum=1, doc="how long a transaction coordinator waits for its log's ISR"),
     _d("cluster.id", STR, None, "grete: cluster id for a fresh data dir (Kafka takes it from kafka-storage)"),
+    _d("direct.transports", LIST, "", "grete: the direct data path's transports (docs/direct.md); "
+       "empty: off, its APIs not advertised. shm: same-host shared memory", choices=("shm",), allow_empty=True),
+    _d("direct.shm.dir", STR, "/dev/shm", "grete: where the shm transport's regions are created (tmpfs)"),
+    _d("direct.region.bytes", LONG, "67108864", "grete: data bytes of one direct produce region", minimum=65536),
+    _d("direct.produce.timeout.ms", INT, "5000", "grete: how long a reserved but unannounced write may "
+       "hold up a shared produce region before the broker seals it", minimum=1),
+    _d("direct.consumer.max.slots", INT, "64", "grete: metadata slots in one direct consumer's region",
+       minimum=1),
     _d("grete.produce.validation", STR, "header", "header: batch header + CRC only (no per-record work); "
        "full: also decode every record, as Kafka does", choices=("header", "full")),
 ]}

@@ -81,6 +81,11 @@ class Node:
             host, port = exposition.parse_metrics_listener(broker.config.get_str("metrics.listener"))
             self.metrics_server = exposition.MetricsServer(exposition.new_registry(broker), host, port)
             await self.metrics_server.start()
+        if broker.config.get_list("direct.transports"):
+            # Loaded by name and only when configured (it builds or loads the atomics module).
+            service = importlib.import_module("grete.broker.direct.service").DirectService(broker)
+            await service.start()
+            broker.direct = service
         self._tasks.append(asyncio.ensure_future(self._maintenance_loop()))
         if self.zk_broker is not None:
             await self.zk_broker.register(broker)  # last: the registration names the bound ports
@@ -96,6 +101,9 @@ class Node:
             self.metrics_server.close()
         for conn in list(broker.connections):
             conn.close()
+        if broker.direct is not None:
+            await broker.direct.stop()
+            broker.direct = None
         for task in self._tasks:
             task.cancel()
         broker.producer_ids.stop()
@@ -185,6 +193,8 @@ class Node:
                                                  self.config.get_int("replica.lag.time.max.ms"))
             try:
                 log_manager.maintenance(int(time.time() * 1000))
+                if self.broker.direct is not None:
+                    self.broker.direct.refresh()  # rolls and retention reach the direct consumers' slots
                 if time.monotonic() - last_checkpoint >= CHECKPOINT_INTERVAL_S:
                     log_manager.checkpoint()
                     last_checkpoint = time.monotonic()

@@ -25,6 +25,7 @@ from grete.protocol.records.record import decode_records
 from grete.storage.config import LogConfig
 from grete.storage.log import AppendResult, Log, ReadResult
 from grete.storage.producer_state import ProducerStateEntry
+from grete.storage.segment import LogSegment
 
 LOG_APPEND_TIME = 1
 
@@ -32,7 +33,8 @@ LOG_APPEND_TIME = 1
 class Partition:
     __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
                  "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
-                 "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed")
+                 "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed",
+                 "direct_watch")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
                  is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0,
@@ -63,6 +65,9 @@ class Partition:
         # Told (old size, new size) of each ISR change the controller accepted (the metrics'
         # IsrShrinksPerSec / IsrExpandsPerSec).
         self.isr_changed: Callable[[int, int], None] | None = None
+        # The direct path's slot updater (grete/broker/direct/consume.py), while a direct consumer
+        # reads this partition; called on every change that wakes parked fetches.
+        self.direct_watch: Callable[[Partition], None] | None = None
         if replicated:
             log.hw_follows_leo = False  # the ISR moves it (Partition._advance_high_watermark)
             return  # the controller's LeaderAndIsr sets epoch, leadership and ISR
@@ -399,6 +404,27 @@ class Partition:
             break
         return offset, timestamp
 
+    # --- the direct path's view of the files -------------------------------------------------
+    def segment_for(self, offset: int) -> LogSegment | None:
+        """The segment holding ``offset`` (the active one for the log end), or None if below the
+        log start (deleted) or beyond the end."""
+        log = self._log
+        if offset < log.log_start_offset or offset > log.log_end_offset:
+            return None
+        found = None
+        for seg in log.segments:
+            if seg.base_offset > offset:
+                break
+            found = seg
+        return found
+
+    def segment_state(self, seg: LogSegment) -> tuple[bool, bool]:
+        """(still in the log, still the active segment) of a segment found by ``segment_for``."""
+        segments = self._log.segments
+        if segments[-1] is seg:
+            return True, True
+        return any(s is seg for s in segments), False
+
     # --- parked fetches ----------------------------------------------------------------------
     def waiter(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -406,6 +432,8 @@ class Partition:
         return future
 
     def wake(self) -> None:
+        if self.direct_watch is not None:
+            self.direct_watch(self)  # the direct path's consumer slots follow every change
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for future in waiters:

@@ -108,11 +108,17 @@ ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56})
 # advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
 UNADVERTISED_APIS = frozenset({71, 72})
 
+# grete's direct data path control APIs (docs/direct.md, specs/grete/): served and advertised only
+# by a broker started with ``direct.transports`` set; elsewhere a request for them closes the
+# connection as any unknown API key does.
+DIRECT_APIS = frozenset({32000, 32001})
 
-def advertised_versions(zk_broker: bool = False) -> list[tuple[int, int, int]]:
+
+def advertised_versions(zk_broker: bool = False, direct: bool = False) -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
     return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
-            if (zk_broker or key not in ZK_BROKER_APIS) and key not in UNADVERTISED_APIS]
+            if (zk_broker or key not in ZK_BROKER_APIS) and key not in UNADVERTISED_APIS
+            and (direct or key not in DIRECT_APIS)]
 
 
 def declared_handlers() -> dict[int, Handler]:

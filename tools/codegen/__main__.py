@@ -16,6 +16,10 @@ SPEC_DIRS = ["trunk-2024-10", "ak-4.0", "ak-4.3"]
 # grete's own spec files, for messages whose copy in the shared specs is older than Kafka 4.3.1 (each
 # file says what it was written from); merged last, like another copy.
 LOCAL_SPECS = Path(__file__).resolve().parent / "specs_local"
+# grete's own APIs (the direct data path's control requests, docs/direct.md), in Kafka's spec format
+# and kept in this repository: API keys from 32000 up, a range Kafka's sequential keys never reach.
+GRETE_SPECS = ROOT / "specs"
+GRETE_SPEC_DIRS = ["grete"]
 OUT_DIR = ROOT / "grete" / "protocol" / "messages"
 
 # "data" schemas the broker needs; the rest (KRaft control records, forwarded principals) are not
@@ -163,8 +167,14 @@ def render_init(modules: dict[str, list[Message]]) -> str:
     return "\n".join(lines).replace("'", '"')
 
 
-def render_all(spec_root: Path) -> tuple[dict[str, str], list[str]]:
+def render_all(spec_root: Path, own_specs: Path | None = GRETE_SPECS) -> tuple[dict[str, str], list[str]]:
     messages, notes = load_all(spec_root, [*SPEC_DIRS, str(LOCAL_SPECS)])
+    own, own_notes = load_all(own_specs, GRETE_SPEC_DIRS) if own_specs is not None else ({}, [])
+    clash = set(messages) & set(own)
+    if clash:
+        raise SystemExit(f"grete's specs reuse Kafka's message names: {sorted(clash)}")
+    messages.update(own)
+    notes += own_notes
     modules, skipped = select(messages)
     note = ("Merged from Kafka's JSON message specs (" + ", ".join(SPEC_DIRS) + "): valid versions are "
             "the union of every copy.")

@@ -16,5 +16,6 @@ from grete.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 @api(18, 0, 4)
 def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
-            for key, lo, hi in advertised_versions(zk_broker=ctx.broker.cluster is not None)]
+            for key, lo, hi in advertised_versions(zk_broker=ctx.broker.cluster is not None,
+                                                   direct=ctx.broker.direct is not None)]
     return ApiVersionsResponse(error_code=0, api_keys=keys)

@@ -63,4 +63,6 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     72: ("push_telemetry", 0, 0, 0),  # PushTelemetry
     74: ("list_config_resources", 0, 1, 0),  # ListConfigResources
     75: ("describe_topic_partitions", 0, 0, 0),  # DescribeTopicPartitions
+    32000: ("direct_produce_address", 0, 0, 0),  # DirectProduceAddress
+    32001: ("direct_consume_address", 0, 0, 0),  # DirectConsumeAddress
 }

@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from grete.broker.authz import Op, Res, allowed
+from grete.broker.broker import Broker
 from grete.broker.config import LONG_MAX
 from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.leader_hints import current_leader
@@ -130,43 +131,51 @@ async def _await_replication(ctx: RequestContext, response: ProduceResponse, rep
 def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProduceData, acks: int,
             now_ms: int, full: bool, replicating: list[Replicating],
             transactional_id: str | None = None) -> ProduceResponse.PartitionProduceResponse:
+    return append_records(ctx.broker, ctx.version, topic, part.index, part.records, acks, now_ms, full,
+                          replicating, transactional_id)
+
+
+def append_records(broker: Broker, version: int, topic: str, index: int, records: object, acks: int,
+                   now_ms: int, full: bool, replicating: list[Replicating],
+                   transactional_id: str | None = None) -> ProduceResponse.PartitionProduceResponse:
+    """One partition's produce: validate, append, answer. Also the direct path's (it calls this for
+    every batch a direct producer announces, so both paths validate and append alike)."""
     try:
         if acks not in (-1, 0, 1):
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
         if topic in INTERNAL_TOPICS:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                              f"Cannot append to internal topic {topic}")
-        partition = ctx.broker.partition(topic, part.index)
+        partition = broker.partition(topic, index)
         cfg = partition.config
         bounded = (cfg.message_timestamp_before_max_ms != LONG_MAX
                    or cfg.message_timestamp_after_max_ms != LONG_MAX)
-        records = part.records
         if records is not None and not isinstance(records, bytes | bytearray | memoryview):
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "records not received as bytes")
         batch = validate_produce_records(
-            records, produce_version=ctx.version, compacted=cfg.compact,
+            records, produce_version=version, compacted=cfg.compact,
             max_message_bytes=cfg.max_message_bytes, timestamp_type=cfg.message_timestamp_type,
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
             deep=full or cfg.compact or bounded)
-        if batch.is_transactional and ctx.broker.coordinates_transactions_of(transactional_id):
-            if ctx.version >= ADD_PARTITION_VERSION:
-                _add_to_transaction(ctx, batch, transactional_id, topic, part.index)
+        if batch.is_transactional and broker.coordinates_transactions_of(transactional_id):
+            if version >= ADD_PARTITION_VERSION:
+                _add_to_transaction(broker, batch, transactional_id, topic, index)
             else:
-                _verify_transaction(ctx, batch, topic, part.index, ctx.version)
+                _verify_transaction(broker, batch, topic, index, version)
         if acks == -1:
             partition.check_enough_replicas()
         result = partition.append(batch, now_ms)
-        ctx.broker.metrics.produced(topic, batch.records_count, batch.size)
+        broker.metrics.produced(topic, batch.records_count, batch.size)
     except RecordValidationError as exc:
-        ctx.broker.metrics.produce_failed(topic, _records_bytes(part))
+        broker.metrics.produce_failed(topic, _records_bytes(records))
         return _error(exc, [ProduceResponse.BatchIndexAndErrorMessage(
-            batch_index=index, batch_index_error_message=message) for index, message in exc.record_errors],
-            part.index)
+            batch_index=i, batch_index_error_message=message) for i, message in exc.record_errors],
+            index)
     except KafkaError as exc:
-        ctx.broker.metrics.produce_failed(topic, _records_bytes(part))
-        return _error(exc, [], part.index)
-    answer = PartitionResponse(index=part.index, error_code=0, base_offset=result.base_offset,
+        broker.metrics.produce_failed(topic, _records_bytes(records))
+        return _error(exc, [], index)
+    answer = PartitionResponse(index=index, error_code=0, base_offset=result.base_offset,
                                log_append_time_ms=result.log_append_time,
                                log_start_offset=result.log_start_offset)
     if acks == -1 and partition.replicated and len(partition.replicas) > 1:
@@ -181,23 +190,23 @@ def _refused(request: ProduceRequest, code: ErrorCode) -> ProduceResponse:
         for t in request.topic_data])
 
 
-def _verify_transaction(ctx: RequestContext, batch: RecordBatch, topic: str, index: int, version: int) -> None:
+def _verify_transaction(broker: Broker, batch: RecordBatch, topic: str, index: int, version: int) -> None:
     """A transactional batch is accepted only into a partition its transaction added (KIP-890).
     A batch outside its transaction is TRANSACTION_ABORTABLE to a client that knows that code
     (v11+, Kafka's genericErrorSupported), INVALID_TXN_STATE before."""
-    error = ctx.broker.txn_coordinator.verify_partition(batch.producer_id, batch.producer_epoch, (topic, index))
+    error = broker.txn_coordinator.verify_partition(batch.producer_id, batch.producer_epoch, (topic, index))
     if error == ErrorCode.INVALID_TXN_STATE and version >= ABORTABLE_VERSION:
         error = ErrorCode.TRANSACTION_ABORTABLE
     if error:
         raise KafkaError(error, f"producer {batch.producer_id} has no ongoing transaction with {topic}-{index}")
 
 
-def _add_to_transaction(ctx: RequestContext, batch: RecordBatch, transactional_id: str | None, topic: str,
+def _add_to_transaction(broker: Broker, batch: RecordBatch, transactional_id: str | None, topic: str,
                         index: int) -> None:
     """From v12 (Kafka's ADD_PARTITION operation) the batch adds its partition to its producer's
     transaction, as AddPartitionsToTxn would, instead of only being checked against it."""
-    error = ctx.broker.txn_coordinator.add_partitions(transactional_id or "", batch.producer_id,
-                                                      batch.producer_epoch, [(topic, index)])
+    error = broker.txn_coordinator.add_partitions(transactional_id or "", batch.producer_id,
+                                                  batch.producer_epoch, [(topic, index)])
     if error == ErrorCode.PRODUCER_FENCED:
         error = ErrorCode.INVALID_PRODUCER_EPOCH  # as Kafka's AddPartitionsToTxnManager converts it
     if error:
@@ -210,6 +219,5 @@ def _error(exc: KafkaError, record_errors: list[ProduceResponse.BatchIndexAndErr
                              log_start_offset=-1, record_errors=record_errors, error_message=exc.message)
 
 
-def _records_bytes(part: ProduceRequest.PartitionProduceData) -> int:
-    records = part.records
+def _records_bytes(records: object) -> int:
     return len(records) if isinstance(records, bytes | bytearray | memoryview) else 0

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from grete.protocol.messages.describe_topic_partitions import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
     from grete.protocol.messages.describe_transactions import DescribeTransactionsRequest, DescribeTransactionsResponse
     from grete.protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
+    from grete.protocol.messages.direct_consume_address import DirectConsumeAddressRequest, DirectConsumeAddressResponse
+    from grete.protocol.messages.direct_produce_address import DirectProduceAddressRequest, DirectProduceAddressResponse
     from grete.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
     from grete.protocol.messages.end_quorum_epoch import EndQuorumEpochRequest, EndQuorumEpochResponse
     from grete.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
@@ -186,6 +188,10 @@ _MODULE_OF: dict[str, str] = {
     "DescribeTransactionsResponse": "describe_transactions",
     "DescribeUserScramCredentialsRequest": "describe_user_scram_credentials",
     "DescribeUserScramCredentialsResponse": "describe_user_scram_credentials",
+    "DirectConsumeAddressRequest": "direct_consume_address",
+    "DirectConsumeAddressResponse": "direct_consume_address",
+    "DirectProduceAddressRequest": "direct_produce_address",
+    "DirectProduceAddressResponse": "direct_produce_address",
     "ElectLeadersRequest": "elect_leaders",
     "ElectLeadersResponse": "elect_leaders",
     "EndQuorumEpochRequest": "end_quorum_epoch",
@@ -410,6 +416,8 @@ APIS: dict[int, ApiInfo] = {
     85: ApiInfo(85, "WriteShareGroupState", "WriteShareGroupStateRequest", "WriteShareGroupStateResponse", 0, 0, 0),
     86: ApiInfo(86, "DeleteShareGroupState", "DeleteShareGroupStateRequest", "DeleteShareGroupStateResponse", 0, 0, 0),
     87: ApiInfo(87, "ReadShareGroupStateSummary", "ReadShareGroupStateSummaryRequest", "ReadShareGroupStateSummaryResponse", 0, 0, 0),
+    32000: ApiInfo(32000, "DirectProduceAddress", "DirectProduceAddressRequest", "DirectProduceAddressResponse", 0, 0, 0),
+    32001: ApiInfo(32001, "DirectConsumeAddress", "DirectConsumeAddressRequest", "DirectConsumeAddressResponse", 0, 0, 0),
 }
 
 _CONTROLLED_SHUTDOWN = 7
@@ -522,6 +530,10 @@ __all__ = [
     "DescribeTransactionsResponse",
     "DescribeUserScramCredentialsRequest",
     "DescribeUserScramCredentialsResponse",
+    "DirectConsumeAddressRequest",
+    "DirectConsumeAddressResponse",
+    "DirectProduceAddressRequest",
+    "DirectProduceAddressResponse",
     "ElectLeadersRequest",
     "ElectLeadersResponse",
     "EndQuorumEpochRequest",

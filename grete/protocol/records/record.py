@@ -240,10 +240,22 @@ def build_batch(
         body = codecs.compress(compression, body)
     attributes = ((compression & COMPRESSION_MASK) | (TIMESTAMP_TYPE_MASK if timestamp_type else 0)
                   | (TRANSACTIONAL_MASK if transactional else 0) | (CONTROL_MASK if control else 0))
+    return batch_from_body(body, len(records), attributes=attributes, base_offset=base_offset,
+                           base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+                           last_offset_delta=last_offset_delta, producer_id=producer_id,
+                           producer_epoch=producer_epoch, base_sequence=base_sequence,
+                           partition_leader_epoch=partition_leader_epoch)
+
+
+def batch_from_body(body: Buffer, count: int, *, base_timestamp: int, max_timestamp: int, last_offset_delta: int,
+                    attributes: int = 0, base_offset: int = 0, producer_id: int = -1, producer_epoch: int = -1,
+                    base_sequence: int = -1, partition_leader_epoch: int = -1) -> bytearray:
+    """A CRC-valid v2 batch around an already encoded (and, per ``attributes``, compressed) record
+    stream of ``count`` records."""
     out = bytearray(_HEADER.pack(
         base_offset, BATCH_OVERHEAD - LOG_OVERHEAD + len(body), partition_leader_epoch, 2, 0, attributes,
         last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-        len(records)))
+        count))
     out += body
     RecordBatch(out, 0).rewrite_crc()
     return out

@@ -1,0 +1,235 @@
+"""The direct data path on a broker: its region directory, notification endpoint and grants.
+
+Started by the node when ``direct.transports`` is set. State owned here, on the event loop: the
+produce regions (``RegionChain``), each partition's producer grants (one exclusive holder, or the
+shared region and its sessions), consumers' slot regions, and the notification sessions. A session
+is one client connection to ``notify.sock``; grants end with it (the paper: a disconnected QP loses
+its access).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from grete.broker.direct.consume import ConsumerSlots, Slot
+from grete.broker.direct.produce import ProduceRegion, RegionChain
+from grete.broker.handlers.produce import append_records
+from grete.broker.partition import Partition
+from grete.direct.layout import FRAME, HELLO, NOTIFY
+from grete.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from grete.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+PRODUCE_VERSION = 9  # the direct path validates a batch as Produce v9 would (v2 batches only)
+MAX_UNREAD_ANSWERS = 1 << 20
+
+
+@dataclass(slots=True)
+class Grants:
+    """One partition's direct producers: an exclusive region, or the shared one."""
+
+    exclusive: ProduceRegion | None = None
+    shared: ProduceRegion | None = None
+
+
+class NotifyProtocol(asyncio.Protocol):
+    """One client session on ``notify.sock``: 32-byte announcements in, 32-byte answers out."""
+
+    def __init__(self, service: DirectService) -> None:
+        self.service = service
+        self.session = -1
+        self.transport: asyncio.Transport | None = None
+        self._buf = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.session = self.service.session_opened(self)
+        transport.write(HELLO.pack(self.session))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf + data
+        whole = len(buf) - len(buf) % FRAME
+        announce = self.service.chain.announce
+        for pos in range(0, whole, FRAME):
+            key, region_id, order, flags, offset, length = NOTIFY.unpack_from(buf, pos)
+            announce(self.session, key, region_id, order, flags, offset, length)
+        self._buf = buf[whole:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.service.session_closed(self.session)
+
+
+class DirectService:
+    def __init__(self, broker: Broker) -> None:
+        config = broker.config
+        self.broker = broker
+        self.transports = config.get_list("direct.transports")
+        # One directory per data dir: a restarted broker finds and wipes its predecessor's regions
+        # (nothing in them was acknowledged: acknowledged batches are in the log).
+        tag = hashlib.sha256(str(broker.data_dir().resolve()).encode()).hexdigest()[:12]
+        self.dir = Path(config.get_str("direct.shm.dir")) / f"grete-direct-{tag}"
+        self.region_bytes = config.get_int("direct.region.bytes")
+        self.max_slots = config.get_int("direct.consumer.max.slots")
+        self.endpoint = str(self.dir / "notify.sock")
+        self.chain = RegionChain(self._append, self._reply, config.get_int("direct.produce.timeout.ms"))
+        self.grants: dict[tuple[str, int], Grants] = {}
+        self.consumers: dict[int, ConsumerSlots] = {}
+        self._sessions: dict[int, NotifyProtocol] = {}
+        self._session_ids = itertools.count(1)
+        self._region_ids = itertools.count(1)
+        self._server: asyncio.AbstractServer | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True, mode=0o700)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: NotifyProtocol(self), self.endpoint)
+        log.info("direct data path on %s (transports: %s)", self.dir, ",".join(self.transports))
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for proto in list(self._sessions.values()):
+            if proto.transport is not None:
+                proto.transport.close()
+        for region in list(self.chain.regions.values()):
+            self.chain.drop(region, "broker stopping")
+        for consumer in self.consumers.values():
+            consumer.close()
+        self.consumers.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- sessions ---------------------------------------------------------------------------------
+    def session_opened(self, proto: NotifyProtocol) -> int:
+        session = next(self._session_ids)
+        self._sessions[session] = proto
+        return session
+
+    def session_closed(self, session: int) -> None:
+        self._sessions.pop(session, None)
+        self.chain.session_closed(session)
+        for consumer in [c for c in self.consumers.values() if c.session == session]:
+            consumer.close()  # a consumer that went away: its slots stop costing updates
+            del self.consumers[consumer.key]
+        for grants in self.grants.values():
+            if grants.exclusive is not None and grants.exclusive.sealed:
+                grants.exclusive = None
+
+    def _reply(self, session: int, frame: bytes) -> None:
+        proto = self._sessions.get(session)
+        if proto is not None and proto.transport is not None and not proto.transport.is_closing():
+            proto.transport.write(frame)
+            if proto.transport.get_write_buffer_size() > MAX_UNREAD_ANSWERS:
+                # A client that does not read its answers: its session ends (and its grants with
+                # it) rather than the broker buffering for it without bound.
+                log.warning("direct session %d: %d bytes of answers unread; closing it", session,
+                            proto.transport.get_write_buffer_size())
+                proto.transport.abort()
+
+    def _append(self, topic: str, index: int, data: bytearray) -> tuple[int, int, int]:
+        answer = append_records(self.broker, PRODUCE_VERSION, topic, index, data, 1, int(time.time() * 1000),
+                                self.broker.full_produce_validation, [])
+        return answer.error_code, answer.base_offset, answer.log_append_time_ms
+
+    # --- produce grants ---------------------------------------------------------------------------
+    def grant(self, session: int, topic: str, index: int, exclusive: bool) -> ProduceRegion:
+        """The region a producer of ``session`` writes ``topic-index`` through; raises KafkaError."""
+        if session not in self._sessions:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"no direct session {session} on this broker")
+        self.broker.partition(topic, index)  # unknown partition / not the leader: its error
+        grants = self.grants.setdefault((topic, index), Grants())
+        held = grants.exclusive
+        if held is not None and (held.sealed or held.exclusive_session not in self._sessions):
+            grants.exclusive = held = None
+        if exclusive:
+            if held is not None and held.exclusive_session != session:
+                raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                                 f"{topic}-{index} has an exclusive direct producer already")
+            shared = grants.shared
+            if shared is not None and not shared.sealed and (shared.sessions - {session}) & set(self._sessions):
+                raise KafkaError(ErrorCode.PRODUCER_FENCED, f"{topic}-{index} has shared direct producers")
+            region = self._new_region(topic, index, session)
+            if held is not None:
+                self._retire(held)
+            grants.exclusive = region
+            return region
+        if held is not None:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED, f"{topic}-{index} has an exclusive direct producer")
+        current = grants.shared
+        if current is None or current.sealed or current.full():
+            if current is not None and not current.sealed:
+                self._retire(current)
+            current = grants.shared = self._new_region(topic, index, None)
+        current.sessions.add(session)
+        return current
+
+    def _new_region(self, topic: str, index: int, exclusive_session: int | None) -> ProduceRegion:
+        region = ProduceRegion.create(self.dir, next(self._region_ids), topic, index, self.region_bytes,
+                                      exclusive_session)
+        self.chain.regions[region.id] = region
+        return region
+
+    def _retire(self, region: ProduceRegion) -> None:
+        self.chain.retire(region)
+
+    # --- consumers --------------------------------------------------------------------------------
+    def consumer(self, key: int, session: int) -> ConsumerSlots:
+        """A consumer's slot region: a new one for key -1 (freed with ``session`` when it is not -1)."""
+        if key < 0:
+            if session >= 0 and session not in self._sessions:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"no direct session {session} on this broker")
+            consumer = ConsumerSlots(self.dir, self.max_slots, session)
+            self.consumers[consumer.key] = consumer
+            return consumer
+        found = self.consumers.get(key)
+        if found is None:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "unknown direct consumer key (stale or from another broker)")
+        return found
+
+    def watch(self, consumer: ConsumerSlots, topic: str, index: int, partition: Partition, offset: int) -> tuple[int, Slot]:
+        seg = partition.segment_for(offset)
+        if seg is None:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"offset {offset} is outside [{partition.log_start_offset}, "
+                             f"{partition.log_end_offset}] of {topic}-{index}")
+        if consumer.slot_of(topic, index) is None and consumer.free() == 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"all {consumer.max_slots} slots of this consumer are in use (direct.consumer.max.slots)")
+        slot = Slot(topic, index, partition, seg)
+        i = consumer.assign(slot)
+        partition.direct_watch = self._partition_changed
+        return i, slot
+
+    def forget(self, consumer: ConsumerSlots, slots: list[int]) -> None:
+        for i in slots:
+            consumer.forget(i)
+        if consumer.free() == consumer.max_slots:
+            consumer.close()
+            self.consumers.pop(consumer.key, None)
+
+    def _partition_changed(self, partition: Partition) -> None:
+        for consumer in self.consumers.values():
+            consumer.update_partition(partition)
+
+    def refresh(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.refresh(self._current_partition)
+
+    def _current_partition(self, topic: str, index: int) -> Partition | None:
+        try:
+            return self.broker.partition(topic, index)
+        except KafkaError:
+            return None
