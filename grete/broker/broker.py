@@ -26,8 +26,8 @@ from grete.broker.config import (
     validate_topic_configs,
 )
 from grete.broker.connection_quotas import ConnectionQuotas
-from grete.broker.fetch_sessions import FetchSessionCache
 from grete.broker.direct.base import DirectPath
+from grete.broker.fetch_sessions import FetchSessionCache
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
