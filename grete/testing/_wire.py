@@ -24,6 +24,8 @@ CREATE_TOPICS_VERSION = 5
 class Wire:
     """One connection; requests may be sent ahead of their responses (pipelining, long polls)."""
 
+    client_id = "grete.testing"  # also for tests that build one around their own socket
+
     def __init__(self, host: str, port: int, timeout: float = 10.0, client_id: str = "grete.testing",
                  tls: ssl.SSLContext | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
