@@ -320,6 +320,17 @@ def scram_upsertion(ctx: Ctx) -> AlterUserScramCredentialsRequest:
             name=ctx.client, mechanism=1, iterations=4096, salt=salt, salted_password=salted)])
 
 
+def create_new_topic(ctx: Ctx) -> CreateTopicsRequest:
+    return CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=ctx.new, num_partitions=1, replication_factor=1)], timeout_ms=10_000)
+
+
+def create_topic_outcome(answer: Any, version: int, ctx: Ctx) -> object:
+    """(error, config error, partitions, replication factor, whether configs came back)."""
+    return [(t.error_code, t.topic_config_error_code, t.num_partitions, t.replication_factor, bool(t.configs))
+            for t in answer.topics]
+
+
 def topic_codes(name_of: Callable[[Ctx], str]) -> Callable[[Any, int, Ctx], object]:
     def outcome(answer: Any, version: int, ctx: Ctx) -> object:
         return [t.error_code for t in answer.topics if t.name == name_of(ctx)]
@@ -418,6 +429,14 @@ ROWS: list[Row] = [
     Row("CreateTopics-topic-create", 7, lambda c: CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
         name=c.new, num_partitions=1, replication_factor=1)], timeout_ms=10_000), CreateTopicsResponse, [TA], [0],
         ((Res.TOPIC, "new", Op.CREATE),), probe=lambda c: topic_partitions(c, c.new)),
+    # The configs CreateTopics returns need DESCRIBE_CONFIGS on the topic (topic_config_error_code).
+    Row("CreateTopics-configs-without-describe-configs", 7, create_new_topic, CreateTopicsResponse,
+        [(TA, 0, -1, -1, False)], [(0, TA, -1, -1, False)], ((Res.TOPIC, "new", Op.CREATE),), outcome=create_topic_outcome,
+        probe=lambda c: topic_partitions(c, c.new)),
+    Row("CreateTopics-configs-with-describe-configs", 7, create_new_topic, CreateTopicsResponse,
+        [(TA, 0, -1, -1, False)], [(0, 0, 1, 1, True)],
+        ((Res.TOPIC, "new", Op.CREATE), (Res.TOPIC, "new", Op.DESCRIBE_CONFIGS)),
+        outcome=create_topic_outcome, probe=lambda c: topic_partitions(c, c.new)),
     Row("CreateTopics-cluster-create", 7, lambda c: CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
         name=c.new, num_partitions=1, replication_factor=1)], timeout_ms=10_000), CreateTopicsResponse, [TA], [0],
         ((Res.CLUSTER, C, Op.CREATE),), probe=lambda c: topic_partitions(c, c.new)),
@@ -525,6 +544,20 @@ ROWS: list[Row] = [
         ((Res.CLUSTER, C, Op.ALTER),), probe=scram_users),
     # Kafka checks nothing for DescribeCluster (KafkaApis.handleDescribeCluster): anyone authenticated.
     Row("DescribeCluster-no-check", 0, lambda c: DescribeClusterRequest(), DescribeClusterResponse, [0], [0]),
+    # Authorized-operations bitfields (1 << operation): what each principal may do.
+    Row("DescribeCluster-authorized-operations", 0, lambda c: DescribeClusterRequest(
+        include_cluster_authorized_operations=True), DescribeClusterResponse, 0, 1 << Op.DESCRIBE | 1 << Op.ALTER,
+        ((Res.CLUSTER, C, Op.ALTER),), outcome=lambda a, v, c: a.cluster_authorized_operations),
+    Row("Metadata-topic-authorized-operations", 12, lambda c: MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=c.topic)], allow_auto_topic_creation=False,
+        include_topic_authorized_operations=True), MetadataResponse, [(TA, -2147483648)],
+        [(0, 1 << Op.WRITE | 1 << Op.DESCRIBE)], ((Res.TOPIC, T, Op.WRITE),),
+        outcome=lambda a, v, c: [(t.error_code, t.topic_authorized_operations) for t in a.topics]),
+    Row("DescribeGroups-authorized-operations", 5, lambda c: DescribeGroupsRequest(
+        groups=[c.group], include_authorized_operations=True), DescribeGroupsResponse, [(GA, -2147483648)],
+        [(0, 1 << Op.READ | 1 << Op.DESCRIBE)], ((Res.GROUP, G, Op.READ),),
+        outcome=lambda a, v, c: [(g.error_code, g.authorized_operations) for g in a.groups],
+        setup=(commit_offset,)),
     Row("DescribeProducers", 0, lambda c: DescribeProducersRequest(topics=[
         DescribeProducersRequest.TopicRequest(name=c.topic, partition_indexes=[0])]),
         DescribeProducersResponse, [TA], [0], ((Res.TOPIC, T, Op.READ),)),
