@@ -140,6 +140,7 @@ class Ctx:
     node_id: int = 1
     pid: int = -1
     epoch: int = -1
+    topic_id: uuid.UUID = uuid.UUID(int=0)
 
     def name(self, key: str) -> str:
         return {"topic": self.topic, "new": self.new, "group": self.group, "txn": self.txn,
@@ -251,6 +252,19 @@ def txn_with_partition(ctx: Ctx) -> None:
     init_txn(ctx)
     answer = retrying(lambda: admin_call(ctx, add_partitions(ctx), AddPartitionsToTxnResponse, 3), 3)
     assert error_codes(answer, 3) == [0], answer
+
+
+def idempotent_pid(ctx: Ctx) -> None:
+    answer = admin_call(ctx, init_pid(ctx, None), InitProducerIdResponse, 4)
+    assert answer.error_code == 0, answer
+    ctx.pid, ctx.epoch = answer.producer_id, answer.producer_epoch
+
+
+def idempotent_produce(ctx: Ctx) -> ProduceRequest:
+    batch = build_batch(simple_records([b"v"]), producer_id=ctx.pid, producer_epoch=ctx.epoch, base_sequence=0)
+    return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10_000,
+                          topic_data=[ProduceRequest.TopicProduceData(name=ctx.topic, partition_data=[
+                              ProduceRequest.PartitionProduceData(index=0, records=bytes(batch))])])
 
 
 def txn_with_offsets(ctx: Ctx) -> None:
@@ -377,12 +391,20 @@ ROWS: list[Row] = [
     Row("Produce-transactional", 9, lambda c: produce(c, transactional=True), ProduceResponse, [XA], [0],
         ((Res.TRANSACTIONAL_ID, X, Op.WRITE), (Res.TOPIC, T, Op.WRITE)), probe=end_offset,
         setup=(txn_with_partition,)),
+    # Since Kafka 3.0 an idempotent producer needs only WRITE on the topic (KIP-679).
+    Row("Produce-idempotent", 9, idempotent_produce, ProduceResponse, [TA], [0], ((Res.TOPIC, T, Op.WRITE),),
+        probe=end_offset, setup=(idempotent_pid,)),
     Row("Fetch", 12, fetch, FetchResponse, [0, TA], [0, 0], ((Res.TOPIC, T, Op.READ),)),
     Row("ListOffsets", 7, lambda c: ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
         name=c.topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)])]),
         ListOffsetsResponse, [TA], [0], ((Res.TOPIC, T, Op.DESCRIBE),)),
     Row("Metadata-named", 12, lambda c: metadata([c.topic]), MetadataResponse, [TA], [0],
         ((Res.TOPIC, T, Op.DESCRIBE),), outcome=topic_codes(lambda c: c.topic)),
+    Row("Metadata-by-topic-id", 12, lambda c: MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(topic_id=c.topic_id, name=None)],
+        allow_auto_topic_creation=False), MetadataResponse, [(TA, False)], [(0, True)],
+        ((Res.TOPIC, T, Op.DESCRIBE),),
+        outcome=lambda a, v, c: [(t.error_code, t.name == c.topic) for t in a.topics]),
     Row("Metadata-all-topics-filtered", 12, lambda c: metadata(None), MetadataResponse, False, True,
         ((Res.TOPIC, T, Op.DESCRIBE),), outcome=listed(lambda a: [t.name for t in a.topics], T)),
     Row("Metadata-auto-create", 12, lambda c: metadata([c.new], auto_create=True), MetadataResponse, [TA],
@@ -399,10 +421,16 @@ ROWS: list[Row] = [
     Row("OffsetFetch", 8, lambda c: OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
         group_id=c.group, topics=None)]), OffsetFetchResponse, [GA], [0, 0],
         ((Res.GROUP, G, Op.DESCRIBE), (Res.TOPIC, T, Op.DESCRIBE)), setup=(commit_offset,)),
+    Row("OffsetFetch-named-topic-denied", 8, lambda c: OffsetFetchRequest(
+        groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=c.group, topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopics(name=c.topic, partition_indexes=[0])])]),
+        OffsetFetchResponse, [GA], [TA, 0], ((Res.GROUP, G, Op.DESCRIBE),), setup=(commit_offset,)),
     Row("OffsetFetch-all-topics-filtered", 8, lambda c: OffsetFetchRequest(
         groups=[OffsetFetchRequest.OffsetFetchRequestGroup(group_id=c.group, topics=None)]),
         OffsetFetchResponse, [GA], [0], ((Res.GROUP, G, Op.DESCRIBE),), setup=(commit_offset,)),
     Row("FindCoordinator-group", 4, lambda c: FindCoordinatorRequest(key_type=0, coordinator_keys=[c.group]),
+        FindCoordinatorResponse, [GA], [0], ((Res.GROUP, G, Op.DESCRIBE),)),
+    Row("FindCoordinator-group-v3", 3, lambda c: FindCoordinatorRequest(key=c.group, key_type=0),
         FindCoordinatorResponse, [GA], [0], ((Res.GROUP, G, Op.DESCRIBE),)),
     Row("FindCoordinator-transaction", 4, lambda c: FindCoordinatorRequest(key_type=1, coordinator_keys=[c.txn]),
         FindCoordinatorResponse, [XA], [0], ((Res.TRANSACTIONAL_ID, X, Op.DESCRIBE),)),
@@ -442,6 +470,9 @@ ROWS: list[Row] = [
         ((Res.CLUSTER, C, Op.CREATE),), probe=lambda c: topic_partitions(c, c.new)),
     Row("DeleteTopics", 5, lambda c: DeleteTopicsRequest(topic_names=[c.topic], timeout_ms=10_000),
         DeleteTopicsResponse, [TA], [0], ((Res.TOPIC, T, Op.DELETE),), probe=lambda c: topic_partitions(c, c.topic)),
+    Row("DeleteTopics-by-id", 6, lambda c: DeleteTopicsRequest(topics=[DeleteTopicsRequest.DeleteTopicState(
+        name=None, topic_id=c.topic_id)], timeout_ms=10_000),
+        DeleteTopicsResponse, [TA], [0], ((Res.TOPIC, T, Op.DELETE),), probe=lambda c: topic_partitions(c, c.topic)),
     Row("DeleteRecords", 2, lambda c: DeleteRecordsRequest(timeout_ms=10_000, topics=[
         DeleteRecordsRequest.DeleteRecordsTopic(name=c.topic, partitions=[
             DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=1)])]),
@@ -456,6 +487,10 @@ ROWS: list[Row] = [
         OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=c.topic, partitions=[
             OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=0, leader_epoch=0)])]),
         OffsetForLeaderEpochResponse, [TA], [0], ((Res.TOPIC, T, Op.DESCRIBE),)),
+    Row("OffsetForLeaderEpoch-cluster-action", 4, lambda c: OffsetForLeaderEpochRequest(replica_id=-1, topics=[
+        OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=c.topic, partitions=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=0, leader_epoch=0)])]),
+        OffsetForLeaderEpochResponse, [TA], [0], ((Res.CLUSTER, C, Op.CLUSTER_ACTION),)),
     Row("AddPartitionsToTxn", 3, add_partitions, AddPartitionsToTxnResponse, [XA], [0],
         ((Res.TRANSACTIONAL_ID, X, Op.WRITE), (Res.TOPIC, T, Op.WRITE)), setup=(init_txn,)),
     Row("AddOffsetsToTxn", 3, lambda c: AddOffsetsToTxnRequest(transactional_id=c.txn, producer_id=c.pid,
@@ -505,6 +540,11 @@ ROWS: list[Row] = [
             IncrementalAlterConfigsRequest.AlterableConfig(name="retention.ms", config_operation=0,
                                                            value="234567")])]),
         IncrementalAlterConfigsResponse, [TA], [0], ((Res.TOPIC, T, Op.ALTER_CONFIGS),), probe=topic_config),
+    Row("IncrementalAlterConfigs-broker-validate-only", 1, lambda c: IncrementalAlterConfigsRequest(
+        validate_only=True, resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
+            resource_type=4, resource_name=str(c.node_id), configs=[IncrementalAlterConfigsRequest.AlterableConfig(
+                name="log.cleaner.backoff.ms", config_operation=0, value="20000")])]),
+        IncrementalAlterConfigsResponse, [CA], [0], ((Res.CLUSTER, C, Op.ALTER_CONFIGS),)),
     Row("AlterReplicaLogDirs", 2, lambda c: AlterReplicaLogDirsRequest(dirs=[AlterReplicaLogDirsRequest.AlterReplicaLogDir(
         path="/nonexistent-dir", topics=[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(
             name=c.topic, partitions=[0])])]),
@@ -614,6 +654,7 @@ def create_row_topic(ctx: Ctx) -> None:
         name=ctx.topic, num_partitions=1, replication_factor=1)], timeout_ms=10_000)
     answer = admin_call(ctx, request, CreateTopicsResponse, 7)
     assert error_codes(answer, 7) == [0], answer
+    ctx.topic_id = answer.topics[0].topic_id
     deadline = time.monotonic() + 15
     while True:  # a leader, then one record
         answer = admin_call(ctx, produce(ctx), ProduceResponse, 9)
