@@ -104,15 +104,17 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
         proc.wait(timeout=10)
 
 
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+OAUTHBEARER_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 @dataclass(frozen=True)
 class Security:
     """A SASL_PLAINTEXT listener (and a SASL_SSL one when ``ssl_keystore`` is given) next to the
-    PLAINTEXT one, with PLAIN users from ``plain_users`` and SCRAM-SHA-256/512 enabled (credentials
-    are created by AlterUserScramCredentials), and optionally Kafka's StandardAuthorizer.
+    PLAINTEXT one, with PLAIN users from ``plain_users``, SCRAM-SHA-256/512 enabled (credentials
+    are created by AlterUserScramCredentials), OAUTHBEARER with Kafka's default unsecured-JWS
+    validator, and optionally Kafka's StandardAuthorizer.
 
     Inter-broker and controller traffic stays on PLAINTEXT, whose principal is User:ANONYMOUS: it is
     made a super user, otherwise the node's own broker cannot register with its controller (Kafka
@@ -239,6 +241,7 @@ class ReferenceKafka:
             for scram in ("scram-sha-256", "scram-sha-512"):
                 props[f"listener.name.{name}.{scram}.sasl.jaas.config"] = (
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+            props[f"listener.name.{name}.oauthbearer.sasl.jaas.config"] = OAUTHBEARER_JAAS
         if sec.ssl_keystore is not None:
             props["listener.name.sasl_ssl.ssl.keystore.type"] = "PEM"
             props["listener.name.sasl_ssl.ssl.keystore.location"] = str(sec.ssl_keystore)

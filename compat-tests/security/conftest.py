@@ -1,7 +1,8 @@
 """A broker of the session's target with SASL listeners and Kafka's StandardAuthorizer, one per module.
 
 ``secure_broker``: PLAIN users admin (super user), alice and bob on SASL_PLAINTEXT and SASL_SSL (a
-test CA made with ``cryptography`` for this module only), SCRAM-SHA-256/512 enabled. The PLAINTEXT
+test CA made with ``cryptography`` for this module only), SCRAM-SHA-256/512 and OAUTHBEARER (Kafka's
+unsecured-JWS validator) enabled. The PLAINTEXT
 listener stays for readiness and, on Kafka, the node's own inter-broker/controller traffic
 (User:ANONYMOUS is a super user there, as tools/reference_kafka.py explains): tests use the SASL
 ports only. grete gets the same keys as overrides.
@@ -30,6 +31,8 @@ from grete.testing._wire import Wire
 from tests.broker._tls import Certs, make_certs
 from tools import kafka_dist
 from tools.reference_kafka import (
+    OAUTHBEARER_JAAS,
+    SASL_MECHANISMS,
     STANDARD_AUTHORIZER,
     ReferenceKafka,
     Security,
@@ -79,12 +82,13 @@ def _grete_overrides(plain: int, sasl: int, sasl_ssl: int, certs: Certs, data: P
     listeners = f"PLAINTEXT://{HOST}:{plain},SASL_PLAINTEXT://{HOST}:{sasl},SASL_SSL://{HOST}:{sasl_ssl}"
     security = Security(plain_users=USERS)
     overrides = {**INTERNAL, "listeners": listeners, "advertised.listeners": listeners, "log.dirs": str(data),
-                 "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                 "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
                  "authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:admin;User:ANONYMOUS",
                  "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
                  "listener.name.sasl_ssl.ssl.keystore.location": str(certs.server)}
     for name in ("sasl_plaintext", "sasl_ssl"):
         overrides[f"listener.name.{name}.plain.sasl.jaas.config"] = security.jaas_plain()
+        overrides[f"listener.name.{name}.oauthbearer.sasl.jaas.config"] = OAUTHBEARER_JAAS
     return overrides
 
 

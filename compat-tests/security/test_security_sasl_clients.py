@@ -3,13 +3,15 @@ SCRAM-SHA-256, SCRAM-SHA-512), kafka-python, aiokafka, kcat and Java's kafka-cli
 its cases), over SASL_PLAINTEXT and SASL_SSL (the module's test CA), against the session's target.
 
 The users: alice (PLAIN, from the listener's JAAS config), carol (SCRAM-SHA-256) and dave
-(SCRAM-SHA-512), whose credentials admin creates with AlterUserScramCredentials. The authorizer is on,
-so admin grants the three ALL on topics and groups prefixed ``sasl-``; the round trips thus also show
+(SCRAM-SHA-512), whose credentials admin creates with AlterUserScramCredentials, and olive
+(OAUTHBEARER, an unsecured JWT whose subject is the principal). The authorizer is on,
+so admin grants the four ALL on topics and groups prefixed ``sasl-``; the round trips thus also show
 that a stock client's principal is the SASL user."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import os
@@ -41,7 +43,15 @@ from tools import kafka_dist
 SecureBroker = Any  # compat-tests/security/conftest.py's SecureBroker (conftests are not importable)
 PREFIX = "sasl-"
 PASSWORDS = {"alice": "alice-secret", "carol": "carol-secret", "dave": "dave-secret"}
-MECHANISM_OF = {"alice": "PLAIN", "carol": "SCRAM-SHA-256", "dave": "SCRAM-SHA-512"}
+MECHANISM_OF = {"alice": "PLAIN", "carol": "SCRAM-SHA-256", "dave": "SCRAM-SHA-512", "olive": "OAUTHBEARER"}
+
+
+def unsecured_jwt(subject: str) -> str:
+    """Kafka's unsecured JWS: header {"alg":"none"}, the claims, an empty signature."""
+    def part(claims: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
+    now = int(time.time())
+    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': now, 'exp': now + 3600})}."
 
 
 def _wait(check: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
@@ -83,7 +93,7 @@ def users(secure_broker: SecureBroker) -> Iterator[SecureBroker]:
         creations = [CreateAclsRequest.AclCreation(
             resource_type=res, resource_name=PREFIX, resource_pattern_type=PatternType.PREFIXED,
             principal=f"User:{user}", host="*", operation=AclOperation.ALL, permission_type=AclPermissionType.ALLOW)
-            for user in PASSWORDS for res in (ResourceType.TOPIC, ResourceType.GROUP)]
+            for user in MECHANISM_OF for res in (ResourceType.TOPIC, ResourceType.GROUP)]
         created = admin.call(CreateAclsRequest(creations=creations), CreateAclsResponse, 3)
         assert [r.error_code for r in created.results] == [0] * len(creations), created
         # Both reach the broker's metadata image asynchronously on Kafka.
@@ -115,16 +125,20 @@ def endpoint(broker: SecureBroker, ssl: bool) -> str:
 def librdkafka_conf(broker: SecureBroker, user: str, ssl: bool) -> dict[str, Any]:
     conf: dict[str, Any] = {"bootstrap.servers": endpoint(broker, ssl),
                             "security.protocol": "SASL_SSL" if ssl else "SASL_PLAINTEXT",
-                            "sasl.mechanism": MECHANISM_OF[user], "sasl.username": user,
-                            "sasl.password": PASSWORDS[user]}
+                            "sasl.mechanism": MECHANISM_OF[user]}
+    if user in PASSWORDS:
+        conf.update({"sasl.username": user, "sasl.password": PASSWORDS[user]})
+    else:  # librdkafka's own unsecured JWT builder
+        conf.update({"sasl.oauthbearer.config": f"principal={user}", "enable.sasl.oauthbearer.unsecure.jwt": True})
     if ssl:
         conf["ssl.ca.location"] = str(broker.ca)
     return conf
 
 
-@pytest.mark.parametrize("user,ssl", [("alice", False), ("carol", False), ("dave", False), ("dave", True),
-                                      ("alice", True)],
-                         ids=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "SSL-SCRAM-SHA-512", "SSL-PLAIN"])
+@pytest.mark.parametrize("user,ssl", [("alice", False), ("carol", False), ("dave", False), ("olive", False),
+                                      ("dave", True), ("alice", True), ("olive", True)],
+                         ids=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "SSL-SCRAM-SHA-512",
+                              "SSL-PLAIN", "SSL-OAUTHBEARER"])
 def test_confluent_kafka(users: SecureBroker, user: str, ssl: bool) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -151,14 +165,24 @@ def test_confluent_kafka(users: SecureBroker, user: str, ssl: bool) -> None:
 
 # --- kafka-python ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("user,ssl", [("carol", False), ("alice", True)], ids=["SCRAM-SHA-256", "SSL-PLAIN"])
+@pytest.mark.parametrize("user,ssl", [("carol", False), ("olive", False), ("alice", True)],
+                         ids=["SCRAM-SHA-256", "OAUTHBEARER", "SSL-PLAIN"])
 def test_kafka_python(users: SecureBroker, user: str, ssl: bool) -> None:
     kafka = pytest.importorskip("kafka")
+    from kafka.net.sasl.oauth import AbstractTokenProvider  # kafka-python 3.x
+
+    class Token(AbstractTokenProvider):  # type: ignore[misc]
+        def token(self) -> str:
+            return unsecured_jwt(user)
+
     topic = new_topic(users)
     common: dict[str, Any] = {"bootstrap_servers": endpoint(users, ssl),
                               "security_protocol": "SASL_SSL" if ssl else "SASL_PLAINTEXT",
-                              "sasl_mechanism": MECHANISM_OF[user], "sasl_plain_username": user,
-                              "sasl_plain_password": PASSWORDS[user]}
+                              "sasl_mechanism": MECHANISM_OF[user]}
+    if user in PASSWORDS:
+        common.update(sasl_plain_username=user, sasl_plain_password=PASSWORDS[user])
+    else:
+        common.update(sasl_oauth_token_provider=Token())
     if ssl:
         common["ssl_cafile"] = str(users.ca)
     producer = kafka.KafkaProducer(**common)
@@ -180,16 +204,25 @@ def test_kafka_python(users: SecureBroker, user: str, ssl: bool) -> None:
 
 # --- aiokafka ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("user,ssl", [("dave", False), ("alice", True)], ids=["SCRAM-SHA-512", "SSL-PLAIN"])
+@pytest.mark.parametrize("user,ssl", [("dave", False), ("olive", False), ("alice", True)],
+                         ids=["SCRAM-SHA-512", "OAUTHBEARER", "SSL-PLAIN"])
 def test_aiokafka(users: SecureBroker, user: str, ssl: bool) -> None:
     aiokafka = pytest.importorskip("aiokafka")
+    from aiokafka.abc import AbstractTokenProvider
     from aiokafka.helpers import create_ssl_context
+
+    class Token(AbstractTokenProvider):  # type: ignore[misc]
+        async def token(self) -> str:
+            return unsecured_jwt(user)
 
     topic = new_topic(users)
     common: dict[str, Any] = {"bootstrap_servers": endpoint(users, ssl),
                               "security_protocol": "SASL_SSL" if ssl else "SASL_PLAINTEXT",
-                              "sasl_mechanism": MECHANISM_OF[user], "sasl_plain_username": user,
-                              "sasl_plain_password": PASSWORDS[user]}
+                              "sasl_mechanism": MECHANISM_OF[user]}
+    if user in PASSWORDS:
+        common.update(sasl_plain_username=user, sasl_plain_password=PASSWORDS[user])
+    else:
+        common.update(sasl_oauth_token_provider=Token())
     if ssl:
         common["ssl_context"] = create_ssl_context(cafile=str(users.ca))
 
@@ -257,22 +290,28 @@ def test_kcat_scram_needs_librdkafka_2_6_1(users: SecureBroker, target: str) -> 
 
 # --- Java's kafka-clients: every case in one JVM --------------------------------------------------
 
+def java_jaas(user: str) -> str:
+    if user == "olive":  # kafka-clients' default OAUTHBEARER login makes an unsecured JWT
+        return ('org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+                f'unsecuredLoginStringClaim_sub="{user}";')
+    module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if user == "alice"
+              else "org.apache.kafka.common.security.scram.ScramLoginModule")
+    return f'{module} required username="{user}" password="{PASSWORDS[user]}";'
+
+
 def test_java_client(users: SecureBroker) -> None:
     version = kafka_dist.PINNED[-1]
     try:
         kafka_dist.harness_classes(version)
     except Exception as exc:
         pytest.skip(f"Java harness for kafka-clients {version} unavailable: {exc}")
-    cases = [("alice", False), ("carol", False), ("dave", False), ("dave", True)]
+    cases = [("alice", False), ("carol", False), ("dave", False), ("olive", False), ("dave", True)]
     args: list[str] = []
     for user, ssl in cases:
-        module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if user == "alice"
-                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
         args += ["--"] if args else []
         args += [endpoint(users, ssl), new_topic(users),
                  f"security.protocol={'SASL_SSL' if ssl else 'SASL_PLAINTEXT'}",
-                 f"sasl.mechanism={MECHANISM_OF[user]}",
-                 f'sasl.jaas.config={module} required username="{user}" password="{PASSWORDS[user]}";']
+                 f"sasl.mechanism={MECHANISM_OF[user]}", f"sasl.jaas.config={java_jaas(user)}"]
         if ssl:
             args += ["ssl.truststore.type=PEM", f"ssl.truststore.location={users.ca}"]
     done = subprocess.run(kafka_dist.harness_cmd(version, "roundtrips", *args), capture_output=True, text=True,
