@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -103,14 +104,52 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
         proc.wait(timeout=10)
 
 
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+OAUTHBEARER_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+@dataclass(frozen=True)
+class Security:
+    """A SASL_PLAINTEXT listener (and a SASL_SSL one when ``ssl_keystore`` is given) next to the
+    PLAINTEXT one, with PLAIN users from ``plain_users``, SCRAM-SHA-256/512 enabled (credentials
+    are created by AlterUserScramCredentials), OAUTHBEARER with Kafka's default unsecured-JWS
+    validator, and optionally Kafka's StandardAuthorizer.
+
+    Inter-broker and controller traffic stays on PLAINTEXT, whose principal is User:ANONYMOUS: it is
+    made a super user, otherwise the node's own broker cannot register with its controller (Kafka
+    checks CLUSTER_ACTION on BrokerRegistration) -- so tests must use the SASL ports only."""
+
+    plain_users: dict[str, str] = field(default_factory=dict)  # name -> password
+    super_users: tuple[str, ...] = ("admin",)
+    authorizer: bool = True
+    ssl_keystore: Path | None = None  # PEM: PKCS#8 key then the certificate chain, for SASL_SSL
+
+    def jaas_plain(self) -> str:
+        users = " ".join(f'user_{name}="{password}"' for name, password in self.plain_users.items())
+        return f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+
+
+def _distinct_ports(n: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 class ReferenceKafka:
     """Starts Apache Kafka ``version`` ('3.9', '4', or a full pinned version) as a single KRaft node."""
 
     def __init__(self, version: str = "4", overrides: dict[str, str] | None = None,
                  start_timeout: float = 90.0, log_level: str = "INFO",
-                 jvm: tuple[str, ...] | None = None) -> None:
+                 jvm: tuple[str, ...] | None = None, security: Security | None = None) -> None:
         self.version = kafka_dist.resolve_version(version)
         self.overrides = dict(overrides or {})
+        self.security = security
+        self.sasl_port = 0
+        self.sasl_ssl_port = 0
         self.start_timeout = start_timeout
         self.log_level = log_level
         self.jvm = jvm  # None: the light test settings of kafka_dist.java_cmd
@@ -125,6 +164,16 @@ class ReferenceKafka:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        assert self.security is not None, "started without security"
+        return f"{self.host}:{self.sasl_port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        assert self.security is not None and self.security.ssl_keystore is not None, "no SASL_SSL listener"
+        return f"{self.host}:{self.sasl_ssl_port}"
 
     @property
     def log_dir(self) -> Path:
@@ -167,7 +216,38 @@ class ReferenceKafka:
             "num.recovery.threads.per.data.dir": "1",
             "background.threads": "2",
         }
+        if self.security is not None:
+            props.update(self._security_properties(self.security))
         props.update(self.overrides)
+        return props
+
+    def _security_properties(self, sec: Security) -> dict[str, str]:
+        listeners = [f"SASL_PLAINTEXT://{self.host}:{self.sasl_port}"]
+        names = ["sasl_plaintext"]
+        if sec.ssl_keystore is not None:
+            listeners.append(f"SASL_SSL://{self.host}:{self.sasl_ssl_port}")
+            names.append("sasl_ssl")
+        props = {
+            "listeners": ",".join([f"PLAINTEXT://{self.host}:{self.port}", *listeners,
+                                   f"CONTROLLER://{self.host}:{self.controller_port}"]),
+            "advertised.listeners": ",".join([f"PLAINTEXT://{self.host}:{self.port}", *listeners]),
+            "listener.security.protocol.map": ("PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+                                               "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
+            "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+        }
+        for name in names:
+            # Every enabled mechanism needs a login module on the listener (no static JAAS file).
+            props[f"listener.name.{name}.plain.sasl.jaas.config"] = sec.jaas_plain()
+            for scram in ("scram-sha-256", "scram-sha-512"):
+                props[f"listener.name.{name}.{scram}.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+            props[f"listener.name.{name}.oauthbearer.sasl.jaas.config"] = OAUTHBEARER_JAAS
+        if sec.ssl_keystore is not None:
+            props["listener.name.sasl_ssl.ssl.keystore.type"] = "PEM"
+            props["listener.name.sasl_ssl.ssl.keystore.location"] = str(sec.ssl_keystore)
+        if sec.authorizer:
+            props["authorizer.class.name"] = STANDARD_AUTHORIZER
+            props["super.users"] = ";".join(f"User:{u}" for u in (*sec.super_users, "ANONYMOUS"))
         return props
 
     def _write_config(self) -> Path:
@@ -181,9 +261,7 @@ class ReferenceKafka:
         t0 = time.monotonic()
         kafka_dist.fetch(self.version)
         self.workdir = Path(tempfile.mkdtemp(prefix=f"refkafka-{self.version}-"))
-        self.port, self.controller_port = free_port(), free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
+        self.port, self.controller_port, self.sasl_port, self.sasl_ssl_port = _distinct_ports(4)
         config = self._write_config()
         self._format(config)
         self._launch(config)
@@ -271,9 +349,17 @@ class ReferenceKafka:
 
 
 def _main(argv: list[str]) -> int:
-    version = argv[0] if argv else "4"
-    with ReferenceKafka(version) as kafka:
-        print(f"Kafka {kafka.version} on {kafka.bootstrap} (started in {kafka.startup_seconds:.1f}s), "
+    """``python -m tools.reference_kafka [VERSION] [--sasl]``; --sasl adds the SASL_PLAINTEXT listener
+    with PLAIN users admin/admin-secret (super user), alice/alice-secret, bob/bob-secret and the
+    StandardAuthorizer."""
+    sasl = "--sasl" in argv
+    args = [a for a in argv if a != "--sasl"]
+    version = args[0] if args else "4"
+    security = Security(plain_users={"admin": "admin-secret", "alice": "alice-secret",
+                                     "bob": "bob-secret"}) if sasl else None
+    with ReferenceKafka(version, security=security) as kafka:
+        extra = f", SASL_PLAINTEXT on {kafka.sasl_bootstrap}" if sasl else ""
+        print(f"Kafka {kafka.version} on {kafka.bootstrap}{extra} (started in {kafka.startup_seconds:.1f}s), "
               f"data {kafka.log_dir}; Ctrl-C stops it", flush=True)
         try:
             while kafka.proc is not None and kafka.proc.poll() is None:

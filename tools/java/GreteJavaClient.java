@@ -42,6 +42,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   static   BOOTSTRAP TOPIC GROUP PARTITIONS [configs...]                 see GroupScenarios.staticRestart
  *   produce-ts BOOTSTRAP TOPIC PLAN                                        PLAN like "t1,t2/t3": timestamps, "/" flushes
  *   times    BOOTSTRAP TOPIC PARTITION TS[,TS...]                          -> {"ts","offset","timestamp"} (null past the end)
+ *   roundtrips BOOTSTRAP TOPIC [configs...] [-- ...]                    see SaslRoundTrips
  *   oversize BOOTSTRAP TOPIC SIZE [configs...]                             -> {"error","message"} or {"partition","offset"}
  *   txn-fence | txn-ctp | txn-lso | txn-read ...                            see TxnScenarios
  *   decode-group-records -  (stdin: KEYHEX VALUEHEX lines)                 see GroupRecords (Kafka 4)
@@ -71,6 +72,7 @@ public final class GreteJavaClient {
             case "txn-lso": TxnScenarios.lastStableOffset(args); break;
             case "txn-read": TxnScenarios.read(args); break;
             case "decode-group-records": GroupRecords.decode(args); break;
+            case "roundtrips": SaslRoundTrips.run(args); break;
             default:
                 System.err.println("unknown command " + args[0]);
                 System.exit(2);

@@ -24,13 +24,21 @@ PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionRes
 def handle(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
            ) -> AlterPartitionReassignmentsResponse | Coroutine[Any, Any, AlterPartitionReassignmentsResponse]:
     if not cluster_allowed(ctx, Op.ALTER):
-        return AlterPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                                   error_message=None, responses=[])
+        return _refused(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if ctx.broker.cluster is not None:
         return _in_cluster(ctx, request)
     topics = [TopicResponse(name=t.name, partitions=[_one(ctx, t.name, p) for p in t.partitions])
               for t in request.topics]
     return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NONE, responses=topics)
+
+
+def _refused(request: AlterPartitionReassignmentsRequest, code: ErrorCode) -> AlterPartitionReassignmentsResponse:
+    """Kafka's error response (AlterPartitionReassignmentsRequest.getErrorResponse): the error at the
+    top and again on every partition asked about (compat-tests/security's matrix, Kafka 4.3.1)."""
+    topics = [TopicResponse(name=t.name, partitions=[PartitionResponse(partition_index=p.partition_index,
+                                                                       error_code=code, error_message=None)
+                                                     for p in t.partitions]) for t in request.topics]
+    return AlterPartitionReassignmentsResponse(error_code=code, error_message=None, responses=topics)
 
 
 async def _in_cluster(ctx: RequestContext,
