@@ -409,9 +409,7 @@ ROWS: list[Row] = [
         ((Res.TOPIC, T, Op.DESCRIBE),), outcome=listed(lambda a: [t.name for t in a.topics], T)),
     Row("Metadata-auto-create", 12, lambda c: metadata([c.new], auto_create=True), MetadataResponse, [TA],
         [E.UNKNOWN_TOPIC_OR_PARTITION], ((Res.TOPIC, "new", Op.DESCRIBE), (Res.TOPIC, "new", Op.CREATE)),
-        outcome=topic_codes(lambda c: c.new), probe=lambda c: topic_partitions(c, c.new),
-        grete_xfail="differs from Kafka: grete creates the topic inside the auto-creating Metadata call and "
-                    "answers 0; Kafka 4.3.1 answers UNKNOWN_TOPIC_OR_PARTITION and creates it afterwards"),
+        outcome=topic_codes(lambda c: c.new), probe=lambda c: topic_partitions(c, c.new)),
     Row("OffsetCommit", 8, lambda c: OffsetCommitRequest(group_id=c.group, generation_id_or_member_epoch=-1,
                                                          member_id="", topics=[offset_commit_topic(c)]),
         OffsetCommitResponse, [GA], [0], ((Res.GROUP, G, Op.READ), (Res.TOPIC, T, Op.READ)), probe=committed),

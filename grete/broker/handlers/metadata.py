@@ -4,7 +4,8 @@ v13 adds a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED), which a broke
 itself leaves at NONE, as Kafka's does.
 
 Topics are auto-created (auto.create.topics.enable and, from v4, the request's flag) before the
-answer, so the first response already carries the new topic instead of LEADER_NOT_AVAILABLE.
+answer, which still reports them as not there yet, with the code Kafka gives (the next Metadata
+finds them).
 """
 
 from __future__ import annotations
@@ -71,9 +72,13 @@ def handle(ctx: RequestContext,
 async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, response: MetadataResponse,
                               missing: list[str], with_ops: bool, refused: dict[str, int]) -> MetadataResponse:
     failed: dict[str, int] = dict(refused)
+    # Kafka answers a topic its Metadata call auto-creates as not there yet (KRaft:
+    # UNKNOWN_TOPIC_OR_PARTITION; ZooKeeper mode: LEADER_NOT_AVAILABLE); clients ask again.
+    created = ErrorCode.LEADER_NOT_AVAILABLE if ctx.broker.cluster is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     for name in dict.fromkeys(missing):
         try:
             await ctx.broker.create_topic(name)
+            failed[name] = created
         except KafkaError as exc:
             failed[name] = exc.code
     for wanted in request.topics or []:
@@ -101,7 +106,7 @@ def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, w
                 error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
         return _describe(ctx, meta, with_ops)
     meta = broker.metadata.topic(wanted.name)
-    if meta is None:
+    if meta is None or wanted.name in failed:  # missing, refused, or created by this very call
         error = failed.get(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return MetadataResponse.MetadataResponseTopic(error_code=error, name=wanted.name, topic_id=ZERO_UUID)
     return _describe(ctx, meta, with_ops)
