@@ -10,6 +10,7 @@ controller's per-broker queue is FIFO anyway.
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from grete.protocol.messages import APIS, request_header_version, response_heade
 
 M = TypeVar("M", bound=Message)
 _SIZE = struct.Struct(">i")
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, unsent data dropped
 
 
 class PeerError(Exception):
@@ -53,7 +55,7 @@ class PeerConnection:
             try:
                 return await asyncio.wait_for(self._call(request, version), self.timeout_s)
             except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-                self.close()
+                self.abort()
                 raise PeerError(f"{type(request).__name__} to {self.host}:{self.port} failed: "
                                 f"{exc or type(exc).__name__}") from None
 
@@ -80,4 +82,20 @@ class PeerConnection:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+        self._reader = self._writer = None
+
+    def abort(self) -> None:
+        """Give up the connection of a request that failed: reset it, so that the kernel drops what
+        it still holds unacknowledged. A graceful close would keep retransmitting it, and after a
+        network partition heals the peer would get the old request after the retry (a second
+        transaction marker, appended after a later transaction's records, would end that one)."""
+        writer = self._writer
+        if writer is not None:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+                except OSError:
+                    pass
+            writer.transport.abort()
         self._reader = self._writer = None
