@@ -140,7 +140,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = str(peer[0]) if peer else "unknown"
         self.session.client_host = self.peer
         if self._principal_of is not None:
-            self.session.principal = self._principal_of(transport.get_extra_info("ssl_object"))
+            try:
+                self.session.principal = self._principal_of(transport.get_extra_info("ssl_object"))
+            except Exception as exc:  # no ssl.principal.mapping.rules rule maps it: authentication fails
+                log.info("closing connection from %s: %s", self.peer, exc)
+                self._closed = True
+                transport.abort()
+                return
         if not self.broker.connection_quotas.admit(self.peer):
             log.info("closing connection from %s: max.connections.per.ip / max.connections reached", self.peer)
             self._closed = True

@@ -155,7 +155,7 @@ class Node:
             broker.listener_tls[listener.name] = reloadable
             context = reloadable.context
             # Under SASL_SSL the principal is the SASL one, as in Kafka.
-            principal_of = tls.principal_of if protocol == "SSL" else None
+            principal_of = reloadable.principal_of if protocol == "SSL" else None
         if protocol.startswith("SASL_"):
             # Loaded by name and only for a SASL listener (scramp).
             sasl_module = importlib.import_module("grete.broker.sasl")

@@ -8,17 +8,19 @@ chain in ``ssl.keystore.location``, or inline in ``ssl.keystore.key`` and
 type, is Java's own format: refused with a clear error naming the alternatives.
 
 The principal of an authenticated client certificate is ``User:`` + its subject as an RFC 2253
-distinguished name (Kafka's DefaultKafkaPrincipalBuilder with ``ssl.principal.mapping.rules=DEFAULT``);
-without a client certificate it is ``User:ANONYMOUS``.
+distinguished name, mapped by ``ssl.principal.mapping.rules`` (Kafka's DefaultKafkaPrincipalBuilder
+and SslPrincipalMapper); without a client certificate it is ``User:ANONYMOUS``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -77,6 +79,11 @@ class ListenerTls:
         self.current = self.context
         self.context.sni_callback = self._hand_over
         self._stores = _stores(config, listener)
+        rules = listener_value(config, listener, "ssl.principal.mapping.rules") or "DEFAULT"
+        self.mapper = PrincipalMapper(rules)  # refused at start-up (ConfigError) when malformed
+
+    def principal_of(self, ssl_object: ssl.SSLObject | None) -> str:
+        return principal_of(ssl_object, self.mapper)
 
     def _hand_over(self, ssl_object: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
         if self.current is not self.context:
@@ -251,11 +258,101 @@ def _private_file(data: bytes) -> Iterator[str]:
         os.unlink(path)
 
 
-def principal_of(ssl_object: ssl.SSLObject | None) -> str:
-    """``User:<RFC 2253 subject>`` of a verified client certificate, else ``User:ANONYMOUS``."""
+def principal_of(ssl_object: ssl.SSLObject | None, mapper: PrincipalMapper | None = None) -> str:
+    """``User:<name>`` of a verified client certificate, the name being its subject as an RFC 2253
+    distinguished name mapped by ``ssl.principal.mapping.rules``; ``User:ANONYMOUS`` without one.
+    Raises NoMatchingRule when no rule maps the name (Kafka fails the authentication)."""
     if ssl_object is None:
         return ANONYMOUS
     der = ssl_object.getpeercert(binary_form=True)
     if not der:
         return ANONYMOUS
-    return "User:" + x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    name = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    return "User:" + (mapper.name(name) if mapper is not None else name)
+
+
+class NoMatchingRule(Exception):
+    pass
+
+
+# Kafka's SslPrincipalMapper: DEFAULT, or RULE:pattern/replacement/[LU], comma-separated; a slash or
+# backslash inside a pattern or replacement is escaped with a backslash.
+_RULE = r"(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+_RULE_SPLITTER = re.compile(r"\s*(" + _RULE + r")\s*(?:,\s*|$)")
+
+
+@dataclass(frozen=True)
+class _MappingRule:
+    pattern: re.Pattern[str] | None  # None: DEFAULT, the name as it is
+    replacement: str = ""
+    case: str = ""
+
+    def apply(self, name: str) -> str | None:
+        if self.pattern is None:
+            return name
+        if self.pattern.fullmatch(name) is None:
+            return None
+        mapped = self.pattern.sub(self.replacement, name)
+        return mapped.lower() if self.case == "L" else mapped.upper() if self.case == "U" else mapped
+
+
+class PrincipalMapper:
+    """``ssl.principal.mapping.rules`` as Kafka applies them: the first rule whose pattern matches
+    the whole distinguished name gives the principal name (Java's replaceAll, then L or U)."""
+
+    def __init__(self, rules: str) -> None:
+        self.rules = rules
+        self._rules = _parse_rules(rules)
+
+    def name(self, distinguished_name: str) -> str:
+        for rule in self._rules:
+            mapped = rule.apply(distinguished_name)
+            if mapped is not None:
+                return mapped
+        raise NoMatchingRule(f"No rules apply to {distinguished_name}, rules {self.rules}")
+
+
+def _parse_rules(text: str) -> list[_MappingRule]:
+    rules: list[_MappingRule] = []
+    for match in _RULE_SPLITTER.finditer(text.strip()):
+        if not match.group(1):
+            continue
+        if match.group(2):
+            rules.append(_MappingRule(None))
+        elif match.group(6):
+            raise ConfigError(f"ssl.principal.mapping.rules: Invalid rule: {match.group(6)}")
+        else:
+            try:
+                pattern = re.compile(_unescape(match.group(3)))
+            except re.error as exc:
+                raise ConfigError(f"ssl.principal.mapping.rules: invalid pattern {match.group(3)!r}: {exc}") from None
+            rules.append(_MappingRule(pattern, _python_replacement(_unescape(match.group(4))), match.group(5)))
+    if not rules:
+        raise ConfigError(f"ssl.principal.mapping.rules: no rule in {text!r}")
+    return rules
+
+
+def _unescape(text: str) -> str:
+    """The rule syntax's escaped slash (``\\/``) is a plain slash in the regex or replacement."""
+    return text.replace("\\/", "/")
+
+
+def _python_replacement(java: str) -> str:
+    """Java's replacement syntax (``$1``, ``\\$``) in Python's (``\\g<1>``, ``$``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(java):
+        c = java[i]
+        if c == "\\" and i + 1 < len(java):
+            out.append(re.escape(java[i + 1]) if java[i + 1] != "\\" else "\\\\")
+            i += 2
+        elif c == "$" and i + 1 < len(java) and java[i + 1].isdigit():
+            j = i + 1
+            while j < len(java) and java[j].isdigit():
+                j += 1
+            out.append(f"\\g<{java[i + 1:j]}>")
+            i = j
+        else:
+            out.append("\\\\" if c == "\\" else c)
+            i += 1
+    return "".join(out)

@@ -223,3 +223,35 @@ def test_keystore_reloaded_by_alter_configs(certs: Certs, tmp_path: Path) -> Non
         assert _round_trip(b.bootstrap_servers, _ssl_client(b.bootstrap_servers, certs), b"after") == b"after"
         held.produce("secure", b"still open")
         assert held.flush(10) == 0
+
+
+@pytest.mark.parametrize("rules, expected", [
+    ("RULE:^OU=(.*?),CN=(.*?)$/$2@$1/U", "User:ALICE@ENG"),
+    ("RULE:^CN=nobody$/x/,DEFAULT", "User:OU=eng,CN=alice"),
+    ("RULE:^CN=nobody$/x/", None),  # no rule maps the name: the authentication fails
+])
+def test_principal_mapping_rules(certs: Certs, rules: str, expected: str | None) -> None:
+    """``ssl.principal.mapping.rules`` as Kafka's SslPrincipalMapper applies them."""
+    overrides = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+                 "ssl.keystore.location": str(certs.server), "ssl.client.auth": "required",
+                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certs.ca),
+                 "ssl.principal.mapping.rules": rules}
+    with broker(overrides) as b:
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        context.load_cert_chain(str(certs.client_cert), str(certs.client_key))
+        with socket.create_connection((b.host, b.port), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"\x00\x00\x00\x0c\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00")  # ApiVersions v0
+            answered = tls.recv(4096) if expected is not None else _closed_read(tls)
+            principals = b.call(lambda: sorted({c.session.principal for c in b.broker.connections}))
+        if expected is None:
+            assert answered == b"" and principals == []
+        else:
+            assert answered and principals == [expected]
+
+
+def _closed_read(tls: ssl.SSLSocket) -> bytes:
+    try:
+        return tls.recv(4096)
+    except (ssl.SSLError, ConnectionError):
+        return b""
