@@ -1,0 +1,140 @@
+"""What TLS costs: produce and consume throughput over SASL_PLAINTEXT and over SASL_SSL (the same
+PLAIN login, so TLS is the only difference), on grete and on Apache Kafka 4.3.1, side by side in one
+run (docs/benchmarks.md, "TLS").
+
+grete answers Fetch with ``sendfile`` on a plaintext socket (zero-copy) and copies records through
+the TLS stream otherwise; Kafka does the same. The ratio TLS / plaintext is the figure to compare.
+
+    python -m benchmarks.bench_tls [--mb 100] [--rounds 2] [--targets grete,kafka-4]
+
+A test CA and server certificate are made for the run (``tests/broker/_tls.py``). Writes
+benchmarks/results/tls-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from grete.testing.process import broker_process
+from tests.broker._tls import Certs, make_certs
+from tools.kafka_admin import create_topic
+from tools.reference_kafka import ReferenceKafka, Security, free_port
+
+USERS = {"bench": "bench-secret"}
+RESULTS = Path(__file__).parent / "results"
+VALUE = 1024
+
+
+@contextmanager
+def started(target: str, certs: Certs) -> Iterator[tuple[str, str, str]]:
+    """(PLAINTEXT bootstrap for admin, SASL_PLAINTEXT bootstrap, SASL_SSL bootstrap)."""
+    security = Security(plain_users=USERS, authorizer=False, ssl_keystore=certs.server)
+    if target != "grete":
+        with ReferenceKafka(target.removeprefix("kafka-"), security=security, log_level="WARN") as ref:
+            yield ref.bootstrap, ref.sasl_bootstrap, ref.sasl_ssl_bootstrap
+        return
+    sasl, sasl_ssl = free_port(), free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{sasl},SASL_SSL://127.0.0.1:{sasl_ssl}"
+    overrides = {"listeners": listeners, "sasl.enabled.mechanisms": "PLAIN",
+                 "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+                 "listener.name.sasl_ssl.ssl.keystore.location": str(certs.server)}
+    for name in ("sasl_plaintext", "sasl_ssl"):
+        overrides[f"listener.name.{name}.plain.sasl.jaas.config"] = security.jaas_plain()
+    with broker_process(overrides) as running:
+        yield running.bootstrap_servers, f"127.0.0.1:{sasl}", f"127.0.0.1:{sasl_ssl}"
+
+
+def client(bootstrap: str, tls: bool, certs: Certs, **extra: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "sasl.mechanism": "PLAIN", "sasl.username": "bench",
+                            "sasl.password": USERS["bench"],
+                            "security.protocol": "SASL_SSL" if tls else "SASL_PLAINTEXT", **extra}
+    if tls:
+        conf["ssl.ca.location"] = str(certs.ca)
+    return conf
+
+
+def produce(conf: dict[str, Any], topic: str, count: int) -> float:
+    producer = Producer({**conf, "linger.ms": 5, "acks": "1", "queue.buffering.max.messages": 1_000_000})
+    value = b"x" * VALUE
+    started_at = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0
+    return count * VALUE / (time.perf_counter() - started_at) / 1e6
+
+
+def consume(conf: dict[str, Any], topic: str, count: int) -> float:
+    consumer = Consumer({**conf, "group.id": f"bench-{time.monotonic_ns()}", "enable.auto.commit": False,
+                         "fetch.max.bytes": 52_428_800})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    read = 0
+    started_at = 0.0  # from the first record: connecting and the first metadata are not the fetch path
+    while read < count:
+        for message in consumer.consume(min(10_000, count - read), 1):
+            assert message.error() is None, message.error()
+            if not read:
+                started_at = time.perf_counter()
+            read += 1
+    elapsed = time.perf_counter() - started_at
+    consumer.close()
+    return (count - 1) * VALUE / elapsed / 1e6
+
+
+def one_round(target: str, n: int, mb: int, certs: Certs) -> Iterator[dict[str, Any]]:
+    count = mb * 1_000_000 // VALUE
+    with started(target, certs) as (plain, sasl, sasl_ssl):
+        for tls in (False, True):
+            topic = f"tls-{int(tls)}-{n}"
+            create_topic(plain, topic)
+            bootstrap = sasl_ssl if tls else sasl
+            produced = produce(client(bootstrap, tls, certs), topic, count)
+            consumed = consume(client(bootstrap, tls, certs), topic, count)
+            yield {"target": target, "round": n, "tls": tls, "produce_mb_s": produced, "consume_mb_s": consumed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mb", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--targets", default="grete,kafka-4")
+    args = parser.parse_args()
+    certs = make_certs(Path(tempfile.mkdtemp(prefix="bench-tls-")))
+    results = []
+    for n in range(args.rounds):
+        for target in args.targets.split(","):  # alternated, so drifts of the machine hit both alike
+            for result in one_round(target, n, args.mb, certs):
+                print(json.dumps(result), flush=True)
+                results.append(result)
+    summary: dict[str, dict[str, float]] = {}
+    for target in args.targets.split(","):
+        row: dict[str, float] = {}
+        for tls in (False, True):
+            mine = [r for r in results if r["target"] == target and r["tls"] == tls]
+            for key in ("produce_mb_s", "consume_mb_s"):
+                row[f"{'tls' if tls else 'plain'}_{key}"] = statistics.median(r[key] for r in mine)
+        row["consume_tls_over_plain"] = row["tls_consume_mb_s"] / row["plain_consume_mb_s"]
+        row["produce_tls_over_plain"] = row["tls_produce_mb_s"] / row["plain_produce_mb_s"]
+        summary[target] = row
+    print(json.dumps({"medians": summary}, indent=1))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"tls-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(
+        json.dumps({"args": vars(args), "rounds": results, "medians": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
