@@ -249,7 +249,9 @@ class GroupCoordinator:
         group = self.ctx.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD) or group.consumer is not None:
             # A consumer group is not a classic group: Kafka answers it as Dead (not found).
-            return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value, found=False)
+            why = (f"Group {group_id} is not a classic group." if group is not None and group.consumer is not None
+                   else f"Group {group_id} not found.")
+            return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value, found=False, not_found=why)
         stable = group.is_(GroupState.STABLE) and group.protocol_name is not None
         members = [
             MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,

@@ -124,6 +124,7 @@ class GroupDescription:
     protocol: str = ""
     members: list[MemberDescription] = field(default_factory=list)
     found: bool = True
+    not_found: str | None = None  # why, in Kafka's words, when ``found`` is False
 
 
 class GroupListing(NamedTuple):

@@ -1,5 +1,6 @@
 """DescribeGroups (15): state, protocol and members with their metadata and assignment bytes
-unchanged (kafka-consumer-groups decodes them)."""
+unchanged (kafka-consumer-groups decodes them). From v6 (KIP-1043) a group that does not exist, or is
+not a classic group, is GROUP_ID_NOT_FOUND with Kafka's message instead of a Dead group."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from grete.protocol.messages import DescribeGroupsRequest, DescribeGroupsRespons
 GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
 
 
-@api(15, 0, 5)
+@api(15, 0, 6)
 def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
     for group_id in request.groups:
@@ -24,11 +25,12 @@ def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroup
                 protocol_type="", protocol_data="", members=[], authorized_operations=-2147483648))
             continue
         d = ctx.broker.group_coordinator.describe_group(group_id)
-        error = d.error
-        if not d.found and ctx.version >= 6:
-            error = ErrorCode.GROUP_ID_NOT_FOUND
+        error, message = d.error, None
+        if not d.found and ctx.version >= 6:  # KIP-1043: say so, where older versions answer Dead
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, d.not_found
         described.append(DescribeGroupsResponse.DescribedGroup(
-            error_code=error, group_id=group_id, group_state=d.state, protocol_type=d.protocol_type,
+            error_code=error, error_message=message, group_id=group_id, group_state=d.state,
+            protocol_type=d.protocol_type,
             protocol_data=d.protocol,
             members=[DescribeGroupsResponse.DescribedGroupMember(
                 member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,

@@ -19,7 +19,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     12: ("heartbeat", 0, 4, 0),  # Heartbeat
     13: ("leave_group", 0, 5, 0),  # LeaveGroup
     14: ("sync_group", 0, 5, 0),  # SyncGroup
-    15: ("describe_groups", 0, 5, 0),  # DescribeGroups
+    15: ("describe_groups", 0, 6, 0),  # DescribeGroups
     16: ("list_groups", 0, 5, 0),  # ListGroups
     17: ("sasl_handshake", 0, 1, 0),  # SaslHandshake
     18: ("api_versions", 0, 4, 0),  # ApiVersions
