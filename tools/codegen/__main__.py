@@ -167,8 +167,9 @@ def render_init(modules: dict[str, list[Message]]) -> str:
     return "\n".join(lines).replace("'", '"')
 
 
-def render_all(spec_root: Path, own_specs: Path | None = GRETE_SPECS) -> tuple[dict[str, str], list[str]]:
-    messages, notes = load_all(spec_root, [*SPEC_DIRS, str(LOCAL_SPECS)])
+def render_all(spec_root: Path, own_specs: Path | None = GRETE_SPECS,
+               local_specs: Path | None = LOCAL_SPECS) -> tuple[dict[str, str], list[str]]:
+    messages, notes = load_all(spec_root, [*SPEC_DIRS, *([str(local_specs)] if local_specs is not None else [])])
     own, own_notes = load_all(own_specs, GRETE_SPEC_DIRS) if own_specs is not None else ({}, [])
     clash = set(messages) & set(own)
     if clash:
