@@ -13,6 +13,9 @@ from tools.codegen.specs import Message, load_all
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SPECS = ROOT.parent / "shared" / "kafka-message-specs"
 SPEC_DIRS = ["trunk-2024-10", "ak-4.0", "ak-4.3"]
+# grete's own spec files, for messages whose copy in the shared specs is older than Kafka 4.3.1 (each
+# file says what it was written from); merged last, like another copy.
+LOCAL_SPECS = Path(__file__).resolve().parent / "specs_local"
 OUT_DIR = ROOT / "grete" / "protocol" / "messages"
 
 # "data" schemas the broker needs; the rest (KRaft control records, forwarded principals) are not
@@ -161,7 +164,7 @@ def render_init(modules: dict[str, list[Message]]) -> str:
 
 
 def render_all(spec_root: Path) -> tuple[dict[str, str], list[str]]:
-    messages, notes = load_all(spec_root, SPEC_DIRS)
+    messages, notes = load_all(spec_root, [*SPEC_DIRS, str(LOCAL_SPECS)])
     modules, skipped = select(messages)
     note = ("Merged from Kafka's JSON message specs (" + ", ".join(SPEC_DIRS) + "): valid versions are "
             "the union of every copy.")

@@ -391,7 +391,7 @@ APIS: dict[int, ApiInfo] = {
     66: ApiInfo(66, "ListTransactions", "ListTransactionsRequest", "ListTransactionsResponse", 0, 2, 0),
     67: ApiInfo(67, "AllocateProducerIds", "AllocateProducerIdsRequest", "AllocateProducerIdsResponse", 0, 0, 0),
     68: ApiInfo(68, "ConsumerGroupHeartbeat", "ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse", 0, 1, 0),
-    69: ApiInfo(69, "ConsumerGroupDescribe", "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse", 0, 0, 0),
+    69: ApiInfo(69, "ConsumerGroupDescribe", "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse", 0, 1, 0),
     70: ApiInfo(70, "ControllerRegistration", "ControllerRegistrationRequest", "ControllerRegistrationResponse", 0, 0, 0),
     71: ApiInfo(71, "GetTelemetrySubscriptions", "GetTelemetrySubscriptionsRequest", "GetTelemetrySubscriptionsResponse", 0, 0, 0),
     72: ApiInfo(72, "PushTelemetry", "PushTelemetryRequest", "PushTelemetryResponse", 0, 0, 0),

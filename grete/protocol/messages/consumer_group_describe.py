@@ -30,15 +30,15 @@ _S_ii = struct.Struct('>ii')
 
 @dataclass(slots=True, kw_only=True)
 class ConsumerGroupDescribeRequest(Message):
-    """ConsumerGroupDescribeRequest: API key 69, versions 0-0, flexible from v0."""
+    """ConsumerGroupDescribeRequest: API key 69, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 69
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('group_ids', 'GroupIds', 'string', None, True, (0,), (), (), None, False),
-        FieldSpec('include_authorized_operations', 'IncludeAuthorizedOperations', 'bool', None, False, (0,), (), (), None, False),
+        FieldSpec('group_ids', 'GroupIds', 'string', None, True, (0, 1), (), (), None, False),
+        FieldSpec('include_authorized_operations', 'IncludeAuthorizedOperations', 'bool', None, False, (0, 1), (), (), None, False),
     )
 
     group_ids: list[str] = field(default_factory=list)
@@ -46,7 +46,7 @@ class ConsumerGroupDescribeRequest(Message):
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ConsumerGroupDescribeRequest v%d is not supported' % version)
         flex = True
         w.length(len(self.group_ids), flex)
@@ -58,7 +58,7 @@ class ConsumerGroupDescribeRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ConsumerGroupDescribeRequest v%d is not supported' % version)
         flex = True
         f_group_ids: list[str]
@@ -80,15 +80,15 @@ class ConsumerGroupDescribeRequest(Message):
 
 @dataclass(slots=True, kw_only=True)
 class ConsumerGroupDescribeResponse(Message):
-    """ConsumerGroupDescribeResponse: API key 69, versions 0-0, flexible from v0."""
+    """ConsumerGroupDescribeResponse: API key 69, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 69
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('groups', 'Groups', 'struct', 'DescribedGroup', True, (0,), (), (), None, False),
+        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('groups', 'Groups', 'struct', 'DescribedGroup', True, (0, 1), (), (), None, False),
     )
 
     throttle_time_ms: int = 0
@@ -98,15 +98,15 @@ class ConsumerGroupDescribeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class DescribedGroup(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('group_state', 'GroupState', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('group_epoch', 'GroupEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('assignment_epoch', 'AssignmentEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('assignor_name', 'AssignorName', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('members', 'Members', 'struct', 'Member', True, (0,), (), (), None, False),
-            FieldSpec('authorized_operations', 'AuthorizedOperations', 'int32', None, False, (0,), (), (), None, False),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
+            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1), (0, 1), (), None, False),
+            FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('group_state', 'GroupState', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('group_epoch', 'GroupEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('assignment_epoch', 'AssignmentEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('assignor_name', 'AssignorName', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('members', 'Members', 'struct', 'Member', True, (0, 1), (), (), None, False),
+            FieldSpec('authorized_operations', 'AuthorizedOperations', 'int32', None, False, (0, 1), (), (), None, False),
         )
 
         error_code: int = 0
@@ -171,16 +171,17 @@ class ConsumerGroupDescribeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class Member(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('member_id', 'MemberId', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('instance_id', 'InstanceId', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('rack_id', 'RackId', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('member_epoch', 'MemberEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('client_id', 'ClientId', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('client_host', 'ClientHost', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('subscribed_topic_names', 'SubscribedTopicNames', 'string', None, True, (0,), (), (), None, False),
-            FieldSpec('subscribed_topic_regex', 'SubscribedTopicRegex', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('assignment', 'Assignment', 'struct', 'Assignment', False, (0,), (), (), None, False),
-            FieldSpec('target_assignment', 'TargetAssignment', 'struct', 'Assignment', False, (0,), (), (), None, False),
+            FieldSpec('member_id', 'MemberId', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('instance_id', 'InstanceId', 'string', None, False, (0, 1), (0, 1), (), None, False),
+            FieldSpec('rack_id', 'RackId', 'string', None, False, (0, 1), (0, 1), (), None, False),
+            FieldSpec('member_epoch', 'MemberEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('client_id', 'ClientId', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('client_host', 'ClientHost', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('subscribed_topic_names', 'SubscribedTopicNames', 'string', None, True, (0, 1), (), (), None, False),
+            FieldSpec('subscribed_topic_regex', 'SubscribedTopicRegex', 'string', None, False, (0, 1), (0, 1), (), None, False),
+            FieldSpec('assignment', 'Assignment', 'struct', 'Assignment', False, (0, 1), (), (), None, False),
+            FieldSpec('target_assignment', 'TargetAssignment', 'struct', 'Assignment', False, (0, 1), (), (), None, False),
+            FieldSpec('member_type', 'MemberType', 'int8', None, False, (1,), (), (), None, False),
         )
 
         member_id: str = ''
@@ -193,6 +194,7 @@ class ConsumerGroupDescribeResponse(Message):
         subscribed_topic_regex: str | None = None
         assignment: ConsumerGroupDescribeResponse.Assignment = field(default_factory=lambda: ConsumerGroupDescribeResponse.Assignment())
         target_assignment: ConsumerGroupDescribeResponse.Assignment = field(default_factory=lambda: ConsumerGroupDescribeResponse.Assignment())
+        member_type: int = -1
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
         def encode(self, w: Writer, version: int) -> None:
@@ -209,6 +211,8 @@ class ConsumerGroupDescribeResponse(Message):
             w.string(self.subscribed_topic_regex, flex)
             self.assignment.encode(w, version)
             self.target_assignment.encode(w, version)
+            if version >= 1:
+                w.int8(self.member_type)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -225,6 +229,7 @@ class ConsumerGroupDescribeResponse(Message):
             f_subscribed_topic_regex: str | None
             f_assignment: ConsumerGroupDescribeResponse.Assignment
             f_target_assignment: ConsumerGroupDescribeResponse.Assignment
+            f_member_type: int
             f_member_id = r.string(flex)
             f_instance_id = r.nullable_string(flex)
             f_rack_id = r.nullable_string(flex)
@@ -239,18 +244,22 @@ class ConsumerGroupDescribeResponse(Message):
             f_subscribed_topic_regex = r.nullable_string(flex)
             f_assignment = ConsumerGroupDescribeResponse.Assignment.decode(r, version)
             f_target_assignment = ConsumerGroupDescribeResponse.Assignment.decode(r, version)
+            if version >= 1:
+                f_member_type = r.int8()
+            else:
+                f_member_type = -1
             _unknown: list[tuple[int, bytes]] | None = None
             if flex:
                 for _tag, _data in r.tagged_fields():
                     if _unknown is None:
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
-            return cls(member_id=f_member_id, instance_id=f_instance_id, rack_id=f_rack_id, member_epoch=f_member_epoch, client_id=f_client_id, client_host=f_client_host, subscribed_topic_names=f_subscribed_topic_names, subscribed_topic_regex=f_subscribed_topic_regex, assignment=f_assignment, target_assignment=f_target_assignment, unknown_tagged_fields=_unknown)
+            return cls(member_id=f_member_id, instance_id=f_instance_id, rack_id=f_rack_id, member_epoch=f_member_epoch, client_id=f_client_id, client_host=f_client_host, subscribed_topic_names=f_subscribed_topic_names, subscribed_topic_regex=f_subscribed_topic_regex, assignment=f_assignment, target_assignment=f_target_assignment, member_type=f_member_type, unknown_tagged_fields=_unknown)
 
     @dataclass(slots=True, kw_only=True)
     class Assignment(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_partitions', 'TopicPartitions', 'struct', 'TopicPartitions', True, (0,), (), (), None, False),
+            FieldSpec('topic_partitions', 'TopicPartitions', 'struct', 'TopicPartitions', True, (0, 1), (), (), None, False),
         )
 
         topic_partitions: list[ConsumerGroupDescribeResponse.TopicPartitions] = field(default_factory=list)
@@ -285,9 +294,9 @@ class ConsumerGroupDescribeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class TopicPartitions(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1), (), (), None, False),
+            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0, 1), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -326,7 +335,7 @@ class ConsumerGroupDescribeResponse(Message):
             return cls(topic_id=f_topic_id, topic_name=f_topic_name, partitions=f_partitions, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ConsumerGroupDescribeResponse v%d is not supported' % version)
         flex = True
         w.int32(self.throttle_time_ms)
@@ -338,7 +347,7 @@ class ConsumerGroupDescribeResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ConsumerGroupDescribeResponse v%d is not supported' % version)
         flex = True
         f_throttle_time_ms: int
