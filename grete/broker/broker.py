@@ -23,6 +23,7 @@ from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
+from grete.broker.share_groups import ShareGroups
 from grete.broker.quotas import ClientQuotas
 from grete.broker.replica_manager import ReplicaManager
 from grete.coordinator.group import GroupCoordinator
@@ -95,6 +96,7 @@ class Broker:
         # Static settings read on every request, parsed once.
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.producer_ids = ProducerIdManager(self.metadata)
+        self.share_groups = ShareGroups(config, self.metadata, self.partition)
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
         self._txn_coordinator: TransactionCoordinator | None = None

@@ -266,6 +266,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("group.share.heartbeat.interval.ms", INT, "5000", minimum=1),
     _d("group.share.min.heartbeat.interval.ms", INT, "5000", minimum=1),
     _d("group.share.max.heartbeat.interval.ms", INT, "15000", minimum=1),
+    _d("group.share.max.size", INT, "200", minimum=10),
     _d("share.isolation.level", STR, "read_uncommitted", choices=("read_committed", "read_uncommitted")),
     _d("group.share.partition.max.record.locks", INT, "2000", minimum=100),
     _d("group.share.record.lock.duration.ms", INT, "30000", minimum=1000),

@@ -97,6 +97,7 @@ class Node:
         for task in self._tasks:
             task.cancel()
         broker.producer_ids.stop()
+        broker.share_groups.shutdown()
         groups, transactions = broker.coordinators()
         if transactions is not None:
             transactions.shutdown()

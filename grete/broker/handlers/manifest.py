@@ -57,4 +57,8 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
     66: ("list_transactions", 0, 2, 0),  # ListTransactions
+    76: ("share_group_heartbeat", 1, 1, 1),  # ShareGroupHeartbeat
+    77: ("share_group_describe", 1, 1, 1),  # ShareGroupDescribe
+    78: ("share_fetch", 1, 2, 1),  # ShareFetch
+    79: ("share_acknowledge", 1, 2, 1),  # ShareAcknowledge
 }
