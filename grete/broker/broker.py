@@ -23,9 +23,9 @@ from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
-from grete.broker.share_groups import ShareGroups
 from grete.broker.quotas import ClientQuotas
 from grete.broker.replica_manager import ReplicaManager
+from grete.broker.share_groups import ShareGroups
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.metadata import (
     ChangeKind,

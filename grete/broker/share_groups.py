@@ -34,7 +34,7 @@ class ShareSession:
     """KIP-932 share session: the partitions a member fetches, and the epoch its next request carries."""
     group_id: str
     member_id: str
-    next_epoch: int = 1
+    next_epoch: int = 0  # the opening request (epoch 0) bumps it to 1
     partitions: set[PartitionKey] = field(default_factory=set)
 
     def bump(self) -> None:

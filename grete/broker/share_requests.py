@@ -41,6 +41,15 @@ def topic_readable(ctx: RequestContext, key: PartitionKey) -> bool:
     return meta is None or allowed(ctx, Op.READ, Res.TOPIC, meta.name)
 
 
+def leader_of(ctx: RequestContext, key: PartitionKey) -> tuple[int, int]:
+    """(leader id, leader epoch) for CurrentLeader: this node while it leads the partition."""
+    try:
+        partition = ctx.broker.share_groups.resolve(key)
+    except KafkaError:
+        return -1, -1
+    return (ctx.broker.node_id, partition.leader_epoch) if partition.is_leader else (partition.leader_id, -1)
+
+
 def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
                acks: dict[PartitionKey, list[tuple[int, int, list[int]]]]) -> dict[PartitionKey, ErrorCode]:
     """Each partition's acknowledgements, all or nothing per partition; its error code."""

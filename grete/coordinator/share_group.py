@@ -93,6 +93,7 @@ class ShareGroup:
                                        f"Member {member_id} is not a member of group {self.group_id}.")
             return HeartbeatResult(ErrorCode.NONE, member=ShareMember(member_id, LEAVE_EPOCH))
         member = self.members.get(member_id)
+        changed_group = False  # the group epoch moves once per heartbeat, whatever changed
         if member_epoch == JOIN_EPOCH:
             if not subscribed and (member is None or not member.subscribed):
                 return HeartbeatResult(ErrorCode.INVALID_REQUEST,
@@ -103,7 +104,7 @@ class ShareGroup:
                                            f"The share group has reached its maximum capacity of {max_size} members.")
                 member = ShareMember(member_id)
                 self.members[member_id] = member
-                self.epoch += 1
+                changed_group = True
         elif member is None:
             return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID,
                                    f"Member {member_id} is not a member of group {self.group_id}.")
@@ -114,8 +115,9 @@ class ShareGroup:
         member.rack_id, member.client_id, member.client_host = rack_id, client_id, client_host
         if subscribed is not None and sorted(subscribed) != sorted(member.subscribed):
             member.subscribed = list(subscribed)
+            changed_group = True
+        if self._notice_topic_changes(topics) or changed_group:
             self.epoch += 1
-        self._notice_topic_changes(topics)
         if self.assignment_epoch < self.epoch:
             self._assign(topics)
         changed = member.epoch != self.assignment_epoch or member_epoch == JOIN_EPOCH
@@ -128,12 +130,13 @@ class ShareGroup:
             self.epoch += 1
         return member
 
-    def _notice_topic_changes(self, topics: TopicView) -> None:
+    def _notice_topic_changes(self, topics: TopicView) -> bool:
         """A subscribed topic created, deleted or grown moves the group epoch (a new assignment)."""
         seen = {name: topics[name] for name in self.subscribed_topics() if name in topics}
-        if seen != self._topics_seen:
-            self._topics_seen = seen
-            self.epoch += 1
+        if seen == self._topics_seen:
+            return False
+        self._topics_seen = seen
+        return True
 
     def _assign(self, topics: TopicView) -> None:
         target = simple_assign(list(self.members.values()), topics)

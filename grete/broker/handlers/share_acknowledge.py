@@ -9,7 +9,7 @@ from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.share_groups import FINAL_EPOCH
-from grete.broker.share_requests import acks_of, apply_acks
+from grete.broker.share_requests import acks_of, apply_acks, leader_of
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 
@@ -36,9 +36,10 @@ def handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknow
         session.bump()
     by_topic: dict[uuid.UUID, list[Response.PartitionData]] = {}
     for (topic_id, index), code in sorted(results.items()):
+        leader, leader_epoch = leader_of(ctx, (topic_id, index))
         by_topic.setdefault(topic_id, []).append(Response.PartitionData(
             partition_index=index, error_code=code,
-            current_leader=Response.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)))
+            current_leader=Response.LeaderIdAndEpoch(leader_id=leader, leader_epoch=leader_epoch)))
     return Response(acquisition_lock_timeout_ms=shares.lock_ms(group_id), responses=[
         Response.ShareAcknowledgeTopicResponse(topic_id=topic_id, partitions=parts)
         for topic_id, parts in by_topic.items()])

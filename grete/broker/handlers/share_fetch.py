@@ -17,7 +17,7 @@ from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.share_groups import FINAL_EPOCH, INITIAL_EPOCH, Grant, PartitionKey, ShareSession
-from grete.broker.share_requests import acks_of, apply_acks, topic_readable
+from grete.broker.share_requests import acks_of, apply_acks, leader_of, topic_readable
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ShareFetchRequest, ShareFetchResponse
 
@@ -45,7 +45,7 @@ async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchR
         return Response(error_code=exc.code, error_message=exc.message)
     ack_results = apply_acks(ctx, group_id, member_id, acks)
     rows: dict[PartitionKey, Response.PartitionData] = {
-        key: _row(key[1], ack_error=code) for key, code in ack_results.items()}
+        key: _row(ctx, key, ack_error=code) for key, code in ack_results.items()}
     if epoch == FINAL_EPOCH:
         shares.close_session(session)
         return _response(ctx, group_id, rows)
@@ -72,7 +72,7 @@ async def _acquire(ctx: RequestContext, request: ShareFetchRequest, session: Sha
         budget, byte_budget = max_records, max(1, request.max_bytes)
         for key in sorted(session.partitions):
             if not topic_readable(ctx, key):
-                rows[key] = _row(key[1], error=ErrorCode.TOPIC_AUTHORIZATION_FAILED, ack_error=_ack_error(rows, key))
+                rows[key] = _row(ctx, key, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED, ack_error=_ack_error(rows, key))
                 continue
             if budget <= 0:
                 break
@@ -80,7 +80,7 @@ async def _acquire(ctx: RequestContext, request: ShareFetchRequest, session: Sha
                 grant = shares.acquire(session.group_id, session.member_id, key, budget, byte_budget,
                                        record_limit=request.share_acquire_mode == RECORD_LIMIT)
             except KafkaError as exc:
-                rows[key] = _row(key[1], error=exc.code, ack_error=_ack_error(rows, key))
+                rows[key] = _row(ctx, key, error=exc.code, ack_error=_ack_error(rows, key))
                 continue
             if grant.acquired:
                 grants.append((key, grant))
@@ -134,9 +134,10 @@ def _ack_error(rows: dict[PartitionKey, Response.PartitionData], key: PartitionK
     return row.acknowledge_error_code if row is not None else 0
 
 
-def _row(index: int, *, error: int = 0, ack_error: int = 0) -> Response.PartitionData:
-    return Response.PartitionData(partition_index=index, error_code=error, acknowledge_error_code=ack_error,
-                                  current_leader=Response.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1),
+def _row(ctx: RequestContext, key: PartitionKey, *, error: int = 0, ack_error: int = 0) -> Response.PartitionData:
+    leader, leader_epoch = leader_of(ctx, key)
+    return Response.PartitionData(partition_index=key[1], error_code=error, acknowledge_error_code=ack_error,
+                                  current_leader=Response.LeaderIdAndEpoch(leader_id=leader, leader_epoch=leader_epoch),
                                   records=b"")
 
 
