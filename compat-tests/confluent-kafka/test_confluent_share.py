@@ -100,7 +100,7 @@ def test_consumers_sharing_one_partition_get_each_record_once(broker, make_topic
 def test_released_record_redelivered_rejected_never(broker, make_topic):
     topic = make_topic(partitions=1)
     group = new_group(broker.bootstrap)
-    produce(broker.bootstrap, topic, [f"r{i}" for i in range(6)], per_batch=1)
+    produce(broker.bootstrap, topic, [f"r{i}" for i in range(6)], per_batch=6)  # one batch, partly released
 
     def first_pass(m: Message) -> AcknowledgeType:
         return {0: AcknowledgeType.RELEASE, 1: AcknowledgeType.REJECT}.get(m.offset(), AcknowledgeType.ACCEPT)

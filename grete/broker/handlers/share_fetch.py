@@ -15,6 +15,7 @@ import uuid
 
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
+from grete.broker.partition import Partition
 from grete.broker.registry import api
 from grete.broker.share_groups import FINAL_EPOCH, INITIAL_EPOCH, Grant, PartitionKey, ShareSession
 from grete.broker.share_requests import acks_of, apply_acks, leader_of, topic_readable
@@ -119,14 +120,24 @@ def _records_row(ctx: RequestContext, key: PartitionKey, grant: Grant, max_bytes
     partition = grant.partition
     first = min(a.first for a in grant.acquired)
     last = max(a.last for a in grant.acquired)
-    # The acquired batches are sent whole even past max_bytes: they are acquired now.
-    result = partition.read(first, max(max_bytes, 1), upper_bound=last + 1, min_one=True)
+    # The acquired batches are sent whole even past max_bytes: they are acquired now. The log serves
+    # nothing when the bound falls inside a batch, so the bound is the end of the batch holding
+    # ``last`` (a redelivery or a record_limit acquisition may stop inside one).
+    result = partition.read(first, max(max_bytes, 1), upper_bound=_batch_end(partition, last), min_one=True)
     return Response.PartitionData(
         partition_index=key[1], error_code=0, acknowledge_error_code=ack_error,
         current_leader=Response.LeaderIdAndEpoch(leader_id=ctx.broker.node_id, leader_epoch=partition.leader_epoch),
         records=result if result.size else b"",
         acquired_records=[Response.AcquiredRecords(first_offset=a.first, last_offset=a.last,
                                                    delivery_count=a.delivery_count) for a in grant.acquired])
+
+
+def _batch_end(partition: Partition, offset: int) -> int:
+    for batch in partition.batches(offset, offset + 1):
+        if batch.base_offset <= offset <= batch.last_offset:
+            return min(batch.next_offset, partition.high_watermark)
+        break
+    return offset + 1
 
 
 def _ack_error(rows: dict[PartitionKey, Response.PartitionData], key: PartitionKey) -> int:
