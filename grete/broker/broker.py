@@ -26,6 +26,7 @@ from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.quotas import ClientQuotas
 from grete.broker.replica_manager import ReplicaManager
 from grete.broker.share_groups import ShareGroups
+from grete.broker.share_store import ShareStateStore
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.metadata import (
     ChangeKind,
@@ -96,7 +97,9 @@ class Broker:
         # Static settings read on every request, parsed once.
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.producer_ids = ProducerIdManager(self.metadata)
-        self.share_groups = ShareGroups(config, self.metadata, self.partition)
+        share_store = (ShareStateStore(config, self.partition, self.ensure_internal_topic)
+                       if cluster is None else None)  # a cluster keeps share state in memory
+        self.share_groups = ShareGroups(config, self.metadata, self.partition, share_store)
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
         self._txn_coordinator: TransactionCoordinator | None = None

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 
 from grete.broker.config import BrokerConfig
 from grete.broker.partition import Partition
+from grete.broker.share_store import ShareStateStore
 from grete.coordinator.metadata import MetadataStore
+from grete.coordinator.share_format import ShareKey
 from grete.coordinator.share_group import HeartbeatResult, ShareGroup, TopicView
 from grete.coordinator.share_partition import Acquired, BatchSpan, SharePartition
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
 
 FINAL_EPOCH = -1
 INITIAL_EPOCH = 0
@@ -50,8 +53,9 @@ class Grant:
 
 class ShareGroups:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore,
-                 partition: Callable[[str, int], Partition]) -> None:
+                 partition: Callable[[str, int], Partition], store: ShareStateStore | None = None) -> None:
         self.config = config
+        self.store = store
         self.metadata = metadata
         self._partition = partition
         self.groups: dict[str, ShareGroup] = {}
@@ -131,9 +135,10 @@ class ShareGroups:
 
     def _release_member(self, group_id: str, member_id: str) -> None:
         released = False
-        for (g, _, _), sp in self.partitions.items():
-            if g == group_id:
-                released |= sp.release_member(member_id)
+        for (g, topic_id, index), sp in self.partitions.items():
+            if g == group_id and sp.release_member(member_id):
+                released = True
+                self._persist(group_id, (topic_id, index), sp)
         if released:
             self._wake()
 
@@ -172,9 +177,43 @@ class ShareGroups:
                                 self.group_int(group_id, "share.partition.max.record.locks",
                                                "group.share.partition.max.record.locks"))
             self.partitions[(group_id, *key)] = sp
+            self._persist(group_id, key, sp)
         if sp.start < partition.log_start_offset:
             sp.reset_start(partition.log_start_offset)  # retention deleted records never delivered
+            self._persist(group_id, key, sp)
         return sp
+
+    # --- persistence -------------------------------------------------------------------------------
+    async def ensure_store(self) -> None:
+        """The state topic exists before the first share partition is written (created on first use)."""
+        if self.store is not None:
+            await self.store.ensure_topic()
+
+    def load(self) -> int:
+        """Share partitions from ``__share_group_state`` (start-up, single node); how many."""
+        meta = self.metadata.topic(SHARE_GROUP_STATE_TOPIC)
+        if self.store is None or meta is None:
+            return 0
+        for key, state in self.store.load(meta).items():
+            batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in state.batches]
+            self.partitions[(key.group_id, key.topic_id, key.partition)] = SharePartition.restore(
+                state.start_offset, batches,
+                self.group_int(key.group_id, "share.delivery.count.limit", "group.share.delivery.count.limit"),
+                self.group_int(key.group_id, "share.partition.max.record.locks",
+                               "group.share.partition.max.record.locks"))
+        return len(self.partitions)
+
+    def _persist(self, group_id: str, key: PartitionKey, sp: SharePartition) -> None:
+        if self.store is None:
+            return
+        try:
+            leader_epoch = self.resolve(key).leader_epoch
+        except KafkaError:
+            leader_epoch = -1
+        try:
+            self.store.write(ShareKey(group_id, *key), sp.start, sp.state_batches(), leader_epoch)
+        except KafkaError:
+            pass  # the state topic is not served here (offline dir): the state stays in memory
 
     def resolve(self, key: PartitionKey) -> Partition:
         meta = self.metadata.topic_by_id(key[0])
@@ -190,7 +229,9 @@ class ShareGroups:
         for first, last, types in sorted(batches):
             error = sp.acknowledge(member_id, first, last, types, now_ms=now, lock_ms=lock)
             if error != ErrorCode.NONE:
+                self._persist(group_id, key, sp)
                 return error
+        self._persist(group_id, key, sp)
         self._arm_lock_timer(group_id, key, sp)
         self._wake()
         return ErrorCode.NONE
@@ -223,6 +264,7 @@ class ShareGroups:
         if sp is None:
             return
         if sp.expire_locks(_now_ms()):
+            self._persist(group_id, key, sp)
             self._wake()
         self._arm_lock_timer(group_id, key, sp)
 

@@ -206,3 +206,25 @@ class SharePartition:
 
     def in_flight(self) -> list[Run]:
         return list(self.runs)
+
+    # --- persistence (__share_group_state) ----------------------------------------------------------
+    def state_batches(self) -> list[tuple[int, int, int, int]]:
+        """(first, last, state, delivery count) of every in-flight run; an acquired run is written as
+        Available, as Kafka persists it (a lock does not survive a restart)."""
+        return [(r.first, r.last, AVAILABLE if r.state == ACQUIRED else r.state, r.delivery_count)
+                for r in self.runs]
+
+    @classmethod
+    def restore(cls, start_offset: int, batches: list[tuple[int, int, int, int]], delivery_count_limit: int,
+                max_in_flight: int) -> SharePartition:
+        sp = cls(start_offset, delivery_count_limit, max_in_flight)
+        for first, last, state, count in sorted(batches):
+            if last < sp.end:
+                continue
+            first = max(first, sp.end)
+            if first > sp.end:  # never acquired before the restart
+                sp.runs.append(Run(sp.end, first - 1, AVAILABLE, 0))
+            sp.runs.append(Run(first, last, AVAILABLE if state == ACQUIRED else state, count))
+            sp.end = last + 1
+        sp._advance_start()
+        return sp

@@ -114,3 +114,35 @@ def test_simple_assignor_spreads_partitions() -> None:
     two = [ShareMember("a", subscribed=["t"]), ShareMember("b", subscribed=["t"])]
     assert simple_assign(two, {"t": (t, 4)}) == {"a": {t: [0, 2]}, "b": {t: [1, 3]}}
     assert simple_assign(two, {"t": (t, 1)}) == {"a": {t: [0]}, "b": {t: [0]}}
+
+
+def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
+    from grete.broker.share_store import _overlay
+    from grete.coordinator.share_format import (
+        SNAPSHOT,
+        UPDATE,
+        ShareKey,
+        ShareState,
+        StateBatch,
+        decode_key,
+        decode_value,
+        encode_key,
+        encode_value,
+        java_string_hash,
+        partition_for,
+    )
+    key = ShareKey("g", uuid.UUID(int=7), 3)
+    assert decode_key(encode_key(SNAPSHOT, key)) == (SNAPSHOT, key)
+    snap = ShareState(SNAPSHOT, 4, 10, 0, 2, 100, 200, [StateBatch(10, 14, AVAILABLE, 1), StateBatch(15, 19, ARCHIVED, 5)])
+    assert decode_value(SNAPSHOT, encode_value(snap)) == snap
+    update = ShareState(UPDATE, 4, 12, leader_epoch=2, batches=[StateBatch(13, 13, ACKNOWLEDGED, 1)])
+    assert decode_value(UPDATE, encode_value(update)) == update
+    merged = _overlay(snap, update)
+    assert (merged.start_offset, [(b.first_offset, b.last_offset, b.delivery_state) for b in merged.batches]) == (
+        12, [(12, 12, AVAILABLE), (13, 13, ACKNOWLEDGED), (14, 14, AVAILABLE), (15, 19, ARCHIVED)])
+    assert java_string_hash("hello") == 99162322 and java_string_hash("polygenelubricants") == -(1 << 31)
+    assert 0 <= partition_for(key, 50) < 50
+    restored = SharePartition.restore(12, [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                                           for b in merged.batches], 5, 2000)
+    assert restored.acquire("a", [], 500, now_ms=0, lock_ms=LOCK, record_limit=False) == [
+        Acquired(12, 12, 2), Acquired(14, 14, 2)]

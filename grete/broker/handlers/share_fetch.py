@@ -41,6 +41,7 @@ async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchR
                         error_message="Acknowledge data present on initial epoch.")
     shares = ctx.broker.share_groups
     try:
+        await shares.ensure_store()
         session = shares.session_for(group_id, member_id, epoch, fetch=True)
     except KafkaError as exc:
         return Response(error_code=exc.code, error_message=exc.message)
