@@ -15,8 +15,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from confluent_kafka import AcknowledgeType, Message, Producer, ShareConsumer
+from confluent_kafka import (
+    AcknowledgeType,
+    Consumer,
+    Message,
+    Producer,
+    ShareConsumer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+from grete.coordinator.share_format import SNAPSHOT, ShareKey, decode_key, decode_value, partition_for
+from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
 
 pytestmark = pytest.mark.usefixtures("needs_share_groups")
 
@@ -150,3 +161,38 @@ def test_consumer_killed_mid_lock_its_records_return(broker, make_topic):
     with share_consumer(broker.bootstrap, group, topic) as consumer:
         got = poll_until(consumer, lambda g: len(g) >= 3, 40)
     assert sorted((m.offset(), m.delivery_count()) for m in got) == [(0, 2), (1, 2), (2, 2)]
+
+
+def test_share_state_records_in_kafkas_format(broker, make_topic):
+    """After a share consumer ran, ``__share_group_state`` holds records for the share partition on the
+    partition Kafka's hash names, first a ShareSnapshot, that grete's decoder reads. (What follows
+    differs: Kafka 4.3.1 writes a snapshot with start offset -1 at assignment, then a ShareUpdate at 0,
+    and had not written the accepted records' new start within 30 s; grete writes a snapshot per change.)"""
+    topic = make_topic(partitions=1)
+    group = new_group(broker.bootstrap)
+    produce(broker.bootstrap, topic, [f"s{i}" for i in range(4)], per_batch=4)
+    with share_consumer(broker.bootstrap, group, topic) as consumer:
+        assert len(poll_until(consumer, lambda g: len(g) >= 4, 30)) == 4
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic_id = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+    key = ShareKey(group, uuid.UUID(bytes=topic_id.get_most_significant_bits().to_bytes(8, "big", signed=True)
+                                    + topic_id.get_least_significant_bits().to_bytes(8, "big", signed=True)), 0)
+    state_topic = admin.list_topics(timeout=30).topics[SHARE_GROUP_STATE_TOPIC]
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    reader.assign([TopicPartition(SHARE_GROUP_STATE_TOPIC, p, 0) for p in state_topic.partitions])
+    found: list[tuple[int, int, int]] = []  # (state partition, kind, start offset)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = reader.poll(1.0)
+        if m is None and found:
+            break  # read to the end
+        if m is None or m.error() is not None or m.key() is None or m.value() is None:
+            continue
+        decoded = decode_key(m.key())
+        if decoded is not None and decoded[1] == key:
+            found.append((m.partition(), decoded[0], decode_value(decoded[0], m.value()).start_offset))
+    reader.close()
+    assert found and found[0][1] == SNAPSHOT, found
+    assert {p for p, _, _ in found} == {partition_for(key, len(state_topic.partitions))}
+    assert all(-1 <= start <= 4 for _, _, start in found), found
