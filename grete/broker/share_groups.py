@@ -183,6 +183,40 @@ class ShareGroups:
             self._persist(group_id, key, sp)
         return sp
 
+    # --- share-group offsets (Describe/Alter/DeleteShareGroupOffsets) --------------------------------
+    def start_offsets(self, group_id: str) -> dict[PartitionKey, int]:
+        """The SPSO of every share partition this node holds for the group."""
+        return {(t, i): sp.start for (g, t, i), sp in self.partitions.items() if g == group_id}
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def alter_start_offset(self, group_id: str, key: PartitionKey, offset: int) -> None:
+        """AlterShareGroupOffsets on an empty group: the share partition starts at ``offset``, nothing
+        in flight (the group is created empty if it does not exist, as Kafka does)."""
+        partition = self.resolve(key)
+        self.groups.setdefault(group_id, ShareGroup(group_id))
+        sp = self.partitions.get((group_id, *key))
+        if sp is None:
+            sp = self.share_partition(group_id, key, partition)
+        sp.reset_start(offset)
+        sp.runs.clear()
+        sp.end = sp.start = offset
+        self._persist(group_id, key, sp)
+
+    def delete_start_offsets(self, group_id: str, topic_id: uuid.UUID) -> list[int]:
+        """DeleteShareGroupOffsets: the group forgets the topic's share partitions; their indexes."""
+        gone = sorted(i for (g, t, i) in self.partitions if g == group_id and t == topic_id)
+        for index in gone:
+            del self.partitions[(group_id, topic_id, index)]
+            if self.store is not None:
+                try:
+                    self.store.delete(ShareKey(group_id, topic_id, index))
+                except KafkaError:
+                    pass  # the state topic is not served here: forgotten in memory only
+        return gone
+
     # --- persistence -------------------------------------------------------------------------------
     async def ensure_store(self) -> None:
         """The state topic exists before the first share partition is written (created on first use)."""

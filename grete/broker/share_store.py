@@ -73,6 +73,18 @@ class ShareStateStore:
                             transactional=False)
         self._partition(SHARE_GROUP_STATE_TOPIC, partition_for(key, self.partitions)).append(RecordBatch(batch), now)
 
+    def delete(self, key: ShareKey) -> None:
+        """A tombstone for the share partition's key: compaction drops its snapshots."""
+        if not self.ready:
+            return
+        now = int(time.time() * 1000)
+        self._epochs.pop(key, None)
+        self._created.pop(key, None)
+        record = Record(0, 0, encode_key(SNAPSHOT, key), None)
+        batch = build_batch([record], base_timestamp=now, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                            transactional=False)
+        self._partition(SHARE_GROUP_STATE_TOPIC, partition_for(key, self.partitions)).append(RecordBatch(batch), now)
+
     def load(self, topic: TopicMeta) -> dict[ShareKey, ShareState]:
         """Every share partition's state: the newest snapshot, with later updates laid over it."""
         states: dict[ShareKey, ShareState] = {}
