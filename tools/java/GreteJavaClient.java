@@ -44,6 +44,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   times    BOOTSTRAP TOPIC PARTITION TS[,TS...]                          -> {"ts","offset","timestamp"} (null past the end)
  *   oversize BOOTSTRAP TOPIC SIZE [configs...]                             -> {"error","message"} or {"partition","offset"}
  *   txn-fence | txn-ctp | txn-lso | txn-read ...                            see TxnScenarios
+ *   share    BOOTSTRAP TOPIC GROUP COUNT                                   see ShareScenarios (kafka-clients 4.x)
  *
  * Record i of a produce run has key "k<i mod 4>", value "v<i>-<topic>" and a header "i" = i.
  */
@@ -69,6 +70,7 @@ public final class GreteJavaClient {
             case "txn-ctp": TxnScenarios.consumeTransformProduce(args); break;
             case "txn-lso": TxnScenarios.lastStableOffset(args); break;
             case "txn-read": TxnScenarios.read(args); break;
+            case "share": ShareScenarios.share(args); break;
             default:
                 System.err.println("unknown command " + args[0]);
                 System.exit(2);

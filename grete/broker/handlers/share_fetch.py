@@ -53,7 +53,8 @@ async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchR
         return _response(ctx, group_id, rows)
     _update_session(session, request)
     session.bump()
-    await _acquire(ctx, request, session, rows)
+    if not request.is_renew_ack:  # a renew-only request (KIP-1222, v2) acquires nothing
+        await _acquire(ctx, request, session, rows)
     return _response(ctx, group_id, rows)
 
 

@@ -25,6 +25,7 @@ from grete.protocol.codec import (
 
 __all__ = ['ShareFetchRequest', 'ShareFetchResponse']
 
+_S_bo = struct.Struct('>b?')
 _S_ih = struct.Struct('>ih')
 _S_ii = struct.Struct('>ii')
 _S_iiii = struct.Struct('>iiii')
@@ -50,6 +51,7 @@ class ShareFetchRequest(Message):
         FieldSpec('max_records', 'MaxRecords', 'int32', None, False, (1, 2), (), (), None, False),
         FieldSpec('batch_size', 'BatchSize', 'int32', None, False, (1, 2), (), (), None, False),
         FieldSpec('share_acquire_mode', 'ShareAcquireMode', 'int8', None, False, (2,), (), (), None, False),
+        FieldSpec('is_renew_ack', 'IsRenewAck', 'bool', None, False, (2,), (), (), None, False),
         FieldSpec('topics', 'Topics', 'struct', 'FetchTopic', True, (0, 1, 2), (), (), None, False),
         FieldSpec('forgotten_topics_data', 'ForgottenTopicsData', 'struct', 'ForgottenTopic', True, (0, 1, 2), (), (), None, False),
     )
@@ -63,6 +65,7 @@ class ShareFetchRequest(Message):
     max_records: int = 0
     batch_size: int = 0
     share_acquire_mode: int = 0
+    is_renew_ack: bool = False
     topics: list[ShareFetchRequest.FetchTopic] = field(default_factory=list)
     forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = field(default_factory=list)
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
@@ -249,9 +252,9 @@ class ShareFetchRequest(Message):
         elif self.max_records != 0 or self.batch_size != 0:
             raise UnsupportedVersion('ShareFetchRequest: MaxRecords, BatchSize cannot be sent at version %d' % version)
         if version >= 2:
-            w.int8(self.share_acquire_mode)
-        elif self.share_acquire_mode != 0:
-            raise UnsupportedVersion('ShareFetchRequest: ShareAcquireMode cannot be sent at version %d' % version)
+            w.pack(_S_bo, self.share_acquire_mode, self.is_renew_ack)
+        elif self.share_acquire_mode != 0 or self.is_renew_ack is not False:
+            raise UnsupportedVersion('ShareFetchRequest: ShareAcquireMode, IsRenewAck cannot be sent at version %d' % version)
         w.length(len(self.topics), flex)
         for _e_topics in self.topics:
             _e_topics.encode(w, version)
@@ -275,6 +278,7 @@ class ShareFetchRequest(Message):
         f_max_records: int
         f_batch_size: int
         f_share_acquire_mode: int
+        f_is_renew_ack: bool
         f_topics: list[ShareFetchRequest.FetchTopic]
         f_forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic]
         f_group_id = r.nullable_string(flex)
@@ -286,9 +290,10 @@ class ShareFetchRequest(Message):
             f_max_records = 0
             f_batch_size = 0
         if version >= 2:
-            f_share_acquire_mode = r.int8()
+            f_share_acquire_mode, f_is_renew_ack = r.unpack(_S_bo)
         else:
             f_share_acquire_mode = 0
+            f_is_renew_ack = False
         _n = r.array_length(flex)
         if _n < 0:
             raise ProtocolError('null ShareFetchRequest.Topics')
@@ -307,7 +312,7 @@ class ShareFetchRequest(Message):
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, max_records=f_max_records, batch_size=f_batch_size, share_acquire_mode=f_share_acquire_mode, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data, unknown_tagged_fields=_unknown)
+        return cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, max_records=f_max_records, batch_size=f_batch_size, share_acquire_mode=f_share_acquire_mode, is_renew_ack=f_is_renew_ack, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data, unknown_tagged_fields=_unknown)
 
 
 @dataclass(slots=True, kw_only=True)
