@@ -136,3 +136,31 @@ def test_share_group_offsets(wire: Wire, broker: Any, make_topic: Any) -> None:
         (topic, 0), ("no-such-topic", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
     assert describe(wire, group, topic) == (0, -1)
     assert delete(wire, f"none-{uuid.uuid4().hex[:8]}", topic).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_share_heartbeat_and_session_errors(wire: Wire, broker: Any, make_topic: Any) -> None:
+    """The error codes of ShareGroupHeartbeat and of share sessions, as Kafka 4.3.1 answers them."""
+    topic = make_topic(partitions=1)
+    group = f"sge-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    assert heartbeat(wire, group, "", 0, topic).error_code == ErrorCode.INVALID_REQUEST
+    member, topic_id, epoch = join(wire, group, topic)
+    assert heartbeat(wire, group, member, epoch + 7, topic).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert heartbeat(wire, group, uuid.uuid4().hex[:22], 3, topic).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+    def share_fetch(epoch: int, acks: bool) -> Any:
+        batches = [ShareFetchRequest.AcknowledgementBatch(first_offset=0, last_offset=0, acknowledge_types=[1])]
+        return wire.call(ShareFetchRequest(
+            group_id=group, member_id=member, share_session_epoch=epoch, max_wait_ms=0, min_bytes=1,
+            max_bytes=1 << 20, max_records=500, batch_size=500, topics=[ShareFetchRequest.FetchTopic(
+                topic_id=topic_id, partitions=[ShareFetchRequest.FetchPartition(
+                    partition_index=0, acknowledgement_batches=batches if acks else [])])]), ShareFetchResponse, 1)
+
+    assert share_fetch(5, False).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+    assert share_fetch(0, True).error_code == ErrorCode.INVALID_REQUEST
+    assert share_fetch(0, False).error_code == 0
+    assert share_fetch(5, False).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    assert share_fetch(1, False).error_code == 0
+    left = heartbeat(wire, group, member, -1, topic)
+    assert (left.error_code, left.member_epoch) == (0, -1)
