@@ -164,3 +164,32 @@ def test_share_heartbeat_and_session_errors(wire: Wire, broker: Any, make_topic:
     assert share_fetch(1, False).error_code == 0
     left = heartbeat(wire, group, member, -1, topic)
     assert (left.error_code, left.member_epoch) == (0, -1)
+
+
+def test_disconnect_releases_acquired_records(wire: Wire, broker: Any, make_topic: Any) -> None:
+    """A member whose connection closes while it holds records: another member gets them well before
+    the 30 s acquisition lock would end."""
+    topic = make_topic(partitions=1)
+    group = f"sgd-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    host, port = broker.bootstrap.rsplit(":", 1)
+    doomed = Wire(host, int(port))
+    a, topic_id, _ = join(doomed, group, topic)
+    b, _, _ = join(wire, group, topic)
+    assert acquire(doomed, group, a, topic_id) == []  # latest: the share partition starts now
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50})
+    for i in range(3):
+        producer.produce(topic, f"d{i}".encode(), partition=0)
+    producer.flush(30)
+    held: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + 10
+    while not held and time.monotonic() < deadline:
+        held = acquire(doomed, group, a, topic_id)
+    assert held == [(0, 2, 1)]
+    doomed.close()
+    started = time.monotonic()
+    got: list[tuple[int, int, int]] = []
+    while not got and time.monotonic() - started < 20:
+        got = acquire(wire, group, b, topic_id)
+    assert got == [(0, 2, 2)] and time.monotonic() - started < 20

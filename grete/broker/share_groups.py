@@ -38,6 +38,7 @@ class ShareSession:
     group_id: str
     member_id: str
     next_epoch: int = 0  # the opening request (epoch 0) bumps it to 1
+    connection: int = 0  # the connection that opened it
     partitions: set[PartitionKey] = field(default_factory=set)
 
     def bump(self) -> None:
@@ -64,6 +65,8 @@ class ShareGroups:
         self._member_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._lock_timers: dict[tuple[str, uuid.UUID, int], asyncio.TimerHandle] = {}
         self._waiters: list[asyncio.Future[None]] = []
+        # share sessions by the connection that opened them (``id`` of its context.Session)
+        self._by_connection: dict[int, set[tuple[str, str]]] = {}
 
     # --- configs: the group's override (ConfigResource GROUP) or the broker's key ----------------
     def group_int(self, group_id: str, group_key: str, broker_key: str) -> int:
@@ -130,7 +133,9 @@ class ShareGroups:
         timer = self._member_timers.pop((group_id, member_id), None)
         if timer is not None:
             timer.cancel()
-        self.sessions.pop((group_id, member_id), None)
+        if (group_id, member_id) in self.sessions:
+            self._unbind((group_id, member_id))
+            del self.sessions[(group_id, member_id)]
         self._release_member(group_id, member_id)
 
     def _release_member(self, group_id: str, member_id: str) -> None:
@@ -143,15 +148,19 @@ class ShareGroups:
             self._wake()
 
     # --- share sessions --------------------------------------------------------------------------
-    def session_for(self, group_id: str, member_id: str, epoch: int, *, fetch: bool) -> ShareSession:
-        """The session a request with ``epoch`` names; epoch 0 (ShareFetch only) opens a new one."""
+    def session_for(self, group_id: str, member_id: str, epoch: int, *, fetch: bool,
+                    connection: int = 0) -> ShareSession:
+        """The session a request with ``epoch`` names; epoch 0 (ShareFetch only) opens a new one,
+        owned by ``connection``: when that connection closes, the session ends (as in Kafka)."""
         key = (group_id, member_id)
         if epoch == INITIAL_EPOCH:
             if not fetch:
                 raise KafkaError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "Invalid share session epoch")
             if key in self.sessions:  # a new session replaces the old one; its records go back
                 self._release_member(group_id, member_id)
-            session = self.sessions[key] = ShareSession(group_id, member_id)
+                self._unbind(key)
+            session = self.sessions[key] = ShareSession(group_id, member_id, connection=connection)
+            self._by_connection.setdefault(connection, set()).add(key)
             return session
         session_found = self.sessions.get(key)
         if session_found is None:
@@ -162,8 +171,27 @@ class ShareGroups:
 
     def close_session(self, session: ShareSession) -> None:
         """The final epoch: the session ends and what its member still holds is released."""
-        self.sessions.pop((session.group_id, session.member_id), None)
+        key = (session.group_id, session.member_id)
+        if self.sessions.get(key) is session:
+            del self.sessions[key]
+            self._unbind(key)
         self._release_member(session.group_id, session.member_id)
+
+    def connection_closed(self, connection: int) -> None:
+        """The share sessions a closed connection opened end, and their records are released."""
+        for key in self._by_connection.pop(connection, set()):
+            session = self.sessions.get(key)
+            if session is not None and session.connection == connection:
+                self.close_session(session)
+
+    def _unbind(self, key: tuple[str, str]) -> None:
+        session = self.sessions.get(key)
+        owner = session.connection if session is not None else None
+        for conn, keys in list(self._by_connection.items()):
+            if owner is None or conn == owner:
+                keys.discard(key)
+                if not keys:
+                    del self._by_connection[conn]
 
     # --- share partitions ------------------------------------------------------------------------
     def share_partition(self, group_id: str, key: PartitionKey, partition: Partition) -> SharePartition:

@@ -42,7 +42,7 @@ async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchR
     shares = ctx.broker.share_groups
     try:
         await shares.ensure_store()
-        session = shares.session_for(group_id, member_id, epoch, fetch=True)
+        session = shares.session_for(group_id, member_id, epoch, fetch=True, connection=id(ctx.session))
     except KafkaError as exc:
         return Response(error_code=exc.code, error_message=exc.message)
     ack_results = apply_acks(ctx, group_id, member_id, acks)
