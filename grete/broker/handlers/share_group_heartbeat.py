@@ -19,6 +19,10 @@ def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGro
     if not request.group_id:
         return Response(error_code=ErrorCode.INVALID_REQUEST, error_message="GroupId can't be empty.",
                         member_epoch=-1)
+    denied = sorted(t for t in request.subscribed_topic_names or () if not allowed(ctx, Op.DESCRIBE, Res.TOPIC, t))
+    if denied:
+        return Response(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, member_epoch=-1,
+                        error_message=f"Topic authorization failed for topics: {denied}")
     shares = ctx.broker.share_groups
     result = shares.heartbeat(request.group_id, request.member_id, request.member_epoch,
                               rack_id=request.rack_id, subscribed=request.subscribed_topic_names,
