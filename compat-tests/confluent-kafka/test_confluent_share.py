@@ -1,7 +1,8 @@
 """Share groups (KIP-932) with librdkafka's ShareConsumer (confluent-kafka 2.16): several consumers
 sharing one partition each get distinct records, a released record comes back with a higher delivery
-count, a rejected one never does, the delivery-count limit archives a record, and a consumer that
-dies holding records loses them when its acquisition lock expires. Same bodies against grete and
+count, a rejected one never does, the delivery-count limit archives a record, a consumer that dies
+holding records loses them (its connection closes), and one that holds them without acknowledging
+loses them when the acquisition lock expires. Same bodies against grete and
 Kafka 4.3.1 (3.9 has no share groups). Group settings are per group (ConfigResource GROUP)."""
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ os._exit(1)
 
 @pytest.mark.slow
 def test_consumer_killed_mid_lock_its_records_return(broker, make_topic):
-    """The smallest lock Kafka allows is 15 s (group.share.min.record.lock.duration.ms)."""
+    """Within the lock (15 s, the smallest Kafka allows): the dead consumer's connection closed."""
     topic = make_topic(partitions=1)
     group = new_group(broker.bootstrap, **{"share.record.lock.duration.ms": "15000"})
     produce(broker.bootstrap, topic, [f"k{i}" for i in range(3)], per_batch=3)
@@ -196,3 +197,25 @@ def test_share_state_records_in_kafkas_format(broker, make_topic):
     assert found and found[0][1] == SNAPSHOT, found
     assert {p for p, _, _ in found} == {partition_for(key, len(state_topic.partitions))}
     assert all(-1 <= start <= 4 for _, _, start in found), found
+
+
+@pytest.mark.slow
+def test_lock_expiry_makes_held_records_available(broker, make_topic):
+    """A live consumer holds 3 records without acknowledging: after the 15 s lock another gets them."""
+    topic = make_topic(partitions=1)
+    group = new_group(broker.bootstrap, **{"share.record.lock.duration.ms": "15000"})
+    produce(broker.bootstrap, topic, [f"l{i}" for i in range(3)], per_batch=3)
+    with share_consumer(broker.bootstrap, group, topic) as holder, \
+            share_consumer(broker.bootstrap, group, topic) as other:
+        held: list[Message] = []
+        deadline = time.monotonic() + 30
+        while len(held) < 3 and time.monotonic() < deadline:
+            held += [m for m in (holder.poll(1.0) or []) if m.error() is None]
+        assert sorted(m.offset() for m in held) == [0, 1, 2]
+        acquired_at = time.monotonic()
+        got = poll_until(other, lambda g: len(g) >= 3, 45)
+        waited = time.monotonic() - acquired_at
+        for m in held:  # the holder's late acknowledgement must not disturb the close
+            holder.acknowledge(m, AcknowledgeType.ACCEPT)
+    assert sorted((m.offset(), m.delivery_count()) for m in got) == [(0, 2), (1, 2), (2, 2)]
+    assert waited >= 12, f"redelivered after {waited:.1f} s, before the 15 s lock ended"
