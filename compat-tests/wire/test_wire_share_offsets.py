@@ -193,3 +193,42 @@ def test_disconnect_releases_acquired_records(wire: Wire, broker: Any, make_topi
     while not got and time.monotonic() - started < 20:
         got = acquire(wire, group, b, topic_id)
     assert got == [(0, 2, 2)] and time.monotonic() - started < 20
+
+
+def settle(wire: Wire, group: str, topic: str, members: dict[str, int], rounds: int = 12) -> dict[str, list[int]]:
+    """Heartbeat every member until two rounds in a row change nothing; each one's partitions."""
+    owned: dict[str, list[int]] = {m: [] for m in members}
+    quiet = 0
+    for _ in range(rounds * 4):
+        changed = False
+        for m, epoch in list(members.items()):
+            hb = heartbeat(wire, group, m, epoch, topic)
+            assert hb.error_code == 0, hb.error_message
+            members[m] = hb.member_epoch
+            if hb.assignment is not None:
+                parts = sorted(p for tp in hb.assignment.topic_partitions for p in tp.partitions)
+                changed |= parts != owned[m]
+                owned[m] = parts
+        quiet = 0 if changed or not all(owned.values()) else quiet + 1
+        if quiet >= 2:
+            break
+        time.sleep(0.5)
+    return owned
+
+
+@pytest.mark.parametrize("members,partitions", [(2, 4), (3, 2)])
+def test_simple_assignor_spreads(wire: Wire, make_topic: Any, members: int, partitions: int) -> None:
+    topic = make_topic(partitions=partitions)
+    group = f"sga-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    ids = {uuid.uuid4().hex[:22]: 0 for _ in range(members)}
+    owned = settle(wire, group, topic, ids)
+    counts = sorted(len(p) for p in owned.values())
+    assert set().union(*map(set, owned.values())) == set(range(partitions))
+    if members <= partitions:
+        assert counts[-1] - counts[0] <= 1 and sum(counts) == partitions  # each partition once, balanced
+    else:  # more members than partitions: each partition shared by ceil(members / partitions) members
+        per = -(-members // partitions)
+        assert [sum(p in parts for parts in owned.values()) for p in range(partitions)] == [per] * partitions
+        assert counts[-1] - counts[0] <= 1

@@ -44,10 +44,10 @@ class HeartbeatResult:
 
 
 def simple_assign(members: list[ShareMember], topics: TopicView) -> dict[str, Assignment]:
-    """Kafka 4.x's simple assignor, spreading partitions: for each subscribed topic, with at least
-    as many members as partitions every member gets one partition (partitions shared by several
-    members); with fewer members the partitions are dealt round-robin, one member each. Members are
-    ordered by id so every coordinator computes the same answer."""
+    """Kafka 4.x's simple assignor, spreading partitions: for each subscribed topic, with more
+    members than partitions every partition goes to ceil(members / partitions) members (shared);
+    otherwise the partitions are dealt round-robin, one member each. Members are ordered by id so
+    every coordinator computes the same answer (Kafka's member order may differ: same shape)."""
     result: dict[str, Assignment] = {m.member_id: {} for m in members}
     by_topic: dict[str, list[ShareMember]] = {}
     for m in sorted(members, key=lambda m: m.member_id):
@@ -59,9 +59,12 @@ def simple_assign(members: list[ShareMember], topics: TopicView) -> dict[str, As
         topic_id, count = topics[name]
         if count <= 0:
             continue
-        if len(subscribers) >= count:
-            for i, m in enumerate(subscribers):
-                result[m.member_id].setdefault(topic_id, []).append(i % count)
+        if len(subscribers) > count:
+            # each partition to ceil(members / partitions) members, dealt in turn (Kafka 4.3.1 gives
+            # 3 members of 2 partitions [0], [0, 1], [1])
+            per = -(-len(subscribers) // count)
+            for k in range(count * per):
+                result[subscribers[k % len(subscribers)].member_id].setdefault(topic_id, []).append(k // per)
         else:
             for p in range(count):
                 result[subscribers[p % len(subscribers)].member_id].setdefault(topic_id, []).append(p)

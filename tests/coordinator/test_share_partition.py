@@ -114,6 +114,8 @@ def test_simple_assignor_spreads_partitions() -> None:
     two = [ShareMember("a", subscribed=["t"]), ShareMember("b", subscribed=["t"])]
     assert simple_assign(two, {"t": (t, 4)}) == {"a": {t: [0, 2]}, "b": {t: [1, 3]}}
     assert simple_assign(two, {"t": (t, 1)}) == {"a": {t: [0]}, "b": {t: [0]}}
+    three = [*two, ShareMember("c", subscribed=["t"])]
+    assert simple_assign(three, {"t": (t, 2)}) == {"a": {t: [0, 1]}, "b": {t: [0]}, "c": {t: [1]}}
 
 
 def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
