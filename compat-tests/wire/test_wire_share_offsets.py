@@ -24,6 +24,8 @@ from grete.protocol.messages import (
     FindCoordinatorResponse,
     ShareFetchRequest,
     ShareFetchResponse,
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
 )
@@ -232,3 +234,31 @@ def test_simple_assignor_spreads(wire: Wire, make_topic: Any, members: int, part
         per = -(-members // partitions)
         assert [sum(p in parts for parts in owned.values()) for p in range(partitions)] == [per] * partitions
         assert counts[-1] - counts[0] <= 1
+
+
+def test_share_group_describe(wire: Wire, make_topic: Any) -> None:
+    topic = make_topic(partitions=2)
+    group = f"sgd-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    ids = {uuid.uuid4().hex[:22]: 0 for _ in range(2)}
+    owned = settle(wire, group, topic, ids)
+
+    def describe_group(name: str) -> Any:
+        r = wire.call(ShareGroupDescribeRequest(group_ids=[name], include_authorized_operations=False),
+                      ShareGroupDescribeResponse, 1)
+        return r.groups[0]
+
+    g = describe_group(group)
+    assert (g.error_code, g.group_state, g.assignor_name) == (0, "Stable", "simple")
+    assert g.group_epoch == g.assignment_epoch > 0
+    assert {m.member_id: sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions)
+            for m in g.members} == owned
+    assert all(m.subscribed_topic_names == [topic] and m.member_epoch == g.group_epoch for m in g.members)
+    assert {tp.topic_name for m in g.members for tp in m.assignment.topic_partitions} == {topic}
+    for m in ids:
+        assert heartbeat(wire, group, m, -1, topic).error_code == 0
+    empty = describe_group(group)
+    assert (empty.error_code, empty.group_state, empty.members) == (0, "Empty", [])
+    missing = describe_group(f"none-{uuid.uuid4().hex[:8]}")
+    assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
