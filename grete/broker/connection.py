@@ -163,6 +163,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.broker.client_telemetry.connection_closed(id(self.session))
         self._closed = True
         self._reader.close()
+        self.broker.share_groups.connection_closed(id(self.session))  # KIP-932: its share sessions end
         if self._idle_handle is not None:
             self._idle_handle.cancel()
         if self._throttled is not None:

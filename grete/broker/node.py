@@ -69,6 +69,8 @@ class Node:
             await broker.ensure_cluster_min_isr()
         await broker.producer_ids.start(lazily=self.zk_broker is not None)
         broker.group_coordinator = await start_group_coordinator(broker)
+        if broker.cluster is None:
+            broker.share_groups.load()
         # After the groups: finishing an interrupted commit may apply transactional offsets.
         broker.txn_coordinator = start_txn_coordinator(
             broker, self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")
@@ -107,6 +109,7 @@ class Node:
         for task in self._tasks:
             task.cancel()
         broker.producer_ids.stop()
+        broker.share_groups.shutdown()
         groups, transactions = broker.coordinators()
         if transactions is not None:
             transactions.shutdown()

@@ -10,6 +10,7 @@ import os
 TEST_DEFAULTS = {
     "offsets.topic.num.partitions": "1",
     "transaction.state.log.num.partitions": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
 }
 
 

@@ -46,6 +46,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   oversize BOOTSTRAP TOPIC SIZE [configs...]                             -> {"error","message"} or {"partition","offset"}
  *   txn-fence | txn-ctp | txn-lso | txn-read ...                            see TxnScenarios
  *   decode-group-records -  (stdin: KEYHEX VALUEHEX lines)                 see GroupRecords (Kafka 4)
+ *   share    BOOTSTRAP TOPIC GROUP COUNT                                   see ShareScenarios (kafka-clients 4.x)
  *
  * Record i of a produce run has key "k<i mod 4>", value "v<i>-<topic>" and a header "i" = i.
  */
@@ -73,6 +74,7 @@ public final class GreteJavaClient {
             case "txn-read": TxnScenarios.read(args); break;
             case "decode-group-records": GroupRecords.decode(args); break;
             case "roundtrips": SaslRoundTrips.run(args); break;
+            case "share": ShareScenarios.share(args); break;
             default:
                 System.err.println("unknown command " + args[0]);
                 System.exit(2);

@@ -63,6 +63,13 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     72: ("push_telemetry", 0, 0, 0),  # PushTelemetry
     74: ("list_config_resources", 0, 1, 0),  # ListConfigResources
     75: ("describe_topic_partitions", 0, 0, 0),  # DescribeTopicPartitions
+    76: ("share_group_heartbeat", 1, 1, 1),  # ShareGroupHeartbeat
+    77: ("share_group_describe", 1, 1, 1),  # ShareGroupDescribe
+    78: ("share_fetch", 1, 2, 1),  # ShareFetch
+    79: ("share_acknowledge", 1, 2, 1),  # ShareAcknowledge
+    90: ("describe_share_group_offsets", 0, 0, 0),  # DescribeShareGroupOffsets
+    91: ("alter_share_group_offsets", 0, 0, 0),  # AlterShareGroupOffsets
+    92: ("delete_share_group_offsets", 0, 0, 0),  # DeleteShareGroupOffsets
     32000: ("direct_produce_address", 0, 0, 0),  # DirectProduceAddress
     32001: ("direct_consume_address", 0, 0, 0),  # DirectConsumeAddress
 }

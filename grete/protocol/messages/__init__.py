@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from grete.protocol.messages.alter_partition import AlterPartitionRequest, AlterPartitionResponse
     from grete.protocol.messages.alter_partition_reassignments import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
     from grete.protocol.messages.alter_replica_log_dirs import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse
+    from grete.protocol.messages.alter_share_group_offsets import AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse
     from grete.protocol.messages.alter_user_scram_credentials import AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
     from grete.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
     from grete.protocol.messages.assign_replicas_to_dirs import AssignReplicasToDirsRequest, AssignReplicasToDirsResponse
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from grete.protocol.messages.delete_acls import DeleteAclsRequest, DeleteAclsResponse
     from grete.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
     from grete.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+    from grete.protocol.messages.delete_share_group_offsets import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
     from grete.protocol.messages.delete_share_group_state import DeleteShareGroupStateRequest, DeleteShareGroupStateResponse
     from grete.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
     from grete.protocol.messages.describe_acls import DescribeAclsRequest, DescribeAclsResponse
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from grete.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
     from grete.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
     from grete.protocol.messages.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
+    from grete.protocol.messages.describe_share_group_offsets import DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse
     from grete.protocol.messages.describe_topic_partitions import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
     from grete.protocol.messages.describe_transactions import DescribeTransactionsRequest, DescribeTransactionsResponse
     from grete.protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
@@ -124,6 +127,8 @@ _MODULE_OF: dict[str, str] = {
     "AlterPartitionResponse": "alter_partition",
     "AlterReplicaLogDirsRequest": "alter_replica_log_dirs",
     "AlterReplicaLogDirsResponse": "alter_replica_log_dirs",
+    "AlterShareGroupOffsetsRequest": "alter_share_group_offsets",
+    "AlterShareGroupOffsetsResponse": "alter_share_group_offsets",
     "AlterUserScramCredentialsRequest": "alter_user_scram_credentials",
     "AlterUserScramCredentialsResponse": "alter_user_scram_credentials",
     "ApiVersionsRequest": "api_versions",
@@ -160,6 +165,8 @@ _MODULE_OF: dict[str, str] = {
     "DeleteGroupsResponse": "delete_groups",
     "DeleteRecordsRequest": "delete_records",
     "DeleteRecordsResponse": "delete_records",
+    "DeleteShareGroupOffsetsRequest": "delete_share_group_offsets",
+    "DeleteShareGroupOffsetsResponse": "delete_share_group_offsets",
     "DeleteShareGroupStateRequest": "delete_share_group_state",
     "DeleteShareGroupStateResponse": "delete_share_group_state",
     "DeleteTopicsRequest": "delete_topics",
@@ -182,6 +189,8 @@ _MODULE_OF: dict[str, str] = {
     "DescribeProducersResponse": "describe_producers",
     "DescribeQuorumRequest": "describe_quorum",
     "DescribeQuorumResponse": "describe_quorum",
+    "DescribeShareGroupOffsetsRequest": "describe_share_group_offsets",
+    "DescribeShareGroupOffsetsResponse": "describe_share_group_offsets",
     "DescribeTopicPartitionsRequest": "describe_topic_partitions",
     "DescribeTopicPartitionsResponse": "describe_topic_partitions",
     "DescribeTransactionsRequest": "describe_transactions",
@@ -404,10 +413,10 @@ APIS: dict[int, ApiInfo] = {
     73: ApiInfo(73, "AssignReplicasToDirs", "AssignReplicasToDirsRequest", "AssignReplicasToDirsResponse", 0, 0, 0),
     74: ApiInfo(74, "ListConfigResources", "ListConfigResourcesRequest", "ListConfigResourcesResponse", 0, 1, 0),
     75: ApiInfo(75, "DescribeTopicPartitions", "DescribeTopicPartitionsRequest", "DescribeTopicPartitionsResponse", 0, 0, 0),
-    76: ApiInfo(76, "ShareGroupHeartbeat", "ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse", 0, 0, 0),
-    77: ApiInfo(77, "ShareGroupDescribe", "ShareGroupDescribeRequest", "ShareGroupDescribeResponse", 0, 0, 0),
-    78: ApiInfo(78, "ShareFetch", "ShareFetchRequest", "ShareFetchResponse", 0, 0, 0),
-    79: ApiInfo(79, "ShareAcknowledge", "ShareAcknowledgeRequest", "ShareAcknowledgeResponse", 0, 0, 0),
+    76: ApiInfo(76, "ShareGroupHeartbeat", "ShareGroupHeartbeatRequest", "ShareGroupHeartbeatResponse", 0, 1, 0),
+    77: ApiInfo(77, "ShareGroupDescribe", "ShareGroupDescribeRequest", "ShareGroupDescribeResponse", 0, 1, 0),
+    78: ApiInfo(78, "ShareFetch", "ShareFetchRequest", "ShareFetchResponse", 0, 2, 0),
+    79: ApiInfo(79, "ShareAcknowledge", "ShareAcknowledgeRequest", "ShareAcknowledgeResponse", 0, 2, 0),
     80: ApiInfo(80, "AddRaftVoter", "AddRaftVoterRequest", "AddRaftVoterResponse", 0, 0, 0),
     81: ApiInfo(81, "RemoveRaftVoter", "RemoveRaftVoterRequest", "RemoveRaftVoterResponse", 0, 0, 0),
     82: ApiInfo(82, "UpdateRaftVoter", "UpdateRaftVoterRequest", "UpdateRaftVoterResponse", 0, 0, 0),
@@ -416,6 +425,9 @@ APIS: dict[int, ApiInfo] = {
     85: ApiInfo(85, "WriteShareGroupState", "WriteShareGroupStateRequest", "WriteShareGroupStateResponse", 0, 0, 0),
     86: ApiInfo(86, "DeleteShareGroupState", "DeleteShareGroupStateRequest", "DeleteShareGroupStateResponse", 0, 0, 0),
     87: ApiInfo(87, "ReadShareGroupStateSummary", "ReadShareGroupStateSummaryRequest", "ReadShareGroupStateSummaryResponse", 0, 0, 0),
+    90: ApiInfo(90, "DescribeShareGroupOffsets", "DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsResponse", 0, 0, 0),
+    91: ApiInfo(91, "AlterShareGroupOffsets", "AlterShareGroupOffsetsRequest", "AlterShareGroupOffsetsResponse", 0, 0, 0),
+    92: ApiInfo(92, "DeleteShareGroupOffsets", "DeleteShareGroupOffsetsRequest", "DeleteShareGroupOffsetsResponse", 0, 0, 0),
     32000: ApiInfo(32000, "DirectProduceAddress", "DirectProduceAddressRequest", "DirectProduceAddressResponse", 0, 0, 0),
     32001: ApiInfo(32001, "DirectConsumeAddress", "DirectConsumeAddressRequest", "DirectConsumeAddressResponse", 0, 0, 0),
 }
@@ -466,6 +478,8 @@ __all__ = [
     "AlterPartitionResponse",
     "AlterReplicaLogDirsRequest",
     "AlterReplicaLogDirsResponse",
+    "AlterShareGroupOffsetsRequest",
+    "AlterShareGroupOffsetsResponse",
     "AlterUserScramCredentialsRequest",
     "AlterUserScramCredentialsResponse",
     "ApiVersionsRequest",
@@ -502,6 +516,8 @@ __all__ = [
     "DeleteGroupsResponse",
     "DeleteRecordsRequest",
     "DeleteRecordsResponse",
+    "DeleteShareGroupOffsetsRequest",
+    "DeleteShareGroupOffsetsResponse",
     "DeleteShareGroupStateRequest",
     "DeleteShareGroupStateResponse",
     "DeleteTopicsRequest",
@@ -524,6 +540,8 @@ __all__ = [
     "DescribeProducersResponse",
     "DescribeQuorumRequest",
     "DescribeQuorumResponse",
+    "DescribeShareGroupOffsetsRequest",
+    "DescribeShareGroupOffsetsResponse",
     "DescribeTopicPartitionsRequest",
     "DescribeTopicPartitionsResponse",
     "DescribeTransactionsRequest",

@@ -32,30 +32,32 @@ _S_qq = struct.Struct('>qq')
 
 @dataclass(slots=True, kw_only=True)
 class ShareAcknowledgeRequest(Message):
-    """ShareAcknowledgeRequest: API key 79, versions 0-0, flexible from v0."""
+    """ShareAcknowledgeRequest: API key 79, versions 0-2, flexible from v0."""
 
     API_KEY: ClassVar[int] = 79
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('member_id', 'MemberId', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('share_session_epoch', 'ShareSessionEpoch', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('topics', 'Topics', 'struct', 'AcknowledgeTopic', True, (0,), (), (), None, False),
+        FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+        FieldSpec('member_id', 'MemberId', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+        FieldSpec('share_session_epoch', 'ShareSessionEpoch', 'int32', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('is_renew_ack', 'IsRenewAck', 'bool', None, False, (2,), (), (), None, False),
+        FieldSpec('topics', 'Topics', 'struct', 'AcknowledgeTopic', True, (0, 1, 2), (), (), None, False),
     )
 
     group_id: str | None = None
     member_id: str | None = ''
     share_session_epoch: int = 0
+    is_renew_ack: bool = False
     topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = field(default_factory=list)
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
     @dataclass(slots=True, kw_only=True)
     class AcknowledgeTopic(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'AcknowledgePartition', True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'AcknowledgePartition', True, (0, 1, 2), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -94,8 +96,8 @@ class ShareAcknowledgeRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class AcknowledgePartition(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('acknowledgement_batches', 'AcknowledgementBatches', 'struct', 'AcknowledgementBatch', True, (0,), (), (), None, False),
+            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('acknowledgement_batches', 'AcknowledgementBatches', 'struct', 'AcknowledgementBatch', True, (0, 1, 2), (), (), None, False),
         )
 
         partition_index: int = 0
@@ -134,9 +136,9 @@ class ShareAcknowledgeRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class AcknowledgementBatch(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('first_offset', 'FirstOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('acknowledge_types', 'AcknowledgeTypes', 'int8', None, True, (0,), (), (), None, False),
+            FieldSpec('first_offset', 'FirstOffset', 'int64', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('acknowledge_types', 'AcknowledgeTypes', 'int8', None, True, (0, 1, 2), (), (), None, False),
         )
 
         first_offset: int = 0
@@ -173,12 +175,16 @@ class ShareAcknowledgeRequest(Message):
             return cls(first_offset=f_first_offset, last_offset=f_last_offset, acknowledge_types=f_acknowledge_types, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('ShareAcknowledgeRequest v%d is not supported' % version)
         flex = True
         w.string(self.group_id, flex)
         w.string(self.member_id, flex)
         w.int32(self.share_session_epoch)
+        if version >= 2:
+            w.boolean(self.is_renew_ack)
+        elif self.is_renew_ack is not False:
+            raise UnsupportedVersion('ShareAcknowledgeRequest: IsRenewAck cannot be sent at version %d' % version)
         w.length(len(self.topics), flex)
         for _e_topics in self.topics:
             _e_topics.encode(w, version)
@@ -187,16 +193,21 @@ class ShareAcknowledgeRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('ShareAcknowledgeRequest v%d is not supported' % version)
         flex = True
         f_group_id: str | None
         f_member_id: str | None
         f_share_session_epoch: int
+        f_is_renew_ack: bool
         f_topics: list[ShareAcknowledgeRequest.AcknowledgeTopic]
         f_group_id = r.nullable_string(flex)
         f_member_id = r.nullable_string(flex)
         f_share_session_epoch = r.int32()
+        if version >= 2:
+            f_is_renew_ack = r.boolean()
+        else:
+            f_is_renew_ack = False
         _n = r.array_length(flex)
         if _n < 0:
             raise ProtocolError('null ShareAcknowledgeRequest.Topics')
@@ -209,28 +220,30 @@ class ShareAcknowledgeRequest(Message):
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, topics=f_topics, unknown_tagged_fields=_unknown)
+        return cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, is_renew_ack=f_is_renew_ack, topics=f_topics, unknown_tagged_fields=_unknown)
 
 
 @dataclass(slots=True, kw_only=True)
 class ShareAcknowledgeResponse(Message):
-    """ShareAcknowledgeResponse: API key 79, versions 0-0, flexible from v0."""
+    """ShareAcknowledgeResponse: API key 79, versions 0-2, flexible from v0."""
 
     API_KEY: ClassVar[int] = 79
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0,), (), (), None, True),
-        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, True),
-        FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('responses', 'Responses', 'struct', 'ShareAcknowledgeTopicResponse', True, (0,), (), (), None, False),
-        FieldSpec('node_endpoints', 'NodeEndpoints', 'struct', 'NodeEndpoint', True, (0,), (), (), None, False),
+        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1, 2), (), (), None, True),
+        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1, 2), (), (), None, True),
+        FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+        FieldSpec('acquisition_lock_timeout_ms', 'AcquisitionLockTimeoutMs', 'int32', None, False, (2,), (), (), None, True),
+        FieldSpec('responses', 'Responses', 'struct', 'ShareAcknowledgeTopicResponse', True, (0, 1, 2), (), (), None, False),
+        FieldSpec('node_endpoints', 'NodeEndpoints', 'struct', 'NodeEndpoint', True, (0, 1, 2), (), (), None, False),
     )
 
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = None
+    acquisition_lock_timeout_ms: int = 0
     responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = field(default_factory=list)
     node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = field(default_factory=list)
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
@@ -238,8 +251,8 @@ class ShareAcknowledgeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class ShareAcknowledgeTopicResponse(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, True),
-            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1, 2), (), (), None, True),
+            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0, 1, 2), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -278,10 +291,10 @@ class ShareAcknowledgeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class PartitionData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('current_leader', 'CurrentLeader', 'struct', 'LeaderIdAndEpoch', False, (0,), (), (), None, False),
+            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+            FieldSpec('current_leader', 'CurrentLeader', 'struct', 'LeaderIdAndEpoch', False, (0, 1, 2), (), (), None, False),
         )
 
         partition_index: int = 0
@@ -319,8 +332,8 @@ class ShareAcknowledgeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class LeaderIdAndEpoch(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('leader_id', 'LeaderId', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0,), (), (), None, False),
+            FieldSpec('leader_id', 'LeaderId', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0, 1, 2), (), (), None, False),
         )
 
         leader_id: int = 0
@@ -350,10 +363,10 @@ class ShareAcknowledgeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class NodeEndpoint(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('node_id', 'NodeId', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('host', 'Host', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('port', 'Port', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('rack', 'Rack', 'string', None, False, (0,), (0,), (), None, False),
+            FieldSpec('node_id', 'NodeId', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('host', 'Host', 'string', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('port', 'Port', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('rack', 'Rack', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
         )
 
         node_id: int = 0
@@ -391,11 +404,13 @@ class ShareAcknowledgeResponse(Message):
             return cls(node_id=f_node_id, host=f_host, port=f_port, rack=f_rack, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('ShareAcknowledgeResponse v%d is not supported' % version)
         flex = True
         w.pack(_S_ih, self.throttle_time_ms, self.error_code)
         w.string(self.error_message, flex)
+        if version >= 2:
+            w.int32(self.acquisition_lock_timeout_ms)
         w.length(len(self.responses), flex)
         for _e_responses in self.responses:
             _e_responses.encode(w, version)
@@ -407,16 +422,21 @@ class ShareAcknowledgeResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('ShareAcknowledgeResponse v%d is not supported' % version)
         flex = True
         f_throttle_time_ms: int
         f_error_code: int
         f_error_message: str | None
+        f_acquisition_lock_timeout_ms: int
         f_responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse]
         f_node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint]
         f_throttle_time_ms, f_error_code = r.unpack(_S_ih)
         f_error_message = r.nullable_string(flex)
+        if version >= 2:
+            f_acquisition_lock_timeout_ms = r.int32()
+        else:
+            f_acquisition_lock_timeout_ms = 0
         _n = r.array_length(flex)
         if _n < 0:
             raise ProtocolError('null ShareAcknowledgeResponse.Responses')
@@ -435,4 +455,4 @@ class ShareAcknowledgeResponse(Message):
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses, node_endpoints=f_node_endpoints, unknown_tagged_fields=_unknown)
+        return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, acquisition_lock_timeout_ms=f_acquisition_lock_timeout_ms, responses=f_responses, node_endpoints=f_node_endpoints, unknown_tagged_fields=_unknown)

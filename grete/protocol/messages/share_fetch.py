@@ -25,6 +25,7 @@ from grete.protocol.codec import (
 
 __all__ = ['ShareFetchRequest', 'ShareFetchResponse']
 
+_S_bo = struct.Struct('>b?')
 _S_ih = struct.Struct('>ih')
 _S_ii = struct.Struct('>ii')
 _S_iiii = struct.Struct('>iiii')
@@ -34,21 +35,25 @@ _S_qqh = struct.Struct('>qqh')
 
 @dataclass(slots=True, kw_only=True)
 class ShareFetchRequest(Message):
-    """ShareFetchRequest: API key 78, versions 0-0, flexible from v0."""
+    """ShareFetchRequest: API key 78, versions 0-2, flexible from v0."""
 
     API_KEY: ClassVar[int] = 78
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('member_id', 'MemberId', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('share_session_epoch', 'ShareSessionEpoch', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('max_wait_ms', 'MaxWaitMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('min_bytes', 'MinBytes', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('max_bytes', 'MaxBytes', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('topics', 'Topics', 'struct', 'FetchTopic', True, (0,), (), (), None, False),
-        FieldSpec('forgotten_topics_data', 'ForgottenTopicsData', 'struct', 'ForgottenTopic', True, (0,), (), (), None, False),
+        FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+        FieldSpec('member_id', 'MemberId', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+        FieldSpec('share_session_epoch', 'ShareSessionEpoch', 'int32', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('max_wait_ms', 'MaxWaitMs', 'int32', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('min_bytes', 'MinBytes', 'int32', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('max_bytes', 'MaxBytes', 'int32', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('max_records', 'MaxRecords', 'int32', None, False, (1, 2), (), (), None, False),
+        FieldSpec('batch_size', 'BatchSize', 'int32', None, False, (1, 2), (), (), None, False),
+        FieldSpec('share_acquire_mode', 'ShareAcquireMode', 'int8', None, False, (2,), (), (), None, False),
+        FieldSpec('is_renew_ack', 'IsRenewAck', 'bool', None, False, (2,), (), (), None, False),
+        FieldSpec('topics', 'Topics', 'struct', 'FetchTopic', True, (0, 1, 2), (), (), None, False),
+        FieldSpec('forgotten_topics_data', 'ForgottenTopicsData', 'struct', 'ForgottenTopic', True, (0, 1, 2), (), (), None, False),
     )
 
     group_id: str | None = None
@@ -57,6 +62,10 @@ class ShareFetchRequest(Message):
     max_wait_ms: int = 0
     min_bytes: int = 0
     max_bytes: int = 2147483647
+    max_records: int = 0
+    batch_size: int = 0
+    share_acquire_mode: int = 0
+    is_renew_ack: bool = False
     topics: list[ShareFetchRequest.FetchTopic] = field(default_factory=list)
     forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = field(default_factory=list)
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
@@ -64,8 +73,8 @@ class ShareFetchRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class FetchTopic(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'FetchPartition', True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'FetchPartition', True, (0, 1, 2), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -104,9 +113,9 @@ class ShareFetchRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class FetchPartition(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0,), (), (), None, False),
+            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1, 2), (), (), None, False),
             FieldSpec('partition_max_bytes', 'PartitionMaxBytes', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('acknowledgement_batches', 'AcknowledgementBatches', 'struct', 'AcknowledgementBatch', True, (0,), (), (), None, False),
+            FieldSpec('acknowledgement_batches', 'AcknowledgementBatches', 'struct', 'AcknowledgementBatch', True, (0, 1, 2), (), (), None, False),
         )
 
         partition_index: int = 0
@@ -116,7 +125,11 @@ class ShareFetchRequest(Message):
 
         def encode(self, w: Writer, version: int) -> None:
             flex = True
-            w.pack(_S_ii, self.partition_index, self.partition_max_bytes)
+            w.int32(self.partition_index)
+            if version <= 0:
+                w.int32(self.partition_max_bytes)
+            elif self.partition_max_bytes != 0:
+                raise UnsupportedVersion('ShareFetchRequest: PartitionMaxBytes cannot be sent at version %d' % version)
             w.length(len(self.acknowledgement_batches), flex)
             for _e_acknowledgement_batches in self.acknowledgement_batches:
                 _e_acknowledgement_batches.encode(w, version)
@@ -129,7 +142,11 @@ class ShareFetchRequest(Message):
             f_partition_index: int
             f_partition_max_bytes: int
             f_acknowledgement_batches: list[ShareFetchRequest.AcknowledgementBatch]
-            f_partition_index, f_partition_max_bytes = r.unpack(_S_ii)
+            f_partition_index = r.int32()
+            if version <= 0:
+                f_partition_max_bytes = r.int32()
+            else:
+                f_partition_max_bytes = 0
             _n = r.array_length(flex)
             if _n < 0:
                 raise ProtocolError('null ShareFetchRequest.AcknowledgementBatches')
@@ -147,9 +164,9 @@ class ShareFetchRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class AcknowledgementBatch(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('first_offset', 'FirstOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('acknowledge_types', 'AcknowledgeTypes', 'int8', None, True, (0,), (), (), None, False),
+            FieldSpec('first_offset', 'FirstOffset', 'int64', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('acknowledge_types', 'AcknowledgeTypes', 'int8', None, True, (0, 1, 2), (), (), None, False),
         )
 
         first_offset: int = 0
@@ -188,8 +205,8 @@ class ShareFetchRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class ForgottenTopic(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0, 1, 2), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -224,12 +241,20 @@ class ShareFetchRequest(Message):
             return cls(topic_id=f_topic_id, partitions=f_partitions, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('ShareFetchRequest v%d is not supported' % version)
         flex = True
         w.string(self.group_id, flex)
         w.string(self.member_id, flex)
         w.pack(_S_iiii, self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes)
+        if version >= 1:
+            w.pack(_S_ii, self.max_records, self.batch_size)
+        elif self.max_records != 0 or self.batch_size != 0:
+            raise UnsupportedVersion('ShareFetchRequest: MaxRecords, BatchSize cannot be sent at version %d' % version)
+        if version >= 2:
+            w.pack(_S_bo, self.share_acquire_mode, self.is_renew_ack)
+        elif self.share_acquire_mode != 0 or self.is_renew_ack is not False:
+            raise UnsupportedVersion('ShareFetchRequest: ShareAcquireMode, IsRenewAck cannot be sent at version %d' % version)
         w.length(len(self.topics), flex)
         for _e_topics in self.topics:
             _e_topics.encode(w, version)
@@ -241,7 +266,7 @@ class ShareFetchRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('ShareFetchRequest v%d is not supported' % version)
         flex = True
         f_group_id: str | None
@@ -250,11 +275,25 @@ class ShareFetchRequest(Message):
         f_max_wait_ms: int
         f_min_bytes: int
         f_max_bytes: int
+        f_max_records: int
+        f_batch_size: int
+        f_share_acquire_mode: int
+        f_is_renew_ack: bool
         f_topics: list[ShareFetchRequest.FetchTopic]
         f_forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic]
         f_group_id = r.nullable_string(flex)
         f_member_id = r.nullable_string(flex)
         f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes = r.unpack(_S_iiii)
+        if version >= 1:
+            f_max_records, f_batch_size = r.unpack(_S_ii)
+        else:
+            f_max_records = 0
+            f_batch_size = 0
+        if version >= 2:
+            f_share_acquire_mode, f_is_renew_ack = r.unpack(_S_bo)
+        else:
+            f_share_acquire_mode = 0
+            f_is_renew_ack = False
         _n = r.array_length(flex)
         if _n < 0:
             raise ProtocolError('null ShareFetchRequest.Topics')
@@ -273,28 +312,30 @@ class ShareFetchRequest(Message):
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data, unknown_tagged_fields=_unknown)
+        return cls(group_id=f_group_id, member_id=f_member_id, share_session_epoch=f_share_session_epoch, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, max_bytes=f_max_bytes, max_records=f_max_records, batch_size=f_batch_size, share_acquire_mode=f_share_acquire_mode, is_renew_ack=f_is_renew_ack, topics=f_topics, forgotten_topics_data=f_forgotten_topics_data, unknown_tagged_fields=_unknown)
 
 
 @dataclass(slots=True, kw_only=True)
 class ShareFetchResponse(Message):
-    """ShareFetchResponse: API key 78, versions 0-0, flexible from v0."""
+    """ShareFetchResponse: API key 78, versions 0-2, flexible from v0."""
 
     API_KEY: ClassVar[int] = 78
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-        FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('responses', 'Responses', 'struct', 'ShareFetchableTopicResponse', True, (0,), (), (), None, False),
-        FieldSpec('node_endpoints', 'NodeEndpoints', 'struct', 'NodeEndpoint', True, (0,), (), (), None, False),
+        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+        FieldSpec('acquisition_lock_timeout_ms', 'AcquisitionLockTimeoutMs', 'int32', None, False, (1, 2), (), (), None, False),
+        FieldSpec('responses', 'Responses', 'struct', 'ShareFetchableTopicResponse', True, (0, 1, 2), (), (), None, False),
+        FieldSpec('node_endpoints', 'NodeEndpoints', 'struct', 'NodeEndpoint', True, (0, 1, 2), (), (), None, False),
     )
 
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = None
+    acquisition_lock_timeout_ms: int = 0
     responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = field(default_factory=list)
     node_endpoints: list[ShareFetchResponse.NodeEndpoint] = field(default_factory=list)
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
@@ -302,8 +343,8 @@ class ShareFetchResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class ShareFetchableTopicResponse(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0, 1, 2), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -342,14 +383,14 @@ class ShareFetchResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class PartitionData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('acknowledge_error_code', 'AcknowledgeErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('acknowledge_error_message', 'AcknowledgeErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('current_leader', 'CurrentLeader', 'struct', 'LeaderIdAndEpoch', False, (0,), (), (), None, False),
-            FieldSpec('records', 'Records', 'records', None, False, (0,), (0,), (), None, False),
-            FieldSpec('acquired_records', 'AcquiredRecords', 'struct', 'AcquiredRecords', True, (0,), (), (), None, False),
+            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+            FieldSpec('acknowledge_error_code', 'AcknowledgeErrorCode', 'int16', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('acknowledge_error_message', 'AcknowledgeErrorMessage', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+            FieldSpec('current_leader', 'CurrentLeader', 'struct', 'LeaderIdAndEpoch', False, (0, 1, 2), (), (), None, False),
+            FieldSpec('records', 'Records', 'records', None, False, (0, 1, 2), (0,), (), None, False),
+            FieldSpec('acquired_records', 'AcquiredRecords', 'struct', 'AcquiredRecords', True, (0, 1, 2), (), (), None, False),
         )
 
         partition_index: int = 0
@@ -369,7 +410,7 @@ class ShareFetchResponse(Message):
             w.int16(self.acknowledge_error_code)
             w.string(self.acknowledge_error_message, flex)
             self.current_leader.encode(w, version)
-            w.records(self.records, flex, True)
+            w.records(self.records, flex, version <= 0)
             w.length(len(self.acquired_records), flex)
             for _e_acquired_records in self.acquired_records:
                 _e_acquired_records.encode(w, version)
@@ -410,8 +451,8 @@ class ShareFetchResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class LeaderIdAndEpoch(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('leader_id', 'LeaderId', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0,), (), (), None, False),
+            FieldSpec('leader_id', 'LeaderId', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0, 1, 2), (), (), None, False),
         )
 
         leader_id: int = 0
@@ -441,9 +482,9 @@ class ShareFetchResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class AcquiredRecords(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('first_offset', 'FirstOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('delivery_count', 'DeliveryCount', 'int16', None, False, (0,), (), (), None, False),
+            FieldSpec('first_offset', 'FirstOffset', 'int64', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('delivery_count', 'DeliveryCount', 'int16', None, False, (0, 1, 2), (), (), None, False),
         )
 
         first_offset: int = 0
@@ -475,10 +516,10 @@ class ShareFetchResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class NodeEndpoint(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('node_id', 'NodeId', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('host', 'Host', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('port', 'Port', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('rack', 'Rack', 'string', None, False, (0,), (0,), (), None, False),
+            FieldSpec('node_id', 'NodeId', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('host', 'Host', 'string', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('port', 'Port', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('rack', 'Rack', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
         )
 
         node_id: int = 0
@@ -516,11 +557,13 @@ class ShareFetchResponse(Message):
             return cls(node_id=f_node_id, host=f_host, port=f_port, rack=f_rack, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('ShareFetchResponse v%d is not supported' % version)
         flex = True
         w.pack(_S_ih, self.throttle_time_ms, self.error_code)
         w.string(self.error_message, flex)
+        if version >= 1:
+            w.int32(self.acquisition_lock_timeout_ms)
         w.length(len(self.responses), flex)
         for _e_responses in self.responses:
             _e_responses.encode(w, version)
@@ -532,16 +575,21 @@ class ShareFetchResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('ShareFetchResponse v%d is not supported' % version)
         flex = True
         f_throttle_time_ms: int
         f_error_code: int
         f_error_message: str | None
+        f_acquisition_lock_timeout_ms: int
         f_responses: list[ShareFetchResponse.ShareFetchableTopicResponse]
         f_node_endpoints: list[ShareFetchResponse.NodeEndpoint]
         f_throttle_time_ms, f_error_code = r.unpack(_S_ih)
         f_error_message = r.nullable_string(flex)
+        if version >= 1:
+            f_acquisition_lock_timeout_ms = r.int32()
+        else:
+            f_acquisition_lock_timeout_ms = 0
         _n = r.array_length(flex)
         if _n < 0:
             raise ProtocolError('null ShareFetchResponse.Responses')
@@ -560,4 +608,4 @@ class ShareFetchResponse(Message):
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, responses=f_responses, node_endpoints=f_node_endpoints, unknown_tagged_fields=_unknown)
+        return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, acquisition_lock_timeout_ms=f_acquisition_lock_timeout_ms, responses=f_responses, node_endpoints=f_node_endpoints, unknown_tagged_fields=_unknown)

@@ -30,15 +30,15 @@ _S_ii = struct.Struct('>ii')
 
 @dataclass(slots=True, kw_only=True)
 class ShareGroupDescribeRequest(Message):
-    """ShareGroupDescribeRequest: API key 77, versions 0-0, flexible from v0."""
+    """ShareGroupDescribeRequest: API key 77, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 77
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('group_ids', 'GroupIds', 'string', None, True, (0,), (), (), None, False),
-        FieldSpec('include_authorized_operations', 'IncludeAuthorizedOperations', 'bool', None, False, (0,), (), (), None, False),
+        FieldSpec('group_ids', 'GroupIds', 'string', None, True, (0, 1), (), (), None, False),
+        FieldSpec('include_authorized_operations', 'IncludeAuthorizedOperations', 'bool', None, False, (0, 1), (), (), None, False),
     )
 
     group_ids: list[str] = field(default_factory=list)
@@ -46,7 +46,7 @@ class ShareGroupDescribeRequest(Message):
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ShareGroupDescribeRequest v%d is not supported' % version)
         flex = True
         w.length(len(self.group_ids), flex)
@@ -58,7 +58,7 @@ class ShareGroupDescribeRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ShareGroupDescribeRequest v%d is not supported' % version)
         flex = True
         f_group_ids: list[str]
@@ -80,15 +80,15 @@ class ShareGroupDescribeRequest(Message):
 
 @dataclass(slots=True, kw_only=True)
 class ShareGroupDescribeResponse(Message):
-    """ShareGroupDescribeResponse: API key 77, versions 0-0, flexible from v0."""
+    """ShareGroupDescribeResponse: API key 77, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 77
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('groups', 'Groups', 'struct', 'DescribedGroup', True, (0,), (), (), None, False),
+        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('groups', 'Groups', 'struct', 'DescribedGroup', True, (0, 1), (), (), None, False),
     )
 
     throttle_time_ms: int = 0
@@ -98,15 +98,15 @@ class ShareGroupDescribeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class DescribedGroup(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('group_state', 'GroupState', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('group_epoch', 'GroupEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('assignment_epoch', 'AssignmentEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('assignor_name', 'AssignorName', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('members', 'Members', 'struct', 'Member', True, (0,), (), (), None, False),
-            FieldSpec('authorized_operations', 'AuthorizedOperations', 'int32', None, False, (0,), (), (), None, False),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
+            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1), (0, 1), (), None, False),
+            FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('group_state', 'GroupState', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('group_epoch', 'GroupEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('assignment_epoch', 'AssignmentEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('assignor_name', 'AssignorName', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('members', 'Members', 'struct', 'Member', True, (0, 1), (), (), None, False),
+            FieldSpec('authorized_operations', 'AuthorizedOperations', 'int32', None, False, (0, 1), (), (), None, False),
         )
 
         error_code: int = 0
@@ -171,13 +171,13 @@ class ShareGroupDescribeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class Member(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('member_id', 'MemberId', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('rack_id', 'RackId', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('member_epoch', 'MemberEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('client_id', 'ClientId', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('client_host', 'ClientHost', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('subscribed_topic_names', 'SubscribedTopicNames', 'string', None, True, (0,), (), (), None, False),
-            FieldSpec('assignment', 'Assignment', 'struct', 'Assignment', False, (0,), (), (), None, False),
+            FieldSpec('member_id', 'MemberId', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('rack_id', 'RackId', 'string', None, False, (0, 1), (0, 1), (), None, False),
+            FieldSpec('member_epoch', 'MemberEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('client_id', 'ClientId', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('client_host', 'ClientHost', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('subscribed_topic_names', 'SubscribedTopicNames', 'string', None, True, (0, 1), (), (), None, False),
+            FieldSpec('assignment', 'Assignment', 'struct', 'Assignment', False, (0, 1), (), (), None, False),
         )
 
         member_id: str = ''
@@ -235,7 +235,7 @@ class ShareGroupDescribeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class Assignment(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_partitions', 'TopicPartitions', 'struct', 'TopicPartitions', True, (0,), (), (), None, False),
+            FieldSpec('topic_partitions', 'TopicPartitions', 'struct', 'TopicPartitions', True, (0, 1), (), (), None, False),
         )
 
         topic_partitions: list[ShareGroupDescribeResponse.TopicPartitions] = field(default_factory=list)
@@ -270,9 +270,9 @@ class ShareGroupDescribeResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class TopicPartitions(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1), (), (), None, False),
+            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0, 1), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -311,7 +311,7 @@ class ShareGroupDescribeResponse(Message):
             return cls(topic_id=f_topic_id, topic_name=f_topic_name, partitions=f_partitions, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ShareGroupDescribeResponse v%d is not supported' % version)
         flex = True
         w.int32(self.throttle_time_ms)
@@ -323,7 +323,7 @@ class ShareGroupDescribeResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ShareGroupDescribeResponse v%d is not supported' % version)
         flex = True
         f_throttle_time_ms: int

@@ -31,18 +31,18 @@ _S_ii = struct.Struct('>ii')
 
 @dataclass(slots=True, kw_only=True)
 class ShareGroupHeartbeatRequest(Message):
-    """ShareGroupHeartbeatRequest: API key 76, versions 0-0, flexible from v0."""
+    """ShareGroupHeartbeatRequest: API key 76, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 76
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (), (), None, False),
-        FieldSpec('member_id', 'MemberId', 'string', None, False, (0,), (), (), None, False),
-        FieldSpec('member_epoch', 'MemberEpoch', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('rack_id', 'RackId', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('subscribed_topic_names', 'SubscribedTopicNames', 'string', None, True, (0,), (0,), (), None, False),
+        FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1), (), (), None, False),
+        FieldSpec('member_id', 'MemberId', 'string', None, False, (0, 1), (), (), None, False),
+        FieldSpec('member_epoch', 'MemberEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('rack_id', 'RackId', 'string', None, False, (0, 1), (0, 1), (), None, False),
+        FieldSpec('subscribed_topic_names', 'SubscribedTopicNames', 'string', None, True, (0, 1), (0, 1), (), None, False),
     )
 
     group_id: str = ''
@@ -53,7 +53,7 @@ class ShareGroupHeartbeatRequest(Message):
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ShareGroupHeartbeatRequest v%d is not supported' % version)
         flex = True
         w.string(self.group_id, flex)
@@ -71,7 +71,7 @@ class ShareGroupHeartbeatRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ShareGroupHeartbeatRequest v%d is not supported' % version)
         flex = True
         f_group_id: str
@@ -99,20 +99,20 @@ class ShareGroupHeartbeatRequest(Message):
 
 @dataclass(slots=True, kw_only=True)
 class ShareGroupHeartbeatResponse(Message):
-    """ShareGroupHeartbeatResponse: API key 76, versions 0-0, flexible from v0."""
+    """ShareGroupHeartbeatResponse: API key 76, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 76
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-        FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('member_id', 'MemberId', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('member_epoch', 'MemberEpoch', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('heartbeat_interval_ms', 'HeartbeatIntervalMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('assignment', 'Assignment', 'struct', 'Assignment', False, (0,), (0,), (), None, False),
+        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
+        FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1), (0, 1), (), None, False),
+        FieldSpec('member_id', 'MemberId', 'string', None, False, (0, 1), (0, 1), (), None, False),
+        FieldSpec('member_epoch', 'MemberEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('heartbeat_interval_ms', 'HeartbeatIntervalMs', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('assignment', 'Assignment', 'struct', 'Assignment', False, (0, 1), (0, 1), (), None, False),
     )
 
     throttle_time_ms: int = 0
@@ -127,7 +127,7 @@ class ShareGroupHeartbeatResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class Assignment(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_partitions', 'TopicPartitions', 'struct', 'TopicPartitions', True, (0,), (), (), None, False),
+            FieldSpec('topic_partitions', 'TopicPartitions', 'struct', 'TopicPartitions', True, (0, 1), (), (), None, False),
         )
 
         topic_partitions: list[ShareGroupHeartbeatResponse.TopicPartitions] = field(default_factory=list)
@@ -162,8 +162,8 @@ class ShareGroupHeartbeatResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class TopicPartitions(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0, 1), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -198,7 +198,7 @@ class ShareGroupHeartbeatResponse(Message):
             return cls(topic_id=f_topic_id, partitions=f_partitions, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ShareGroupHeartbeatResponse v%d is not supported' % version)
         flex = True
         w.pack(_S_ih, self.throttle_time_ms, self.error_code)
@@ -215,7 +215,7 @@ class ShareGroupHeartbeatResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ShareGroupHeartbeatResponse v%d is not supported' % version)
         flex = True
         f_throttle_time_ms: int

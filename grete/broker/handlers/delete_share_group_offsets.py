@@ -1,0 +1,40 @@
+"""DeleteShareGroupOffsets (92): a share group with no members forgets topics' share partitions
+(GROUP_ID_NOT_FOUND for an unknown group, NON_EMPTY_GROUP for one with members)."""
+
+from __future__ import annotations
+
+from grete.broker.authz import Op, Res, allowed
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
+
+Request = DeleteShareGroupOffsetsRequest
+Response = DeleteShareGroupOffsetsResponse
+
+
+@api(92, 0, 0)
+def handle(ctx: RequestContext, request: Request) -> Response:
+    group_id = request.group_id
+    if not allowed(ctx, Op.DELETE, Res.GROUP, group_id):
+        return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    shares = ctx.broker.share_groups
+    if group_id not in shares.groups and not shares.start_offsets(group_id):
+        return Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"Group {group_id} not found.")
+    if shares.has_members(group_id):
+        return Response(error_code=ErrorCode.NON_EMPTY_GROUP, error_message="The group is not empty.")
+    topics = []
+    for topic in request.topics:
+        meta = ctx.broker.metadata.topic(topic.topic_name)
+        if meta is None:
+            topics.append(Response.DeleteShareGroupOffsetsResponseTopic(
+                topic_name=topic.topic_name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                error_message="This server does not host this topic-partition."))
+        elif not allowed(ctx, Op.READ, Res.TOPIC, topic.topic_name):
+            topics.append(Response.DeleteShareGroupOffsetsResponseTopic(
+                topic_name=topic.topic_name, topic_id=meta.topic_id, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+        else:
+            shares.delete_start_offsets(group_id, meta.topic_id)
+            topics.append(Response.DeleteShareGroupOffsetsResponseTopic(topic_name=topic.topic_name,
+                                                                        topic_id=meta.topic_id))
+    return Response(responses=topics)

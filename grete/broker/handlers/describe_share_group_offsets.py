@@ -1,0 +1,61 @@
+"""DescribeShareGroupOffsets (90): each share partition's start offset (SPSO); -1 where the group has
+no state for a partition, as Kafka 4.3.1 answers. Topics null: every share partition of the group."""
+
+from __future__ import annotations
+
+from grete.broker.authz import Op, Res, allowed
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse
+
+Request = DescribeShareGroupOffsetsRequest
+Response = DescribeShareGroupOffsetsResponse
+
+
+@api(90, 0, 0)
+def handle(ctx: RequestContext, request: Request) -> Response:
+    return Response(groups=[_group(ctx, g) for g in request.groups])
+
+
+def _group(ctx: RequestContext, wanted: Request.DescribeShareGroupOffsetsRequestGroup
+           ) -> Response.DescribeShareGroupOffsetsResponseGroup:
+    group_id = wanted.group_id
+    if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
+        return Response.DescribeShareGroupOffsetsResponseGroup(group_id=group_id,
+                                                               error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    shares, metadata = ctx.broker.share_groups, ctx.broker.metadata
+    offsets = shares.start_offsets(group_id)
+    if wanted.topics is None:
+        by_name: dict[str, list[int]] = {}
+        for topic_id, index in sorted(offsets):
+            meta = metadata.topic_by_id(topic_id)
+            if meta is not None:
+                by_name.setdefault(meta.name, []).append(index)
+        asked = sorted(by_name.items())
+    else:
+        asked = [(t.topic_name, list(t.partitions)) for t in wanted.topics]
+    topics = []
+    for name, indexes in asked:
+        meta = metadata.topic(name)
+        readable = meta is not None and allowed(ctx, Op.DESCRIBE, Res.TOPIC, name)
+        rows = []
+        for index in indexes:
+            if not readable or meta is None or index not in meta.partitions:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if readable or meta is None else \
+                    ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                rows.append(Response.DescribeShareGroupOffsetsResponsePartition(
+                    partition_index=index, start_offset=-1, leader_epoch=-1, error_code=code))
+                continue
+            rows.append(Response.DescribeShareGroupOffsetsResponsePartition(
+                partition_index=index, start_offset=offsets.get((meta.topic_id, index), -1),
+                leader_epoch=_leader_epoch(ctx, name, index)))
+        topics.append(Response.DescribeShareGroupOffsetsResponseTopic(
+            topic_name=name, topic_id=meta.topic_id if meta is not None else Response.DescribeShareGroupOffsetsResponseTopic().topic_id,
+            partitions=rows))
+    return Response.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=topics)
+
+
+def _leader_epoch(ctx: RequestContext, topic: str, index: int) -> int:
+    partition = ctx.broker.partitions.get((topic, index))
+    return partition.leader_epoch if partition is not None else 0

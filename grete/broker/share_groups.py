@@ -1,0 +1,372 @@
+"""Share groups (KIP-932) on this node: the one owner of share-group membership, share partitions,
+share sessions and their timers.
+
+grete is its own share coordinator and group coordinator for share groups: membership
+(ShareGroupHeartbeat) and the share partitions' in-flight state (ShareFetch, ShareAcknowledge) live
+in this object. State is in memory only (docs/groups.md says what a restart loses). Timers are
+``call_later`` handles (a member's session timeout, a share partition's next lock deadline); parked
+share fetches wait on futures woken by new records, releases and expiries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from grete.broker.config import BrokerConfig
+from grete.broker.partition import Partition
+from grete.broker.share_store import ShareStateStore
+from grete.coordinator.metadata import MetadataStore
+from grete.coordinator.share_format import ShareKey
+from grete.coordinator.share_group import HeartbeatResult, ShareGroup, TopicView
+from grete.coordinator.share_partition import Acquired, BatchSpan, SharePartition
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
+
+FINAL_EPOCH = -1
+INITIAL_EPOCH = 0
+
+PartitionKey = tuple[uuid.UUID, int]  # (topic id, partition index)
+
+
+@dataclass(slots=True)
+class ShareSession:
+    """KIP-932 share session: the partitions a member fetches, and the epoch its next request carries."""
+    group_id: str
+    member_id: str
+    next_epoch: int = 0  # the opening request (epoch 0) bumps it to 1
+    connection: int = 0  # the connection that opened it
+    partitions: set[PartitionKey] = field(default_factory=set)
+
+    def bump(self) -> None:
+        self.next_epoch = 1 if self.next_epoch == 0x7FFFFFFF else self.next_epoch + 1
+
+
+@dataclass(slots=True)
+class Grant:
+    """What one partition of a share fetch acquired, and where to read it."""
+    partition: Partition
+    acquired: list[Acquired]
+
+
+class ShareGroups:
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore,
+                 partition: Callable[[str, int], Partition], store: ShareStateStore | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.metadata = metadata
+        self._partition = partition
+        self.groups: dict[str, ShareGroup] = {}
+        self.partitions: dict[tuple[str, uuid.UUID, int], SharePartition] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self._member_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._lock_timers: dict[tuple[str, uuid.UUID, int], asyncio.TimerHandle] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        # share sessions by the connection that opened them (``id`` of its context.Session)
+        self._by_connection: dict[int, set[tuple[str, str]]] = {}
+
+    # --- configs: the group's override (ConfigResource GROUP) or the broker's key ----------------
+    def group_int(self, group_id: str, group_key: str, broker_key: str) -> int:
+        value = self.metadata.group_configs(group_id).get(group_key)
+        return int(value) if value is not None else self.config.get_int(broker_key)
+
+    def lock_ms(self, group_id: str) -> int:
+        return self.group_int(group_id, "share.record.lock.duration.ms", "group.share.record.lock.duration.ms")
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        return self.group_int(group_id, "share.heartbeat.interval.ms", "group.share.heartbeat.interval.ms")
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        return self.group_int(group_id, "share.session.timeout.ms", "group.share.session.timeout.ms")
+
+    def _auto_offset_reset(self, group_id: str) -> str:
+        return self.metadata.group_configs(group_id).get(
+            "share.auto.offset.reset", self.config.get_str("share.auto.offset.reset"))
+
+    # --- membership ------------------------------------------------------------------------------
+    def topic_view(self, names: set[str]) -> TopicView:
+        view: dict[str, tuple[uuid.UUID, int]] = {}
+        for name in names:
+            meta = self.metadata.topic(name)
+            if meta is not None:
+                view[name] = (meta.topic_id, len(meta.partitions))
+        return view
+
+    def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, rack_id: str | None,
+                  subscribed: list[str] | None, client_id: str, client_host: str) -> HeartbeatResult:
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_epoch != INITIAL_EPOCH:
+                return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID,
+                                       f"Member {member_id} is not a member of group {group_id}.")
+            group = self.groups[group_id] = ShareGroup(group_id)
+        names = group.subscribed_topics() | set(subscribed or ())
+        result = group.heartbeat(member_id, member_epoch, rack_id=rack_id, subscribed=subscribed,
+                                 client_id=client_id, client_host=client_host, topics=self.topic_view(names),
+                                 max_size=self.config.get_int("group.share.max.size"))
+        if result.error == ErrorCode.NONE and member_epoch == -1:
+            self._member_gone(group_id, member_id)
+        elif result.error == ErrorCode.NONE:
+            self._arm_session_timer(group_id, member_id)
+        return result
+
+    def _arm_session_timer(self, group_id: str, member_id: str) -> None:
+        key = (group_id, member_id)
+        old = self._member_timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+        delay = self.session_timeout_ms(group_id) / 1000
+        self._member_timers[key] = asyncio.get_running_loop().call_later(delay, self._session_expired, group_id,
+                                                                          member_id)
+
+    def _session_expired(self, group_id: str, member_id: str) -> None:
+        self._member_timers.pop((group_id, member_id), None)
+        group = self.groups.get(group_id)
+        if group is not None and group.remove(member_id) is not None:
+            self._member_gone(group_id, member_id)
+
+    def _member_gone(self, group_id: str, member_id: str) -> None:
+        """A member that left or timed out: its share session ends and its records are released."""
+        timer = self._member_timers.pop((group_id, member_id), None)
+        if timer is not None:
+            timer.cancel()
+        if (group_id, member_id) in self.sessions:
+            self._unbind((group_id, member_id))
+            del self.sessions[(group_id, member_id)]
+        self._release_member(group_id, member_id)
+
+    def _release_member(self, group_id: str, member_id: str) -> None:
+        released = False
+        for (g, topic_id, index), sp in self.partitions.items():
+            if g == group_id and sp.release_member(member_id):
+                released = True
+                self._persist(group_id, (topic_id, index), sp)
+        if released:
+            self._wake()
+
+    # --- share sessions --------------------------------------------------------------------------
+    def session_for(self, group_id: str, member_id: str, epoch: int, *, fetch: bool,
+                    connection: int = 0) -> ShareSession:
+        """The session a request with ``epoch`` names; epoch 0 (ShareFetch only) opens a new one,
+        owned by ``connection``: when that connection closes, the session ends (as in Kafka)."""
+        key = (group_id, member_id)
+        if epoch == INITIAL_EPOCH:
+            if not fetch:
+                raise KafkaError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "Invalid share session epoch")
+            if key in self.sessions:  # a new session replaces the old one; its records go back
+                self._release_member(group_id, member_id)
+                self._unbind(key)
+            session = self.sessions[key] = ShareSession(group_id, member_id, connection=connection)
+            self._by_connection.setdefault(connection, set()).add(key)
+            return session
+        session_found = self.sessions.get(key)
+        if session_found is None:
+            raise KafkaError(ErrorCode.SHARE_SESSION_NOT_FOUND, "Share session not found")
+        if epoch != FINAL_EPOCH and epoch != session_found.next_epoch:
+            raise KafkaError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "Invalid share session epoch")
+        return session_found
+
+    def close_session(self, session: ShareSession) -> None:
+        """The final epoch: the session ends and what its member still holds is released."""
+        key = (session.group_id, session.member_id)
+        if self.sessions.get(key) is session:
+            del self.sessions[key]
+            self._unbind(key)
+        self._release_member(session.group_id, session.member_id)
+
+    def connection_closed(self, connection: int) -> None:
+        """The share sessions a closed connection opened end, and their records are released."""
+        for key in self._by_connection.pop(connection, set()):
+            session = self.sessions.get(key)
+            if session is not None and session.connection == connection:
+                self.close_session(session)
+
+    def _unbind(self, key: tuple[str, str]) -> None:
+        session = self.sessions.get(key)
+        owner = session.connection if session is not None else None
+        for conn, keys in list(self._by_connection.items()):
+            if owner is None or conn == owner:
+                keys.discard(key)
+                if not keys:
+                    del self._by_connection[conn]
+
+    # --- share partitions ------------------------------------------------------------------------
+    def share_partition(self, group_id: str, key: PartitionKey, partition: Partition) -> SharePartition:
+        sp = self.partitions.get((group_id, *key))
+        if sp is None:
+            # share.auto.offset.reset: where a share partition starts the first time it is fetched
+            start = (partition.log_start_offset if self._auto_offset_reset(group_id) == "earliest"
+                     else partition.high_watermark)
+            sp = SharePartition(start, self.group_int(group_id, "share.delivery.count.limit",
+                                                      "group.share.delivery.count.limit"),
+                                self.group_int(group_id, "share.partition.max.record.locks",
+                                               "group.share.partition.max.record.locks"))
+            self.partitions[(group_id, *key)] = sp
+            self._persist(group_id, key, sp)
+        if sp.start < partition.log_start_offset:
+            sp.reset_start(partition.log_start_offset)  # retention deleted records never delivered
+            self._persist(group_id, key, sp)
+        return sp
+
+    # --- share-group offsets (Describe/Alter/DeleteShareGroupOffsets) --------------------------------
+    def start_offsets(self, group_id: str) -> dict[PartitionKey, int]:
+        """The SPSO of every share partition this node holds for the group."""
+        return {(t, i): sp.start for (g, t, i), sp in self.partitions.items() if g == group_id}
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def alter_start_offset(self, group_id: str, key: PartitionKey, offset: int) -> None:
+        """AlterShareGroupOffsets on an empty group: the share partition starts at ``offset``, nothing
+        in flight (the group is created empty if it does not exist, as Kafka does)."""
+        partition = self.resolve(key)
+        self.groups.setdefault(group_id, ShareGroup(group_id))
+        sp = self.partitions.get((group_id, *key))
+        if sp is None:
+            sp = self.share_partition(group_id, key, partition)
+        sp.reset_start(offset)
+        sp.runs.clear()
+        sp.end = sp.start = offset
+        self._persist(group_id, key, sp)
+
+    def delete_start_offsets(self, group_id: str, topic_id: uuid.UUID) -> list[int]:
+        """DeleteShareGroupOffsets: the group forgets the topic's share partitions; their indexes."""
+        gone = sorted(i for (g, t, i) in self.partitions if g == group_id and t == topic_id)
+        for index in gone:
+            del self.partitions[(group_id, topic_id, index)]
+            if self.store is not None:
+                try:
+                    self.store.delete(ShareKey(group_id, topic_id, index))
+                except KafkaError:
+                    pass  # the state topic is not served here: forgotten in memory only
+        return gone
+
+    # --- persistence -------------------------------------------------------------------------------
+    async def ensure_store(self) -> None:
+        """The state topic exists before the first share partition is written (created on first use)."""
+        if self.store is not None:
+            await self.store.ensure_topic()
+
+    def load(self) -> int:
+        """Share partitions from ``__share_group_state`` (start-up, single node); how many."""
+        meta = self.metadata.topic(SHARE_GROUP_STATE_TOPIC)
+        if self.store is None or meta is None:
+            return 0
+        for key, state in self.store.load(meta).items():
+            batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in state.batches]
+            self.partitions[(key.group_id, key.topic_id, key.partition)] = SharePartition.restore(
+                state.start_offset, batches,
+                self.group_int(key.group_id, "share.delivery.count.limit", "group.share.delivery.count.limit"),
+                self.group_int(key.group_id, "share.partition.max.record.locks",
+                               "group.share.partition.max.record.locks"))
+        return len(self.partitions)
+
+    def _persist(self, group_id: str, key: PartitionKey, sp: SharePartition) -> None:
+        if self.store is None:
+            return
+        try:
+            leader_epoch = self.resolve(key).leader_epoch
+        except KafkaError:
+            leader_epoch = -1
+        try:
+            self.store.write(ShareKey(group_id, *key), sp.start, sp.state_batches(), leader_epoch)
+        except KafkaError:
+            pass  # the state topic is not served here (offline dir): the state stays in memory
+
+    def resolve(self, key: PartitionKey) -> Partition:
+        meta = self.metadata.topic_by_id(key[0])
+        if meta is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
+        return self._partition(meta.name, key[1])
+
+    def acknowledge(self, group_id: str, member_id: str, key: PartitionKey,
+                    batches: list[tuple[int, int, list[int]]]) -> ErrorCode:
+        partition = self.resolve(key)
+        sp = self.share_partition(group_id, key, partition)
+        now, lock = _now_ms(), self.lock_ms(group_id)
+        for first, last, types in sorted(batches):
+            error = sp.acknowledge(member_id, first, last, types, now_ms=now, lock_ms=lock)
+            if error != ErrorCode.NONE:
+                self._persist(group_id, key, sp)
+                return error
+        self._persist(group_id, key, sp)
+        self._arm_lock_timer(group_id, key, sp)
+        self._wake()
+        return ErrorCode.NONE
+
+    def acquire(self, group_id: str, member_id: str, key: PartitionKey, max_records: int, max_bytes: int,
+                *, record_limit: bool) -> Grant:
+        partition = self.resolve(key)
+        sp = self.share_partition(group_id, key, partition)
+        hw = partition.high_watermark
+        acquired = sp.acquire(member_id, _spans(partition, sp.end, hw, max_bytes), max_records,
+                              now_ms=_now_ms(), lock_ms=self.lock_ms(group_id), record_limit=record_limit)
+        if acquired:
+            self._arm_lock_timer(group_id, key, sp)
+        return Grant(partition, acquired)
+
+    def _arm_lock_timer(self, group_id: str, key: PartitionKey, sp: SharePartition) -> None:
+        """One timer per share partition, at its earliest acquisition-lock deadline."""
+        tkey = (group_id, *key)
+        old = self._lock_timers.pop(tkey, None)
+        if old is not None:
+            old.cancel()
+        deadline = sp.next_deadline()
+        if deadline is not None:
+            delay = max(0.0, (deadline - _now_ms()) / 1000)
+            self._lock_timers[tkey] = asyncio.get_running_loop().call_later(delay, self._locks_due, group_id, key)
+
+    def _locks_due(self, group_id: str, key: PartitionKey) -> None:
+        self._lock_timers.pop((group_id, *key), None)
+        sp = self.partitions.get((group_id, *key))
+        if sp is None:
+            return
+        if sp.expire_locks(_now_ms()):
+            self._persist(group_id, key, sp)
+            self._wake()
+        self._arm_lock_timer(group_id, key, sp)
+
+    # --- parked share fetches ----------------------------------------------------------------------
+    def waiter(self) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        return future
+
+    def discard_waiter(self, future: asyncio.Future[None]) -> None:
+        if future in self._waiters:
+            self._waiters.remove(future)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    def shutdown(self) -> None:
+        for timer in [*self._member_timers.values(), *self._lock_timers.values()]:
+            timer.cancel()
+        self._member_timers.clear()
+        self._lock_timers.clear()
+        self._wake()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _spans(partition: Partition, start: int, end: int, max_bytes: int) -> Iterator[BatchSpan]:
+    """Batches from ``start`` below the high watermark ``end``, until ``max_bytes`` (one at least)."""
+    if start >= end:
+        return
+    total = 0
+    for batch in partition.batches(start, end):
+        if batch.base_offset >= end:
+            return
+        if total and total + batch.size > max_bytes:
+            return
+        total += batch.size
+        yield BatchSpan(batch.base_offset, min(batch.last_offset, end - 1), batch.is_control)

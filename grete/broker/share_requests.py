@@ -1,0 +1,65 @@
+"""What ShareFetch and ShareAcknowledge share: acknowledgement batches applied per partition, the
+per-partition error shapes. Handlers stay small; the state is ShareGroups'."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from grete.broker.authz import Op, Res, allowed
+from grete.broker.context import RequestContext
+from grete.broker.share_groups import PartitionKey
+from grete.protocol.errors import ErrorCode, KafkaError
+
+
+class AckBatch(Protocol):
+    first_offset: int
+    last_offset: int
+    acknowledge_types: list[int]
+
+
+class AckPartition(Protocol):
+    partition_index: int
+
+    @property
+    def acknowledgement_batches(self) -> Sequence[AckBatch]: ...
+
+
+def acks_of(topics: Iterable[tuple[uuid.UUID, Iterable[AckPartition]]]) -> dict[PartitionKey, list[tuple[int, int, list[int]]]]:
+    acks: dict[PartitionKey, list[tuple[int, int, list[int]]]] = {}
+    for topic_id, partitions in topics:
+        for p in partitions:
+            if p.acknowledgement_batches:
+                acks.setdefault((topic_id, p.partition_index), []).extend(
+                    (b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches)
+    return acks
+
+
+def topic_readable(ctx: RequestContext, key: PartitionKey) -> bool:
+    meta = ctx.broker.metadata.topic_by_id(key[0])
+    return meta is None or allowed(ctx, Op.READ, Res.TOPIC, meta.name)
+
+
+def leader_of(ctx: RequestContext, key: PartitionKey) -> tuple[int, int]:
+    """(leader id, leader epoch) for CurrentLeader: this node while it leads the partition."""
+    try:
+        partition = ctx.broker.share_groups.resolve(key)
+    except KafkaError:
+        return -1, -1
+    return (ctx.broker.node_id, partition.leader_epoch) if partition.is_leader else (partition.leader_id, -1)
+
+
+def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
+               acks: dict[PartitionKey, list[tuple[int, int, list[int]]]]) -> dict[PartitionKey, ErrorCode]:
+    """Each partition's acknowledgements, all or nothing per partition; its error code."""
+    results: dict[PartitionKey, ErrorCode] = {}
+    for key, batches in acks.items():
+        if not topic_readable(ctx, key):
+            results[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
+        try:
+            results[key] = ctx.broker.share_groups.acknowledge(group_id, member_id, key, batches)
+        except KafkaError as exc:
+            results[key] = exc.code
+    return results

@@ -1,0 +1,139 @@
+"""Share partitions' state in ``__share_group_state`` (Kafka's ShareSnapshot records), and back.
+
+A snapshot of one share partition is appended (one record, one batch) whenever its durable state
+changes: its creation (the SPSO chosen by ``share.auto.offset.reset``), acknowledgements, releases,
+lock expiries. Acquisitions are not written (Kafka does not persist locks either): after a restart
+records that were acquired are Available with the delivery count of the last snapshot. The topic is
+compacted on the record key, so the newest snapshot of each share partition is what remains.
+Single node only: in a ZooKeeper cluster the topic's partitions are led elsewhere and grete keeps
+share state in memory (docs/groups.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from grete.broker.config import BrokerConfig
+from grete.broker.partition import Partition
+from grete.coordinator.metadata import TopicMeta
+from grete.coordinator.share_format import (
+    SNAPSHOT,
+    ShareKey,
+    ShareState,
+    StateBatch,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    partition_for,
+)
+from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.record import Record, build_batch, decode_records
+from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
+
+EnsureTopic = Callable[[str, int, dict[str, str], str], Awaitable[TopicMeta]]
+
+
+class ShareStateStore:
+    def __init__(self, config: BrokerConfig, partition: Callable[[str, int], Partition],
+                 ensure_topic: EnsureTopic) -> None:
+        self.config = config
+        self._partition = partition
+        self._ensure_topic = ensure_topic
+        self._epochs: dict[ShareKey, int] = {}
+        self._created: dict[ShareKey, int] = {}
+        self.ready = False
+
+    @property
+    def partitions(self) -> int:
+        return self.config.get_int("share.coordinator.state.topic.num.partitions")
+
+    async def ensure_topic(self) -> None:
+        if not self.ready:
+            await self._ensure_topic(SHARE_GROUP_STATE_TOPIC, self.partitions, {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config.get_int("share.coordinator.state.topic.segment.bytes")),
+            }, "share.coordinator.state.topic.replication.factor")
+            self.ready = True
+
+    def write(self, key: ShareKey, start_offset: int, batches: list[tuple[int, int, int, int]],
+              leader_epoch: int) -> None:
+        """Append the share partition's snapshot now (synchronous: appends stay in change order)."""
+        if not self.ready:
+            return
+        now = int(time.time() * 1000)
+        epoch = self._epochs.get(key, -1) + 1
+        self._epochs[key] = epoch
+        created = self._created.setdefault(key, now)
+        state = ShareState(SNAPSHOT, epoch, start_offset, 0, leader_epoch, created, now,
+                           [StateBatch(*b) for b in batches])
+        record = Record(0, 0, encode_key(SNAPSHOT, key), encode_value(state))
+        batch = build_batch([record], base_timestamp=now, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                            transactional=False)
+        self._partition(SHARE_GROUP_STATE_TOPIC, partition_for(key, self.partitions)).append(RecordBatch(batch), now)
+
+    def delete(self, key: ShareKey) -> None:
+        """A tombstone for the share partition's key: compaction drops its snapshots."""
+        if not self.ready:
+            return
+        now = int(time.time() * 1000)
+        self._epochs.pop(key, None)
+        self._created.pop(key, None)
+        record = Record(0, 0, encode_key(SNAPSHOT, key), None)
+        batch = build_batch([record], base_timestamp=now, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                            transactional=False)
+        self._partition(SHARE_GROUP_STATE_TOPIC, partition_for(key, self.partitions)).append(RecordBatch(batch), now)
+
+    def load(self, topic: TopicMeta) -> dict[ShareKey, ShareState]:
+        """Every share partition's state: the newest snapshot, with later updates laid over it."""
+        states: dict[ShareKey, ShareState] = {}
+        for index in sorted(topic.partitions):
+            for batch in self._partition(SHARE_GROUP_STATE_TOPIC, index).committed_batches():
+                if batch.is_control:
+                    continue
+                for r in decode_records(batch):
+                    decoded = decode_key(r.key) if r.key is not None else None
+                    if decoded is None:
+                        continue
+                    kind, key = decoded
+                    if r.value is None:
+                        states.pop(key, None)
+                        continue
+                    state = decode_value(kind, r.value)
+                    if kind == SNAPSHOT or key not in states:
+                        states[key] = state
+                    else:
+                        states[key] = _overlay(states[key], state)
+                    self._epochs[key] = max(self._epochs.get(key, -1), state.snapshot_epoch)
+                    if kind == SNAPSHOT:
+                        self._created[key] = state.create_timestamp
+        self.ready = True
+        return states
+
+
+def _overlay(base: ShareState, update: ShareState) -> ShareState:
+    """A ShareUpdate: its start offset, its batches replacing the snapshot's offsets they cover."""
+    covered = [(b.first_offset, b.last_offset) for b in update.batches]
+    kept: list[StateBatch] = []
+    for b in base.batches:
+        if b.last_offset < update.start_offset:
+            continue
+        pieces = [(max(b.first_offset, update.start_offset), b.last_offset)]
+        for first, last in covered:
+            pieces = [p for lo, hi in pieces for p in _minus(lo, hi, first, last)]
+        kept.extend(StateBatch(lo, hi, b.delivery_state, b.delivery_count) for lo, hi in pieces)
+    merged = sorted(kept + update.batches, key=lambda b: b.first_offset)
+    return ShareState(SNAPSHOT, update.snapshot_epoch, update.start_offset, base.state_epoch,
+                      update.leader_epoch, base.create_timestamp, base.write_timestamp, merged)
+
+
+def _minus(lo: int, hi: int, first: int, last: int) -> list[tuple[int, int]]:
+    if last < lo or first > hi:
+        return [(lo, hi)]
+    out = []
+    if lo < first:
+        out.append((lo, first - 1))
+    if last < hi:
+        out.append((last + 1, hi))
+    return out
