@@ -22,6 +22,8 @@ from grete.protocol.messages import (
     DescribeShareGroupOffsetsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     ShareFetchRequest,
     ShareFetchResponse,
     ShareGroupDescribeRequest,
@@ -251,6 +253,12 @@ def test_share_group_describe(wire: Wire, make_topic: Any) -> None:
 
     g = describe_group(group)
     assert (g.error_code, g.group_state, g.assignor_name) == (0, "Stable", "simple")
+    # ListGroups v5 lists it as a share group, and not under the classic or consumer types.
+    listed = {t: {(x.group_id, x.protocol_type, x.group_state, x.group_type)
+                  for x in wire.call(ListGroupsRequest(states_filter=[], types_filter=[t]), ListGroupsResponse, 5).groups}
+              for t in ("share", "classic", "consumer")}
+    assert (group, "share", "Stable", "share") in listed["share"]
+    assert all(x[0] != group for x in listed["classic"] | listed["consumer"])
     assert g.group_epoch == g.assignment_epoch > 0
     assert {m.member_id: sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions)
             for m in g.members} == owned
