@@ -128,7 +128,10 @@ class TransactionalWriter(threading.Thread):
                 return False
             try:
                 op(20)
-                txn.outcome = "committed" if txn.intent == "c" else "aborted"
+                # What was done, not what was meant: a commit that failed abortably and was then
+                # aborted is an aborted transaction (the checker wrongly called such a one lost
+                # when this read the intent).
+                txn.outcome = "committed" if op == producer.commit_transaction else "aborted"
                 return True
             except KafkaException as exc:
                 err = exc.args[0]
