@@ -203,6 +203,10 @@ def _high_watermark(consumer: Consumer, topic: str, partition: int, timeout: flo
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+            try:  # "Local: Unknown partition": the client does not know the topic yet; ask for it
+                consumer.list_topics(topic, timeout=5)
+            except KafkaException:
+                pass
 
 
 def read_topic(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 60.0
