@@ -103,7 +103,7 @@ def handlers() -> Handlers:
 # The controller-to-broker APIs of a ZooKeeper cluster (Kafka's "zkBroker" listener APIs): served
 # and advertised only by a broker in one; elsewhere a request for them closes the connection, as a
 # KRaft broker's does.
-ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56})
+ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56, 67})
 # Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
 # advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
 UNADVERTISED_APIS = frozenset({71, 72})

@@ -16,6 +16,8 @@ from grete.coordinator import zk_layout as zkl
 from grete.coordinator.zk_client import Op, ZkClient
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     ApiVersionsRequest,
     ApiVersionsResponse,
     LeaderAndIsrRequest,
@@ -205,6 +207,30 @@ def test_client_quotas_in_zookeeper(grete_cluster: GreteCluster, zk: KazooClient
     alter_client_quotas(first.bootstrap_servers, {"user": "alice", "client-id": None}, {"request_percentage": None})
     wait_until(lambda: all(describe_client_quotas(b.bootstrap_servers) == {} for b in others),
                what="the quotas gone from every broker")
+
+
+def test_allocate_producer_ids_from_the_controller(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    """KIP-730, as a Kafka 3.9 broker asks for its producer ids: the controller hands out the next
+    block of /latest_producer_id_block to a registered broker with its current epoch."""
+    controller = json.loads(zk.get("/controller")[0])["brokerid"]
+    asker = next(b for b in grete_cluster.brokers if b != controller)
+    epoch = zk.exists(f"/brokers/ids/{asker}").czxid
+
+    def ask(broker: int, broker_id: int, broker_epoch: int) -> AllocateProducerIdsResponse:
+        running = grete_cluster.brokers[broker]
+        answer: AllocateProducerIdsResponse = _wire.call(
+            running.host, running.port, AllocateProducerIdsRequest(broker_id=broker_id, broker_epoch=broker_epoch),
+            AllocateProducerIdsResponse, 0)
+        return answer
+    first = ask(controller, asker, epoch)
+    assert (first.error_code, first.producer_id_len) == (0, 1000) and first.producer_id_start % 1000 == 0
+    block = json.loads(zk.get("/latest_producer_id_block")[0])
+    assert (block["broker"], block["block_start"], block["block_end"]) == (
+        asker, str(first.producer_id_start), str(first.producer_id_start + 999))
+    assert ask(controller, asker, epoch).producer_id_start == first.producer_id_start + 1000
+    assert ask(controller, asker, epoch + 1).error_code == ErrorCode.STALE_BROKER_EPOCH
+    assert ask(controller, 99, epoch).error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
+    assert ask(asker, asker, epoch).error_code == ErrorCode.NOT_CONTROLLER
 
 
 def test_replication_factor_above_live_brokers(grete_cluster: GreteCluster, topic_name: str) -> None:

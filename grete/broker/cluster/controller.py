@@ -543,6 +543,18 @@ class Controller:
         log.info("controller: deleted topic %s", topic)
 
     # --- ISR changes from leaders (Kafka's tryProcessAlterPartition) ------------------------------
+    def producer_id_asker_error(self, broker_id: int, broker_epoch: int) -> ErrorCode:
+        """Kafka's processAllocateProducerIds checks: the active controller, a registered broker, its
+        current epoch."""
+        if not self.active:
+            return ErrorCode.NOT_CONTROLLER
+        info = self.ctx.live.get(broker_id)
+        if info is None:
+            return ErrorCode.BROKER_ID_NOT_REGISTERED
+        if info.epoch != broker_epoch:
+            return ErrorCode.STALE_BROKER_EPOCH
+        return ErrorCode.NONE
+
     async def alter_partition(self, broker_id: int, broker_epoch: int,
                               changes: list[IsrChange]) -> tuple[ErrorCode, list[IsrResult]]:
         """Apply leaders' ISR proposals, as a controller event; the top-level error and, per

@@ -257,7 +257,7 @@ class ZkMetadataCache:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          "GROUP config resources need a KRaft cluster; ZooKeeper mode has none")
 
-    async def allocate_producer_ids(self, count: int) -> int:
+    async def allocate_producer_ids(self, count: int, for_broker: int | None = None) -> int:
         """The next block of ids from /latest_producer_id_block, with a conditional write, so two
         brokers can never get the same block."""
         while True:
@@ -269,8 +269,9 @@ class ZkMetadataCache:
             first = end + 1
             size = max(count, zk.PRODUCER_ID_BLOCK_SIZE)
             try:
+                owner = self.broker_id if for_broker is None else for_broker  # AllocateProducerIds: the asker
                 await self.zk.set(zk.LATEST_PRODUCER_ID_BLOCK,
-                                  zk.encode_producer_id_block(self.broker_id, first, first + size - 1),
+                                  zk.encode_producer_id_block(owner, first, first + size - 1),
                                   found[1].version)
             except BadVersionError:
                 continue

@@ -57,6 +57,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
     66: ("list_transactions", 0, 2, 0),  # ListTransactions
+    67: ("allocate_producer_ids", 0, 0, 0),  # AllocateProducerIds
     68: ("consumer_group_heartbeat", 0, 1, 0),  # ConsumerGroupHeartbeat
     69: ("consumer_group_describe", 0, 1, 0),  # ConsumerGroupDescribe
     71: ("get_telemetry_subscriptions", 0, 0, 0),  # GetTelemetrySubscriptions

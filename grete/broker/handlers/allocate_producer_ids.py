@@ -1,0 +1,31 @@
+"""AllocateProducerIds (67), a broker asking the controller of a ZooKeeper cluster for a block of
+producer ids (KIP-730; Kafka 3.9's brokers use it from inter.broker.protocol.version 3.0 on, so a
+Kafka broker in a grete cluster gets its ids here). The controller takes the next block from
+``/latest_producer_id_block`` with a conditional write, as Kafka's ZkProducerIdManager does, and
+answers NOT_CONTROLLER, BROKER_ID_NOT_REGISTERED or STALE_BROKER_EPOCH as Kafka's controller does.
+grete's own brokers take their blocks from ZooKeeper directly (the pre-3.0 way, still valid)."""
+
+from __future__ import annotations
+
+from grete.broker.cluster.zk_broker import ZkBroker
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.coordinator.zk_layout import PRODUCER_ID_BLOCK_SIZE
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import AllocateProducerIdsRequest, AllocateProducerIdsResponse
+
+Response = AllocateProducerIdsResponse
+
+
+@api(67, 0, 0)
+async def handle(ctx: RequestContext, request: AllocateProducerIdsRequest) -> Response:
+    cluster = ctx.broker.cluster
+    assert isinstance(cluster, ZkBroker)
+    error = cluster.controller.producer_id_asker_error(request.broker_id, request.broker_epoch)
+    if error:
+        return Response(error_code=error, producer_id_start=-1, producer_id_len=-1)
+    try:
+        start = await cluster.metadata.allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE, for_broker=request.broker_id)
+    except KafkaError as exc:
+        return Response(error_code=exc.code, producer_id_start=-1, producer_id_len=-1)
+    return Response(error_code=ErrorCode.NONE, producer_id_start=start, producer_id_len=PRODUCER_ID_BLOCK_SIZE)
