@@ -16,6 +16,8 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     AlterShareGroupOffsetsRequest,
     AlterShareGroupOffsetsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteShareGroupOffsetsRequest,
     DeleteShareGroupOffsetsResponse,
     DescribeShareGroupOffsetsRequest,
@@ -264,9 +266,15 @@ def test_share_group_describe(wire: Wire, make_topic: Any) -> None:
             for m in g.members} == owned
     assert all(m.subscribed_topic_names == [topic] and m.member_epoch == g.group_epoch for m in g.members)
     assert {tp.topic_name for m in g.members for tp in m.assignment.topic_partitions} == {topic}
+    def delete_group() -> int:
+        code: int = wire.call(DeleteGroupsRequest(groups_names=[group]), DeleteGroupsResponse, 2).results[0].error_code
+        return code
+    assert delete_group() == ErrorCode.NON_EMPTY_GROUP
     for m in ids:
         assert heartbeat(wire, group, m, -1, topic).error_code == 0
     empty = describe_group(group)
     assert (empty.error_code, empty.group_state, empty.members) == (0, "Empty", [])
+    assert delete_group() == 0
+    assert describe_group(group).error_code == ErrorCode.GROUP_ID_NOT_FOUND
     missing = describe_group(f"none-{uuid.uuid4().hex[:8]}")
     assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND

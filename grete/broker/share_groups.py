@@ -233,6 +233,16 @@ class ShareGroups:
         sp.end = sp.start = offset
         self._persist(group_id, key, sp)
 
+    def delete_group(self, group_id: str) -> ErrorCode:
+        """DeleteGroups on a share group: NON_EMPTY_GROUP while it has members, else the group and
+        its share partitions' state go (tombstones in the state topic)."""
+        if self.has_members(group_id):
+            return ErrorCode.NON_EMPTY_GROUP
+        for topic_id in {t for (g, t, _i) in self.partitions if g == group_id}:
+            self.delete_start_offsets(group_id, topic_id)
+        self.groups.pop(group_id, None)
+        return ErrorCode.NONE
+
     def delete_start_offsets(self, group_id: str, topic_id: uuid.UUID) -> list[int]:
         """DeleteShareGroupOffsets: the group forgets the topic's share partitions; their indexes."""
         gone = sorted(i for (g, t, i) in self.partitions if g == group_id and t == topic_id)
