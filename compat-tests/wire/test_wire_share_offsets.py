@@ -26,6 +26,8 @@ from grete.protocol.messages import (
     FindCoordinatorResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
     ShareFetchRequest,
     ShareFetchResponse,
     ShareGroupDescribeRequest,
@@ -170,6 +172,22 @@ def test_share_heartbeat_and_session_errors(wire: Wire, broker: Any, make_topic:
     assert share_fetch(1, False).error_code == 0
     left = heartbeat(wire, group, member, -1, topic)
     assert (left.error_code, left.member_epoch) == (0, -1)
+
+
+def test_an_id_held_by_a_classic_group_is_not_a_share_group(wire: Wire, make_topic: Any) -> None:
+    topic = make_topic(partitions=1)
+    group = f"sgc-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    committed = call(wire, OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                                               topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+                                                   OffsetCommitRequest.OffsetCommitRequestPartition(
+                                                       partition_index=0, committed_offset=0)])]),
+                     OffsetCommitResponse, 8, lambda r: r.topics[0].partitions[0].error_code)
+    assert committed.topics[0].partitions[0].error_code == 0
+    refused = heartbeat(wire, group, uuid.uuid4().hex[:22], 0, topic)
+    assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert refused.error_message == f"Group {group} is not a share group."
 
 
 def test_disconnect_releases_acquired_records(wire: Wire, broker: Any, make_topic: Any) -> None:

@@ -23,6 +23,10 @@ def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGro
     if denied:
         return Response(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, member_epoch=-1,
                         error_message=f"Topic authorization failed for topics: {denied}")
+    other = ctx.broker.group_coordinator.groups.get(request.group_id)
+    if other is not None and other.state.value != "Dead":  # a classic or consumer group has the id
+        return Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND, member_epoch=-1,
+                        error_message=f"Group {request.group_id} is not a share group.")
     shares = ctx.broker.share_groups
     result = shares.heartbeat(request.group_id, request.member_id, request.member_epoch,
                               rack_id=request.rack_id, subscribed=request.subscribed_topic_names,
