@@ -190,7 +190,9 @@ def test_broker_aborts_a_transaction_that_times_out(broker, make_topic) -> None:
     p = txn_producer(broker.bootstrap, **{"transaction.timeout.ms": 1000})
     p.begin_transaction()
     send(p, topic, [b"expires-1", b"expires-2"])
-    assert end_offset(broker.bootstrap, topic, IsolationLevel.READ_COMMITTED) == 0
+    # Open, the transaction holds the LSO at 0; a broker that aborts on time (grete's timer fires at
+    # the timeout) may already have aborted it on a slow machine: 3.
+    assert end_offset(broker.bootstrap, topic, IsolationLevel.READ_COMMITTED) in (0, 3)
 
     # The broker's abort writes a marker after the two records, which moves the LSO to 3.
     wait_until(lambda: end_offset(broker.bootstrap, topic, IsolationLevel.READ_COMMITTED) == 3, 30,

@@ -5,6 +5,19 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
+from tools import kafka_dist
+
+
+@pytest.fixture
+def kafka_cli(kafka_cli):  # type: ignore[no-untyped-def]
+    """The newest pinned tools only: the quota commands are the same client code in both, and each
+    kafka-configs run starts a JVM (the suite's time budget)."""
+    if kafka_cli.version != kafka_dist.PINNED[-1]:
+        pytest.skip(f"quota commands run with the Kafka {kafka_dist.PINNED[-1]} tools only")
+    return kafka_cli
+
 
 def quota_lines(out: str) -> dict[str, str]:
     """``Quota configs for client-id 'x' are producer_byte_rate=1024.0, ...`` -> {entity: values}."""
