@@ -63,7 +63,8 @@ def handle(ctx: RequestContext,
             elif name in denied:
                 response = _error(KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED), [], part.index)
             else:
-                response = _append(ctx, name, part, acks, now_ms, full, replicating, request.transactional_id)
+                response = append_records(broker, ctx.version, name, part.index, part.records, acks, now_ms, full,
+                                          replicating, request.transactional_id)
             failed = failed or response.error_code != 0
             if not (replicating and replicating[-1][0] is response):
                 errors[response.error_code] = errors.get(response.error_code, 0) + 1
@@ -126,13 +127,6 @@ async def _await_replication(ctx: RequestContext, response: ProduceResponse, rep
             if outcome != ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
                 answer.base_offset = answer.log_append_time_ms = answer.log_start_offset = -1
     return response
-
-
-def _append(ctx: RequestContext, topic: str, part: ProduceRequest.PartitionProduceData, acks: int,
-            now_ms: int, full: bool, replicating: list[Replicating],
-            transactional_id: str | None = None) -> ProduceResponse.PartitionProduceResponse:
-    return append_records(ctx.broker, ctx.version, topic, part.index, part.records, acks, now_ms, full,
-                          replicating, transactional_id)
 
 
 def append_records(broker: Broker, version: int, topic: str, index: int, records: object, acks: int,
