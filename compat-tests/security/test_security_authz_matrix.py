@@ -114,6 +114,8 @@ from grete.protocol.messages import (
     SyncGroupResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
@@ -558,6 +560,10 @@ ROWS: list[Row] = [
     Row("ElectLeaders", 2, lambda c: ElectLeadersRequest(election_type=0, timeout_ms=10_000, topic_partitions=[
         ElectLeadersRequest.TopicPartitions(topic=c.topic, partitions=[0])]),
         ElectLeadersResponse, [CA, CA], [0, E.ELECTION_NOT_NEEDED], ((Res.CLUSTER, C, Op.ALTER),)),
+    Row("UpdateFeatures", 1, lambda c: UpdateFeaturesRequest(timeout_ms=10_000, validate_only=True, feature_updates=[
+        UpdateFeaturesRequest.FeatureUpdateKey(feature="group.version", max_version_level=1)]),
+        # The top-level code only: whether level 1 is valid is the version's business (3.9 refuses it).
+        UpdateFeaturesResponse, [CA], [0], ((Res.CLUSTER, C, Op.ALTER),), outcome=lambda a, v, c: [a.error_code]),
     Row("AlterPartitionReassignments", 0, lambda c: AlterPartitionReassignmentsRequest(timeout_ms=10_000, topics=[
         AlterPartitionReassignmentsRequest.ReassignableTopic(name=c.topic, partitions=[
             AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=None)])]),

@@ -27,6 +27,7 @@ from grete.broker.config import (
 )
 from grete.broker.connection_quotas import ConnectionQuotas
 from grete.broker.direct.base import DirectPath
+from grete.broker.features import Features
 from grete.broker.fetch_sessions import FetchSessionCache
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
@@ -119,6 +120,8 @@ class Broker:
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
+        self.features = Features(self.metadata if isinstance(self.metadata, LocalMetadataStore) and cluster is None
+                                 else None, self.node_id)
         share_store = (ShareStateStore(config, self.partition, self.ensure_internal_topic)
                        if cluster is None else None)  # a cluster keeps share state in memory
         self.share_groups = ShareGroups(config, self.metadata, self.partition, share_store)

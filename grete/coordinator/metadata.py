@@ -184,6 +184,9 @@ class LocalMetadataStore:
         self._scram: dict[str, dict[str, ScramCredential]] = {}  # user -> mechanism -> credential
         self._acls: frozenset[AclBinding] = frozenset()
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}
+        # Finalized feature levels (KIP-584) and their epoch; None until first set: the broker's defaults.
+        self._features: dict[str, int] | None = None
+        self._features_epoch = 0
         self.changes = ChangeFeed()
         if self.path.exists():
             self._load()
@@ -399,6 +402,22 @@ class LocalMetadataStore:
                                                                  a.principal, a.host, a.operation, a.permission))],
         }
 
+    # --- finalized features: the single node's stand-in for KRaft's FeatureLevelRecords ----------
+    def finalized_features(self) -> tuple[int, dict[str, int] | None]:
+        """(epoch, levels); levels None when never updated (the broker applies its defaults)."""
+        return self._features_epoch, None if self._features is None else dict(self._features)
+
+    async def set_finalized_features(self, levels: dict[str, int]) -> int:
+        """Replace the finalized levels (a level of 0 is absent, as Kafka drops it); the new epoch."""
+        before = self._features, self._features_epoch
+        self._features = {name: level for name, level in sorted(levels.items()) if level > 0}
+        self._features_epoch += 1
+
+        def undo() -> None:
+            self._features, self._features_epoch = before
+        self._persist(undo)
+        return self._features_epoch
+
     # --- persistence ---------------------------------------------------------------------------
     def _persist(self, undo: Callable[[], None]) -> None:
         """Write the changed state; if the write fails (a full or failed disk), take the change back
@@ -421,6 +440,9 @@ class LocalMetadataStore:
         self._broker_configs = {str(scope): dict(configs) for scope, configs in stored.items()
                                 if isinstance(configs, dict)}
         self._next_producer_id = int(data.get("next_producer_id", 0))
+        features = data.get("finalized_features")
+        self._features = None if features is None else {str(k): int(v) for k, v in features.items()}
+        self._features_epoch = int(data.get("finalized_features_epoch", 0))
         self._load_security(data)
         for raw in data["topics"]:
             meta = TopicMeta(
@@ -438,6 +460,8 @@ class LocalMetadataStore:
             "broker_configs": self._broker_configs,
             "group_configs": self._group_configs,
             "next_producer_id": self._next_producer_id,
+            "finalized_features": self._features,
+            "finalized_features_epoch": self._features_epoch,
             **self._saved_security(),
             "topics": [
                 {"name": t.name, "topic_id": uuid_to_kafka(t.topic_id), "internal": t.internal,

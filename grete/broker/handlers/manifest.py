@@ -53,6 +53,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     50: ("describe_user_scram_credentials", 0, 0, 0),  # DescribeUserScramCredentials
     51: ("alter_user_scram_credentials", 0, 0, 0),  # AlterUserScramCredentials
     56: ("alter_partition", 0, 3, 0),  # AlterPartition
+    57: ("update_features", 0, 2, 0),  # UpdateFeatures
     60: ("describe_cluster", 0, 2, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
