@@ -92,22 +92,28 @@ def require_device(verbs: Verbs, who: str) -> None:
                               f"(no NIC, no rdma_rxe/siw link; see docs/direct.md)")
 
 
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def open_fds() -> dict[str, str]:
+    """This process's descriptors and what each refers to."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor, another thread's)
+    return found
 
 
-def opened_fd(before: set[str], kind: str) -> int:
+def opened_fd(before: dict[str, str], kind: str) -> int:
     """The descriptor opened since ``before`` whose target names ``kind``.
 
     pyverbs (44) does not expose the fd of a completion channel or of an rdma_cm event channel,
     and its calls that read them hold the GIL while they block; so the fd is found here and waited
-    on with select / the event loop, and the blocking call is made only once it is readable."""
-    for fd in sorted(open_fds() - before, key=int):
-        try:
-            if kind in os.readlink(f"/proc/self/fd/{fd}"):
-                return int(fd)
-        except OSError:
-            continue
+    on with select / the event loop, and the blocking call is made only once it is readable.
+    Targets are compared, not numbers: a number freed since ``before`` (the listing's own
+    descriptor) is the one a new descriptor gets."""
+    for fd, target in sorted(open_fds().items(), key=lambda item: int(item[0])):
+        if kind in target and before.get(fd) != target:
+            return int(fd)
     raise RdmaUnavailable(f"no new {kind} descriptor after creating it")
 
 

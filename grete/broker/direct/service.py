@@ -140,7 +140,8 @@ class DirectService:
             self.rdma.start(loop)
         except (RdmaUnavailable, OSError) as exc:
             await self.stop()
-            raise ConfigError(f"direct.transports=rdma: {exc}") from None
+            reason = str(exc)
+            raise ConfigError(reason if reason.startswith("direct.") else f"direct.transports=rdma: {reason}") from None
 
     async def stop(self) -> None:
         if self._server is not None:
