@@ -129,7 +129,7 @@ class RdmaEndpoint:
         self.listen_id = v.cmid.CMID(creator=v.cmid.AddrInfo(src=self.host, src_service=str(self.port),
                                                              port_space=v.ce.RDMA_PS_TCP,
                                                              flags=v.ce.RAI_PASSIVE))
-        self.listen_id.listen()
+        self.listen_id.listen(64)
         self.listen_fd = opened_fd(before, "rdma_cm")
         ctx = self.listen_id.context
         odp = ctx.query_device_ex().odp_caps
