@@ -10,14 +10,24 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from grete.broker.config import ConfigError
 from grete.broker.direct.rdma import RING_SLOTS, SEGMENT_MAP_BYTES
+from grete.direct import atomics
 from grete.direct.layout import ACK, FRAME, HEADER_BYTES, NOTIFY, ORDER_SHIFT, SLOT_BYTES
-from grete.direct.rdma import RDMA_HELLO, RdmaConnection, RdmaUnavailable, load_verbs, parse_region
+from grete.direct.rdma import (
+    RDMA_HELLO,
+    RdmaConnection,
+    RdmaRegion,
+    RdmaUnavailable,
+    format_region,
+    load_verbs,
+)
+from grete.direct.shm import ShmRegion
 from grete.direct.transport import transport
 from grete.protocol.errors import ErrorCode
 from grete.testing import RunningBroker, broker
@@ -161,7 +171,7 @@ def test_client_disconnect_ends_the_session_and_its_grants(fabric: Fabric, rdma_
     assert wait_for(lambda: len(service.rdma.sessions) == 1)
     session = next(iter(service.rdma.sessions.values()))
     assert conn.session_id == session.id and conn.ring_slots == RING_SLOTS
-    assert parse_region(f"rdma:{conn.ring_address:#x}:{conn.ring_rkey}:{RING_SLOTS * FRAME}")[1] == session.ring.rkey
+    assert (conn.ring_address, conn.ring_rkey) == (session.ring.buf, session.ring.rkey)
     conn.close()
     assert wait_for(lambda: not service.rdma.sessions and session.id not in service._sessions)
 
@@ -208,3 +218,35 @@ def test_client_region_bounds_are_checked_before_anything_is_posted(fabric: Fabr
 
 def test_hello_frame_layout() -> None:
     assert RDMA_HELLO.unpack(RDMA_HELLO.pack(7, 0xDEAD000, 42, RING_SLOTS)) == (7, 0xDEAD000, 42, RING_SLOTS)
+
+
+def test_slot_reads_check_the_sequence_words(fabric: Fabric, rdma_broker: RunningBroker, tmp_path: Path) -> None:
+    """The consumer's one-operation slot read over RDMA: two READs, a slot counts only when its
+    sequence word is even and unchanged; the empty poll is one READ compared with the snapshot."""
+    service = rdma_broker.node.broker.direct
+    verbs = load_verbs()
+    conn = RdmaConnection(verbs, service.rdma.endpoint)
+    slots = ShmRegion(tmp_path / "slots", 3 * SLOT_BYTES, writable=True, create=True)
+    try:
+        mr = verbs.mr.MR(conn.pd, slots.length, E.IBV_ACCESS_REMOTE_READ, address=slots.address())
+        region = RdmaRegion(conn, format_region(slots.address(), mr.rkey, slots.length), slots.length)
+        slots.slot_write(SLOT_BYTES, (5, 6, 7, 8, 9, 10, 11, 12))
+        dst = atomics.ffi().new("char[]", 3 * SLOT_BYTES)
+        changed = region.changed_check(dst, 3, SLOT_BYTES)
+        before = len(fabric.posted)
+        assert region.snapshot_into(dst, 3, SLOT_BYTES)
+        assert [p.opcode for p in fabric.posted[before:]] == [E.IBV_WR_RDMA_READ] * 2
+        assert bytes(atomics.ffi().buffer(dst)) == slots.read(0, 3 * SLOT_BYTES)
+        before = len(fabric.posted)
+        assert changed() == 0 and len(fabric.posted) == before + 1
+        slots.slot_write(2 * SLOT_BYTES, (1, 2, 3, 4, 5, 6, 7, 8))
+        assert changed() == 1
+        seq = slots.load(2 * SLOT_BYTES)
+        slots.store(2 * SLOT_BYTES, seq + 1)  # the broker is in the middle of writing slot 2
+        assert not region.snapshot_into(dst, 3, SLOT_BYTES)
+        slots.store(2 * SLOT_BYTES, seq + 2)
+        assert region.snapshot_into(dst, 3, SLOT_BYTES) and changed() == 0
+        mr.close()
+    finally:
+        conn.close()
+        slots.close()

@@ -155,8 +155,9 @@ class RdmaEndpoint:
             for fd in self._fds:
                 self._loop.remove_reader(fd)
         for found in [*self._mrs.values(), *self._retiring]:
-            self._deregister(found)
+            self._close(found)
         self._mrs.clear()
+        self._retiring.clear()
         for name in ("cq", "channel", "pd", "listen_id"):
             obj = getattr(self, name, None)
             if obj is not None:
@@ -295,8 +296,13 @@ class RdmaEndpoint:
             self._loop.call_later(self.grace_s, self._deregister, found)
 
     def _deregister(self, found: tuple[Any, int, int, bool]) -> None:
-        if found in self._retiring:
-            self._retiring.remove(found)
+        if found not in self._retiring:
+            return  # stop() got there first: unmapping again could hit a mapping made since
+        self._retiring.remove(found)
+        self._close(found)
+
+    @staticmethod
+    def _close(found: tuple[Any, int, int, bool]) -> None:
         mr, address, length, mapped = found
         mr.close()
         if mapped:
