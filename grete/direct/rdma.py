@@ -382,6 +382,9 @@ class RdmaTransport:
         return self._conn
 
     def connect(self, endpoint: str) -> RdmaConnection:
+        if not endpoint.startswith("rdma://"):
+            raise RdmaUnavailable("direct.transport=rdma: the broker does not offer the rdma transport "
+                                  "(its direct.transports has no rdma)")
         self._conn = RdmaConnection(self.verbs, endpoint)
         return self._conn
 

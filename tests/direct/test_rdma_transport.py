@@ -17,7 +17,7 @@ import pytest
 
 from grete.broker.config import ConfigError
 from grete.broker.direct.rdma import RING_SLOTS, SEGMENT_MAP_BYTES
-from grete.direct import atomics
+from grete.direct import Consumer, Producer, atomics
 from grete.direct.layout import ACK, FRAME, HEADER_BYTES, NOTIFY, ORDER_SHIFT, SLOT_BYTES
 from grete.direct.rdma import (
     RDMA_HELLO,
@@ -85,6 +85,13 @@ def test_without_a_device_client_and_broker_refuse(fabric: Fabric) -> None:
     # shm alone is unaffected by the missing device
     with broker({**RDMA, "direct.transports": "shm"}):
         pass
+
+
+def test_a_client_asking_a_shm_only_broker_for_rdma_is_told_so(fabric: Fabric) -> None:
+    with broker({**RDMA, "direct.transports": "shm"}, topics={"t": 1}) as running:
+        for client in (Producer, Consumer):
+            with pytest.raises(RdmaUnavailable, match="does not offer the rdma transport"):
+                client({"bootstrap.servers": running.bootstrap_servers, **CLIENT})
 
 
 def test_the_broker_needs_an_address_and_on_demand_paging(fabric: Fabric) -> None:

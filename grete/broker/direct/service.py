@@ -181,7 +181,11 @@ class DirectService:
 
     # --- addresses: what the control APIs return for a transport -----------------------------------
     def endpoint_for(self, transport: str) -> str:
-        return self.rdma.endpoint if transport == "rdma" and self.rdma is not None else self.endpoint
+        """The endpoint a client of ``transport`` opens its session on; empty for rdma when it is
+        not offered (the client says so, rather than failing to connect somewhere)."""
+        if transport == "rdma":
+            return self.rdma.endpoint if self.rdma is not None else ""
+        return self.endpoint
 
     def region_address(self, region: ProduceRegion, transport: str) -> str:
         if transport != "rdma" or self.rdma is None:
