@@ -11,9 +11,9 @@ before the notification that follows it, which is what ``write_with_imm`` relies
   its slot, so the receive queue is the credit: a client ahead of the broker waits in RNR retry
   (``rnr_retry`` 7: forever) instead of overwriting an unread slot.
 * Answers come back as 32-byte SENDs into receives this side posts.
-* Every verb waits for its own completion (one outstanding operation per client); the client
-  polls its send CQ (a client may spin: the paper's clients do) and waits for answers on a
-  completion channel.
+* Every verb but a batch's WRITE waits for its own completion; the WRITE stays in flight until the
+  notification after it completes (one round trip for both). The client polls its send CQ (a
+  client may spin: the paper's clients do) and waits for answers on a completion channel.
 
 pyverbs is imported when an ``rdma`` transport is built, never otherwise: machines without it run
 ``shm`` unaffected. Addresses the control APIs return: ``rdma://host:port`` for the endpoint and
@@ -41,6 +41,7 @@ assert RDMA_HELLO.size == FRAME
 
 RECV_DEPTH = 64        # answers this side can hold before the broker's sends wait in RNR retry
 STAGING_BYTES = 1 << 20  # local buffer for WRITE sources and READ targets (larger requests go in pieces)
+SCRATCH_BYTES = 64     # local buffer for notification frames and fetch-and-add results
 RNR_FOREVER = 7        # an RNR retry count of 7 means "retry forever" (InfiniBand spec)
 RD_ATOMIC_DEPTH = 1    # outstanding READ/atomic operations per queue pair (one at a time here)
 
@@ -165,8 +166,10 @@ class RdmaConnection:
         # An external QP (not rdma_cm's): CMID's own QP offers only post_send/recv/read/write, no atomics.
         self.qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.scq, rcq=self.rcq, cap=cap))
         self.recv_mr = v.mr.MR(self.pd, RECV_DEPTH * FRAME, e.IBV_ACCESS_LOCAL_WRITE)
-        self.staging = v.mr.MR(self.pd, STAGING_BYTES, e.IBV_ACCESS_LOCAL_WRITE)
+        self.staging = v.mr.MR(self.pd, STAGING_BYTES, e.IBV_ACCESS_LOCAL_WRITE)  # batches, reads
+        self.scratch = v.mr.MR(self.pd, SCRATCH_BYTES, e.IBV_ACCESS_LOCAL_WRITE)  # notifications, atomics
         self._ids = itertools.count(1)
+        self._in_flight = 0  # a WRITE posted and not yet seen complete: the staging buffer is its
         self._answers: list[bytes] = []
         self._move(e.IBV_QPS_INIT)
         for slot in range(RECV_DEPTH):
@@ -191,12 +194,14 @@ class RdmaConnection:
         sge = v.wr.SGE(self.recv_mr.buf + slot * FRAME, FRAME, self.recv_mr.lkey)
         self.qp.post_recv(v.wr.RecvWR(wr_id=slot, num_sge=1, sg=[sge]))
 
-    # --- one-sided operations, each waited for -----------------------------------------------------
-    def post(self, opcode: int, length: int, rkey: int, remote: int, *, local_offset: int = 0,
-             imm: int = 0, add: int | None = None) -> None:
+    # --- one-sided operations ---------------------------------------------------------------------
+    def post(self, opcode: int, length: int, rkey: int, remote: int, *, mr: Any = None, imm: int = 0,
+             add: int | None = None, wait: bool = True) -> int:
+        """Post one signaled work request from/to the start of ``mr`` (the staging buffer by default)."""
         v = self.v
+        mr = self.staging if mr is None else mr
         wr_id = next(self._ids)
-        sge = v.wr.SGE(self.staging.buf + local_offset, length, self.staging.lkey)
+        sge = v.wr.SGE(mr.buf, length, mr.lkey)
         wr = v.wr.SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, imm_data=imm, sg=[sge],
                          send_flags=v.e.IBV_SEND_SIGNALED)
         if add is None:
@@ -204,27 +209,42 @@ class RdmaConnection:
         else:
             wr.set_wr_atomic(rkey, remote, add, 0)  # compare_add is the addend of a fetch-and-add
         self.qp.post_send(wr)
-        self._wait_send(wr_id)
+        if wait:
+            self._wait_send(wr_id)
+        return wr_id
 
     def _wait_send(self, wr_id: int) -> None:
+        """Poll the send CQ until ``wr_id`` completes (completions come in posting order, so an
+        earlier write left in flight completes on the way)."""
         success = self.v.e.IBV_WC_SUCCESS
         while True:
             n, wcs = self.scq.poll(1)
             for wc in wcs[:n]:
                 if wc.status != success:
                     raise ConnectionError(f"rdma operation failed: completion status {wc.status}")
+                if wc.wr_id == self._in_flight:
+                    self._in_flight = 0
                 if wc.wr_id == wr_id:
                     return
 
+    def _staging_free(self) -> None:
+        if self._in_flight:
+            self._wait_send(self._in_flight)
+
     def write(self, rkey: int, remote: int, data: bytes | bytearray | memoryview) -> None:
+        """WRITE ``data``; the last piece is left in flight: the operation that follows (the
+        notification) is waited for, and its completion implies this one's, so a produce costs one
+        round trip for both. The staging buffer stays untouched until then."""
         view = memoryview(data).cast("B")
         for start in range(0, len(view), STAGING_BYTES):
             piece = bytes(view[start:start + STAGING_BYTES])
+            self._staging_free()
             self.staging.write(piece, len(piece), 0)
-            self.post(self.v.e.IBV_WR_RDMA_WRITE, len(piece), rkey, remote + start)
+            self._in_flight = self.post(self.v.e.IBV_WR_RDMA_WRITE, len(piece), rkey, remote + start, wait=False)
 
     def read(self, rkey: int, remote: int, length: int) -> bytes:
         out = []
+        self._staging_free()
         for start in range(0, length, STAGING_BYTES):
             n = min(STAGING_BYTES, length - start)
             self.post(self.v.e.IBV_WR_RDMA_READ, n, rkey, remote + start)
@@ -235,17 +255,17 @@ class RdmaConnection:
         if not self.atomics:
             raise RdmaUnavailable("this RDMA device has no remote atomics (shared direct producers "
                                   "need fetch-and-add; use direct.producer.mode=exclusive)")
-        self.post(self.v.e.IBV_WR_ATOMIC_FETCH_AND_ADD, 8, rkey, remote, add=delta & (2**64 - 1))
-        return int.from_bytes(self.staging.read(8, 0), "little")
+        self.post(self.v.e.IBV_WR_ATOMIC_FETCH_AND_ADD, 8, rkey, remote, mr=self.scratch, add=delta & (2**64 - 1))
+        return int.from_bytes(self.scratch.read(8, 0), "little")
 
     # --- Channel --------------------------------------------------------------------------------
     def notify(self, frame: bytes) -> None:
         """WRITE_WITH_IMM of the frame into the next slot of this session's ring; imm: the slot."""
         slot = self._ring_next
         self._ring_next = (slot + 1) % self.ring_slots
-        self.staging.write(frame, FRAME, 0)
+        self.scratch.write(frame, FRAME, 0)
         self.post(self.v.e.IBV_WR_RDMA_WRITE_WITH_IMM, FRAME, self.ring_rkey, self.ring_address + slot * FRAME,
-                  imm=slot)
+                  mr=self.scratch, imm=slot)
 
     def _drain_answers(self) -> None:
         v = self.v
@@ -288,7 +308,7 @@ class RdmaConnection:
             self.cmid.disconnect()
         except Exception:  # already gone (the broker closed first)
             pass
-        for obj in (self.qp, self.recv_mr, self.staging, self.scq, self.rcq, self.channel, self.pd, self.cmid):
+        for obj in (self.qp, self.recv_mr, self.staging, self.scratch, self.scq, self.rcq, self.channel, self.pd, self.cmid):
             obj.close()
 
 

@@ -47,6 +47,7 @@ class Posted:
     """One work request as the fabric saw it."""
 
     qp_num: int
+    wr_id: int
     opcode: int
     rkey: int
     remote: int
@@ -77,6 +78,8 @@ class Fabric:
     cmids: list[Any] = field(default_factory=list)
     cqs: list[Any] = field(default_factory=list)
     posted: list[Posted] = field(default_factory=list)
+    # ("post", qp_num, wr_id) / ("polled", qp_num, wr_id), in the order they happened
+    events: list[tuple[str, int, int]] = field(default_factory=list)
     listeners: dict[tuple[str, int], Any] = field(default_factory=dict)
     dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="fake-verbs-"))
     _keys: Any = field(default_factory=lambda: itertools.count(0x1000))
@@ -183,6 +186,7 @@ def build(fabric: Fabric) -> dict[str, types.ModuleType]:
         def poll(self, n: int) -> tuple[int, list[Rec]]:
             with fabric.lock:
                 out = [self.wcs.popleft() for _ in range(min(n, len(self.wcs)))]
+                fabric.events.extend(("polled", wc.qp_num, wc.wr_id) for wc in out)
             return len(out), out
 
         def close(self) -> None:
@@ -217,7 +221,8 @@ def build(fabric: Fabric) -> dict[str, types.ModuleType]:
                 raise ValueError("post_send on a QP not in RTS")
             sge = wr.sg[0]
             with fabric.lock:
-                fabric.posted.append(Posted(self.qp_num, wr.opcode, wr.rkey, wr.remote, sge.length, wr.imm_data,
+                fabric.events.append(("post", self.qp_num, wr.wr_id))
+                fabric.posted.append(Posted(self.qp_num, wr.wr_id, wr.opcode, wr.rkey, wr.remote, sge.length, wr.imm_data,
                                             wr.add, bool(wr.send_flags & E.IBV_SEND_SIGNALED)))
                 self._execute(wr, sge, self.peer)
 

@@ -155,6 +155,12 @@ def test_produce_and_consume_over_rdma_issue_the_right_verbs(fabric: Fabric, rdm
         ring = fabric.mrs.get(note.rkey)
         assert ring is None or note.remote == ring.buf + note.imm * FRAME  # (None: the session has ended)
     assert all(p.signaled for p in posted)
+    # ...and the WRITE is left in flight: its completion is first polled after the notification is
+    # posted (one round trip for both; RC completes them in order).
+    for i in imm:
+        data, note = posted[i - 1], posted[i]
+        polled = fabric.events.index(("polled", data.qp_num, data.wr_id))
+        assert polled > fabric.events.index(("post", note.qp_num, note.wr_id))
     # Consumers: READs only (slot region and segment file), never a write.
     reads = [p for p in posted if p.opcode == E.IBV_WR_RDMA_READ]
     assert any(p.length % SLOT_BYTES == 0 and p.length <= 64 * SLOT_BYTES for p in reads)
