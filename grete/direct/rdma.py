@@ -39,7 +39,7 @@ from grete.direct.layout import FRAME
 RDMA_HELLO = struct.Struct("<qQII8x")
 assert RDMA_HELLO.size == FRAME
 
-RECV_DEPTH = 64        # answers this side can hold before the broker's sends wait in RNR retry
+RECV_DEPTH = 256       # answers this side can hold before the broker's sends wait in RNR retry
 STAGING_BYTES = 1 << 20  # local buffer for WRITE sources and READ targets (larger requests go in pieces)
 SCRATCH_BYTES = 64     # local buffer for notification frames and fetch-and-add results
 RNR_FOREVER = 7        # an RNR retry count of 7 means "retry forever" (InfiniBand spec)
@@ -266,6 +266,9 @@ class RdmaConnection:
         self.scratch.write(frame, FRAME, 0)
         self.post(self.v.e.IBV_WR_RDMA_WRITE_WITH_IMM, FRAME, self.ring_rkey, self.ring_address + slot * FRAME,
                   mr=self.scratch, imm=slot)
+        # Take the answers that have come (re-posting their receives): a producer that keeps
+        # producing keeps the broker's answers flowing even if it calls poll() rarely.
+        self._drain_answers()
 
     def _drain_answers(self) -> None:
         v = self.v

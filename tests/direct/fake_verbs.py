@@ -69,6 +69,7 @@ class Fabric:
     devices: list[str] = field(default_factory=lambda: ["fake_rxe0"])
     atomic_caps: int = E.IBV_ATOMIC_HCA
     odp: bool = True
+    max_cqe: int = 4194303
     lock: threading.RLock = field(default_factory=threading.RLock)
     mrs: dict[int, Any] = field(default_factory=dict)
     # (length, access, address registered over or None when pyverbs allocated it, rkey)
@@ -107,7 +108,7 @@ def build(fabric: Fabric) -> dict[str, types.ModuleType]:
             self.name = name
 
         def query_device(self) -> Rec:
-            return Rec(atomic_caps=fabric.atomic_caps)
+            return Rec(atomic_caps=fabric.atomic_caps, max_cqe=fabric.max_cqe)
 
         def query_device_ex(self) -> Rec:
             caps = E.IBV_ODP_SUPPORT if fabric.odp else 0
@@ -299,6 +300,7 @@ def build(fabric: Fabric) -> dict[str, types.ModuleType]:
             self.peer: CMID | None = None
             self.param: ConnParam | None = None
             self.established = threading.Event()
+            self.rejected = False
             self.calls: list[str] = []
             self.fd = -1
             fabric.cmids.append(self)
@@ -329,6 +331,8 @@ def build(fabric: Fabric) -> dict[str, types.ModuleType]:
             os.write(listener.fd, b"r")
             if not self.established.wait(10):
                 raise RuntimeError("rdma_connect: no answer")
+            if self.rejected:
+                raise RuntimeError("rdma_connect: rejected")  # pyverbs raises PyverbsRDMAError
 
         def get_request(self) -> CMID:
             os.read(self.fd, 1)
@@ -355,6 +359,12 @@ def build(fabric: Fabric) -> dict[str, types.ModuleType]:
             peer, self.peer = self.peer, None
             if peer is not None and peer.fd >= 0:
                 os.write(peer.fd, b"d")  # the other side's DISCONNECTED event
+
+        def reject(self) -> None:
+            self.calls.append("reject")
+            assert self.peer is not None
+            self.peer.rejected = True
+            self.peer.established.set()
 
         def close(self) -> None:
             if self.fd >= 0:

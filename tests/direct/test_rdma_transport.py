@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from grete.broker.config import ConfigError
-from grete.broker.direct.rdma import RING_SLOTS, SEGMENT_MAP_BYTES
+from grete.broker.direct.rdma import PER_SESSION, RING_SLOTS, SEGMENT_MAP_BYTES
 from grete.direct import Consumer, Producer, atomics
 from grete.direct.layout import ACK, FRAME, HEADER_BYTES, NOTIFY, ORDER_SHIFT, SLOT_BYTES
 from grete.direct.rdma import (
@@ -263,3 +263,25 @@ def test_slot_reads_check_the_sequence_words(fabric: Fabric, rdma_broker: Runnin
     finally:
         conn.close()
         slots.close()
+
+
+def test_sessions_are_capped_to_what_the_completion_queue_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An overflowing CQ would break every queue pair on it: with room for two sessions (per the
+    device's max_cqe), a third connection is rejected and the two keep working."""
+    fabric = fake_verbs.install(monkeypatch, Fabric(max_cqe=2 * PER_SESSION + 5))
+    with broker(RDMA, topics={"t": 1}) as running:
+        endpoint = running.node.broker.direct.rdma.endpoint
+        verbs = load_verbs()
+        first, second = RdmaConnection(verbs, endpoint), RdmaConnection(verbs, endpoint)
+        try:
+            with pytest.raises(RuntimeError, match="rejected"):
+                RdmaConnection(verbs, endpoint)
+            assert [c.calls[-1] for c in fabric.cmids if "reject" in c.calls] == ["reject"]
+            first.notify(NOTIFY.pack(1, 999, 0, 0, 0, 100))
+            assert ACK.unpack(first.completions(5.0)[0])[2] == ErrorCode.PRODUCER_FENCED
+        finally:
+            first.close()
+            second.close()
+    fabric.max_cqe = PER_SESSION - 1
+    with pytest.raises(ConfigError, match="fewer than one session needs"), broker(RDMA):
+        pass

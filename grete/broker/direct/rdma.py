@@ -44,9 +44,10 @@ from grete.direct.rdma import (
 
 log = logging.getLogger(__name__)
 
-RING_SLOTS = 256       # notifications a session may have in flight (the receives posted for it)
+RING_SLOTS = 128       # notifications a session may have in flight (the receives posted for it)
 SEND_SLOTS = 256       # answers a session may leave unacknowledged before it is closed
-CQ_DEPTH = 8192
+PER_SESSION = RING_SLOTS + SEND_SLOTS  # completions one session can have outstanding on the shared CQ
+CQ_DEPTH = 65536       # wanted; the device's max_cqe may be less, and sessions are capped to fit
 POLL_BATCH = 64
 # Segment files are mapped (and registered) this long: Kafka's segments stay below 2 GiB (int32
 # positions), and on-demand paging makes the part past the file's end cost nothing until read.
@@ -140,7 +141,13 @@ class RdmaEndpoint:
         before = open_fds()
         self.channel = v.cq.CompChannel(ctx)
         self.channel_fd = opened_fd(before, "infinibandevent")
-        self.cq = v.cq.CQ(ctx, CQ_DEPTH, None, self.channel, 0)
+        depth = min(CQ_DEPTH, ctx.query_device().max_cqe)
+        # A CQ that overflows breaks every queue pair on it: no more sessions than it can hold.
+        self.max_sessions = depth // PER_SESSION
+        if self.max_sessions < 1:
+            raise RdmaUnavailable(f"direct.transports=rdma: the device's completion queues hold {depth} "
+                                  f"entries, fewer than one session needs ({PER_SESSION})")
+        self.cq = v.cq.CQ(ctx, depth, None, self.channel, 0)
         self.cq.req_notify()
         self._loop = loop
         loop.add_reader(self.listen_fd, self._accept)
@@ -180,6 +187,12 @@ class RdmaEndpoint:
             cm_fd = opened_fd(before, "rdma_cm")  # the new connection's own event channel
         except RdmaUnavailable:
             cm_fd = -1
+        if len(self.sessions) >= self.max_sessions:
+            log.warning("direct rdma: %d sessions, the most the completion queue holds; refusing a connection",
+                        len(self.sessions))
+            cmid.reject()
+            cmid.close()
+            return
         try:
             cap = v.qp.QPCap(max_send_wr=SEND_SLOTS, max_recv_wr=RING_SLOTS, max_send_sge=1, max_recv_sge=1)
             qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
