@@ -27,6 +27,7 @@ import itertools
 import os
 import select
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -283,11 +284,13 @@ class RdmaConnection:
                 return
 
     def _wait_answer(self, timeout: float) -> bytes:
-        answers = self.completions(timeout)
-        if not answers:
-            raise ConnectionError("no answer from the broker on the rdma connection")
-        self._answers = answers[1:] + self._answers
-        return answers[0]
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            answers = self.completions(left)  # may come back empty early: an event already drained
+            if answers:
+                self._answers = answers[1:] + self._answers
+                return answers[0]
+        raise ConnectionError("no answer from the broker on the rdma connection")
 
     def completions(self, timeout: float | None) -> list[bytes]:
         """Answers that have arrived; waits up to ``timeout`` seconds for the first (None: forever)
