@@ -193,11 +193,15 @@ class RdmaEndpoint:
             cmid.reject()
             cmid.close()
             return
+        made: list[Any] = []  # what to close again if the connection cannot be set up
         try:
             cap = v.qp.QPCap(max_send_wr=SEND_SLOTS, max_recv_wr=RING_SLOTS, max_send_sge=1, max_recv_sge=1)
             qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
+            made.append(qp)
             ring = v.mr.MR(self.pd, RING_SLOTS * FRAME, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+            made.append(ring)
             send_mr = v.mr.MR(self.pd, SEND_SLOTS * FRAME, e.IBV_ACCESS_LOCAL_WRITE)
+            made.append(send_mr)
             session = RdmaSession(self, cmid, qp, ring, send_mr, cm_fd)
             self._move(cmid, qp, e.IBV_QPS_INIT)
             for slot in range(RING_SLOTS):
@@ -208,7 +212,8 @@ class RdmaEndpoint:
             self._move(cmid, qp, e.IBV_QPS_RTS)
         except Exception as exc:
             log.warning("direct rdma: could not accept a connection: %s", exc)
-            cmid.close()
+            for obj in [*made, cmid]:
+                obj.close()
             return
         self.sessions[qp.qp_num] = session
         session.id = self.hooks.opened(session)
@@ -252,7 +257,10 @@ class RdmaEndpoint:
         e = self.verbs.e
         session = self.sessions.get(wc.qp_num)
         if session is None:
-            return  # a flushed work request of a session already closed
+            # A work request of a session already closed. (Its QP is destroyed without draining
+            # the flushed ones first; a QP number reused at once could see one: that session
+            # would end and its client re-register, as after any lost connection.)
+            return
         if wc.status != e.IBV_WC_SUCCESS:
             self.close_session(session, f"completion status {wc.status}")
         elif wc.opcode == e.IBV_WC_RECV_RDMA_WITH_IMM:
