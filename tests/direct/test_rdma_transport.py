@@ -7,6 +7,7 @@ where there is no device)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -44,8 +45,10 @@ PRODUCE_ACCESS = (E.IBV_ACCESS_LOCAL_WRITE | E.IBV_ACCESS_REMOTE_WRITE | E.IBV_A
 
 
 @pytest.fixture
-def fabric(monkeypatch: pytest.MonkeyPatch) -> Fabric:
-    return fake_verbs.install(monkeypatch)
+def fabric(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fabric]:
+    fabric = fake_verbs.install(monkeypatch)
+    yield fabric
+    shutil.rmtree(fabric.dir, ignore_errors=True)  # its FIFOs
 
 
 @pytest.fixture
@@ -265,10 +268,12 @@ def test_slot_reads_check_the_sequence_words(fabric: Fabric, rdma_broker: Runnin
         slots.close()
 
 
-def test_sessions_are_capped_to_what_the_completion_queue_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sessions_are_capped_to_what_the_completion_queue_holds(monkeypatch: pytest.MonkeyPatch,
+                                                                 request: pytest.FixtureRequest) -> None:
     """An overflowing CQ would break every queue pair on it: with room for two sessions (per the
     device's max_cqe), a third connection is rejected and the two keep working."""
     fabric = fake_verbs.install(monkeypatch, Fabric(max_cqe=2 * PER_SESSION + 5))
+    request.addfinalizer(lambda: shutil.rmtree(fabric.dir, ignore_errors=True))
     with broker(RDMA, topics={"t": 1}) as running:
         endpoint = running.node.broker.direct.rdma.endpoint
         verbs = load_verbs()
