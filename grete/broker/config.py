@@ -423,7 +423,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("request.timeout.ms", INT, "30000", minimum=1, doc="how long a transaction coordinator waits for its log's ISR"),
     _d("cluster.id", STR, None, "grete: cluster id for a fresh data dir (Kafka takes it from kafka-storage)"),
     _d("direct.transports", LIST, "", "grete: the direct data path's transports (docs/direct.md); "
-       "empty: off, its APIs not advertised. shm: same-host shared memory", choices=("shm",), allow_empty=True),
+       "empty: off, its APIs not advertised. shm: same-host shared memory; rdma: pyverbs on an RDMA device "
+       "(the broker refuses to start without one)", choices=("shm", "rdma"), allow_empty=True),
+    _d("direct.rdma.address", STR, "", "grete: the IP address (of an RDMA device's interface) the rdma "
+       "transport listens on with rdma_cm; required with direct.transports=rdma"),
+    _d("direct.rdma.port", INT, "19093", "grete: the rdma_cm port of the rdma transport", minimum=1, maximum=65535),
     _d("direct.shm.dir", STR, "/dev/shm", "grete: where the shm transport's regions are created (tmpfs)"),
     _d("direct.region.bytes", LONG, "67108864", "grete: data bytes of one direct produce region", minimum=65536),
     _d("direct.produce.timeout.ms", INT, "5000", "grete: how long a reserved but unannounced write may "
