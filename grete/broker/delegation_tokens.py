@@ -84,15 +84,24 @@ class Created:
     hmac: bytes = b""
 
 
+def secret_key(config: BrokerConfig) -> str | None:
+    """``delegation.token.secret.key``, else the deprecated ``delegation.token.master.key``; None when
+    neither is set to a non-empty value (tokens are then disabled, as Kafka's tokenAuthEnabled)."""
+    return config.raw("delegation.token.secret.key") or config.raw("delegation.token.master.key") or None
+
+
+def tokens_enabled(config: BrokerConfig) -> bool:
+    return secret_key(config) is not None
+
+
 class DelegationTokenManager:
     def __init__(self, config: BrokerConfig, store: MetadataStore, *,
                  sweeps: Callable[[], bool] = lambda: True,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-        secret = config.raw("delegation.token.secret.key")
-        if not secret and config.raw("delegation.token.master.key"):
+        secret = secret_key(config)
+        if secret is not None and not config.raw("delegation.token.secret.key"):
             log.warning("delegation.token.master.key is deprecated: use delegation.token.secret.key")
-            secret = config.raw("delegation.token.master.key")
-        self._secret = secret.encode("utf-8") if secret else None
+        self._secret = secret.encode("utf-8") if secret is not None else None
         self.max_lifetime_ms = config.get_int("delegation.token.max.lifetime.ms")
         self.renew_ms = config.get_int("delegation.token.expiry.time.ms")
         self.check_interval_ms = config.get_int("delegation.token.expiry.check.interval.ms")

@@ -54,7 +54,7 @@ async def _cache(connect: str, broker_id: int) -> ZkMetadataCache:
     await client.start()
     for path in zk.PERSISTENT_PATHS:
         await client.ensure_path(path)
-    cache = ZkMetadataCache(client, "cluster", broker_id)
+    cache = ZkMetadataCache(client, "cluster", broker_id, tokens=True)
     await cache.start()
     return cache
 

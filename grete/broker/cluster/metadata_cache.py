@@ -47,7 +47,8 @@ SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class ZkMetadataCache:
-    def __init__(self, zk_client: ZkClient, cluster_id: str, broker_id: int, *, acls: bool = False) -> None:
+    def __init__(self, zk_client: ZkClient, cluster_id: str, broker_id: int, *, acls: bool = False,
+                 tokens: bool = False) -> None:
         self.zk = zk_client
         self.cluster_id = cluster_id
         self.broker_id = broker_id
@@ -67,8 +68,10 @@ class ZkMetadataCache:
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         self._tokens: dict[str, DelegationTokenInfo] = {}
         self._token_changes_seen = -1
-        # ACL znodes exist only where an authorizer is configured (Kafka's AclAuthorizer makes them).
+        # ACL znodes exist only where an authorizer is configured (Kafka's AclAuthorizer makes them),
+        # the delegation token ones where a secret key is (Kafka's DelegationTokenManagerZk.startup).
         self._with_acls = acls
+        self._with_tokens = tokens
 
     # --- start-up ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -80,7 +83,8 @@ class ZkMetadataCache:
         self._last_change = max((_sequence(c) for c in existing), default=-1)
         self.zk.watch_children(zk.CONFIG_CHANGES, self._on_config_changes)
         await self._load_security()
-        await self._load_tokens()
+        if self._with_tokens:
+            await self._load_tokens()
 
     async def _read_config(self, kind: str, entity: str) -> dict[str, str]:
         found = await self.zk.get(zk.config_path(kind, entity))
