@@ -264,3 +264,34 @@ def test_cli_token_used_by_java_clients(tokens: SecureBroker, tmp_path: Path) ->
 
     assert expire(alice, base64.b64decode(token_hmac), -1).error_code == 0
     alice.close()
+
+
+def _closed(wire: Wire) -> bool:
+    wire.sock.settimeout(10)
+    try:
+        return wire.sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_token_past_its_expiry(tokens: SecureBroker) -> None:
+    """Until the sweep (hourly by default) removes it: still described, renew and a positive expire
+    answer 66 EXPIRED, a login succeeds with a session that ends at once (the next request closes
+    the connection), a negative expire still removes it."""
+    alice = tokens.login("alice")
+    made = create(alice, max_lifetime_ms=1500)
+    assert made.error_code == 0 and made.expiry_timestamp_ms == made.max_timestamp_ms, made
+    visible(alice, made.token_id)
+    time.sleep(max(0.0, (made.max_timestamp_ms - time.time() * 1000) / 1000) + 0.5)
+    assert len(listed(alice, made.token_id)) == 1
+    assert (renew(alice, made.hmac, 1000).error_code, expire(alice, made.hmac, 1000).error_code) == \
+        (E.DELEGATION_TOKEN_EXPIRED, E.DELEGATION_TOKEN_EXPIRED)
+    wire = Wire(HOST, tokens.sasl_port, timeout=30.0)
+    done = scram_login(wire, "SCRAM-SHA-256", made.token_id, base64.b64encode(bytes(made.hmac)).decode(),
+                       tokenauth=True)
+    assert (done.error_code, done.session_lifetime_ms) == (0, 0)
+    wire.send(MetadataRequest(topics=[], allow_auto_topic_creation=False), 12)
+    assert _closed(wire), "the expired session served a request"
+    wire.close()
+    assert expire(alice, made.hmac, -1).error_code == 0
+    alice.close()

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from grete.broker.config import BrokerConfig
+from grete.broker.delegation_tokens import DelegationTokenManager
 from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import DelegationTokenInfo, LocalMetadataStore
 from grete.protocol.acls import AclOperation, AclPermissionType, PatternType, ResourceType
@@ -24,6 +26,8 @@ from grete.protocol.messages import (
     CreateAclsResponse,
     CreateDelegationTokenRequest,
     CreateDelegationTokenResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeDelegationTokenRequest,
     DescribeDelegationTokenResponse,
     ExpireDelegationTokenRequest,
@@ -262,3 +266,19 @@ def test_zookeeper_json_as_kafka_39_writes_it() -> None:
     decoded = zk.decode_delegation_token(old)
     assert decoded is not None and decoded.requester == "User:alice"
     assert zk.delegation_token_path("t") == "/delegation_token/tokens/t"
+
+
+def test_secret_key_is_never_described_and_master_key_is_its_old_name(tb: RunningBroker, tmp_path: Path) -> None:
+    admin = login(tb, "admin")
+    request = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=4, resource_name=str(tb.broker.node_id),
+        configuration_keys=["delegation.token.secret.key", "delegation.token.expiry.check.interval.ms"])])
+    configs = {c.name: c for c in admin.call(request, DescribeConfigsResponse, 4).results[0].configs}
+    admin.close()
+    secret = configs["delegation.token.secret.key"]
+    assert (secret.value, secret.is_sensitive) == (None, True)
+    assert configs["delegation.token.expiry.check.interval.ms"].value == "200"
+    old = DelegationTokenManager(BrokerConfig({"delegation.token.master.key": "old-key"}), LocalMetadataStore(tmp_path))
+    assert old.enabled and old.hmac_of("t") == hmac.new(b"old-key", b"t", hashlib.sha512).digest()
+    assert not DelegationTokenManager(BrokerConfig({"delegation.token.secret.key": ""}),
+                                      LocalMetadataStore(tmp_path)).enabled
