@@ -26,6 +26,7 @@ from grete.broker.config import (
     validate_topic_configs,
 )
 from grete.broker.connection_quotas import ConnectionQuotas
+from grete.broker.delegation_tokens import DelegationTokenManager
 from grete.broker.direct.base import DirectPath
 from grete.broker.features import Features
 from grete.broker.fetch_sessions import FetchSessionCache
@@ -112,6 +113,9 @@ class Broker:
         # SSL listeners' reloadable contexts (grete.broker.tls.ListenerTls), set by the node as it listens.
         self.listener_tls: dict[str, ReloadableTls] = {}
         self.quotas = ClientQuotas(config, self.metadata)
+        # In a cluster only the controller sweeps expired tokens (Kafka 3.9's KafkaController).
+        self.delegation_tokens = DelegationTokenManager(
+            config, self.metadata, sweeps=lambda: cluster is None or cluster.controller_id() == self.node_id)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
         self.metrics = BrokerMetrics()

@@ -298,6 +298,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("authorizer.class.name", STR, ""),
     _d("super.users", STR, ""),
     _d("allow.everyone.if.no.acl.found", BOOL, "false"),
+    # Delegation tokens (grete/broker/delegation_tokens.py): without a secret key the token APIs
+    # answer DELEGATION_TOKEN_AUTH_DISABLED, as Kafka's.
+    _d("delegation.token.secret.key", PASSWORD, None,
+       "HMAC-SHA512 key of delegation tokens, the same on every broker; unset or empty: tokens disabled"),
+    _d("delegation.token.master.key", PASSWORD, None,
+       "deprecated (Kafka 3.x) name of delegation.token.secret.key, read when that is not set"),
+    _d("delegation.token.max.lifetime.ms", LONG, "604800000", minimum=1),
+    _d("delegation.token.expiry.time.ms", LONG, "86400000", minimum=1),
+    _d("delegation.token.expiry.check.interval.ms", LONG, "3600000", minimum=1),
     # Kafka 4's group protocols: the defaults and bounds of per-group configs (grete/broker/group_configs.py).
     _d("group.consumer.assignment.interval.ms", INT, "1000", minimum=1),
     _d("group.consumer.heartbeat.interval.ms", INT, "5000", minimum=1),
