@@ -44,7 +44,7 @@ OLDER_MINIMUM = {27: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3)}
 # Not implemented yet (docs/compatibility.md says so): key -> what grete advertises instead (None: nothing).
 NOT_YET: dict[int, tuple[int, int] | None] = {
     10: (0, 5),   # FindCoordinator v6: share coordinators
-    24: (0, 3),   # AddPartitionsToTxn v4-5: the brokers' verify form and transaction version 2
+    24: (0, 4),   # AddPartitionsToTxn v5: transaction version 2
     26: (0, 4),   # EndTxn v5: transaction version 2
     27: (0, 1),   # WriteTxnMarkers v2: transaction version 2
     28: (0, 4),   # TxnOffsetCommit v5: transaction version 2

@@ -16,6 +16,8 @@ if str(REPO) not in sys.path:
 
 from grete.protocol.errors import ErrorCode  # noqa: E402
 from grete.protocol.messages import (  # noqa: E402
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ListOffsetsRequest,
@@ -105,6 +107,38 @@ def test_partition_checks(wire, make_topic):
     time.sleep(0.5)  # Kafka writes its markers after answering
     assert txn.produce(topic, [b"after abort"], partition=0).error_code == ErrorCode.INVALID_TXN_STATE
     assert settled(lambda: txn.end(True)) == ErrorCode.INVALID_TXN_STATE
+
+
+def verify_only(wire: Wire, asked: list[tuple[Txn, str, list[int]]]) -> dict[tuple[str, int], int]:
+    """AddPartitionsToTxn v4 as a partition leader sends it (KIP-890 part 1): batched, VerifyOnly."""
+    request = AddPartitionsToTxnRequest(transactions=[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+        transactional_id=txn.id, producer_id=txn.pid, producer_epoch=txn.epoch, verify_only=True,
+        topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=partitions)])
+        for txn, topic, partitions in asked])
+    answer = wire.call(request, AddPartitionsToTxnResponse, 4)
+    assert answer.error_code == 0
+    return {(r.transactional_id, p.partition_index): p.partition_error_code
+            for r in answer.results_by_transaction for t in r.topic_results for p in t.results_by_partition}
+
+
+def test_broker_verify_only_form(wire, make_topic):
+    """What a leader's verification learns from the coordinator: each partition in the Ongoing
+    transaction verifies, others are TRANSACTION_ABORTABLE; a stale epoch, an unknown producer and an
+    unknown partition are refused per transaction."""
+    topic = writable(wire, make_topic(partitions=2), 2)
+    txn, stranger = ready(wire), Txn(wire)
+    stranger.pid, stranger.epoch = 4242, 0
+    assert txn.add(topic, 0) == {(topic, 0): 0}
+    assert verify_only(wire, [(txn, topic, [0, 1]), (stranger, topic, [0])]) == {
+        (txn.id, 0): 0, (txn.id, 1): ErrorCode.TRANSACTION_ABORTABLE,
+        (stranger.id, 0): ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+    assert verify_only(wire, [(txn, topic, [0, 9])]) == {
+        (txn.id, 0): ErrorCode.OPERATION_NOT_ATTEMPTED, (txn.id, 9): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    txn.epoch += 1
+    assert verify_only(wire, [(txn, topic, [0])]) == {(txn.id, 0): ErrorCode.PRODUCER_FENCED}
+    txn.epoch -= 1
+    assert settled(lambda: txn.end(False)) == 0
+    assert settled(lambda: verify_only(wire, [(txn, topic, [0])])[(txn.id, 0)]) == ErrorCode.TRANSACTION_ABORTABLE
 
 
 def test_offsets_need_add_offsets_and_a_valid_member(wire, make_topic, client_versions):

@@ -38,6 +38,7 @@ from grete.broker.quotas import ClientQuotas
 from grete.broker.replica_manager import ReplicaManager
 from grete.broker.share_groups import ShareGroups
 from grete.broker.share_store import ShareStateStore
+from grete.broker.txn_verification import TxnVerifier
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.metadata import (
     ChangeKind,
@@ -132,6 +133,8 @@ class Broker:
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
         self._txn_coordinator: TransactionCoordinator | None = None
+        # In a cluster: AddPartitionsToTxn to coordinators on other brokers (KIP-890 part 1).
+        self.txn_verifier: TxnVerifier | None = None
         # grete.testing's fault injection (grete/testing/faults.py); None outside tests.
         self.faults: Any = None
         # The direct data path (docs/direct.md), set by the node when ``direct.transports`` is set.
@@ -245,9 +248,8 @@ class Broker:
 
     def coordinates_transactions_of(self, transactional_id: str | None) -> bool:
         """Whether this broker's transaction coordinator owns ``transactional_id`` (always on the
-        single node). KIP-890's partition verification runs only then: asking a coordinator on
-        another broker (AddPartitionsToTxn v4's verify-only mode) is not implemented, and Kafka
-        itself skips verification when it cannot ask."""
+        single node): a transactional write is then checked against it directly. Otherwise the
+        partition leader asks the coordinator's broker (``txn_coordinator_node``)."""
         if self.cluster is None:
             return True
         if transactional_id is None or self._txn_coordinator is None:
@@ -255,6 +257,18 @@ class Broker:
         index = self._txn_coordinator.partition_for(transactional_id)
         hosted = self.replicas.partitions.get((TRANSACTION_STATE_TOPIC, index))
         return hosted is not None and hosted.is_leader
+
+    def txn_coordinator_node(self, transactional_id: str) -> int | None:
+        """The broker leading ``transactional_id``'s __transaction_state partition as this broker's
+        metadata knows it, or None when there is none to ask (Kafka's AddPartitionsToTxnManager
+        then answers COORDINATOR_NOT_AVAILABLE)."""
+        if self._txn_coordinator is None:
+            return None
+        meta = self.metadata.topic(TRANSACTION_STATE_TOPIC)
+        found = meta.partitions.get(self._txn_coordinator.partition_for(transactional_id)) if meta else None
+        if found is None or found.leader < 0 or not any(b.id == found.leader for b in self.live_brokers()):
+            return None
+        return found.leader
 
     async def txn_log_replicated(self, transactional_id: str) -> ErrorCode:
         """Wait until what the transaction coordinator wrote for ``transactional_id`` is in its

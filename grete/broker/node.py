@@ -115,6 +115,8 @@ class Node:
         groups, transactions = broker.coordinators()
         if transactions is not None:
             transactions.shutdown()
+        if broker.txn_verifier is not None:
+            broker.txn_verifier.close()
         if groups is not None:
             await groups.shutdown()
         broker.replicas.shutdown()

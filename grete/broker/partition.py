@@ -34,7 +34,7 @@ class Partition:
     __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
                  "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
                  "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed",
-                 "direct_watch")
+                 "direct_watch", "_verifying")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
                  is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0,
@@ -68,6 +68,9 @@ class Partition:
         # The direct path's slot updater (grete/broker/direct/consume.py), while a direct consumer
         # reads this partition; called on every change that wakes parked fetches.
         self.direct_watch: Callable[[Partition], None] | None = None
+        # KIP-890 verification guards: producer id -> (epoch, guard, created ms), while a leader
+        # waits for a coordinator on another broker to confirm the producer's transaction.
+        self._verifying: dict[int, tuple[int, VerificationGuard, int]] = {}
         if replicated:
             log.hw_follows_leo = False  # the ISR moves it (Partition._advance_high_watermark)
             return  # the controller's LeaderAndIsr sets epoch, leadership and ISR
@@ -164,6 +167,7 @@ class Partition:
         self.isr = []
         self._followers = {}
         self._pending_isr = None
+        self._verifying.clear()  # a verification in flight now ends in NOT_LEADER_OR_FOLLOWER
         self._complete_produce_waiters()
         self.wake()
 
@@ -319,16 +323,55 @@ class Partition:
         return self._log.end_offset_for_epoch(epoch)
 
     # --- writes ------------------------------------------------------------------------------
-    def append(self, batch: RecordBatch, now_ms: int) -> AppendResult:
-        """Append as leader: the log assigns offsets and stamps this partition's leader epoch."""
+    def append(self, batch: RecordBatch, now_ms: int, verification: VerificationGuard | None = None) -> AppendResult:
+        """Append as leader: the log assigns offsets and stamps this partition's leader epoch.
+        ``verification``: the guard a transactional batch was verified under (see
+        ``start_verification``); the batch is refused unless the guard still stands."""
         if not self.online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.index} is offline")
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"this broker is not the leader of {self.topic}-{self.index}")
+        if verification is not None:
+            self._check_verification(batch, verification)
         result = self._log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        if self._verifying and batch.is_transactional:
+            # A transaction's first batch or its marker: either it is ongoing now or it is over,
+            # and in both cases an earlier verification no longer speaks for it (Kafka clears it).
+            self._verifying.pop(batch.producer_id, None)
         self._advance_high_watermark()
         return result
+
+    # --- KIP-890 part 1: verification guards (Kafka's VerificationStateEntry) -----------------
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        entry = self._log.producer(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0 and entry.epoch == producer_epoch
+
+    def start_verification(self, producer_id: int, producer_epoch: int, now_ms: int) -> VerificationGuard | None:
+        """Kafka's maybeStartTransactionVerification: None if the producer's transaction is already
+        ongoing here (nothing to ask), else the guard its first batch must be appended under. A
+        guard of the same or a newer epoch is shared; an older one is replaced."""
+        if self.has_ongoing_transaction(producer_id, producer_epoch):
+            return None
+        found = self._verifying.get(producer_id)
+        if found is None or found[0] < producer_epoch:
+            self._expire_verifications(now_ms)
+            found = self._verifying[producer_id] = (producer_epoch, VerificationGuard(), now_ms)
+        return found[1]
+
+    def _check_verification(self, batch: RecordBatch, guard: VerificationGuard) -> None:
+        if not batch.is_transactional or self.has_ongoing_transaction(batch.producer_id, batch.producer_epoch):
+            return
+        found = self._verifying.get(batch.producer_id)
+        if found is None or found[1] is not guard:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Record was not part of an ongoing transaction")
+
+    def _expire_verifications(self, now_ms: int) -> None:
+        """Guards of producers that never came back (their verification failed) go after
+        producer.id.expiration.ms, as Kafka expires its verification entries."""
+        limit = self._log.config.producer_id_expiration_ms
+        for pid in [p for p, (_, _, created) in self._verifying.items() if now_ms - created >= limit]:
+            del self._verifying[pid]
 
     def append_as_follower(self, records: RecordBatch | bytes | bytearray | memoryview, now_ms: int) -> None:
         """Append a leader's batches as they are (offsets, epochs, timestamps kept); the high
@@ -451,6 +494,13 @@ class Partition:
         self.online = False
         self._complete_produce_waiters()
         self.wake()
+
+
+class VerificationGuard:
+    """An identity: a batch verified under a guard may be appended only while it is still the
+    partition's guard for its producer."""
+
+    __slots__ = ()
 
 
 @dataclass(slots=True)

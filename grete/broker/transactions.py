@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from grete.broker.broker import Broker
 from grete.broker.cluster.markers import ClusterMarkerWriter
+from grete.broker.cluster.txn_verifier import ClusterTxnVerifier
 from grete.broker.partition import Partition
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.txn import MarkerWriter, TransactionCoordinator
@@ -116,6 +117,7 @@ def start_txn_coordinator(broker: Broker, listener: str = "PLAINTEXT") -> Transa
     markers: MarkerWriter = local
     if broker.cluster is not None:
         markers = ClusterMarkerWriter(broker, local, listener)
+        broker.txn_verifier = ClusterTxnVerifier(broker, listener)
     coordinator = TransactionCoordinator(txn_config(broker), LogTxnStore(broker), markers,
                                          broker.producer_ids.next_id, now_ms=broker.now_ms)
     if broker.cluster is None:

@@ -410,6 +410,22 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4's verify-only mode, asked by a partition leader before it takes a
+        producer's first transactional batch (Kafka's handleVerifyPartitionsInTransaction): each
+        partition NONE if the Ongoing transaction holds it, TRANSACTION_ABORTABLE if not; one error
+        for all of them when the producer is a stranger, a zombie, or its transaction is ending.
+        A Prepare state is not awaited here: the leader's verification guard catches a marker that
+        lands between this answer and its append."""
+        wanted = list(partitions)
+        meta, error = self._producer_txn(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return dict.fromkeys(wanted, error)
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return dict.fromkeys(wanted, ErrorCode.CONCURRENT_TRANSACTIONS)
+        return {tp: ErrorCode.NONE if tp in meta.partitions else ErrorCode.TRANSACTION_ABORTABLE for tp in wanted}
+
     # ================================================================== admin
 
     def describe(self, transactional_id: str) -> TxnMetadata | None:

@@ -120,16 +120,16 @@ class Txn:
                                   EndTxnResponse, version or self.versions["end"]).error_code)
 
 
-def fetch(wire: Wire, topic: str, isolation: int, offset: int = 0) -> FetchResponse.PartitionData:
+def fetch(wire: Wire, topic: str, isolation: int, offset: int = 0, partition: int = 0) -> FetchResponse.PartitionData:
     req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation,
                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchPartition(
-                           partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)])])
+                           partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])])
     return wire.call(req, FetchResponse, 12).responses[0].partitions[0]
 
 
-def visible_values(wire: Wire, topic: str) -> list[bytes]:
+def visible_values(wire: Wire, topic: str, partition: int = 0) -> list[bytes]:
     """What a read_committed consumer delivers: data below the LSO, minus aborted transactions."""
-    part = fetch(wire, topic, READ_COMMITTED)
+    part = fetch(wire, topic, READ_COMMITTED, partition=partition)
     # As Kafka's consumer does: an aborted transaction starts at its first offset and ends at the
     # producer's next control batch.
     pending = sorted((a.first_offset, a.producer_id) for a in part.aborted_transactions or [])
@@ -147,9 +147,9 @@ def visible_values(wire: Wire, topic: str) -> list[bytes]:
     return out
 
 
-def latest(wire: Wire, topic: str, isolation: int) -> int:
+def latest(wire: Wire, topic: str, isolation: int, partition: int = 0) -> int:
     req = ListOffsetsRequest(replica_id=-1, isolation_level=isolation, topics=[ListOffsetsRequest.ListOffsetsTopic(
-        name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)])])
+        name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=-1)])])
     return int(wire.call(req, ListOffsetsResponse, 7).topics[0].partitions[0].offset)
 
 

@@ -1,15 +1,18 @@
 """AddPartitionsToTxn (24): a transactional producer registers partitions before writing to them.
 
-Versions 0-3 are the client's form (one transaction per request). v4+ batch several transactions
-and add verify-only mode for brokers (KIP-890); grete's partitions are all local, so its produce path
-asks the coordinator directly and v4+ is not offered.
-If any partition is unknown, Kafka adds none: the unknown ones get UNKNOWN_TOPIC_OR_PARTITION and the
-others OPERATION_NOT_ATTEMPTED.
+Versions 0-3 are the client's form (one transaction per request). v4 is the brokers' form (KIP-890
+part 1): several transactions per request, each either added or, with ``VerifyOnly``, only checked
+(a partition leader asking before it takes a producer's first transactional batch; see
+grete/broker/cluster/txn_verifier.py). As in Kafka, v4 needs CLUSTER_ACTION (a principal without it
+gets CLUSTER_AUTHORIZATION_FAILED for the whole request) and no topic authorization. v5 only adds
+TRANSACTION_ABORTABLE for transaction version 2's clients: not offered.
+If any partition of a transaction is unknown, Kafka adds none: the unknown ones get
+UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED.
 """
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
+from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import fenced_error
@@ -20,8 +23,14 @@ TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
 
 
-@api(24, 0, 3)
+TransactionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
+BROKER_VERSION = 4  # from here on the request comes from a broker
+
+
+@api(24, 0, 4)
 async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    if ctx.version >= BROKER_VERSION:
+        return await _handle_batch(ctx, request)
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.v3_and_below_transactional_id):
         return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_by_topic(
@@ -39,6 +48,29 @@ async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> Add
             error = await ctx.broker.txn_log_replicated(request.v3_and_below_transactional_id)
         results = dict.fromkeys(wanted, fenced_error(error, ctx.version, 2))
     return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_by_topic(results))
+
+
+async def _handle_batch(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    """v4+: every transaction of the request answered in one response."""
+    if ctx.broker.authorizer is not None and not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        return AddPartitionsToTxnResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    results = []
+    for txn in request.transactions:
+        wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+        errors = _unknown_partitions(ctx, wanted)
+        if errors:
+            outcome = {tp: errors.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+        elif txn.verify_only:
+            outcome = ctx.broker.txn_coordinator.verify_partitions(txn.transactional_id, txn.producer_id,
+                                                                   txn.producer_epoch, wanted)
+        else:
+            error = ctx.broker.txn_coordinator.add_partitions(txn.transactional_id, txn.producer_id,
+                                                              txn.producer_epoch, wanted)
+            if error == ErrorCode.NONE:
+                error = await ctx.broker.txn_log_replicated(txn.transactional_id)
+            outcome = dict.fromkeys(wanted, error)
+        results.append(TransactionResult(transactional_id=txn.transactional_id, topic_results=_by_topic(outcome)))
+    return AddPartitionsToTxnResponse(results_by_transaction=results)
 
 
 def _unknown_partitions(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:

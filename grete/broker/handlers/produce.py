@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from grete.broker.authz import Op, Res, allowed
@@ -17,8 +18,9 @@ from grete.broker.broker import Broker
 from grete.broker.config import LONG_MAX
 from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.leader_hints import current_leader
-from grete.broker.partition import Partition
+from grete.broker.partition import Partition, VerificationGuard
 from grete.broker.registry import api
+from grete.broker.txn_verification import produce_error
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceRequest, ProduceResponse
 from grete.protocol.records.batch import RecordBatch
@@ -36,7 +38,7 @@ TOPIC_IDS_VERSION = 13  # KIP-516: topics named by id
 
 @api(0, 0, 13)
 def handle(ctx: RequestContext,
-           request: ProduceRequest) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse] | None:
+           request: ProduceRequest) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse | None] | None:
     broker = ctx.broker
     acks = request.acks
     now_ms = broker.now_ms()
@@ -45,6 +47,7 @@ def handle(ctx: RequestContext,
     errors = broker.metrics.api(0).errors  # Kafka's ErrorsPerSec counts each partition's error
     topics = []
     replicating: list[Replicating] = []
+    verifying: list[Verifying] = []
     denied: set[str] = set()
     if broker.authorizer is not None:
         if request.transactional_id is not None and not allowed(
@@ -64,18 +67,20 @@ def handle(ctx: RequestContext,
                 response = _error(KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED), [], part.index)
             else:
                 response = append_records(broker, ctx.version, name, part.index, part.records, acks, now_ms, full,
-                                          replicating, request.transactional_id)
+                                          replicating, request.transactional_id, verifying)
             failed = failed or response.error_code != 0
-            if not (replicating and replicating[-1][0] is response):
+            if not (replicating and replicating[-1][0] is response) and not (verifying and verifying[-1].answer is response):
                 errors[response.error_code] = errors.get(response.error_code, 0) + 1
             responses.append(response)
         topics.append(ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id,
                                                            partition_responses=responses))
+    produced = ProduceResponse(responses=topics)
+    if verifying:
+        return _verify_then_append(ctx, request, names, produced, verifying, replicating, failed)
     if acks == 0:
         if failed:
             raise CloseConnection("acks=0 produce failed")
         return None
-    produced = ProduceResponse(responses=topics)
     if failed and ctx.version >= LEADER_HINTS_VERSION:
         _leader_hints(ctx, names, produced)
     if replicating:
@@ -129,11 +134,26 @@ async def _await_replication(ctx: RequestContext, response: ProduceResponse, rep
     return response
 
 
+@dataclass
+class Verifying:
+    """A transactional batch parked until the coordinator on another broker has confirmed (or
+    added) its partition; ``answer`` is its slot in the response, filled in then."""
+
+    answer: PartitionResponse
+    partition: Partition
+    batch: RecordBatch
+    guard: VerificationGuard
+    size: int
+
+
 def append_records(broker: Broker, version: int, topic: str, index: int, records: object, acks: int,
                    now_ms: int, full: bool, replicating: list[Replicating],
-                   transactional_id: str | None = None) -> ProduceResponse.PartitionProduceResponse:
+                   transactional_id: str | None = None,
+                   verifying: list[Verifying] | None = None) -> ProduceResponse.PartitionProduceResponse:
     """One partition's produce: validate, append, answer. Also the direct path's (it calls this for
-    every batch a direct producer announces, so both paths validate and append alike)."""
+    every batch a direct producer announces, so both paths validate and append alike). A
+    transactional batch whose coordinator is on another broker is not appended here but parked in
+    ``verifying`` (without that list, as on the direct path, it is appended unverified)."""
     try:
         if acks not in (-1, 0, 1):
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -152,11 +172,22 @@ def append_records(broker: Broker, version: int, topic: str, index: int, records
             timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
             timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
             deep=full or cfg.compact or bounded)
-        if batch.is_transactional and broker.coordinates_transactions_of(transactional_id):
-            if version >= ADD_PARTITION_VERSION:
-                _add_to_transaction(broker, batch, transactional_id, topic, index)
-            else:
-                _verify_transaction(broker, batch, topic, index, version)
+        if batch.is_transactional:
+            if broker.coordinates_transactions_of(transactional_id):
+                if version >= ADD_PARTITION_VERSION:
+                    _add_to_transaction(broker, batch, transactional_id, topic, index)
+                else:
+                    _verify_transaction(broker, batch, topic, index, version)
+            elif verifying is not None and transactional_id is not None and (
+                    version >= ADD_PARTITION_VERSION or broker.config.get_bool("transaction.partition.verification.enable")):
+                guard = partition.start_verification(batch.producer_id, batch.producer_epoch, now_ms)
+                if guard is not None:
+                    if acks == -1:
+                        partition.check_enough_replicas()
+                    parked = PartitionResponse(index=index, error_code=0, base_offset=-1, log_append_time_ms=-1,
+                                               log_start_offset=-1)
+                    verifying.append(Verifying(parked, partition, batch, guard, _records_bytes(records)))
+                    return parked
         if acks == -1:
             partition.check_enough_replicas()
         result = partition.append(batch, now_ms)
@@ -175,6 +206,74 @@ def append_records(broker: Broker, version: int, topic: str, index: int, records
     if acks == -1 and partition.replicated and len(partition.replicas) > 1:
         replicating.append((answer, partition, result.last_offset + 1))
     return answer
+
+
+async def _verify_then_append(ctx: RequestContext, request: ProduceRequest, names: list[str | None],
+                              produced: ProduceResponse, verifying: list[Verifying], replicating: list[Replicating],
+                              failed: bool) -> ProduceResponse | None:
+    """KIP-890 part 1 across brokers: ask the transaction's coordinator about the parked batches'
+    partitions (one request for them all), then append those it confirmed, each only while its
+    verification guard still stands (a marker written meanwhile ends the guard)."""
+    broker = ctx.broker
+    version = ctx.version
+    refused = await _ask_coordinator(broker, request.transactional_id or "", verifying, version >= ADD_PARTITION_VERSION)
+    now_ms = broker.now_ms()
+    errors = broker.metrics.api(0).errors
+    for parked in verifying:
+        answer, partition = parked.answer, parked.partition
+        error = refused.get((partition.topic, partition.index))
+        try:
+            if error is not None:
+                code, message = produce_error(error, version)
+                raise KafkaError(code, message)
+            result = partition.append(parked.batch, now_ms, parked.guard)
+        except KafkaError as exc:
+            failed = True
+            broker.metrics.produce_failed(partition.topic, parked.size)
+            answer.error_code, answer.error_message = exc.code, exc.message
+            errors[exc.code] = errors.get(exc.code, 0) + 1
+            continue
+        broker.metrics.produced(partition.topic, parked.batch.records_count, parked.batch.size)
+        answer.base_offset, answer.log_append_time_ms = result.base_offset, result.log_append_time
+        answer.log_start_offset = result.log_start_offset
+        if request.acks == -1 and partition.replicated and len(partition.replicas) > 1:
+            replicating.append((answer, partition, result.last_offset + 1))
+        else:
+            errors[0] = errors.get(0, 0) + 1
+    if request.acks == 0:
+        if failed:
+            raise CloseConnection("acks=0 produce failed")
+        return None
+    if failed and version >= LEADER_HINTS_VERSION:
+        _leader_hints(ctx, names, produced)
+    if replicating:
+        return await _await_replication(ctx, produced, replicating, request.timeout_ms)
+    return produced
+
+
+async def _ask_coordinator(broker: Broker, transactional_id: str, verifying: list[Verifying],
+                           add: bool) -> dict[tuple[str, int], ErrorCode]:
+    """The parked partitions the coordinator did not confirm (or add), with its error. A request's
+    transactional batches come from one producer; a batch of another is refused as Kafka does."""
+    first = verifying[0].batch
+    pid, epoch = first.producer_id, first.producer_epoch
+    strangers = {(v.partition.topic, v.partition.index): ErrorCode.INVALID_PRODUCER_ID_MAPPING
+                 for v in verifying if (v.batch.producer_id, v.batch.producer_epoch) != (pid, epoch)}
+    wanted = [(v.partition.topic, v.partition.index) for v in verifying
+              if (v.partition.topic, v.partition.index) not in strangers]
+    coordinator = broker.txn_coordinator_node(transactional_id)
+    if coordinator is None or broker.txn_verifier is None:
+        return {**dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE), **strangers}
+    if coordinator == broker.node_id:  # leadership of its state partition came here meanwhile
+        txns = broker.txn_coordinator
+        if add:
+            error = txns.add_partitions(transactional_id, pid, epoch, wanted)
+            found = dict.fromkeys(wanted, error)
+        else:
+            found = txns.verify_partitions(transactional_id, pid, epoch, wanted)
+        return {**{tp: e for tp, e in found.items() if e != ErrorCode.NONE}, **strangers}
+    refused = await broker.txn_verifier.verify(coordinator, transactional_id, pid, epoch, wanted, add=add)
+    return {**refused, **strangers}
 
 
 def _refused(request: ProduceRequest, code: ErrorCode) -> ProduceResponse:

@@ -2,8 +2,9 @@
 
 The transaction must have added the group's offsets partition (AddOffsetsToTxn) first, else
 INVALID_TXN_STATE, or from v4 (KIP-890 part 1) TRANSACTION_ABORTABLE, as Kafka 4.3.1 answers (its
-verification's error, converted for older clients); the offsets become visible to OffsetFetch when
-the transaction commits. v5 adds the partition implicitly under transaction version 2, which grete
+verification's error, converted for older clients); in a cluster whose transaction coordinator is
+on another broker, that broker is asked (AddPartitionsToTxn v4, verify-only). The offsets become
+visible to OffsetFetch when the transaction commits. v5 adds the partition implicitly under transaction version 2, which grete
 does not enable, so it is not offered."""
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOff
         known, errors = split_unknown(ctx, [c for c in commits if c.topic not in denied])
         errors.update({(c.topic, c.partition): int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                        for c in commits if c.topic in denied})
-    error = _verify(ctx, request) if refused is None else ErrorCode.NONE
+    error = await _verify(ctx, request) if refused is None else ErrorCode.NONE
     if error is ErrorCode.INVALID_TXN_STATE and ctx.version >= 4:
         error = ErrorCode.TRANSACTION_ABORTABLE
     if error is not ErrorCode.NONE:
@@ -58,7 +59,7 @@ def _refused(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode 
     return None
 
 
-def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
+async def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
     if not request.group_id:
         return ErrorCode.INVALID_GROUP_ID
     coordinator = ctx.broker.group_coordinator
@@ -67,6 +68,43 @@ def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
         return error
     offsets_partition = (OFFSETS_TOPIC, coordinator.partition_for(request.group_id))
     if not ctx.broker.coordinates_transactions_of(request.transactional_id):
-        return ErrorCode.NONE  # its coordinator is on another broker: not verified (see Broker)
+        return await _verify_remotely(ctx, request, offsets_partition)
     return ctx.broker.txn_coordinator.verify_partition(
         request.producer_id, request.producer_epoch, offsets_partition)
+
+
+async def _verify_remotely(ctx: RequestContext, request: TxnOffsetCommitRequest,
+                           offsets_partition: tuple[str, int]) -> ErrorCode:
+    """The transaction's coordinator is on another broker: ask it (AddPartitionsToTxn v4, verify-only)
+    unless the producer's transaction is already open on the group's offsets partition here, and
+    answer its refusal as Kafka's group coordinator converts it for TxnOffsetCommit."""
+    broker = ctx.broker
+    if not broker.config.get_bool("transaction.partition.verification.enable"):
+        return ErrorCode.NONE
+    hosted = broker.partitions.get(offsets_partition)
+    if hosted is not None and hosted.has_ongoing_transaction(request.producer_id, request.producer_epoch):
+        return ErrorCode.NONE
+    coordinator = broker.txn_coordinator_node(request.transactional_id)
+    if coordinator is None or broker.txn_verifier is None:
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    else:
+        refused = await broker.txn_verifier.verify(coordinator, request.transactional_id, request.producer_id,
+                                                   request.producer_epoch, [offsets_partition], add=False)
+        error = refused.get(offsets_partition, ErrorCode.NONE)
+    if error is ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if error is ErrorCode.TRANSACTION_ABORTABLE:
+        return ErrorCode.INVALID_TXN_STATE  # the caller answers it as TRANSACTION_ABORTABLE from v4
+    return _OFFSET_COMMIT_ERRORS.get(error, error)
+
+
+# Kafka's GroupMetadataManager.maybeConvertOffsetCommitError: retriable codes a committing client
+# knows how to retry.
+_OFFSET_COMMIT_ERRORS = {
+    ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}

@@ -1,0 +1,146 @@
+"""AddPartitionsToTxn from a partition leader to transaction coordinators on other brokers (Kafka's
+AddPartitionsToTxnManager): the batched broker form (v4) with ``VerifyOnly`` set for KIP-890 part 1,
+unset when a produce adds its partition itself (part 2).
+
+Per coordinator broker, one request is in flight; what arrives meanwhile waits for the next one,
+which carries every waiting transaction. Each waiting produce holds a future that the answer (or
+the failure of the channel) resolves: nothing polls. At most one entry per transactional id waits
+per broker; a second one settles the first as Kafka does (an older epoch is fenced, the same epoch
+gets a retriable NETWORK_EXCEPTION).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from grete.broker.broker import Broker
+from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+
+log = logging.getLogger(__name__)
+
+# Kafka 3.9's inter-broker AddPartitionsToTxn (the first batched version).
+ADD_PARTITIONS_TO_TXN_VERSION = 4
+TopicPartition = tuple[str, int]
+Outcome = dict[TopicPartition, ErrorCode]
+
+
+@dataclass
+class _Waiting:
+    producer_id: int
+    producer_epoch: int
+    partitions: list[TopicPartition]
+    add: bool
+    answer: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def settle(self, outcome: Outcome) -> None:
+        if not self.answer.done():
+            self.answer.set_result(outcome)
+
+    def fail(self, error: ErrorCode) -> None:
+        self.settle(dict.fromkeys(self.partitions, error))
+
+
+class _CoordinatorChannel:
+    """The transactions waiting for one coordinator broker, and its one request in flight."""
+
+    def __init__(self, peer: PeerConnection) -> None:
+        self.peer = peer
+        self.waiting: dict[str, _Waiting] = {}
+        self.sending: asyncio.Task[None] | None = None
+
+
+class ClusterTxnVerifier:
+    def __init__(self, broker: Broker, listener: str) -> None:
+        self.broker = broker
+        self.listener = listener
+        self._channels: dict[int, _CoordinatorChannel] = {}
+
+    async def verify(self, coordinator: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[TopicPartition], *, add: bool) -> Outcome:
+        """The partitions not confirmed, with their error (empty: all verified or added)."""
+        channel = self._channel(coordinator)
+        if channel is None:
+            return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        incoming = _Waiting(producer_id, producer_epoch, list(partitions), add)
+        existing = channel.waiting.get(transactional_id)
+        if existing is not None:
+            if producer_epoch < existing.producer_epoch:
+                return dict.fromkeys(partitions, ErrorCode.INVALID_PRODUCER_EPOCH)  # the newcomer is fenced
+            existing.fail(ErrorCode.INVALID_PRODUCER_EPOCH if existing.producer_epoch < producer_epoch
+                          else ErrorCode.NETWORK_EXCEPTION)  # the same epoch: a client retrying
+        channel.waiting[transactional_id] = incoming
+        if channel.sending is None:
+            channel.sending = asyncio.ensure_future(self._send_while_waiting(coordinator, channel))
+        return await incoming.answer
+
+    def _channel(self, coordinator: int) -> _CoordinatorChannel | None:
+        endpoint = self.broker.broker_endpoint(coordinator, self.listener)
+        if endpoint is None:
+            return None
+        channel = self._channels.get(coordinator)
+        if channel is None or (channel.peer.host, channel.peer.port) != (endpoint.host, endpoint.port):
+            if channel is not None:
+                channel.peer.close()
+            channel = self._channels[coordinator] = _CoordinatorChannel(PeerConnection(
+                endpoint.host, endpoint.port, f"txn-verify-{self.broker.node_id}",
+                timeout_s=self.broker.config.get_int("request.timeout.ms") / 1000))
+        return channel
+
+    async def _send_while_waiting(self, coordinator: int, channel: _CoordinatorChannel) -> None:
+        try:
+            while channel.waiting:
+                batch, channel.waiting = channel.waiting, {}
+                await self._send(coordinator, channel.peer, batch)
+        finally:
+            channel.sending = None
+
+    async def _send(self, coordinator: int, peer: PeerConnection, batch: dict[str, _Waiting]) -> None:
+        request = AddPartitionsToTxnRequest(transactions=[
+            AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+                transactional_id=txn_id, producer_id=w.producer_id, producer_epoch=w.producer_epoch,
+                verify_only=not w.add, topics=_topics(w.partitions))
+            for txn_id, w in batch.items()])
+        try:
+            response: AddPartitionsToTxnResponse = await peer.call(request, ADD_PARTITIONS_TO_TXN_VERSION)
+        except PeerError as exc:
+            log.warning("AddPartitionsToTxn to broker %d failed: %s", coordinator, exc)
+            for waiting in batch.values():
+                waiting.fail(ErrorCode.NETWORK_EXCEPTION)
+            return
+        except BaseException:  # cancelled at shutdown, or a bug: no produce may wait forever
+            for waiting in batch.values():
+                waiting.fail(ErrorCode.NETWORK_EXCEPTION)
+            raise
+        if response.error_code != ErrorCode.NONE:
+            log.error("AddPartitionsToTxn to broker %d answered %s", coordinator, ErrorCode(response.error_code).name)
+            for waiting in batch.values():
+                waiting.fail(ErrorCode(response.error_code))
+            return
+        for result in response.results_by_transaction:
+            answered = batch.pop(result.transactional_id, None)
+            if answered is not None:
+                answered.settle({(t.name, p.partition_index): ErrorCode(p.partition_error_code)
+                                for t in result.topic_results for p in t.results_by_partition
+                                if p.partition_error_code != ErrorCode.NONE})
+        for waiting in batch.values():  # not answered at all: the coordinator's fault, retriable
+            waiting.fail(ErrorCode.NETWORK_EXCEPTION)
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            if channel.sending is not None:
+                channel.sending.cancel()
+            for waiting in channel.waiting.values():
+                waiting.fail(ErrorCode.NETWORK_EXCEPTION)
+            channel.peer.close()
+        self._channels.clear()
+
+
+def _topics(partitions: list[TopicPartition]) -> list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        by_topic.setdefault(topic, []).append(index)
+    return [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
