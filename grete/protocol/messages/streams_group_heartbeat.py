@@ -621,6 +621,7 @@ class StreamsGroupHeartbeatResponse(Message):
         FieldSpec('active_tasks', 'ActiveTasks', 'struct', 'TaskIds', True, (0,), (0,), (), None, False),
         FieldSpec('standby_tasks', 'StandbyTasks', 'struct', 'TaskIds', True, (0,), (0,), (), None, False),
         FieldSpec('warmup_tasks', 'WarmupTasks', 'struct', 'TaskIds', True, (0,), (0,), (), None, False),
+        FieldSpec('endpoint_information_epoch', 'EndpointInformationEpoch', 'int32', None, False, (0,), (), (), None, False),
         FieldSpec('partitions_by_user_endpoint', 'PartitionsByUserEndpoint', 'struct', 'EndpointToPartitions', True, (0,), (0,), (), None, False),
     )
 
@@ -636,6 +637,7 @@ class StreamsGroupHeartbeatResponse(Message):
     active_tasks: list[StreamsGroupHeartbeatResponse.TaskIds] | None = None
     standby_tasks: list[StreamsGroupHeartbeatResponse.TaskIds] | None = None
     warmup_tasks: list[StreamsGroupHeartbeatResponse.TaskIds] | None = None
+    endpoint_information_epoch: int = 0
     partitions_by_user_endpoint: list[StreamsGroupHeartbeatResponse.EndpointToPartitions] | None = None
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
@@ -865,6 +867,7 @@ class StreamsGroupHeartbeatResponse(Message):
             w.length(len(self.warmup_tasks), flex)
             for _e_warmup_tasks in self.warmup_tasks:
                 _e_warmup_tasks.encode(w, version)
+        w.int32(self.endpoint_information_epoch)
         if self.partitions_by_user_endpoint is None:
             w.length(-1, flex)
         else:
@@ -891,6 +894,7 @@ class StreamsGroupHeartbeatResponse(Message):
         f_active_tasks: list[StreamsGroupHeartbeatResponse.TaskIds] | None
         f_standby_tasks: list[StreamsGroupHeartbeatResponse.TaskIds] | None
         f_warmup_tasks: list[StreamsGroupHeartbeatResponse.TaskIds] | None
+        f_endpoint_information_epoch: int
         f_partitions_by_user_endpoint: list[StreamsGroupHeartbeatResponse.EndpointToPartitions] | None
         f_throttle_time_ms, f_error_code = r.unpack(_S_ih)
         f_error_message = r.nullable_string(flex)
@@ -920,6 +924,7 @@ class StreamsGroupHeartbeatResponse(Message):
         else:
             _d_warmup_tasks = StreamsGroupHeartbeatResponse.TaskIds.decode
             f_warmup_tasks = [_d_warmup_tasks(r, version) for _ in range(_n)]
+        f_endpoint_information_epoch = r.int32()
         _n = r.array_length(flex)
         if _n < 0:
             f_partitions_by_user_endpoint = None
@@ -932,4 +937,4 @@ class StreamsGroupHeartbeatResponse(Message):
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, member_id=f_member_id, member_epoch=f_member_epoch, heartbeat_interval_ms=f_heartbeat_interval_ms, acceptable_recovery_lag=f_acceptable_recovery_lag, task_offset_interval_ms=f_task_offset_interval_ms, status=f_status, active_tasks=f_active_tasks, standby_tasks=f_standby_tasks, warmup_tasks=f_warmup_tasks, partitions_by_user_endpoint=f_partitions_by_user_endpoint, unknown_tagged_fields=_unknown)
+        return cls(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, error_message=f_error_message, member_id=f_member_id, member_epoch=f_member_epoch, heartbeat_interval_ms=f_heartbeat_interval_ms, acceptable_recovery_lag=f_acceptable_recovery_lag, task_offset_interval_ms=f_task_offset_interval_ms, status=f_status, active_tasks=f_active_tasks, standby_tasks=f_standby_tasks, warmup_tasks=f_warmup_tasks, endpoint_information_epoch=f_endpoint_information_epoch, partitions_by_user_endpoint=f_partitions_by_user_endpoint, unknown_tagged_fields=_unknown)
