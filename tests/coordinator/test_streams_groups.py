@@ -1,0 +1,255 @@
+"""KIP-1071 streams groups in the coordinator: the topology checked against the topics (statuses,
+internal topics to create, partition counts), epochs, revoke-before-assign reconciliation of tasks,
+leaving and fencing, refusals by the other protocols, member-epoch checks of commits, the interactive
+queries map, and the records in __consumer_offsets surviving a restart."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from grete.coordinator.consumer_requests import ConsumerHeartbeat
+from grete.coordinator.group import GroupCoordinator
+from grete.coordinator.group_store import InMemoryOffsetsStore
+from grete.coordinator.group_types import OffsetCommit
+from grete.coordinator.streams_records import decode_key
+from grete.coordinator.streams_requests import StreamsHeartbeat, StreamsResult
+from grete.coordinator.streams_state import MemberState, Tasks, assign_active
+from grete.coordinator.streams_topology import (
+    INCORRECTLY_PARTITIONED_TOPICS,
+    MISSING_INTERNAL_TOPICS,
+    MISSING_SOURCE_TOPICS,
+    STALE_TOPOLOGY,
+    Subtopology,
+    TopicInfo,
+    Topology,
+    configure,
+)
+from grete.protocol.errors import ErrorCode
+from tests.coordinator._support import async_test, config, join
+
+REPARTITION, CHANGELOG = "app-counts-repartition", "app-counts-changelog"
+# Kafka Streams' word count: subtopology 0 reads "lines" and writes the repartition topic, which
+# subtopology 1 reads, counting into a store with a changelog.
+WORD_COUNT = Topology(1, (
+    Subtopology("0", source_topics=("lines",), repartition_sink_topics=(REPARTITION,)),
+    Subtopology("1", repartition_source_topics=(TopicInfo(REPARTITION, 0, 0, (("cleanup.policy", "delete"),)),),
+                state_changelog_topics=(TopicInfo(CHANGELOG, 0, 0, (("cleanup.policy", "compact"),)),)),
+))
+
+
+ALL_TOPICS = {"lines": (uuid.uuid4(), 3), REPARTITION: (uuid.uuid4(), 3), CHANGELOG: (uuid.uuid4(), 3)}
+
+
+async def coordinator(topics: dict[str, tuple[uuid.UUID, int]] | None = None,
+                      store: InMemoryOffsetsStore | None = None, **overrides: Any) -> GroupCoordinator:
+    seen = dict(ALL_TOPICS) if topics is None else topics  # the test may change it: the broker's view
+    coord = GroupCoordinator(config(**overrides), store or InMemoryOffsetsStore(), topic_view=lambda: seen)
+    await coord.start()
+    return coord
+
+
+async def hb(coord: GroupCoordinator, member: str, epoch: int = 0, *, owned: Tasks | None = None,
+             topology: Topology | None = None, endpoint_epoch: int = 0, instance: str | None = None,
+             endpoint: tuple[str, int] | None = None, group: str = "app") -> StreamsResult:
+    joining = epoch == 0
+    return await coord.streams_group_heartbeat(StreamsHeartbeat(
+        group_id=group, member_id=member, member_epoch=epoch, endpoint_information_epoch=endpoint_epoch,
+        instance_id=instance, rebalance_timeout_ms=30000 if joining else -1,
+        topology=(topology or WORD_COUNT) if joining else None,
+        active_tasks=frozenset() if joining else owned, standby_tasks=frozenset() if joining else None,
+        warmup_tasks=frozenset() if joining else None, process_id=f"process-{member}" if joining else None,
+        user_endpoint=endpoint, client_id="c", client_host="/127.0.0.1"))
+
+
+def tasks(result: StreamsResult) -> Tasks:
+    assert result.active_tasks is not None, result
+    return result.active_tasks
+
+
+# ------------------------------------------------------------------------------------ topology
+
+def test_topology_statuses_and_internal_topics_as_kafka_configures_them() -> None:
+    missing = configure(WORD_COUNT, {})
+    assert missing.statuses == ((MISSING_SOURCE_TOPICS, "Source topics lines are missing."),) and not missing.ready
+    fresh = configure(WORD_COUNT, {"lines": (uuid.uuid4(), 4)})
+    # The repartition topic takes the size of the topic written into it; the changelog one partition
+    # per task of its subtopology; both are to be created, with the configs the topology asks for.
+    assert fresh.statuses == ((MISSING_INTERNAL_TOPICS,
+                               f"Internal topics are missing: {CHANGELOG}, {REPARTITION}"),)
+    assert fresh.to_create == (TopicInfo(CHANGELOG, 4, 0, (("cleanup.policy", "compact"),)),
+                               TopicInfo(REPARTITION, 4, 0, (("cleanup.policy", "delete"),)))
+    wrong = configure(WORD_COUNT, {"lines": (uuid.uuid4(), 4), REPARTITION: (uuid.uuid4(), 4),
+                                   CHANGELOG: (uuid.uuid4(), 2)})
+    assert wrong.statuses == ((INCORRECTLY_PARTITIONED_TOPICS, f"Existing topic {CHANGELOG} has different number "
+                                                               "of partitions: expected 4, found 2"),)
+    ready = configure(WORD_COUNT, {"lines": (uuid.uuid4(), 4), REPARTITION: (uuid.uuid4(), 4),
+                                   CHANGELOG: (uuid.uuid4(), 4)})
+    assert ready.ready and ready.tasks == {"0": 4, "1": 4} and ready.to_create == ()
+
+
+def test_assignor_is_balanced_and_sticky() -> None:
+    first = assign_active(["a", "b"], {"0": 3, "1": 3}, {})
+    assert sorted(len(t) for t in first.values()) == [3, 3]
+    assert first["a"] | first["b"] == {(s, p) for s in "01" for p in range(3)}
+    third = assign_active(["a", "b", "c"], {"0": 3, "1": 3}, first)
+    assert sorted(len(t) for t in third.values()) == [2, 2, 2]
+    # a and b keep what they can; only the tasks c needs move.
+    assert third["a"] <= first["a"] and third["b"] <= first["b"]
+    assert assign_active(["a", "b", "c"], {"0": 1}, {"b": frozenset({("0", 0)})}) == {
+        "a": frozenset(), "b": frozenset({("0", 0)}), "c": frozenset()}
+
+
+# ---------------------------------------------------------------------------------- membership
+
+@async_test
+async def test_no_tasks_until_internal_topics_exist_then_all_to_the_first_member() -> None:
+    topics = {"lines": (uuid.uuid4(), 2)}
+    coord = await coordinator(topics)
+    a = await hb(coord, "A")
+    assert a.error is ErrorCode.NONE and a.member_epoch == 1 and tasks(a) == frozenset()
+    assert a.statuses is not None and [code for code, _ in a.statuses] == [MISSING_INTERNAL_TOPICS]
+    assert {t.name: t.partitions for t in a.to_create} == {REPARTITION: 2, CHANGELOG: 2}
+    group = coord.groups["app"].streams
+    assert group is not None and group.state_name() == "NotReady"
+    topics.update({REPARTITION: (uuid.uuid4(), 2), CHANGELOG: (uuid.uuid4(), 2)})  # the broker created them
+    a2 = await hb(coord, "A", 1, owned=frozenset())
+    assert a2.member_epoch == 2 and a2.statuses == [] and a2.to_create == ()
+    assert tasks(a2) == {("0", 0), ("0", 1), ("1", 0), ("1", 1)}
+    assert group.state_name() == "Stable"
+
+
+@async_test
+async def test_second_member_gets_tasks_only_after_the_first_revoked_them() -> None:
+    coord = await coordinator()
+    a = await hb(coord, "A")
+    everything = tasks(a)
+    assert len(everything) == 6 and a.member_epoch == 1
+    b = await hb(coord, "B")
+    assert tasks(b) == frozenset() and b.member_epoch == 2  # A still owns everything
+    a2 = await hb(coord, "A", 1, owned=everything)
+    kept = tasks(a2)
+    assert len(kept) == 3 and a2.member_epoch == 1  # told to revoke; its epoch waits
+    group = coord.groups["app"].streams
+    assert group is not None and group.members["A"].state is MemberState.UNREVOKED_TASKS
+    assert group.state_name() == "Reconciling"
+    b2 = await hb(coord, "B", 2, owned=frozenset())
+    assert b2.active_tasks is None  # nothing released yet
+    a3 = await hb(coord, "A", 1, owned=kept)
+    assert a3.member_epoch == 2 and a3.active_tasks is None
+    b3 = await hb(coord, "B", 2, owned=frozenset())
+    assert tasks(b3) == everything - kept and group.state_name() == "Stable"
+    # B leaves: A gets everything back at a new epoch.
+    left = await hb(coord, "B", -1)
+    assert (left.error, left.member_epoch) == (ErrorCode.NONE, -1)
+    a4 = await hb(coord, "A", 2, owned=kept)
+    assert tasks(a4) == everything and a4.member_epoch == 3
+
+
+@async_test
+async def test_epoch_errors_validation_and_topology_epochs() -> None:
+    coord = await coordinator()
+    assert (await hb(coord, "A")).member_epoch == 1
+    greater = await hb(coord, "A", 7, owned=frozenset())
+    assert greater.error is ErrorCode.FENCED_MEMBER_EPOCH
+    unknown = await hb(coord, "Z", 1, owned=frozenset())
+    assert (unknown.error, unknown.message) == (ErrorCode.UNKNOWN_MEMBER_ID, "Member Z is not a member of group app.")
+    assert (await hb(coord, "", 0)).message == "MemberId can't be empty."
+    no_topology = await coord.streams_group_heartbeat(StreamsHeartbeat(
+        group_id="app", member_id="C", member_epoch=0, rebalance_timeout_ms=1000, active_tasks=frozenset(),
+        standby_tasks=frozenset(), warmup_tasks=frozenset(), process_id="p"))
+    assert (no_topology.error, no_topology.message) == (ErrorCode.INVALID_REQUEST,
+                                                        "Topology must be non-null when (re-)joining.")
+    changed = Topology(1, WORD_COUNT.subtopologies[:1] + (Subtopology("1", source_topics=("lines",)),))
+    assert (await hb(coord, "C", topology=changed)).error is ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH
+    newer = Topology(2, WORD_COUNT.subtopologies)
+    assert (await hb(coord, "D", topology=newer)).error is ErrorCode.NONE
+    stale = await hb(coord, "A", 1, owned=None)
+    assert stale.statuses is not None and [code for code, _ in stale.statuses] == [STALE_TOPOLOGY]
+
+
+@async_test
+async def test_other_protocols_refuse_a_streams_group() -> None:
+    coord = await coordinator()
+    await hb(coord, "A")
+    consumer = await coord.consumer_group_heartbeat(ConsumerHeartbeat(
+        group_id="app", member_id="X", member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=1000,
+        subscribed_topic_names=["lines"], subscribed_topic_regex=None, server_assignor=None, owned=frozenset(),
+        client_id="c", client_host="/h"))
+    assert (consumer.error, consumer.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group app is not a consumer group.")
+    classic = await join(coord, "app")
+    assert classic.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    described = coord.describe_group("app")
+    assert (described.found, described.not_found) == (False, "Group app is not a classic group.")
+    assert [(g.group_id, g.group_type, g.state) for g in coord.list_groups(types={"streams"})] == [
+        ("app", "streams", "Stable")]
+    assert coord.list_groups(types={"consumer"}) == []
+    # ... and a streams heartbeat refuses a consumer group.
+    await coord.consumer_group_heartbeat(ConsumerHeartbeat(
+        group_id="cg", member_id="X", member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout_ms=1000,
+        subscribed_topic_names=["lines"], subscribed_topic_regex=None, server_assignor=None, owned=frozenset(),
+        client_id="c", client_host="/h"))
+    refused = await hb(coord, "A", group="cg")
+    assert (refused.error, refused.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group cg is not a streams group.")
+    assert (await coord.delete_groups(["app"])) == {"app": ErrorCode.NON_EMPTY_GROUP}
+
+
+@async_test
+async def test_offset_commits_and_fetches_check_the_member_epoch() -> None:
+    coord = await coordinator()
+    a = await hb(coord, "A")
+
+    async def commit(member: str, epoch: int) -> ErrorCode:
+        result = await coord.commit_offsets(group_id="app", generation_id=epoch, member_id=member,
+                                            group_instance_id=None, retention_ms=-1,
+                                            offsets=[OffsetCommit("lines", 0, 5)])
+        return result[("lines", 0)]
+
+    assert await commit("A", a.member_epoch) is ErrorCode.NONE
+    assert await commit("A", a.member_epoch + 1) is ErrorCode.STALE_MEMBER_EPOCH
+    assert await commit("Z", a.member_epoch) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert await commit("", -1) is ErrorCode.UNKNOWN_MEMBER_ID  # an admin commit needs an empty group
+    txn = await coord.commit_txn_offsets(group_id="app", producer_id=1, producer_epoch=0, generation_id=9,
+                                         member_id="A", group_instance_id=None, offsets=[OffsetCommit("lines", 1, 3)])
+    assert txn == {("lines", 1): ErrorCode.ILLEGAL_GENERATION}
+    assert coord.validate_offset_fetch("app", "A", a.member_epoch) is None
+    assert coord.validate_offset_fetch("app", "A", 0) is ErrorCode.STALE_MEMBER_EPOCH
+    _, offsets = coord.fetch_offsets("app", [("lines", 0)])
+    assert offsets[("lines", 0)].offset == 5
+
+
+@async_test
+async def test_endpoints_map_the_partitions_of_each_members_active_tasks() -> None:
+    coord = await coordinator()
+    a = await hb(coord, "A", endpoint=("hostA", 7001))
+    assert a.endpoints is not None and a.endpoint_epoch > 0
+    [(endpoint, partitions)] = a.endpoints
+    assert endpoint == ("hostA", 7001)
+    assert partitions == {"lines": [0, 1, 2], REPARTITION: [0, 1, 2]}
+    again = await hb(coord, "A", 1, owned=tasks(a), endpoint_epoch=a.endpoint_epoch)
+    assert again.endpoints is None  # the member is up to date
+
+
+@async_test
+async def test_records_survive_a_restart_in_kafkas_record_types() -> None:
+    store = InMemoryOffsetsStore()
+    coord = await coordinator(store=store)
+    a = await hb(coord, "A", endpoint=("hostA", 7001))
+    b = await hb(coord, "B")
+    a2 = await hb(coord, "A", 1, owned=tasks(a))
+    await hb(coord, "A", 1, owned=tasks(a2))
+    await coord.shutdown()
+    written = {decode_key(k)[0] for p in store.partitions.values() for k, _ in p if decode_key(k) is not None}
+    assert written == {17, 19, 20, 21, 22, 23}  # metadata, member, target metadata/member, current, topology
+    again = await coordinator(store=store)
+    before, after = coord.groups["app"].streams, again.groups["app"].streams
+    assert before is not None and after is not None
+    assert (after.group_epoch, after.assignment_epoch, after.topology) == (
+        before.group_epoch, before.assignment_epoch, WORD_COUNT)
+    assert {m: (x.member_epoch, x.assigned, x.state, x.user_endpoint) for m, x in after.members.items()} == {
+        m: (x.member_epoch, x.assigned, x.state, x.user_endpoint) for m, x in before.members.items()}
+    assert after.target == before.target and after.owners == before.owners
+    # B continues where it was, at its epoch.
+    resumed = await hb(again, "B", b.member_epoch, owned=frozenset())
+    assert resumed.error is ErrorCode.NONE
+    await again.shutdown()
