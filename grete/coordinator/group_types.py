@@ -46,6 +46,7 @@ class GroupConfig:
     streams_session_timeout_ms: int = 45000
     streams_heartbeat_interval_ms: int = 5000
     streams_max_size: int = 2**31 - 1
+    streams_initial_rebalance_delay_ms: int = 3000
     streams_protocol_enabled: bool = True  # "streams" in group.coordinator.rebalance.protocols
 
     @property

@@ -39,8 +39,8 @@ from grete.coordinator.streams_state import (
     reconcile,
 )
 from grete.coordinator.streams_topology import (
+    ASSIGNMENT_DELAYED,
     SHUTDOWN_APPLICATION,
-    STALE_TOPOLOGY,
     TopicView,
     Topology,
     configure,
@@ -63,6 +63,10 @@ class StreamsGroups:
 
     def session_timeout_ms(self, group_id: str) -> int:
         return self._setting(group_id, "streams.session.timeout.ms", self.ctx.config.streams_session_timeout_ms)
+
+    def initial_delay_ms(self, group_id: str) -> int:
+        return self._setting(group_id, "streams.initial.rebalance.delay.ms",
+                             self.ctx.config.streams_initial_rebalance_delay_ms)
 
     def heartbeat_interval_ms(self, group_id: str) -> int:
         return self._setting(group_id, "streams.heartbeat.interval.ms",
@@ -116,6 +120,10 @@ class StreamsGroups:
         assert sg is not None
         if req.member_epoch < 0:
             return self._leave(group, sg, req)
+        if req.topology is not None and sg.topology is not None and req.topology != sg.topology:
+            # Kafka 4.3.1 refuses any other topology than the group's, whatever its epoch and even in
+            # an empty group (measured), before anything changes.
+            raise StreamsError(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
         if req.member_epoch == JOIN_EPOCH:
             member, bump = self._join(sg, req)
         else:
@@ -137,7 +145,7 @@ class StreamsGroups:
         full = req.member_epoch == JOIN_EPOCH or member.assigned != before
         return StreamsResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch, self.heartbeat_interval_ms(sg.group_id),
-            statuses=self._statuses(sg, member), active_tasks=member.assigned if full else None,
+            statuses=self._statuses(sg), active_tasks=member.assigned if full else None,
             endpoint_epoch=sg.endpoint_epoch,
             endpoints=(self._endpoints(sg) if req.endpoint_information_epoch < sg.endpoint_epoch else None),
             to_create=sg.configured.to_create)
@@ -161,6 +169,8 @@ class StreamsGroups:
         if group is not None and group.streams is not None:
             return group
         if req.member_epoch != JOIN_EPOCH:
+            if group is None or group.is_(GroupState.DEAD):
+                raise StreamsError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {req.group_id} not found.")
             raise StreamsError(ErrorCode.UNKNOWN_MEMBER_ID,
                                f"Member {req.member_id} is not a member of group {req.group_id}.")
         if group is None or group.is_(GroupState.DEAD):
@@ -174,7 +184,20 @@ class StreamsGroups:
                                            [(encode_group_key(req.group_id), None)], GROUP_WRITE_ERRORS))
         group.streams = StreamsGroup(req.group_id)
         group.protocol_type = STREAMS_GROUP_TYPE
+        delay = self.initial_delay_ms(req.group_id)
+        if delay > 0:
+            group.streams.delayed_until_ms = self.ctx.now_ms() + delay
+            self.ctx.call_later(delay, self._end_delay, group)
         return group
+
+    def _end_delay(self, group: Group) -> None:
+        """The initial delay is over: a new group epoch, so the next heartbeat computes the first real
+        target assignment."""
+        sg = group.streams
+        if self.ctx.live_group(group) and sg is not None and sg.delayed_until_ms is not None:
+            sg.delayed_until_ms = None
+            sg.group_epoch += 1
+            self.ctx.spawn(self.persist(group.group_id))
 
     def _join(self, sg: StreamsGroup, req: StreamsHeartbeat) -> tuple[StreamsMember, bool]:
         if req.instance_id is not None:
@@ -246,19 +269,13 @@ class StreamsGroups:
 
     @staticmethod
     def _take_topology(sg: StreamsGroup, member: StreamsMember, topology: Topology) -> bool:
-        """A joining member's topology: the group's first, or a newer epoch, becomes the group's (a
-        new group epoch); an equal epoch must be the same topology; an older one leaves the member
-        STALE_TOPOLOGY."""
+        """A joining member's topology becomes the group's if it has none (a new group epoch); any
+        other was refused before (``_heartbeat``)."""
         member.topology_epoch = topology.epoch
-        current = sg.topology
-        if current is None or topology.epoch > current.epoch:
+        if sg.topology is None:
             sg.topology = topology
             sg.topics_seen = None  # re-configure against the topics
             return True
-        if topology.epoch == current.epoch and topology != current:
-            raise StreamsError(ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH,
-                               f"Topology updated but topology epoch not bumped; the group's topology has epoch "
-                               f"{current.epoch}.")
         return False
 
     @staticmethod
@@ -282,11 +299,11 @@ class StreamsGroups:
             member.task_end_offsets = req.task_end_offsets
         return before != (member.rack_id, member.process_id, member.client_tags)
 
-    def _statuses(self, sg: StreamsGroup, member: StreamsMember) -> list[tuple[int, str]]:
-        statuses = list(sg.configured.statuses)
-        if sg.topology is not None and member.topology_epoch < sg.topology.epoch:
-            statuses.append((STALE_TOPOLOGY, f"The member's topology epoch {member.topology_epoch} is behind the "
-                                             f"group's topology epoch {sg.topology.epoch}."))
+    def _statuses(self, sg: StreamsGroup) -> list[tuple[int, str]]:
+        statuses = []
+        if sg.delayed_until_ms is not None:
+            statuses.append((ASSIGNMENT_DELAYED, "Assignment delayed due to the configured initial rebalance delay."))
+        statuses.extend(sg.configured.statuses)
         if sg.shutdown_requested:
             statuses.append((SHUTDOWN_APPLICATION, "A KafkaStreams instance encountered a fatal error and requested "
                                                    "a shutdown for the entire application."))
@@ -331,7 +348,7 @@ class StreamsGroups:
             member.rebalance_timer = None
         else:
             self.remove_member(group, member, "the member left the group")
-        return StreamsResult(ErrorCode.NONE, None, member.member_id, req.member_epoch, 0)
+        return StreamsResult(ErrorCode.NONE, None, member.member_id, req.member_epoch, 0, statuses=[])
 
     def remove_member(self, group: Group, member: StreamsMember, reason: str) -> None:
         """Fence or remove a member: its tasks are free and the group epoch rises."""
@@ -387,7 +404,10 @@ class StreamsGroups:
     # ================================================================== target assignment
 
     def _compute_target(self, sg: StreamsGroup) -> None:
-        tasks = sg.configured.tasks if sg.topology is not None and sg.configured.ready else {}
+        """Active tasks for the current group epoch: none while the topology is not ready or during
+        the initial delay (the members still move to the epoch, with nothing to do)."""
+        ready = sg.topology is not None and sg.configured.ready and sg.delayed_until_ms is None
+        tasks = sg.configured.tasks if ready else {}
         sg.target = assign_active(list(sg.members), tasks, sg.target)
         sg.assignment_epoch = sg.group_epoch
         sg.dirty.update(sg.members)

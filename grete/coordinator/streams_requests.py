@@ -10,10 +10,10 @@ from grete.coordinator.streams_state import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAV
 from grete.coordinator.streams_topology import TopicInfo, Topology
 from grete.protocol.errors import ErrorCode
 
-# Kafka's defaults, sent on every answer: the lag a warm-up task may have to count as caught up, and
-# how often members report their task offsets (grete offers no warm-up tasks, docs/groups.md).
-ACCEPTABLE_RECOVERY_LAG = 10000
-TASK_OFFSET_INTERVAL_MS = 60000
+# What Kafka 4.3.1 answers for the lag a warm-up task may have and how often members report task
+# offsets: 0 and 0 (measured; it offers no warm-up tasks either).
+ACCEPTABLE_RECOVERY_LAG = 0
+TASK_OFFSET_INTERVAL_MS = 0
 
 
 class StreamsError(Exception):
@@ -88,13 +88,11 @@ def validate(req: StreamsHeartbeat) -> None:
             raise invalid("WarmupTasks must be empty when (re-)joining.")
         if req.topology is None:
             raise invalid("Topology must be non-null when (re-)joining.")
-        if not req.process_id:
-            raise invalid("ProcessId can't be empty.")
     elif epoch == STATIC_LEAVE_EPOCH:
         if req.instance_id is None:
             raise invalid("InstanceId can't be null.")
     elif epoch < STATIC_LEAVE_EPOCH:
-        raise invalid("MemberEpoch is invalid.")
+        raise invalid(f"MemberEpoch is {epoch}, but must be greater than or equal to -2.")
     elif epoch != LEAVE_EPOCH and req.topology is not None:
         raise invalid("Topology can only be provided when (re-)joining.")
     if req.topology is not None:
@@ -102,17 +100,11 @@ def validate(req: StreamsHeartbeat) -> None:
 
 
 def _validate_topology(topology: Topology) -> None:
-    """Kafka's StreamsGroupTopologyValidation essentials: a subtopology reads something, and no
-    topic is both a user source topic and an internal one."""
-    internal = set(topology.internal_topics())
+    """Kafka's check that every subtopology reads something (STREAMS_INVALID_TOPOLOGY)."""
     for sub in topology.subtopologies:
         if not sub.source_topics and not sub.source_topic_regex and not sub.repartition_source_topics:
             raise StreamsError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
-                               f"Subtopology {sub.subtopology_id} has no source topics.")
-        clash = internal & set(sub.source_topics)
-        if clash:
-            raise StreamsError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
-                               f"Source topics {', '.join(sorted(clash))} are also internal topics.")
+                               f"No source topics found for subtopology {sub.subtopology_id}")
         if sub.source_topic_regex:
             # Kafka 4.3.1 resolves them; grete does not yet (docs/groups.md).
             raise StreamsError(ErrorCode.STREAMS_INVALID_TOPOLOGY,

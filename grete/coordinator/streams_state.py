@@ -78,6 +78,9 @@ class StreamsGroup:
     # Raised whenever an assignment or an endpoint changes; members behind it get the IQ map again.
     endpoint_epoch: int = 0
     shutdown_requested: bool = False
+    # group.streams.initial.rebalance.delay.ms: a new group assigns no tasks until this time (wall
+    # clock ms), so that the instances starting together are in the first assignment.
+    delayed_until_ms: int | None = None
     # The value of each record as last written (key -> value), so a heartbeat appends only changes.
     persisted: dict[bytes, bytes] = field(default_factory=dict)
     dirty: set[str] = field(default_factory=set)  # members whose records may have changed

@@ -32,6 +32,7 @@ MISSING_SOURCE_TOPICS = 1
 INCORRECTLY_PARTITIONED_TOPICS = 2
 MISSING_INTERNAL_TOPICS = 3
 SHUTDOWN_APPLICATION = 4
+ASSIGNMENT_DELAYED = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,7 @@ def configure(topology: Topology, view: TopicView) -> Configured:
             for info in sub.state_changelog_topics:
                 decided[info.name] = tasks[sub.subtopology_id]
         to_create = []
-        for name, info in sorted(topology.internal_topics().items()):
+        for name, info in topology.internal_topics().items():
             wanted = decided.get(name, info.partitions)
             if name in view:
                 if view[name][1] != wanted:
@@ -140,9 +141,25 @@ def configure(topology: Topology, view: TopicView) -> Configured:
     except _Misconfigured as exc:
         return Configured(statuses=((exc.code, exc.detail),))
     if to_create:
-        detail = f"Internal topics are missing: {_summary([t.name for t in to_create])}"
+        detail = f"Internal topics are missing: {', '.join(java_hash_order([t.name for t in to_create]))}"
         return Configured(tasks, tuple(to_create), ((MISSING_INTERNAL_TOPICS, detail),))
     return Configured(tasks)
+
+
+def java_hash_order(names: list[str]) -> list[str]:
+    """The order a java.util.HashMap of these keys iterates in (bucket by String.hashCode spread, then
+    insertion), which is the order Kafka 4.3.1 lists missing internal topics in."""
+    size = 16
+    while len(names) > size * 3 // 4:
+        size *= 2
+
+    def bucket(name: str) -> int:
+        h = 0
+        for ch in name:  # topic names are ASCII: one UTF-16 unit per character, as Java hashes them
+            h = (31 * h + ord(ch)) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (size - 1)
+
+    return [n for _, _, n in sorted((bucket(n), i, n) for i, n in enumerate(names))]
 
 
 def _repartition_counts(topology: Topology, view: TopicView) -> dict[str, int]:

@@ -5,6 +5,7 @@ queries map, and the records in __consumer_offsets surviving a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -16,14 +17,15 @@ from grete.coordinator.streams_records import decode_key
 from grete.coordinator.streams_requests import StreamsHeartbeat, StreamsResult
 from grete.coordinator.streams_state import MemberState, Tasks, assign_active
 from grete.coordinator.streams_topology import (
+    ASSIGNMENT_DELAYED,
     INCORRECTLY_PARTITIONED_TOPICS,
     MISSING_INTERNAL_TOPICS,
     MISSING_SOURCE_TOPICS,
-    STALE_TOPOLOGY,
     Subtopology,
     TopicInfo,
     Topology,
     configure,
+    java_hash_order,
 )
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import async_test, config, join
@@ -44,6 +46,7 @@ ALL_TOPICS = {"lines": (uuid.uuid4(), 3), REPARTITION: (uuid.uuid4(), 3), CHANGE
 async def coordinator(topics: dict[str, tuple[uuid.UUID, int]] | None = None,
                       store: InMemoryOffsetsStore | None = None, **overrides: Any) -> GroupCoordinator:
     seen = dict(ALL_TOPICS) if topics is None else topics  # the test may change it: the broker's view
+    overrides.setdefault("streams_initial_rebalance_delay_ms", 0)
     coord = GroupCoordinator(config(**overrides), store or InMemoryOffsetsStore(), topic_view=lambda: seen)
     await coord.start()
     return coord
@@ -75,10 +78,11 @@ def test_topology_statuses_and_internal_topics_as_kafka_configures_them() -> Non
     fresh = configure(WORD_COUNT, {"lines": (uuid.uuid4(), 4)})
     # The repartition topic takes the size of the topic written into it; the changelog one partition
     # per task of its subtopology; both are to be created, with the configs the topology asks for.
-    assert fresh.statuses == ((MISSING_INTERNAL_TOPICS,
-                               f"Internal topics are missing: {CHANGELOG}, {REPARTITION}"),)
-    assert fresh.to_create == (TopicInfo(CHANGELOG, 4, 0, (("cleanup.policy", "compact"),)),
-                               TopicInfo(REPARTITION, 4, 0, (("cleanup.policy", "delete"),)))
+    [(code, detail)] = fresh.statuses
+    assert code == MISSING_INTERNAL_TOPICS
+    assert detail == f"Internal topics are missing: {', '.join(java_hash_order([REPARTITION, CHANGELOG]))}"
+    assert fresh.to_create == (TopicInfo(REPARTITION, 4, 0, (("cleanup.policy", "delete"),)),
+                               TopicInfo(CHANGELOG, 4, 0, (("cleanup.policy", "compact"),)))
     wrong = configure(WORD_COUNT, {"lines": (uuid.uuid4(), 4), REPARTITION: (uuid.uuid4(), 4),
                                    CHANGELOG: (uuid.uuid4(), 2)})
     assert wrong.statuses == ((INCORRECTLY_PARTITIONED_TOPICS, f"Existing topic {CHANGELOG} has different number "
@@ -86,6 +90,16 @@ def test_topology_statuses_and_internal_topics_as_kafka_configures_them() -> Non
     ready = configure(WORD_COUNT, {"lines": (uuid.uuid4(), 4), REPARTITION: (uuid.uuid4(), 4),
                                    CHANGELOG: (uuid.uuid4(), 4)})
     assert ready.ready and ready.tasks == {"0": 4, "1": 4} and ready.to_create == ()
+
+
+def test_missing_internal_topics_are_listed_in_the_order_kafka_lists_them() -> None:
+    # Details Kafka 4.3.1 answered (java.util.HashMap order), whatever order the names come in.
+    for names, measured in ((["app-210ee5-counts-repartition", "app-210ee5-counts-changelog"],
+                             ["app-210ee5-counts-repartition", "app-210ee5-counts-changelog"]),
+                            (["fx-app-9a93eb", "cl-app-9a93eb"], ["fx-app-9a93eb", "cl-app-9a93eb"])):
+        assert java_hash_order(names) == java_hash_order(names[::-1]) == measured
+    assert java_hash_order(["app-ae5f50-counts-repartition", "app-ae5f50-counts-changelog"]) == [
+        "app-ae5f50-counts-changelog", "app-ae5f50-counts-repartition"]  # String.hashCode buckets 7 and 11
 
 
 def test_assignor_is_balanced_and_sticky() -> None:
@@ -160,12 +174,18 @@ async def test_epoch_errors_validation_and_topology_epochs() -> None:
         standby_tasks=frozenset(), warmup_tasks=frozenset(), process_id="p"))
     assert (no_topology.error, no_topology.message) == (ErrorCode.INVALID_REQUEST,
                                                         "Topology must be non-null when (re-)joining.")
+    # Kafka 4.3.1 takes no other topology than the group's, whatever its epoch.
     changed = Topology(1, WORD_COUNT.subtopologies[:1] + (Subtopology("1", source_topics=("lines",)),))
-    assert (await hb(coord, "C", topology=changed)).error is ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH
     newer = Topology(2, WORD_COUNT.subtopologies)
-    assert (await hb(coord, "D", topology=newer)).error is ErrorCode.NONE
-    stale = await hb(coord, "A", 1, owned=None)
-    assert stale.statuses is not None and [code for code, _ in stale.statuses] == [STALE_TOPOLOGY]
+    for topology in (changed, newer):
+        refused = await hb(coord, "C", topology=topology)
+        assert (refused.error, refused.message) == (ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+        assert "C" not in coord.groups["app"].streams.members  # type: ignore[union-attr]
+    empty = await hb(coord, "C", topology=Topology(1, (Subtopology("0"),)), group="other")
+    assert (empty.error, empty.message) == (ErrorCode.STREAMS_INVALID_TOPOLOGY, "No source topics found for subtopology 0")
+    assert (await hb(coord, "A", -3)).message == "MemberEpoch is -3, but must be greater than or equal to -2."
+    gone = await hb(coord, "A", 1, group="nobody")
+    assert (gone.error, gone.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Streams group nobody not found.")
 
 
 @async_test
@@ -253,3 +273,17 @@ async def test_records_survive_a_restart_in_kafkas_record_types() -> None:
     resumed = await hb(again, "B", b.member_epoch, owned=frozenset())
     assert resumed.error is ErrorCode.NONE
     await again.shutdown()
+
+
+@async_test
+async def test_initial_rebalance_delay_holds_the_first_assignment() -> None:
+    coord = await coordinator(streams_initial_rebalance_delay_ms=300)
+    a = await hb(coord, "A")
+    assert (a.member_epoch, tasks(a)) == (1, frozenset())
+    assert a.statuses == [(ASSIGNMENT_DELAYED, "Assignment delayed due to the configured initial rebalance delay.")]
+    b = await hb(coord, "B")  # within the delay: in the first assignment too
+    assert tasks(b) == frozenset()
+    await asyncio.sleep(0.4)
+    a2 = await hb(coord, "A", a.member_epoch, owned=frozenset())
+    b2 = await hb(coord, "B", b.member_epoch, owned=frozenset())
+    assert a2.statuses == [] and len(tasks(a2)) == 3 and len(tasks(b2)) == 3

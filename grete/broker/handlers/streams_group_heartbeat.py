@@ -35,7 +35,7 @@ log = logging.getLogger("grete.broker")
 @api(88, 0, 0)
 async def handle(ctx: RequestContext, request: Request) -> Response:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
-        return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, status=[])
     result = await ctx.broker.group_coordinator.streams_group_heartbeat(StreamsHeartbeat(
         group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
         endpoint_information_epoch=request.endpoint_information_epoch, instance_id=request.instance_id,
@@ -50,7 +50,7 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
         shutdown_application=request.shutdown_application, client_id=ctx.client_id or "",
         client_host=f"/{ctx.client_host}"))
     if result.error is not ErrorCode.NONE:
-        return Response(error_code=result.error, error_message=result.message)
+        return Response(error_code=result.error, error_message=result.message, status=[])
     if result.to_create:
         await _create_internal_topics(ctx, result.to_create)
     active = None if result.active_tasks is None else _task_ids(result.active_tasks)

@@ -1,0 +1,198 @@
+"""Streams groups (KIP-1071) on the wire, the same requests against grete and Kafka 4.3.1: ApiVersions,
+StreamsGroupHeartbeat's request checks and their messages, the first join (initial rebalance delay,
+MISSING_INTERNAL_TOPICS, the internal topics then created by the broker with the topology's configs),
+tasks and the interactive-queries map after the delay, StreamsGroupDescribe, fencing, topology
+updates refused, and how ConsumerGroupHeartbeat, JoinGroup, DescribeGroups, ListGroups and
+OffsetCommit treat a streams group."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from grete.protocol.errors import ErrorCode  # noqa: E402
+from grete.protocol.messages import (  # noqa: E402
+    ApiVersionsRequest,
+    ConsumerGroupHeartbeatRequest,
+    CreateTopicsRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    JoinGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    StreamsGroupDescribeRequest,
+    StreamsGroupHeartbeatRequest,
+)
+from tools.kafka_admin import call  # noqa: E402
+
+Q = StreamsGroupHeartbeatRequest
+DELAYED = (5, "Assignment delayed due to the configured initial rebalance delay.")
+NOT_READY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+@pytest.fixture
+def app(broker: Any, target: str) -> tuple[str, str]:
+    if target == "kafka-3.9":
+        pytest.skip("Kafka 3.9 has no streams groups")
+    topic, app_id = f"in-{uuid.uuid4().hex[:8]}", f"app-{uuid.uuid4().hex[:8]}"
+    call(broker.bootstrap, CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=topic, num_partitions=3, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000), 5)
+    # Kafka answers NOT_COORDINATOR until __consumer_offsets exists and its partition is loaded.
+    call(broker.bootstrap, FindCoordinatorRequest(key=app_id, key_type=0), 3)
+    deadline = time.monotonic() + 30
+    describe = StreamsGroupDescribeRequest(group_ids=[app_id], include_authorized_operations=False)
+    while call(broker.bootstrap, describe, 0).groups[0].error_code in NOT_READY:
+        assert time.monotonic() < deadline, "no group coordinator"
+        time.sleep(0.2)
+    return topic, app_id
+
+
+def word_count(topic: str, app_id: str) -> Any:
+    info = Q.TopicInfo
+    return Q.Topology(epoch=0, subtopologies=[
+        Q.Subtopology(subtopology_id="0", source_topics=[topic], source_topic_regex=[], state_changelog_topics=[],
+                      repartition_sink_topics=[f"{app_id}-counts-repartition"], repartition_source_topics=[],
+                      copartition_groups=[]),
+        Q.Subtopology(subtopology_id="1", source_topics=[], source_topic_regex=[], repartition_sink_topics=[],
+                      state_changelog_topics=[info(name=f"{app_id}-counts-changelog", partitions=0, replication_factor=0,
+                                                   topic_configs=[Q.KeyValue(key="cleanup.policy", value="compact")])],
+                      repartition_source_topics=[info(name=f"{app_id}-counts-repartition", partitions=0,
+                                                      replication_factor=0, topic_configs=[
+                                                          Q.KeyValue(key="cleanup.policy", value="delete")])],
+                      copartition_groups=[])])
+
+
+def heartbeat(bootstrap: str, app_id: str, member: str, epoch: int, topology: Any = None, **fields: Any) -> Any:
+    joining = epoch == 0
+    request = dict(group_id=app_id, member_id=member, member_epoch=epoch, endpoint_information_epoch=0,
+                   rebalance_timeout_ms=30000 if joining else -1, topology=topology,
+                   active_tasks=[] if joining else None, standby_tasks=[] if joining else None,
+                   warmup_tasks=[] if joining else None, process_id="p1" if joining else None)
+    request.update(fields)
+    return call(bootstrap, Q(**request), 0)
+
+
+def statuses(response: Any) -> list[tuple[int, str]]:
+    return [(s.status_code, s.status_detail) for s in response.status]
+
+
+def test_streams_group_apis_as_kafka_answers_them(broker: Any, app: tuple[str, str]) -> None:
+    topic, app_id = app
+    bs = broker.bootstrap
+    versions = call(bs, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+    assert {(k.api_key, k.min_version, k.max_version) for k in versions.api_keys if k.api_key in (88, 89)} == {
+        (88, 0, 0), (89, 0, 0)}
+    topology = word_count(topic, app_id)
+
+    # Request checks, each with Kafka's code and message (and an empty status list).
+    for fields, message in (({"member_id": ""}, "MemberId can't be empty."),
+                            ({"topology": None}, "Topology must be non-null when (re-)joining."),
+                            ({"rebalance_timeout_ms": -1}, "RebalanceTimeoutMs must be provided in first request."),
+                            ({"active_tasks": None}, "ActiveTasks must be empty when (re-)joining.")):
+        bad = heartbeat(bs, app_id, "m1", 0, **{"topology": topology, **fields})
+        assert (bad.error_code, bad.error_message, bad.status) == (ErrorCode.INVALID_REQUEST, message, [])
+    bad_epoch = heartbeat(bs, app_id, "m1", -3)
+    assert bad_epoch.error_message == "MemberEpoch is -3, but must be greater than or equal to -2."
+    nobody = heartbeat(bs, app_id, "zz", 1)
+    assert (nobody.error_code, nobody.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                         f"Streams group {app_id} not found.")
+
+    # The first join: no tasks yet, the delay and the missing internal topics reported.
+    joined = heartbeat(bs, app_id, "m1", 0, topology, user_endpoint=Q.Endpoint(host="h1", port=7001))
+    assert (joined.error_code, joined.member_id, joined.member_epoch) == (0, "m1", 1)
+    assert (joined.heartbeat_interval_ms, joined.acceptable_recovery_lag, joined.task_offset_interval_ms) == (
+        5000, 0, 0)
+    assert (joined.active_tasks, joined.standby_tasks, joined.warmup_tasks) == ([], [], [])
+    assert statuses(joined)[0] == DELAYED
+    code, detail = statuses(joined)[1]
+    assert code == 3 and detail.startswith("Internal topics are missing: ")
+    assert set(detail.split(": ")[1].split(", ")) == {f"{app_id}-counts-repartition", f"{app_id}-counts-changelog"}
+    fenced = heartbeat(bs, app_id, "m1", 99)
+    assert fenced.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert fenced.error_message == ("The streams group member has a greater member epoch (99) than the one known by "
+                                    "the group coordinator (1). The member must abandon all its partitions and rejoin.")
+    changed = word_count(topic, app_id)
+    changed.epoch = 1
+    refused = heartbeat(bs, app_id, "m2", 0, changed)
+    assert (refused.error_code, refused.error_message) == (ErrorCode.INVALID_REQUEST,
+                                                           "Topology updates are not supported yet.")
+
+    # After the delay (3 s by default), with the internal topics created: every task, and the
+    # partitions of the input topics for interactive queries.
+    time.sleep(3.5)
+    deadline, epoch = time.monotonic() + 20, joined.member_epoch
+    while True:
+        beat = heartbeat(bs, app_id, "m1", epoch)
+        assert beat.error_code == 0, beat.error_message
+        epoch = beat.member_epoch
+        if beat.active_tasks:
+            break
+        assert time.monotonic() < deadline, statuses(beat)
+        time.sleep(0.5)
+    assert statuses(beat) == []
+    assert [(t.subtopology_id, t.partitions) for t in beat.active_tasks] == [("0", [0, 1, 2]), ("1", [0, 1, 2])]
+    [endpoint] = beat.partitions_by_user_endpoint
+    assert (endpoint.user_endpoint.host, endpoint.user_endpoint.port) == ("h1", 7001)
+    assert {(tp.topic, tuple(tp.partitions)) for tp in endpoint.active_partitions} == {
+        (topic, (0, 1, 2)), (f"{app_id}-counts-repartition", (0, 1, 2))}
+    configs = call(bs, DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=2, resource_name=f"{app_id}-counts-changelog", configuration_keys=["cleanup.policy"])],
+        include_synonyms=False, include_documentation=False), 4)
+    assert [(c.name, c.value) for c in configs.results[0].configs] == [("cleanup.policy", "compact")]
+
+    described = call(bs, StreamsGroupDescribeRequest(group_ids=[app_id, "nope-x"], include_authorized_operations=False),
+                     0).groups
+    group = next(g for g in described if g.group_id == app_id)
+    missing = next(g for g in described if g.group_id == "nope-x")
+    assert (missing.error_code, missing.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group nope-x not found.")
+    assert (group.error_code, group.group_state, group.group_epoch, group.assignment_epoch) == (0, "Stable", epoch,
+                                                                                                 epoch)
+    assert [(s.subtopology_id, [(t.name, t.partitions) for t in s.repartition_source_topics + s.state_changelog_topics])
+            for s in group.topology.subtopologies] == [
+        ("0", []), ("1", [(f"{app_id}-counts-repartition", 3), (f"{app_id}-counts-changelog", 3)])]
+    [member] = group.members
+    assert (member.member_id, member.member_epoch, member.process_id, member.topology_epoch, member.is_classic) == (
+        "m1", epoch, "p1", 0, False)
+
+    # The other protocols and APIs meeting a streams group.
+    consumer = call(bs, ConsumerGroupHeartbeatRequest(group_id=app_id, member_id="c1", member_epoch=0,
+                                                      rebalance_timeout_ms=1000, subscribed_topic_names=[topic],
+                                                      topic_partitions=[]), 0)
+    assert (consumer.error_code, consumer.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                             f"Group {app_id} is not a consumer group.")
+    join = call(bs, JoinGroupRequest(group_id=app_id, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                     member_id="", protocol_type="consumer", protocols=[
+                                         JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]), 5)
+    assert join.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    v6 = call(bs, DescribeGroupsRequest(groups=[app_id], include_authorized_operations=False), 6).groups[0]
+    assert (v6.error_code, v6.error_message, v6.group_state) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                                 f"Group {app_id} is not a classic group.", "Dead")
+    listed = call(bs, ListGroupsRequest(states_filter=[], types_filter=["streams"]), 5).groups
+    assert [(g.protocol_type, g.group_state, g.group_type) for g in listed if g.group_id == app_id] == [
+        ("streams", "Stable", "streams")]
+
+    def commit(member_id: str, epoch: int) -> int:
+        answer = call(bs, OffsetCommitRequest(group_id=app_id, generation_id_or_member_epoch=epoch, member_id=member_id,
+                                              topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+                                                  OffsetCommitRequest.OffsetCommitRequestPartition(
+                                                      partition_index=0, committed_offset=1)])]), 9)
+        return int(answer.topics[0].partitions[0].error_code)
+
+    assert commit("m1", epoch + 5) == ErrorCode.STALE_MEMBER_EPOCH
+    assert commit("", -1) == ErrorCode.UNKNOWN_MEMBER_ID  # the group has members
+    assert commit("m1", epoch) == ErrorCode.NONE
+
+    left = heartbeat(bs, app_id, "m1", -1)
+    assert (left.error_code, left.member_epoch, left.heartbeat_interval_ms, left.status) == (0, -1, 0, [])
+    after = call(bs, StreamsGroupDescribeRequest(group_ids=[app_id], include_authorized_operations=False), 0).groups[0]
+    assert (after.group_state, after.members) == ("Empty", [])
