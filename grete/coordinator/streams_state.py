@@ -118,11 +118,17 @@ class StreamsGroup:
 def assign_active(members: list[str], tasks: dict[str, int], previous: dict[str, Tasks]) -> dict[str, Tasks]:
     """A sticky, balanced assignment of active tasks: every member ends with ``T // M`` or one more
     task; a member keeps the tasks it had as far as that allows, so a rebalance moves as few tasks as
-    it can. Members and tasks are taken in a fixed order so every coordinator computes the same."""
+    it can. Tasks are taken partition by partition across subtopologies, so each member gets a share of
+    every subtopology (the load differs between them); members and tasks are taken in a fixed order
+    so every coordinator computes the same."""
     if not members:
         return {}
     ordered = sorted(members)
-    all_tasks = [(sub, p) for sub in sorted(tasks) for p in range(tasks[sub])]
+
+    def spread(task: Task) -> tuple[int, str]:
+        return task[1], task[0]
+
+    all_tasks = sorted(((sub, p) for sub in tasks for p in range(tasks[sub])), key=spread)
     base, extra = divmod(len(all_tasks), len(ordered))
     result: dict[str, set[Task]] = {m: set() for m in ordered}
     taken: set[Task] = set()
@@ -130,7 +136,7 @@ def assign_active(members: list[str], tasks: dict[str, int], previous: dict[str,
     # Keep up to the base quota first, then one more for as many members as the remainder allows.
     for limit in (base, base + 1):
         for m in ordered:
-            for task in sorted(previous.get(m, NO_TASKS) & valid):
+            for task in sorted(previous.get(m, NO_TASKS) & valid, key=spread):
                 if task in taken or len(result[m]) >= limit:
                     continue
                 if limit > base:
