@@ -27,6 +27,7 @@ from grete.protocol.messages import (  # noqa: E402
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
+    IncrementalAlterConfigsRequest,
     JoinGroupRequest,
     ListGroupsRequest,
     OffsetCommitRequest,
@@ -197,3 +198,55 @@ def test_streams_group_apis_as_kafka_answers_them(app: tuple[str, str], broker: 
     assert (left.error_code, left.member_epoch, left.heartbeat_interval_ms, left.status) == (0, -1, 0, [])
     after = call(bs, StreamsGroupDescribeRequest(group_ids=[app_id], include_authorized_operations=False), 0).groups[0]
     assert (after.group_state, after.members) == ("Empty", [])
+
+
+def test_standby_replicas_from_the_group_config(app: tuple[str, str], broker: Any) -> None:
+    """streams.num.standby.replicas=1 (a GROUP config): two members of two processes each run half the
+    tasks and hold the standby copies of the other's stateful tasks."""
+    topic, app_id = app
+    bs = broker.bootstrap
+    iac = IncrementalAlterConfigsRequest
+    altered = call(bs, iac(resources=[iac.AlterConfigsResource(resource_type=32, resource_name=app_id, configs=[
+        iac.AlterableConfig(name="streams.num.standby.replicas", config_operation=0, value="1")])]), 1)
+    assert altered.responses[0].error_code == 0
+    topology = word_count(topic, app_id)
+    held: dict[str, tuple[int, set[tuple[str, int]], set[tuple[str, int]]]] = {}
+    for member, process in (("m1", "p1"), ("m2", "p2")):
+        joined = heartbeat(bs, app_id, member, 0, topology, process_id=process)
+        assert joined.error_code == 0, joined.error_message
+        held[member] = (joined.member_epoch, set(), set())
+    deadline = time.monotonic() + 30
+    while True:  # each member reports what it holds until both are told the same again
+        settled = True
+        for member, (epoch, active, standby) in list(held.items()):
+            beat = heartbeat(bs, app_id, member, epoch, active_tasks=_ids(active), standby_tasks=_ids(standby),
+                             warmup_tasks=[])
+            assert beat.error_code == 0, beat.error_message
+            if beat.active_tasks is not None:
+                active = {(t.subtopology_id, p) for t in beat.active_tasks for p in t.partitions}
+                standby = {(t.subtopology_id, p) for t in beat.standby_tasks for p in t.partitions}
+                settled = False
+            settled &= beat.member_epoch == epoch
+            held[member] = (beat.member_epoch, active, standby)
+        group = call(bs, StreamsGroupDescribeRequest(group_ids=[app_id], include_authorized_operations=False),
+                     0).groups[0]
+        if settled and group.group_state == "Stable" and all(a for _, a, _ in held.values()):
+            break
+        assert time.monotonic() < deadline, (group.group_state, held)
+        time.sleep(0.5)
+    (_, active1, standby1), (_, active2, standby2) = held["m1"], held["m2"]
+    everything = {(s, p) for s in ("0", "1") for p in range(3)}
+    assert active1 | active2 == everything and not active1 & active2 and len(active1) == len(active2) == 3
+    # Only the stateful subtopology ("1", with the changelog) gets copies.
+    assert (standby1, standby2) == ({t for t in active2 if t[0] == "1"}, {t for t in active1 if t[0] == "1"})
+    assert standby1 | standby2 == {("1", p) for p in range(3)}
+    described = {m.member_id: {(t.subtopology_id, p) for t in m.assignment.standby_tasks for p in t.partitions}
+                 for m in group.members}
+    assert described == {"m1": standby1, "m2": standby2}
+
+
+def _ids(tasks: set[tuple[str, int]]) -> list[Any]:
+    by_sub: dict[str, list[int]] = {}
+    for sub, p in sorted(tasks):
+        by_sub.setdefault(sub, []).append(p)
+    return [Q.TaskIds(subtopology_id=s, partitions=ps) for s, ps in by_sub.items()]

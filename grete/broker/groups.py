@@ -110,6 +110,7 @@ def group_config(broker: Broker) -> GroupConfig:
         streams_heartbeat_interval_ms=cfg.get_int("group.streams.heartbeat.interval.ms"),
         streams_max_size=cfg.get_int("group.streams.max.size"),
         streams_initial_rebalance_delay_ms=cfg.get_int("group.streams.initial.rebalance.delay.ms"),
+        streams_num_standby_replicas=cfg.get_int("group.streams.num.standby.replicas"),
         streams_protocol_enabled="streams" in cfg.get_list("group.coordinator.rebalance.protocols"),
     )
 

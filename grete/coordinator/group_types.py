@@ -47,6 +47,7 @@ class GroupConfig:
     streams_heartbeat_interval_ms: int = 5000
     streams_max_size: int = 2**31 - 1
     streams_initial_rebalance_delay_ms: int = 3000
+    streams_num_standby_replicas: int = 0
     streams_protocol_enabled: bool = True  # "streams" in group.coordinator.rebalance.protocols
 
     @property

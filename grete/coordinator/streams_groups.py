@@ -36,6 +36,7 @@ from grete.coordinator.streams_state import (
     StreamsGroup,
     StreamsMember,
     assign_active,
+    assign_standby,
     reconcile,
 )
 from grete.coordinator.streams_topology import (
@@ -67,6 +68,10 @@ class StreamsGroups:
     def initial_delay_ms(self, group_id: str) -> int:
         return self._setting(group_id, "streams.initial.rebalance.delay.ms",
                              self.ctx.config.streams_initial_rebalance_delay_ms)
+
+    def standby_replicas(self, group_id: str) -> int:
+        return self._setting(group_id, "streams.num.standby.replicas",
+                             self.ctx.config.streams_num_standby_replicas)
 
     def heartbeat_interval_ms(self, group_id: str) -> int:
         return self._setting(group_id, "streams.heartbeat.interval.ms",
@@ -136,16 +141,18 @@ class StreamsGroups:
         if req.shutdown_application:
             sg.shutdown_requested = True
         self.refresh(sg, self.ctx.topic_view(), bump)
-        before = member.assigned
-        reconcile(sg, member, req.active_tasks)
-        if member.assigned != before or member.user_endpoint != endpoint_before:
+        before = (member.assigned, member.standby)
+        reconcile(sg, member, req.active_tasks, req.standby_tasks)
+        changed = (member.assigned, member.standby) != before
+        if changed or member.user_endpoint != endpoint_before:
             sg.endpoint_epoch += 1
         sg.dirty.add(member.member_id)
         self._arm_timers(group, sg, member)
-        full = req.member_epoch == JOIN_EPOCH or member.assigned != before
+        full = req.member_epoch == JOIN_EPOCH or changed
         return StreamsResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch, self.heartbeat_interval_ms(sg.group_id),
             statuses=self._statuses(sg), active_tasks=member.assigned if full else None,
+            standby_tasks=member.standby if full else None,
             endpoint_epoch=sg.endpoint_epoch,
             endpoints=(self._endpoints(sg) if req.endpoint_information_epoch < sg.endpoint_epoch else None),
             to_create=sg.configured.to_create)
@@ -153,6 +160,8 @@ class StreamsGroups:
     def refresh(self, sg: StreamsGroup, view: TopicView, bump: bool) -> None:
         """Re-check the topology when the topics it uses changed; a new group epoch if anything did;
         then a new target assignment if the group epoch is ahead of it."""
+        if self.standby_replicas(sg.group_id) != sg.standby_replicas:
+            bump = True  # a group config changed how many standby copies to place
         if sg.topology is not None:
             seen = sg.used_topics(view)
             if seen != sg.topics_seen:
@@ -230,6 +239,7 @@ class StreamsGroups:
         """A static member back within its session: the new member id takes over the old one's tasks
         and target without a rebalance."""
         assigned, pending = old.assigned, old.pending_revocation
+        standby, pending_standby = old.standby, old.pending_standby_revocation
         self._drop(sg, old)
         sg.dirty.add(old.member_id)
         member = StreamsMember(member_id, instance_id=old.instance_id, rack_id=old.rack_id,
@@ -238,9 +248,11 @@ class StreamsGroups:
                                client_tags=old.client_tags, previous_member_epoch=old.previous_member_epoch)
         sg.members[member_id] = member
         sg.target[member_id] = sg.target.pop(old.member_id, frozenset())
+        sg.target_standby[member_id] = sg.target_standby.pop(old.member_id, frozenset())
         if old.instance_id is not None:
             sg.static_members[old.instance_id] = member_id
         sg.set_owned(member, assigned, pending)
+        member.standby, member.pending_standby_revocation = standby, pending_standby
         return member
 
     def _known_member(self, sg: StreamsGroup, req: StreamsHeartbeat) -> StreamsMember:
@@ -310,23 +322,23 @@ class StreamsGroups:
         return statuses
 
     def _endpoints(self, sg: StreamsGroup) -> list[EndpointPartitions]:
-        """For interactive queries: each member's endpoint and the partitions its active tasks read
-        (a task's partition of each of its subtopology's input topics that has it)."""
+        """For interactive queries: each member's endpoint and the partitions its active and its
+        standby tasks read (a task's partition of each of its subtopology's input topics that has it)."""
         if sg.topology is None:
             return []
         view = self.ctx.topic_view()
         inputs = {sub.subtopology_id: sub.inputs() for sub in sg.topology.subtopologies}
-        out: list[EndpointPartitions] = []
-        for member in sorted(sg.members.values(), key=lambda m: m.member_id):
-            if member.user_endpoint is None:
-                continue
-            partitions: dict[str, list[int]] = {}
-            for sub_id, p in sorted(member.assigned):
+
+        def partitions(tasks: frozenset[tuple[str, int]]) -> dict[str, list[int]]:
+            found: dict[str, list[int]] = {}
+            for sub_id, p in sorted(tasks):
                 for topic in inputs.get(sub_id, ()):
                     if topic in view and p < view[topic][1]:
-                        partitions.setdefault(topic, []).append(p)
-            out.append((member.user_endpoint, {t: sorted(ps) for t, ps in sorted(partitions.items())}))
-        return out
+                        found.setdefault(topic, []).append(p)
+            return {t: sorted(ps) for t, ps in sorted(found.items())}
+
+        return [(m.user_endpoint, partitions(m.assigned), partitions(m.standby))
+                for m in sorted(sg.members.values(), key=lambda m: m.member_id) if m.user_endpoint is not None]
 
     # ============================================================================= leaving
 
@@ -358,6 +370,7 @@ class StreamsGroups:
         log.info("streams group %s: removing member %s (%s)", sg.group_id, member.member_id, reason)
         self._drop(sg, member)
         sg.target.pop(member.member_id, None)
+        sg.target_standby.pop(member.member_id, None)
         sg.group_epoch += 1
         sg.endpoint_epoch += 1
         sg.dirty.add(member.member_id)
@@ -406,9 +419,15 @@ class StreamsGroups:
     def _compute_target(self, sg: StreamsGroup) -> None:
         """Active tasks for the current group epoch: none while the topology is not ready or during
         the initial delay (the members still move to the epoch, with nothing to do)."""
-        ready = sg.topology is not None and sg.configured.ready and sg.delayed_until_ms is None
+        topology = sg.topology
+        ready = topology is not None and sg.configured.ready and sg.delayed_until_ms is None
         tasks = sg.configured.tasks if ready else {}
         sg.target = assign_active(list(sg.members), tasks, sg.target)
+        sg.standby_replicas = self.standby_replicas(sg.group_id)
+        stateful = ({s.subtopology_id for s in topology.subtopologies if s.state_changelog_topics}
+                    if ready and topology is not None else set())
+        sg.target_standby = assign_standby({m.member_id: m.process for m in sg.members.values()}, sg.target,
+                                           sg.standby_replicas, sg.target_standby, stateful)
         sg.assignment_epoch = sg.group_epoch
         sg.dirty.update(sg.members)
 

@@ -173,11 +173,11 @@ def member_metadata_value(m: StreamsMember) -> bytes:
     return w.getvalue()
 
 
-def target_member_value(tasks: Tasks) -> bytes:
+def target_member_value(active: Tasks, standby: Tasks) -> bytes:
     w = _value()
-    _tasks(w, tasks)
-    _tasks(w, frozenset())  # standby tasks: grete assigns none
-    _tasks(w, frozenset())  # warm-up tasks
+    _tasks(w, active)
+    _tasks(w, standby)
+    _tasks(w, frozenset())  # warm-up tasks: grete assigns none
     w.uvarint(0)
     return w.getvalue()
 
@@ -187,7 +187,7 @@ def current_assignment_value(m: StreamsMember) -> bytes:
     w.int32(m.member_epoch)
     w.int32(m.previous_member_epoch)
     w.int8(int(m.state))
-    for tasks in (m.assigned, frozenset(), frozenset(), m.pending_revocation, frozenset(), frozenset()):
+    for tasks in (m.assigned, m.standby, frozenset(), m.pending_revocation, m.pending_standby_revocation, frozenset()):
         _tasks(w, tasks)
     w.uvarint(0)
     return w.getvalue()
@@ -208,8 +208,8 @@ def group_records(sg: StreamsGroup, member_ids: Iterable[str]) -> dict[bytes, by
         if m is None:
             continue
         records[key(MEMBER_METADATA, gid, member_id)] = member_metadata_value(m)
-        records[key(TARGET_ASSIGNMENT_MEMBER, gid, member_id)] = target_member_value(sg.target.get(member_id,
-                                                                                                   frozenset()))
+        records[key(TARGET_ASSIGNMENT_MEMBER, gid, member_id)] = target_member_value(
+            sg.target.get(member_id, frozenset()), sg.target_standby.get(member_id, frozenset()))
         records[key(CURRENT_MEMBER_ASSIGNMENT, gid, member_id)] = current_assignment_value(m)
     return records
 
@@ -340,7 +340,7 @@ def _apply(sg: StreamsGroup, record_type: int, member_id: str, r: Reader) -> Non
     elif record_type == TOPOLOGY:
         sg.topology = _read_topology(r)
     elif record_type == TARGET_ASSIGNMENT_MEMBER:
-        sg.target[member_id] = _read_tasks(r)
+        sg.target[member_id], sg.target_standby[member_id] = _read_tasks(r), _read_tasks(r)
     elif record_type == MEMBER_METADATA:
         m = _member(sg, member_id)
         m.instance_id, m.rack_id = r.nullable_string(True), r.nullable_string(True)
@@ -357,9 +357,8 @@ def _apply(sg: StreamsGroup, record_type: int, member_id: str, r: Reader) -> Non
         m.member_epoch, m.previous_member_epoch = r.int32(), r.int32()
         state = r.int8()
         m.state = MemberState(state) if state in MemberState._value2member_map_ else MemberState.UNKNOWN
-        active, _standby, _warmup = _read_tasks(r), _read_tasks(r), _read_tasks(r)
-        pending = _read_tasks(r)
-        m.assigned, m.pending_revocation = active, pending
+        m.assigned, m.standby, _warmup = _read_tasks(r), _read_tasks(r), _read_tasks(r)
+        m.pending_revocation, m.pending_standby_revocation = _read_tasks(r), _read_tasks(r)
 
 
 def _finish(sg: StreamsGroup, described: set[str | None]) -> None:
@@ -369,6 +368,7 @@ def _finish(sg: StreamsGroup, described: set[str | None]) -> None:
     for member_id in [mid for mid in sg.members if mid not in described]:
         del sg.members[member_id]
     sg.target = {mid: t for mid, t in sg.target.items() if mid in sg.members}
+    sg.target_standby = {mid: t for mid, t in sg.target_standby.items() if mid in sg.members}
     for m in sg.members.values():
         if m.instance_id is not None:
             sg.static_members[m.instance_id] = m.member_id

@@ -46,8 +46,8 @@ class StreamsHeartbeat:
     client_host: str = ""
 
 
-# An endpoint of interactive queries and the partitions its member's active tasks hold.
-EndpointPartitions = tuple[tuple[str, int], dict[str, list[int]]]
+# An endpoint of interactive queries and the partitions its member's active and standby tasks hold.
+EndpointPartitions = tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]
 
 
 @dataclass
@@ -59,6 +59,7 @@ class StreamsResult:
     heartbeat_interval_ms: int = 0
     statuses: list[tuple[int, str]] | None = None
     active_tasks: Tasks | None = None  # None: unchanged since the member's last heartbeat
+    standby_tasks: Tasks | None = None
     endpoint_epoch: int = 0
     endpoints: list[EndpointPartitions] | None = None
     # Internal topics the broker should create (Kafka's auto-topic creation for streams groups).

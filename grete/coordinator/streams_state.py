@@ -8,8 +8,9 @@ once it holds no task the target gives to another member. A member is first told
 UNREVOKED_TASKS, its epoch unchanged) and a task goes to its new owner only once the previous owner
 reported it gone (UNRELEASED_TASKS until then): revoke before assign.
 
-grete assigns active tasks only: standby and warm-up tasks are not offered (as with Kafka's default
-``group.streams.num.standby.replicas=0``; a value above 0 is refused as a config, docs/groups.md).
+Standby tasks (``group.streams.num.standby.replicas``, default 0): each active task of a stateful
+subtopology gets that many standby copies on members of other processes (a process's instances share a state directory), placed
+like the active ones, sticky and by load. Warm-up tasks are not offered (docs/groups.md).
 """
 
 from __future__ import annotations
@@ -53,13 +54,20 @@ class StreamsMember:
     state: MemberState = MemberState.STABLE
     assigned: Tasks = NO_TASKS
     pending_revocation: Tasks = NO_TASKS
+    standby: Tasks = NO_TASKS
+    pending_standby_revocation: Tasks = NO_TASKS
     task_offsets: tuple[tuple[str, int, int], ...] = ()
     task_end_offsets: tuple[tuple[str, int, int], ...] = ()
     session_timer: asyncio.TimerHandle | None = None
     rebalance_timer: asyncio.TimerHandle | None = None
 
     def owned(self) -> Tasks:
+        """The active tasks the member may still be running."""
         return self.assigned | self.pending_revocation
+
+    @property
+    def process(self) -> str:
+        return self.process_id or self.member_id
 
 
 @dataclass(eq=False)
@@ -70,6 +78,9 @@ class StreamsGroup:
     members: dict[str, StreamsMember] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     target: dict[str, Tasks] = field(default_factory=dict)  # member id -> target active tasks
+    target_standby: dict[str, Tasks] = field(default_factory=dict)  # member id -> target standby tasks
+    # The number of standby replicas the target assignment was computed with: a change re-assigns.
+    standby_replicas: int = 0
     owners: dict[Task, str] = field(default_factory=dict)  # task -> member holding it
     topology: Topology | None = None
     configured: Configured = field(default_factory=Configured)
@@ -108,11 +119,17 @@ class StreamsGroup:
 
     def release(self, member: StreamsMember) -> None:
         self.set_owned(member, NO_TASKS, NO_TASKS)
+        member.standby = member.pending_standby_revocation = NO_TASKS
 
     def used_topics(self, view: TopicView) -> dict[str, int]:
         if self.topology is None:
             return {}
         return {name: view[name][1] for name in sorted(self.topology.required_topics()) if name in view}
+
+
+def spread(task: Task) -> tuple[int, str]:
+    """Partition by partition across subtopologies."""
+    return task[1], task[0]
 
 
 def assign_active(members: list[str], tasks: dict[str, int], previous: dict[str, Tasks]) -> dict[str, Tasks]:
@@ -124,9 +141,6 @@ def assign_active(members: list[str], tasks: dict[str, int], previous: dict[str,
     if not members:
         return {}
     ordered = sorted(members)
-
-    def spread(task: Task) -> tuple[int, str]:
-        return task[1], task[0]
 
     all_tasks = sorted(((sub, p) for sub in tasks for p in range(tasks[sub])), key=spread)
     base, extra = divmod(len(all_tasks), len(ordered))
@@ -152,29 +166,75 @@ def assign_active(members: list[str], tasks: dict[str, int], previous: dict[str,
     return {m: frozenset(ts) for m, ts in result.items()}
 
 
-def reconcile(group: StreamsGroup, member: StreamsMember, owned: Tasks | None) -> None:
-    """Move ``member`` one step toward its target. ``owned`` is the active tasks its heartbeat
-    reported, or None when it did not say (unchanged since its last heartbeat)."""
+def assign_standby(processes: dict[str, str], active: dict[str, Tasks], replicas: int,
+                   previous: dict[str, Tasks], stateful: set[str]) -> dict[str, Tasks]:
+    """``replicas`` standby copies of every active task of a stateful subtopology (one with changelog
+    topics: only state needs a copy, as in Kafka 4.3.1), each on a member of a process that holds no
+    other copy of it (Kafka's rule: never in the active owner's process); the least loaded member
+    (active and standby tasks) wins, a member that had the standby counting one task lighter so
+    copies stay where their state already is. A task gets fewer copies when processes run out."""
+    result: dict[str, set[Task]] = {m: set() for m in processes}
+    if replicas <= 0:
+        return {m: NO_TASKS for m in processes}
+    load = {m: len(active.get(m, NO_TASKS)) for m in processes}
+    owner_of = {t: m for m, ts in active.items() for t in ts if m in processes and t[0] in stateful}
+    for task in sorted(owner_of, key=spread):
+        used = {processes[owner_of[task]]}
+        for _ in range(replicas):
+            candidates = [m for m in sorted(processes) if processes[m] not in used]
+            if not candidates:
+                break
+            pick = min(candidates, key=lambda m: (load[m] - (task in previous.get(m, NO_TASKS)), m))
+            result[pick].add(task)
+            load[pick] += 1
+            used.add(processes[pick])
+    return {m: frozenset(ts) for m, ts in result.items()}
+
+
+def _still_holds(reported: Tasks | None, pending: Tasks) -> bool:
+    """Whether a member may still run tasks it must give up (None: it did not say)."""
+    return bool(pending) and (reported is None or bool(reported & pending))
+
+
+def reconcile(group: StreamsGroup, member: StreamsMember, owned: Tasks | None,
+              owned_standby: Tasks | None = None) -> None:
+    """Move ``member`` one step toward its target. ``owned`` / ``owned_standby`` are the active and
+    standby tasks its heartbeat reported, or None when it did not say (unchanged since its last)."""
     if member.state is MemberState.UNREVOKED_TASKS:
-        if owned is None or owned & member.pending_revocation:
+        if _still_holds(owned, member.pending_revocation) or _still_holds(
+                owned_standby, member.pending_standby_revocation):
             return  # still revoking: nothing moves until the member confirms
     elif member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
         return
     target = group.target.get(member.member_id, NO_TASKS)
-    keep = member.assigned & target
-    revoke = member.assigned - keep
-    wanted = target - keep
+    target_standby = group.target_standby.get(member.member_id, NO_TASKS)
+    keep, keep_standby = member.assigned & target, member.standby & target_standby
+    revoke, revoke_standby = member.assigned - keep, member.standby - keep_standby
+    wanted, wanted_standby = target - keep, target_standby - keep_standby
     free = frozenset(t for t in wanted if group.owners.get(t, member.member_id) == member.member_id)
-    if revoke and (owned is None or owned & revoke):
+    # A standby copy waits while the task is still active in the member's own process (its state
+    # directory is the same).
+    free_standby = frozenset(t for t in wanted_standby if not _active_in_process(group, member, t))
+    if _still_holds(owned, revoke) or _still_holds(owned_standby, revoke_standby):
         group.set_owned(member, keep, revoke)
+        member.standby, member.pending_standby_revocation = keep_standby, revoke_standby
         member.state = MemberState.UNREVOKED_TASKS
         return
     group.set_owned(member, keep | free, NO_TASKS)
+    member.standby, member.pending_standby_revocation = keep_standby | free_standby, NO_TASKS
     if member.member_epoch != group.assignment_epoch:
         member.previous_member_epoch = member.member_epoch
         member.member_epoch = group.assignment_epoch
-    member.state = MemberState.UNRELEASED_TASKS if wanted - free else MemberState.STABLE
+    unreleased = (wanted - free) or (wanted_standby - free_standby)
+    member.state = MemberState.UNRELEASED_TASKS if unreleased else MemberState.STABLE
 
+
+def _active_in_process(group: StreamsGroup, member: StreamsMember, task: Task) -> bool:
+    owner = group.owners.get(task)
+    if owner is None:
+        return False
+    other = group.members.get(owner)
+    return other is not None and other.process == member.process
 
 def validate_commit(sg: StreamsGroup, member_id: str, epoch: int, transactional: bool) -> ErrorCode | None:
     """StreamsGroup.validateOffsetCommit: a negative epoch commits as an admin only while the group

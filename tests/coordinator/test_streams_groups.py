@@ -54,14 +54,16 @@ async def coordinator(topics: dict[str, tuple[uuid.UUID, int]] | None = None,
 
 async def hb(coord: GroupCoordinator, member: str, epoch: int = 0, *, owned: Tasks | None = None,
              topology: Topology | None = None, endpoint_epoch: int = 0, instance: str | None = None,
-             endpoint: tuple[str, int] | None = None, group: str = "app") -> StreamsResult:
+             endpoint: tuple[str, int] | None = None, group: str = "app", standby: Tasks | None = None,
+             process: str | None = None) -> StreamsResult:
     joining = epoch == 0
     return await coord.streams_group_heartbeat(StreamsHeartbeat(
         group_id=group, member_id=member, member_epoch=epoch, endpoint_information_epoch=endpoint_epoch,
         instance_id=instance, rebalance_timeout_ms=30000 if joining else -1,
         topology=(topology or WORD_COUNT) if joining else None,
-        active_tasks=frozenset() if joining else owned, standby_tasks=frozenset() if joining else None,
-        warmup_tasks=frozenset() if joining else None, process_id=f"process-{member}" if joining else None,
+        active_tasks=frozenset() if joining else owned, standby_tasks=frozenset() if joining else standby,
+        warmup_tasks=frozenset() if joining else None,
+        process_id=(process or f"process-{member}") if joining else None,
         user_endpoint=endpoint, client_id="c", client_host="/127.0.0.1"))
 
 
@@ -243,9 +245,9 @@ async def test_endpoints_map_the_partitions_of_each_members_active_tasks() -> No
     coord = await coordinator()
     a = await hb(coord, "A", endpoint=("hostA", 7001))
     assert a.endpoints is not None and a.endpoint_epoch > 0
-    [(endpoint, partitions)] = a.endpoints
+    [(endpoint, partitions, standby)] = a.endpoints
     assert endpoint == ("hostA", 7001)
-    assert partitions == {"lines": [0, 1, 2], REPARTITION: [0, 1, 2]}
+    assert (partitions, standby) == ({"lines": [0, 1, 2], REPARTITION: [0, 1, 2]}, {})
     again = await hb(coord, "A", 1, owned=tasks(a), endpoint_epoch=a.endpoint_epoch)
     assert again.endpoints is None  # the member is up to date
 
@@ -253,7 +255,7 @@ async def test_endpoints_map_the_partitions_of_each_members_active_tasks() -> No
 @async_test
 async def test_records_survive_a_restart_in_kafkas_record_types() -> None:
     store = InMemoryOffsetsStore()
-    coord = await coordinator(store=store)
+    coord = await coordinator(store=store, streams_num_standby_replicas=1)
     a = await hb(coord, "A", endpoint=("hostA", 7001))
     b = await hb(coord, "B")
     a2 = await hb(coord, "A", 1, owned=tasks(a))
@@ -261,14 +263,18 @@ async def test_records_survive_a_restart_in_kafkas_record_types() -> None:
     await coord.shutdown()
     written = {decode_key(k)[0] for p in store.partitions.values() for k, _ in p if decode_key(k) is not None}
     assert written == {17, 19, 20, 21, 22, 23}  # metadata, member, target metadata/member, current, topology
-    again = await coordinator(store=store)
+    again = await coordinator(store=store, streams_num_standby_replicas=1)
     before, after = coord.groups["app"].streams, again.groups["app"].streams
     assert before is not None and after is not None
     assert (after.group_epoch, after.assignment_epoch, after.topology) == (
         before.group_epoch, before.assignment_epoch, WORD_COUNT)
-    assert {m: (x.member_epoch, x.assigned, x.state, x.user_endpoint) for m, x in after.members.items()} == {
-        m: (x.member_epoch, x.assigned, x.state, x.user_endpoint) for m, x in before.members.items()}
-    assert after.target == before.target and after.owners == before.owners
+    def members(g: Any) -> dict[str, Any]:
+        return {m: (x.member_epoch, x.assigned, x.pending_revocation, x.standby, x.state, x.user_endpoint, x.process_id)
+                for m, x in g.members.items()}
+
+    assert members(after) == members(before)
+    assert any(x.standby for x in after.members.values())
+    assert (after.target, after.target_standby, after.owners) == (before.target, before.target_standby, before.owners)
     # B continues where it was, at its epoch.
     resumed = await hb(again, "B", b.member_epoch, owned=frozenset())
     assert resumed.error is ErrorCode.NONE
@@ -287,3 +293,52 @@ async def test_initial_rebalance_delay_holds_the_first_assignment() -> None:
     a2 = await hb(coord, "A", a.member_epoch, owned=frozenset())
     b2 = await hb(coord, "B", b.member_epoch, owned=frozenset())
     assert a2.statuses == [] and len(tasks(a2)) == 3 and len(tasks(b2)) == 3
+
+
+async def settle(coord: GroupCoordinator, names: list[str]) -> None:
+    """Heartbeat every member, each reporting what it holds, until the group is Stable."""
+    group = coord.groups["app"].streams
+    assert group is not None
+    for _ in range(10):
+        if group.state_name() == "Stable":
+            return
+        for name in names:
+            m = group.members[name]
+            result = await hb(coord, name, m.member_epoch, owned=m.assigned, standby=m.standby)
+            assert result.error is ErrorCode.NONE, result
+    raise AssertionError(f"not stable: {group.state_name()}")
+
+
+@async_test
+async def test_standby_copies_go_to_other_processes_and_are_revoked_first() -> None:
+    coord = await coordinator(streams_num_standby_replicas=1)
+    a = await hb(coord, "A", endpoint=("hostA", 7001))
+    assert len(tasks(a)) == 6 and a.standby_tasks == frozenset()  # no other process to hold a copy
+    await hb(coord, "A2", process="process-A")  # another thread of A's process
+    await hb(coord, "B")
+    await settle(coord, ["A", "A2", "B"])
+    group = coord.groups["app"].streams
+    assert group is not None
+    final = {m.member_id: (m.assigned, m.standby) for m in group.members.values()}
+    assert sorted(len(active) for active, _ in final.values()) == [2, 2, 2]
+    process_a = final["A"][0] | final["A2"][0]
+    # Every task of the stateful subtopology ("1", the counts) has one copy, never in its own process:
+    # B holds those A's process runs, A and A2 those B runs; the stateless subtopology "0" has none.
+    stateful = {(s, p) for s, p in process_a | final["B"][0] if s == "1"}
+    assert final["B"][1] == process_a & stateful
+    assert final["A"][1] | final["A2"][1] == final["B"][0] & stateful
+    assert not (final["A"][1] | final["A2"][1]) & process_a
+    # The IQ map lists the standby partitions of each endpoint's member.
+    behind = await hb(coord, "A", group.members["A"].member_epoch, owned=final["A"][0], standby=final["A"][1])
+    assert behind.endpoints is not None
+    [(_, _, standby_partitions)] = behind.endpoints
+    copies = sorted(p for _, p in final["A"][1])  # all of subtopology "1", which reads the repartition topic
+    assert standby_partitions == ({REPARTITION: copies} if copies else {})
+    # Back to 0 replicas (a group config): B must first give its copies up, then it is Stable again.
+    coord.ctx.group_overrides = lambda group_id: {"streams.num.standby.replicas": "0"}
+    b = group.members["B"]
+    revoke = await hb(coord, "B", b.member_epoch, owned=final["B"][0], standby=final["B"][1])
+    assert revoke.standby_tasks == frozenset() and b.state is MemberState.UNREVOKED_TASKS
+    assert revoke.member_epoch == b.member_epoch < group.assignment_epoch
+    done = await hb(coord, "B", b.member_epoch, owned=final["B"][0], standby=frozenset())
+    assert b.state is MemberState.STABLE and done.member_epoch == group.assignment_epoch

@@ -79,14 +79,18 @@ def _member(m: StreamsMember, group: StreamsGroup) -> Response.Member:
         task_offsets=[Response.TaskOffset(subtopology_id=s, partition=p, offset=o) for s, p, o in m.task_offsets],
         task_end_offsets=[Response.TaskOffset(subtopology_id=s, partition=p, offset=o)
                           for s, p, o in m.task_end_offsets],
-        assignment=_assignment(m.assigned), target_assignment=_assignment(group.target.get(m.member_id, frozenset())),
+        assignment=_assignment(m.assigned, m.standby),
+        target_assignment=_assignment(group.target.get(m.member_id, frozenset()),
+                                      group.target_standby.get(m.member_id, frozenset())),
         is_classic=False)
 
 
-def _assignment(tasks: Tasks) -> Response.Assignment:
+def _assignment(active: Tasks, standby: Tasks) -> Response.Assignment:
+    return Response.Assignment(active_tasks=_task_ids(active), standby_tasks=_task_ids(standby), warmup_tasks=[])
+
+
+def _task_ids(tasks: Tasks) -> list[Response.TaskIds]:
     by_sub: dict[str, list[int]] = defaultdict(list)
     for sub, p in sorted(tasks):
         by_sub[sub].append(p)
-    return Response.Assignment(
-        active_tasks=[Response.TaskIds(subtopology_id=s, partitions=ps) for s, ps in by_sub.items()],
-        standby_tasks=[], warmup_tasks=[])
+    return [Response.TaskIds(subtopology_id=s, partitions=ps) for s, ps in by_sub.items()]

@@ -60,7 +60,7 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
         task_offset_interval_ms=TASK_OFFSET_INTERVAL_MS,
         status=None if result.statuses is None else [Response.Status(status_code=code, status_detail=detail)
                                                      for code, detail in result.statuses],
-        active_tasks=active, standby_tasks=None if active is None else [],
+        active_tasks=active, standby_tasks=None if result.standby_tasks is None else _task_ids(result.standby_tasks),
         warmup_tasks=None if active is None else [], endpoint_information_epoch=result.endpoint_epoch,
         partitions_by_user_endpoint=None if result.endpoints is None else _endpoints(result.endpoints))
 
@@ -116,5 +116,6 @@ def _task_ids(tasks: Tasks) -> list[Response.TaskIds]:
 def _endpoints(endpoints: list[EndpointPartitions]) -> list[Response.EndpointToPartitions]:
     return [Response.EndpointToPartitions(
         user_endpoint=Response.Endpoint(host=host, port=port),
-        active_partitions=[Response.TopicPartition(topic=t, partitions=ps) for t, ps in partitions.items()],
-        standby_partitions=[]) for (host, port), partitions in endpoints]
+        active_partitions=[Response.TopicPartition(topic=t, partitions=ps) for t, ps in active.items()],
+        standby_partitions=[Response.TopicPartition(topic=t, partitions=ps) for t, ps in standby.items()])
+        for (host, port), active, standby in endpoints]
