@@ -6,8 +6,8 @@ The names, defaults, synonyms and bounds are Kafka 4.3.1's, as DescribeConfigs a
 IncrementalAlterConfigs answer them there (checked against it: an unknown name is "Unknown group
 config name", a session timeout below the broker minimum names the broker key). KIP-848 consumer
 groups use consumer.session.timeout.ms and consumer.heartbeat.interval.ms; streams groups
-streams.session.timeout.ms, streams.heartbeat.interval.ms and streams.initial.rebalance.delay.ms
-(streams.num.standby.replicas is kept and shown: grete assigns no standby tasks, docs/groups.md).
+streams.session.timeout.ms, streams.heartbeat.interval.ms, streams.initial.rebalance.delay.ms and
+streams.num.standby.replicas.
 """
 
 from __future__ import annotations
