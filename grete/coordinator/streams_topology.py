@@ -193,9 +193,9 @@ def _enforce_copartitioning(topology: Topology, view: TopicView, decided: dict[s
                          if info.partitions > 0}
     for sub in topology.subtopologies:
         for group in sub.copartition_groups:
-            names = [sub.source_topics[i] for i in group.source_topics if i < len(sub.source_topics)]
+            names = [sub.source_topics[i] for i in group.source_topics if 0 <= i < len(sub.source_topics)]
             repartition = [sub.repartition_source_topics[i].name for i in group.repartition_source_topics
-                           if i < len(sub.repartition_source_topics)]
+                           if 0 <= i < len(sub.repartition_source_topics)]
             user_counts = {t: view[t][1] for t in names if t in view}
             if len(set(user_counts.values())) > 1:
                 listed = ", ".join(f"{t}={c}" for t, c in sorted(user_counts.items()))

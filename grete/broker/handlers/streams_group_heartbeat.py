@@ -26,6 +26,7 @@ from grete.coordinator.streams_state import Tasks
 from grete.coordinator.streams_topology import CopartitionGroup, Subtopology, TopicInfo, Topology
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse
+from grete.protocol.topics import INTERNAL_TOPICS
 
 Response = StreamsGroupHeartbeatResponse
 Request = StreamsGroupHeartbeatRequest
@@ -70,6 +71,10 @@ async def _create_internal_topics(ctx: RequestContext, topics: tuple[TopicInfo, 
     concurrent heartbeat is fine; other failures are logged and retried on the next heartbeat)."""
     may_create_all = cluster_allowed(ctx, Op.CREATE)
     for info in topics:
+        if info.name in INTERNAL_TOPICS:
+            # The broker's own topics are made by the broker, never sized by an application.
+            log.warning("streams group: not creating %s for a topology", info.name)
+            continue
         if not may_create_all and not allowed(ctx, Op.CREATE, Res.TOPIC, info.name):
             log.warning("streams group: not allowed to create internal topic %s", info.name)
             continue
