@@ -21,6 +21,7 @@ from grete.coordinator.streams_topology import (
     INCORRECTLY_PARTITIONED_TOPICS,
     MISSING_INTERNAL_TOPICS,
     MISSING_SOURCE_TOPICS,
+    SHUTDOWN_APPLICATION,
     Subtopology,
     TopicInfo,
     Topology,
@@ -342,3 +343,24 @@ async def test_standby_copies_go_to_other_processes_and_are_revoked_first() -> N
     assert revoke.member_epoch == b.member_epoch < group.assignment_epoch
     done = await hb(coord, "B", b.member_epoch, owned=final["B"][0], standby=frozenset())
     assert b.state is MemberState.STABLE and done.member_epoch == group.assignment_epoch
+
+
+@async_test
+async def test_a_silent_member_expires_and_a_shutdown_request_reaches_everyone() -> None:
+    coord = await coordinator(streams_session_timeout_ms=300)
+    a = await hb(coord, "A")
+    b = await hb(coord, "B")
+    await hb(coord, "A", a.member_epoch, owned=tasks(a))
+    group = coord.groups["app"].streams
+    assert group is not None and set(group.members) == {"A", "B"}
+    for _ in range(4):  # B keeps heartbeating, A falls silent past its session timeout
+        await asyncio.sleep(0.15)
+        b = await hb(coord, "B", b.member_epoch, owned=group.members["B"].assigned)
+    assert set(group.members) == {"B"}
+    b = await hb(coord, "B", b.member_epoch, owned=group.members["B"].assigned)
+    assert len(group.members["B"].assigned) == 6 and group.state_name() == "Stable"  # A's tasks moved to B
+    shutdown = await coord.streams_group_heartbeat(StreamsHeartbeat(
+        group_id="app", member_id="B", member_epoch=b.member_epoch, shutdown_application=True))
+    assert shutdown.statuses is not None and [code for code, _ in shutdown.statuses] == [SHUTDOWN_APPLICATION]
+    c = await hb(coord, "C")
+    assert c.statuses is not None and SHUTDOWN_APPLICATION in [code for code, _ in c.statuses]
