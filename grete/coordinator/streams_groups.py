@@ -180,8 +180,7 @@ class StreamsGroups:
         if req.member_epoch != JOIN_EPOCH:
             if group is None or group.is_(GroupState.DEAD):
                 raise StreamsError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {req.group_id} not found.")
-            raise StreamsError(ErrorCode.UNKNOWN_MEMBER_ID,
-                               f"Member {req.member_id} is not a member of group {req.group_id}.")
+            raise StreamsError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a streams group.")
         if group is None or group.is_(GroupState.DEAD):
             group = self.ctx.new_group(req.group_id)
         elif group.consumer is not None or not group.is_(GroupState.EMPTY):
