@@ -84,6 +84,7 @@ def test_kafka_decodes_grete_streams_group_records(tmp_path: Path) -> None:
     group = coord.groups["app"].streams
     assert group is not None
     assert decoded[(17, None)]["epoch"] == group.group_epoch
+    assert decoded[(17, None)]["lastAssignmentConfigs"] == [{"key": "num.standby.replicas", "value": "0"}]
     assert decoded[(20, None)]["assignmentEpoch"] == group.assignment_epoch
     topology = decoded[(23, None)]
     assert [(s["subtopologyId"], s["sourceTopics"], [t["name"] for t in s["repartitionSourceTopics"]])

@@ -6,7 +6,8 @@ A key is an int16 record type then the key struct (classic strings); a value is 
 then the value struct in the flexible encoding (compact strings and arrays, tagged fields):
 
 * 17 StreamsGroupMetadata (GroupId) -> Epoch int32, MetadataHash int64 (grete writes 0: it
-  re-checks the topics on load), tags (ValidatedTopologyEpoch, AssignmentConfigs: not written)
+  re-checks the topics on load), tag 1 LastAssignmentConfigs [{Key, Value}] (``num.standby.replicas``,
+  as Kafka keys it: a restart under the same setting does not re-assign); tag 0 is not written
 * 19 StreamsGroupMemberMetadata (GroupId, MemberId) -> InstanceId?, RackId?, ClientId, ClientHost,
   RebalanceTimeoutMs, TopologyEpoch, ProcessId, UserEndpoint? {Host, Port uint16}, ClientTags[]
 * 20 StreamsGroupTargetAssignmentMetadata (GroupId) -> AssignmentEpoch int32, tags
@@ -114,11 +115,20 @@ def _topic_infos(w: Writer, infos: tuple[TopicInfo, ...]) -> None:
         w.uvarint(0)
 
 
-def group_metadata_value(epoch: int) -> bytes:
+STANDBY_REPLICAS_KEY = "num.standby.replicas"
+
+
+def group_metadata_value(epoch: int, standby_replicas: int) -> bytes:
     w = _value()
     w.int32(epoch)
     w.int64(0)
-    w.uvarint(0)
+    configs = Writer()
+    _key_values(configs, [(STANDBY_REPLICAS_KEY, str(standby_replicas))])
+    tagged = configs.getvalue()
+    w.uvarint(1)  # one tagged field: 1, LastAssignmentConfigs
+    w.uvarint(1)
+    w.uvarint(len(tagged))
+    w.raw(tagged)
     return w.getvalue()
 
 
@@ -199,7 +209,7 @@ def group_records(sg: StreamsGroup, member_ids: Iterable[str]) -> dict[bytes, by
     """The records that describe the group and the named members as they are now (members that are
     gone have none)."""
     gid = sg.group_id
-    records = {key(GROUP_METADATA, gid): group_metadata_value(sg.group_epoch),
+    records = {key(GROUP_METADATA, gid): group_metadata_value(sg.group_epoch, sg.standby_replicas),
                key(TARGET_ASSIGNMENT_METADATA, gid): target_metadata_value(sg.assignment_epoch)}
     if sg.topology is not None:
         records[key(TOPOLOGY, gid)] = topology_value(sg.topology)
@@ -257,7 +267,7 @@ def load(records: Iterable[Record]) -> dict[str, StreamsGroup]:
     groups: dict[str, StreamsGroup] = {}
     for (record_type, gid, _), v in latest.values():
         if record_type == GROUP_METADATA and v is not None and len(v) >= 6:
-            groups[gid] = StreamsGroup(gid, group_epoch=Reader(v[2:]).int32())
+            groups[gid] = _group(gid, Reader(v[2:]))
     for (record_type, gid, second), v in latest.values():
         sg = groups.get(gid)
         if sg is None or v is None or record_type in (GROUP_METADATA, PARTITION_METADATA):
@@ -274,6 +284,19 @@ def load(records: Iterable[Record]) -> dict[str, StreamsGroup]:
     for sg in groups.values():
         _finish(sg, {mid for gid, mid in described if gid == sg.group_id})
     return groups
+
+
+def _group(group_id: str, r: Reader) -> StreamsGroup:
+    sg = StreamsGroup(group_id, group_epoch=r.int32())
+    try:
+        r.int64()  # the metadata hash: recomputed (grete re-checks the topics at the next heartbeat)
+        for tag, data in r.tagged_fields():
+            if tag == 1:
+                configs = dict(_read_key_values(Reader(data)))
+                sg.standby_replicas = int(configs.get(STANDBY_REPLICAS_KEY, "0"))
+    except (ProtocolError, ValueError) as exc:
+        log.error("streams group %s: unreadable metadata tags: %s", group_id, exc)
+    return sg
 
 
 def _member(sg: StreamsGroup, member_id: str) -> StreamsMember:
