@@ -30,6 +30,7 @@ from grete.protocol.messages import (  # noqa: E402
     IncrementalAlterConfigsRequest,
     JoinGroupRequest,
     ListGroupsRequest,
+    MetadataRequest,
     OffsetCommitRequest,
     StreamsGroupDescribeRequest,
     StreamsGroupHeartbeatRequest,
@@ -250,3 +251,55 @@ def _ids(tasks: set[tuple[str, int]]) -> list[Any]:
     for sub, p in sorted(tasks):
         by_sub.setdefault(sub, []).append(p)
     return [Q.TaskIds(subtopology_id=s, partitions=ps) for s, ps in by_sub.items()]
+
+
+def test_topology_problems_as_kafka_reports_them(app: tuple[str, str], broker: Any) -> None:
+    """Regexes and unsizable repartition topics refused; copartitioned topics of different sizes and
+    missing source topics reported as statuses, the group NotReady, describing the declared topology."""
+    topic, app_id = app
+    bs = broker.bootstrap
+    other = f"{topic}-4"
+    call(bs, CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=other, num_partitions=4, replication_factor=1, assignments=[], configs=[])], timeout_ms=10000), 5)
+    deadline = time.monotonic() + 20  # Kafka's coordinator sees a topic once its metadata image has it
+    while not [t for t in call(bs, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=other)],
+                                                   allow_auto_topic_creation=False), 12).topics
+               if t.error_code == 0 and len(t.partitions) == 4]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+    def sub(source: list[str], regex: list[str] | None = None, repartition: list[str] | None = None,
+            copartition: bool = False) -> Any:
+        return Q.Subtopology(
+            subtopology_id="0", source_topics=source, source_topic_regex=regex or [], state_changelog_topics=[],
+            repartition_sink_topics=[], repartition_source_topics=[
+                Q.TopicInfo(name=r, partitions=0, replication_factor=0, topic_configs=[]) for r in repartition or []],
+            copartition_groups=[Q.CopartitionGroup(source_topics=[0, 1], source_topic_regex=[],
+                                                   repartition_source_topics=[])] if copartition else [])
+
+    def join(group: str, subtopology: Any) -> Any:
+        return heartbeat(bs, group, "m1", 0, Q.Topology(epoch=0, subtopologies=[subtopology]))
+
+    regex = join(app_id, sub([], regex=[f"{topic}.*"]))
+    assert (regex.error_code, regex.error_message) == (ErrorCode.INVALID_REQUEST,
+                                                       "Regular expressions for source topics are not supported yet.")
+    orphan = join(app_id, sub([], repartition=[f"{app_id}-orphan"]))
+    assert (orphan.error_code, orphan.error_message) == (
+        ErrorCode.STREAMS_INVALID_TOPOLOGY, "Failed to compute number of partitions for all repartition topics, "
+                                            "because a repartition source topic is never used as a sink topic.")
+    mismatch = join(app_id, sub([topic, other], copartition=True))
+    assert mismatch.error_code == 0 and statuses(mismatch)[0] == DELAYED
+    code, detail = statuses(mismatch)[1]
+    assert code == 2 and detail.startswith("Following topics do not have the same number of partitions: [{")
+    assert set(detail.split("[{")[1].rstrip("}]").split(", ")) == {f"{topic}=3", f"{other}=4"}
+    missing_group = f"{app_id}-missing"
+    missing = join(missing_group, sub([f"{topic}-nope"]))
+    assert statuses(missing)[1:] == [(1, f"Source topics {topic}-nope are missing.")]
+    described = call(bs, StreamsGroupDescribeRequest(group_ids=[app_id, missing_group],
+                                                     include_authorized_operations=False), 0).groups
+    by_id = {g.group_id: g for g in described}
+    assert by_id[app_id].group_state == by_id[missing_group].group_state == "NotReady"
+    assert [(s.subtopology_id, s.source_topics) for s in by_id[app_id].topology.subtopologies] == [
+        ("0", [topic, other])]
+    assert [(s.subtopology_id, s.source_topics) for s in by_id[missing_group].topology.subtopologies] == [
+        ("0", [f"{topic}-nope"])]

@@ -101,12 +101,16 @@ def validate(req: StreamsHeartbeat) -> None:
 
 
 def _validate_topology(topology: Topology) -> None:
-    """Kafka's check that every subtopology reads something (STREAMS_INVALID_TOPOLOGY)."""
+    """Kafka 4.3.1's checks of a topology, with its codes and messages (measured)."""
+    sinks = {t for sub in topology.subtopologies for t in sub.repartition_sink_topics}
     for sub in topology.subtopologies:
-        if not sub.source_topics and not sub.source_topic_regex and not sub.repartition_source_topics:
+        if sub.source_topic_regex:
+            raise StreamsError(ErrorCode.INVALID_REQUEST, "Regular expressions for source topics are not supported yet.")
+    for sub in topology.subtopologies:
+        if not sub.source_topics and not sub.repartition_source_topics:
             raise StreamsError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
                                f"No source topics found for subtopology {sub.subtopology_id}")
-        if sub.source_topic_regex:
-            # Kafka 4.3.1 resolves them; grete does not yet (docs/groups.md).
+        if any(t.partitions <= 0 and t.name not in sinks for t in sub.repartition_source_topics):
             raise StreamsError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
-                               "Source topic regular expressions are not supported by this broker.")
+                               "Failed to compute number of partitions for all repartition topics, because a "
+                               "repartition source topic is never used as a sink topic.")

@@ -198,9 +198,10 @@ def _enforce_copartitioning(topology: Topology, view: TopicView, decided: dict[s
                            if 0 <= i < len(sub.repartition_source_topics)]
             user_counts = {t: view[t][1] for t in names if t in view}
             if len(set(user_counts.values())) > 1:
-                listed = ", ".join(f"{t}={c}" for t, c in sorted(user_counts.items()))
+                # Java's toString of a HashMap inside a list, as Kafka 4.3.1 words it.
+                listed = ", ".join(f"{t}={user_counts[t]}" for t in java_hash_order(list(user_counts)))
                 raise _Misconfigured(INCORRECTLY_PARTITIONED_TOPICS,
-                                     f"Following topics do not have the same number of partitions: [{listed}]")
+                                     f"Following topics do not have the same number of partitions: [{{{listed}}}]")
             if user_counts:
                 target = next(iter(user_counts.values()))
             else:

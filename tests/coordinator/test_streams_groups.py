@@ -22,6 +22,7 @@ from grete.coordinator.streams_topology import (
     MISSING_INTERNAL_TOPICS,
     MISSING_SOURCE_TOPICS,
     SHUTDOWN_APPLICATION,
+    CopartitionGroup,
     Subtopology,
     TopicInfo,
     Topology,
@@ -90,6 +91,11 @@ def test_topology_statuses_and_internal_topics_as_kafka_configures_them() -> Non
                                    CHANGELOG: (uuid.uuid4(), 2)})
     assert wrong.statuses == ((INCORRECTLY_PARTITIONED_TOPICS, f"Existing topic {CHANGELOG} has different number "
                                                                "of partitions: expected 4, found 2"),)
+    x, y = "cp-c06a78-x", "cp-c06a78-y"  # names and answer measured on Kafka 4.3.1
+    copartitioned = Topology(1, (Subtopology("0", source_topics=(x, y), copartition_groups=(
+        CopartitionGroup(source_topics=(0, 1)),)),))
+    assert configure(copartitioned, {y: (uuid.uuid4(), 4), x: (uuid.uuid4(), 2)}).statuses == (
+        (INCORRECTLY_PARTITIONED_TOPICS, f"Following topics do not have the same number of partitions: [{{{x}=2, {y}=4}}]"),)
     ready = configure(WORD_COUNT, {"lines": (uuid.uuid4(), 4), REPARTITION: (uuid.uuid4(), 4),
                                    CHANGELOG: (uuid.uuid4(), 4)})
     assert ready.ready and ready.tasks == {"0": 4, "1": 4} and ready.to_create == ()
@@ -186,6 +192,13 @@ async def test_epoch_errors_validation_and_topology_epochs() -> None:
         assert "C" not in coord.groups["app"].streams.members  # type: ignore[union-attr]
     empty = await hb(coord, "C", topology=Topology(1, (Subtopology("0"),)), group="other")
     assert (empty.error, empty.message) == (ErrorCode.STREAMS_INVALID_TOPOLOGY, "No source topics found for subtopology 0")
+    regex = await hb(coord, "C", topology=Topology(1, (Subtopology("0", source_topic_regex=("l.*",)),)), group="other")
+    assert (regex.error, regex.message) == (ErrorCode.INVALID_REQUEST,
+                                            "Regular expressions for source topics are not supported yet.")
+    orphan = await hb(coord, "C", topology=Topology(1, (Subtopology("0", repartition_source_topics=(TopicInfo("r"),)),)),
+                      group="other")
+    assert orphan.error is ErrorCode.STREAMS_INVALID_TOPOLOGY and orphan.message is not None
+    assert orphan.message.endswith("because a repartition source topic is never used as a sink topic.")
     assert (await hb(coord, "A", -3)).message == "MemberEpoch is -3, but must be greater than or equal to -2."
     gone = await hb(coord, "A", 1, group="nobody")
     assert (gone.error, gone.message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Streams group nobody not found.")

@@ -45,14 +45,13 @@ def _failed(group_id: str, error: ErrorCode, message: str | None) -> Response.De
 
 
 def _topology(ctx: RequestContext, group: StreamsGroup) -> Response.Topology | None:
-    """The subtopologies with the internal topics' partition counts as configured; null subtopologies
-    while the topology is not ready (missing or wrongly partitioned topics), as Kafka answers."""
+    """The subtopologies with the internal topics' partition counts as configured, or as the
+    topology declares them while it is not ready (missing or wrongly partitioned topics), as Kafka
+    4.3.1 answers."""
     topology = group.topology
     if topology is None:
         return None
-    if not group.configured.ready:
-        return Response.Topology(epoch=topology.epoch, subtopologies=None)
-    view = ctx.broker.group_coordinator.ctx.topic_view()
+    view = ctx.broker.group_coordinator.ctx.topic_view() if group.configured.ready else {}
 
     def info(i: TopicInfo, partitions: int) -> Response.TopicInfo:
         return Response.TopicInfo(name=i.name, partitions=partitions, replication_factor=i.replication_factor,
