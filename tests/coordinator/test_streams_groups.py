@@ -377,3 +377,20 @@ async def test_a_silent_member_expires_and_a_shutdown_request_reaches_everyone()
     assert shutdown.statuses is not None and [code for code, _ in shutdown.statuses] == [SHUTDOWN_APPLICATION]
     c = await hb(coord, "C")
     assert c.statuses is not None and SHUTDOWN_APPLICATION in [code for code, _ in c.statuses]
+
+
+@async_test
+async def test_an_empty_streams_group_is_deleted_with_its_records() -> None:
+    store = InMemoryOffsetsStore()
+    coord = await coordinator(store=store)
+    a = await hb(coord, "A")
+    await coord.commit_offsets(group_id="app", generation_id=a.member_epoch, member_id="A", group_instance_id=None,
+                               retention_ms=-1, offsets=[OffsetCommit("lines", 0, 5)])
+    assert (await hb(coord, "A", -1)).error is ErrorCode.NONE
+    assert [(g.group_id, g.state) for g in coord.list_groups(types={"streams"})] == [("app", "Empty")]
+    assert await coord.delete_groups(["app"]) == {"app": ErrorCode.NONE}
+    assert coord.list_groups() == []
+    await coord.shutdown()
+    again = await coordinator(store=store)  # the tombstones keep it gone after a restart
+    assert "app" not in again.groups
+    await again.shutdown()
