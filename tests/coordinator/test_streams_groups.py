@@ -394,3 +394,22 @@ async def test_an_empty_streams_group_is_deleted_with_its_records() -> None:
     again = await coordinator(store=store)  # the tombstones keep it gone after a restart
     assert "app" not in again.groups
     await again.shutdown()
+
+
+@async_test
+async def test_a_static_member_comes_back_under_a_new_id_without_a_rebalance() -> None:
+    coord = await coordinator()
+    a = await hb(coord, "A", instance="i-1")
+    await hb(coord, "B")
+    await hb(coord, "A", a.member_epoch, owned=tasks(a), instance="i-1")
+    group = coord.groups["app"].streams
+    assert group is not None
+    held = group.members["A"].assigned
+    clash = await hb(coord, "Z", instance="i-1")  # the instance id is A's while A is there
+    assert clash.error is ErrorCode.UNRELEASED_INSTANCE_ID
+    epoch_before = group.group_epoch
+    gone = await hb(coord, "A", -2, instance="i-1")
+    assert gone.member_epoch == -2 and group.members["A"].assigned == held  # it keeps its tasks meanwhile
+    back = await hb(coord, "A-new", instance="i-1", process="process-A")  # the same process, restarted
+    assert back.error is ErrorCode.NONE and tasks(back) == held and "A" not in group.members
+    assert group.group_epoch == epoch_before  # no rebalance for a returning static member
