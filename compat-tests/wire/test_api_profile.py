@@ -49,7 +49,6 @@ NOT_YET: dict[int, tuple[int, int] | None] = {
     27: (0, 1),   # WriteTxnMarkers v2: transaction version 2
     28: (0, 4),   # TxnOffsetCommit v5: transaction version 2
     83: None, 84: None, 85: None, 86: None, 87: None,  # the share coordinator's inter-broker state APIs
-    88: None, 89: None,  # streams groups (KIP-1071)
     90: (0, 0),   # DescribeShareGroupOffsets v1
 }
 

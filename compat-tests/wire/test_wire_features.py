@@ -25,6 +25,8 @@ from grete.protocol.messages import (  # noqa: E402
     ConsumerGroupHeartbeatResponse,
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
+    StreamsGroupHeartbeatRequest,
+    StreamsGroupHeartbeatResponse,
     UpdateFeaturesRequest,
     UpdateFeaturesResponse,
 )
@@ -33,7 +35,7 @@ from grete.testing._wire import Wire  # noqa: E402
 pytestmark = pytest.mark.skipif("config.getoption('--target', default=None) == 'kafka-3.9'",
                                 reason="Kafka 4.3's KRaft features (a 3.9 KRaft node finalizes others)")
 UPGRADE, SAFE, UNSAFE = 1, 2, 3
-GRETE_FEATURES = ("eligible.leader.replicas.version", "group.version", "share.version")
+GRETE_FEATURES = ("eligible.leader.replicas.version", "group.version", "share.version", "streams.version")
 PREFIX = "The update failed for all features since the following feature had an error: "
 
 
@@ -73,9 +75,17 @@ def ok(response: UpdateFeaturesResponse, feature: str) -> bool:
             and [(r.feature, r.error_code, r.error_message) for r in response.results] == [(feature, 0, "NONE")])
 
 
-def heartbeat_error(wire: Wire, share: bool) -> int:
+def heartbeat_error(wire: Wire, kind: str) -> int:
     member = str(uuid.uuid4())
-    if share:
+    if kind == "streams":
+        q = StreamsGroupHeartbeatRequest
+        topology = q.Topology(epoch=0, subtopologies=[q.Subtopology(
+            subtopology_id="0", source_topics=["features-t"], source_topic_regex=[], state_changelog_topics=[],
+            repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])])
+        return wire.call(q(group_id="features-st", member_id=member, member_epoch=0, endpoint_information_epoch=0,
+                           rebalance_timeout_ms=30000, topology=topology, active_tasks=[], standby_tasks=[],
+                           warmup_tasks=[], process_id="p1"), StreamsGroupHeartbeatResponse, 0).error_code
+    if kind == "share":
         return wire.call(ShareGroupHeartbeatRequest(group_id="features-s", member_id=member, member_epoch=0,
                                                     subscribed_topic_names=["features-t"]),
                          ShareGroupHeartbeatResponse, 1).error_code
@@ -113,18 +123,19 @@ def test_update_checks(wire):
     assert finalized(wire)["group.version"] == 1  # only validated
 
 
-@pytest.mark.parametrize("feature,share", [("group.version", False), ("share.version", True)])
-def test_a_feature_off_switches_its_protocol_off(wire, feature, share):
+@pytest.mark.parametrize("feature,kind", [("group.version", "consumer"), ("share.version", "share"),
+                                          ("streams.version", "streams")])
+def test_a_feature_off_switches_its_protocol_off(wire, feature, kind):
     epoch = versions(wire).finalized_features_epoch
     try:
         assert ok(update(wire, feature, 0, SAFE), feature)
         assert feature not in finalized(wire) and versions(wire).finalized_features_epoch > epoch
-        assert heartbeat_error(wire, share) == ErrorCode.UNSUPPORTED_VERSION
+        assert heartbeat_error(wire, kind) == ErrorCode.UNSUPPORTED_VERSION
         assert refused(update(wire, feature, 1, UNSAFE), feature, 1, re.escape("Can't downgrade to a newer version."))
     finally:
         restored = update(wire, feature, 1)
     assert ok(restored, feature) and finalized(wire)[feature] == 1
-    assert heartbeat_error(wire, share) != ErrorCode.UNSUPPORTED_VERSION
+    assert heartbeat_error(wire, kind) != ErrorCode.UNSUPPORTED_VERSION
 
 
 def test_version_0_and_2_forms(wire):

@@ -351,6 +351,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("group.streams.initial.rebalance.delay.ms", INT, "3000", minimum=0),
     _d("group.streams.num.standby.replicas", INT, "0", minimum=0),
     _d("group.streams.max.standby.replicas", INT, "2", minimum=0),
+    _d("group.streams.max.size", INT, str(2**31 - 1), minimum=1),
     _d("group.streams.session.timeout.ms", INT, "45000", minimum=1),
     _d("group.streams.min.session.timeout.ms", INT, "45000", minimum=1),
     _d("group.streams.max.session.timeout.ms", INT, "60000", minimum=1),

@@ -34,6 +34,7 @@ SUPPORTED = (
     FeatureSpec("eligible.leader.replicas.version", 1, 1),
     FeatureSpec("group.version", 1, 1),  # 1: the consumer group protocol (KIP-848)
     FeatureSpec("share.version", 1, 1),  # 1: share groups (KIP-932)
+    FeatureSpec("streams.version", 1, 1),  # 1: streams groups (KIP-1071)
 )
 _BY_NAME = {spec.name: spec for spec in SUPPORTED}
 
@@ -43,6 +44,7 @@ GATES: dict[int, tuple[str, int]] = {
     76: ("share.version", 1), 77: ("share.version", 1),  # ShareGroupHeartbeat / Describe
     78: ("share.version", 1), 79: ("share.version", 1),  # ShareFetch / ShareAcknowledge
     90: ("share.version", 1), 91: ("share.version", 1), 92: ("share.version", 1),  # share offsets
+    88: ("streams.version", 1), 89: ("streams.version", 1),  # StreamsGroupHeartbeat / Describe
 }
 
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3

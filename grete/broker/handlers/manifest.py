@@ -73,6 +73,8 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     77: ("share_group_describe", 1, 1, 1),  # ShareGroupDescribe
     78: ("share_fetch", 1, 2, 1),  # ShareFetch
     79: ("share_acknowledge", 1, 2, 1),  # ShareAcknowledge
+    88: ("streams_group_heartbeat", 0, 0, 0),  # StreamsGroupHeartbeat
+    89: ("streams_group_describe", 0, 0, 0),  # StreamsGroupDescribe
     90: ("describe_share_group_offsets", 0, 0, 0),  # DescribeShareGroupOffsets
     91: ("alter_share_group_offsets", 0, 0, 0),  # AlterShareGroupOffsets
     92: ("delete_share_group_offsets", 0, 0, 0),  # DeleteShareGroupOffsets
