@@ -109,11 +109,30 @@ def broker_config_entry(config: BrokerConfig, key: str, *, with_docs: bool = Fal
     # describing log.retention.hours): they are synonyms of a different entry.
     while chain and chain[0][0] != key:
         chain.pop(0)
-    value = chain[0][1] if chain and chain[0][0] == key else config.raw(key)
+    if key == "broker.id":
+        return _broker_id_entry(config, with_docs)
+    # A key set nowhere shows its own default, null for log.retention.ms and its kin (Kafka 4.3
+    # does not fill in the value derived from log.retention.hours: that shows under its own name).
+    value = chain[0][1] if chain else definition.default
     source = chain[0][2] if chain else ConfigSource.DEFAULT_CONFIG
     # Kafka marks the configs it can change at run time (DynamicBrokerConfig) as not read-only.
     return ConfigEntry(key, None if sensitive else value, source, key not in DYNAMIC_BROKER_CONFIGS, sensitive,
                        definition.type, _doc(definition) if with_docs else None, chain)
+
+
+def _broker_id_entry(config: BrokerConfig, with_docs: bool) -> ConfigEntry:
+    """broker.id is the node id whichever of the two names set it, as Kafka's KafkaConfig fills it
+    in from node.id; its own -1 default stays listed last. Unconfigured, grete's node.id default
+    is the value, named as such in the first synonym."""
+    definition = BROKER_CONFIGS["broker.id"]
+    node_id = str(config.node_id)
+    if "node.id" in config.originals or "broker.id" in config.originals:
+        source, first = ConfigSource.STATIC_BROKER_CONFIG, ("broker.id", node_id, ConfigSource.STATIC_BROKER_CONFIG)
+    else:
+        source, first = ConfigSource.DEFAULT_CONFIG, ("node.id", node_id, ConfigSource.DEFAULT_CONFIG)
+    chain: list[tuple[str, str | None, int]] = [first, ("broker.id", definition.default, ConfigSource.DEFAULT_CONFIG)]
+    return ConfigEntry("broker.id", node_id, source, True, False, definition.type,
+                       _doc(definition) if with_docs else None, chain)
 
 
 def group_config_entries(config: BrokerConfig, overrides: dict[str, str], *,
@@ -161,10 +180,11 @@ def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConf
             if keys:
                 wanted = set(keys)
                 entries = [e for e in entries if e.name in wanted]
-            result = Result(error_code=0, error_message=None,
+            # Kafka's result carries the empty string, not null, when there is no message.
+            result = Result(error_code=0, error_message="",
                             configs=[_encode(e, request.include_synonyms, ctx.version) for e in entries])
         except KafkaError as exc:
-            result = Result(error_code=exc.code, error_message=exc.message, configs=[])
+            result = Result(error_code=exc.code, error_message=exc.message or "", configs=[])
         result.resource_type = resource.resource_type
         result.resource_name = resource.resource_name
         results.append(result)
