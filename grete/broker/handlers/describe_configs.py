@@ -18,6 +18,8 @@ import logging
 from dataclasses import dataclass, field
 
 from grete.broker.authz import Op, Res, allowed, cluster_allowed
+from grete.broker.client_metrics_configs import CLIENT_METRICS
+from grete.broker.client_metrics_configs import describe as describe_client_metrics
 from grete.broker.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
@@ -151,6 +153,13 @@ def group_config_entries(config: BrokerConfig, overrides: dict[str, str], *,
     return entries
 
 
+def client_metrics_entries(name: str, configs: dict[str, str], with_docs: bool) -> list[ConfigEntry]:
+    """A subscription's three keys; only the set ones list themselves as their synonym."""
+    return [ConfigEntry(key, value, source, False, False, type_, doc if with_docs else None,
+                        [(key, value, source)] if is_set else [])
+            for key, value, source, type_, doc, is_set in describe_client_metrics(name, configs)]
+
+
 def default_broker_entries(config: BrokerConfig, *, with_docs: bool = False) -> list[ConfigEntry]:
     """The cluster-wide default resource (broker name ""): only the dynamic defaults that are set."""
     entries = []
@@ -208,6 +217,8 @@ def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConf
         return [broker_config_entry(broker.config, key, with_docs=with_docs) for key in sorted(BROKER_CONFIGS)]
     if resource.resource_type == GROUP:
         return group_config_entries(broker.config, broker.metadata.group_configs(name), with_docs=with_docs)
+    if resource.resource_type == CLIENT_METRICS:
+        return client_metrics_entries(name, broker.metadata.client_metrics(name), with_docs)
     if resource.resource_type == BROKER_LOGGER:
         if not name:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
@@ -223,7 +234,7 @@ def authorize_config_resource(ctx: RequestContext, resource_type: int, name: str
         return
     if resource_type == TOPIC and not allowed(ctx, operation, Res.TOPIC, name):
         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
-    if resource_type in (BROKER, BROKER_LOGGER) and not cluster_allowed(ctx, operation):
+    if resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS) and not cluster_allowed(ctx, operation):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     if resource_type == GROUP and not allowed(ctx, operation, Res.GROUP, name):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
