@@ -148,15 +148,17 @@ def test_list_config_resources(wire, topics):
     code, everything = list_config_resources(wire, [])
     assert code == 0
     assert {(TOPIC, t) for t in topics} | {(BROKER, broker_id), (BROKER_LOGGER, broker_id), (GROUP, group)} <= everything
-    assert {t for t, _ in everything} <= {TOPIC, BROKER, BROKER_LOGGER, GROUP}  # no client-metrics resources
+    assert {t for t, _ in everything} <= {TOPIC, BROKER, BROKER_LOGGER, GROUP, CLIENT_METRICS}
     assert list_config_resources(wire, [TOPIC, GROUP, BROKER])[0] == 0  # answered in Kafka's order
     code, only_topics = list_config_resources(wire, [TOPIC, TOPIC])
     assert code == 0 and only_topics == {r for r in everything if r[0] == TOPIC}
     assert list_config_resources(wire, [BROKER]) == (0, {(BROKER, broker_id)})
     assert list_config_resources(wire, [BROKER_LOGGER]) == (0, {(BROKER_LOGGER, broker_id)})
-    assert list_config_resources(wire, [CLIENT_METRICS]) == (0, set())
+    # Client-metrics subscriptions (test_wire_client_metrics.py) are whatever other tests left.
+    code, subscriptions = list_config_resources(wire, [CLIENT_METRICS])
+    assert code == 0 and subscriptions == {r for r in everything if r[0] == CLIENT_METRICS}
     assert (GROUP, group) in list_config_resources(wire, [GROUP])[1]
-    assert list_config_resources(wire, [], version=0) == (0, set())  # v0: client-metrics resources only
+    assert list_config_resources(wire, [], version=0) == (0, subscriptions)  # v0: client-metrics resources only
     for bad in ([99], [0], [1], [TOPIC, 99]):
         assert list_config_resources(wire, bad) == (ErrorCode.UNSUPPORTED_VERSION, set())
 

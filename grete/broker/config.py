@@ -357,7 +357,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("group.streams.max.session.timeout.ms", INT, "60000", minimum=1),
     _d("num.network.threads", INT, "3", minimum=1),
     _d("num.io.threads", INT, "8", minimum=1),
-    _d("num.recovery.threads.per.data.dir", INT, "1", minimum=1),
+    _d("num.recovery.threads.per.data.dir", INT, "2", minimum=1),  # Kafka 4.0 raised it from 1
     _d("log.cleanup.policy", LIST, "delete", choices=("delete", "compact")),
     _d("compression.type", STR, "producer", choices=_CODECS),
     _d("log.cleaner.enable", BOOL, "true"),

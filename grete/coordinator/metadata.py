@@ -169,6 +169,8 @@ class MetadataStore(Protocol):
     def broker_configs(self, scope: str) -> dict[str, str]: ...
     def group_configs(self, group_id: str) -> dict[str, str]: ...
     def configured_groups(self) -> list[str]: ...
+    def client_metrics(self, name: str) -> dict[str, str]: ...
+    def client_metrics_names(self) -> list[str]: ...
 
     # changes: durable when the call returns, then published on ``changes``
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
@@ -178,6 +180,7 @@ class MetadataStore(Protocol):
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None: ...
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None: ...
+    async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None: ...
     async def allocate_producer_ids(self, count: int) -> int: ...
 
     # --- security (issue #17): SCRAM credentials and ACLs ------------------------------------------
@@ -209,6 +212,8 @@ class LocalMetadataStore:
         # a broker id, or "" for the cluster-wide default (Kafka's <default>).
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
+        # Client-metrics subscriptions (KIP-714 ConfigResource CLIENT_METRICS), by name.
+        self._client_metrics: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
         self._scram: dict[str, dict[str, ScramCredential]] = {}  # user -> mechanism -> credential
         self._acls: frozenset[AclBinding] = frozenset()
@@ -244,6 +249,12 @@ class LocalMetadataStore:
     def configured_groups(self) -> list[str]:
         """The groups with config overrides (ListConfigResources' GROUP resources)."""
         return sorted(self._group_configs)
+
+    def client_metrics(self, name: str) -> dict[str, str]:
+        return dict(self._client_metrics.get(name, {}))
+
+    def client_metrics_names(self) -> list[str]:
+        return sorted(self._client_metrics)
 
     # --- writes --------------------------------------------------------------------------------
     # The file is local and small: each change is written in place, in the loop step that asked
@@ -325,6 +336,17 @@ class LocalMetadataStore:
             self._group_configs = before
         self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.GROUP_CONFIGS_CHANGED))
+
+    async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a subscription's configs; an empty set deletes it (as Kafka drops the resource)."""
+        before = self._client_metrics
+        self._client_metrics = {**before, name: dict(configs)}
+        if not configs:
+            del self._client_metrics[name]
+
+        def undo() -> None:
+            self._client_metrics = before
+        self._persist(undo)
 
     async def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids; persisted first, so ids never repeat after a restart."""
@@ -492,6 +514,7 @@ class LocalMetadataStore:
         data = json.loads(self.path.read_text(encoding="utf-8"))
         self.cluster_id = data["cluster_id"]
         self._group_configs = {str(g): dict(c) for g, c in data.get("group_configs", {}).items()}
+        self._client_metrics = {str(n): dict(c) for n, c in data.get("client_metrics", {}).items()}
         stored = data.get("broker_configs", {})
         # Files written before dynamic broker configs held one flat (always empty) dict.
         self._broker_configs = {str(scope): dict(configs) for scope, configs in stored.items()
@@ -516,6 +539,7 @@ class LocalMetadataStore:
             "cluster_id": self.cluster_id,
             "broker_configs": self._broker_configs,
             "group_configs": self._group_configs,
+            "client_metrics": self._client_metrics,
             "next_producer_id": self._next_producer_id,
             "finalized_features": self._features,
             "finalized_features_epoch": self._features_epoch,

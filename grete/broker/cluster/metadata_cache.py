@@ -109,6 +109,12 @@ class ZkMetadataCache:
     def configured_groups(self) -> list[str]:
         return []  # no GROUP config resources under ZooKeeper
 
+    def client_metrics(self, name: str) -> dict[str, str]:
+        return {}
+
+    def client_metrics_names(self) -> list[str]:
+        return []  # client-metrics subscriptions are kept by the single node only
+
     def live_brokers(self) -> list[zk.BrokerInfo]:
         return [self._brokers[b] for b in sorted(self._brokers)]
 
@@ -264,6 +270,10 @@ class ZkMetadataCache:
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          "GROUP config resources need a KRaft cluster; ZooKeeper mode has none")
+
+    async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         "CLIENT_METRICS config resources are kept by grete's single node only, not in a ZooKeeper cluster")
 
     async def allocate_producer_ids(self, count: int, for_broker: int | None = None) -> int:
         """The next block of ids from /latest_producer_id_block, with a conditional write, so two

@@ -5,6 +5,8 @@ their defaults) and apply live to every partition's log. Broker resources: the c
 broker's (or, with an empty name, the cluster default's) dynamic set, checked as Kafka 4.3 checks
 it (grete/broker/config.py ``check_dynamic_update``): static keys are INVALID_REQUEST "Cannot update
 these configs dynamically: [...]"; on the single node min.insync.replicas follows KRaft's ELR rules.
+Client-metrics resources (KIP-714): the configs become the subscription's whole set
+(grete/broker/client_metrics_configs.py).
 
 The checks shared with IncrementalAlterConfigs live here, in Kafka's order: a resource named twice,
 duplicate keys, null values, then the resource name, the new configs, and the topic's existence.
@@ -16,6 +18,8 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from grete.broker.client_metrics_configs import CLIENT_METRICS, check_name
+from grete.broker.client_metrics_configs import validate as validate_client_metrics
 from grete.broker.config import ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import BROKER, TOPIC, authorize_config_resource
@@ -98,6 +102,15 @@ def check_elr_min_isr(scope: str, before: dict[str, str], after: dict[str, str])
                                                    "ELR is enabled.")
 
 
+async def replace_client_metrics(ctx: RequestContext, name: str, configs: dict[str, str],
+                                 validate_only: bool) -> None:
+    """A client-metrics subscription's new config set (an empty one deletes it)."""
+    check_name(name)
+    clean = validate_client_metrics(configs)
+    if not validate_only:
+        await ctx.broker.metadata.set_client_metrics(name, clean)
+
+
 async def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str],
                                 validate_only: bool) -> None:
     """Validate ``configs`` as the topic's complete override set, then install it live."""
@@ -124,6 +137,8 @@ async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConf
             await replace_broker_configs(ctx, resource.resource_name, configs, request.validate_only)
         elif resource.resource_type == TOPIC:
             await replace_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
+        elif resource.resource_type == CLIENT_METRICS:
+            await replace_client_metrics(ctx, resource.resource_name, configs, request.validate_only)
         else:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 

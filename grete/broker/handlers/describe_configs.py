@@ -18,6 +18,8 @@ import logging
 from dataclasses import dataclass, field
 
 from grete.broker.authz import Op, Res, allowed, cluster_allowed
+from grete.broker.client_metrics_configs import CLIENT_METRICS
+from grete.broker.client_metrics_configs import describe as describe_client_metrics
 from grete.broker.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
@@ -109,11 +111,30 @@ def broker_config_entry(config: BrokerConfig, key: str, *, with_docs: bool = Fal
     # describing log.retention.hours): they are synonyms of a different entry.
     while chain and chain[0][0] != key:
         chain.pop(0)
-    value = chain[0][1] if chain and chain[0][0] == key else config.raw(key)
+    if key == "broker.id":
+        return _broker_id_entry(config, with_docs)
+    # A key set nowhere shows its own default, null for log.retention.ms and its kin (Kafka 4.3
+    # does not fill in the value derived from log.retention.hours: that shows under its own name).
+    value = chain[0][1] if chain else definition.default
     source = chain[0][2] if chain else ConfigSource.DEFAULT_CONFIG
     # Kafka marks the configs it can change at run time (DynamicBrokerConfig) as not read-only.
     return ConfigEntry(key, None if sensitive else value, source, key not in DYNAMIC_BROKER_CONFIGS, sensitive,
                        definition.type, _doc(definition) if with_docs else None, chain)
+
+
+def _broker_id_entry(config: BrokerConfig, with_docs: bool) -> ConfigEntry:
+    """broker.id is the node id whichever of the two names set it, as Kafka's KafkaConfig fills it
+    in from node.id; its own -1 default stays listed last. Unconfigured, grete's node.id default
+    is the value, named as such in the first synonym."""
+    definition = BROKER_CONFIGS["broker.id"]
+    node_id = str(config.node_id)
+    if "node.id" in config.originals or "broker.id" in config.originals:
+        source, first = ConfigSource.STATIC_BROKER_CONFIG, ("broker.id", node_id, ConfigSource.STATIC_BROKER_CONFIG)
+    else:
+        source, first = ConfigSource.DEFAULT_CONFIG, ("node.id", node_id, ConfigSource.DEFAULT_CONFIG)
+    chain: list[tuple[str, str | None, int]] = [first, ("broker.id", definition.default, ConfigSource.DEFAULT_CONFIG)]
+    return ConfigEntry("broker.id", node_id, source, True, False, definition.type,
+                       _doc(definition) if with_docs else None, chain)
 
 
 def group_config_entries(config: BrokerConfig, overrides: dict[str, str], *,
@@ -130,6 +151,13 @@ def group_config_entries(config: BrokerConfig, overrides: dict[str, str], *,
         doc = _doc(broker_definition) if with_docs and broker_definition is not None else None
         entries.append(ConfigEntry(key, value, source, False, False, definition.type, doc, synonyms))
     return entries
+
+
+def client_metrics_entries(name: str, configs: dict[str, str], with_docs: bool) -> list[ConfigEntry]:
+    """A subscription's three keys; only the set ones list themselves as their synonym."""
+    return [ConfigEntry(key, value, source, False, False, type_, doc if with_docs else None,
+                        [(key, value, source)] if is_set else [])
+            for key, value, source, type_, doc, is_set in describe_client_metrics(name, configs)]
 
 
 def default_broker_entries(config: BrokerConfig, *, with_docs: bool = False) -> list[ConfigEntry]:
@@ -161,10 +189,11 @@ def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConf
             if keys:
                 wanted = set(keys)
                 entries = [e for e in entries if e.name in wanted]
-            result = Result(error_code=0, error_message=None,
+            # Kafka's result carries the empty string, not null, when there is no message.
+            result = Result(error_code=0, error_message="",
                             configs=[_encode(e, request.include_synonyms, ctx.version) for e in entries])
         except KafkaError as exc:
-            result = Result(error_code=exc.code, error_message=exc.message, configs=[])
+            result = Result(error_code=exc.code, error_message=exc.message or "", configs=[])
         result.resource_type = resource.resource_type
         result.resource_name = resource.resource_name
         results.append(result)
@@ -188,6 +217,8 @@ def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConf
         return [broker_config_entry(broker.config, key, with_docs=with_docs) for key in sorted(BROKER_CONFIGS)]
     if resource.resource_type == GROUP:
         return group_config_entries(broker.config, broker.metadata.group_configs(name), with_docs=with_docs)
+    if resource.resource_type == CLIENT_METRICS:
+        return client_metrics_entries(name, broker.metadata.client_metrics(name), with_docs)
     if resource.resource_type == BROKER_LOGGER:
         if not name:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
@@ -203,7 +234,7 @@ def authorize_config_resource(ctx: RequestContext, resource_type: int, name: str
         return
     if resource_type == TOPIC and not allowed(ctx, operation, Res.TOPIC, name):
         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
-    if resource_type in (BROKER, BROKER_LOGGER) and not cluster_allowed(ctx, operation):
+    if resource_type in (BROKER, BROKER_LOGGER, CLIENT_METRICS) and not cluster_allowed(ctx, operation):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     if resource_type == GROUP and not allowed(ctx, operation, Res.GROUP, name):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)

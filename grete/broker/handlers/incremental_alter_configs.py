@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from grete.broker.client_metrics_configs import CLIENT_METRICS
 from grete.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigError, ConfigType
 from grete.broker.context import RequestContext
 from grete.broker.group_configs import validate_group_configs
@@ -22,6 +23,7 @@ from grete.broker.handlers.alter_configs import (
     check_broker_resource,
     check_keys,
     replace_broker_configs,
+    replace_client_metrics,
     replace_topic_configs,
 )
 from grete.broker.handlers.describe_configs import (
@@ -79,6 +81,11 @@ async def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if not validate_only:
             await ctx.broker.metadata.set_group_configs(group_id, clean)
+    elif resource.resource_type == CLIENT_METRICS:
+        # Kafka refuses APPEND/SUBTRACT here as on a non-list key, whatever the key: no definitions.
+        name = resource.resource_name
+        await replace_client_metrics(ctx, name, _incremental(ctx.broker.metadata.client_metrics(name), ops, {}),
+                                     validate_only)
     elif resource.resource_type == TOPIC:
         meta = ctx.broker.metadata.topic(resource.resource_name)
         current = dict(meta.configs) if meta is not None else {}

@@ -1,10 +1,10 @@
 """ListConfigResources (74): v0-1, the resources DescribeConfigs can describe (KIP-1142).
 
-v0 is KIP-714's ListClientMetricsResources: the client-metrics resources, of which grete has none
-(it keeps no client-metrics subscriptions). v1 takes resource types; an empty list means all of
+v0 is KIP-714's ListClientMetricsResources: the client-metrics subscriptions
+(grete/broker/client_metrics_configs.py). v1 takes resource types; an empty list means all of
 them. As Kafka 4.3.1 answers (measured): TOPIC lists every topic, internal ones too; BROKER and
 BROKER_LOGGER the live brokers with an endpoint on the request's listener; GROUP the groups with
-config overrides (not every group); CLIENT_METRICS none. Types come in Kafka's fixed order (GROUP,
+config overrides (not every group); CLIENT_METRICS the subscriptions. Types come in Kafka's fixed order (GROUP,
 CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC) whatever the request's order, each once. Any other type
 fails the request with UNSUPPORTED_VERSION. The principal needs DESCRIBE_CONFIGS on the cluster
 (KIP-1142), else CLUSTER_AUTHORIZATION_FAILED.
@@ -13,13 +13,13 @@ fails the request with UNSUPPORTED_VERSION. The principal needs DESCRIBE_CONFIGS
 from __future__ import annotations
 
 from grete.broker.authz import Op, cluster_allowed
+from grete.broker.client_metrics_configs import CLIENT_METRICS
 from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ListConfigResourcesRequest, ListConfigResourcesResponse
 
-CLIENT_METRICS = 16
 ALL_TYPES = (GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC)  # Kafka's answer order
 Resource = ListConfigResourcesResponse.ConfigResource
 
@@ -29,7 +29,8 @@ def handle(ctx: RequestContext, request: ListConfigResourcesRequest) -> ListConf
     if not cluster_allowed(ctx, Op.DESCRIBE_CONFIGS):
         return ListConfigResourcesResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if ctx.version == 0:
-        return ListConfigResourcesResponse(error_code=0, config_resources=[])  # no client-metrics resources
+        return ListConfigResourcesResponse(error_code=0, config_resources=[
+            Resource(resource_name=name, resource_type=CLIENT_METRICS) for name in ctx.broker.metadata.client_metrics_names()])
     wanted = set(request.resource_types) or set(ALL_TYPES)
     if not wanted <= set(ALL_TYPES):
         return ListConfigResourcesResponse(error_code=ErrorCode.UNSUPPORTED_VERSION)
@@ -50,4 +51,6 @@ def _names(ctx: RequestContext, resource_type: int) -> list[str]:
                 if info.endpoint(ctx.listener) is not None]
     if resource_type == GROUP:
         return broker.metadata.configured_groups()
+    if resource_type == CLIENT_METRICS:
+        return broker.metadata.client_metrics_names()
     return []
