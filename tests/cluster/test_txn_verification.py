@@ -22,10 +22,11 @@ from grete.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
 )
-from grete.protocol.records.record import Record, build_batch
+from grete.protocol.records.batch import iter_batches
+from grete.protocol.records.record import Record, build_batch, decode_records
 from grete.testing._wire import Wire
 from grete.testing.cluster import GreteCluster, cluster
-from tests.broker._txn import READ_COMMITTED, Txn, latest, settled, visible_values
+from tests.broker._txn import READ_COMMITTED, Txn, fetch, latest, settled, visible_values
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 
 BROKERS = (1, 2, 3)
@@ -208,3 +209,31 @@ def test_offsets_outside_the_transaction_are_refused_by_a_group_coordinator_on_a
     assert settled(lambda: txn.end(commit=True)) == 0
     for wire in (at_group, txn_wire):
         wire.close()
+
+
+def test_a_parked_batch_is_written_as_it_was_sent(grete_cluster: GreteCluster, topic: str) -> None:
+    """A batch parked for verification outlives its request's receive buffer: a request pipelined
+    right behind it (here a produce of the same size) must not change the bytes that get written."""
+    txn, _, (added, _) = _transaction(grete_cluster)
+    assert settled(lambda: max(txn.add(topic, added).values())) == 0
+    leader = _wire(grete_cluster, added + 1)
+    start = latest(leader, topic, 0, added)
+    value = b"parked-" + uuid.uuid4().hex.encode()
+    batch = build_batch([Record(0, 0, None, value)], producer_id=txn.pid, producer_epoch=txn.epoch,
+                        base_sequence=0, transactional=True)
+    other = build_batch([Record(0, 0, None, b"x" * len(value))])
+    for records, transactional_id in ((batch, txn.id), (other, None)):
+        leader.send(ProduceRequest(transactional_id=transactional_id, acks=-1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.PartitionProduceData(index=added, records=records)])]), 9)
+    answers = [leader.receive(ProduceResponse, 9) for _ in range(2)]
+    assert [a.responses[0].partition_responses[0].error_code for a in answers] == [0, 0]
+    part = fetch(leader, topic, 0, offset=start, partition=added)
+    batches = list(iter_batches(bytes(part.records or b"")))
+    assert len(batches) == 2 and all(b.compute_crc() == b.crc & 0xFFFFFFFF for b in batches)
+    (parked,) = [b for b in batches if b.is_transactional]
+    assert [r.value for r in decode_records(parked)] == [value]
+    assert txn.end(commit=False) == 0
+    leader.close()
+    txn.wire.close()
+

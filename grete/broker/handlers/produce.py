@@ -186,7 +186,10 @@ def append_records(broker: Broker, version: int, topic: str, index: int, records
                         partition.check_enough_replicas()
                     parked = PartitionResponse(index=index, error_code=0, base_offset=-1, log_append_time_ms=-1,
                                                log_start_offset=-1)
-                    verifying.append(Verifying(parked, partition, batch, guard, _records_bytes(records)))
+                    # The batch is a view of the connection's receive buffer, which is reused once
+                    # this handler returns: a parked batch keeps a copy of its own.
+                    kept = RecordBatch(bytearray(batch.bytes_view()))
+                    verifying.append(Verifying(parked, partition, kept, guard, _records_bytes(records)))
                     return parked
         if acks == -1:
             partition.check_enough_replicas()
