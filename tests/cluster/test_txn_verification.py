@@ -1,7 +1,8 @@
 """KIP-890 part 1 across brokers: a partition leader that is not the transaction's coordinator asks
 the coordinator's broker (AddPartitionsToTxn v4, VerifyOnly) before taking a producer's first
 transactional batch, and refuses a batch for a partition the transaction never added (the Jepsen
-checker's hanging transaction); a transaction across brokers still commits."""
+checker's hanging transaction); a transaction across brokers still commits. And transaction
+version 2 (KIP-890 part 2) across brokers: implicit adds through AddPartitionsToTxn v5, markers v2."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ProduceRequest,
@@ -209,6 +212,40 @@ def test_offsets_outside_the_transaction_are_refused_by_a_group_coordinator_on_a
     assert settled(lambda: txn.end(commit=True)) == 0
     for wire in (at_group, txn_wire):
         wire.close()
+
+
+def _end_v5(txn: Txn, commit: bool, epoch: int) -> tuple[int, int]:
+    answer = txn.wire.call(EndTxnRequest(transactional_id=txn.id, producer_id=txn.pid, producer_epoch=epoch,
+                                         committed=commit), EndTxnResponse, 5)
+    return int(answer.error_code), int(answer.producer_epoch)
+
+
+def test_transaction_version_2_across_brokers(grete_cluster: GreteCluster, topic: str) -> None:
+    """KIP-890 part 2 in a cluster: Produce 12 at a leader other than the coordinator adds its
+    partition (AddPartitionsToTxn v5 to the coordinator's broker), TxnOffsetCommit 5 at a group
+    coordinator elsewhere adds the group's partition, EndTxn 5 bumps the epoch and the markers (v2,
+    with the bumped epoch) commit both; the old epoch is fenced afterwards."""
+    txn, coordinator, others = _transaction(grete_cluster)
+    e = txn.epoch
+    before = {p: visible_values(_wire(grete_cluster, p + 1), topic, p) for p in others}
+    for p in others:
+        assert settled(lambda p=p: _produce(_wire(grete_cluster, p + 1), txn, topic, p, f"tv2-{p}".encode(), 12)) == 0
+    group, group_coordinator = _group_coordinated_elsewhere(grete_cluster, coordinator)
+    txn_wire, txn.wire = txn.wire, _wire(grete_cluster, group_coordinator)
+    txn.versions = {**txn.versions, "commit_offsets": 5}
+    assert settled(lambda: txn.commit_offsets(group, topic, 7)) == 0
+    txn.wire = txn_wire
+    assert settled(lambda: _end_v5(txn, True, e)[0]) == 0
+    assert settled(lambda: _end_v5(txn, True, e)[0]) == 0  # a retry once the markers are written
+    assert _end_v5(txn, True, e) == (0, e + 1)
+    for p in others:
+        wanted = before[p] + [f"tv2-{p}".encode()]
+        wait_until(lambda p=p, wanted=wanted: visible_values(_wire(grete_cluster, p + 1), topic, p) == wanted,
+                   what=f"the committed record on partition {p}")
+    # The ended transaction's epoch no longer writes: its leader knows the bumped one from the marker.
+    assert _produce(_wire(grete_cluster, others[0] + 1), txn, topic, others[0], b"stale", 12) == \
+        ErrorCode.INVALID_PRODUCER_EPOCH
+    txn.wire.close()
 
 
 def test_a_parked_batch_is_written_as_it_was_sent(grete_cluster: GreteCluster, topic: str) -> None:

@@ -22,8 +22,10 @@ from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTx
 
 log = logging.getLogger(__name__)
 
-# Kafka 3.9's inter-broker AddPartitionsToTxn (the first batched version).
+# Kafka 3.9's inter-broker AddPartitionsToTxn (the first batched version) for verification; v5 when
+# the leader adds for a transaction version 2 client (the coordinator then bumps at the end).
 ADD_PARTITIONS_TO_TXN_VERSION = 4
+TV2_ADD_PARTITIONS_TO_TXN_VERSION = 5
 TopicPartition = tuple[str, int]
 Outcome = dict[TopicPartition, ErrorCode]
 
@@ -104,8 +106,10 @@ class ClusterTxnVerifier:
                 transactional_id=txn_id, producer_id=w.producer_id, producer_epoch=w.producer_epoch,
                 verify_only=not w.add, topics=_topics(w.partitions))
             for txn_id, w in batch.items()])
+        version = (TV2_ADD_PARTITIONS_TO_TXN_VERSION if any(w.add for w in batch.values())
+                   else ADD_PARTITIONS_TO_TXN_VERSION)
         try:
-            response: AddPartitionsToTxnResponse = await peer.call(request, ADD_PARTITIONS_TO_TXN_VERSION)
+            response: AddPartitionsToTxnResponse = await peer.call(request, version)
         except PeerError as exc:
             log.warning("AddPartitionsToTxn to broker %d failed: %s", coordinator, exc)
             for waiting in batch.values():

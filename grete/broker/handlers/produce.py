@@ -21,6 +21,7 @@ from grete.broker.leader_hints import current_leader
 from grete.broker.partition import Partition, VerificationGuard
 from grete.broker.registry import api
 from grete.broker.txn_verification import produce_error
+from grete.coordinator.txn import TV2
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceRequest, ProduceResponse
 from grete.protocol.records.batch import RecordBatch
@@ -270,7 +271,7 @@ async def _ask_coordinator(broker: Broker, transactional_id: str, verifying: lis
     if coordinator == broker.node_id:  # leadership of its state partition came here meanwhile
         txns = broker.txn_coordinator
         if add:
-            error = txns.add_partitions(transactional_id, pid, epoch, wanted)
+            error = txns.add_partitions(transactional_id, pid, epoch, wanted, TV2)
             found = dict.fromkeys(wanted, error)
         else:
             found = txns.verify_partitions(transactional_id, pid, epoch, wanted)
@@ -302,7 +303,7 @@ def _add_to_transaction(broker: Broker, batch: RecordBatch, transactional_id: st
     """From v12 (Kafka's ADD_PARTITION operation) the batch adds its partition to its producer's
     transaction, as AddPartitionsToTxn would, instead of only being checked against it."""
     error = broker.txn_coordinator.add_partitions(transactional_id or "", batch.producer_id,
-                                                  batch.producer_epoch, [(topic, index)])
+                                                  batch.producer_epoch, [(topic, index)], TV2)
     if error == ErrorCode.PRODUCER_FENCED:
         error = ErrorCode.INVALID_PRODUCER_EPOCH  # as Kafka's AddPartitionsToTxnManager converts it
     if error:
