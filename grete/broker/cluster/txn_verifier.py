@@ -85,8 +85,11 @@ class ClusterTxnVerifier:
             return None
         channel = self._channels.get(coordinator)
         if channel is None or (channel.peer.host, channel.peer.port) != (endpoint.host, endpoint.port):
-            if channel is not None:
-                channel.peer.close()
+            if channel is not None:  # the broker moved: what waited for the old address is retried
+                for waiting in channel.waiting.values():
+                    waiting.fail(ErrorCode.NETWORK_EXCEPTION)
+                channel.waiting = {}
+                channel.peer.close()  # a request in flight there fails (and fails its batch)
             channel = self._channels[coordinator] = _CoordinatorChannel(PeerConnection(
                 endpoint.host, endpoint.port, f"txn-verify-{self.broker.node_id}",
                 timeout_s=self.broker.config.get_int("request.timeout.ms") / 1000))

@@ -181,6 +181,9 @@ def append_records(broker: Broker, version: int, topic: str, index: int, records
                     _verify_transaction(broker, batch, topic, index, version)
             elif verifying is not None and transactional_id is not None and (
                     version >= ADD_PARTITION_VERSION or broker.config.get_bool("transaction.partition.verification.enable")):
+                if not partition.is_leader:  # refused now, not after a round trip to the coordinator
+                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                     f"this broker is not the leader of {topic}-{index}")
                 guard = partition.start_verification(batch.producer_id, batch.producer_epoch, now_ms)
                 if guard is not None:
                     if acks == -1:
