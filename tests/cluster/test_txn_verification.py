@@ -29,7 +29,7 @@ from grete.protocol.records.batch import iter_batches
 from grete.protocol.records.record import Record, build_batch, decode_records
 from grete.testing._wire import Wire
 from grete.testing.cluster import GreteCluster, cluster
-from tests.broker._txn import READ_COMMITTED, Txn, fetch, latest, settled, visible_values
+from tests.broker._txn import READ_COMMITTED, Txn, describe, fetch, latest, settled, visible_values
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 
 BROKERS = (1, 2, 3)
@@ -274,3 +274,34 @@ def test_a_parked_batch_is_written_as_it_was_sent(grete_cluster: GreteCluster, t
     leader.close()
     txn.wire.close()
 
+
+
+def test_java_4_transactions_across_brokers(grete_cluster: GreteCluster, topic: str) -> None:
+    """Java kafka-clients 4.3.1 (transaction version 2: implicit adds, an epoch bump per end) commits
+    and aborts transactions over partitions led by all three brokers."""
+    import json
+    import shutil
+    import subprocess
+
+    from tools import kafka_dist
+
+    if shutil.which("java") is None:
+        pytest.skip("java is not installed")
+    try:
+        kafka_dist.harness_classes(kafka_dist.resolve_version("4"))
+    except Exception as exc:
+        pytest.skip(f"Java harness unavailable: {exc}")
+    txn_id = f"java-{uuid.uuid4().hex[:8]}"
+    before = [latest(_wire(grete_cluster, b), topic, 0, b - 1) for b in BROKERS]
+    done = subprocess.run(kafka_dist.harness_cmd(kafka_dist.resolve_version("4"), "txn", grete_cluster.bootstrap_servers,
+                                                 topic, txn_id, "c3,a2,c3", "max.block.ms=30000"),
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in done.stdout.splitlines() if line.startswith("{")]
+    assert steps == ["c3", "a2", "c3"]
+    after = [latest(_wire(grete_cluster, b), topic, 0, b - 1) for b in BROKERS]
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)  # every leader took part
+    wire = _wire(grete_cluster, _coordinator(grete_cluster, txn_id))
+    state = describe(wire, txn_id)
+    wire.close()
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteCommit", 3)  # one bump per end
