@@ -1,6 +1,6 @@
 """The direct data path (shm) against grete's own TCP path, side by side on one broker.
 
-    python benchmarks/bench_direct.py [--seconds 1.0] [--records 2000]
+    python benchmarks/bench_direct.py [--seconds 1.0] [--records 2000] [--kafka 4]
 
 One ``grete serve`` child with ``direct.transports=shm``; clients in this process (consumers) and
 in helper processes (producers). Measures:
@@ -12,7 +12,8 @@ in helper processes (producers). Measures:
 * end to end, produce -> consume (a producer process stamps each record; the consumer here takes
   the difference): direct producer + direct consumer vs confluent-kafka producer + Fetch long poll;
 * produce throughput with 1 KB and 64 KB batches: direct exclusive, direct shared (2 processes)
-  and confluent-kafka over TCP;
+  and confluent-kafka over TCP (with ``--kafka 4``: also confluent-kafka against Apache Kafka 4.3.1,
+  started beside grete, its JVM as kafka-server-start.sh ships it);
 * broker CPU per MB produced and per MB consumed (utime + stime of the broker process, /proc).
 
 Brief by design (the machine is shared): each figure is one short run, not a median of runs.
@@ -22,6 +23,7 @@ Raw JSON goes to ``benchmarks/results/direct-<UTC time>.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -40,8 +42,10 @@ from grete.direct import Consumer, Producer, TopicPartition  # noqa: E402
 from grete.protocol.messages import FetchRequest, FetchResponse  # noqa: E402
 from grete.protocol.records.batch import iter_batches  # noqa: E402
 from grete.protocol.records.record import decode_records  # noqa: E402
-from grete.testing._wire import Wire  # noqa: E402
+from grete.testing._wire import Wire, create_topic  # noqa: E402
 from grete.testing.process import broker_process  # noqa: E402
+from tools import kafka_dist  # noqa: E402
+from tools.reference_kafka import ReferenceKafka  # noqa: E402
 
 FETCH_VERSION = 12
 
@@ -266,7 +270,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--kafka", default="",
+                        help="also produce to this Apache Kafka version (e.g. 4) with confluent-kafka, the same "
+                             "settings, alternated with grete's rows in the same run")
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        kafka = None
+        if args.kafka:
+            kafka = stack.enter_context(ReferenceKafka(args.kafka, log_level="WARN", jvm=kafka_dist.KAFKA_SERVER_JVM))
+            host, port = kafka.bootstrap.rsplit(":", 1)
+            create_topic(host, int(port), "tput", 1, {})
+        run(args, kafka)
+
+
+def run(args: argparse.Namespace, kafka: ReferenceKafka | None) -> None:
     results: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     overrides = {"direct.transports": "shm"}
     topics = {"idle": 1, "preload": 1, "e2e-direct": 1, "e2e-tcp": 1, "tput": 1}
@@ -293,6 +310,10 @@ def main() -> None:
                 mbps, cpu = throughput(servers, "tput", batch, args.seconds, mode, procs, pid)
                 row[f"{name}_MBps"] = mbps
                 row[f"{name}_broker_cpu_ms_per_MB"] = cpu
+            if kafka is not None and kafka.proc is not None:
+                mbps, cpu = throughput(kafka.bootstrap, "tput", batch, args.seconds, "tcp", 1, kafka.proc.pid)
+                row[f"tcp_kafka_{kafka.version}_MBps"] = mbps
+                row[f"tcp_kafka_{kafka.version}_broker_cpu_ms_per_MB"] = cpu
             tput[f"{batch // 1024}KB"] = row
             print("throughput", batch, tput[f"{batch // 1024}KB"], flush=True)
         results["produce_throughput"] = tput

@@ -234,6 +234,7 @@ _TOOLS_COMMON: dict[str, str] = {
     "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
+    "kafka-delegation-tokens": "org.apache.kafka.tools.DelegationTokenCommand",
     "kafka-server-start": "kafka.Kafka",
 }
 _TOOLS_BY_MAJOR: dict[int, dict[str, str]] = {

@@ -8,8 +8,16 @@ from pathlib import Path
 import cluster_helpers as h
 from cluster_targets import ClusterTarget
 
-CLUSTER_OVERRIDES = {"auto.leader.rebalance.enable": "false"}  # only the tools move leaders here
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
+)
+from grete.testing._wire import Wire
 
+CLUSTER_OVERRIDES = {"auto.leader.rebalance.enable": "false"}  # only the tools move leaders here
 
 
 def elected(out: str, prefix: str) -> set[str]:
@@ -127,3 +135,27 @@ def test_reassignment_moves_a_replica(cluster_target: ClusterTarget, tmp_path: P
         assert consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=10) == (0, 5)
     finally:
         consumer.close()
+
+
+def test_features_as_a_zookeeper_mode_cluster(cluster_target: ClusterTarget) -> None:
+    """Kafka 3.9 in ZooKeeper mode supports no feature: ApiVersions lists none, the controller refuses
+    each update with INVALID_REQUEST, and any other broker answers NOT_CONTROLLER."""
+    ctl = controller(cluster_target)
+    key = UpdateFeaturesRequest.FeatureUpdateKey(feature="transaction.version", max_version_level=2)
+    for broker_id in cluster_target.running():
+        broker = cluster_target.cluster.brokers[broker_id]
+        wire = Wire(broker.host, broker.port, timeout=30)
+        try:
+            versions = wire.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+                                 ApiVersionsResponse, 3)
+            assert versions.supported_features == [] and versions.finalized_features == []
+            answer = wire.call(UpdateFeaturesRequest(timeout_ms=10000, feature_updates=[key]), UpdateFeaturesResponse, 1)
+        finally:
+            wire.close()
+        if broker_id == ctl:
+            assert answer.error_code == 0
+            assert [(r.feature, r.error_code, r.error_message) for r in answer.results] == [
+                ("transaction.version", ErrorCode.INVALID_REQUEST,
+                 "Could not apply finalized feature update because the provided feature is not supported.")]
+        else:
+            assert (answer.error_code, answer.results) == (ErrorCode.NOT_CONTROLLER, [])

@@ -2,7 +2,7 @@
 
 ``secure_broker``: PLAIN users admin (super user), alice and bob on SASL_PLAINTEXT and SASL_SSL (a
 test CA made with ``cryptography`` for this module only), SCRAM-SHA-256/512 and OAUTHBEARER (Kafka's
-unsecured-JWS validator) enabled. The PLAINTEXT
+unsecured-JWS validator) enabled, delegation tokens on (``TOKEN_SECRET``). The PLAINTEXT
 listener stays for readiness and, on Kafka, the node's own inter-broker/controller traffic
 (User:ANONYMOUS is a super user there, as tools/reference_kafka.py explains): tests use the SASL
 ports only. grete gets the same keys as overrides.
@@ -44,6 +44,9 @@ from tools.reference_kafka import (
 REPO = Path(__file__).resolve().parents[2]
 # One partition for the internal topics: Kafka creates 50 by default on the first commit/transaction.
 INTERNAL = {"offsets.topic.num.partitions": "1", "transaction.state.log.num.partitions": "1"}
+# Delegation tokens enabled on both targets (test_security_delegation_tokens.py computes HMACs with it).
+TOKEN_SECRET = "grete-token-secret"
+TOKENS = {"delegation.token.secret.key": TOKEN_SECRET}
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 HOST = "127.0.0.1"
 
@@ -81,7 +84,7 @@ class SecureBroker:
 def _grete_overrides(plain: int, sasl: int, sasl_ssl: int, certs: Certs, data: Path) -> dict[str, str]:
     listeners = f"PLAINTEXT://{HOST}:{plain},SASL_PLAINTEXT://{HOST}:{sasl},SASL_SSL://{HOST}:{sasl_ssl}"
     security = Security(plain_users=USERS)
-    overrides = {**INTERNAL, "listeners": listeners, "advertised.listeners": listeners, "log.dirs": str(data),
+    overrides = {**INTERNAL, **TOKENS, "listeners": listeners, "advertised.listeners": listeners, "log.dirs": str(data),
                  "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
                  "authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:admin;User:ANONYMOUS",
                  "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
@@ -116,7 +119,7 @@ def secure_broker(target: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         except Exception as exc:  # no mvn / no network
             pytest.skip(f"Kafka {version} jars unavailable: {exc}")
         security = Security(plain_users=USERS, ssl_keystore=certs.server)
-        with ReferenceKafka(version, overrides=INTERNAL, security=security, log_level="WARN") as ref:
+        with ReferenceKafka(version, overrides={**INTERNAL, **TOKENS}, security=security, log_level="WARN") as ref:
             yield SecureBroker(ref.kind, ref.sasl_port, ref.sasl_ssl_port, certs.ca)
         return
     plain, sasl, sasl_ssl = free_port(), free_port(), free_port()

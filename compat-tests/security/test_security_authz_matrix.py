@@ -42,6 +42,8 @@ from grete.protocol.messages import (
     ApiVersionsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
+    CreateDelegationTokenRequest,
+    CreateDelegationTokenResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -62,6 +64,8 @@ from grete.protocol.messages import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeDelegationTokenRequest,
+    DescribeDelegationTokenResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     DescribeLogDirsRequest,
@@ -114,6 +118,8 @@ from grete.protocol.messages import (
     SyncGroupResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
@@ -141,10 +147,15 @@ class Ctx:
     pid: int = -1
     epoch: int = -1
     topic_id: uuid.UUID = uuid.UUID(int=0)
+    token_id: str = ""  # a delegation token admin created for ``owner``
+
+    @property
+    def owner(self) -> str:  # a USER resource: the owner of the row's delegation tokens
+        return f"User:{self.client}"
 
     def name(self, key: str) -> str:
         return {"topic": self.topic, "new": self.new, "group": self.group, "txn": self.txn,
-                "cluster": CLUSTER}[key]
+                "cluster": CLUSTER, "owner": self.owner, "token": self.token_id}[key]
 
 
 def error_codes(response: Any, version: int) -> list[int]:
@@ -273,6 +284,31 @@ def txn_with_offsets(ctx: Ctx) -> None:
                                      group_id=ctx.group)
     answer = retrying(lambda: admin_call(ctx, request, AddOffsetsToTxnResponse, 3), 3)
     assert answer.error_code == 0, answer
+
+
+def describe_tokens(ctx: Ctx) -> DescribeDelegationTokenRequest:
+    return DescribeDelegationTokenRequest(owners=[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner(
+        principal_type="User", principal_name=ctx.client)])
+
+
+def owned_tokens(ctx: Ctx) -> int:
+    answer = admin_call(ctx, describe_tokens(ctx), DescribeDelegationTokenResponse, 3)
+    assert answer.error_code == 0, answer
+    return len(answer.tokens)
+
+
+def token_for_owner(ctx: Ctx) -> None:
+    """admin (a super user) creates a token owned by the row's user; on Kafka it reaches the broker's
+    cache asynchronously, so wait until admin can describe it."""
+    answer = admin_call(ctx, create_token_for_owner(ctx), CreateDelegationTokenResponse, 3)
+    assert answer.error_code == 0, answer
+    ctx.token_id = answer.token_id
+    wait_until(lambda: owned_tokens(ctx) == 1, what="the token to reach the broker")
+
+
+def create_token_for_owner(ctx: Ctx) -> CreateDelegationTokenRequest:
+    return CreateDelegationTokenRequest(owner_principal_type="User", owner_principal_name=ctx.client,
+                                        renewers=[], max_lifetime_ms=-1)
 
 
 def acl_for_carol(ctx: Ctx) -> None:
@@ -565,6 +601,10 @@ ROWS: list[Row] = [
     Row("ElectLeaders", 2, lambda c: ElectLeadersRequest(election_type=0, timeout_ms=10_000, topic_partitions=[
         ElectLeadersRequest.TopicPartitions(topic=c.topic, partitions=[0])]),
         ElectLeadersResponse, [CA, CA], [0, E.ELECTION_NOT_NEEDED], ((Res.CLUSTER, C, Op.ALTER),)),
+    Row("UpdateFeatures", 1, lambda c: UpdateFeaturesRequest(timeout_ms=10_000, validate_only=True, feature_updates=[
+        UpdateFeaturesRequest.FeatureUpdateKey(feature="group.version", max_version_level=1)]),
+        # The top-level code only: whether level 1 is valid is the version's business (3.9 refuses it).
+        UpdateFeaturesResponse, [CA], [0], ((Res.CLUSTER, C, Op.ALTER),), outcome=lambda a, v, c: [a.error_code]),
     Row("AlterPartitionReassignments", 0, lambda c: AlterPartitionReassignmentsRequest(timeout_ms=10_000, topics=[
         AlterPartitionReassignmentsRequest.ReassignableTopic(name=c.topic, partitions=[
             AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=None)])]),
@@ -587,6 +627,18 @@ ROWS: list[Row] = [
         DescribeUserScramCredentialsResponse, [CA], [0], ((Res.CLUSTER, C, Op.DESCRIBE),)),
     Row("AlterUserScramCredentials", 0, scram_upsertion, AlterUserScramCredentialsResponse, [CA], [0],
         ((Res.CLUSTER, C, Op.ALTER),), probe=scram_users),
+    # Delegation tokens: another owner's token needs CREATE_TOKENS on that USER; describing another
+    # owner's tokens needs DESCRIBE_TOKENS on the USER or DESCRIBE on the DELEGATION_TOKEN (listed or not).
+    Row("CreateDelegationToken-other-owner", 3, create_token_for_owner, CreateDelegationTokenResponse,
+        [E.DELEGATION_TOKEN_AUTHORIZATION_FAILED], [0], ((Res.USER, "owner", Op.CREATE_TOKENS),), probe=owned_tokens),
+    Row("DescribeDelegationToken-owner-describe-tokens", 3, describe_tokens, DescribeDelegationTokenResponse,
+        (0, False), (0, True), ((Res.USER, "owner", Op.DESCRIBE_TOKENS),),
+        outcome=lambda a, v, c: (a.error_code, c.token_id in [t.token_id for t in a.tokens]),
+        setup=(token_for_owner,)),
+    Row("DescribeDelegationToken-token-describe", 3, describe_tokens, DescribeDelegationTokenResponse,
+        (0, False), (0, True), ((Res.DELEGATION_TOKEN, "token", Op.DESCRIBE),),
+        outcome=lambda a, v, c: (a.error_code, c.token_id in [t.token_id for t in a.tokens]),
+        setup=(token_for_owner,)),
     # Kafka checks nothing for DescribeCluster (KafkaApis.handleDescribeCluster): anyone authenticated.
     Row("DescribeCluster-no-check", 0, lambda c: DescribeClusterRequest(), DescribeClusterResponse, [0], [0]),
     # Authorized-operations bitfields (1 << operation): what each principal may do.

@@ -26,7 +26,9 @@ from grete.broker.config import (
     validate_topic_configs,
 )
 from grete.broker.connection_quotas import ConnectionQuotas
+from grete.broker.delegation_tokens import DelegationTokenManager
 from grete.broker.direct.base import DirectPath
+from grete.broker.features import Features
 from grete.broker.fetch_sessions import FetchSessionCache
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.metrics import BrokerMetrics
@@ -112,6 +114,9 @@ class Broker:
         # SSL listeners' reloadable contexts (grete.broker.tls.ListenerTls), set by the node as it listens.
         self.listener_tls: dict[str, ReloadableTls] = {}
         self.quotas = ClientQuotas(config, self.metadata)
+        # In a cluster only the controller sweeps expired tokens (Kafka 3.9's KafkaController).
+        self.delegation_tokens = DelegationTokenManager(
+            config, self.metadata, sweeps=lambda: cluster is None or cluster.controller_id() == self.node_id)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
         self.metrics = BrokerMetrics()
@@ -120,6 +125,8 @@ class Broker:
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
+        self.features = Features(self.metadata if isinstance(self.metadata, LocalMetadataStore) and cluster is None
+                                 else None, self.node_id)
         share_store = (ShareStateStore(config, self.partition, self.ensure_internal_topic)
                        if cluster is None else None)  # a cluster keeps share state in memory
         self.share_groups = ShareGroups(config, self.metadata, self.partition, share_store)

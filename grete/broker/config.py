@@ -298,6 +298,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("authorizer.class.name", STR, ""),
     _d("super.users", STR, ""),
     _d("allow.everyone.if.no.acl.found", BOOL, "false"),
+    # Delegation tokens (grete/broker/delegation_tokens.py): without a secret key the token APIs
+    # answer DELEGATION_TOKEN_AUTH_DISABLED, as Kafka's.
+    _d("delegation.token.secret.key", PASSWORD, None,
+       "HMAC-SHA512 key of delegation tokens, the same on every broker; unset or empty: tokens disabled"),
+    _d("delegation.token.master.key", PASSWORD, None,
+       "deprecated (Kafka 3.x) name of delegation.token.secret.key, read when that is not set"),
+    _d("delegation.token.max.lifetime.ms", LONG, "604800000", minimum=1),
+    _d("delegation.token.expiry.time.ms", LONG, "86400000", minimum=1),
+    _d("delegation.token.expiry.check.interval.ms", LONG, "3600000", minimum=1),
     # Kafka 4's group protocols: the defaults and bounds of per-group configs (grete/broker/group_configs.py).
     _d("group.consumer.assignment.interval.ms", INT, "1000", minimum=1),
     _d("group.consumer.heartbeat.interval.ms", INT, "5000", minimum=1),
@@ -342,6 +351,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("group.streams.initial.rebalance.delay.ms", INT, "3000", minimum=0),
     _d("group.streams.num.standby.replicas", INT, "0", minimum=0),
     _d("group.streams.max.standby.replicas", INT, "2", minimum=0),
+    _d("group.streams.max.size", INT, str(2**31 - 1), minimum=1),
     _d("group.streams.session.timeout.ms", INT, "45000", minimum=1),
     _d("group.streams.min.session.timeout.ms", INT, "45000", minimum=1),
     _d("group.streams.max.session.timeout.ms", INT, "60000", minimum=1),
@@ -423,7 +433,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("request.timeout.ms", INT, "30000", minimum=1, doc="how long a transaction coordinator waits for its log's ISR"),
     _d("cluster.id", STR, None, "grete: cluster id for a fresh data dir (Kafka takes it from kafka-storage)"),
     _d("direct.transports", LIST, "", "grete: the direct data path's transports (docs/direct.md); "
-       "empty: off, its APIs not advertised. shm: same-host shared memory", choices=("shm",), allow_empty=True),
+       "empty: off, its APIs not advertised. shm: same-host shared memory; rdma: pyverbs on an RDMA device "
+       "(the broker refuses to start without one)", choices=("shm", "rdma"), allow_empty=True),
+    _d("direct.rdma.address", STR, "", "grete: the IP address (of an RDMA device's interface) the rdma "
+       "transport listens on with rdma_cm; required with direct.transports=rdma"),
+    _d("direct.rdma.port", INT, "19093", "grete: the rdma_cm port of the rdma transport", minimum=1, maximum=65535),
     _d("direct.shm.dir", STR, "/dev/shm", "grete: where the shm transport's regions are created (tmpfs)"),
     _d("direct.region.bytes", LONG, "67108864", "grete: data bytes of one direct produce region", minimum=65536),
     _d("direct.produce.timeout.ms", INT, "5000", "grete: how long a reserved but unannounced write may "

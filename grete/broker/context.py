@@ -26,6 +26,7 @@ class Session:
     client_host: str
     principal: str = ANONYMOUS
     authenticated: bool = True
+    token_authenticated: bool = False  # SCRAM with a delegation token (KafkaPrincipal.tokenAuthenticated)
     client_software_name: str | None = None
     client_software_version: str | None = None
     sasl: SaslAuthenticator | None = None

@@ -5,8 +5,9 @@ key as their synonym and stored in the metadata store.
 The names, defaults, synonyms and bounds are Kafka 4.3.1's, as DescribeConfigs and
 IncrementalAlterConfigs answer them there (checked against it: an unknown name is "Unknown group
 config name", a session timeout below the broker minimum names the broker key). KIP-848 consumer
-groups use consumer.session.timeout.ms and consumer.heartbeat.interval.ms; grete has no share or
-streams groups yet: their values are kept and shown, for the groups that will use them.
+groups use consumer.session.timeout.ms and consumer.heartbeat.interval.ms; streams groups
+streams.session.timeout.ms, streams.heartbeat.interval.ms, streams.initial.rebalance.delay.ms and
+streams.num.standby.replicas.
 """
 
 from __future__ import annotations

@@ -106,6 +106,12 @@ def group_config(broker: Broker) -> GroupConfig:
         consumer_assignors=consumer_assignors(cfg.get_list("group.consumer.assignors")),
         consumer_protocol_enabled="consumer" in cfg.get_list("group.coordinator.rebalance.protocols"),
         consumer_migration_policy=cfg.get_str("group.consumer.migration.policy").lower(),
+        streams_session_timeout_ms=cfg.get_int("group.streams.session.timeout.ms"),
+        streams_heartbeat_interval_ms=cfg.get_int("group.streams.heartbeat.interval.ms"),
+        streams_max_size=cfg.get_int("group.streams.max.size"),
+        streams_initial_rebalance_delay_ms=cfg.get_int("group.streams.initial.rebalance.delay.ms"),
+        streams_num_standby_replicas=cfg.get_int("group.streams.num.standby.replicas"),
+        streams_protocol_enabled="streams" in cfg.get_list("group.coordinator.rebalance.protocols"),
     )
 
 

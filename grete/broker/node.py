@@ -74,6 +74,7 @@ class Node:
         # After the groups: finishing an interrupted commit may apply transactional offsets.
         broker.txn_coordinator = start_txn_coordinator(
             broker, self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")
+        broker.delegation_tokens.start()
         for listener in broker.listeners:
             await self._listen(listener)
         if broker.config.get_str("metrics.listener"):
@@ -109,6 +110,7 @@ class Node:
         for task in self._tasks:
             task.cancel()
         broker.producer_ids.stop()
+        broker.delegation_tokens.stop()
         broker.share_groups.shutdown()
         groups, transactions = broker.coordinators()
         if transactions is not None:
@@ -164,7 +166,8 @@ class Node:
         if protocol.startswith("SASL_"):
             # Loaded by name and only for a SASL listener (scramp).
             sasl_module = importlib.import_module("grete.broker.sasl")
-            sasl = sasl_module.listener_sasl(broker.config, listener.name, broker.metadata.scram_credential)
+            sasl = sasl_module.listener_sasl(broker.config, listener.name, broker.metadata.scram_credential,
+                                             tokens=broker.delegation_tokens.scram_credential)
         server = await loop.create_server(
             lambda: KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of, sasl),
             listener.host or None, listener.port, reuse_address=True, backlog=1024, start_serving=False,

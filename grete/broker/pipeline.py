@@ -1,5 +1,6 @@
-"""The steps around every handler, in Kafka's order: authentication gate, authorization, the
-handler, quota (throttle time), metrics; fault injection for grete.testing wraps the handler.
+"""The steps around every handler, in Kafka's order: authentication gate, the feature gate (an API
+whose feature is finalized off), authorization, the handler, quota (throttle time), metrics; fault
+injection for grete.testing wraps the handler.
 
 Each step is a small function of the request context. Most pass through today: the security
 listeners, the authorizer and quotas plug in here (``Pipeline`` takes them), and ``throttle_time_ms``
@@ -15,6 +16,7 @@ from time import perf_counter
 from typing import Any, Protocol
 
 from grete.broker.context import RequestContext
+from grete.broker.features import GATES
 from grete.broker.metrics import BrokerMetrics
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
@@ -70,6 +72,10 @@ def illegal_sasl_state(ctx: RequestContext, request: Any) -> Message:
                           f"Unexpected Kafka request of type {kafka_name} during SASL authentication.")
 
 
+def unsupported(ctx: RequestContext, request: Any) -> Message:
+    return error_response(APIS[ctx.api_key].response, request, ctx.api_version, ErrorCode.UNSUPPORTED_VERSION, None)
+
+
 class Pipeline:
     def __init__(self, metrics: BrokerMetrics, *, quotas: Quotas | None = None,
                  authorize: Authorize | None = None) -> None:
@@ -95,6 +101,9 @@ class Pipeline:
                                            f"expired: {session.authenticated})")
             elif ctx.api_key not in BEFORE_AUTHENTICATION:
                 raise NotAuthenticated(f"{handler.name} before authentication")
+        if ctx.api_key in GATES and ctx.broker.features.refuses(ctx.api_key):
+            # The feature behind the API is finalized off (KafkaApis checks this before authorizing).
+            return self._finish(ctx, request, unsupported(ctx, request))
         if self.authorize is not None:
             denied = self.authorize(ctx, request)
             if denied is not None:

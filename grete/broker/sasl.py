@@ -47,6 +47,7 @@ from typing import Any, Protocol
 from scramp import ScramException, ScramMechanism
 
 from grete.broker.config import BrokerConfig, ConfigError
+from grete.broker.delegation_tokens import TokenCredential
 from grete.coordinator.metadata import ScramCredential
 from grete.protocol.errors import ErrorCode
 
@@ -119,6 +120,7 @@ class MechanismServer(Protocol):
     complete: bool
     username: str | None
     expires_ms: int | None
+    token_authenticated: bool
 
     def evaluate(self, token: bytes) -> bytes: ...
 
@@ -131,6 +133,7 @@ class PlainServer:
         self.complete = False
         self.username: str | None = None
         self.expires_ms: int | None = None
+        self.token_authenticated = False
 
     def evaluate(self, token: bytes) -> bytes:
         parts = token.decode("utf-8", "replace").split("\x00")
@@ -156,34 +159,58 @@ class PlainServer:
 
 
 CredentialLookup = Callable[[str, str], ScramCredential | None]
+TokenLookup = Callable[[str, str], TokenCredential | None]
 
 
 class ScramServer:
     """RFC 5802 through ``scramp``, against Kafka-stored credentials (salt, stored key, server key,
-    iterations): client-first -> server-first, client-final -> server-final."""
+    iterations): client-first -> server-first, client-final -> server-final. With the client-first
+    extension ``tokenauth=true`` the user name is a delegation token's id and the credential the
+    token's; the principal is then the token's owner (Kafka's ScramSaslServer)."""
 
-    def __init__(self, mechanism: str, credentials: CredentialLookup) -> None:
+    def __init__(self, mechanism: str, credentials: CredentialLookup, tokens: TokenLookup | None = None) -> None:
         self.mechanism = mechanism
         self._credentials = credentials
+        self._tokens = tokens
         self._server = ScramMechanism(mechanism).make_server(self._auth_info)
         self._step = 0
         self.complete = False
         self.username: str | None = None
         self.expires_ms: int | None = None
+        self.token_authenticated = False
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int] | None:
-        credential = self._credentials(username, self.mechanism)
-        if credential is None or credential.iterations < SCRAM_MIN_ITERATIONS:
+        if self.token_authenticated:
+            token = self._tokens(username, self.mechanism) if self._tokens is not None else None
+            if token is None:
+                return None
+            credential = token.credential
+            self.username, self.expires_ms = token.owner_name, token.expiry_ms
+        else:
+            found = self._credentials(username, self.mechanism)
+            if found is None:
+                return None
+            credential = found
+            self.username = username
+        if credential.iterations < SCRAM_MIN_ITERATIONS:
+            self.username = None
             return None
-        self.username = username
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
     def evaluate(self, token: bytes) -> bytes:
         try:
             message = token.decode("utf-8")
             if self._step == 0:
-                self._check_client_first(message)
-                self._server.set_client_first(message)
+                bare = self._check_client_first(message)
+                if bare is None:
+                    self._server.set_client_first(message)
+                else:
+                    # scramp reads one-letter attributes only: it gets the message without the
+                    # extensions, and the AuthMessage the proofs sign is the client's own bare
+                    # message, extensions included (RFC 5802 section 3).
+                    self._server.set_client_first(message[:len(message) - len(bare)]
+                                                  + ",".join(bare.split(",")[:2]))
+                    self._server.client_first_bare = bare
                 self._step = 1
                 return str(self._server.get_server_first()).encode()
             if self._step == 1:
@@ -197,21 +224,25 @@ class ScramServer:
             raise SaslFailure(vague(self.mechanism)) from None
         raise SaslFailure(vague(self.mechanism))
 
-    def _check_client_first(self, message: str) -> None:
-        # Kafka: an authorization id must be the user itself; "tokenauth" (delegation tokens) is an
-        # extension grete does not serve.
+    def _check_client_first(self, message: str) -> str | None:
+        """Kafka's checks of client-first: an authorization id must be the user itself. Extensions
+        after the nonce (``tokenauth=true`` for delegation tokens; others are ignored, as Kafka
+        does): the bare message when there are any, else None."""
         gs2, _, bare = message.partition(",")
         authzid, _, bare = bare.partition(",")
         if gs2 != "n":
             raise SaslFailure(vague(self.mechanism))
-        for attribute in bare.split(","):
-            if attribute.startswith("tokenauth="):
-                raise SaslFailure(vague(self.mechanism))
+        attributes = bare.split(",")
+        if len(attributes) < 2 or not attributes[0].startswith("n=") or not attributes[1].startswith("r="):
+            raise SaslFailure(vague(self.mechanism))
+        extensions = dict(a.partition("=")[::2] for a in attributes[2:])
+        self.token_authenticated = extensions.get("tokenauth", "").lower() == "true"
         if authzid:
-            name = next((a[2:] for a in bare.split(",") if a.startswith("n=")), "")
+            name = attributes[0][2:]
             if authzid[2:] != name.replace("=2C", ",").replace("=3D", "="):
                 raise SaslFailure("Authentication failed: Client requested an authorization id that is "
                                   "different from username")
+        return bare if extensions else None
 
 
 def scram_keys(mechanism: str, salted_password: bytes) -> tuple[bytes, bytes]:
@@ -312,6 +343,7 @@ class OAuthBearerServer:
         self.complete = False
         self.username: str | None = None
         self.expires_ms: int | None = None
+        self.token_authenticated = False
 
     def evaluate(self, token: bytes) -> bytes:
         if self._error is not None:
@@ -369,7 +401,7 @@ class ListenerSasl:
 
 
 def listener_sasl(config: BrokerConfig, listener: str, credentials: CredentialLookup,
-                  validator: TokenValidator | None = None) -> ListenerSasl:
+                  validator: TokenValidator | None = None, tokens: TokenLookup | None = None) -> ListenerSasl:
     """The SASL setup of ``listener``; ConfigError naming the key when Kafka's keys ask for
     something grete cannot serve (GSSAPI, an unknown mechanism, PLAIN without users)."""
     raw = _listener_value(config, listener, "sasl.enabled.mechanisms") or ""
@@ -393,12 +425,12 @@ def listener_sasl(config: BrokerConfig, listener: str, credentials: CredentialLo
         reauth = config.raw(prefix + "connections.max.reauth.ms") or _listener_value(
             config, listener, "connections.max.reauth.ms") or "0"
         setup.reauth_ms[mechanism] = int(reauth)
-        setup.factories[mechanism] = _factory(listener, mechanism, jaas, credentials, validator)
+        setup.factories[mechanism] = _factory(listener, mechanism, jaas, credentials, validator, tokens)
     return setup
 
 
 def _factory(listener: str, mechanism: str, jaas: JaasSection | None, credentials: CredentialLookup,
-             validator: TokenValidator | None) -> Callable[[], MechanismServer]:
+             validator: TokenValidator | None, tokens: TokenLookup | None) -> Callable[[], MechanismServer]:
     if mechanism == PLAIN:
         if jaas is None:
             raise ConfigError(f"listener {listener}: PLAIN needs its users in "
@@ -407,7 +439,7 @@ def _factory(listener: str, mechanism: str, jaas: JaasSection | None, credential
         users = {k[len("user_"):]: v for k, v in jaas.options.items() if k.startswith("user_")}
         return lambda: PlainServer(users)
     if mechanism in SCRAM_MECHANISMS:
-        return lambda: ScramServer(mechanism, credentials)
+        return lambda: ScramServer(mechanism, credentials, tokens)
     chosen = validator or UnsecuredJwsValidator(jaas.options if jaas is not None else {})
     return lambda: OAuthBearerServer(chosen)
 
@@ -426,6 +458,7 @@ class SessionLike(Protocol):
 
     principal: str
     authenticated: bool
+    token_authenticated: bool
     expires_at: float | None
     close_after_response: bool
 
@@ -521,7 +554,11 @@ class SaslAuthenticator:
                               f"{self.session.principal}: {principal}", b"")
         lifetime = self._lifetime_ms(server.expires_ms)
         self.session.principal = principal
-        self.session.expires_at = self._clock() + lifetime / 1000 if lifetime else None
+        # A credential that has already expired (a delegation token not yet swept) gives a session
+        # that ends at once, as Kafka's: lifetime 0 then means "now", not "for ever".
+        bounded = bool(lifetime) or server.expires_ms is not None
+        self.session.expires_at = self._clock() + lifetime / 1000 if bounded else None
+        self.session.token_authenticated = server.token_authenticated
         self.session.authenticated = True
         self.state = State.COMPLETE
         self.raw_tokens = False

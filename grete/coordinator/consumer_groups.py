@@ -168,6 +168,8 @@ class ConsumerGroups:
                                  f"Member {req.member_id} is not a member of group {req.group_id}.")
         if group is None or group.is_(GroupState.DEAD):
             group = self.ctx.new_group(req.group_id)
+        elif group.streams is not None:
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
         elif not group.is_(GroupState.EMPTY):
             if self.upgrade(group):
                 return group

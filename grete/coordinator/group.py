@@ -36,6 +36,7 @@ from grete.coordinator.group_store import OffsetsStore
 from grete.coordinator.group_types import (
     CLASSIC_GROUP_TYPE,
     CONSUMER_GROUP_TYPE,
+    STREAMS_GROUP_TYPE,
     GroupConfig,
     GroupDescription,
     GroupListing,
@@ -46,6 +47,9 @@ from grete.coordinator.group_types import (
     OffsetCommit,
     SyncResult,
 )
+from grete.coordinator.streams_groups import StreamsGroups
+from grete.coordinator.streams_requests import StreamsHeartbeat, StreamsResult
+from grete.coordinator.streams_state import StreamsGroup
 from grete.protocol.errors import ErrorCode
 
 __all__ = ["GroupCoordinator"]
@@ -63,6 +67,7 @@ class GroupCoordinator:
             self.ctx.group_overrides = group_overrides
         self.membership = Membership(self.ctx)
         self.consumer = ConsumerGroups(self.ctx)
+        self.streams = StreamsGroups(self.ctx)
         self.classic_in_consumer = ClassicMembers(self.ctx, self.consumer, self.membership)
         self.offsets = Offsets(self.ctx, self.membership)
         self.partitions = GroupPartitions(self.ctx, self.membership, self.offsets)
@@ -108,6 +113,7 @@ class GroupCoordinator:
         """Serve every ``__consumer_offsets`` partition (a single node leads them all)."""
         await self.partitions.load_all()
         self.consumer.arm_loaded(list(self.ctx.groups.values()))
+        self.streams.arm_loaded(list(self.ctx.groups.values()))
         self._loaded = True
 
     async def start(self) -> None:
@@ -117,6 +123,7 @@ class GroupCoordinator:
     async def load_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
         await self.partitions.load_partition(partition, epoch)
         self.consumer.arm_loaded(self.ctx.groups_in(partition))
+        self.streams.arm_loaded(self.ctx.groups_in(partition))
 
     def unload_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
         self.partitions.unload_partition(partition, epoch)
@@ -131,6 +138,10 @@ class GroupCoordinator:
                          rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
                          require_known_member_id: bool, reason: str | None,
                          supports_skip_assignment: bool = False) -> JoinResult:
+        existing = self.ctx.groups.get(group_id)
+        if existing is not None and existing.streams is not None and self.ctx.status_error(group_id) is None:
+            # Kafka answers a classic JoinGroup for a group of another type (streams, share) so.
+            return JoinResult.failed(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         consumer_group = self._consumer_group(group_id)
         if consumer_group is not None and consumer_group.consumer is not None and consumer_group.consumer.members \
                 and self.config.consumer_migration_policy != "disabled":
@@ -198,7 +209,18 @@ class GroupCoordinator:
         return self.consumer.describe(group_id)
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        group = self.ctx.groups.get(group_id)
+        if group is not None and group.streams is not None:
+            return self.streams.validate_fetch(group, member_id, member_epoch)
         return self.consumer.validate_fetch(group_id, member_id, member_epoch)
+
+    # ===================================================== KIP-1071 streams groups (streams_groups)
+
+    async def streams_group_heartbeat(self, request: StreamsHeartbeat) -> StreamsResult:
+        return await self.streams.heartbeat(request)
+
+    def describe_streams_group(self, group_id: str) -> tuple[ErrorCode, str | None, StreamsGroup | None]:
+        return self.streams.describe(group_id)
 
     # ============================================================================= offsets
 
@@ -247,10 +269,10 @@ class GroupCoordinator:
         if error is not None:
             return GroupDescription(group_id, error, "")
         group = self.ctx.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD) or group.consumer is not None:
-            # A consumer group is not a classic group: Kafka answers it as Dead (not found).
-            why = (f"Group {group_id} is not a classic group." if group is not None and group.consumer is not None
-                   else f"Group {group_id} not found.")
+        if group is None or group.is_(GroupState.DEAD) or group.consumer is not None or group.streams is not None:
+            # A consumer or streams group is not a classic group: Kafka answers it as Dead (not found).
+            why = (f"Group {group_id} not found." if group is None or group.is_(GroupState.DEAD)
+                   else f"Group {group_id} is not a classic group.")
             return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value, found=False, not_found=why)
         stable = group.is_(GroupState.STABLE) and group.protocol_name is not None
         members = [
@@ -266,7 +288,7 @@ class GroupCoordinator:
         Handlers report ``availability_error()`` as the response's error code."""
         if self.ctx.availability_error() is ErrorCode.COORDINATOR_NOT_AVAILABLE:
             return []
-        kinds = {t.lower() for t in types} if types else {CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE}
+        kinds = {t.lower() for t in types} if types else {CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE, STREAMS_GROUP_TYPE}
         wanted = {s.lower() for s in states} if states else None
         listed = []
         for g in self.ctx.groups.values():
@@ -274,6 +296,8 @@ class GroupCoordinator:
                 continue
             if g.consumer is not None:
                 entry = GroupListing(g.group_id, CONSUMER_GROUP_TYPE, g.consumer.state_name(), CONSUMER_GROUP_TYPE)
+            elif g.streams is not None:
+                entry = GroupListing(g.group_id, STREAMS_GROUP_TYPE, g.streams.state_name(), STREAMS_GROUP_TYPE)
             else:
                 entry = GroupListing(g.group_id, g.protocol_type or "", g.state.value)
             if entry.group_type in kinds and (wanted is None or entry.state.lower() in wanted):

@@ -4,8 +4,8 @@ Records are replayed in offset order and the last record per key wins; a tombsto
 A group comes back if it has a GroupMetadata record or any committed offset. Groups with members are
 restored as Stable in their stored generation with their stored assignments (a rebalance that was in
 flight is lost, as in Kafka: members find out through heartbeats); groups without members as Empty.
-KIP-848 consumer groups (key versions 3-8) are rebuilt by ``consumer_records.load``; other record
-types (share and streams groups) are skipped.
+KIP-848 consumer groups (key versions 3-8) are rebuilt by ``consumer_records.load``, KIP-1071 streams
+groups (17-23) by ``streams_records.load``; share-group records are skipped.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 
-from grete.coordinator import consumer_records
+from grete.coordinator import consumer_records, streams_records
 from grete.coordinator.group_state import CommittedOffset, Group, GroupState, Member
 from grete.coordinator.group_store import Record
-from grete.coordinator.group_types import CONSUMER_GROUP_TYPE
+from grete.coordinator.group_types import CONSUMER_GROUP_TYPE, STREAMS_GROUP_TYPE
 from grete.coordinator.offsets_format import (
     FormatError,
     GroupKey,
@@ -61,14 +61,18 @@ def build_groups(records: Iterable[Record], now_ms: int) -> list[Group]:
     records = list(records)
     values, offsets = replay(records)
     consumer_groups = consumer_records.load(records)
+    streams_groups = streams_records.load(records)
     groups = []
-    for group_id in sorted(set(values) | set(offsets) | set(consumer_groups)):
+    for group_id in sorted(set(values) | set(offsets) | set(consumer_groups) | set(streams_groups)):
         value = values.get(group_id)
         group = group_from_value(group_id, value) if value else Group(group_id, GroupState.EMPTY, now_ms)
         if group_id in consumer_groups and not group.members:
             # A KIP-848 group: its members come back with their epochs and assignments.
             group.consumer = consumer_groups[group_id]
             group.protocol_type = CONSUMER_GROUP_TYPE
+        elif group_id in streams_groups and not group.members:
+            group.streams = streams_groups[group_id]
+            group.protocol_type = STREAMS_GROUP_TYPE
         group.offsets = {
             tp: CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp)
             for tp, v in offsets.get(group_id, {}).items()}

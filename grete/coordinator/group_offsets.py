@@ -35,6 +35,8 @@ from grete.coordinator.offsets_format import (
     encode_offset_key,
     encode_offset_value,
 )
+from grete.coordinator.streams_records import tombstones as streams_tombstones
+from grete.coordinator.streams_state import validate_commit as validate_streams_commit
 from grete.protocol.errors import ErrorCode
 
 NO_RETENTION = -1  # OffsetCommit v2-v4 retention_time_ms default: use the broker's retention
@@ -69,6 +71,8 @@ class Offsets:
             group = self.ctx.new_group(group_id)
         if group.consumer is not None:
             error = validate_commit(group.consumer, member_id, generation_id, api_version)
+        elif group.streams is not None:
+            error = validate_streams_commit(group.streams, member_id, generation_id, transactional=False)
         else:
             error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
@@ -142,6 +146,8 @@ class Offsets:
         group = self.ctx.groups.get(group_id) or self.ctx.new_group(group_id)
         if group.consumer is not None and (generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID):
             error = validate_commit(group.consumer, member_id, generation_id, None, transactional=True)
+        elif group.streams is not None and (generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID):
+            error = validate_streams_commit(group.streams, member_id, generation_id, transactional=True)
         else:
             error = self._validate_txn_offset_commit(group, generation_id, member_id, group_instance_id)
         if error is not None:
@@ -219,6 +225,12 @@ class Offsets:
             subscribed = group.consumer.subscribed
             eligible = [tp for tp in partitions if tp[0] not in subscribed]
             results.update({tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp[0] in subscribed})
+        elif group.streams is not None and group.streams.members:
+            # A streams group's members read the topology's input topics (source and repartition).
+            topology = group.streams.topology
+            inputs = {t for sub in topology.subtopologies for t in sub.inputs()} if topology is not None else set()
+            eligible = [tp for tp in partitions if tp[0] not in inputs]
+            results.update({tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp[0] in inputs})
         elif group.is_(GroupState.EMPTY):
             eligible = list(partitions)
         elif group.is_consumer_group():
@@ -288,6 +300,8 @@ class Offsets:
                 by_partition[self.ctx.partition_for(group.group_id)].append((encode_group_key(group.group_id), None))
                 if group.consumer is not None:
                     by_partition[self.ctx.partition_for(group.group_id)].extend(tombstones(group.consumer))
+                if group.streams is not None:
+                    by_partition[self.ctx.partition_for(group.group_id)].extend(streams_tombstones(group.streams))
         for partition, records in by_partition.items():
             error = await self.ctx.append(partition, records, OFFSET_WRITE_ERRORS)
             if error is not ErrorCode.NONE:

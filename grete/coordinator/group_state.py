@@ -15,6 +15,7 @@ from enum import Enum
 from grete.coordinator.consumer_state import ConsumerGroup
 from grete.coordinator.group_types import JoinMember, JoinResult, SyncResult
 from grete.coordinator.offsets_format import subscription_topics
+from grete.coordinator.streams_state import StreamsGroup
 from grete.protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -141,11 +142,15 @@ class Group:
     # Set while the group is a KIP-848 consumer group (type "consumer"): its members, epochs and
     # assignments live there; this object keeps the offsets and stays Empty as a classic group.
     consumer: ConsumerGroup | None = None
+    # Set while the group is a KIP-1071 streams group (type "streams"), likewise.
+    streams: StreamsGroup | None = None
 
     # ------------------------------------------------------------------------------- states
 
     def has_consumer_members(self) -> bool:
-        return self.consumer is not None and bool(self.consumer.members)
+        """Members of the Kafka 4 protocols (a consumer or streams group): the group is not empty."""
+        return (self.consumer is not None and bool(self.consumer.members)) or (
+            self.streams is not None and bool(self.streams.members))
 
     def is_(self, state: GroupState) -> bool:
         return self.state is state

@@ -17,6 +17,7 @@ NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
 CLASSIC_GROUP_TYPE = "classic"
 CONSUMER_GROUP_TYPE = "consumer"
+STREAMS_GROUP_TYPE = "streams"
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,13 @@ class GroupConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     consumer_protocol_enabled: bool = True  # "consumer" in group.coordinator.rebalance.protocols
     consumer_migration_policy: str = "bidirectional"  # disabled, upgrade, downgrade, bidirectional
+    # KIP-1071 streams groups (group.streams.*); per-group overrides come from the group's configs.
+    streams_session_timeout_ms: int = 45000
+    streams_heartbeat_interval_ms: int = 5000
+    streams_max_size: int = 2**31 - 1
+    streams_initial_rebalance_delay_ms: int = 3000
+    streams_num_standby_replicas: int = 0
+    streams_protocol_enabled: bool = True  # "streams" in group.coordinator.rebalance.protocols
 
     @property
     def offsets_retention_ms(self) -> int:

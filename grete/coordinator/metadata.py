@@ -71,6 +71,7 @@ class ChangeKind(Enum):
     SCRAM_CREDENTIALS_CHANGED = "scram_credentials_changed"
     ACLS_CHANGED = "acls_changed"
     CLIENT_QUOTAS_CHANGED = "client_quotas_changed"
+    DELEGATION_TOKENS_CHANGED = "delegation_tokens_changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,29 @@ class ScramCredential:
     stored_key: bytes
     server_key: bytes
     iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationTokenInfo:
+    """A delegation token as Kafka keeps it (TokenInformation; under ZooKeeper the JSON of
+    ``/delegation_token/tokens/<tokenId>``): never its HMAC, which the secret key gives back.
+    Principals are ``Type:name`` strings; times are wall-clock milliseconds."""
+
+    token_id: str
+    owner: str
+    requester: str
+    renewers: tuple[str, ...]
+    issue_ms: int
+    max_ms: int
+    expiry_ms: int
+
+    def expired(self, now_ms: int) -> bool:
+        """Kafka's test in its sweep and in renew/expire: strictly past either bound."""
+        return self.max_ms < now_ms or self.expiry_ms < now_ms
+
+    def owner_or_renewer(self, principal: str) -> bool:
+        """TokenInformation.ownerOrRenewer (the requester counts too)."""
+        return principal in (self.owner, self.requester) or principal in self.renewers
 
 
 # A client quota entity as Kafka's ClientQuotaEntity names it: (entity type, name) pairs sorted by
@@ -168,6 +192,11 @@ class MetadataStore(Protocol):
     def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]: ...
     async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None: ...
 
+    # --- delegation tokens: /delegation_token/tokens/<id> under ZooKeeper --------------------------
+    def delegation_tokens(self) -> dict[str, DelegationTokenInfo]: ...
+    async def set_delegation_token(self, token: DelegationTokenInfo) -> None: ...
+    async def remove_delegation_token(self, token_id: str) -> None: ...
+
 
 class LocalMetadataStore:
     """Single-node metadata in ``<log dir>/grete-metadata.json``; every broker id is this node."""
@@ -184,6 +213,10 @@ class LocalMetadataStore:
         self._scram: dict[str, dict[str, ScramCredential]] = {}  # user -> mechanism -> credential
         self._acls: frozenset[AclBinding] = frozenset()
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}
+        # Finalized feature levels (KIP-584) and their epoch; None until first set: the broker's defaults.
+        self._features: dict[str, int] | None = None
+        self._features_epoch = 0
+        self._tokens: dict[str, DelegationTokenInfo] = {}
         self.changes = ChangeFeed()
         if self.path.exists():
             self._load()
@@ -366,12 +399,36 @@ class LocalMetadataStore:
         self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.CLIENT_QUOTAS_CHANGED))
 
+    def delegation_tokens(self) -> dict[str, DelegationTokenInfo]:
+        return self._tokens
+
+    async def set_delegation_token(self, token: DelegationTokenInfo) -> None:
+        await self._set_tokens({**self._tokens, token.token_id: token})
+
+    async def remove_delegation_token(self, token_id: str) -> None:
+        if token_id in self._tokens:
+            await self._set_tokens({k: v for k, v in self._tokens.items() if k != token_id})
+
+    async def _set_tokens(self, tokens: dict[str, DelegationTokenInfo]) -> None:
+        before = self._tokens
+        self._tokens = tokens
+
+        def undo() -> None:
+            self._tokens = before
+        self._persist(undo)
+        self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
+
     def _load_security(self, data: dict[str, object]) -> None:
         scram = data.get("scram_credentials", {})
         assert isinstance(scram, dict)
         self._scram = {str(user): {str(mech): ScramCredential(
             base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]),
             int(c["iterations"])) for mech, c in mechanisms.items()} for user, mechanisms in scram.items()}
+        tokens = data.get("delegation_tokens", [])
+        assert isinstance(tokens, list)
+        self._tokens = {str(t["token_id"]): DelegationTokenInfo(
+            str(t["token_id"]), str(t["owner"]), str(t["requester"]), tuple(str(r) for r in t["renewers"]),
+            int(t["issue_ms"]), int(t["max_ms"]), int(t["expiry_ms"])) for t in tokens}
         quotas = data.get("client_quotas", [])
         assert isinstance(quotas, list)
         self._quotas = {tuple((str(t), None if n is None else str(n)) for t, n in q["entity"]):
@@ -390,6 +447,9 @@ class LocalMetadataStore:
                                                 "server_key": b64(c.server_key), "iterations": c.iterations}
                                          for mech, c in sorted(mechanisms.items())}
                                   for user, mechanisms in sorted(self._scram.items())},
+            "delegation_tokens": [{"token_id": t.token_id, "owner": t.owner, "requester": t.requester,
+                                   "renewers": list(t.renewers), "issue_ms": t.issue_ms, "max_ms": t.max_ms,
+                                   "expiry_ms": t.expiry_ms} for _, t in sorted(self._tokens.items())],
             "client_quotas": [{"entity": [list(pair) for pair in entity], "values": dict(sorted(values.items()))}
                               for entity, values in sorted(self._quotas.items(), key=lambda q: repr(q[0]))],
             "acls": [{"resource_type": a.resource_type.name, "resource_name": a.resource_name,
@@ -398,6 +458,22 @@ class LocalMetadataStore:
                      for a in sorted(self._acls, key=lambda a: (a.resource_type, a.resource_name, a.pattern_type,
                                                                  a.principal, a.host, a.operation, a.permission))],
         }
+
+    # --- finalized features: the single node's stand-in for KRaft's FeatureLevelRecords ----------
+    def finalized_features(self) -> tuple[int, dict[str, int] | None]:
+        """(epoch, levels); levels None when never updated (the broker applies its defaults)."""
+        return self._features_epoch, None if self._features is None else dict(self._features)
+
+    async def set_finalized_features(self, levels: dict[str, int]) -> int:
+        """Replace the finalized levels (a level of 0 is absent, as Kafka drops it); the new epoch."""
+        before = self._features, self._features_epoch
+        self._features = {name: level for name, level in sorted(levels.items()) if level > 0}
+        self._features_epoch += 1
+
+        def undo() -> None:
+            self._features, self._features_epoch = before
+        self._persist(undo)
+        return self._features_epoch
 
     # --- persistence ---------------------------------------------------------------------------
     def _persist(self, undo: Callable[[], None]) -> None:
@@ -421,6 +497,9 @@ class LocalMetadataStore:
         self._broker_configs = {str(scope): dict(configs) for scope, configs in stored.items()
                                 if isinstance(configs, dict)}
         self._next_producer_id = int(data.get("next_producer_id", 0))
+        features = data.get("finalized_features")
+        self._features = None if features is None else {str(k): int(v) for k, v in features.items()}
+        self._features_epoch = int(data.get("finalized_features_epoch", 0))
         self._load_security(data)
         for raw in data["topics"]:
             meta = TopicMeta(
@@ -438,6 +517,8 @@ class LocalMetadataStore:
             "broker_configs": self._broker_configs,
             "group_configs": self._group_configs,
             "next_producer_id": self._next_producer_id,
+            "finalized_features": self._features,
+            "finalized_features_epoch": self._features_epoch,
             **self._saved_security(),
             "topics": [
                 {"name": t.name, "topic_id": uuid_to_kafka(t.topic_id), "internal": t.internal,

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from grete.coordinator.metadata import DelegationTokenInfo
 from grete.storage.files import uuid_from_kafka, uuid_to_kafka
 
 CLUSTER_ID = "/cluster/id"
@@ -33,6 +34,12 @@ CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 FEATURE = "/feature"
+# Delegation tokens (Kafka 3.9's DelegationTokenManagerZk): one znode per token, and a sequential
+# notification (the token id as its data) each time one is created, renewed, expired or removed.
+DELEGATION_TOKEN_ROOT = "/delegation_token"
+DELEGATION_TOKENS = "/delegation_token/tokens"
+DELEGATION_TOKEN_CHANGES = "/delegation_token/token_changes"
+DELEGATION_TOKEN_CHANGE_PREFIX = "token_change_"
 CONFIG_TYPES = ("topics", "clients", "users", "brokers", "ips")
 DEFAULT_ENTITY = "<default>"
 
@@ -400,3 +407,35 @@ def java_double(value: float) -> str:
     mantissa, _, exponent = f"{value:.17e}".partition("e")
     digits = repr(float(mantissa)) if float(mantissa) != int(float(mantissa)) else f"{float(mantissa):.1f}"
     return f"{digits}E{int(exponent)}"
+
+
+# --- delegation tokens in /delegation_token/tokens/<tokenId> ---------------------------------------
+TOKEN_INFO_VERSION = 3
+
+
+def delegation_token_path(token_id: str) -> str:
+    return f"{DELEGATION_TOKENS}/{token_id}"
+
+
+def encode_delegation_token(token: DelegationTokenInfo) -> bytes:
+    """DelegationTokenManagerZk.toJsonCompatibleMap: principals sanitized as Kafka's Sanitizer does."""
+    return _dumps({"version": TOKEN_INFO_VERSION, "owner": sanitize_entity(token.owner),
+                   "tokenRequester": sanitize_entity(token.requester),
+                   "renewers": [sanitize_entity(r) for r in token.renewers],
+                   "issueTimestamp": token.issue_ms, "maxTimestamp": token.max_ms,
+                   "expiryTimestamp": token.expiry_ms, "tokenId": token.token_id})
+
+
+def decode_delegation_token(data: bytes) -> DelegationTokenInfo | None:
+    """DelegationTokenManagerZk.fromBytes: versions 1-3 (before 3 the requester is the owner)."""
+    if not data:
+        return None
+    raw = _loads(data)
+    version = int(raw["version"])
+    if not 0 < version <= TOKEN_INFO_VERSION:
+        raise ValueError(f"delegation token znode version {version} is not 1..{TOKEN_INFO_VERSION}")
+    owner = urllib.parse.unquote_plus(raw["owner"])
+    requester = urllib.parse.unquote_plus(raw["tokenRequester"]) if version >= 3 else owner
+    return DelegationTokenInfo(str(raw["tokenId"]), owner, requester,
+                               tuple(urllib.parse.unquote_plus(r) for r in raw["renewers"]),
+                               int(raw["issueTimestamp"]), int(raw["maxTimestamp"]), int(raw["expiryTimestamp"]))

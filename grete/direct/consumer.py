@@ -24,8 +24,7 @@ from typing import Any
 from grete.direct import atomics
 from grete.direct.control import Control
 from grete.direct.layout import DELETED, REVOKED, SEALED, SLOT, SLOT_BYTES
-from grete.direct.shm import ShmRegion, transport
-from grete.direct.transport import FileReader
+from grete.direct.transport import FileReader, Region, transport
 from grete.direct.types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -77,7 +76,7 @@ class Consumer:
         hello = self._control.call(Request(transport=self._transport.name, session_id=-1, consumer_key=-1,
                                            isolation_level=0, topics=[]), DirectConsumeAddressResponse, 0)
         self._channel = self._transport.connect(hello.endpoint)
-        self._slots: ShmRegion | None = None
+        self._slots: Region | None = None
         self._snapshot: Any = None
         self._snapshot_view: memoryview | None = None
         self._slot_count = 0

@@ -50,7 +50,7 @@ class Control:
             self.close()
             raise KafkaException(KafkaError(ErrorCode.UNSUPPORTED_VERSION,
                                             f"the broker at {host}:{port} does not offer the direct data "
-                                            f"path (start it with direct.transports=shm)"))
+                                            f"path (start it with direct.transports=shm and/or rdma)"))
 
     def call(self, request: Any, response_cls: Any, version: int) -> Any:
         self._correlation += 1

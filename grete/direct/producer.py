@@ -29,8 +29,7 @@ from grete.direct.layout import (
     reservation_delta,
     split_word,
 )
-from grete.direct.shm import ShmRegion, transport
-from grete.direct.transport import Channel, write_with_imm
+from grete.direct.transport import Channel, Region, transport, write_with_imm
 from grete.direct.types import KafkaError, KafkaException, Message
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DirectProduceAddressRequest, DirectProduceAddressResponse
@@ -54,7 +53,7 @@ class Pending:
 class Grant:
     region_id: int
     key: int
-    shm: ShmRegion
+    shm: Region
     data_offset: int
     data_length: int
     exclusive: bool

@@ -64,6 +64,10 @@ class ShmRegion:
     def view(self) -> memoryview:
         return memoryview(self._map)
 
+    def address(self) -> int:
+        """Where the mapping starts in this process (what an RDMA memory region is registered over)."""
+        return int(atomics.ffi().cast("uintptr_t", self._ptr))
+
     def fetch_add(self, offset: int, delta: int) -> int:
         return int(self._lib.grete_faa(self._ptr, offset, delta))
 
@@ -160,13 +164,3 @@ class ShmTransport:
     def open_file(self, address: str) -> ShmFileReader:
         return ShmFileReader(address)
 
-
-TRANSPORTS = {"shm": ShmTransport}
-
-
-def transport(name: str) -> ShmTransport:
-    try:
-        return TRANSPORTS[name]()
-    except KeyError:
-        raise ValueError(f"direct.transport={name!r}: only 'shm' is available "
-                         f"(rdma needs pyverbs and an RDMA device, see docs/direct.md)") from None

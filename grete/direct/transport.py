@@ -10,12 +10,16 @@ Verbs, as RDMA offers them and ``shm`` emulates them on one host:
 * completion polling: the client's ``completions`` (acks), the broker's notification callback.
 
 A backend is chosen by name (``direct.transports`` on the broker, ``direct.transport`` in a
-client's conf); only ``shm`` exists so far (docs/direct.md says why ``rdma`` does not).
+client's conf): ``shm`` (grete/direct/shm.py, one host) or ``rdma`` (grete/direct/rdma.py, pyverbs;
+imported only when chosen).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from grete.direct import rdma, shm
 
 
 class Region(Protocol):
@@ -29,13 +33,17 @@ class Region(Protocol):
 
     def copy(self, offset: int, length: int) -> bytearray: ...
 
-    def view(self) -> memoryview: ...
-
     def fetch_add(self, offset: int, delta: int) -> int: ...
 
     def load(self, offset: int) -> int: ...
 
     def store(self, offset: int, value: int) -> None: ...
+
+    def snapshot_into(self, dst: Any, slots: int, slot_size: int) -> bool:
+        """Copy the first ``slots`` slots, consistently, into ``dst`` (a cffi buffer): one read."""
+
+    def changed_check(self, dst: Any, slots: int, slot_size: int) -> Callable[[], int]:
+        """The empty poll: a function returning 0 while those slots equal ``dst``."""
 
     def close(self) -> None: ...
 
@@ -76,3 +84,12 @@ def write_with_imm(channel: Channel, region: Region, offset: int, data: bytes | 
     (on shm the socket write is the release; on RDMA, RC ordering)."""
     region.write(offset, data)
     channel.notify(imm)
+
+
+def transport(name: str) -> ClientTransport:
+    """The client side of transport ``name`` (a client's ``direct.transport``)."""
+    if name == "shm":
+        return shm.ShmTransport()
+    if name == "rdma":
+        return rdma.RdmaTransport()  # raises RdmaUnavailable (a ValueError) with the reason
+    raise ValueError(f"direct.transport={name!r}: shm or rdma")

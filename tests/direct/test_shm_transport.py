@@ -13,7 +13,8 @@ from grete.broker.config import ConfigError
 from grete.broker.server import embedded_config
 from grete.direct import atomics
 from grete.direct.layout import ORDER_WORD, SLOT, SLOT_BYTES, reservation_delta, split_word
-from grete.direct.shm import ShmFileReader, ShmRegion, transport
+from grete.direct.shm import ShmFileReader, ShmRegion
+from grete.direct.transport import transport
 
 ROUNDS = 20_000
 
@@ -91,8 +92,8 @@ def test_a_file_cut_short_reads_short_never_faults(tmp_path: Path) -> None:
 
 
 def test_unknown_transport_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="rdma"):
-        transport("rdma")
+    with pytest.raises(ValueError, match="shm or rdma"):
+        transport("tcp")
 
 
 def test_the_module_is_built_once_per_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,5 +118,5 @@ def test_changed_check_sees_every_slot_write_and_nothing_else(tmp_path: Path) ->
 
 def test_the_broker_refuses_a_transport_it_does_not_have() -> None:
     with pytest.raises(ConfigError, match="direct.transports"):
-        embedded_config(["direct.transports=rdma"], strict=True)
+        embedded_config(["direct.transports=tcp"], strict=True)
     assert embedded_config([], strict=True).get_list("direct.transports") == []  # off by default

@@ -96,9 +96,10 @@ def test_scram_success_and_failures(mechanism: str) -> None:
         _exchange(mechanism, "alice-secret", {"alice": _credential(other, "alice-secret")})
 
 
-def test_scram_refuses_delegation_tokens_and_foreign_authzid() -> None:
+def test_scram_tokenauth_is_not_a_user_login_and_authzid_must_match() -> None:
+    # tokenauth=true looks the name up as a delegation token id only (a user's credential never serves).
     stored = {"alice": _credential("SCRAM-SHA-256", "pw")}
-    server = ScramServer("SCRAM-SHA-256", lambda user, mech: stored.get(user))
+    server = ScramServer("SCRAM-SHA-256", lambda user, mech: stored.get(user), lambda token, mech: None)
     with pytest.raises(SaslFailure):
         server.evaluate(b"n,,n=alice,r=abcdefgh,tokenauth=true")
     server = ScramServer("SCRAM-SHA-256", lambda user, mech: stored.get(user))

@@ -20,6 +20,7 @@ from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import (
     ChangeFeed,
     ChangeKind,
+    DelegationTokenInfo,
     MetadataChange,
     MetadataStore,
     NoSuchTopic,
@@ -46,7 +47,8 @@ SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class ZkMetadataCache:
-    def __init__(self, zk_client: ZkClient, cluster_id: str, broker_id: int, *, acls: bool = False) -> None:
+    def __init__(self, zk_client: ZkClient, cluster_id: str, broker_id: int, *, acls: bool = False,
+                 tokens: bool = False) -> None:
         self.zk = zk_client
         self.cluster_id = cluster_id
         self.broker_id = broker_id
@@ -64,8 +66,12 @@ class ZkMetadataCache:
         self._acls: dict[tuple[int, str, bool], frozenset[AclBinding]] = {}
         self._acl_changes_seen: dict[str, int] = {}
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}
-        # ACL znodes exist only where an authorizer is configured (Kafka's AclAuthorizer makes them).
+        self._tokens: dict[str, DelegationTokenInfo] = {}
+        self._token_changes_seen = -1
+        # ACL znodes exist only where an authorizer is configured (Kafka's AclAuthorizer makes them),
+        # the delegation token ones where a secret key is (Kafka's DelegationTokenManagerZk.startup).
         self._with_acls = acls
+        self._with_tokens = tokens
 
     # --- start-up ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -77,6 +83,8 @@ class ZkMetadataCache:
         self._last_change = max((_sequence(c) for c in existing), default=-1)
         self.zk.watch_children(zk.CONFIG_CHANGES, self._on_config_changes)
         await self._load_security()
+        if self._with_tokens:
+            await self._load_tokens()
 
     async def _read_config(self, kind: str, entity: str) -> dict[str, str]:
         found = await self.zk.get(zk.config_path(kind, entity))
@@ -448,6 +456,74 @@ class ZkMetadataCache:
             if resource_type is not None:
                 await self._reload_acls(resource_type, name, prefixed)
         self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
+
+    # --- delegation tokens (/delegation_token), as Kafka 3.9's DelegationTokenManagerZk --------------
+    def delegation_tokens(self) -> dict[str, DelegationTokenInfo]:
+        return self._tokens
+
+    async def set_delegation_token(self, token: DelegationTokenInfo) -> None:
+        """setOrCreateDelegationToken, then a token_change notification every broker follows."""
+        path, data = zk.delegation_token_path(token.token_id), zk.encode_delegation_token(token)
+        try:
+            await self.zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            await self.zk.set(path, data)
+        self._apply_token(token.token_id, token)
+        await self._notify_token_change(token.token_id)
+
+    async def remove_delegation_token(self, token_id: str) -> None:
+        await self.zk.delete(zk.delegation_token_path(token_id), recursive=True)
+        self._apply_token(token_id, None)
+        await self._notify_token_change(token_id)
+
+    async def _notify_token_change(self, token_id: str) -> None:
+        await self.zk.create(f"{zk.DELEGATION_TOKEN_CHANGES}/{zk.DELEGATION_TOKEN_CHANGE_PREFIX}",
+                             token_id.encode("utf-8"), sequence=True, makepath=True)
+
+    def _apply_token(self, token_id: str, token: DelegationTokenInfo | None) -> None:
+        if token is None:
+            if self._tokens.pop(token_id, None) is None:
+                return
+        elif self._tokens.get(token_id) == token:
+            return
+        else:
+            self._tokens = {**self._tokens, token_id: token}
+        self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
+
+    async def _read_token(self, token_id: str) -> DelegationTokenInfo | None:
+        found = await self.zk.get(zk.delegation_token_path(token_id))
+        try:
+            return zk.decode_delegation_token(found[0]) if found else None
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("delegation token znode %s cannot be read: %s", token_id, exc)
+            return None
+
+    async def _load_tokens(self) -> None:
+        """Every token, then the notifications after the newest one seen (Kafka's loadCache and its
+        ZkNodeChangeNotificationListener)."""
+        for path in (zk.DELEGATION_TOKENS, zk.DELEGATION_TOKEN_CHANGES):
+            await self.zk.ensure_path(path)
+        existing = await self.zk.children(zk.DELEGATION_TOKEN_CHANGES)
+        self._token_changes_seen = max((_sequence(c) for c in existing), default=-1)
+        for token_id in await self.zk.children(zk.DELEGATION_TOKENS):
+            token = await self._read_token(token_id)
+            if token is not None:
+                self._tokens[token_id] = token
+        self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
+        self.zk.watch_children(zk.DELEGATION_TOKEN_CHANGES, self._on_token_changes)
+
+    def _on_token_changes(self, children: list[str]) -> None:
+        fresh = sorted((c for c in children if _sequence(c) > self._token_changes_seen), key=_sequence)
+        if fresh:
+            self._token_changes_seen = _sequence(fresh[-1])
+            asyncio.ensure_future(self._apply_token_changes(fresh))
+
+    async def _apply_token_changes(self, names: list[str]) -> None:
+        for child in names:
+            found = await self.zk.get(f"{zk.DELEGATION_TOKEN_CHANGES}/{child}")
+            if found is not None:
+                token_id = found[0].decode("utf-8")
+                self._apply_token(token_id, await self._read_token(token_id))
 
     # --- /config/changes -------------------------------------------------------------------------
     def _on_config_changes(self, children: list[str]) -> None:

@@ -18,6 +18,7 @@ from grete.broker.cluster.fetcher import ReplicaFetcherManager
 from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.config import BrokerConfig, ConfigError, StartupError
+from grete.broker.delegation_tokens import tokens_enabled
 from grete.broker.listeners import security_protocol
 from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import new_topic_id
@@ -54,7 +55,8 @@ class ZkBroker:
         connection_ms = int(config.get_str("zookeeper.connection.timeout.ms") or session_ms)
         self.zk = ZkClient(config.get_str("zookeeper.connect"), session_timeout_ms=session_ms,
                            connection_timeout_ms=connection_ms)
-        self.metadata = ZkMetadataCache(self.zk, "", self.broker_id, acls=configured(config))
+        self.metadata = ZkMetadataCache(self.zk, "", self.broker_id, acls=configured(config),
+                                        tokens=tokens_enabled(config))
         self.listener = inter_broker_listener(config)
         self.controller = Controller(self.zk, ControllerSettings(
             self.broker_id, self.listener, config.get_bool("delete.topic.enable"),

@@ -66,6 +66,7 @@ class ConsumerSlots:
         self.max_slots = max_slots
         self.shm = ShmRegion(self.path, max_slots * SLOT_BYTES, writable=True, create=True)
         self.slots: list[Slot | None] = [None] * max_slots
+        self.on_close: list[Callable[[], None]] = []  # e.g. an rdma registration's release
         for i in range(max_slots):
             self.shm.slot_write(i * SLOT_BYTES, (FREE, 0, 0, 0, 0, 0, 0, 0))
 
@@ -117,3 +118,5 @@ class ConsumerSlots:
     def close(self) -> None:
         self.shm.close()
         self.path.unlink(missing_ok=True)
+        for release in self.on_close:
+            release()

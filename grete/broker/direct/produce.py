@@ -72,6 +72,7 @@ class ProduceRegion:
     sealed: bool = False
     retiring: bool = False  # a newer region took over; this one goes once every reservation is in
     timer: asyncio.TimerHandle | None = None
+    on_seal: list[Callable[[], None]] = field(default_factory=list)  # e.g. an rdma registration's release
 
     @classmethod
     def create(cls, directory: Path, region_id: int, topic: str, index: int, data_length: int,
@@ -104,6 +105,8 @@ class ProduceRegion:
             pass  # already closed
         self.shm.close()
         self.path.unlink(missing_ok=True)
+        for release in self.on_seal:
+            release()
 
 
 # Announcements held behind a gap in the order chain; beyond this many the rest are refused.

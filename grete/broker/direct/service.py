@@ -3,8 +3,8 @@
 Started by the node when ``direct.transports`` is set. State owned here, on the event loop: the
 produce regions (``RegionChain``), each partition's producer grants (one exclusive holder, or the
 shared region and its sessions), consumers' slot regions, and the notification sessions. A session
-is one client connection to ``notify.sock``; grants end with it (the paper: a disconnected QP loses
-its access).
+is one client connection to ``notify.sock``, or to the rdma transport's listener (rdma.py) when
+``direct.transports`` has ``rdma``; grants end with it (the paper: a disconnected QP loses its access).
 """
 
 from __future__ import annotations
@@ -17,14 +17,18 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from grete.broker.config import ConfigError
 from grete.broker.direct.consume import ConsumerSlots, Slot
 from grete.broker.direct.produce import ProduceRegion, RegionChain
+from grete.broker.direct.rdma import Hooks, RdmaEndpoint
 from grete.broker.handlers.produce import append_records
 from grete.broker.partition import Partition
 from grete.direct.layout import FRAME, HELLO, NOTIFY
+from grete.direct.rdma import RdmaUnavailable, load_verbs
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.storage.segment import LogSegment
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
@@ -33,6 +37,14 @@ log = logging.getLogger(__name__)
 
 PRODUCE_VERSION = 9  # the direct path validates a batch as Produce v9 would (v2 batches only)
 MAX_UNREAD_ANSWERS = 1 << 20
+
+
+class Session(Protocol):
+    """A client's notification session: answers go back through ``reply``."""
+
+    def reply(self, frame: bytes) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -70,6 +82,21 @@ class NotifyProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.service.session_closed(self.session)
 
+    def reply(self, frame: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame)
+            if transport.get_write_buffer_size() > MAX_UNREAD_ANSWERS:
+                # A client that does not read its answers: its session ends (and its grants with
+                # it) rather than the broker buffering for it without bound.
+                log.warning("direct session %d: %d bytes of answers unread; closing it", self.session,
+                            transport.get_write_buffer_size())
+                transport.abort()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
 
 class DirectService:
     def __init__(self, broker: Broker) -> None:
@@ -86,10 +113,11 @@ class DirectService:
         self.chain = RegionChain(self._append, self._reply, config.get_int("direct.produce.timeout.ms"))
         self.grants: dict[tuple[str, int], Grants] = {}
         self.consumers: dict[int, ConsumerSlots] = {}
-        self._sessions: dict[int, NotifyProtocol] = {}
+        self._sessions: dict[int, Session] = {}
         self._session_ids = itertools.count(1)
         self._region_ids = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
+        self.rdma: RdmaEndpoint | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -97,23 +125,41 @@ class DirectService:
         self.dir.mkdir(parents=True, mode=0o700)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(lambda: NotifyProtocol(self), self.endpoint)
+        if "rdma" in self.transports:
+            await self._start_rdma(loop)
         log.info("direct data path on %s (transports: %s)", self.dir, ",".join(self.transports))
+
+    async def _start_rdma(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Kafka-like strictness: a broker asked for rdma that cannot serve it does not start."""
+        config = self.broker.config
+        try:
+            self.rdma = RdmaEndpoint(load_verbs(), config.get_str("direct.rdma.address"),
+                                     config.get_int("direct.rdma.port"),
+                                     Hooks(self.session_opened, self.session_closed, self.chain.announce),
+                                     config.get_int("direct.produce.timeout.ms") / 1000)
+            self.rdma.start(loop)
+        except (RdmaUnavailable, OSError) as exc:
+            await self.stop()
+            reason = str(exc)
+            raise ConfigError(reason if reason.startswith("direct.") else f"direct.transports=rdma: {reason}") from None
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
         for proto in list(self._sessions.values()):
-            if proto.transport is not None:
-                proto.transport.close()
+            proto.close()
         for region in list(self.chain.regions.values()):
             self.chain.drop(region, "broker stopping")
         for consumer in self.consumers.values():
             consumer.close()
         self.consumers.clear()
+        if self.rdma is not None:
+            self.rdma.stop()
+            self.rdma = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # --- sessions ---------------------------------------------------------------------------------
-    def session_opened(self, proto: NotifyProtocol) -> int:
+    def session_opened(self, proto: Session) -> int:
         session = next(self._session_ids)
         self._sessions[session] = proto
         return session
@@ -130,14 +176,37 @@ class DirectService:
 
     def _reply(self, session: int, frame: bytes) -> None:
         proto = self._sessions.get(session)
-        if proto is not None and proto.transport is not None and not proto.transport.is_closing():
-            proto.transport.write(frame)
-            if proto.transport.get_write_buffer_size() > MAX_UNREAD_ANSWERS:
-                # A client that does not read its answers: its session ends (and its grants with
-                # it) rather than the broker buffering for it without bound.
-                log.warning("direct session %d: %d bytes of answers unread; closing it", session,
-                            proto.transport.get_write_buffer_size())
-                proto.transport.abort()
+        if proto is not None:
+            proto.reply(frame)
+
+    # --- addresses: what the control APIs return for a transport -----------------------------------
+    def endpoint_for(self, transport: str) -> str:
+        """The endpoint a client of ``transport`` opens its session on; empty for rdma when it is
+        not offered (the client says so, rather than failing to connect somewhere)."""
+        if transport == "rdma":
+            return self.rdma.endpoint if self.rdma is not None else ""
+        return self.endpoint
+
+    def region_address(self, region: ProduceRegion, transport: str) -> str:
+        if transport != "rdma" or self.rdma is None:
+            return str(region.path)
+        key = ("region", region.id)
+        if key not in self.rdma.registered():
+            region.on_seal.append(lambda: self.rdma.release(key) if self.rdma is not None else None)
+        return self.rdma.register_region(key, region.shm.address(), region.shm.length, produce=True)
+
+    def slots_address(self, consumer: ConsumerSlots, transport: str) -> str:
+        if transport != "rdma" or self.rdma is None:
+            return str(consumer.path)
+        key = ("slots", consumer.key)
+        if key not in self.rdma.registered():
+            consumer.on_close.append(lambda: self.rdma.release(key) if self.rdma is not None else None)
+        return self.rdma.register_region(key, consumer.shm.address(), consumer.shm.length, produce=False)
+
+    def segment_address(self, segment: LogSegment, transport: str) -> str:
+        if transport != "rdma" or self.rdma is None:
+            return str(segment.log_path)
+        return self.rdma.register_file(str(segment.log_path))
 
     def _append(self, topic: str, index: int, data: bytearray) -> tuple[int, int, int]:
         answer = append_records(self.broker, PRODUCE_VERSION, topic, index, data, 1, int(time.time() * 1000),
@@ -227,6 +296,13 @@ class DirectService:
     def refresh(self) -> None:
         for consumer in self.consumers.values():
             consumer.refresh(self._current_partition)
+        if self.rdma is not None:
+            # Segment files no consumer slot describes any more (read to the end, deleted): released.
+            watched = {str(slot.segment.log_path) for consumer in self.consumers.values()
+                       for slot in consumer.slots if slot is not None}
+            for key in self.rdma.registered():
+                if isinstance(key, str) and key not in watched:
+                    self.rdma.release(key)
 
     def _current_partition(self, topic: str, index: int) -> Partition | None:
         try:

@@ -34,11 +34,11 @@ def handle(ctx: RequestContext, request: DirectConsumeAddressRequest) -> DirectC
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"isolation level {request.isolation_level}")
         if request.consumer_key < 0 and not request.topics:
             # The first call of a client: only the endpoint, to open its session on.
-            return Response(throttle_time_ms=0, error_code=0, endpoint=service.endpoint, consumer_key=-1,
+            return Response(throttle_time_ms=0, error_code=0, endpoint=service.endpoint_for(request.transport), consumer_key=-1,
                             slots_address="", slots_length=0, topics=[])
         consumer = service.consumer(request.consumer_key, request.session_id)
     except KafkaError as exc:
-        return Response(throttle_time_ms=0, error_code=exc.code, endpoint=service.endpoint, consumer_key=-1,
+        return Response(throttle_time_ms=0, error_code=exc.code, endpoint=service.endpoint_for(request.transport), consumer_key=-1,
                         slots_address="", slots_length=0, topics=[])
     topics = []
     for topic in request.topics:
@@ -65,14 +65,14 @@ def handle(ctx: RequestContext, request: DirectConsumeAddressRequest) -> DirectC
             if request.isolation_level == 1:
                 aborted = [Aborted(producer_id=pid, first_offset=first)
                            for pid, first in partition.aborted_transactions(offset, lso)]
-            answers.append(Answer(index=part.index, error_code=0, segment_address=str(slot.segment.log_path),
+            answers.append(Answer(index=part.index, error_code=0, segment_address=service.segment_address(slot.segment, request.transport),
                                   offset=offset, base_offset=slot.segment.base_offset,
                                   position=position_of(slot.segment, offset), last_stable_offset=lso,
                                   slot=slot_index, aborted_transactions=aborted))
         topics.append(Topic(name=topic.name, partitions=answers))
     service.forget(consumer, list(request.forgotten))
     live = service.consumers.get(consumer.key)
-    return Response(throttle_time_ms=0, error_code=0, endpoint=service.endpoint,
+    return Response(throttle_time_ms=0, error_code=0, endpoint=service.endpoint_for(request.transport),
                     consumer_key=consumer.key if live else -1,
-                    slots_address=str(consumer.path) if live else "",
+                    slots_address=service.slots_address(consumer, request.transport) if live else "",
                     slots_length=consumer.shm.length if live else 0, topics=topics)

@@ -45,8 +45,10 @@ def handle(ctx: RequestContext, request: DirectProduceAddressRequest) -> DirectP
                                       data_length=0, exclusive=part.exclusive))
                 continue
             answers.append(Answer(index=part.index, error_code=0, region_id=region.id, region_key=region.key,
-                                  region_address=str(region.path), data_offset=HEADER_BYTES,
+                                  region_address=service.region_address(region, request.transport),
+                                  data_offset=HEADER_BYTES,
                                   data_length=region.data_length,
                                   exclusive=region.exclusive_session is not None))
         topics.append(Topic(name=topic.name, partitions=answers))
-    return DirectProduceAddressResponse(throttle_time_ms=0, endpoint=service.endpoint, topics=topics)
+    return DirectProduceAddressResponse(throttle_time_ms=0, endpoint=service.endpoint_for(request.transport),
+                                        topics=topics)

@@ -42,6 +42,10 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     35: ("describe_log_dirs", 1, 5, 1),  # DescribeLogDirs
     36: ("sasl_authenticate", 0, 2, 0),  # SaslAuthenticate
     37: ("create_partitions", 0, 3, 0),  # CreatePartitions
+    38: ("create_delegation_token", 1, 3, 1),  # CreateDelegationToken
+    39: ("renew_delegation_token", 1, 2, 1),  # RenewDelegationToken
+    40: ("expire_delegation_token", 1, 2, 1),  # ExpireDelegationToken
+    41: ("describe_delegation_token", 1, 3, 1),  # DescribeDelegationToken
     42: ("delete_groups", 0, 2, 0),  # DeleteGroups
     43: ("elect_leaders", 0, 2, 0),  # ElectLeaders
     44: ("incremental_alter_configs", 0, 1, 0),  # IncrementalAlterConfigs
@@ -53,6 +57,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     50: ("describe_user_scram_credentials", 0, 0, 0),  # DescribeUserScramCredentials
     51: ("alter_user_scram_credentials", 0, 0, 0),  # AlterUserScramCredentials
     56: ("alter_partition", 0, 3, 0),  # AlterPartition
+    57: ("update_features", 0, 2, 0),  # UpdateFeatures
     60: ("describe_cluster", 0, 2, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
@@ -68,6 +73,8 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     77: ("share_group_describe", 1, 1, 1),  # ShareGroupDescribe
     78: ("share_fetch", 1, 2, 1),  # ShareFetch
     79: ("share_acknowledge", 1, 2, 1),  # ShareAcknowledge
+    88: ("streams_group_heartbeat", 0, 0, 0),  # StreamsGroupHeartbeat
+    89: ("streams_group_describe", 0, 0, 0),  # StreamsGroupDescribe
     90: ("describe_share_group_offsets", 0, 0, 0),  # DescribeShareGroupOffsets
     91: ("alter_share_group_offsets", 0, 0, 0),  # AlterShareGroupOffsets
     92: ("delete_share_group_offsets", 0, 0, 0),  # DeleteShareGroupOffsets

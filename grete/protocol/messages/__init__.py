@@ -98,6 +98,8 @@ if TYPE_CHECKING:
     from grete.protocol.messages.share_group_describe import ShareGroupDescribeRequest, ShareGroupDescribeResponse
     from grete.protocol.messages.share_group_heartbeat import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
     from grete.protocol.messages.stop_replica import StopReplicaRequest, StopReplicaResponse
+    from grete.protocol.messages.streams_group_describe import StreamsGroupDescribeRequest, StreamsGroupDescribeResponse
+    from grete.protocol.messages.streams_group_heartbeat import StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse
     from grete.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
     from grete.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
     from grete.protocol.messages.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
@@ -279,6 +281,10 @@ _MODULE_OF: dict[str, str] = {
     "ShareGroupHeartbeatResponse": "share_group_heartbeat",
     "StopReplicaRequest": "stop_replica",
     "StopReplicaResponse": "stop_replica",
+    "StreamsGroupDescribeRequest": "streams_group_describe",
+    "StreamsGroupDescribeResponse": "streams_group_describe",
+    "StreamsGroupHeartbeatRequest": "streams_group_heartbeat",
+    "StreamsGroupHeartbeatResponse": "streams_group_heartbeat",
     "SyncGroupRequest": "sync_group",
     "SyncGroupResponse": "sync_group",
     "TxnOffsetCommitRequest": "txn_offset_commit",
@@ -425,6 +431,8 @@ APIS: dict[int, ApiInfo] = {
     85: ApiInfo(85, "WriteShareGroupState", "WriteShareGroupStateRequest", "WriteShareGroupStateResponse", 0, 0, 0),
     86: ApiInfo(86, "DeleteShareGroupState", "DeleteShareGroupStateRequest", "DeleteShareGroupStateResponse", 0, 0, 0),
     87: ApiInfo(87, "ReadShareGroupStateSummary", "ReadShareGroupStateSummaryRequest", "ReadShareGroupStateSummaryResponse", 0, 0, 0),
+    88: ApiInfo(88, "StreamsGroupHeartbeat", "StreamsGroupHeartbeatRequest", "StreamsGroupHeartbeatResponse", 0, 0, 0),
+    89: ApiInfo(89, "StreamsGroupDescribe", "StreamsGroupDescribeRequest", "StreamsGroupDescribeResponse", 0, 0, 0),
     90: ApiInfo(90, "DescribeShareGroupOffsets", "DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsResponse", 0, 0, 0),
     91: ApiInfo(91, "AlterShareGroupOffsets", "AlterShareGroupOffsetsRequest", "AlterShareGroupOffsetsResponse", 0, 0, 0),
     92: ApiInfo(92, "DeleteShareGroupOffsets", "DeleteShareGroupOffsetsRequest", "DeleteShareGroupOffsetsResponse", 0, 0, 0),
@@ -630,6 +638,10 @@ __all__ = [
     "ShareGroupHeartbeatResponse",
     "StopReplicaRequest",
     "StopReplicaResponse",
+    "StreamsGroupDescribeRequest",
+    "StreamsGroupDescribeResponse",
+    "StreamsGroupHeartbeatRequest",
+    "StreamsGroupHeartbeatResponse",
     "SyncGroupRequest",
     "SyncGroupResponse",
     "TxnOffsetCommitRequest",

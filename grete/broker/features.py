@@ -1,0 +1,143 @@
+"""Feature versioning (KIP-584): the levels a client reads from ApiVersions and UpdateFeatures sets.
+
+The single node answers as Kafka 4.3's KRaft cluster does: it lists the features whose semantics
+grete has (``SUPPORTED``), finalizes Kafka 4.3.1's default level for each at its first start, and
+lets UpdateFeatures move a level inside the supported range with Kafka's checks and messages. A
+level below a feature's threshold switches its APIs off as Kafka's KafkaApis does (``GATES``: the
+APIs stay advertised and answer UNSUPPORTED_VERSION). ``metadata.version`` and ``kraft.version``
+describe KRaft's metadata log, which grete has not, so they are not offered.
+
+A ZooKeeper cluster answers as a Kafka 3.9 ZooKeeper-mode broker: no supported or finalized
+features, and UpdateFeatures refuses every feature (so 4.x clients stay on the protocols a 3.9
+cluster speaks, and each group protocol runs whatever its own configs say).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grete.coordinator.metadata import LocalMetadataStore
+from grete.protocol.errors import ErrorCode, KafkaError
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    name: str
+    max_level: int
+    default_level: int  # what Kafka 4.3.1 finalizes on a new cluster
+    min_level: int = 0
+
+
+SUPPORTED = (
+    # grete's single node has no replicas to elect among, so ELR's rules hold trivially; its
+    # visible part (the cluster-level min.insync.replicas) is written at the first start.
+    FeatureSpec("eligible.leader.replicas.version", 1, 1),
+    FeatureSpec("group.version", 1, 1),  # 1: the consumer group protocol (KIP-848)
+    FeatureSpec("share.version", 1, 1),  # 1: share groups (KIP-932)
+    FeatureSpec("streams.version", 1, 1),  # 1: streams groups (KIP-1071)
+    # 2: transaction version 2 (KIP-890 part 2): clients bump the epoch at every EndTxn (v5) and
+    # leaders add partitions at Produce 12+ / TxnOffsetCommit 5. A level below 2 only stops
+    # advertising it: the request versions decide, as in Kafka's coordinator.
+    FeatureSpec("transaction.version", 2, 2),
+)
+_BY_NAME = {spec.name: spec for spec in SUPPORTED}
+
+# API key -> (feature, lowest level that serves it), as Kafka's KafkaApis checks before handling.
+GATES: dict[int, tuple[str, int]] = {
+    68: ("group.version", 1), 69: ("group.version", 1),  # ConsumerGroupHeartbeat / Describe
+    76: ("share.version", 1), 77: ("share.version", 1),  # ShareGroupHeartbeat / Describe
+    78: ("share.version", 1), 79: ("share.version", 1),  # ShareFetch / ShareAcknowledge
+    90: ("share.version", 1), 91: ("share.version", 1), 92: ("share.version", 1),  # share offsets
+    88: ("streams.version", 1), 89: ("streams.version", 1),  # StreamsGroupHeartbeat / Describe
+}
+
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
+_ZK_REFUSAL = "Could not apply finalized feature update because the provided feature is not supported."
+
+
+@dataclass(frozen=True)
+class FeatureUpdate:
+    feature: str
+    level: int
+    upgrade_type: int  # UPGRADE, SAFE_DOWNGRADE or UNSAFE_DOWNGRADE (v0's AllowDowngrade mapped)
+
+
+class Features:
+    """The finalized levels; their owner is the metadata store (the single node's file), None in a
+    ZooKeeper cluster."""
+
+    def __init__(self, store: LocalMetadataStore | None, node_id: int) -> None:
+        self.store = store
+        self.node_id = node_id
+        self._levels: dict[str, int] = {}
+        self.epoch = 0
+        if store is not None:
+            self._load()
+
+    def _load(self) -> None:
+        assert self.store is not None
+        self.epoch, stored = self.store.finalized_features()
+        if stored is None:  # a node that never had an update: Kafka's bootstrap levels
+            stored = {spec.name: spec.default_level for spec in SUPPORTED}
+        # A level of a feature this grete does not offer (a newer grete wrote it) is not served.
+        self._levels = {name: level for name, level in stored.items() if name in _BY_NAME}
+
+    @property
+    def managed(self) -> bool:
+        return self.store is not None
+
+    def supported(self) -> list[FeatureSpec]:
+        return list(SUPPORTED) if self.managed else []
+
+    def finalized(self) -> dict[str, int]:
+        return {name: level for name, level in sorted(self._levels.items()) if level > 0}
+
+    def level(self, name: str) -> int:
+        return self._levels.get(name, 0)
+
+    def refuses(self, api_key: int) -> bool:
+        """True when the API's feature is finalized below the level it needs (single node only)."""
+        gate = GATES.get(api_key)
+        return gate is not None and self.managed and self._levels.get(gate[0], 0) < gate[1]
+
+    # ------------------------------------------------------------------------------ UpdateFeatures
+    def zk_refusals(self, updates: list[FeatureUpdate]) -> list[tuple[str, int, str | None]]:
+        """A ZooKeeper-mode controller supports no feature: each update gets INVALID_REQUEST."""
+        return [(u.feature, ErrorCode.INVALID_REQUEST, _ZK_REFUSAL) for u in updates]
+
+    async def update(self, updates: list[FeatureUpdate], validate_only: bool) -> None:
+        """Apply all updates or none; raises KafkaError(INVALID_UPDATE_VERSION) naming the first
+        feature that fails Kafka's checks (FeatureControlManager's messages)."""
+        levels = dict(self._levels)
+        for u in updates:
+            problem = self._check(u)
+            if problem is not None:
+                raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                                 "The update failed for all features since the following feature had an "
+                                 f"error: Invalid update version {u.level} for feature {u.feature}. {problem}")
+            levels[u.feature] = u.level
+        if validate_only or not updates:
+            return
+        assert self.store is not None
+        self.epoch = await self.store.set_finalized_features(levels)
+        self._levels = {name: level for name, level in levels.items() if level > 0}
+
+    def _check(self, u: FeatureUpdate) -> str | None:
+        if u.upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
+            return "The controller does not support the given upgrade type."
+        if u.level < 0:
+            return "A feature version cannot be less than 0."
+        spec = _BY_NAME.get(u.feature)
+        if spec is None:
+            if u.level == 0:
+                return f"Feature {u.feature} not found."
+            return f"Local controller {self.node_id} does not support this feature."
+        if not spec.min_level <= u.level <= spec.max_level:
+            return f"Local controller {self.node_id} only supports versions {spec.min_level}-{spec.max_level}"
+        current = self._levels.get(u.feature, 0)
+        if u.level < current and u.upgrade_type == UPGRADE:
+            return ("Can't downgrade the version of this feature without setting the upgrade type to "
+                    "either safe or unsafe downgrade.")
+        if u.level > current and u.upgrade_type != UPGRADE:
+            return "Can't downgrade to a newer version."
+        return None

@@ -1,0 +1,27 @@
+"""RenewDelegationToken (39) v1-2, as Kafka 4.3: by the owner or a renewer, the new expiry capped by
+``delegation.token.expiry.time.ms`` and the token's max lifetime. Errors: REQUEST_NOT_ALLOWED (with
+expiry -1, answered by the broker), then AUTH_DISABLED, NOT_FOUND, EXPIRED, OWNER_MISMATCH (expiry 0,
+as Kafka's controller answers them)."""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.delegation_tokens import token_requests_allowed
+from grete.broker.registry import api
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import RenewDelegationTokenRequest, RenewDelegationTokenResponse
+
+Response = RenewDelegationTokenResponse
+
+
+@api(39, 1, 2)
+async def handle(ctx: RequestContext, request: RenewDelegationTokenRequest) -> Response:
+    session = ctx.session
+    if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated):
+        return Response(error_code=ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, expiry_timestamp_ms=-1)
+    try:
+        error, expiry = await ctx.broker.delegation_tokens.renew(ctx.principal, bytes(request.hmac),
+                                                                 request.renew_period_ms)
+    except KafkaError as exc:
+        error, expiry = exc.code, 0
+    return Response(error_code=error, expiry_timestamp_ms=expiry)

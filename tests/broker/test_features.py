@@ -1,0 +1,42 @@
+"""The single node's finalized feature levels: Kafka 4.3.1's defaults at the first start, all-or-
+nothing updates, and the levels kept in the metadata file across a restart. (The wire answers are
+compared with Kafka 4.3.1 in compat-tests/wire/test_wire_features.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from grete.broker.features import SAFE_DOWNGRADE, UPGRADE, Features, FeatureUpdate
+from grete.coordinator.metadata import LocalMetadataStore
+from grete.protocol.errors import ErrorCode, KafkaError
+
+
+def test_defaults_then_updates_survive_a_restart(tmp_path: Path) -> None:
+    features = Features(LocalMetadataStore(tmp_path), node_id=1)
+    assert features.finalized() == {"eligible.leader.replicas.version": 1, "group.version": 1, "share.version": 1,
+                                    "streams.version": 1, "transaction.version": 2}
+    assert not features.refuses(68) and not features.refuses(0)
+    asyncio.run(features.update([FeatureUpdate("group.version", 0, SAFE_DOWNGRADE)], validate_only=False))
+    assert features.refuses(68) and features.refuses(69) and not features.refuses(76)
+    again = Features(LocalMetadataStore(tmp_path), node_id=1)  # a restart reads the file
+    assert "group.version" not in again.finalized() and again.epoch == features.epoch == 1
+    assert again.refuses(68)
+
+
+def test_an_update_with_one_bad_feature_changes_nothing(tmp_path: Path) -> None:
+    features = Features(LocalMetadataStore(tmp_path), node_id=1)
+    updates = [FeatureUpdate("share.version", 0, SAFE_DOWNGRADE), FeatureUpdate("group.version", 5, UPGRADE)]
+    with pytest.raises(KafkaError) as refused:
+        asyncio.run(features.update(updates, validate_only=False))
+    assert refused.value.code == ErrorCode.INVALID_UPDATE_VERSION
+    assert "only supports versions 0-1" in (refused.value.message or "")
+    assert features.level("share.version") == 1 and features.epoch == 0
+
+
+def test_a_zookeeper_cluster_has_no_features() -> None:
+    features = Features(None, node_id=2)
+    assert features.supported() == [] and features.finalized() == {}
+    assert not features.refuses(68)  # the group protocols follow their own configs there
