@@ -73,3 +73,34 @@ def test_send_offsets_to_transaction_with_group_metadata(java_client, make_topic
     assert out == [f"out-v{i}-{src}" for i in range(n)]
     everything, _ = read(java_client, dst, "read_uncommitted")
     assert len(everything) == 2 * n
+
+
+def test_transaction_version_2_bumps_the_epoch_at_every_end(java_client, make_topic, broker) -> None:
+    """A 4.x client finds the finalized transaction.version 2 and uses KIP-890 part 2: each commit or
+    abort bumps the producer epoch (EndTxn v5 hands the client the new one); a 3.9 client stays on
+    transaction version 1, whose epoch moves only at InitProducerId, and so does every client against
+    Kafka 3.9.2, which does not finalize transaction version 2."""
+    import sys
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[2])
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    from grete.testing._wire import Wire
+    from tests.broker._txn import describe
+
+    topic = make_topic()
+    transactional_id = txn_id("tv2")
+    steps = java_client.ok("txn", topic, transactional_id, "c2,a1,c1", BLOCK)
+    assert [s["step"] for s in steps] == ["c2", "a1", "c1"]
+    committed, _ = read(java_client, topic, "read_committed")
+    assert committed == [f"v{i}-{topic}" for i in (0, 1, 3)]
+    host, port = broker.bootstrap.rsplit(":", 1)
+    wire = Wire(host, int(port))
+    try:
+        state = describe(wire, transactional_id)
+    finally:
+        wire.close()
+    assert state.error_code == 0 and state.transaction_state == "CompleteCommit"
+    tv2 = java_client.version.startswith("4") and not broker.kind.startswith("kafka-3")
+    assert state.producer_epoch == (3 if tv2 else 0)

@@ -112,3 +112,39 @@ def test_grete_decodes_kafka_transaction_state(tmp_path: Path, version: str) -> 
     assert states[-1] is TxnState.COMPLETE_COMMIT
     ongoing = next(v for v in mine if v is not None and v.state is TxnState.ONGOING and v.partitions)
     assert ("decoded", 0) in ongoing.partitions
+
+
+def test_kafka_dump_log_decodes_grete_transaction_version_2_state(tmp_path: Path) -> None:
+    """A transaction version 2 transaction (Produce 12 adds the partition, EndTxn 5 bumps the epoch)
+    is written as TransactionLogValue v1 with ClientTransactionVersion 2; Kafka 4's decoder reads it."""
+    _need_kafka("4")
+    from grete.protocol.messages import EndTxnRequest, EndTxnResponse, ProduceRequest, ProduceResponse
+    from grete.protocol.records.record import Record, build_batch
+    from grete.testing._wire import Wire
+    from tests.broker._txn import Txn, settled
+
+    with broker(data_dir=tmp_path) as running:
+        running.create_topic("tv2", 1)
+        host, port = running.bootstrap_servers.rsplit(":", 1)
+        wire = Wire(host, int(port))
+        txn = Txn(wire)
+        assert settled(txn.init) == 0
+        batch = build_batch([Record(0, 0, None, b"v")], producer_id=txn.pid, producer_epoch=txn.epoch,
+                            base_sequence=0, transactional=True)
+        produced = wire.call(ProduceRequest(transactional_id=txn.id, acks=-1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name="tv2", partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=batch)])]), ProduceResponse, 12)
+        assert produced.responses[0].partition_responses[0].error_code == 0
+        ended = wire.call(EndTxnRequest(transactional_id=txn.id, producer_id=txn.pid, producer_epoch=txn.epoch,
+                                        committed=True), EndTxnResponse, 5)
+        assert (ended.error_code, ended.producer_epoch) == (0, txn.epoch + 1)
+        wire.close()
+    segment = tmp_path / "__transaction_state-0" / "00000000000000000000.log"
+    states = [v for k, v in _states(segment.parent) if k == txn.id and v is not None]
+    assert [v.client_transaction_version for v in states if v.state is not TxnState.EMPTY] == [2, 2, 2]
+    out = kafka_dist.run_tool("4", "kafka-dump-log", "--files", str(segment), "--transaction-log-decoder",
+                              "--print-data-log", timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert txn.id in text and "Unknown" not in text and "Exception" not in text
+    assert '"transactionStatus":4' in text and '"clientTransactionVersion":2' in text, text[-2000:]

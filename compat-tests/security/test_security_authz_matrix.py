@@ -527,6 +527,13 @@ ROWS: list[Row] = [
         OffsetForLeaderEpochResponse, [TA], [0], ((Res.CLUSTER, C, Op.CLUSTER_ACTION),)),
     Row("AddPartitionsToTxn", 3, add_partitions, AddPartitionsToTxnResponse, [XA], [0],
         ((Res.TRANSACTIONAL_ID, X, Op.WRITE), (Res.TOPIC, T, Op.WRITE)), setup=(init_txn,)),
+    # The brokers' form (KIP-890 part 1, a leader verifying): CLUSTER_ACTION, no topic or id ACLs.
+    Row("AddPartitionsToTxn-broker-verify-only", 4, lambda c: AddPartitionsToTxnRequest(transactions=[
+        AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+            transactional_id=c.txn, producer_id=c.pid, producer_epoch=c.epoch, verify_only=True,
+            topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=c.topic, partitions=[0])])]),
+        AddPartitionsToTxnResponse, [CA], [0, 0], ((Res.CLUSTER, C, Op.CLUSTER_ACTION),),
+        setup=(txn_with_partition,)),
     Row("AddOffsetsToTxn", 3, lambda c: AddOffsetsToTxnRequest(transactional_id=c.txn, producer_id=c.pid,
                                                                producer_epoch=c.epoch, group_id=c.group),
         AddOffsetsToTxnResponse, [XA], [0], ((Res.TRANSACTIONAL_ID, X, Op.WRITE), (Res.GROUP, G, Op.READ)),

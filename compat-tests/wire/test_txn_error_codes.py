@@ -18,11 +18,18 @@ from grete.protocol.errors import ErrorCode  # noqa: E402
 from grete.protocol.messages import (  # noqa: E402
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    ProduceRequest,
+    ProduceResponse,
 )
+from grete.protocol.records.record import Record, build_batch  # noqa: E402
 from grete.testing._wire import Wire  # noqa: E402
 from tests.broker._txn import (  # noqa: E402
     KIP890_VERSIONS,
@@ -30,6 +37,7 @@ from tests.broker._txn import (  # noqa: E402
     READ_COMMITTED,
     READ_UNCOMMITTED,
     Txn,
+    describe,
     latest,
     settled,
 )
@@ -165,3 +173,73 @@ def test_fenced_instance(wire, make_topic, version, code):
     assert old.end(True, version=version) == code
     assert old.produce(topic, [b"late"]).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
     assert latest(wire, topic, READ_COMMITTED) == latest(wire, topic, READ_UNCOMMITTED)
+
+
+def end_v5(txn: Txn, commit: bool, epoch: int) -> tuple[int, int, int]:
+    """EndTxn v5 (transaction version 2): (error, producer id, producer epoch) of the answer."""
+    answer = txn.wire.call(EndTxnRequest(transactional_id=txn.id, producer_id=txn.pid, producer_epoch=epoch,
+                                         committed=commit), EndTxnResponse, 5)
+    return int(answer.error_code), int(answer.producer_id), int(answer.producer_epoch)
+
+
+def produce_v12(txn: Txn, topic: str, value: bytes, epoch: int, seq: int) -> int:
+    """Produce v12: the leader adds the partition to the transaction itself (no AddPartitionsToTxn)."""
+    batch = build_batch([Record(0, 0, None, value)], producer_id=txn.pid, producer_epoch=epoch,
+                        base_sequence=seq, transactional=True)
+    request = ProduceRequest(transactional_id=txn.id, acks=-1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+    return int(txn.wire.call(request, ProduceResponse, 12).responses[0].partition_responses[0].error_code)
+
+
+def test_transaction_version_2_epoch_bumps_and_retries(wire, make_topic, client_versions, target):
+    """KIP-890 part 2 on the wire: Produce 12 adds its partition, every EndTxn 5 bumps the epoch and
+    names it, a retry (the epoch one below) gets the same answer, the same epoch after a completed
+    transaction starts the next one (an empty abort is allowed, a commit is not), stale and future
+    epochs are fenced, and TxnOffsetCommit 5 adds the group's partition itself."""
+    if client_versions is LEGACY_VERSIONS or target == "kafka-3.9":
+        pytest.skip("transaction version 2: Kafka 4.3.1 and grete, once")
+    topic = writable(wire, make_topic(partitions=1))
+    txn = ready(wire)
+    e = txn.epoch
+    assert settled(lambda: produce_v12(txn, topic, b"tv2", e, 0)) == 0
+    assert latest(wire, topic, READ_COMMITTED) == 0
+    assert settled(lambda: end_v5(txn, True, e)[0]) == 0
+    # A retry (Kafka answers CONCURRENT_TRANSACTIONS while its markers are on their way): the same answer.
+    assert settled(lambda: end_v5(txn, True, e)[0]) == 0
+    assert end_v5(txn, True, e) == (0, txn.pid, e + 1)
+    assert end_v5(txn, False, e)[0] == ErrorCode.INVALID_TXN_STATE  # a retry that changed its mind
+    assert end_v5(txn, True, e + 1)[0] == ErrorCode.INVALID_TXN_STATE  # nothing added since
+    assert end_v5(txn, True, e + 5)[0] == ErrorCode.PRODUCER_FENCED
+    assert settled(lambda: end_v5(txn, False, e + 1)[0]) == 0  # an empty abort still bumps
+    assert settled(lambda: end_v5(txn, False, e + 1)[0]) == 0
+    assert end_v5(txn, False, e + 1) == (0, txn.pid, e + 2)
+    assert settled(lambda: produce_v12(txn, topic, b"stale", e + 1, 0)) == ErrorCode.INVALID_PRODUCER_EPOCH
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    txn.epoch = e + 2
+    txn.versions = {**txn.versions, "commit_offsets": 5}
+    assert settled(lambda: txn.commit_offsets(group, topic, 1)) == 0  # no AddOffsetsToTxn needed
+    assert settled(lambda: end_v5(txn, True, e + 2)[0]) == 0
+    deadline = time.monotonic() + 20
+    while (state := describe(wire, txn.id)).transaction_state == "PrepareCommit" and time.monotonic() < deadline:
+        time.sleep(0.1)  # Kafka completes after its markers
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteCommit", e + 3)
+    assert latest(wire, topic, READ_COMMITTED) == latest(wire, topic, READ_UNCOMMITTED)
+
+
+def test_transaction_version_feature(wire, client_versions, target):
+    """What makes a 4.x client use transaction version 2: the finalized feature in ApiVersions v3+.
+    A v3 answer leaves out supported features whose minimum is 0 (older clients reject them);
+    v4 lists transaction.version 0-2."""
+    if client_versions is LEGACY_VERSIONS or target == "kafka-3.9":
+        pytest.skip("transaction version 2: Kafka 4.3.1 and grete, once")
+    for version in (3, 4):
+        answer = wire.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+                           ApiVersionsResponse, version)
+        supported = {f.name: (f.min_version, f.max_version) for f in answer.supported_features}
+        finalized = {f.name: f.max_version_level for f in answer.finalized_features}
+        assert supported.get("transaction.version") == (None if version == 3 else (0, 2))
+        assert finalized["transaction.version"] == 2
+        assert answer.finalized_features_epoch >= 0
+        ranges = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+        assert (ranges[24][1], ranges[26][1], ranges[27][1], ranges[28][1]) == (5, 5, 2, 5)

@@ -35,6 +35,10 @@ SUPPORTED = (
     FeatureSpec("group.version", 1, 1),  # 1: the consumer group protocol (KIP-848)
     FeatureSpec("share.version", 1, 1),  # 1: share groups (KIP-932)
     FeatureSpec("streams.version", 1, 1),  # 1: streams groups (KIP-1071)
+    # 2: transaction version 2 (KIP-890 part 2): clients bump the epoch at every EndTxn (v5) and
+    # leaders add partitions at Produce 12+ / TxnOffsetCommit 5. A level below 2 only stops
+    # advertising it: the request versions decide, as in Kafka's coordinator.
+    FeatureSpec("transaction.version", 2, 2),
 )
 _BY_NAME = {spec.name: spec for spec in SUPPORTED}
 

@@ -323,10 +323,13 @@ class Partition:
         return self._log.end_offset_for_epoch(epoch)
 
     # --- writes ------------------------------------------------------------------------------
-    def append(self, batch: RecordBatch, now_ms: int, verification: VerificationGuard | None = None) -> AppendResult:
+    def append(self, batch: RecordBatch, now_ms: int, verification: VerificationGuard | None = None, *,
+               transaction_version: int = 0) -> AppendResult:
         """Append as leader: the log assigns offsets and stamps this partition's leader epoch.
         ``verification``: the guard a transactional batch was verified under (see
-        ``start_verification``); the batch is refused unless the guard still stands."""
+        ``start_verification``); the batch is refused unless the guard still stands.
+        ``transaction_version`` of a marker: 2 (KIP-890 part 2) carries a bumped epoch, so it must
+        be above the producer's (Kafka's strict check for TV2 markers, KIP-1228)."""
         if not self.online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.index} is offline")
         if not self.is_leader:
@@ -334,13 +337,32 @@ class Partition:
                              f"this broker is not the leader of {self.topic}-{self.index}")
         if verification is not None:
             self._check_verification(batch, verification)
+        if transaction_version >= 2 and batch.is_control:
+            self._check_tv2_marker(batch)
         result = self._log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
         if self._verifying and batch.is_transactional:
-            # A transaction's first batch or its marker: either it is ongoing now or it is over,
-            # and in both cases an earlier verification no longer speaks for it (Kafka clears it).
-            self._verifying.pop(batch.producer_id, None)
+            self._clear_verification(batch, transaction_version)
         self._advance_high_watermark()
         return result
+
+    def _check_tv2_marker(self, batch: RecordBatch) -> None:
+        entry = self._log.producer(batch.producer_id)
+        if entry is not None and batch.producer_epoch <= entry.epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                             f"Epoch of producer {batch.producer_id} is {batch.producer_epoch}, which is <= the "
+                             f"last seen epoch {entry.epoch} (TV2)")
+
+    def _clear_verification(self, batch: RecordBatch, transaction_version: int) -> None:
+        """A transaction's first batch or its marker: either it is ongoing now or it is over, and in
+        both cases an earlier verification no longer speaks for it (Kafka clears it). Except a
+        transaction version 2 marker with the guard's epoch: that guard is the next transaction's,
+        begun under the epoch this marker's bump handed out."""
+        found = self._verifying.get(batch.producer_id)
+        if found is None:
+            return
+        if transaction_version >= 2 and batch.is_control and found[0] == batch.producer_epoch:
+            return
+        del self._verifying[batch.producer_id]
 
     # --- KIP-890 part 1: verification guards (Kafka's VerificationStateEntry) -----------------
     def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:

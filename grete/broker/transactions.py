@@ -73,11 +73,13 @@ class LocalMarkerWriter:
         self.broker = broker
 
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      partitions: Iterable[TopicPartition]) -> None:
-        self.append_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
+                      partitions: Iterable[TopicPartition], *, transaction_version: int = 0) -> None:
+        self.append_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions,
+                            transaction_version=transaction_version)
 
     def append_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                       partitions: Iterable[TopicPartition]) -> list[tuple[Partition, int]]:
+                       partitions: Iterable[TopicPartition], *,
+                       transaction_version: int = 0) -> list[tuple[Partition, int]]:
         """Append the markers here; (partition, offset after its marker) for each written."""
         now = self.broker.now_ms()
         written = []
@@ -87,7 +89,7 @@ class LocalMarkerWriter:
                 continue  # deleted since it joined the transaction: nothing left to mark
             marker = build_end_txn_marker(producer_id, producer_epoch, commit, coordinator_epoch, now)
             try:
-                result = partition.append(RecordBatch(marker), now)
+                result = partition.append(RecordBatch(marker), now, transaction_version=transaction_version)
             except KafkaError as exc:
                 log.error("could not write the %s marker of producer %d to %s-%d: %s",
                           "COMMIT" if commit else "ABORT", producer_id, topic, index, exc)

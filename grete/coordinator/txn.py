@@ -64,10 +64,24 @@ class TxnStore(Protocol):
 
 class MarkerWriter(Protocol):
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      partitions: Iterable[TopicPartition]) -> asyncio.Future[None] | None:
+                      partitions: Iterable[TopicPartition], *,
+                      transaction_version: int = 0) -> asyncio.Future[None] | None:
         """Write the markers; None when all are written now, else a future done once every leader
-        has them (in a cluster, those led elsewhere go out as WriteTxnMarkers)."""
+        has them (in a cluster, those led elsewhere go out as WriteTxnMarkers).
+        ``transaction_version`` 2: the marker carries a bumped epoch (KIP-890 part 2, KIP-1228)."""
         ...
+
+
+@dataclass(frozen=True)
+class EndResult:
+    """EndTxn's answer; from v5 (transaction version 2) with the producer id and epoch to use next."""
+
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+TV2 = 2  # transaction version 2 (KIP-890 part 2): an epoch bump at every end of a transaction
 
 
 @dataclass(frozen=True)
@@ -293,19 +307,23 @@ class TransactionCoordinator:
     # ================================================================== AddPartitionsToTxn
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[TopicPartition]) -> ErrorCode:
+                       partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> ErrorCode:
+        """``client_transaction_version`` 2: a partition leader adding for a transaction version 2
+        client (AddPartitionsToTxn v5), whose transaction then ends with an epoch bump."""
         meta, error = self._producer_txn(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return error
         if meta.in_flight:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         wanted = frozenset(partitions)
-        if meta.state is TxnState.ONGOING and wanted <= meta.partitions:
+        if (meta.state is TxnState.ONGOING and wanted <= meta.partitions
+                and meta.client_transaction_version == client_transaction_version):
             return ErrorCode.NONE
         starting = meta.state is not TxnState.ONGOING
         now = self.now_ms()
         updated = meta.transit(TxnState.ONGOING, now, partitions=meta.partitions | wanted,
-                               start_ms=now if starting else meta.start_ms)
+                               start_ms=now if starting else meta.start_ms,
+                               client_transaction_version=client_transaction_version)
         try:
             self._persist(updated)
         except KafkaError as exc:
@@ -330,27 +348,98 @@ class TransactionCoordinator:
 
     # ================================================================== EndTxn
 
-    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                client_transaction_version: int = 0) -> EndResult:
+        if client_transaction_version >= TV2:
+            return self._end_txn_v2(transactional_id, producer_id, producer_epoch, commit)
         meta, error = self._producer_txn(transactional_id, producer_id, producer_epoch)
         if meta is None:
-            return error
+            return EndResult(error)
         state = meta.state
         if state is TxnState.ONGOING:
             try:
-                self._end(meta, commit)
+                # The request's version decides, as in Kafka: a client ending with EndTxn < 5 does
+                # not expect a bump, even if a leader added for it at Produce 12+.
+                self._end(meta, commit, client_transaction_version=0)
             except KafkaError as exc:
-                return exc.code
-            return ErrorCode.NONE
+                return EndResult(exc.code)
+            return EndResult(ErrorCode.NONE)
         if state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
-            return ErrorCode.NONE  # a retry of an EndTxn that already finished
+            return EndResult(ErrorCode.NONE)  # a retry of an EndTxn that already finished
         if state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
-            return ErrorCode.CONCURRENT_TRANSACTIONS
+            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         if state is TxnState.PREPARE_EPOCH_FENCE:
-            return ErrorCode.CONCURRENT_TRANSACTIONS
-        return ErrorCode.INVALID_TXN_STATE
+            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return EndResult(ErrorCode.INVALID_TXN_STATE)
 
-    def _end(self, meta: TxnMetadata, commit: bool) -> TxnMetadata:
-        prepared = meta.transit(TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, self.now_ms())
+    def _end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> EndResult:
+        """Transaction version 2 (Kafka's endTransaction for clients that bump the epoch at every
+        end): the answer names the producer id and epoch the client uses next. A retry is known by
+        its epoch, one below the coordinator's (or the last one before an overflow to a new id);
+        the same epoch as the coordinator's is the next transaction's end, so after a completed
+        transaction an abort with it is a new (empty) transaction's abort."""
+        if not transactional_id:
+            return EndResult(ErrorCode.INVALID_REQUEST)
+        if (error := self._coordinator_error(transactional_id)) is not None:
+            return EndResult(error)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        retry_on_overflow = (meta.previous_producer_id == producer_id and producer_epoch == MAX_PRODUCER_EPOCH - 1
+                             and meta.producer_epoch == 0)
+        retry_on_bump = meta.producer_epoch == producer_epoch + 1
+        retry = retry_on_bump or retry_on_overflow
+        state = meta.state
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid_epoch = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid_epoch = retry or producer_epoch == meta.producer_epoch
+        else:
+            valid_epoch = producer_epoch == meta.producer_epoch
+        if meta.producer_id != producer_id and not retry_on_overflow:
+            return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if not valid_epoch:
+            return EndResult(ErrorCode.PRODUCER_FENCED)
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if state is done and retry:
+            return EndResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
+        if state is preparing:
+            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if state is TxnState.ONGOING or (not commit and not retry and state in (
+                TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)):
+            try:
+                ended = self._end(meta, commit, client_transaction_version=TV2)
+            except KafkaError as exc:
+                return EndResult(exc.code)
+            return EndResult(ErrorCode.NONE, *self._next_producer(ended))
+        return EndResult(ErrorCode.INVALID_TXN_STATE)
+
+    @staticmethod
+    def _next_producer(ended: TxnMetadata) -> tuple[int, int]:
+        """The producer id and epoch a client continues with once ``ended`` completes: the bumped
+        epoch, or epoch 0 of the next producer id when the epoch overflowed."""
+        if ended.next_producer_id != NO_PRODUCER_ID:
+            return ended.next_producer_id, 0
+        return ended.producer_id, ended.producer_epoch
+
+    def _end(self, meta: TxnMetadata, commit: bool, *, client_transaction_version: int | None = None) -> TxnMetadata:
+        """PrepareCommit/PrepareAbort, then the markers. Transaction version 2 bumps the epoch here
+        (the markers carry the new one, which fences every write of the ended transaction), and
+        moves to a fresh producer id at completion when the epoch is exhausted."""
+        version = meta.client_transaction_version if client_transaction_version is None else client_transaction_version
+        now = self.now_ms()
+        state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if version < TV2:
+            prepared = meta.transit(state, now, client_transaction_version=version)
+        else:
+            # An abort with nothing added (from Empty or Complete*) has no start of its own.
+            empty = meta.state not in (TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE)
+            epoch = meta.producer_epoch
+            next_pid = self.next_producer_id() if epoch_exhausted(epoch) else NO_PRODUCER_ID
+            prepared = meta.transit(state, now, producer_epoch=min(epoch + 1, MAX_PRODUCER_EPOCH),
+                                    last_producer_epoch=epoch, next_producer_id=next_pid,
+                                    client_transaction_version=version, start_ms=now if empty else meta.start_ms)
         self._persist(prepared)
         return self._write_markers_and_complete(prepared)
 
@@ -369,7 +458,8 @@ class TransactionCoordinator:
         commit = prepared.state is TxnState.PREPARE_COMMIT
         partition = self.partition_for(prepared.transactional_id)
         pending = self.markers.write_markers(prepared.producer_id, prepared.producer_epoch, commit,
-                                             self.coordinator_epoch(partition), prepared.partitions)
+                                             self.coordinator_epoch(partition), prepared.partitions,
+                                             transaction_version=prepared.client_transaction_version)
         if pending is not None:
             pending.add_done_callback(lambda _: self._complete_later(prepared))
             return prepared
@@ -377,8 +467,15 @@ class TransactionCoordinator:
 
     def _complete(self, prepared: TxnMetadata) -> TxnMetadata:
         commit = prepared.state is TxnState.PREPARE_COMMIT
-        done = prepared.transit(TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, self.now_ms(),
-                                partitions=frozenset())
+        state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if prepared.bumps_epoch and prepared.next_producer_id != NO_PRODUCER_ID:
+            # The epoch overflowed: the next transaction runs under the new producer id.
+            done = prepared.transit(state, self.now_ms(), partitions=frozenset(),
+                                    producer_id=prepared.next_producer_id, producer_epoch=0,
+                                    previous_producer_id=prepared.producer_id, next_producer_id=NO_PRODUCER_ID,
+                                    last_producer_epoch=MAX_PRODUCER_EPOCH - 1)
+        else:
+            done = prepared.transit(state, self.now_ms(), partitions=frozenset())
         self._persist(done)
         self._cancel_timeout(done.transactional_id)
         return done

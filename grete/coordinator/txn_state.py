@@ -20,16 +20,18 @@ NO_PRODUCER_EPOCH = -1
 MAX_PRODUCER_EPOCH = 32767
 
 # Which state may follow which (Kafka's TransactionState.validPreviousStates, inverted).
+# Transaction version 2 lets an abort start from Empty and Complete* (an abort with nothing added).
 VALID_NEXT: dict[TxnState, frozenset[TxnState]] = {
-    TxnState.EMPTY: frozenset({TxnState.EMPTY, TxnState.ONGOING, TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE}),
+    TxnState.EMPTY: frozenset({TxnState.EMPTY, TxnState.ONGOING, TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE,
+                               TxnState.PREPARE_ABORT}),
     TxnState.ONGOING: frozenset({TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                                  TxnState.PREPARE_EPOCH_FENCE}),
     TxnState.PREPARE_COMMIT: frozenset({TxnState.COMPLETE_COMMIT}),
     TxnState.PREPARE_ABORT: frozenset({TxnState.COMPLETE_ABORT}),
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.EMPTY, TxnState.ONGOING, TxnState.DEAD,
-                                         TxnState.PREPARE_EPOCH_FENCE}),
+                                         TxnState.PREPARE_EPOCH_FENCE, TxnState.PREPARE_ABORT}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.EMPTY, TxnState.ONGOING, TxnState.DEAD,
-                                        TxnState.PREPARE_EPOCH_FENCE}),
+                                        TxnState.PREPARE_EPOCH_FENCE, TxnState.PREPARE_ABORT}),
     TxnState.PREPARE_EPOCH_FENCE: frozenset({TxnState.PREPARE_ABORT}),
     TxnState.DEAD: frozenset(),
 }
@@ -55,6 +57,9 @@ class TxnChanges(TypedDict, total=False):
     partitions: frozenset[TopicPartition]
     last_producer_id: int
     last_producer_epoch: int
+    client_transaction_version: int
+    previous_producer_id: int
+    next_producer_id: int
 
 
 @dataclass
@@ -71,15 +76,29 @@ class TxnMetadata:
     # recognised instead of fencing the producer that asked.
     last_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH
+    # Transaction version 2 (KIP-890 part 2): the version of the client that last added to or ended
+    # the transaction (2: the epoch is bumped at every end), the producer id before the last epoch
+    # overflow, and the one the current transaction hands over to at its end when the epoch overflows.
+    client_transaction_version: int = 0
+    previous_producer_id: int = NO_PRODUCER_ID
+    next_producer_id: int = NO_PRODUCER_ID
 
     def to_log(self) -> TxnLogValue:
         return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
-                           tuple(sorted(self.partitions)), self.last_update_ms, self.start_ms)
+                           tuple(sorted(self.partitions)), self.last_update_ms, self.start_ms,
+                           self.previous_producer_id, self.next_producer_id, self.client_transaction_version)
 
     @classmethod
     def from_log(cls, transactional_id: str, value: TxnLogValue) -> TxnMetadata:
         return cls(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms, value.state,
-                   value.last_update_ms, value.start_ms, frozenset(value.partitions))
+                   value.last_update_ms, value.start_ms, frozenset(value.partitions),
+                   client_transaction_version=value.client_transaction_version,
+                   previous_producer_id=value.previous_producer_id, next_producer_id=value.next_producer_id)
+
+    @property
+    def bumps_epoch(self) -> bool:
+        """Transaction version 2: every end of a transaction bumps the producer epoch."""
+        return self.client_transaction_version >= 2
 
     def transit(self, state: TxnState, now_ms: int, **changes: Unpack[TxnChanges]) -> TxnMetadata:
         """A copy in ``state``; raises if Kafka's state machine does not allow the move."""

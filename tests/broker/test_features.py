@@ -17,7 +17,7 @@ from grete.protocol.errors import ErrorCode, KafkaError
 def test_defaults_then_updates_survive_a_restart(tmp_path: Path) -> None:
     features = Features(LocalMetadataStore(tmp_path), node_id=1)
     assert features.finalized() == {"eligible.leader.replicas.version": 1, "group.version": 1, "share.version": 1,
-                                    "streams.version": 1}
+                                    "streams.version": 1, "transaction.version": 2}
     assert not features.refuses(68) and not features.refuses(0)
     asyncio.run(features.update([FeatureUpdate("group.version", 0, SAFE_DOWNGRADE)], validate_only=False))
     assert features.refuses(68) and features.refuses(69) and not features.refuses(76)

@@ -25,11 +25,11 @@ def test_advertisement_excludes_what_must_not_be_advertised():
     ranges = {key: (lo, hi) for key, lo, hi in advertised_versions()}
     # Share groups (KIP-932) at Kafka 4.3.1's versions (DescribeShareGroupOffsets v1 not yet).
     assert [ranges[k] for k in (76, 77, 78, 79, 90, 91, 92)] == [(1, 1), (1, 1), (1, 2), (1, 2), (0, 0), (0, 0), (0, 0)]
-    # Transactions: transaction version 1 with KIP-890 part 1's client versions (TRANSACTION_ABORTABLE).
-    # AddPartitionsToTxn v4 is the brokers' batched verify form (as Kafka 3.9 advertises it); v5,
-    # EndTxn v5 and TxnOffsetCommit v5 belong to transaction version 2 (KIP-890 part 2),
-    # InitProducerId v6 to two-phase commit (KIP-939).
-    assert (ranges[22], ranges[24], ranges[25], ranges[26], ranges[28]) == ((0, 5), (0, 4), (0, 4), (0, 4), (0, 4))
+    # Transactions at Kafka 4.3.1's versions: KIP-890 part 1 (TRANSACTION_ABORTABLE, AddPartitionsToTxn
+    # v4 between brokers) and transaction version 2 (EndTxn 5, TxnOffsetCommit 5, AddPartitionsToTxn 5,
+    # WriteTxnMarkers 2); InitProducerId v6 is two-phase commit (KIP-939): not offered.
+    assert (ranges[22], ranges[24], ranges[25], ranges[26], ranges[27], ranges[28]) == (
+        (0, 5), (0, 5), (0, 4), (0, 5), (0, 2), (0, 5))
     # Produce: min 0 for librdkafka's checks; v12+ adds the batch's partition to its transaction as
     # Kafka's ADD_PARTITION does (compat-tests/wire/test_data_path_versions.py).
     assert ranges[0] == (0, 13)

@@ -1,7 +1,8 @@
 """KIP-890 part 1 across brokers: a partition leader that is not the transaction's coordinator asks
 the coordinator's broker (AddPartitionsToTxn v4, VerifyOnly) before taking a producer's first
 transactional batch, and refuses a batch for a partition the transaction never added (the Jepsen
-checker's hanging transaction); a transaction across brokers still commits."""
+checker's hanging transaction); a transaction across brokers still commits. And transaction
+version 2 (KIP-890 part 2) across brokers: implicit adds through AddPartitionsToTxn v5, markers v2."""
 
 from __future__ import annotations
 
@@ -17,15 +18,18 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ProduceRequest,
     ProduceResponse,
 )
-from grete.protocol.records.record import Record, build_batch
+from grete.protocol.records.batch import iter_batches
+from grete.protocol.records.record import Record, build_batch, decode_records
 from grete.testing._wire import Wire
 from grete.testing.cluster import GreteCluster, cluster
-from tests.broker._txn import READ_COMMITTED, Txn, latest, settled, visible_values
+from tests.broker._txn import READ_COMMITTED, Txn, describe, fetch, latest, settled, visible_values
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 
 BROKERS = (1, 2, 3)
@@ -208,3 +212,97 @@ def test_offsets_outside_the_transaction_are_refused_by_a_group_coordinator_on_a
     assert settled(lambda: txn.end(commit=True)) == 0
     for wire in (at_group, txn_wire):
         wire.close()
+
+
+def _end_v5(txn: Txn, commit: bool, epoch: int) -> tuple[int, int]:
+    answer = txn.wire.call(EndTxnRequest(transactional_id=txn.id, producer_id=txn.pid, producer_epoch=epoch,
+                                         committed=commit), EndTxnResponse, 5)
+    return int(answer.error_code), int(answer.producer_epoch)
+
+
+def test_transaction_version_2_across_brokers(grete_cluster: GreteCluster, topic: str) -> None:
+    """KIP-890 part 2 in a cluster: Produce 12 at a leader other than the coordinator adds its
+    partition (AddPartitionsToTxn v5 to the coordinator's broker), TxnOffsetCommit 5 at a group
+    coordinator elsewhere adds the group's partition, EndTxn 5 bumps the epoch and the markers (v2,
+    with the bumped epoch) commit both; the old epoch is fenced afterwards."""
+    txn, coordinator, others = _transaction(grete_cluster)
+    e = txn.epoch
+    before = {p: visible_values(_wire(grete_cluster, p + 1), topic, p) for p in others}
+    for p in others:
+        assert settled(lambda p=p: _produce(_wire(grete_cluster, p + 1), txn, topic, p, f"tv2-{p}".encode(), 12)) == 0
+    group, group_coordinator = _group_coordinated_elsewhere(grete_cluster, coordinator)
+    txn_wire, txn.wire = txn.wire, _wire(grete_cluster, group_coordinator)
+    txn.versions = {**txn.versions, "commit_offsets": 5}
+    assert settled(lambda: txn.commit_offsets(group, topic, 7)) == 0
+    txn.wire = txn_wire
+    assert settled(lambda: _end_v5(txn, True, e)[0]) == 0
+    assert settled(lambda: _end_v5(txn, True, e)[0]) == 0  # a retry once the markers are written
+    assert _end_v5(txn, True, e) == (0, e + 1)
+    for p in others:
+        wanted = before[p] + [f"tv2-{p}".encode()]
+        wait_until(lambda p=p, wanted=wanted: visible_values(_wire(grete_cluster, p + 1), topic, p) == wanted,
+                   what=f"the committed record on partition {p}")
+    # The ended transaction's epoch no longer writes: its leader knows the bumped one from the marker.
+    assert _produce(_wire(grete_cluster, others[0] + 1), txn, topic, others[0], b"stale", 12) == \
+        ErrorCode.INVALID_PRODUCER_EPOCH
+    txn.wire.close()
+
+
+def test_a_parked_batch_is_written_as_it_was_sent(grete_cluster: GreteCluster, topic: str) -> None:
+    """A batch parked for verification outlives its request's receive buffer: a request pipelined
+    right behind it (here a produce of the same size) must not change the bytes that get written."""
+    txn, _, (added, _) = _transaction(grete_cluster)
+    assert settled(lambda: max(txn.add(topic, added).values())) == 0
+    leader = _wire(grete_cluster, added + 1)
+    start = latest(leader, topic, 0, added)
+    value = b"parked-" + uuid.uuid4().hex.encode()
+    batch = build_batch([Record(0, 0, None, value)], producer_id=txn.pid, producer_epoch=txn.epoch,
+                        base_sequence=0, transactional=True)
+    other = build_batch([Record(0, 0, None, b"x" * len(value))])
+    for records, transactional_id in ((batch, txn.id), (other, None)):
+        leader.send(ProduceRequest(transactional_id=transactional_id, acks=-1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.PartitionProduceData(index=added, records=records)])]), 9)
+    answers = [leader.receive(ProduceResponse, 9) for _ in range(2)]
+    assert [a.responses[0].partition_responses[0].error_code for a in answers] == [0, 0]
+    part = fetch(leader, topic, 0, offset=start, partition=added)
+    batches = list(iter_batches(bytes(part.records or b"")))
+    assert len(batches) == 2 and all(b.compute_crc() == b.crc & 0xFFFFFFFF for b in batches)
+    (parked,) = [b for b in batches if b.is_transactional]
+    assert [r.value for r in decode_records(parked)] == [value]
+    assert txn.end(commit=False) == 0
+    leader.close()
+    txn.wire.close()
+
+
+
+def test_java_4_transactions_across_brokers(grete_cluster: GreteCluster, topic: str) -> None:
+    """Java kafka-clients 4.3.1 commits and aborts transactions over partitions led by all three
+    brokers. A ZooKeeper cluster finalizes no features (as Kafka 3.9 in ZooKeeper mode), so the client
+    stays on transaction version 1 (AddPartitionsToTxn, verified produce) and the epoch never moves."""
+    import json
+    import shutil
+    import subprocess
+
+    from tools import kafka_dist
+
+    if shutil.which("java") is None:
+        pytest.skip("java is not installed")
+    try:
+        kafka_dist.harness_classes(kafka_dist.resolve_version("4"))
+    except Exception as exc:
+        pytest.skip(f"Java harness unavailable: {exc}")
+    txn_id = f"java-{uuid.uuid4().hex[:8]}"
+    before = [latest(_wire(grete_cluster, b), topic, 0, b - 1) for b in BROKERS]
+    done = subprocess.run(kafka_dist.harness_cmd(kafka_dist.resolve_version("4"), "txn", grete_cluster.bootstrap_servers,
+                                                 topic, txn_id, "c3,a2,c3", "max.block.ms=30000"),
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in done.stdout.splitlines() if line.startswith("{")]
+    assert steps == ["c3", "a2", "c3"]
+    after = [latest(_wire(grete_cluster, b), topic, 0, b - 1) for b in BROKERS]
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)  # every leader took part
+    wire = _wire(grete_cluster, _coordinator(grete_cluster, txn_id))
+    state = describe(wire, txn_id)
+    wire.close()
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteCommit", 0)

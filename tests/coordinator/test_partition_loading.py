@@ -167,7 +167,7 @@ class _Markers:
         self.written: list[tuple[int, bool, int]] = []
 
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      partitions: Iterable[TopicPartition]) -> None:
+                      partitions: Iterable[TopicPartition], *, transaction_version: int = 0) -> None:
         self.written.append((producer_id, commit, coordinator_epoch))
 
 
@@ -180,7 +180,7 @@ def _txn_coordinator(log: _TxnLog | None = None, markers: _Markers | None = None
 def _txn_errors(coordinator: TransactionCoordinator, txn_id: str) -> set[ErrorCode]:
     return {coordinator.init_producer_id(txn_id, 60000).error,
             coordinator.add_partitions(txn_id, 1000, 0, [("t", 0)]),
-            coordinator.end_txn(txn_id, 1000, 0, True)}
+            coordinator.end_txn(txn_id, 1000, 0, True).error}
 
 
 @async_test
@@ -198,7 +198,7 @@ async def test_transactional_ids_answer_load_in_progress_then_not_coordinator() 
     init = coordinator.init_producer_id(here, 60000)
     assert init.error is ErrorCode.NONE
     assert coordinator.add_partitions(here, init.producer_id, init.producer_epoch, [("t", 0)]) is ErrorCode.NONE
-    assert coordinator.end_txn(here, init.producer_id, init.producer_epoch, True) is ErrorCode.NONE
+    assert coordinator.end_txn(here, init.producer_id, init.producer_epoch, True).error is ErrorCode.NONE
     assert markers.written == [(init.producer_id, True, 9)]  # stamped with the epoch it was elected in
     coordinator.shutdown()
 

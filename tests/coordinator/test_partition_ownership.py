@@ -87,7 +87,7 @@ class _TxnLog:
 
 
 class _NoMarkers:
-    def write_markers(self, *args: object) -> None:
+    def write_markers(self, *args: object, **kwargs: object) -> None:
         pass
 
 

@@ -43,7 +43,23 @@ def test_value_v1_flexible_is_read() -> None:
             + bytes([2]) + bytes([2]) + b"t" + bytes([2]) + struct.pack(">i", 5) + bytes([0])
             + struct.pack(">qq", 20, 10)
             + bytes([1, 2, 2]) + struct.pack(">h", 2))  # tag 2 (ClientTransactionVersion) = 2
-    assert decode_value(data) == TxnLogValue(9, 0, 1000, TxnState.COMPLETE_COMMIT, (("t", 5),), 20, 10)
+    assert decode_value(data) == TxnLogValue(9, 0, 1000, TxnState.COMPLETE_COMMIT, (("t", 5),), 20, 10,
+                                             client_transaction_version=2)
+
+
+def test_value_v1_is_written_for_transaction_version_2() -> None:
+    """Kafka's flexible layout, tagged fields only where not the default (PreviousProducerId 0,
+    NextProducerId 1, ClientTransactionVersion 2)."""
+    value = TxnLogValue(9, 3, 1000, TxnState.PREPARE_COMMIT, (("t", 1), ("t", 5)), 20, 10,
+                        next_producer_id=77, client_transaction_version=2)
+    expected = (struct.pack(">hqhib", 1, 9, 3, 1000, 2)
+                + bytes([2]) + bytes([2]) + b"t" + bytes([3]) + struct.pack(">ii", 1, 5) + bytes([0])
+                + struct.pack(">qq", 20, 10)
+                + bytes([2, 1, 8]) + struct.pack(">q", 77) + bytes([2, 2]) + struct.pack(">h", 2))
+    assert encode_value(value) == expected
+    assert decode_value(expected) == value
+    tv1 = TxnLogValue(9, 3, 1000, TxnState.ONGOING, (("t", 1),), 20, 10)
+    assert encode_value(tv1)[:2] == struct.pack(">h", 0)  # version 1 clients keep the v0 layout
 
 
 def test_null_partition_list_reads_as_empty() -> None:

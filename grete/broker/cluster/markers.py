@@ -1,7 +1,8 @@
 """Transaction markers in a cluster (Kafka's TransactionMarkerChannelManager): the coordinator writes
 COMMIT/ABORT markers itself to the partitions this broker leads, and sends WriteTxnMarkers (v1, as
-Kafka 3.9 does) to the leaders of the others, again and again until each has written its marker
-or its topic is gone. The transaction completes when the last one has.
+Kafka 3.9 does; v2 with the transaction version for transaction version 2, KIP-1228) to the leaders
+of the others, again and again until each has written its marker or its topic is gone. The
+transaction completes when the last one has.
 """
 
 from __future__ import annotations
@@ -20,16 +21,20 @@ from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersRespo
 log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_VERSION = 1
+TV2_WRITE_TXN_MARKERS_VERSION = 2
 RETRY_BACKOFF_S = 0.1
 MARKER_TIMEOUT_MS = 30_000
 TopicPartition = tuple[str, int]
+# (producer id, producer epoch, commit, coordinator epoch, transaction version)
+Marker = tuple[int, int, bool, int, int]
 
 
 class LocalMarkers(Protocol):
     """The markers this broker writes itself (``transactions.LocalMarkerWriter``)."""
 
     def append_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                       partitions: Iterable[TopicPartition]) -> list[tuple[Partition, int]]: ...
+                       partitions: Iterable[TopicPartition], *,
+                       transaction_version: int = 0) -> list[tuple[Partition, int]]: ...
 
 
 class ClusterMarkerWriter:
@@ -40,20 +45,22 @@ class ClusterMarkerWriter:
         self._peers: dict[int, PeerConnection] = {}
 
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      partitions: Iterable[TopicPartition]) -> asyncio.Future[None] | None:
+                      partitions: Iterable[TopicPartition], *,
+                      transaction_version: int = 0) -> asyncio.Future[None] | None:
         mine, theirs = self._split(partitions)
-        written = self.local.append_markers(producer_id, producer_epoch, commit, coordinator_epoch, mine)
+        written = self.local.append_markers(producer_id, producer_epoch, commit, coordinator_epoch, mine,
+                                            transaction_version=transaction_version)
         # Kafka writes markers with acks=all: the transaction completes only once they are on
         # their ISRs, so no leader change can lose one behind a CompleteCommit.
         replicating = [(p, offset) for p, offset in written if p.replicated and len(p.replicas) > 1]
         if not theirs and not replicating:
             return None
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        marker = (producer_id, producer_epoch, commit, coordinator_epoch)
+        marker = (producer_id, producer_epoch, commit, coordinator_epoch, transaction_version)
         asyncio.ensure_future(self._complete(marker, replicating, set(theirs), done))
         return done
 
-    async def _complete(self, marker: tuple[int, int, bool, int], replicating: list[tuple[Partition, int]],
+    async def _complete(self, marker: Marker, replicating: list[tuple[Partition, int]],
                         theirs: set[TopicPartition], done: asyncio.Future[None]) -> None:
         pending = set(theirs)
         for partition, offset in replicating:
@@ -73,9 +80,9 @@ class ClusterMarkerWriter:
             (mine if hosted is not None and hosted.is_leader else theirs).append(tp)
         return mine, theirs
 
-    async def _send_until_written(self, marker: tuple[int, int, bool, int], pending: set[TopicPartition],
+    async def _send_until_written(self, marker: Marker, pending: set[TopicPartition],
                                   done: asyncio.Future[None]) -> None:
-        producer_id, producer_epoch, commit, coordinator_epoch = marker
+        producer_id, producer_epoch, commit, coordinator_epoch, transaction_version = marker
         while pending:
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in sorted(pending):
@@ -87,8 +94,9 @@ class ClusterMarkerWriter:
             for leader, tps in by_leader.items():
                 if leader == self.broker.node_id:  # leadership came here meanwhile
                     mine, _ = self._split(tps)
-                    for partition, offset in self.local.append_markers(producer_id, producer_epoch, commit,
-                                                                       coordinator_epoch, mine):
+                    for partition, offset in self.local.append_markers(
+                            producer_id, producer_epoch, commit, coordinator_epoch, mine,
+                            transaction_version=transaction_version):
                         if await partition.wait_for_replication(offset, MARKER_TIMEOUT_MS) == ErrorCode.NONE:
                             pending.discard((partition.topic, partition.index))
                     continue
@@ -99,7 +107,7 @@ class ClusterMarkerWriter:
         if not done.done():
             done.set_result(None)
 
-    async def _send(self, leader: int, marker: tuple[int, int, bool, int], tps: list[TopicPartition]) -> list[TopicPartition]:
+    async def _send(self, leader: int, marker: Marker, tps: list[TopicPartition]) -> list[TopicPartition]:
         """The partitions whose leader wrote the marker (or no longer has the topic)."""
         endpoint = self.broker.broker_endpoint(leader, self.listener)
         if endpoint is None:
@@ -108,17 +116,18 @@ class ClusterMarkerWriter:
         if peer is None or (peer.host, peer.port) != (endpoint.host, endpoint.port):
             peer = self._peers[leader] = PeerConnection(endpoint.host, endpoint.port,
                                                         f"txn-markers-{self.broker.node_id}")
-        producer_id, producer_epoch, commit, coordinator_epoch = marker
+        producer_id, producer_epoch, commit, coordinator_epoch, transaction_version = marker
         topics: dict[str, list[int]] = {}
         for topic, index in tps:
             topics.setdefault(topic, []).append(index)
         request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
             producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=coordinator_epoch,
+            coordinator_epoch=coordinator_epoch, transaction_version=transaction_version,
             topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
                     for t, ps in topics.items()])])
+        version = TV2_WRITE_TXN_MARKERS_VERSION if transaction_version >= 2 else WRITE_TXN_MARKERS_VERSION
         try:
-            response: WriteTxnMarkersResponse = await peer.call(request, WRITE_TXN_MARKERS_VERSION)
+            response: WriteTxnMarkersResponse = await peer.call(request, version)
         except PeerError as exc:
             log.info("markers of producer %d to broker %d: %s", producer_id, leader, exc)
             return []

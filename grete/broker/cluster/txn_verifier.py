@@ -22,8 +22,10 @@ from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTx
 
 log = logging.getLogger(__name__)
 
-# Kafka 3.9's inter-broker AddPartitionsToTxn (the first batched version).
+# Kafka 3.9's inter-broker AddPartitionsToTxn (the first batched version) for verification; v5 when
+# the leader adds for a transaction version 2 client (the coordinator then bumps at the end).
 ADD_PARTITIONS_TO_TXN_VERSION = 4
+TV2_ADD_PARTITIONS_TO_TXN_VERSION = 5
 TopicPartition = tuple[str, int]
 Outcome = dict[TopicPartition, ErrorCode]
 
@@ -83,8 +85,11 @@ class ClusterTxnVerifier:
             return None
         channel = self._channels.get(coordinator)
         if channel is None or (channel.peer.host, channel.peer.port) != (endpoint.host, endpoint.port):
-            if channel is not None:
-                channel.peer.close()
+            if channel is not None:  # the broker moved: what waited for the old address is retried
+                for waiting in channel.waiting.values():
+                    waiting.fail(ErrorCode.NETWORK_EXCEPTION)
+                channel.waiting = {}
+                channel.peer.close()  # a request in flight there fails (and fails its batch)
             channel = self._channels[coordinator] = _CoordinatorChannel(PeerConnection(
                 endpoint.host, endpoint.port, f"txn-verify-{self.broker.node_id}",
                 timeout_s=self.broker.config.get_int("request.timeout.ms") / 1000))
@@ -104,8 +109,10 @@ class ClusterTxnVerifier:
                 transactional_id=txn_id, producer_id=w.producer_id, producer_epoch=w.producer_epoch,
                 verify_only=not w.add, topics=_topics(w.partitions))
             for txn_id, w in batch.items()])
+        version = (TV2_ADD_PARTITIONS_TO_TXN_VERSION if any(w.add for w in batch.values())
+                   else ADD_PARTITIONS_TO_TXN_VERSION)
         try:
-            response: AddPartitionsToTxnResponse = await peer.call(request, ADD_PARTITIONS_TO_TXN_VERSION)
+            response: AddPartitionsToTxnResponse = await peer.call(request, version)
         except PeerError as exc:
             log.warning("AddPartitionsToTxn to broker %d failed: %s", coordinator, exc)
             for waiting in batch.values():

@@ -4,8 +4,9 @@ Versions 0-3 are the client's form (one transaction per request). v4 is the brok
 part 1): several transactions per request, each either added or, with ``VerifyOnly``, only checked
 (a partition leader asking before it takes a producer's first transactional batch; see
 grete/broker/cluster/txn_verifier.py). As in Kafka, v4 needs CLUSTER_ACTION (a principal without it
-gets CLUSTER_AUTHORIZATION_FAILED for the whole request) and no topic authorization. v5 only adds
-TRANSACTION_ABORTABLE for transaction version 2's clients: not offered.
+gets CLUSTER_AUTHORIZATION_FAILED for the whole request) and no topic authorization. v5 is what a
+leader sends for a transaction version 2 client (KIP-890 part 2): an add from it makes the
+transaction one that bumps the epoch at its end.
 If any partition of a transaction is unknown, Kafka adds none: the unknown ones get
 UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED.
 """
@@ -16,6 +17,7 @@ from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import fenced_error
+from grete.coordinator.txn import TV2
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 
@@ -25,9 +27,10 @@ PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
 
 TransactionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
 BROKER_VERSION = 4  # from here on the request comes from a broker
+TV2_VERSION = 5
 
 
-@api(24, 0, 4)
+@api(24, 0, 5)
 async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     if ctx.version >= BROKER_VERSION:
         return await _handle_batch(ctx, request)
@@ -65,7 +68,8 @@ async def _handle_batch(ctx: RequestContext, request: AddPartitionsToTxnRequest)
                                                                    txn.producer_epoch, wanted)
         else:
             error = ctx.broker.txn_coordinator.add_partitions(txn.transactional_id, txn.producer_id,
-                                                              txn.producer_epoch, wanted)
+                                                              txn.producer_epoch, wanted,
+                                                              TV2 if ctx.version >= TV2_VERSION else 0)
             if error == ErrorCode.NONE:
                 error = await ctx.broker.txn_log_replicated(txn.transactional_id)
             outcome = dict.fromkeys(wanted, error)

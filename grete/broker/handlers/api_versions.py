@@ -3,7 +3,10 @@
 The response header is always v0 (handled by the codecs' response_header_version). Client software
 name/version are not validated: librdkafka falls back to v0 on INVALID_REQUEST, so leniency is safer.
 From v3 on it carries the supported and finalized feature levels (``grete.broker.features``): the
-single node's, or none in a ZooKeeper cluster, as a Kafka 3.9 ZooKeeper-mode broker answers.
+single node's, or none in a ZooKeeper cluster, as a Kafka 3.9 ZooKeeper-mode broker answers. A
+finalized ``transaction.version`` 2 makes 4.x clients use transaction version 2 (KIP-890 part 2).
+As in Kafka 4.3.1, a v3 answer leaves out supported features whose minimum level is 0 (clients of
+that version reject them); they are still finalized there.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from grete.broker.context import RequestContext
 from grete.broker.registry import advertised_versions, api
 from grete.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+
+ALL_FEATURES_VERSION = 4  # supported features with a minimum level of 0 are listed from here on
 
 
 @api(18, 0, 4)
@@ -23,7 +28,8 @@ def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsRespo
         error_code=0, api_keys=keys,
         supported_features=[ApiVersionsResponse.SupportedFeatureKey(name=f.name, min_version=f.min_level,
                                                                    max_version=f.max_level)
-                            for f in features.supported()],
+                            for f in features.supported()
+                            if ctx.version >= ALL_FEATURES_VERSION or f.min_level > 0],
         finalized_features_epoch=features.epoch,
         finalized_features=[ApiVersionsResponse.FinalizedFeatureKey(name=name, min_version_level=level,
                                                                    max_version_level=level)

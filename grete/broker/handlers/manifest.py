@@ -28,11 +28,11 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     21: ("delete_records", 0, 2, 0),  # DeleteRecords
     22: ("init_producer_id", 0, 5, 0),  # InitProducerId
     23: ("offset_for_leader_epoch", 2, 4, 2),  # OffsetForLeaderEpoch
-    24: ("add_partitions_to_txn", 0, 4, 0),  # AddPartitionsToTxn
+    24: ("add_partitions_to_txn", 0, 5, 0),  # AddPartitionsToTxn
     25: ("add_offsets_to_txn", 0, 4, 0),  # AddOffsetsToTxn
-    26: ("end_txn", 0, 4, 0),  # EndTxn
-    27: ("write_txn_markers", 0, 1, 0),  # WriteTxnMarkers
-    28: ("txn_offset_commit", 0, 4, 0),  # TxnOffsetCommit
+    26: ("end_txn", 0, 5, 0),  # EndTxn
+    27: ("write_txn_markers", 0, 2, 0),  # WriteTxnMarkers
+    28: ("txn_offset_commit", 0, 5, 0),  # TxnOffsetCommit
     29: ("describe_acls", 0, 3, 0),  # DescribeAcls
     30: ("create_acls", 0, 3, 0),  # CreateAcls
     31: ("delete_acls", 0, 3, 0),  # DeleteAcls

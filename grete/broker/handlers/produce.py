@@ -21,6 +21,7 @@ from grete.broker.leader_hints import current_leader
 from grete.broker.partition import Partition, VerificationGuard
 from grete.broker.registry import api
 from grete.broker.txn_verification import produce_error
+from grete.coordinator.txn import TV2
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceRequest, ProduceResponse
 from grete.protocol.records.batch import RecordBatch
@@ -180,13 +181,19 @@ def append_records(broker: Broker, version: int, topic: str, index: int, records
                     _verify_transaction(broker, batch, topic, index, version)
             elif verifying is not None and transactional_id is not None and (
                     version >= ADD_PARTITION_VERSION or broker.config.get_bool("transaction.partition.verification.enable")):
+                if not partition.is_leader:  # refused now, not after a round trip to the coordinator
+                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                     f"this broker is not the leader of {topic}-{index}")
                 guard = partition.start_verification(batch.producer_id, batch.producer_epoch, now_ms)
                 if guard is not None:
                     if acks == -1:
                         partition.check_enough_replicas()
                     parked = PartitionResponse(index=index, error_code=0, base_offset=-1, log_append_time_ms=-1,
                                                log_start_offset=-1)
-                    verifying.append(Verifying(parked, partition, batch, guard, _records_bytes(records)))
+                    # The batch is a view of the connection's receive buffer, which is reused once
+                    # this handler returns: a parked batch keeps a copy of its own.
+                    kept = RecordBatch(bytearray(batch.bytes_view()))
+                    verifying.append(Verifying(parked, partition, kept, guard, _records_bytes(records)))
                     return parked
         if acks == -1:
             partition.check_enough_replicas()
@@ -267,7 +274,7 @@ async def _ask_coordinator(broker: Broker, transactional_id: str, verifying: lis
     if coordinator == broker.node_id:  # leadership of its state partition came here meanwhile
         txns = broker.txn_coordinator
         if add:
-            error = txns.add_partitions(transactional_id, pid, epoch, wanted)
+            error = txns.add_partitions(transactional_id, pid, epoch, wanted, TV2)
             found = dict.fromkeys(wanted, error)
         else:
             found = txns.verify_partitions(transactional_id, pid, epoch, wanted)
@@ -299,7 +306,7 @@ def _add_to_transaction(broker: Broker, batch: RecordBatch, transactional_id: st
     """From v12 (Kafka's ADD_PARTITION operation) the batch adds its partition to its producer's
     transaction, as AddPartitionsToTxn would, instead of only being checked against it."""
     error = broker.txn_coordinator.add_partitions(transactional_id or "", batch.producer_id,
-                                                  batch.producer_epoch, [(topic, index)])
+                                                  batch.producer_epoch, [(topic, index)], TV2)
     if error == ErrorCode.PRODUCER_FENCED:
         error = ErrorCode.INVALID_PRODUCER_EPOCH  # as Kafka's AddPartitionsToTxnManager converts it
     if error:

@@ -4,8 +4,9 @@ The transaction must have added the group's offsets partition (AddOffsetsToTxn) 
 INVALID_TXN_STATE, or from v4 (KIP-890 part 1) TRANSACTION_ABORTABLE, as Kafka 4.3.1 answers (its
 verification's error, converted for older clients); in a cluster whose transaction coordinator is
 on another broker, that broker is asked (AddPartitionsToTxn v4, verify-only). The offsets become
-visible to OffsetFetch when the transaction commits. v5 adds the partition implicitly under transaction version 2, which grete
-does not enable, so it is not offered."""
+visible to OffsetFetch when the transaction commits. v5 is transaction version 2 (KIP-890 part 2): no AddOffsetsToTxn comes
+first, the commit itself adds the group's offsets partition to the transaction (at the coordinator,
+on this broker or through AddPartitionsToTxn v5 to another)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from grete.broker.context import RequestContext
 from grete.broker.handlers.offset_commit import split_unknown
 from grete.broker.registry import api
 from grete.coordinator.group_types import OffsetCommit
+from grete.coordinator.txn import TV2
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from grete.protocol.topics import OFFSETS_TOPIC
 
+ADD_VERSION = 5  # transaction version 2: the commit adds the group's partition
 
-@api(28, 0, 4)
+
+@api(28, 0, 5)
 async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
@@ -67,10 +71,37 @@ async def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Error
     if error is not None:
         return error
     offsets_partition = (OFFSETS_TOPIC, coordinator.partition_for(request.group_id))
+    if ctx.version >= ADD_VERSION:
+        return await _add(ctx, request, offsets_partition)
     if not ctx.broker.coordinates_transactions_of(request.transactional_id):
         return await _verify_remotely(ctx, request, offsets_partition)
     return ctx.broker.txn_coordinator.verify_partition(
         request.producer_id, request.producer_epoch, offsets_partition)
+
+
+async def _add(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets_partition: tuple[str, int]) -> ErrorCode:
+    """Transaction version 2: add the group's offsets partition to the transaction (Kafka's
+    addPartition operation), unless the producer's transaction is already open on it here."""
+    broker = ctx.broker
+    hosted = broker.partitions.get(offsets_partition)
+    if hosted is not None and hosted.has_ongoing_transaction(request.producer_id, request.producer_epoch):
+        return ErrorCode.NONE
+    if broker.coordinates_transactions_of(request.transactional_id):
+        error = broker.txn_coordinator.add_partitions(request.transactional_id, request.producer_id,
+                                                      request.producer_epoch, [offsets_partition], TV2)
+        if error == ErrorCode.NONE:
+            error = await broker.txn_log_replicated(request.transactional_id)
+    else:
+        coordinator = broker.txn_coordinator_node(request.transactional_id)
+        if coordinator is None or broker.txn_verifier is None:
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        else:
+            refused = await broker.txn_verifier.verify(coordinator, request.transactional_id, request.producer_id,
+                                                       request.producer_epoch, [offsets_partition], add=True)
+            error = refused.get(offsets_partition, ErrorCode.NONE)
+    if error is ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return _OFFSET_COMMIT_ERRORS.get(error, error)
 
 
 async def _verify_remotely(ctx: RequestContext, request: TxnOffsetCommitRequest,

@@ -4,7 +4,10 @@ the leaders of partitions they do not lead themselves (in a cluster); it also se
 leader writes a marker, and in a cluster it answers once the ISR has it, as Kafka appends markers
 with acks=all.
 
-v2 (KIP-1228) adds a transaction version per marker for transaction version 2: not offered."""
+v2 (KIP-1228) adds a transaction version per marker: a transaction version 2 marker carries the
+epoch the coordinator bumped at the end of the transaction, so it must be above the producer's
+epoch on the partition (INVALID_PRODUCER_EPOCH otherwise), and it leaves the verification guard of
+the producer's next transaction in place."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ MARKER_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms for the coordinator's m
 Replicating = tuple[PartitionResult, Partition, int]
 
 
-@api(27, 0, 1)
+@api(27, 0, 2)
 def handle(ctx: RequestContext,
            request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse | Coroutine[Any, Any, WriteTxnMarkersResponse]:
     results = []
@@ -73,7 +76,7 @@ def _write(ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker
     batch = build_end_txn_marker(marker.producer_id, marker.producer_epoch, marker.transaction_result,
                                  marker.coordinator_epoch, now)
     try:
-        result = partition.append(RecordBatch(batch), now)
+        result = partition.append(RecordBatch(batch), now, transaction_version=marker.transaction_version)
     except KafkaError as exc:
         return exc.code
     if topic == OFFSETS_TOPIC:
