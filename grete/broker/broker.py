@@ -49,7 +49,13 @@ from grete.coordinator.txn import TransactionCoordinator
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.framing import BufferPool, MemoryPool
-from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, validate_topic_name
+from grete.protocol.topics import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    validate_topic_name,
+)
 from grete.storage.config import LogConfig
 from grete.storage.manager import LogManager
 
@@ -119,7 +125,7 @@ class Broker:
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
-        share_store = (ShareStateStore(config, self.partition, self.ensure_internal_topic)
+        share_store = (ShareStateStore(config, self.partition, self.ensure_share_state_topic)
                        if cluster is None else None)  # a cluster keeps share state in memory
         self.share_groups = ShareGroups(config, self.metadata, self.partition, share_store)
         # Set by the node before it listens (their stores write through this broker's partitions).
@@ -391,6 +397,14 @@ class Broker:
             "compression.type": "producer",
             "segment.bytes": str(self.config.get_int("offsets.topic.segment.bytes")),
         })
+
+    async def ensure_share_state_topic(self) -> TopicMeta:
+        """``__share_group_state``, created on first use (a share fetch or a SHARE coordinator lookup)."""
+        return await self.ensure_internal_topic(
+            SHARE_GROUP_STATE_TOPIC, self.config.get_int("share.coordinator.state.topic.num.partitions"), {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config.get_int("share.coordinator.state.topic.segment.bytes")),
+            }, "share.coordinator.state.topic.replication.factor")
 
     def topic_id_for(self, name: str) -> uuid.UUID | None:
         meta = self.metadata.topic(name)

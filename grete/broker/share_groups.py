@@ -216,6 +216,15 @@ class ShareGroups:
         """The SPSO of every share partition this node holds for the group."""
         return {(t, i): sp.start for (g, t, i), sp in self.partitions.items() if g == group_id}
 
+    def summaries(self, group_id: str) -> dict[PartitionKey, tuple[int, int]]:
+        """(SPSO, delivery-complete count) of every share partition this node holds for the group."""
+        return {(t, i): (sp.start, sp.delivery_complete_count())
+                for (g, t, i), sp in self.partitions.items() if g == group_id}
+
+    def holds(self, group_id: str) -> bool:
+        """Whether a share group has this id: the classic and consumer protocols' APIs refuse it."""
+        return group_id in self.groups
+
     def has_members(self, group_id: str) -> bool:
         group = self.groups.get(group_id)
         return group is not None and bool(group.members)

@@ -32,7 +32,7 @@ from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch, decode_records
 from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
 
-EnsureTopic = Callable[[str, int, dict[str, str], str], Awaitable[TopicMeta]]
+EnsureTopic = Callable[[], Awaitable[TopicMeta]]
 
 
 class ShareStateStore:
@@ -51,10 +51,7 @@ class ShareStateStore:
 
     async def ensure_topic(self) -> None:
         if not self.ready:
-            await self._ensure_topic(SHARE_GROUP_STATE_TOPIC, self.partitions, {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config.get_int("share.coordinator.state.topic.segment.bytes")),
-            }, "share.coordinator.state.topic.replication.factor")
+            await self._ensure_topic()
             self.ready = True
 
     def write(self, key: ShareKey, start_offset: int, batches: list[tuple[int, int, int, int]],

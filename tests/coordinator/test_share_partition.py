@@ -148,3 +148,26 @@ def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
                                            for b in merged.batches], 5, 2000)
     assert restored.acquire("a", [], 500, now_ms=0, lock_ms=LOCK, record_limit=False) == [
         Acquired(12, 12, 2), Acquired(14, 14, 2)]
+
+
+def test_delivery_complete_count_is_what_the_lag_leaves_out() -> None:
+    p = sp()
+    p.acquire("a", [BatchSpan(0, 4)], 500, now_ms=0, lock_ms=LOCK, record_limit=False)
+    assert p.delivery_complete_count() == 0
+    assert p.acknowledge("a", 0, 3, [ACCEPT, ACCEPT, RELEASE, REJECT], now_ms=0, lock_ms=LOCK) == ErrorCode.NONE
+    # 0-1 accepted move the SPSO to 2; 3 (archived) is complete past it, 2 (released) and 4 (acquired) are not
+    assert (p.start, p.delivery_complete_count()) == (2, 1)
+
+
+def test_share_coordinator_keys() -> None:
+    from grete.coordinator.share_format import ShareKey, parse_coordinator_key
+    from grete.storage.files import uuid_to_kafka
+    topic_id = uuid.UUID(int=12345)
+    text = uuid_to_kafka(topic_id)
+    assert parse_coordinator_key(f"grp:{text}:3") == ShareKey("grp", topic_id, 3)
+    # as Kafka 4.3.1 takes them (Java's split, trim and parseInt)
+    assert parse_coordinator_key(f" grp :{text}:-1::") == ShareKey("grp", topic_id, -1)
+    assert parse_coordinator_key(f"grp:{text}:+2") == ShareKey("grp", topic_id, 2)
+    for bad in ("", "grp", f"grp:{text}", f":{text}:0", f" :{text}:0", f"grp:{text}:x", f"grp:{text}: 1",
+                "grp:zz:0", f"grp:{text[:-1]}:0", f"a:b:{text}:0", f"grp:{text}:2147483648"):
+        assert parse_coordinator_key(bad) is None, bad

@@ -1,5 +1,9 @@
 """DescribeShareGroupOffsets (90): each share partition's start offset (SPSO); -1 where the group has
-no state for a partition, as Kafka 4.3.1 answers. Topics null: every share partition of the group."""
+no state for a partition, as Kafka 4.3.1 answers. Topics null: every share partition of the group.
+
+v1 adds the lag (KIP-1226): the high watermark less the SPSO less the records past it whose delivery
+is complete (acknowledged or archived); -1 where there is no state or this node does not host the
+partition."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ Request = DescribeShareGroupOffsetsRequest
 Response = DescribeShareGroupOffsetsResponse
 
 
-@api(90, 0, 0)
+@api(90, 0, 1)
 def handle(ctx: RequestContext, request: Request) -> Response:
     return Response(groups=[_group(ctx, g) for g in request.groups])
 
@@ -25,7 +29,7 @@ def _group(ctx: RequestContext, wanted: Request.DescribeShareGroupOffsetsRequest
         return Response.DescribeShareGroupOffsetsResponseGroup(group_id=group_id,
                                                                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     shares, metadata = ctx.broker.share_groups, ctx.broker.metadata
-    offsets = shares.start_offsets(group_id)
+    offsets = shares.summaries(group_id)
     if wanted.topics is None:
         by_name: dict[str, list[int]] = {}
         for topic_id, index in sorted(offsets):
@@ -47,9 +51,10 @@ def _group(ctx: RequestContext, wanted: Request.DescribeShareGroupOffsetsRequest
                 rows.append(Response.DescribeShareGroupOffsetsResponsePartition(
                     partition_index=index, start_offset=-1, leader_epoch=-1, error_code=code))
                 continue
+            start, complete = offsets.get((meta.topic_id, index), (-1, 0))
             rows.append(Response.DescribeShareGroupOffsetsResponsePartition(
-                partition_index=index, start_offset=offsets.get((meta.topic_id, index), -1),
-                leader_epoch=_leader_epoch(ctx, name, index)))
+                partition_index=index, start_offset=start, leader_epoch=_leader_epoch(ctx, name, index),
+                lag=_lag(ctx, name, index, start, complete)))
         topics.append(Response.DescribeShareGroupOffsetsResponseTopic(
             topic_name=name, topic_id=meta.topic_id if meta is not None else Response.DescribeShareGroupOffsetsResponseTopic().topic_id,
             partitions=rows))
@@ -59,3 +64,10 @@ def _group(ctx: RequestContext, wanted: Request.DescribeShareGroupOffsetsRequest
 def _leader_epoch(ctx: RequestContext, topic: str, index: int) -> int:
     partition = ctx.broker.partitions.get((topic, index))
     return partition.leader_epoch if partition is not None else 0
+
+
+def _lag(ctx: RequestContext, topic: str, index: int, start: int, complete: int) -> int:
+    partition = ctx.broker.partitions.get((topic, index))
+    if start < 0 or partition is None:
+        return -1
+    return max(0, partition.high_watermark - start - complete)

@@ -425,7 +425,7 @@ APIS: dict[int, ApiInfo] = {
     85: ApiInfo(85, "WriteShareGroupState", "WriteShareGroupStateRequest", "WriteShareGroupStateResponse", 0, 0, 0),
     86: ApiInfo(86, "DeleteShareGroupState", "DeleteShareGroupStateRequest", "DeleteShareGroupStateResponse", 0, 0, 0),
     87: ApiInfo(87, "ReadShareGroupStateSummary", "ReadShareGroupStateSummaryRequest", "ReadShareGroupStateSummaryResponse", 0, 0, 0),
-    90: ApiInfo(90, "DescribeShareGroupOffsets", "DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsResponse", 0, 0, 0),
+    90: ApiInfo(90, "DescribeShareGroupOffsets", "DescribeShareGroupOffsetsRequest", "DescribeShareGroupOffsetsResponse", 0, 1, 0),
     91: ApiInfo(91, "AlterShareGroupOffsets", "AlterShareGroupOffsetsRequest", "AlterShareGroupOffsetsResponse", 0, 0, 0),
     92: ApiInfo(92, "DeleteShareGroupOffsets", "DeleteShareGroupOffsetsRequest", "DeleteShareGroupOffsetsResponse", 0, 0, 0),
     32000: ApiInfo(32000, "DirectProduceAddress", "DirectProduceAddressRequest", "DirectProduceAddressResponse", 0, 0, 0),
