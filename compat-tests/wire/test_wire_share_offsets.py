@@ -357,6 +357,8 @@ def test_describe_share_group_offsets_v1_lag(wire: Wire, broker: Any, make_topic
     versions = {k.api_key: (k.min_version, k.max_version) for k in wire.call(
         ApiVersionsRequest(client_software_name="t", client_software_version="1"), ApiVersionsResponse, 3).api_keys}
     assert versions[90] == (0, 1)
+    # FindCoordinator with SHARE keys, and the share coordinator's inter-broker APIs (KIP-932, KIP-1226)
+    assert [versions[k] for k in (10, 83, 84, 85, 86, 87)] == [(0, 6), (0, 0), (0, 0), (0, 1), (0, 0), (0, 1)]
     topic = make_topic(partitions=1)
     group = f"sgl-{uuid.uuid4().hex[:8]}"
     call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,

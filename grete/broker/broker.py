@@ -34,6 +34,7 @@ from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.quotas import ClientQuotas
 from grete.broker.replica_manager import ReplicaManager
+from grete.broker.share_coordinator import ShareCoordinator
 from grete.broker.share_groups import ShareGroups
 from grete.broker.share_store import ShareStateStore
 from grete.coordinator.group import GroupCoordinator
@@ -128,6 +129,9 @@ class Broker:
         share_store = (ShareStateStore(config, self.partition, self.ensure_share_state_topic)
                        if cluster is None else None)  # a cluster keeps share state in memory
         self.share_groups = ShareGroups(config, self.metadata, self.partition, share_store)
+        # The share coordinator of the __share_group_state partitions this broker leads (a cluster's
+        # share-partition leaders read and write through it; a single node keeps its own store).
+        self.share_coordinator = ShareCoordinator(config, self.replicas)
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
         self._txn_coordinator: TransactionCoordinator | None = None

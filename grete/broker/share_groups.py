@@ -1,30 +1,38 @@
 """Share groups (KIP-932) on this node: the one owner of share-group membership, share partitions,
 share sessions and their timers.
 
-grete is its own share coordinator and group coordinator for share groups: membership
-(ShareGroupHeartbeat) and the share partitions' in-flight state (ShareFetch, ShareAcknowledge) live
-in this object. State is in memory only (docs/groups.md says what a restart loses). Timers are
-``call_later`` handles (a member's session timeout, a share partition's next lock deadline); parked
-share fetches wait on futures woken by new records, releases and expiries.
+Membership (ShareGroupHeartbeat, on the group's coordinator) and the share partitions' in-flight
+state (ShareFetch, ShareAcknowledge, on each partition's leader) live in this object. Their durable
+state goes to ``__share_group_state``: on a single node through its own store (``ShareStateStore``,
+written synchronously); in a cluster through a ``Persister`` to the share coordinator of each share
+partition (grete.broker.cluster.share_persister), as Kafka's share-partition leaders do: a share
+partition is read from it the first time it is used in a leader epoch of its partition (``prepare``),
+and each change is written to it in order, acknowledgements answered only once written (``flushed``).
+Timers are ``call_later`` handles (a member's session timeout, a share partition's next lock deadline);
+parked share fetches wait on futures woken by new records, releases and expiries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from grete.broker.config import BrokerConfig
 from grete.broker.partition import Partition
 from grete.broker.share_store import ShareStateStore
 from grete.coordinator.metadata import MetadataStore
-from grete.coordinator.share_format import ShareKey
+from grete.coordinator.share_format import ShareKey, ShareState, StateBatch
 from grete.coordinator.share_group import HeartbeatResult, ShareGroup, TopicView
 from grete.coordinator.share_partition import Acquired, BatchSpan, SharePartition
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
+
+log = logging.getLogger(__name__)
 
 FINAL_EPOCH = -1
 INITIAL_EPOCH = 0
@@ -45,6 +53,27 @@ class ShareSession:
         self.next_epoch = 1 if self.next_epoch == 0x7FFFFFFF else self.next_epoch + 1
 
 
+class Persister(Protocol):
+    """A cluster's way to the share coordinators (grete.broker.cluster.share_persister)."""
+
+    async def read(self, key: ShareKey, leader_epoch: int) -> ShareState | None: ...
+
+    async def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                    batches: list[StateBatch]) -> None: ...
+
+    async def delete(self, key: ShareKey) -> None: ...
+
+
+@dataclass(slots=True)
+class Flush:
+    """Writes of one share partition's state to its coordinator: one at a time, each of the whole
+    state as it is when sent, so a write covers every change counted before it."""
+    wanted: int = 0
+    written: int = 0
+    running: bool = False
+    waiters: list[tuple[int, asyncio.Future[ErrorCode]]] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class Grant:
     """What one partition of a share fetch acquired, and where to read it."""
@@ -57,6 +86,10 @@ class ShareGroups:
                  partition: Callable[[str, int], Partition], store: ShareStateStore | None = None) -> None:
         self.config = config
         self.store = store
+        self.persister: Persister | None = None  # set by the cluster wiring (zk_broker)
+        self._prepared: dict[tuple[str, uuid.UUID, int], int] = {}  # share partition -> leader epoch read in
+        self._loading: dict[tuple[str, uuid.UUID, int], asyncio.Future[None]] = {}
+        self._flushes: dict[tuple[str, uuid.UUID, int], Flush] = {}
         self.metadata = metadata
         self._partition = partition
         self.groups: dict[str, ShareGroup] = {}
@@ -257,7 +290,10 @@ class ShareGroups:
         gone = sorted(i for (g, t, i) in self.partitions if g == group_id and t == topic_id)
         for index in gone:
             del self.partitions[(group_id, topic_id, index)]
-            if self.store is not None:
+            self._prepared.pop((group_id, topic_id, index), None)
+            if self.persister is not None:
+                asyncio.ensure_future(self._forget(ShareKey(group_id, topic_id, index)))
+            elif self.store is not None:
                 try:
                     self.store.delete(ShareKey(group_id, topic_id, index))
                 except KafkaError:
@@ -285,6 +321,9 @@ class ShareGroups:
         return len(self.partitions)
 
     def _persist(self, group_id: str, key: PartitionKey, sp: SharePartition) -> None:
+        if self.persister is not None:
+            self._schedule_write(group_id, key)
+            return
         if self.store is None:
             return
         try:
@@ -295,6 +334,96 @@ class ShareGroups:
             self.store.write(ShareKey(group_id, *key), sp.start, sp.state_batches(), leader_epoch)
         except KafkaError:
             pass  # the state topic is not served here (offline dir): the state stays in memory
+
+    # --- a cluster's share coordinators -----------------------------------------------------------------
+    async def prepare(self, group_id: str, key: PartitionKey) -> None:
+        """In a cluster: the share partition as its coordinator has it, read once per leader epoch of
+        the partition (a new leader starts where the old one's last write left it); a share partition
+        never written is initialized there first (``share.auto.offset.reset``)."""
+        if self.persister is None:
+            return
+        partition = self.resolve(key)
+        if not partition.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        tkey = (group_id, *key)
+        if self._prepared.get(tkey) == partition.leader_epoch and tkey in self.partitions:
+            return
+        pending = self._loading.get(tkey)
+        if pending is None:
+            pending = self._loading[tkey] = asyncio.ensure_future(self._read(group_id, key, partition))
+            pending.add_done_callback(lambda _f: self._loading.pop(tkey, None))
+        await asyncio.shield(pending)
+
+    async def _read(self, group_id: str, key: PartitionKey, partition: Partition) -> None:
+        assert self.persister is not None
+        epoch, share_key = partition.leader_epoch, ShareKey(group_id, *key)
+        limit = self.group_int(group_id, "share.delivery.count.limit", "group.share.delivery.count.limit")
+        locks = self.group_int(group_id, "share.partition.max.record.locks", "group.share.partition.max.record.locks")
+        state = await self.persister.read(share_key, epoch)
+        if state is None or state.start_offset < 0:
+            start = (partition.log_start_offset if self._auto_offset_reset(group_id) == "earliest"
+                     else partition.high_watermark)
+            await self.persister.write(share_key, 0, epoch, start, [])
+            sp = SharePartition(start, limit, locks)
+        else:
+            sp = SharePartition.restore(state.start_offset, [(b.first_offset, b.last_offset, b.delivery_state,
+                                                              b.delivery_count) for b in state.batches], limit, locks)
+            sp.state_epoch = state.state_epoch
+        timer = self._lock_timers.pop((group_id, *key), None)
+        if timer is not None:
+            timer.cancel()
+        self.partitions[(group_id, *key)] = sp
+        self._prepared[(group_id, *key)] = epoch
+
+    async def _forget(self, key: ShareKey) -> None:
+        """The coordinator's state of a share partition the group no longer has (a tombstone)."""
+        assert self.persister is not None
+        try:
+            await self.persister.delete(key)
+        except KafkaError as exc:
+            log.warning("share state of %s not deleted: %s", key, exc)
+
+    def _schedule_write(self, group_id: str, key: PartitionKey) -> None:
+        tkey = (group_id, *key)
+        flush = self._flushes.setdefault(tkey, Flush())
+        flush.wanted += 1
+        if not flush.running:
+            flush.running = True
+            asyncio.ensure_future(self._write_loop(tkey, flush))
+
+    async def _write_loop(self, tkey: tuple[str, uuid.UUID, int], flush: Flush) -> None:
+        assert self.persister is not None
+        try:
+            while flush.written < flush.wanted:
+                target = flush.wanted
+                sp = self.partitions.get(tkey)
+                error = ErrorCode.NONE
+                if sp is not None:
+                    try:
+                        await self.persister.write(ShareKey(*tkey), sp.state_epoch, self._prepared.get(tkey, -1),
+                                                   sp.start, [StateBatch(*b) for b in sp.state_batches()])
+                    except KafkaError as exc:
+                        error = exc.code
+                flush.written = target
+                done = [w for w in flush.waiters if w[0] <= target]
+                flush.waiters = [w for w in flush.waiters if w[0] > target]
+                for _, future in done:
+                    if not future.done():
+                        future.set_result(error)
+        finally:
+            flush.running = False
+
+    async def flushed(self, group_id: str, keys: Iterable[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
+        """Once every change made so far to these share partitions is with their coordinators: the
+        error of each write that failed."""
+        waits: dict[PartitionKey, asyncio.Future[ErrorCode]] = {}
+        for key in keys:
+            flush = self._flushes.get((group_id, *key))
+            if flush is not None and flush.written < flush.wanted:
+                future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+                flush.waiters.append((flush.wanted, future))
+                waits[key] = future
+        return {key: await future for key, future in waits.items()}
 
     def resolve(self, key: PartitionKey) -> Partition:
         meta = self.metadata.topic_by_id(key[0])

@@ -12,7 +12,7 @@ share state in memory (docs/groups.md).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from grete.broker.config import BrokerConfig
 from grete.broker.partition import Partition
@@ -86,30 +86,35 @@ class ShareStateStore:
         """Every share partition's state: the newest snapshot, with later updates laid over it."""
         states: dict[ShareKey, ShareState] = {}
         for index in sorted(topic.partitions):
-            for batch in self._partition(SHARE_GROUP_STATE_TOPIC, index).committed_batches():
-                if batch.is_control:
-                    continue
-                for r in decode_records(batch):
-                    decoded = decode_key(r.key) if r.key is not None else None
-                    if decoded is None:
-                        continue
-                    kind, key = decoded
-                    if r.value is None:
-                        states.pop(key, None)
-                        continue
-                    state = decode_value(kind, r.value)
-                    if kind == SNAPSHOT or key not in states:
-                        states[key] = state
-                    else:
-                        states[key] = _overlay(states[key], state)
-                    self._epochs[key] = max(self._epochs.get(key, -1), state.snapshot_epoch)
-                    if kind == SNAPSHOT:
-                        self._created[key] = state.create_timestamp
+            states.update(read_states(self._partition(SHARE_GROUP_STATE_TOPIC, index).committed_batches()))
+        for key, state in states.items():
+            self._epochs[key] = state.snapshot_epoch
+            self._created[key] = state.create_timestamp
         self.ready = True
         return states
 
 
-def _overlay(base: ShareState, update: ShareState) -> ShareState:
+def read_states(batches: Iterable[RecordBatch]) -> dict[ShareKey, ShareState]:
+    """The share partitions' states in one ``__share_group_state`` partition's batches: each key's
+    newest ShareSnapshot with the ShareUpdates after it laid over it; a tombstone forgets the key."""
+    states: dict[ShareKey, ShareState] = {}
+    for batch in batches:
+        if batch.is_control:
+            continue
+        for r in decode_records(batch):
+            decoded = decode_key(r.key) if r.key is not None else None
+            if decoded is None:
+                continue
+            kind, key = decoded
+            if r.value is None:
+                states.pop(key, None)
+                continue
+            state = decode_value(kind, r.value)
+            states[key] = state if kind == SNAPSHOT or key not in states else overlay(states[key], state)
+    return states
+
+
+def overlay(base: ShareState, update: ShareState) -> ShareState:
     """A ShareUpdate: its start offset, its batches replacing the snapshot's offsets they cover."""
     covered = [(b.first_offset, b.last_offset) for b in update.batches]
     kept: list[StateBatch] = []

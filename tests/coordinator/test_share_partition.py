@@ -119,7 +119,7 @@ def test_simple_assignor_spreads_partitions() -> None:
 
 
 def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
-    from grete.broker.share_store import _overlay
+    from grete.broker.share_store import overlay
     from grete.coordinator.share_format import (
         SNAPSHOT,
         UPDATE,
@@ -139,7 +139,7 @@ def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
     assert decode_value(SNAPSHOT, encode_value(snap)) == snap
     update = ShareState(UPDATE, 4, 12, leader_epoch=2, batches=[StateBatch(13, 13, ACKNOWLEDGED, 1)])
     assert decode_value(UPDATE, encode_value(update)) == update
-    merged = _overlay(snap, update)
+    merged = overlay(snap, update)
     assert (merged.start_offset, [(b.first_offset, b.last_offset, b.delivery_state) for b in merged.batches]) == (
         12, [(12, 12, AVAILABLE), (13, 13, ACKNOWLEDGED), (14, 14, AVAILABLE), (15, 19, ARCHIVED)])
     assert java_string_hash("hello") == 99162322 and java_string_hash("polygenelubricants") == -(1 << 31)

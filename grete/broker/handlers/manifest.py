@@ -68,6 +68,11 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     77: ("share_group_describe", 1, 1, 1),  # ShareGroupDescribe
     78: ("share_fetch", 1, 2, 1),  # ShareFetch
     79: ("share_acknowledge", 1, 2, 1),  # ShareAcknowledge
+    83: ("initialize_share_group_state", 0, 0, 0),  # InitializeShareGroupState
+    84: ("read_share_group_state", 0, 0, 0),  # ReadShareGroupState
+    85: ("write_share_group_state", 0, 1, 0),  # WriteShareGroupState
+    86: ("delete_share_group_state", 0, 0, 0),  # DeleteShareGroupState
+    87: ("read_share_group_state_summary", 0, 1, 0),  # ReadShareGroupStateSummary
     90: ("describe_share_group_offsets", 0, 1, 0),  # DescribeShareGroupOffsets
     91: ("alter_share_group_offsets", 0, 0, 0),  # AlterShareGroupOffsets
     92: ("delete_share_group_offsets", 0, 0, 0),  # DeleteShareGroupOffsets
