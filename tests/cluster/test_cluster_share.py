@@ -1,7 +1,10 @@
 """Share groups in a grete cluster: a share partition's state lives with its share coordinator (the
 leader of its ``__share_group_state`` partition), so the partition's leader can die without losing it.
 Records acknowledged before the SIGKILL are never delivered again; records that were acquired but not
-acknowledged are delivered again by the new leader, with their delivery count kept."""
+acknowledged are delivered again by the new leader, with their delivery count kept. The coordinator
+can die too: the leader's write waits for the state partition's next leader, which loads the state
+from its log. About 35 s for both tests (marked slow; run by hand:
+``python -m pytest tests/cluster/test_cluster_share.py -m slow``)."""
 
 from __future__ import annotations
 
@@ -101,64 +104,114 @@ def share_coordinator(grete_cluster: GreteCluster, via: int, group: str, topic_i
     return c.node_id if c.error_code == 0 else None
 
 
-def test_acknowledged_state_survives_the_share_partition_leaders_death(grete_cluster: GreteCluster) -> None:
-    topic = f"t-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
-    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "acks": "all", "linger.ms": 0})
-    zk = KazooClient(hosts=grete_cluster.zookeeper.connect)
-    zk.start(10)
-    try:
-        live = sorted(grete_cluster.brokers)
-        leader = leader_of(zk, topic, 0)
-        topic_id = uuid_from_kafka(json.loads(zk.get(f"/brokers/topics/{topic}")[0])["topic_id"])
-        # A group whose share coordinator is another broker than the partition's leader: the leader
-        # writes over the inter-broker channel, and the coordinator outlives it.
-        while True:
-            group = f"sg-{uuid.uuid4().hex[:8]}"
-            coordinator = wait_until(lambda g=group: share_coordinator(grete_cluster, leader, g, topic_id), 30,
-                                     "the share coordinator")
-            if coordinator != leader:
-                break
-        member, assigned = join(grete_cluster, live, group, topic)
-        assert assigned == topic_id
-        with closing(wire_to(grete_cluster, leader)) as w:
-            # The first fetch initializes the share partition at the end of the log (latest): 0.
-            wait_until(lambda: acquire(w, group, member, topic_id, 0) == (0, []), 30, "the share partition")
-            for i in range(10):
-                producer.produce(topic, f"r{i}".encode(), partition=0)
-                producer.flush(30)  # one batch per record: acknowledgements can split anywhere
-            code, got = acquire(w, group, member, topic_id, 1)
-            assert code == 0 and [(a, b) for a, b, _ in got] == [(i, i) for i in range(10)]
-            B = ShareAcknowledgeRequest
-            acked = w.call(B(group_id=group, member_id=member, share_session_epoch=2, topics=[B.AcknowledgeTopic(
-                topic_id=topic_id, partitions=[B.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
-                    B.AcknowledgementBatch(first_offset=0, last_offset=3, acknowledge_types=[1]),
-                    B.AcknowledgementBatch(first_offset=4, last_offset=4, acknowledge_types=[3])])])]),
-                ShareAcknowledgeResponse, 1)
-            assert acked.error_code == 0 and acked.responses[0].partitions[0].error_code == 0
-        # 0-3 accepted, 4 rejected, 5-9 still acquired (60 s locks) when the leader dies.
-        started = time.monotonic()
-        grete_cluster.kill_broker(leader)
-        live = [b for b in live if b != leader]
-        new_leader = wait_until(lambda: (lambda n: n if n in live else None)(leader_of(zk, topic, 0)), 30,
-                                "a new leader")
-        member, topic_id = join(grete_cluster, live, group, topic)
-        with closing(wire_to(grete_cluster, new_leader)) as w:
-            found: list[tuple[int, int, int]] = []
+def acknowledge(w: Wire, group: str, member: str, topic_id: Any, epoch: int,
+                batches: list[tuple[int, int, int]]) -> int:
+    B = ShareAcknowledgeRequest
+    acked = w.call(B(group_id=group, member_id=member, share_session_epoch=epoch, topics=[B.AcknowledgeTopic(
+        topic_id=topic_id, partitions=[B.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+            B.AcknowledgementBatch(first_offset=first, last_offset=last, acknowledge_types=[kind])
+            for first, last, kind in batches])])]), ShareAcknowledgeResponse, 1)
+    return int(acked.error_code or acked.responses[0].partitions[0].error_code)
 
+
+class Scenario:
+    """A 1-partition topic with 3 replicas, a share group whose share coordinator is not the
+    partition's leader, and one member that has acquired ``records`` single-record batches."""
+
+    def __init__(self, grete_cluster: GreteCluster, zk: KazooClient, records: int) -> None:
+        self.cluster, self.zk = grete_cluster, zk
+        self.topic = f"t-{uuid.uuid4().hex[:10]}"
+        admin = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(self.topic, 1, 3)])[self.topic].result(30)
+        self.live = sorted(grete_cluster.brokers)
+        self.leader = leader_of(zk, self.topic, 0)
+        self.topic_id = uuid_from_kafka(json.loads(zk.get(f"/brokers/topics/{self.topic}")[0])["topic_id"])
+        while True:  # the leader writes over the inter-broker channel
+            self.group = f"sg-{uuid.uuid4().hex[:8]}"
+            self.coordinator = wait_until(lambda g=self.group: share_coordinator(
+                grete_cluster, self.leader, g, self.topic_id), 30, "the share coordinator")
+            if self.coordinator != self.leader:
+                break
+        self.member, assigned = join(grete_cluster, self.live, self.group, self.topic)
+        assert assigned == self.topic_id
+        self.wire = wire_to(grete_cluster, self.leader)
+        # The first fetch initializes the share partition at the end of the log (latest): 0.
+        wait_until(lambda: acquire(self.wire, self.group, self.member, self.topic_id, 0) == (0, []), 30,
+                   "the share partition")
+        producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "acks": "all", "linger.ms": 0})
+        for i in range(records):
+            producer.produce(self.topic, f"r{i}".encode(), partition=0)
+            producer.flush(30)  # one batch per record: acknowledgements can split anywhere
+        code, got = acquire(self.wire, self.group, self.member, self.topic_id, 1)
+        assert code == 0 and [(a, b) for a, b, _ in got] == [(i, i) for i in range(records)]
+        self.epoch = 2
+
+    def acknowledge(self, batches: list[tuple[int, int, int]]) -> int:
+        code = acknowledge(self.wire, self.group, self.member, self.topic_id, self.epoch, batches)
+        self.epoch += 1
+        return code
+
+    def kill(self, broker: int) -> None:
+        self.cluster.kill_broker(broker)
+        self.live = [b for b in self.live if b != broker]
+
+    def redelivered_by_a_new_leader(self) -> list[tuple[int, int, int]]:
+        """Kill the partition's leader; what the next one delivers to a new member."""
+        self.wire.close()
+        old = self.leader
+        self.kill(old)
+        self.leader = wait_until(lambda: (lambda n: n if n in self.live else None)(leader_of(self.zk, self.topic, 0)),
+                                 30, "a new leader")
+        member, _ = join(self.cluster, self.live, self.group, self.topic)
+        found: list[tuple[int, int, int]] = []
+        with closing(wire_to(self.cluster, self.leader)) as w:
             def redelivered() -> bool:
-                code, got = acquire(w, group, member, topic_id, 0)
+                code, got = acquire(w, self.group, member, self.topic_id, 0)
                 assert code in (0, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ErrorCode(code).name
                 found.extend(got)
                 return bool(got)
 
             wait_until(redelivered, 30, "records from the new leader")
-        offsets = sorted(o for first, last, _ in found for o in range(first, last + 1))
-        assert offsets == [5, 6, 7, 8, 9]  # nothing acknowledged (0-3) or rejected (4) comes back
-        assert {count for _, _, count in found} == {2}  # the first delivery was counted
-        assert time.monotonic() - started < 40
-    finally:
-        zk.stop()
-        zk.close()
+        return found
+
+
+@pytest.fixture
+def zk(grete_cluster: GreteCluster) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=grete_cluster.zookeeper.connect)
+    client.start(10)
+    yield client
+    client.stop()
+    client.close()
+    for broker in sorted(grete_cluster.brokers):  # the next test finds three brokers again
+        if grete_cluster.brokers[broker].process.poll() is not None:
+            grete_cluster.start_broker(broker)
+
+
+def offsets(found: list[tuple[int, int, int]]) -> list[int]:
+    return sorted(o for first, last, _ in found for o in range(first, last + 1))
+
+
+def test_acknowledged_state_survives_the_share_partition_leaders_death(grete_cluster: GreteCluster,
+                                                                       zk: KazooClient) -> None:
+    s = Scenario(grete_cluster, zk, 10)
+    assert s.acknowledge([(0, 3, 1), (4, 4, 3)]) == 0
+    # 0-3 accepted, 4 rejected, 5-9 still acquired (60 s locks) when the leader dies.
+    started = time.monotonic()
+    found = s.redelivered_by_a_new_leader()
+    assert offsets(found) == [5, 6, 7, 8, 9]  # nothing acknowledged (0-3) or rejected (4) comes back
+    assert {count for _, _, count in found} == {2}  # the first delivery was counted
+    assert time.monotonic() - started < 40
+
+
+def test_state_survives_the_share_coordinators_death(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    """The coordinator dies first: the leader's next write waits for the state partition's new leader
+    (which loads the state from its log); then the share partition's leader dies too."""
+    s = Scenario(grete_cluster, zk, 6)
+    assert s.acknowledge([(0, 1, 1)]) == 0
+    s.kill(s.coordinator)
+    started = time.monotonic()
+    assert s.acknowledge([(2, 3, 1)]) == 0  # answered once the new coordinator has it
+    assert time.monotonic() - started < 25
+    found = s.redelivered_by_a_new_leader()
+    assert offsets(found) == [4, 5] and {count for _, _, count in found} == {2}
