@@ -63,6 +63,10 @@ class Persister(Protocol):
 
     async def delete(self, key: ShareKey) -> None: ...
 
+    async def summary(self, key: ShareKey) -> tuple[int, int] | None: ...
+
+    async def end_offset(self, topic: str, index: int) -> int | None: ...
+
 
 @dataclass(slots=True)
 class Flush:
@@ -253,6 +257,45 @@ class ShareGroups:
         """(SPSO, delivery-complete count) of every share partition this node holds for the group."""
         return {(t, i): (sp.start, sp.delivery_complete_count())
                 for (g, t, i), sp in self.partitions.items() if g == group_id}
+
+    async def described(self, group_id: str, keys: list[PartitionKey] | None) -> dict[PartitionKey, tuple[int, int]]:
+        """(SPSO, delivery-complete count) of the group's share partitions (``keys``; None: all it has).
+        In a cluster from their share coordinators, as Kafka's group coordinator reads them (None: the
+        partitions of the topics its members subscribe to, and those this broker holds)."""
+        if self.persister is None:
+            found = self.summaries(group_id)
+            return found if keys is None else {k: found[k] for k in keys if k in found}
+        if keys is None:
+            group = self.groups.get(group_id)
+            view = self.topic_view(group.subscribed_topics()) if group is not None else {}
+            keys = sorted({(t, i) for t, n in view.values() for i in range(n)} |
+                          {(t, i) for (g, t, i) in self.partitions if g == group_id})
+        if self.metadata.topic(SHARE_GROUP_STATE_TOPIC) is None:
+            return {}
+        out: dict[PartitionKey, tuple[int, int]] = {}
+        for key in keys:
+            try:
+                summary = await self.persister.summary(ShareKey(group_id, *key))
+            except KafkaError as exc:
+                log.info("share state summary of %s %s: %s", group_id, key, exc)
+                continue
+            if summary is not None:
+                out[key] = summary
+        return out
+
+    async def end_offset(self, topic: str, index: int) -> int | None:
+        """A partition's high watermark for a share partition's lag: this broker's when it leads the
+        partition (or is a single node), else its leader's (None if that cannot be had)."""
+        local = self._hosted(topic, index)
+        if self.persister is None or (local is not None and local.is_leader):
+            return local.high_watermark if local is not None else None
+        return await self.persister.end_offset(topic, index)
+
+    def _hosted(self, topic: str, index: int) -> Partition | None:
+        try:
+            return self._partition(topic, index)
+        except KafkaError:
+            return None
 
     def holds(self, group_id: str) -> bool:
         """Whether a share group has this id: the classic and consumer protocols' APIs refuse it."""

@@ -22,6 +22,8 @@ from kazoo.client import KazooClient
 
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ShareAcknowledgeRequest,
@@ -151,6 +153,20 @@ class Scenario:
         self.epoch += 1
         return code
 
+    def describe(self) -> tuple[int, int]:
+        """DescribeShareGroupOffsets v1 at the group's coordinator: (start offset, lag), which it reads
+        from the share coordinator (ReadShareGroupStateSummary)."""
+        D = DescribeShareGroupOffsetsRequest
+        with closing(wire_to(self.cluster, self.live[0])) as w:
+            found = w.call(FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group]),
+                           FindCoordinatorResponse, 4).coordinators[0]
+        with closing(wire_to(self.cluster, found.node_id)) as w:
+            r = w.call(D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=self.group, topics=[
+                D.DescribeShareGroupOffsetsRequestTopic(topic_name=self.topic, partitions=[0])])]),
+                DescribeShareGroupOffsetsResponse, 1)
+        (p,) = r.groups[0].topics[0].partitions
+        return p.start_offset, p.lag
+
     def kill(self, broker: int) -> None:
         self.cluster.kill_broker(broker)
         self.live = [b for b in self.live if b != broker]
@@ -196,6 +212,7 @@ def test_acknowledged_state_survives_the_share_partition_leaders_death(grete_clu
                                                                        zk: KazooClient) -> None:
     s = Scenario(grete_cluster, zk, 10)
     assert s.acknowledge([(0, 3, 1), (4, 4, 3)]) == 0
+    assert s.describe() == (5, 5)  # 10 records, 0-4 complete
     # 0-3 accepted, 4 rejected, 5-9 still acquired (60 s locks) when the leader dies.
     started = time.monotonic()
     found = s.redelivered_by_a_new_leader()

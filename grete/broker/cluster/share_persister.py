@@ -1,7 +1,8 @@
 """How a cluster's share-partition leaders reach the share coordinators (Kafka's persister): the
 coordinator of a share partition is the leader of the ``__share_group_state`` partition its key
 hashes to; this broker's own ``ShareCoordinator`` when it leads that partition, else the leader over
-an inter-broker connection (ReadShareGroupState v0, WriteShareGroupState v1, DeleteShareGroupState v0).
+an inter-broker connection (ReadShareGroupState v0, WriteShareGroupState v1, DeleteShareGroupState v0,
+ReadShareGroupStateSummary v1).
 
 While the coordinator moves (its broker died and the controller has not yet elected another, or the
 metadata is behind), a request is retried with a short backoff until ``share.coordinator.write.timeout.ms``
@@ -23,8 +24,12 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (
     DeleteShareGroupStateRequest,
     DeleteShareGroupStateResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
     ReadShareGroupStateRequest,
     ReadShareGroupStateResponse,
+    ReadShareGroupStateSummaryRequest,
+    ReadShareGroupStateSummaryResponse,
     WriteShareGroupStateRequest,
     WriteShareGroupStateResponse,
 )
@@ -32,7 +37,8 @@ from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
-READ_VERSION, WRITE_VERSION, DELETE_VERSION = 0, 1, 0
+READ_VERSION, WRITE_VERSION, DELETE_VERSION, SUMMARY_VERSION = 0, 1, 0, 1
+LIST_OFFSETS_VERSION = 7
 RETRY_BACKOFF_S = 0.2
 RETRIABLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
              ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT}
@@ -80,6 +86,44 @@ class ClusterSharePersister:
             _raise(p.error_code, p.error_message)
 
         await self._retrying(key, local, remote)
+
+    async def summary(self, key: ShareKey) -> tuple[int, int] | None:
+        """(start offset, delivery-complete count), or None for a share partition never initialized."""
+        async def local() -> tuple[int, int] | None:
+            found = self.broker.share_coordinator.summary(key)
+            return None if found is None else (found.start_offset, found.delivery_complete_count)
+
+        async def remote(peer: PeerConnection) -> tuple[int, int] | None:
+            S = ReadShareGroupStateSummaryRequest
+            response: ReadShareGroupStateSummaryResponse = await peer.call(S(group_id=key.group_id, topics=[
+                S.ReadStateSummaryData(topic_id=key.topic_id, partitions=[S.PartitionData(
+                    partition=key.partition, leader_epoch=-1)])]), SUMMARY_VERSION)
+            p = response.results[0].partitions[0]
+            _raise(p.error_code, p.error_message)
+            return None if p.start_offset < 0 else (p.start_offset, max(0, p.delivery_complete_count))
+
+        return await self._retrying(key, local, remote)
+
+    async def end_offset(self, topic: str, index: int) -> int | None:
+        """The partition's high watermark as its leader answers ListOffsets LATEST (the lag's end, as
+        Kafka's group coordinator asks it); None if it cannot be had now."""
+        meta = self.broker.metadata.topic(topic)
+        leader = meta.partitions[index].leader if meta is not None and index in meta.partitions else -1
+        if leader < 0:
+            return None
+        local = self.broker.partitions.get((topic, index))
+        if leader == self.broker.node_id:
+            return local.high_watermark if local is not None and local.is_leader else None
+        L = ListOffsetsRequest
+        try:
+            peer = self._peer(leader)
+            response: ListOffsetsResponse = await peer.call(L(replica_id=-1, topics=[L.ListOffsetsTopic(
+                name=topic, partitions=[L.ListOffsetsPartition(partition_index=index, timestamp=-1)])]),
+                LIST_OFFSETS_VERSION)
+        except (KafkaError, PeerError):
+            return None
+        p = response.topics[0].partitions[0]
+        return p.offset if p.error_code == ErrorCode.NONE else None
 
     async def delete(self, key: ShareKey) -> None:
         async def local() -> None:
