@@ -27,6 +27,8 @@ from grete.protocol.messages import (
     DeleteGroupsResponse,
     DeleteShareGroupOffsetsRequest,
     DeleteShareGroupOffsetsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     DescribeShareGroupOffsetsRequest,
@@ -444,4 +446,28 @@ def test_classic_and_consumer_apis_refuse_a_share_group_id(wire: Wire, make_topi
     assert share.error_code == 0 and [m.member_id for m in share.members] == [member]
     assert share.members[0].client_host == "/127.0.0.1"
     assert heartbeat(wire, group, member, epoch, topic).error_code == 0
+    assert heartbeat(wire, group, member, -1, topic).error_code == 0
+
+
+def test_share_group_state_topic_configs(wire: Wire, make_topic: Any) -> None:
+    """``__share_group_state`` as Kafka 4.3.1 creates it: not compacted (its share coordinator deletes
+    the records no snapshot needs any more), kept for ever, compression as produced."""
+    topic = make_topic(partitions=1)
+    group = f"sgt-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    member, topic_id, _ = join(wire, group, topic)
+    acquire(wire, group, member, topic_id)  # the first share fetch creates the topic
+    R = DescribeConfigsRequest
+    wanted = ["cleanup.policy", "retention.ms", "compression.type"]
+
+    def described() -> Any:
+        r = wire.call(R(resources=[R.DescribeConfigsResource(resource_type=2, resource_name="__share_group_state",
+                                                             configuration_keys=wanted)]), DescribeConfigsResponse, 4)
+        return {c.name: c.value for c in r.results[0].configs} if r.results[0].error_code == 0 else None
+
+    deadline = time.monotonic() + 30
+    while described() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert described() == {"cleanup.policy": "delete", "retention.ms": "-1", "compression.type": "producer"}
     assert heartbeat(wire, group, member, -1, topic).error_code == 0

@@ -406,8 +406,12 @@ class Broker:
         """``__share_group_state``, created on first use (a share fetch or a SHARE coordinator lookup)."""
         return await self.ensure_internal_topic(
             SHARE_GROUP_STATE_TOPIC, self.config.get_int("share.coordinator.state.topic.num.partitions"), {
-                "cleanup.policy": "compact",
+                # Kafka 4.3.1's configs for it (DescribeConfigs): kept whole, the coordinator prunes it
+                "cleanup.policy": "delete",
+                "retention.ms": "-1",
+                "compression.type": "producer",
                 "segment.bytes": str(self.config.get_int("share.coordinator.state.topic.segment.bytes")),
+                "min.insync.replicas": str(self.config.get_int("share.coordinator.state.topic.min.isr")),
             }, "share.coordinator.state.topic.replication.factor")
 
     def topic_id_for(self, name: str) -> uuid.UUID | None:

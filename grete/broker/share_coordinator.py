@@ -9,7 +9,8 @@ every ``share.coordinator.snapshot.update.records.per.snapshot`` updates as a Sh
 whole state, and answered once the ISR has it (acks=all, as Kafka's coordinator runtime writes), so a
 leader change of the state partition loses no acknowledged state. A state partition's states are
 loaded from its log (up to its end: records of the previous leader's term are in it) the first time
-this broker is asked about it in a leader epoch. Writes and reads carry the share partition's leader
+this broker is asked about it in a leader epoch. The records before the oldest snapshot a live key
+still needs are deleted after each snapshot (the topic is not compacted, as in Kafka). Writes and reads carry the share partition's leader
 epoch: an older one than the coordinator has seen is FENCED_LEADER_EPOCH, so a deposed share-partition
 leader cannot overwrite its successor's state.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from grete.broker.config import BrokerConfig
 from grete.broker.partition import Partition
 from grete.broker.replica_manager import ReplicaManager
-from grete.broker.share_store import overlay, read_states
+from grete.broker.share_store import overlay, prune, read_states
 from grete.coordinator.share_format import (
     SNAPSHOT,
     UPDATE,
@@ -48,6 +49,7 @@ class Shard:
     leader_epoch: int
     states: dict[ShareKey, ShareState]
     updates: dict[ShareKey, int] = field(default_factory=dict)  # ShareUpdates since the last snapshot
+    snapshots: dict[ShareKey, int] = field(default_factory=dict)  # offset of each live key's newest snapshot
     leader_epochs: dict[ShareKey, int] = field(default_factory=dict)  # the newest share-partition leader's
 
 
@@ -79,8 +81,9 @@ class ShareCoordinator:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"this broker does not lead {SHARE_GROUP_STATE_TOPIC}-{index}")
         shard = self._shards.get(index)
         if shard is None or shard.leader_epoch != partition.leader_epoch:
-            states = read_states(partition.batches(partition.log_start_offset, partition.log_end_offset))
-            shard = self._shards[index] = Shard(partition.leader_epoch, states)
+            snapshots: dict[ShareKey, int] = {}
+            states = read_states(partition.batches(partition.log_start_offset, partition.log_end_offset), snapshots)
+            shard = self._shards[index] = Shard(partition.leader_epoch, states, snapshots=snapshots)
         return partition, shard
 
     def _fence(self, shard: Shard, key: ShareKey, leader_epoch: int) -> None:
@@ -135,7 +138,9 @@ class ShareCoordinator:
         offset = self._append_record(partition, key, None)
         shard.states.pop(key, None)
         shard.updates.pop(key, None)
+        shard.snapshots.pop(key, None)
         await self._replicated(partition, offset)
+        prune(partition, shard.snapshots)
 
     # --- records --------------------------------------------------------------------------------------
     @staticmethod
@@ -155,9 +160,14 @@ class ShareCoordinator:
             shard.states[key] = overlay(old, state)
             shard.updates[key] = shard.updates.get(key, 0) + 1
         await self._replicated(partition, offset)
+        if kind == SNAPSHOT:
+            shard.snapshots[key] = offset - 1
+            prune(partition, shard.snapshots)
 
     @staticmethod
     def _append_record(partition: Partition, key: ShareKey, state: ShareState | None) -> int:
+        """Append (acks=all: not while the ISR is below min.insync.replicas); the offset after it."""
+        partition.check_enough_replicas()
         now = _now_ms()
         kind = SNAPSHOT if state is None else state.kind
         record = Record(0, 0, encode_key(kind, key), None if state is None else encode_value(state))
@@ -171,6 +181,7 @@ class ShareCoordinator:
             if error != ErrorCode.NONE:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE if error != ErrorCode.NOT_LEADER_OR_FOLLOWER
                                  else ErrorCode.NOT_COORDINATOR, f"{SHARE_GROUP_STATE_TOPIC}: {error.name}")
+
 
 
 def _update(snapshot_epoch: int, leader_epoch: int, start: int, batches: list[StateBatch]) -> ShareState:

@@ -1,12 +1,12 @@
 """Share partitions' state in ``__share_group_state`` (Kafka's ShareSnapshot records), and back.
 
-A snapshot of one share partition is appended (one record, one batch) whenever its durable state
-changes: its creation (the SPSO chosen by ``share.auto.offset.reset``), acknowledgements, releases,
-lock expiries. Acquisitions are not written (Kafka does not persist locks either): after a restart
-records that were acquired are Available with the delivery count of the last snapshot. The topic is
-compacted on the record key, so the newest snapshot of each share partition is what remains.
-Single node only: in a ZooKeeper cluster the topic's partitions are led elsewhere and grete keeps
-share state in memory (docs/groups.md).
+A single node's store: a snapshot of one share partition is appended (one record, one batch) whenever
+its durable state changes: its creation (the SPSO chosen by ``share.auto.offset.reset``),
+acknowledgements, releases, lock expiries. Acquisitions are not written (Kafka does not persist locks
+either): after a restart records that were acquired are Available with the delivery count of the last
+snapshot. The records before the oldest snapshot still needed are deleted as they become redundant
+(``prune``), as Kafka's share coordinator does. In a ZooKeeper cluster the share coordinators write
+instead (grete.broker.share_coordinator); ``read_states`` and ``overlay`` serve both.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class ShareStateStore:
         self._ensure_topic = ensure_topic
         self._epochs: dict[ShareKey, int] = {}
         self._created: dict[ShareKey, int] = {}
+        self._snapshots: dict[int, dict[ShareKey, int]] = {}  # per state partition: each key's newest snapshot
         self.ready = False
 
     @property
@@ -65,10 +66,7 @@ class ShareStateStore:
         created = self._created.setdefault(key, now)
         state = ShareState(SNAPSHOT, epoch, start_offset, 0, leader_epoch, created, now,
                            [StateBatch(*b) for b in batches])
-        record = Record(0, 0, encode_key(SNAPSHOT, key), encode_value(state))
-        batch = build_batch([record], base_timestamp=now, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                            transactional=False)
-        self._partition(SHARE_GROUP_STATE_TOPIC, partition_for(key, self.partitions)).append(RecordBatch(batch), now)
+        self._append(key, encode_value(state), now)
 
     def delete(self, key: ShareKey) -> None:
         """A tombstone for the share partition's key: compaction drops its snapshots."""
@@ -77,16 +75,27 @@ class ShareStateStore:
         now = int(time.time() * 1000)
         self._epochs.pop(key, None)
         self._created.pop(key, None)
-        record = Record(0, 0, encode_key(SNAPSHOT, key), None)
-        batch = build_batch([record], base_timestamp=now, producer_id=-1, producer_epoch=-1, base_sequence=-1,
-                            transactional=False)
-        self._partition(SHARE_GROUP_STATE_TOPIC, partition_for(key, self.partitions)).append(RecordBatch(batch), now)
+        self._append(key, None, now)
+
+    def _append(self, key: ShareKey, value: bytes | None, now: int) -> None:
+        index = partition_for(key, self.partitions)
+        batch = build_batch([Record(0, 0, encode_key(SNAPSHOT, key), value)], base_timestamp=now, producer_id=-1,
+                            producer_epoch=-1, base_sequence=-1, transactional=False)
+        partition = self._partition(SHARE_GROUP_STATE_TOPIC, index)
+        offset = partition.append(RecordBatch(batch), now).last_offset
+        snapshots = self._snapshots.setdefault(index, {})
+        if value is None:
+            snapshots.pop(key, None)
+        else:
+            snapshots[key] = offset
+        prune(partition, snapshots)
 
     def load(self, topic: TopicMeta) -> dict[ShareKey, ShareState]:
         """Every share partition's state: the newest snapshot, with later updates laid over it."""
         states: dict[ShareKey, ShareState] = {}
         for index in sorted(topic.partitions):
-            states.update(read_states(self._partition(SHARE_GROUP_STATE_TOPIC, index).committed_batches()))
+            snapshots = self._snapshots[index] = {}
+            states.update(read_states(self._partition(SHARE_GROUP_STATE_TOPIC, index).committed_batches(), snapshots))
         for key, state in states.items():
             self._epochs[key] = state.snapshot_epoch
             self._created[key] = state.create_timestamp
@@ -94,10 +103,13 @@ class ShareStateStore:
         return states
 
 
-def read_states(batches: Iterable[RecordBatch]) -> dict[ShareKey, ShareState]:
+def read_states(batches: Iterable[RecordBatch], snapshots: dict[ShareKey, int] | None = None,
+                ) -> dict[ShareKey, ShareState]:
     """The share partitions' states in one ``__share_group_state`` partition's batches: each key's
-    newest ShareSnapshot with the ShareUpdates after it laid over it; a tombstone forgets the key."""
+    newest ShareSnapshot with the ShareUpdates after it laid over it; a tombstone forgets the key.
+    ``snapshots`` gets the offset of each live key's newest snapshot (what pruning may not pass)."""
     states: dict[ShareKey, ShareState] = {}
+    found: dict[ShareKey, int] = {} if snapshots is None else snapshots
     for batch in batches:
         if batch.is_control:
             continue
@@ -108,10 +120,24 @@ def read_states(batches: Iterable[RecordBatch]) -> dict[ShareKey, ShareState]:
             kind, key = decoded
             if r.value is None:
                 states.pop(key, None)
+                found.pop(key, None)
                 continue
             state = decode_value(kind, r.value)
-            states[key] = state if kind == SNAPSHOT or key not in states else overlay(states[key], state)
+            if kind == SNAPSHOT or key not in states:
+                states[key] = state
+                found[key] = batch.base_offset + r.offset_delta
+            else:
+                states[key] = overlay(states[key], state)
     return states
+
+
+def prune(partition: Partition, snapshots: dict[ShareKey, int]) -> None:
+    """``__share_group_state`` is not compacted (cleanup.policy delete, retention.ms -1, as Kafka
+    creates it): like Kafka's share coordinator, delete the records before the oldest snapshot a live
+    key still needs (everything, when no key is live)."""
+    point = min(min(snapshots.values(), default=partition.log_end_offset), partition.high_watermark)
+    if point > partition.log_start_offset:
+        partition.delete_records_before(point)
 
 
 def overlay(base: ShareState, update: ShareState) -> ShareState:

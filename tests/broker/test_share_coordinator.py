@@ -34,18 +34,32 @@ class StatePartition:
     replicated: bool = False
     replicas: list[int] = field(default_factory=lambda: [0])
     log: list[RecordBatch] = field(default_factory=list)
-    log_start_offset: int = 0
+    pruned_before: int = 0
 
     @property
     def log_end_offset(self) -> int:
         return len(self.log)
 
+    high_watermark = log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.pruned_before
+
+    def check_enough_replicas(self) -> None:
+        pass
+
     def append(self, batch: RecordBatch, now_ms: int) -> Appended:
+        batch.base_offset = len(self.log)  # the offset the log gives it
         self.log.append(batch)
         return Appended(len(self.log) - 1)
 
     def batches(self, start: int, end: int | None = None) -> list[RecordBatch]:
         return self.log[start:end]
+
+    def delete_records_before(self, offset: int) -> int:
+        self.pruned_before = offset
+        return offset
 
     def kinds(self) -> list[int]:
         return [decode_key(r.key)[0] for b in self.log for r in decode_records(b)]  # type: ignore[arg-type,index]
@@ -112,3 +126,18 @@ def test_not_the_coordinator_when_it_does_not_lead_the_state_partition() -> None
     with pytest.raises(KafkaError) as refused:
         c.read(KEY, 0)
     assert refused.value.code == ErrorCode.NOT_COORDINATOR
+
+
+def test_records_before_the_oldest_needed_snapshot_are_deleted() -> None:
+    c, partition = coordinator(per_snapshot=1)
+    other = ShareKey("h", uuid.UUID(int=6), 1)
+    run(c.write(KEY, 0, 0, 0, []))                                    # 0: snapshot of KEY
+    run(c.write(other, 0, 0, 0, []))                                  # 1: snapshot of other
+    run(c.write(KEY, 0, 0, 0, [StateBatch(0, 1, AVAILABLE, 1)]))      # 2: update of KEY
+    run(c.write(KEY, 0, 0, 2, [StateBatch(2, 2, ACKNOWLEDGED, 1)]))   # 3: snapshot of KEY
+    assert partition.pruned_before == 1  # other's snapshot (1) is the oldest one still needed
+    run(c.delete(other))                                              # 4: tombstone
+    assert partition.pruned_before == 3
+    partition.leader_epoch = 1
+    state = c.read(KEY, 0)
+    assert state is not None and state.start_offset == 2 and c.read(other, 0) is None
