@@ -63,7 +63,9 @@ class Persister(Protocol):
 
     async def delete(self, key: ShareKey) -> None: ...
 
-    async def summary(self, key: ShareKey) -> tuple[int, int] | None: ...
+    async def summary(self, key: ShareKey) -> tuple[int, int, int] | None: ...
+
+    async def initialize(self, key: ShareKey, state_epoch: int, start_offset: int) -> None: ...
 
     async def end_offset(self, topic: str, index: int) -> int | None: ...
 
@@ -174,6 +176,7 @@ class ShareGroups:
             self._unbind((group_id, member_id))
             del self.sessions[(group_id, member_id)]
         self._release_member(group_id, member_id)
+        self._maybe_unload(group_id)
 
     def _release_member(self, group_id: str, member_id: str) -> None:
         released = False
@@ -213,6 +216,7 @@ class ShareGroups:
             del self.sessions[key]
             self._unbind(key)
         self._release_member(session.group_id, session.member_id)
+        self._maybe_unload(session.group_id)
 
     def connection_closed(self, connection: int) -> None:
         """The share sessions a closed connection opened end, and their records are released."""
@@ -280,7 +284,7 @@ class ShareGroups:
                 log.info("share state summary of %s %s: %s", group_id, key, exc)
                 continue
             if summary is not None:
-                out[key] = summary
+                out[key] = (summary[1], summary[2])
         return out
 
     async def end_offset(self, topic: str, index: int) -> int | None:
@@ -317,6 +321,62 @@ class ShareGroups:
         sp.runs.clear()
         sp.end = sp.start = offset
         self._persist(group_id, key, sp)
+
+    async def alter(self, group_id: str, key: PartitionKey, offset: int) -> None:
+        """AlterShareGroupOffsets. In a cluster, through the share partition's coordinator: a new state
+        (state epoch + 1, as Kafka's group coordinator initializes it), which the partition's leader
+        reads when it next loads the share partition (its cached copy goes when the group's last
+        share session there ends, or when a write of it is FENCED_STATE_EPOCH)."""
+        if self.persister is None:
+            self.alter_start_offset(group_id, key, offset)
+            return
+        self.groups.setdefault(group_id, ShareGroup(group_id))
+        share_key = ShareKey(group_id, *key)
+        found = await self.persister.summary(share_key)
+        await self.persister.initialize(share_key, found[0] + 1 if found is not None else 0, offset)
+        self._drop((group_id, *key))
+
+    async def delete_offsets(self, group_id: str, topic_id: uuid.UUID) -> None:
+        """DeleteShareGroupOffsets. In a cluster every partition's state goes at its coordinator."""
+        if self.persister is None:
+            self.delete_start_offsets(group_id, topic_id)
+            return
+        meta = self.metadata.topic_by_id(topic_id)
+        for index in sorted(meta.partitions) if meta is not None else []:
+            if self.metadata.topic(SHARE_GROUP_STATE_TOPIC) is not None:
+                await self.persister.delete(ShareKey(group_id, topic_id, index))
+            self._drop((group_id, topic_id, index))
+
+    def _maybe_unload(self, group_id: str) -> None:
+        """In a cluster: once the group has no share session on this broker, its share partitions
+        here are dropped after their last writes, so the next one is read from the coordinator again
+        (which an AlterShareGroupOffsets or DeleteShareGroupOffsets of the empty group may have changed)."""
+        if self.persister is None or any(g == group_id for g, _ in self.sessions):
+            return
+        keys = [(t, i) for (g, t, i) in self.partitions if g == group_id]
+        if keys:
+            asyncio.ensure_future(self._unload_when_written(group_id, keys))
+
+    async def _unload_when_written(self, group_id: str, keys: list[PartitionKey]) -> None:
+        await self.flushed(group_id, keys)
+        if any(g == group_id for g, _ in self.sessions):
+            return  # a member came back meanwhile
+        for key in keys:
+            tkey = (group_id, *key)
+            flush = self._flushes.get(tkey)
+            sp = self.partitions.get(tkey)
+            if (flush is None or not flush.running) and (sp is None or sp.next_deadline() is None):
+                self._drop(tkey)
+
+    def _drop(self, tkey: tuple[str, uuid.UUID, int]) -> None:
+        self.partitions.pop(tkey, None)
+        self._prepared.pop(tkey, None)
+        timer = self._lock_timers.pop(tkey, None)
+        if timer is not None:
+            timer.cancel()
+        flush = self._flushes.get(tkey)
+        if flush is not None and not flush.running:
+            del self._flushes[tkey]
 
     def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups on a share group: NON_EMPTY_GROUP while it has members, else the group and
@@ -447,6 +507,9 @@ class ShareGroups:
                                                    sp.start, [StateBatch(*b) for b in sp.state_batches()])
                     except KafkaError as exc:
                         error = exc.code
+                        if error == ErrorCode.FENCED_STATE_EPOCH:  # altered meanwhile: read it again
+                            self.partitions.pop(tkey, None)
+                            self._prepared.pop(tkey, None)
                 flush.written = target
                 done = [w for w in flush.waiters if w[0] <= target]
                 flush.waiters = [w for w in flush.waiters if w[0] > target]

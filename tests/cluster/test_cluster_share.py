@@ -22,6 +22,8 @@ from kazoo.client import KazooClient
 
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse,
     FindCoordinatorRequest,
@@ -113,7 +115,7 @@ def acknowledge(w: Wire, group: str, member: str, topic_id: Any, epoch: int,
         topic_id=topic_id, partitions=[B.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
             B.AcknowledgementBatch(first_offset=first, last_offset=last, acknowledge_types=[kind])
             for first, last, kind in batches])])]), ShareAcknowledgeResponse, 1)
-    return int(acked.error_code or acked.responses[0].partitions[0].error_code)
+    return int(acked.error_code or (acked.responses[0].partitions[0].error_code if acked.responses else 0))
 
 
 class Scenario:
@@ -153,14 +155,26 @@ class Scenario:
         self.epoch += 1
         return code
 
+    def group_coordinator(self) -> int:
+        with closing(wire_to(self.cluster, self.live[0])) as w:
+            found = w.call(FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group]),
+                           FindCoordinatorResponse, 4).coordinators[0]
+        assert found.error_code == 0
+        return int(found.node_id)
+
+    def leave(self) -> None:
+        """The member closes its share session at the leader (final epoch) and leaves the group."""
+        assert acknowledge(self.wire, self.group, self.member, self.topic_id, -1, []) == 0
+        with closing(wire_to(self.cluster, self.group_coordinator())) as w:
+            left = w.call(ShareGroupHeartbeatRequest(group_id=self.group, member_id=self.member, member_epoch=-1),
+                          ShareGroupHeartbeatResponse, 1)
+        assert left.error_code == 0
+
     def describe(self) -> tuple[int, int]:
         """DescribeShareGroupOffsets v1 at the group's coordinator: (start offset, lag), which it reads
         from the share coordinator (ReadShareGroupStateSummary)."""
         D = DescribeShareGroupOffsetsRequest
-        with closing(wire_to(self.cluster, self.live[0])) as w:
-            found = w.call(FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group]),
-                           FindCoordinatorResponse, 4).coordinators[0]
-        with closing(wire_to(self.cluster, found.node_id)) as w:
+        with closing(wire_to(self.cluster, self.group_coordinator())) as w:
             r = w.call(D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=self.group, topics=[
                 D.DescribeShareGroupOffsetsRequestTopic(topic_name=self.topic, partitions=[0])])]),
                 DescribeShareGroupOffsetsResponse, 1)
@@ -232,3 +246,31 @@ def test_state_survives_the_share_coordinators_death(grete_cluster: GreteCluster
     assert time.monotonic() - started < 25
     found = s.redelivered_by_a_new_leader()
     assert offsets(found) == [4, 5] and {count for _, _, count in found} == {2}
+
+
+def test_alter_offsets_of_an_empty_group_reach_the_leader(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    """AlterShareGroupOffsets at the group coordinator goes to the share coordinator (a new state
+    epoch); the partition's leader, whose cached share partition went with the group's last share
+    session, reads it again: the next member gets the records from the new start offset."""
+    s = Scenario(grete_cluster, zk, 6)
+    assert s.acknowledge([(0, 5, 1)]) == 0
+    assert s.describe() == (6, 0)
+    s.leave()
+    A = AlterShareGroupOffsetsRequest
+    with closing(wire_to(grete_cluster, s.group_coordinator())) as w:
+        altered = w.call(A(group_id=s.group, topics=[A.AlterShareGroupOffsetsRequestTopic(
+            topic_name=s.topic, partitions=[A.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=2)])]),
+            AlterShareGroupOffsetsResponse, 0)
+    assert altered.error_code == 0 and altered.responses[0].partitions[0].error_code == 0
+    assert s.describe() == (2, 4)
+    member, _ = join(grete_cluster, s.live, s.group, s.topic)
+    found: list[tuple[int, int, int]] = []
+
+    def delivered() -> bool:
+        code, got = acquire(s.wire, s.group, member, s.topic_id, 0)
+        assert code == 0, ErrorCode(code).name
+        found.extend(got)
+        return bool(got)
+
+    wait_until(delivered, 20, "records from the altered start offset")
+    assert offsets(found) == [2, 3, 4, 5]

@@ -2,7 +2,7 @@
 coordinator of a share partition is the leader of the ``__share_group_state`` partition its key
 hashes to; this broker's own ``ShareCoordinator`` when it leads that partition, else the leader over
 an inter-broker connection (ReadShareGroupState v0, WriteShareGroupState v1, DeleteShareGroupState v0,
-ReadShareGroupStateSummary v1).
+ReadShareGroupStateSummary v1, InitializeShareGroupState v0).
 
 While the coordinator moves (its broker died and the controller has not yet elected another, or the
 metadata is behind), a request is retried with a short backoff until ``share.coordinator.write.timeout.ms``
@@ -24,6 +24,8 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (
     DeleteShareGroupStateRequest,
     DeleteShareGroupStateResponse,
+    InitializeShareGroupStateRequest,
+    InitializeShareGroupStateResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ReadShareGroupStateRequest,
@@ -38,7 +40,7 @@ from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
 log = logging.getLogger(__name__)
 
 READ_VERSION, WRITE_VERSION, DELETE_VERSION, SUMMARY_VERSION = 0, 1, 0, 1
-LIST_OFFSETS_VERSION = 7
+LIST_OFFSETS_VERSION, INITIALIZE_VERSION = 7, 0
 RETRY_BACKOFF_S = 0.2
 RETRIABLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
              ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.REQUEST_TIMED_OUT}
@@ -87,20 +89,21 @@ class ClusterSharePersister:
 
         await self._retrying(key, local, remote)
 
-    async def summary(self, key: ShareKey) -> tuple[int, int] | None:
-        """(start offset, delivery-complete count), or None for a share partition never initialized."""
-        async def local() -> tuple[int, int] | None:
+    async def summary(self, key: ShareKey) -> tuple[int, int, int] | None:
+        """(state epoch, start offset, delivery-complete count), or None for a share partition never
+        initialized."""
+        async def local() -> tuple[int, int, int] | None:
             found = self.broker.share_coordinator.summary(key)
-            return None if found is None else (found.start_offset, found.delivery_complete_count)
+            return None if found is None else (found.state_epoch, found.start_offset, found.delivery_complete_count)
 
-        async def remote(peer: PeerConnection) -> tuple[int, int] | None:
+        async def remote(peer: PeerConnection) -> tuple[int, int, int] | None:
             S = ReadShareGroupStateSummaryRequest
             response: ReadShareGroupStateSummaryResponse = await peer.call(S(group_id=key.group_id, topics=[
                 S.ReadStateSummaryData(topic_id=key.topic_id, partitions=[S.PartitionData(
                     partition=key.partition, leader_epoch=-1)])]), SUMMARY_VERSION)
             p = response.results[0].partitions[0]
             _raise(p.error_code, p.error_message)
-            return None if p.start_offset < 0 else (p.start_offset, max(0, p.delivery_complete_count))
+            return None if p.start_offset < 0 else (p.state_epoch, p.start_offset, max(0, p.delivery_complete_count))
 
         return await self._retrying(key, local, remote)
 
@@ -124,6 +127,20 @@ class ClusterSharePersister:
             return None
         p = response.topics[0].partitions[0]
         return p.offset if p.error_code == ErrorCode.NONE else None
+
+    async def initialize(self, key: ShareKey, state_epoch: int, start_offset: int) -> None:
+        async def local() -> None:
+            await self.broker.share_coordinator.initialize(key, state_epoch, start_offset)
+
+        async def remote(peer: PeerConnection) -> None:
+            I = InitializeShareGroupStateRequest  # noqa: E741
+            response: InitializeShareGroupStateResponse = await peer.call(I(group_id=key.group_id, topics=[
+                I.InitializeStateData(topic_id=key.topic_id, partitions=[I.PartitionData(
+                    partition=key.partition, state_epoch=state_epoch, start_offset=start_offset)])]), INITIALIZE_VERSION)
+            p = response.results[0].partitions[0]
+            _raise(p.error_code, p.error_message)
+
+        await self._retrying(key, local, remote)
 
     async def delete(self, key: ShareKey) -> None:
         async def local() -> None:

@@ -35,7 +35,7 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
                 code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             else:
                 try:
-                    shares.alter_start_offset(group_id, (meta.topic_id, p.partition_index), p.start_offset)
+                    await shares.alter(group_id, (meta.topic_id, p.partition_index), p.start_offset)
                 except KafkaError as exc:
                     code, message = exc.code, exc.message
             rows.append(Response.AlterShareGroupOffsetsResponsePartition(
