@@ -16,7 +16,7 @@ from contextlib import closing
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ElectionType, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -119,8 +119,8 @@ def acknowledge(w: Wire, group: str, member: str, topic_id: Any, epoch: int,
 
 
 class Scenario:
-    """A 1-partition topic with 3 replicas, a share group whose share coordinator is not the
-    partition's leader, and one member that has acquired ``records`` single-record batches."""
+    """A 1-partition topic with 3 replicas, a share group whose share coordinator and group coordinator
+    are not the partition's leader, and one member that has acquired ``records`` single-record batches."""
 
     def __init__(self, grete_cluster: GreteCluster, zk: KazooClient, records: int) -> None:
         self.cluster, self.zk = grete_cluster, zk
@@ -130,12 +130,15 @@ class Scenario:
         self.live = sorted(grete_cluster.brokers)
         self.leader = leader_of(zk, self.topic, 0)
         self.topic_id = uuid_from_kafka(json.loads(zk.get(f"/brokers/topics/{self.topic}")[0])["topic_id"])
-        while True:  # the leader writes over the inter-broker channel
+        for _ in range(60):  # the leader writes over the inter-broker channel
             self.group = f"sg-{uuid.uuid4().hex[:8]}"
             self.coordinator = wait_until(lambda g=self.group: share_coordinator(
                 grete_cluster, self.leader, g, self.topic_id), 30, "the share coordinator")
-            if self.coordinator != self.leader:
+            if self.coordinator != self.leader and wait_until(self._group_coordinator, 30, "a group coordinator") \
+                    != self.leader:  # nor is its group coordinator: Alter reaches the leader through the former
                 break
+        else:
+            pytest.fail(f"every group's coordinators are on broker {self.leader}: leadership is not balanced")
         self.member, assigned = join(grete_cluster, self.live, self.group, self.topic)
         assert assigned == self.topic_id
         self.wire = wire_to(grete_cluster, self.leader)
@@ -155,12 +158,16 @@ class Scenario:
         self.epoch += 1
         return code
 
-    def group_coordinator(self) -> int:
+    def _group_coordinator(self) -> int | None:
         with closing(wire_to(self.cluster, self.live[0])) as w:
             found = w.call(FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group]),
                            FindCoordinatorResponse, 4).coordinators[0]
-        assert found.error_code == 0
-        return int(found.node_id)
+        return int(found.node_id) if found.error_code == 0 else None
+
+    def group_coordinator(self) -> int:
+        found = self._group_coordinator()
+        assert found is not None
+        return found
 
     def leave(self) -> None:
         """The member closes its share session at the leader (final epoch) and leaves the group."""
@@ -213,9 +220,19 @@ def zk(grete_cluster: GreteCluster) -> Iterator[KazooClient]:
     yield client
     client.stop()
     client.close()
+    restarted = False
     for broker in sorted(grete_cluster.brokers):  # the next test finds three brokers again
         if grete_cluster.brokers[broker].process.poll() is not None:
             grete_cluster.start_broker(broker)
+            restarted = True
+    if restarted:  # and leadership spread again (the internal topics' preferred leaders differ)
+        admin = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
+
+        def balanced() -> bool:
+            results = admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
+            return all(e is None or e.code() == KafkaError.ELECTION_NOT_NEEDED for e in results.values())
+
+        wait_until(balanced, 60, "preferred leaders back")
 
 
 def offsets(found: list[tuple[int, int, int]]) -> list[int]:
