@@ -34,9 +34,8 @@ from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.quotas import ClientQuotas
 from grete.broker.replica_manager import ReplicaManager
-from grete.broker.share_coordinator import ShareCoordinator
+from grete.broker.share_coordinator import LocalSharePersister, ShareCoordinator
 from grete.broker.share_groups import ShareGroups
-from grete.broker.share_store import ShareStateStore
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.metadata import (
     ChangeKind,
@@ -126,12 +125,12 @@ class Broker:
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
-        share_store = (ShareStateStore(config, self.partition, self.ensure_share_state_topic)
-                       if cluster is None else None)  # a cluster keeps share state in memory
-        self.share_groups = ShareGroups(config, self.metadata, self.partition, share_store)
-        # The share coordinator of the __share_group_state partitions this broker leads (a cluster's
-        # share-partition leaders read and write through it; a single node keeps its own store).
+        self.share_groups = ShareGroups(config, self.metadata, self.partition)
+        # The share coordinator of the __share_group_state partitions this broker leads; share-partition
+        # leaders read and write through it (a cluster's from other brokers too: zk_broker wires that).
         self.share_coordinator = ShareCoordinator(config, self.replicas)
+        if cluster is None:
+            self.share_groups.persister = LocalSharePersister(self.share_coordinator, self.ensure_share_state_topic)
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
         self._txn_coordinator: TransactionCoordinator | None = None

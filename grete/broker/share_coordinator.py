@@ -18,6 +18,7 @@ leader cannot overwrite its successor's state.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from grete.broker.config import BrokerConfig
@@ -79,18 +80,34 @@ class ShareCoordinator:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{SHARE_GROUP_STATE_TOPIC}-{index} is not here") from None
         if not partition.is_leader:
             raise KafkaError(ErrorCode.NOT_COORDINATOR, f"this broker does not lead {SHARE_GROUP_STATE_TOPIC}-{index}")
+        return partition, self._shard_at(index, partition)
+
+    def _shard_at(self, index: int, partition: Partition) -> Shard:
         shard = self._shards.get(index)
         if shard is None or shard.leader_epoch != partition.leader_epoch:
             snapshots: dict[ShareKey, int] = {}
             states = read_states(partition.batches(partition.log_start_offset, partition.log_end_offset), snapshots)
             shard = self._shards[index] = Shard(partition.leader_epoch, states, snapshots=snapshots)
-        return partition, shard
+        return shard
 
     def _fence(self, shard: Shard, key: ShareKey, leader_epoch: int) -> None:
         if leader_epoch < shard.leader_epochs.get(key, -1):
             raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
                              f"leader epoch {leader_epoch} is older than {shard.leader_epochs[key]}")
         shard.leader_epochs[key] = leader_epoch
+
+    def local_states(self) -> dict[ShareKey, ShareState]:
+        """Every state in the ``__share_group_state`` partitions this broker leads (a single node's
+        start-up: its share partitions are known before any member comes back)."""
+        states: dict[ShareKey, ShareState] = {}
+        for index in range(self.partitions):
+            try:
+                partition = self.replicas.partition(SHARE_GROUP_STATE_TOPIC, index)
+            except KafkaError:
+                continue
+            if partition.is_leader:
+                states.update(self._shard_at(index, partition).states)
+        return states
 
     # --- the inter-broker APIs' semantics ------------------------------------------------------------
     def read(self, key: ShareKey, leader_epoch: int) -> ShareState | None:
@@ -182,6 +199,37 @@ class ShareCoordinator:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE if error != ErrorCode.NOT_LEADER_OR_FOLLOWER
                                  else ErrorCode.NOT_COORDINATOR, f"{SHARE_GROUP_STATE_TOPIC}: {error.name}")
 
+
+
+class LocalSharePersister:
+    """A single node's way to its own share coordinator (the same records and rules as a cluster's)."""
+
+    def __init__(self, coordinator: ShareCoordinator, ensure_topic: Callable[[], Awaitable[object]]) -> None:
+        self.coordinator = coordinator
+        self._ensure_topic = ensure_topic
+
+    async def read(self, key: ShareKey, leader_epoch: int) -> ShareState | None:
+        await self._ensure_topic()
+        return self.coordinator.read(key, leader_epoch)
+
+    async def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                    batches: list[StateBatch]) -> None:
+        await self._ensure_topic()
+        await self.coordinator.write(key, state_epoch, leader_epoch, start_offset, batches)
+
+    async def summary(self, key: ShareKey) -> tuple[int, int, int] | None:
+        found = self.coordinator.summary(key)
+        return None if found is None else (found.state_epoch, found.start_offset, found.delivery_complete_count)
+
+    async def initialize(self, key: ShareKey, state_epoch: int, start_offset: int) -> None:
+        await self._ensure_topic()
+        await self.coordinator.initialize(key, state_epoch, start_offset)
+
+    async def delete(self, key: ShareKey) -> None:
+        await self.coordinator.delete(key)
+
+    async def end_offset(self, topic: str, index: int) -> int | None:
+        return None  # a single node hosts every partition: ShareGroups reads it there
 
 
 def _update(snapshot_epoch: int, leader_epoch: int, start: int, batches: list[StateBatch]) -> ShareState:

@@ -3,11 +3,12 @@ share sessions and their timers.
 
 Membership (ShareGroupHeartbeat, on the group's coordinator) and the share partitions' in-flight
 state (ShareFetch, ShareAcknowledge, on each partition's leader) live in this object. Their durable
-state goes to ``__share_group_state``: on a single node through its own store (``ShareStateStore``,
-written synchronously); in a cluster through a ``Persister`` to the share coordinator of each share
-partition (grete.broker.cluster.share_persister), as Kafka's share-partition leaders do: a share
-partition is read from it the first time it is used in a leader epoch of its partition (``prepare``),
-and each change is written to it in order, acknowledgements answered only once written (``flushed``).
+state goes to ``__share_group_state`` through a ``Persister`` to the share coordinator of each share
+partition (this node's own on a single node, grete.broker.share_coordinator.LocalSharePersister; in a
+cluster wherever it is, grete.broker.cluster.share_persister), as Kafka's share-partition leaders do:
+a share partition is read from it the first time it is used in a leader epoch of its partition
+(``prepare``), and each change is written to it in order, acknowledgements answered only once
+written (``flushed``).
 Timers are ``call_later`` handles (a member's session timeout, a share partition's next lock deadline);
 parked share fetches wait on futures woken by new records, releases and expiries.
 """
@@ -24,7 +25,6 @@ from typing import Protocol
 
 from grete.broker.config import BrokerConfig
 from grete.broker.partition import Partition
-from grete.broker.share_store import ShareStateStore
 from grete.coordinator.metadata import MetadataStore
 from grete.coordinator.share_format import ShareKey, ShareState, StateBatch
 from grete.coordinator.share_group import HeartbeatResult, ShareGroup, TopicView
@@ -89,10 +89,9 @@ class Grant:
 
 class ShareGroups:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore,
-                 partition: Callable[[str, int], Partition], store: ShareStateStore | None = None) -> None:
+                 partition: Callable[[str, int], Partition]) -> None:
         self.config = config
-        self.store = store
-        self.persister: Persister | None = None  # set by the cluster wiring (zk_broker)
+        self.persister: Persister | None = None  # set by the broker (single node) or zk_broker (cluster)
         self._prepared: dict[tuple[str, uuid.UUID, int], int] = {}  # share partition -> leader epoch read in
         self._loading: dict[tuple[str, uuid.UUID, int], asyncio.Future[None]] = {}
         self._flushes: dict[tuple[str, uuid.UUID, int], Flush] = {}
@@ -323,7 +322,7 @@ class ShareGroups:
         self._persist(group_id, key, sp)
 
     async def alter(self, group_id: str, key: PartitionKey, offset: int) -> None:
-        """AlterShareGroupOffsets. In a cluster, through the share partition's coordinator: a new state
+        """AlterShareGroupOffsets, through the share partition's coordinator: a new state
         (state epoch + 1, as Kafka's group coordinator initializes it), which the partition's leader
         reads when it next loads the share partition (its cached copy goes when the group's last
         share session there ends, or when a write of it is FENCED_STATE_EPOCH)."""
@@ -337,7 +336,7 @@ class ShareGroups:
         self._drop((group_id, *key))
 
     async def delete_offsets(self, group_id: str, topic_id: uuid.UUID) -> None:
-        """DeleteShareGroupOffsets. In a cluster every partition's state goes at its coordinator."""
+        """DeleteShareGroupOffsets: every partition's state goes at its coordinator."""
         if self.persister is None:
             self.delete_start_offsets(group_id, topic_id)
             return
@@ -396,53 +395,40 @@ class ShareGroups:
             self._prepared.pop((group_id, topic_id, index), None)
             if self.persister is not None:
                 asyncio.ensure_future(self._forget(ShareKey(group_id, topic_id, index)))
-            elif self.store is not None:
-                try:
-                    self.store.delete(ShareKey(group_id, topic_id, index))
-                except KafkaError:
-                    pass  # the state topic is not served here: forgotten in memory only
         return gone
 
     # --- persistence -------------------------------------------------------------------------------
-    async def ensure_store(self) -> None:
-        """The state topic exists before the first share partition is written (created on first use)."""
-        if self.store is not None:
-            await self.store.ensure_topic()
-
-    def load(self) -> int:
-        """Share partitions from ``__share_group_state`` (start-up, single node); how many."""
-        meta = self.metadata.topic(SHARE_GROUP_STATE_TOPIC)
-        if self.store is None or meta is None:
-            return 0
-        for key, state in self.store.load(meta).items():
-            batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in state.batches]
-            self.partitions[(key.group_id, key.topic_id, key.partition)] = SharePartition.restore(
-                state.start_offset, batches,
-                self.group_int(key.group_id, "share.delivery.count.limit", "group.share.delivery.count.limit"),
-                self.group_int(key.group_id, "share.partition.max.record.locks",
-                               "group.share.partition.max.record.locks"))
+    def load(self, states: dict[ShareKey, ShareState]) -> int:
+        """A single node's start-up: its share partitions from its own share coordinator (so that the
+        offsets APIs know them before a member comes back); how many."""
+        for key, state in states.items():
+            try:
+                partition = self.resolve((key.topic_id, key.partition))
+            except KafkaError:
+                continue  # the topic is gone
+            tkey = (key.group_id, key.topic_id, key.partition)
+            self.partitions[tkey] = self._restored(key.group_id, state)
+            self._prepared[tkey] = partition.leader_epoch
         return len(self.partitions)
+
+    def _restored(self, group_id: str, state: ShareState) -> SharePartition:
+        sp = SharePartition.restore(
+            state.start_offset, [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                                 for b in state.batches],
+            self.group_int(group_id, "share.delivery.count.limit", "group.share.delivery.count.limit"),
+            self.group_int(group_id, "share.partition.max.record.locks", "group.share.partition.max.record.locks"))
+        sp.state_epoch = state.state_epoch
+        return sp
 
     def _persist(self, group_id: str, key: PartitionKey, sp: SharePartition) -> None:
         if self.persister is not None:
             self._schedule_write(group_id, key)
-            return
-        if self.store is None:
-            return
-        try:
-            leader_epoch = self.resolve(key).leader_epoch
-        except KafkaError:
-            leader_epoch = -1
-        try:
-            self.store.write(ShareKey(group_id, *key), sp.start, sp.state_batches(), leader_epoch)
-        except KafkaError:
-            pass  # the state topic is not served here (offline dir): the state stays in memory
 
     # --- a cluster's share coordinators -----------------------------------------------------------------
     async def prepare(self, group_id: str, key: PartitionKey) -> None:
-        """In a cluster: the share partition as its coordinator has it, read once per leader epoch of
-        the partition (a new leader starts where the old one's last write left it); a share partition
-        never written is initialized there first (``share.auto.offset.reset``)."""
+        """The share partition as its coordinator has it, read once per leader epoch of the partition
+        (a new leader starts where the old one's last write left it); a share partition never written
+        is initialized there first (``share.auto.offset.reset``)."""
         if self.persister is None:
             return
         partition = self.resolve(key)
@@ -460,18 +446,17 @@ class ShareGroups:
     async def _read(self, group_id: str, key: PartitionKey, partition: Partition) -> None:
         assert self.persister is not None
         epoch, share_key = partition.leader_epoch, ShareKey(group_id, *key)
-        limit = self.group_int(group_id, "share.delivery.count.limit", "group.share.delivery.count.limit")
-        locks = self.group_int(group_id, "share.partition.max.record.locks", "group.share.partition.max.record.locks")
         state = await self.persister.read(share_key, epoch)
         if state is None or state.start_offset < 0:
             start = (partition.log_start_offset if self._auto_offset_reset(group_id) == "earliest"
                      else partition.high_watermark)
             await self.persister.write(share_key, 0, epoch, start, [])
-            sp = SharePartition(start, limit, locks)
+            sp = SharePartition(start, self.group_int(group_id, "share.delivery.count.limit",
+                                                      "group.share.delivery.count.limit"),
+                                self.group_int(group_id, "share.partition.max.record.locks",
+                                               "group.share.partition.max.record.locks"))
         else:
-            sp = SharePartition.restore(state.start_offset, [(b.first_offset, b.last_offset, b.delivery_state,
-                                                              b.delivery_count) for b in state.batches], limit, locks)
-            sp.state_epoch = state.state_epoch
+            sp = self._restored(group_id, state)
         timer = self._lock_timers.pop((group_id, *key), None)
         if timer is not None:
             timer.cancel()
@@ -518,6 +503,12 @@ class ShareGroups:
                         future.set_result(error)
         finally:
             flush.running = False
+
+    async def session_closed(self, session: ShareSession) -> None:
+        """The final epoch: the session ends, what its member held is released, and the answer waits
+        until that release is written (a restart right after it finds the records Available)."""
+        self.close_session(session)
+        await self.flushed(session.group_id, [(t, i) for (g, t, i) in self.partitions if g == session.group_id])
 
     async def flushed(self, group_id: str, keys: Iterable[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
         """Once every change made so far to these share partitions is with their coordinators: the

@@ -22,7 +22,6 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
     if shares.has_members(group_id):
         return Response(error_code=ErrorCode.NON_EMPTY_GROUP,
                         error_message="The group is not empty.")
-    await shares.ensure_store()
     topics = []
     for topic in request.topics:
         meta = ctx.broker.metadata.topic(topic.topic_name)

@@ -31,7 +31,7 @@ async def handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> Share
     acks = acks_of((t.topic_id, t.partitions) for t in request.topics)
     results = await apply_acks(ctx, group_id, member_id, acks)
     if request.share_session_epoch == FINAL_EPOCH:
-        shares.close_session(session)
+        await shares.session_closed(session)
     else:
         session.bump()
     by_topic: dict[uuid.UUID, list[Response.PartitionData]] = {}

@@ -41,7 +41,6 @@ async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchR
                         error_message="Acknowledge data present on initial epoch.")
     shares = ctx.broker.share_groups
     try:
-        await shares.ensure_store()
         session = shares.session_for(group_id, member_id, epoch, fetch=True, connection=id(ctx.session))
     except KafkaError as exc:
         return Response(error_code=exc.code, error_message=exc.message)
@@ -49,7 +48,7 @@ async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchR
     rows: dict[PartitionKey, Response.PartitionData] = {
         key: _row(ctx, key, ack_error=code) for key, code in ack_results.items()}
     if epoch == FINAL_EPOCH:
-        shares.close_session(session)
+        await shares.session_closed(session)
         return _response(ctx, group_id, rows)
     _update_session(session, request)
     session.bump()
