@@ -401,6 +401,11 @@ def test_describe_share_group_offsets_v1_lag(wire: Wire, broker: Any, make_topic
     # complete); grete its SPSO after it (2, with 3 complete): the lag is the same.
     assert lag == 2 and start in (0, 2)
     assert heartbeat(wire, group, member, -1, topic).error_code == 0
+    # Topics null: every share partition the group has, members or not.
+    everything = call(wire, D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]),
+                      DescribeShareGroupOffsetsResponse, 1, lambda r: r.groups[0].error_code)
+    assert [(t.topic_name, [(p.partition_index, p.lag) for p in t.partitions])
+            for t in everything.groups[0].topics] == [(topic, [(0, 2)])]
 
 
 def test_classic_and_consumer_apis_refuse_a_share_group_id(wire: Wire, make_topic: Any) -> None:

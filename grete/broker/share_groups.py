@@ -95,6 +95,8 @@ class ShareGroups:
         self._prepared: dict[tuple[str, uuid.UUID, int], int] = {}  # share partition -> leader epoch read in
         self._loading: dict[tuple[str, uuid.UUID, int], asyncio.Future[None]] = {}
         self._flushes: dict[tuple[str, uuid.UUID, int], Flush] = {}
+        # every share partition each group has had here, cached or not (the offsets APIs, DeleteGroups)
+        self._known: dict[str, set[PartitionKey]] = {}
         self.metadata = metadata
         self._partition = partition
         self.groups: dict[str, ShareGroup] = {}
@@ -252,10 +254,6 @@ class ShareGroups:
         return sp
 
     # --- share-group offsets (Describe/Alter/DeleteShareGroupOffsets) --------------------------------
-    def start_offsets(self, group_id: str) -> dict[PartitionKey, int]:
-        """The SPSO of every share partition this node holds for the group."""
-        return {(t, i): sp.start for (g, t, i), sp in self.partitions.items() if g == group_id}
-
     def summaries(self, group_id: str) -> dict[PartitionKey, tuple[int, int]]:
         """(SPSO, delivery-complete count) of every share partition this node holds for the group."""
         return {(t, i): (sp.start, sp.delivery_complete_count())
@@ -271,8 +269,7 @@ class ShareGroups:
         if keys is None:
             group = self.groups.get(group_id)
             view = self.topic_view(group.subscribed_topics()) if group is not None else {}
-            keys = sorted({(t, i) for t, n in view.values() for i in range(n)} |
-                          {(t, i) for (g, t, i) in self.partitions if g == group_id})
+            keys = sorted({(t, i) for t, n in view.values() for i in range(n)} | self.known(group_id))
         if self.metadata.topic(SHARE_GROUP_STATE_TOPIC) is None:
             return {}
         out: dict[PartitionKey, tuple[int, int]] = {}
@@ -299,6 +296,10 @@ class ShareGroups:
             return self._partition(topic, index)
         except KafkaError:
             return None
+
+    def known(self, group_id: str) -> set[PartitionKey]:
+        """The share partitions this broker has held for the group (cached now or not)."""
+        return self._known.get(group_id, set()) | {(t, i) for (g, t, i) in self.partitions if g == group_id}
 
     def holds(self, group_id: str) -> bool:
         """Whether a share group has this id: the classic and consumer protocols' APIs refuse it."""
@@ -334,6 +335,7 @@ class ShareGroups:
         found = await self.persister.summary(share_key)
         await self.persister.initialize(share_key, found[0] + 1 if found is not None else 0, offset)
         self._drop((group_id, *key))
+        self._known.setdefault(group_id, set()).add(key)
 
     async def delete_offsets(self, group_id: str, topic_id: uuid.UUID) -> None:
         """DeleteShareGroupOffsets: every partition's state goes at its coordinator."""
@@ -345,11 +347,12 @@ class ShareGroups:
             if self.metadata.topic(SHARE_GROUP_STATE_TOPIC) is not None:
                 await self.persister.delete(ShareKey(group_id, topic_id, index))
             self._drop((group_id, topic_id, index))
+            self._known.get(group_id, set()).discard((topic_id, index))
 
     def _maybe_unload(self, group_id: str) -> None:
-        """In a cluster: once the group has no share session on this broker, its share partitions
-        here are dropped after their last writes, so the next one is read from the coordinator again
-        (which an AlterShareGroupOffsets or DeleteShareGroupOffsets of the empty group may have changed)."""
+        """Once the group has no share session on this broker, its share partitions here are dropped
+        after their last writes, so the next one is read from the coordinator again (which an
+        AlterShareGroupOffsets or DeleteShareGroupOffsets of the empty group may have changed)."""
         if self.persister is None or any(g == group_id for g, _ in self.sessions):
             return
         keys = [(t, i) for (g, t, i) in self.partitions if g == group_id]
@@ -382,17 +385,18 @@ class ShareGroups:
         its share partitions' state go (tombstones in the state topic)."""
         if self.has_members(group_id):
             return ErrorCode.NON_EMPTY_GROUP
-        for topic_id in {t for (g, t, _i) in self.partitions if g == group_id}:
+        for topic_id in {t for t, _i in self.known(group_id)}:
             self.delete_start_offsets(group_id, topic_id)
         self.groups.pop(group_id, None)
+        self._known.pop(group_id, None)
         return ErrorCode.NONE
 
     def delete_start_offsets(self, group_id: str, topic_id: uuid.UUID) -> list[int]:
         """DeleteShareGroupOffsets: the group forgets the topic's share partitions; their indexes."""
-        gone = sorted(i for (g, t, i) in self.partitions if g == group_id and t == topic_id)
+        gone = sorted(i for (t, i) in self.known(group_id) if t == topic_id)
         for index in gone:
-            del self.partitions[(group_id, topic_id, index)]
-            self._prepared.pop((group_id, topic_id, index), None)
+            self._drop((group_id, topic_id, index))
+            self._known.get(group_id, set()).discard((topic_id, index))
             if self.persister is not None:
                 asyncio.ensure_future(self._forget(ShareKey(group_id, topic_id, index)))
         return gone
@@ -409,6 +413,7 @@ class ShareGroups:
             tkey = (key.group_id, key.topic_id, key.partition)
             self.partitions[tkey] = self._restored(key.group_id, state)
             self._prepared[tkey] = partition.leader_epoch
+            self._known.setdefault(key.group_id, set()).add((key.topic_id, key.partition))
         return len(self.partitions)
 
     def _restored(self, group_id: str, state: ShareState) -> SharePartition:
@@ -462,6 +467,7 @@ class ShareGroups:
             timer.cancel()
         self.partitions[(group_id, *key)] = sp
         self._prepared[(group_id, *key)] = epoch
+        self._known.setdefault(group_id, set()).add(key)
 
     async def _forget(self, key: ShareKey) -> None:
         """The coordinator's state of a share partition the group no longer has (a tombstone)."""
