@@ -87,7 +87,9 @@ class ShareCoordinator:
         if shard is None or shard.leader_epoch != partition.leader_epoch:
             snapshots: dict[ShareKey, int] = {}
             states = read_states(partition.batches(partition.log_start_offset, partition.log_end_offset), snapshots)
-            shard = self._shards[index] = Shard(partition.leader_epoch, states, snapshots=snapshots)
+            # The leader epochs written with the states fence older share-partition leaders after a move too.
+            shard = self._shards[index] = Shard(partition.leader_epoch, states, snapshots=snapshots,
+                                                leader_epochs={k: s.leader_epoch for k, s in states.items()})
         return shard
 
     def _fence(self, shard: Shard, key: ShareKey, leader_epoch: int) -> None:

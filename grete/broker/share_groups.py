@@ -498,7 +498,8 @@ class ShareGroups:
                                                    sp.start, [StateBatch(*b) for b in sp.state_batches()])
                     except KafkaError as exc:
                         error = exc.code
-                        if error == ErrorCode.FENCED_STATE_EPOCH:  # altered meanwhile: read it again
+                        # altered meanwhile, or another broker leads the partition now: read it again
+                        if error in (ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH):
                             self.partitions.pop(tkey, None)
                             self._prepared.pop(tkey, None)
                 flush.written = target

@@ -114,9 +114,13 @@ def test_old_share_partition_leaders_are_fenced_and_deletes_forget() -> None:
     with pytest.raises(KafkaError) as fenced:
         run(c.write(KEY, 0, 3, 5, []))
     assert fenced.value.code == ErrorCode.FENCED_LEADER_EPOCH
+    partition.leader_epoch = 1  # the state partition moved: the epoch written with the state still fences
+    with pytest.raises(KafkaError) as still:
+        run(c.write(KEY, 0, 2, 5, []))
+    assert still.value.code == ErrorCode.FENCED_LEADER_EPOCH
     run(c.delete(KEY))
     assert c.read(KEY, 4) is None
-    partition.leader_epoch = 1
+    partition.leader_epoch = 2
     assert c.read(KEY, 4) is None  # the tombstone is in the log too
 
 
