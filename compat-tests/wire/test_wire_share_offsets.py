@@ -476,3 +476,43 @@ def test_share_group_state_topic_configs(wire: Wire, make_topic: Any) -> None:
         time.sleep(0.5)
     assert described() == {"cleanup.policy": "delete", "retention.ms": "-1", "compression.type": "producer"}
     assert heartbeat(wire, group, member, -1, topic).error_code == 0
+
+
+def test_share_auto_offset_reset_by_duration(wire: Wire, broker: Any, make_topic: Any) -> None:
+    """``share.auto.offset.reset=by_duration:PT1H``: a new share partition starts at the first record of
+    the last hour (here: all three); a value Kafka does not read as a duration is INVALID_CONFIG."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = make_topic(partitions=1)
+    group = f"sgr-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def set_reset(value: str) -> None:
+        resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", value, incremental_operation=AlterConfigOpType.SET)])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+
+    for bad in ("by_duration:xyz", "by_duration:-PT1H", "BY_DURATION:PT1H", "Earliest"):
+        with pytest.raises(KafkaException) as refused:
+            set_reset(bad)
+        error = refused.value.args[0]
+        assert error.code() == 40 and error.str() == (  # INVALID_CONFIG, Kafka's text
+            f"Invalid value {bad} for configuration share.auto.offset.reset: Invalid value `{bad}` for configuration "
+            "share.auto.offset.reset. The value must be either 'earliest', 'latest' or of the format "
+            "'by_duration:<PnDTnHnMn.nS>'.")
+    set_reset("by_duration:pt1h")  # letters in either case, as Java's Duration.parse
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50})
+    for i in range(3):
+        producer.produce(topic, f"d{i}".encode(), partition=0)
+    producer.flush(30)
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    member, topic_id, _ = join(wire, group, topic)
+    got: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + 20
+    while not got and time.monotonic() < deadline:  # Kafka initializes the share partition first
+        got = acquire(wire, group, member, topic_id)
+    assert sorted(o for first, last, _ in got for o in range(first, last + 1)) == [0, 1, 2]
+    assert heartbeat(wire, group, member, -1, topic).error_code == 0

@@ -29,6 +29,7 @@ from grete.coordinator.metadata import MetadataStore
 from grete.coordinator.share_format import ShareKey, ShareState, StateBatch
 from grete.coordinator.share_group import HeartbeatResult, ShareGroup, TopicView
 from grete.coordinator.share_partition import Acquired, BatchSpan, SharePartition
+from grete.coordinator.share_reset import BY_DURATION, EARLIEST, LATEST, parse_reset
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
 
@@ -122,9 +123,19 @@ class ShareGroups:
     def session_timeout_ms(self, group_id: str) -> int:
         return self.group_int(group_id, "share.session.timeout.ms", "group.share.session.timeout.ms")
 
-    def _auto_offset_reset(self, group_id: str) -> str:
-        return self.metadata.group_configs(group_id).get(
+    def initial_offset(self, group_id: str, partition: Partition) -> int:
+        """share.auto.offset.reset: where a share partition starts the first time it is fetched; with
+        by_duration, the first record whose timestamp is no older than the duration (else the end)."""
+        value = self.metadata.group_configs(group_id).get(
             "share.auto.offset.reset", self.config.get_str("share.auto.offset.reset"))
+        strategy, ms = parse_reset(value) or (LATEST, 0)
+        if strategy == EARLIEST:
+            return partition.log_start_offset
+        if strategy == BY_DURATION:
+            found = partition.offset_for_timestamp(_now_ms() - ms)
+            if found is not None:
+                return max(partition.log_start_offset, min(found[0], partition.high_watermark))
+        return partition.high_watermark
 
     # --- membership ------------------------------------------------------------------------------
     def topic_view(self, names: set[str]) -> TopicView:
@@ -239,9 +250,7 @@ class ShareGroups:
     def share_partition(self, group_id: str, key: PartitionKey, partition: Partition) -> SharePartition:
         sp = self.partitions.get((group_id, *key))
         if sp is None:
-            # share.auto.offset.reset: where a share partition starts the first time it is fetched
-            start = (partition.log_start_offset if self._auto_offset_reset(group_id) == "earliest"
-                     else partition.high_watermark)
+            start = self.initial_offset(group_id, partition)
             sp = SharePartition(start, self.group_int(group_id, "share.delivery.count.limit",
                                                       "group.share.delivery.count.limit"),
                                 self.group_int(group_id, "share.partition.max.record.locks",
@@ -453,8 +462,7 @@ class ShareGroups:
         epoch, share_key = partition.leader_epoch, ShareKey(group_id, *key)
         state = await self.persister.read(share_key, epoch)
         if state is None or state.start_offset < 0:
-            start = (partition.log_start_offset if self._auto_offset_reset(group_id) == "earliest"
-                     else partition.high_watermark)
+            start = self.initial_offset(group_id, partition)
             await self.persister.write(share_key, 0, epoch, start, [])
             sp = SharePartition(start, self.group_int(group_id, "share.delivery.count.limit",
                                                       "group.share.delivery.count.limit"),

@@ -171,3 +171,14 @@ def test_share_coordinator_keys() -> None:
     for bad in ("", "grp", f"grp:{text}", f":{text}:0", f" :{text}:0", f"grp:{text}:x", f"grp:{text}: 1",
                 "grp:zz:0", f"grp:{text[:-1]}:0", f"a:b:{text}:0", f"grp:{text}:2147483648"):
         assert parse_coordinator_key(bad) is None, bad
+
+
+def test_share_auto_offset_reset_values() -> None:
+    from grete.coordinator.share_reset import parse_reset
+    assert parse_reset("earliest") == ("earliest", 0) and parse_reset("latest") == ("latest", 0)
+    assert parse_reset("by_duration:PT1H") == ("by_duration", 3_600_000)
+    assert parse_reset("by_duration:p1dt2h3m4.5s") == ("by_duration", 93_784_500)  # Java's Duration.parse
+    assert parse_reset("by_duration:PT0S") == ("by_duration", 0)
+    for bad in ("Earliest", "bogus", "BY_DURATION:PT1H", "by_duration:", "by_duration:P", "by_duration:PT",
+                "by_duration:P1DT", "by_duration:-PT1H", "by_duration:PT-1S", "by_duration:1h"):
+        assert parse_reset(bad) is None, bad
