@@ -41,16 +41,6 @@ KRAFT_ONLY = {55: "DescribeQuorum", 64: "UnregisterBroker", 80: "AddRaftVoter", 
 # grete still serves versions Kafka 4.0 removed (KIP-896), because its clusters follow Kafka 3.9,
 # whose clients may still send them: the same maximum, a lower minimum.
 OLDER_MINIMUM = {27: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3)}
-# Not implemented yet (docs/compatibility.md says so): key -> what grete advertises instead (None: nothing).
-NOT_YET: dict[int, tuple[int, int] | None] = {
-    10: (0, 5),   # FindCoordinator v6: share coordinators
-    24: (0, 4),   # AddPartitionsToTxn v5: transaction version 2
-    26: (0, 4),   # EndTxn v5: transaction version 2
-    27: (0, 1),   # WriteTxnMarkers v2: transaction version 2
-    28: (0, 4),   # TxnOffsetCommit v5: transaction version 2
-    83: None, 84: None, 85: None, 86: None, 87: None,  # the share coordinator's inter-broker state APIs
-    90: (0, 0),   # DescribeShareGroupOffsets v1
-}
 
 
 def advertised(broker) -> dict[int, tuple[int, int]]:
@@ -71,9 +61,6 @@ def test_profile(broker, target):
         return
     expected: dict[int, tuple[int, int]] = {}
     for key, versions in KAFKA_4_3_1.items():
-        if key in KRAFT_ONLY:
-            continue
-        chosen = NOT_YET[key] if key in NOT_YET else OLDER_MINIMUM.get(key, versions)
-        if chosen is not None:
-            expected[key] = chosen
+        if key not in KRAFT_ONLY:
+            expected[key] = OLDER_MINIMUM.get(key, versions)
     assert live == expected

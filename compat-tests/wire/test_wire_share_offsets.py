@@ -1,7 +1,8 @@
 """Describe/Alter/DeleteShareGroupOffsets on the wire, against the reference Kafka 4.3.1 and grete:
 a share partition never fetched describes as start offset -1, Alter sets it on an empty group,
 Alter and Delete on a group with members are NON_EMPTY_GROUP, Delete forgets it,
-Delete of an unknown group is GROUP_ID_NOT_FOUND."""
+Delete of an unknown group is GROUP_ID_NOT_FOUND. Also: DescribeShareGroupOffsets v1's lag,
+FindCoordinator v6's SHARE keys, and the classic/consumer APIs refusing a share group's id."""
 
 from __future__ import annotations
 
@@ -16,25 +17,46 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     AlterShareGroupOffsetsRequest,
     AlterShareGroupOffsetsResponse,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteShareGroupOffsetsRequest,
     DeleteShareGroupOffsetsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
     ListGroupsRequest,
     ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse,
     ShareFetchRequest,
     ShareFetchResponse,
     ShareGroupDescribeRequest,
     ShareGroupDescribeResponse,
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
+from grete.storage.files import uuid_to_kafka
 from grete.testing._wire import Wire
 
 A, D, X = AlterShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest
@@ -296,3 +318,201 @@ def test_share_group_describe(wire: Wire, make_topic: Any) -> None:
     assert describe_group(group).error_code == ErrorCode.GROUP_ID_NOT_FOUND
     missing = describe_group(f"none-{uuid.uuid4().hex[:8]}")
     assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def find_coordinators(wire: Wire, version: int, key_type: int, keys: list[str]) -> list[tuple[int, str | None, int]]:
+    r = call(wire, FindCoordinatorRequest(key_type=key_type, coordinator_keys=keys), FindCoordinatorResponse, version,
+             lambda r: r.coordinators[0].error_code)
+    assert [c.key for c in r.coordinators] == keys
+    return [(c.error_code, c.error_message, c.node_id) for c in r.coordinators]
+
+
+def test_find_coordinator_v6_share_keys(wire: Wire, make_topic: Any) -> None:
+    """Key type SHARE names the share coordinator of "groupId:topicId:partition" (batched keys); a key
+    not of that form, or SHARE below v6, is INVALID_REQUEST with an empty message."""
+    topic = make_topic(partitions=1)
+    group = f"sfc-{uuid.uuid4().hex[:8]}"
+    ((code, _, group_node),) = find_coordinators(wire, 6, 0, [group])
+    assert code == 0 and group_node >= 0
+    member, topic_id, _ = join(wire, group, topic)
+    keys = [f"{group}:{uuid_to_kafka(topic_id)}:{i}" for i in (0, 1)]
+    found = find_coordinators(wire, 6, 2, keys)
+    assert found == [(0, "", group_node)] * 2  # one broker: it is every coordinator
+    r = wire.call(FindCoordinatorRequest(key_type=2, coordinator_keys=keys[:1]), FindCoordinatorResponse, 6)
+    assert r.coordinators[0].port > 0 and r.coordinators[0].host
+    text = uuid_to_kafka(topic_id)
+    # read as Java reads them: trailing empty parts dropped, a signed partition, the group trimmed
+    odd = [f"{group}:{text}:-1", f"{group}:{text}:0::", f"{group}:{text}:+1", f"{group}:AAAAAAAAAAAAAAAAAAAAAA:0"]
+    assert [(c, n) for c, _, n in find_coordinators(wire, 6, 2, odd)] == [(0, group_node)] * len(odd)
+    bad = ["nonsense", f"{group}:{text}", f"{group}:zz:0", f"{group}:{text}:x", "", f" :{text}:0",
+           f"{group}:{text}: 1", f"{group}:{text[:-1]}:0"]
+    assert find_coordinators(wire, 6, 2, bad) == [(ErrorCode.INVALID_REQUEST, "", -1)] * len(bad)
+    assert find_coordinators(wire, 5, 2, keys[:1]) == [(ErrorCode.INVALID_REQUEST, "", -1)]
+    ((code, message, node),) = find_coordinators(wire, 6, 3, keys[:1])
+    assert (code, node) == (ErrorCode.INVALID_REQUEST, -1) and message and "malformed" in message
+    assert heartbeat(wire, group, member, -1, topic).error_code == 0
+
+
+def test_describe_share_group_offsets_v1_lag(wire: Wire, broker: Any, make_topic: Any) -> None:
+    """v1's lag (KIP-1226): -1 without state; after 5 records, 0-1 accepted, 2 released, 3 rejected and
+    4 still acquired: 2 (the log end, less the SPSO, less the records whose delivery is complete)."""
+    versions = {k.api_key: (k.min_version, k.max_version) for k in wire.call(
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"), ApiVersionsResponse, 3).api_keys}
+    assert versions[90] == (0, 1)
+    # FindCoordinator with SHARE keys, and the share coordinator's inter-broker APIs (KIP-932, KIP-1226)
+    assert [versions[k] for k in (10, 83, 84, 85, 86, 87)] == [(0, 6), (0, 0), (0, 0), (0, 1), (0, 0), (0, 1)]
+    topic = make_topic(partitions=1)
+    group = f"sgl-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+
+    def describe_v1() -> tuple[int, int]:
+        r = call(wire, D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=[
+            D.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[0])])]),
+            DescribeShareGroupOffsetsResponse, 1, lambda r: r.groups[0].error_code)
+        (p,) = r.groups[0].topics[0].partitions
+        assert p.error_code == 0
+        return p.start_offset, p.lag
+
+    assert describe_v1() == (-1, -1)
+    member, topic_id, _ = join(wire, group, topic)
+    assert acquire(wire, group, member, topic_id) == []  # opens the session (epoch 0); starts at the end, 0
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50})
+    for i in range(5):
+        producer.produce(topic, f"l{i}".encode(), partition=0)
+    producer.flush(30)
+    fetched = wire.call(ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=1, max_wait_ms=2000,
+                                          min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500, topics=[
+                                              ShareFetchRequest.FetchTopic(topic_id=topic_id, partitions=[
+                                                  ShareFetchRequest.FetchPartition(partition_index=0)])]),
+                        ShareFetchResponse, 1)
+    assert [(a.first_offset, a.last_offset) for t in fetched.responses for p in t.partitions
+            for a in p.acquired_records] == [(0, 4)]
+    B = ShareAcknowledgeRequest
+    acked = wire.call(B(group_id=group, member_id=member, share_session_epoch=2, topics=[B.AcknowledgeTopic(
+        topic_id=topic_id, partitions=[B.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+            B.AcknowledgementBatch(first_offset=0, last_offset=1, acknowledge_types=[1]),
+            B.AcknowledgementBatch(first_offset=2, last_offset=2, acknowledge_types=[2]),
+            B.AcknowledgementBatch(first_offset=3, last_offset=3, acknowledge_types=[3])])])]),
+        ShareAcknowledgeResponse, 1)
+    assert acked.error_code == 0 and acked.responses[0].partitions[0].error_code == 0
+    start, lag = describe_v1()
+    # Kafka 4.3.1 describes the start offset it persisted with the acknowledgement (0, with 0-1 and 3
+    # complete); grete its SPSO after it (2, with 3 complete): the lag is the same.
+    assert lag == 2 and start in (0, 2)
+    assert heartbeat(wire, group, member, -1, topic).error_code == 0
+    # Topics null: every share partition the group has, members or not.
+    everything = call(wire, D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]),
+                      DescribeShareGroupOffsetsResponse, 1, lambda r: r.groups[0].error_code)
+    assert [(t.topic_name, [(p.partition_index, p.lag) for p in t.partitions])
+            for t in everything.groups[0].topics] == [(topic, [(0, 2)])]
+
+
+def test_classic_and_consumer_apis_refuse_a_share_group_id(wire: Wire, make_topic: Any) -> None:
+    """A share group's id, as Kafka 4.3.1 answers: JoinGroup INCONSISTENT_GROUP_PROTOCOL, the consumer
+    protocol and OffsetCommit/OffsetDelete GROUP_ID_NOT_FOUND, SyncGroup/Heartbeat UNKNOWN_MEMBER_ID,
+    DescribeGroups Dead; the share group itself is untouched."""
+    topic = make_topic(partitions=1)
+    group = f"sgx-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    member, _, epoch = join(wire, group, topic)
+    protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")]
+    for version, member_id in ((9, ""), (5, "m1")):
+        joined = wire.call(JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                            member_id=member_id, protocol_type="consumer", protocols=protocols),
+                           JoinGroupResponse, version)
+        assert (joined.error_code, joined.member_id, joined.generation_id) == (
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "", -1)
+    not_consumer = f"Group {group} is not a consumer group."
+    hb = wire.call(ConsumerGroupHeartbeatRequest(group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0,
+                                                 rebalance_timeout_ms=10000, subscribed_topic_names=[topic],
+                                                 topic_partitions=[]), ConsumerGroupHeartbeatResponse, 1)
+    assert (hb.error_code, hb.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, not_consumer)
+    (described,) = wire.call(ConsumerGroupDescribeRequest(group_ids=[group]), ConsumerGroupDescribeResponse, 0).groups
+    assert (described.error_code, described.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, not_consumer)
+    committed = wire.call(OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+        OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+            OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=0)])]),
+        OffsetCommitResponse, 8)
+    assert committed.topics[0].partitions[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    deleted = wire.call(OffsetDeleteRequest(group_id=group, topics=[OffsetDeleteRequest.OffsetDeleteRequestTopic(
+        name=topic, partitions=[OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)])]),
+        OffsetDeleteResponse, 0)
+    assert (deleted.error_code, deleted.topics) == (ErrorCode.GROUP_ID_NOT_FOUND, [])
+    synced = wire.call(SyncGroupRequest(group_id=group, generation_id=1, member_id="m1", protocol_type="consumer",
+                                        protocol_name="range", assignments=[]), SyncGroupResponse, 5)
+    assert synced.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    beat = wire.call(HeartbeatRequest(group_id=group, generation_id=1, member_id="m1"), HeartbeatResponse, 4)
+    assert beat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    (classic,) = wire.call(DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse, 5).groups
+    assert (classic.error_code, classic.group_state, classic.members) == (0, "Dead", [])
+    (share,) = wire.call(ShareGroupDescribeRequest(group_ids=[group]), ShareGroupDescribeResponse, 1).groups
+    assert share.error_code == 0 and [m.member_id for m in share.members] == [member]
+    assert share.members[0].client_host == "/127.0.0.1"
+    assert heartbeat(wire, group, member, epoch, topic).error_code == 0
+    assert heartbeat(wire, group, member, -1, topic).error_code == 0
+
+
+def test_share_group_state_topic_configs(wire: Wire, make_topic: Any) -> None:
+    """``__share_group_state`` as Kafka 4.3.1 creates it: not compacted (its share coordinator deletes
+    the records no snapshot needs any more), kept for ever, compression as produced."""
+    topic = make_topic(partitions=1)
+    group = f"sgt-{uuid.uuid4().hex[:8]}"
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    member, topic_id, _ = join(wire, group, topic)
+    acquire(wire, group, member, topic_id)  # the first share fetch creates the topic
+    R = DescribeConfigsRequest
+    wanted = ["cleanup.policy", "retention.ms", "compression.type"]
+
+    def described() -> Any:
+        r = wire.call(R(resources=[R.DescribeConfigsResource(resource_type=2, resource_name="__share_group_state",
+                                                             configuration_keys=wanted)]), DescribeConfigsResponse, 4)
+        return {c.name: c.value for c in r.results[0].configs} if r.results[0].error_code == 0 else None
+
+    deadline = time.monotonic() + 30
+    while described() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert described() == {"cleanup.policy": "delete", "retention.ms": "-1", "compression.type": "producer"}
+    assert heartbeat(wire, group, member, -1, topic).error_code == 0
+
+
+def test_share_auto_offset_reset_by_duration(wire: Wire, broker: Any, make_topic: Any) -> None:
+    """``share.auto.offset.reset=by_duration:PT1H``: a new share partition starts at the first record of
+    the last hour (here: all three); a value Kafka does not read as a duration is INVALID_CONFIG."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = make_topic(partitions=1)
+    group = f"sgr-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def set_reset(value: str) -> None:
+        resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", value, incremental_operation=AlterConfigOpType.SET)])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+
+    for bad in ("by_duration:xyz", "by_duration:-PT1H", "BY_DURATION:PT1H", "Earliest"):
+        with pytest.raises(KafkaException) as refused:
+            set_reset(bad)
+        error = refused.value.args[0]
+        assert error.code() == 40 and error.str() == (  # INVALID_CONFIG, Kafka's text
+            f"Invalid value {bad} for configuration share.auto.offset.reset: Invalid value `{bad}` for configuration "
+            "share.auto.offset.reset. The value must be either 'earliest', 'latest' or of the format "
+            "'by_duration:<PnDTnHnMn.nS>'.")
+    set_reset("by_duration:pt1h")  # letters in either case, as Java's Duration.parse
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50})
+    for i in range(3):
+        producer.produce(topic, f"d{i}".encode(), partition=0)
+    producer.flush(30)
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
+         lambda r: r.coordinators[0].error_code)
+    member, topic_id, _ = join(wire, group, topic)
+    got: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + 20
+    while not got and time.monotonic() < deadline:  # Kafka initializes the share partition first
+        got = acquire(wire, group, member, topic_id)
+    assert sorted(o for first, last, _ in got for o in range(first, last + 1)) == [0, 1, 2]
+    assert heartbeat(wire, group, member, -1, topic).error_code == 0

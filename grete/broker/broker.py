@@ -36,8 +36,8 @@ from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
 from grete.broker.quotas import ClientQuotas
 from grete.broker.replica_manager import ReplicaManager
+from grete.broker.share_coordinator import LocalSharePersister, ShareCoordinator
 from grete.broker.share_groups import ShareGroups
-from grete.broker.share_store import ShareStateStore
 from grete.broker.txn_verification import TxnVerifier
 from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.metadata import (
@@ -52,7 +52,13 @@ from grete.coordinator.txn import TransactionCoordinator
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.framing import BufferPool, MemoryPool
-from grete.protocol.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, validate_topic_name
+from grete.protocol.topics import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    validate_topic_name,
+)
 from grete.storage.config import LogConfig
 from grete.storage.manager import LogManager
 
@@ -127,9 +133,12 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.metadata)
         self.features = Features(self.metadata if isinstance(self.metadata, LocalMetadataStore) and cluster is None
                                  else None, self.node_id)
-        share_store = (ShareStateStore(config, self.partition, self.ensure_internal_topic)
-                       if cluster is None else None)  # a cluster keeps share state in memory
-        self.share_groups = ShareGroups(config, self.metadata, self.partition, share_store)
+        self.share_groups = ShareGroups(config, self.metadata, self.partition)
+        # The share coordinator of the __share_group_state partitions this broker leads; share-partition
+        # leaders read and write through it (a cluster's from other brokers too: zk_broker wires that).
+        self.share_coordinator = ShareCoordinator(config, self.replicas)
+        if cluster is None:
+            self.share_groups.persister = LocalSharePersister(self.share_coordinator, self.ensure_share_state_topic)
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
         self._txn_coordinator: TransactionCoordinator | None = None
@@ -412,6 +421,18 @@ class Broker:
             "compression.type": "producer",
             "segment.bytes": str(self.config.get_int("offsets.topic.segment.bytes")),
         })
+
+    async def ensure_share_state_topic(self) -> TopicMeta:
+        """``__share_group_state``, created on first use (a share fetch or a SHARE coordinator lookup)."""
+        return await self.ensure_internal_topic(
+            SHARE_GROUP_STATE_TOPIC, self.config.get_int("share.coordinator.state.topic.num.partitions"), {
+                # Kafka 4.3.1's configs for it (DescribeConfigs): kept whole, the coordinator prunes it
+                "cleanup.policy": "delete",
+                "retention.ms": "-1",
+                "compression.type": "producer",
+                "segment.bytes": str(self.config.get_int("share.coordinator.state.topic.segment.bytes")),
+                "min.insync.replicas": str(self.config.get_int("share.coordinator.state.topic.min.isr")),
+            }, "share.coordinator.state.topic.replication.factor")
 
     def topic_id_for(self, name: str) -> uuid.UUID | None:
         meta = self.metadata.topic(name)

@@ -408,6 +408,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("share.coordinator.state.topic.replication.factor", INT, "3", minimum=1),
     _d("share.coordinator.state.topic.min.isr", INT, "2", minimum=1),
     _d("share.coordinator.state.topic.segment.bytes", INT, "104857600", minimum=1),
+    _d("share.coordinator.snapshot.update.records.per.snapshot", INT, "500", minimum=0, maximum=500),
+    _d("share.coordinator.write.timeout.ms", INT, "5000", minimum=1),
     _d("transaction.state.log.num.partitions", INT, "50", minimum=1),
     _d("transaction.state.log.replication.factor", INT, "3", minimum=1),
     _d("transaction.state.log.min.isr", INT, "2", minimum=1),

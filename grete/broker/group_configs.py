@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from grete.broker.config import BrokerConfig, ConfigError, ConfigType
+from grete.coordinator.share_reset import INVALID_MESSAGE, parse_reset
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,8 @@ def validate_group_configs(configs: Mapping[str, str], broker: BrokerConfig) -> 
                 raise ConfigError(f"{name} must be less than or equal to {definition.maximum}")
         elif definition.type is ConfigType.BOOLEAN and value.lower() not in ("true", "false"):
             raise ConfigError(f"Invalid value {value} for configuration {name}: Expected value to be either true or false")
+        elif name == "share.auto.offset.reset" and parse_reset(value) is None:
+            raise ConfigError(f"Invalid value {value} for configuration {name}: {INVALID_MESSAGE.format(value=value)}")
         elif definition.choices is not None and value not in definition.choices:
             raise ConfigError(f"Invalid value {value} for configuration {name}: String must be one of: "
                               f"{', '.join(definition.choices)}")

@@ -70,7 +70,7 @@ class Node:
         await broker.producer_ids.start(lazily=self.zk_broker is not None)
         broker.group_coordinator = await start_group_coordinator(broker)
         if broker.cluster is None:
-            broker.share_groups.load()
+            broker.share_groups.load(broker.share_coordinator.local_states())
         # After the groups: finishing an interrupted commit may apply transactional offsets.
         broker.txn_coordinator = start_txn_coordinator(
             broker, self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")

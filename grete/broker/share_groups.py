@@ -1,30 +1,39 @@
 """Share groups (KIP-932) on this node: the one owner of share-group membership, share partitions,
 share sessions and their timers.
 
-grete is its own share coordinator and group coordinator for share groups: membership
-(ShareGroupHeartbeat) and the share partitions' in-flight state (ShareFetch, ShareAcknowledge) live
-in this object. State is in memory only (docs/groups.md says what a restart loses). Timers are
-``call_later`` handles (a member's session timeout, a share partition's next lock deadline); parked
-share fetches wait on futures woken by new records, releases and expiries.
+Membership (ShareGroupHeartbeat, on the group's coordinator) and the share partitions' in-flight
+state (ShareFetch, ShareAcknowledge, on each partition's leader) live in this object. Their durable
+state goes to ``__share_group_state`` through a ``Persister`` to the share coordinator of each share
+partition (this node's own on a single node, grete.broker.share_coordinator.LocalSharePersister; in a
+cluster wherever it is, grete.broker.cluster.share_persister), as Kafka's share-partition leaders do:
+a share partition is read from it the first time it is used in a leader epoch of its partition
+(``prepare``), and each change is written to it in order, acknowledgements answered only once
+written (``flushed``).
+Timers are ``call_later`` handles (a member's session timeout, a share partition's next lock deadline);
+parked share fetches wait on futures woken by new records, releases and expiries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from grete.broker.config import BrokerConfig
 from grete.broker.partition import Partition
-from grete.broker.share_store import ShareStateStore
 from grete.coordinator.metadata import MetadataStore
-from grete.coordinator.share_format import ShareKey
+from grete.coordinator.share_format import ShareKey, ShareState, StateBatch
 from grete.coordinator.share_group import HeartbeatResult, ShareGroup, TopicView
 from grete.coordinator.share_partition import Acquired, BatchSpan, SharePartition
+from grete.coordinator.share_reset import BY_DURATION, EARLIEST, LATEST, parse_reset
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
+
+log = logging.getLogger(__name__)
 
 FINAL_EPOCH = -1
 INITIAL_EPOCH = 0
@@ -45,6 +54,33 @@ class ShareSession:
         self.next_epoch = 1 if self.next_epoch == 0x7FFFFFFF else self.next_epoch + 1
 
 
+class Persister(Protocol):
+    """A cluster's way to the share coordinators (grete.broker.cluster.share_persister)."""
+
+    async def read(self, key: ShareKey, leader_epoch: int) -> ShareState | None: ...
+
+    async def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                    batches: list[StateBatch]) -> None: ...
+
+    async def delete(self, key: ShareKey) -> None: ...
+
+    async def summary(self, key: ShareKey) -> tuple[int, int, int] | None: ...
+
+    async def initialize(self, key: ShareKey, state_epoch: int, start_offset: int) -> None: ...
+
+    async def end_offset(self, topic: str, index: int) -> int | None: ...
+
+
+@dataclass(slots=True)
+class Flush:
+    """Writes of one share partition's state to its coordinator: one at a time, each of the whole
+    state as it is when sent, so a write covers every change counted before it."""
+    wanted: int = 0
+    written: int = 0
+    running: bool = False
+    waiters: list[tuple[int, asyncio.Future[ErrorCode]]] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class Grant:
     """What one partition of a share fetch acquired, and where to read it."""
@@ -54,9 +90,14 @@ class Grant:
 
 class ShareGroups:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore,
-                 partition: Callable[[str, int], Partition], store: ShareStateStore | None = None) -> None:
+                 partition: Callable[[str, int], Partition]) -> None:
         self.config = config
-        self.store = store
+        self.persister: Persister | None = None  # set by the broker (single node) or zk_broker (cluster)
+        self._prepared: dict[tuple[str, uuid.UUID, int], int] = {}  # share partition -> leader epoch read in
+        self._loading: dict[tuple[str, uuid.UUID, int], asyncio.Future[None]] = {}
+        self._flushes: dict[tuple[str, uuid.UUID, int], Flush] = {}
+        # every share partition each group has had here, cached or not (the offsets APIs, DeleteGroups)
+        self._known: dict[str, set[PartitionKey]] = {}
         self.metadata = metadata
         self._partition = partition
         self.groups: dict[str, ShareGroup] = {}
@@ -82,9 +123,19 @@ class ShareGroups:
     def session_timeout_ms(self, group_id: str) -> int:
         return self.group_int(group_id, "share.session.timeout.ms", "group.share.session.timeout.ms")
 
-    def _auto_offset_reset(self, group_id: str) -> str:
-        return self.metadata.group_configs(group_id).get(
+    def initial_offset(self, group_id: str, partition: Partition) -> int:
+        """share.auto.offset.reset: where a share partition starts the first time it is fetched; with
+        by_duration, the first record whose timestamp is no older than the duration (else the end)."""
+        value = self.metadata.group_configs(group_id).get(
             "share.auto.offset.reset", self.config.get_str("share.auto.offset.reset"))
+        strategy, ms = parse_reset(value) or (LATEST, 0)
+        if strategy == EARLIEST:
+            return partition.log_start_offset
+        if strategy == BY_DURATION:
+            found = partition.offset_for_timestamp(_now_ms() - ms)
+            if found is not None:
+                return max(partition.log_start_offset, min(found[0], partition.high_watermark))
+        return partition.high_watermark
 
     # --- membership ------------------------------------------------------------------------------
     def topic_view(self, names: set[str]) -> TopicView:
@@ -137,6 +188,7 @@ class ShareGroups:
             self._unbind((group_id, member_id))
             del self.sessions[(group_id, member_id)]
         self._release_member(group_id, member_id)
+        self._maybe_unload(group_id)
 
     def _release_member(self, group_id: str, member_id: str) -> None:
         released = False
@@ -176,6 +228,7 @@ class ShareGroups:
             del self.sessions[key]
             self._unbind(key)
         self._release_member(session.group_id, session.member_id)
+        self._maybe_unload(session.group_id)
 
     def connection_closed(self, connection: int) -> None:
         """The share sessions a closed connection opened end, and their records are released."""
@@ -197,9 +250,7 @@ class ShareGroups:
     def share_partition(self, group_id: str, key: PartitionKey, partition: Partition) -> SharePartition:
         sp = self.partitions.get((group_id, *key))
         if sp is None:
-            # share.auto.offset.reset: where a share partition starts the first time it is fetched
-            start = (partition.log_start_offset if self._auto_offset_reset(group_id) == "earliest"
-                     else partition.high_watermark)
+            start = self.initial_offset(group_id, partition)
             sp = SharePartition(start, self.group_int(group_id, "share.delivery.count.limit",
                                                       "group.share.delivery.count.limit"),
                                 self.group_int(group_id, "share.partition.max.record.locks",
@@ -212,9 +263,56 @@ class ShareGroups:
         return sp
 
     # --- share-group offsets (Describe/Alter/DeleteShareGroupOffsets) --------------------------------
-    def start_offsets(self, group_id: str) -> dict[PartitionKey, int]:
-        """The SPSO of every share partition this node holds for the group."""
-        return {(t, i): sp.start for (g, t, i), sp in self.partitions.items() if g == group_id}
+    def summaries(self, group_id: str) -> dict[PartitionKey, tuple[int, int]]:
+        """(SPSO, delivery-complete count) of every share partition this node holds for the group."""
+        return {(t, i): (sp.start, sp.delivery_complete_count())
+                for (g, t, i), sp in self.partitions.items() if g == group_id}
+
+    async def described(self, group_id: str, keys: list[PartitionKey] | None) -> dict[PartitionKey, tuple[int, int]]:
+        """(SPSO, delivery-complete count) of the group's share partitions (``keys``; None: all it has).
+        In a cluster from their share coordinators, as Kafka's group coordinator reads them (None: the
+        partitions of the topics its members subscribe to, and those this broker holds)."""
+        if self.persister is None:
+            found = self.summaries(group_id)
+            return found if keys is None else {k: found[k] for k in keys if k in found}
+        if keys is None:
+            group = self.groups.get(group_id)
+            view = self.topic_view(group.subscribed_topics()) if group is not None else {}
+            keys = sorted({(t, i) for t, n in view.values() for i in range(n)} | self.known(group_id))
+        if self.metadata.topic(SHARE_GROUP_STATE_TOPIC) is None:
+            return {}
+        out: dict[PartitionKey, tuple[int, int]] = {}
+        for key in keys:
+            try:
+                summary = await self.persister.summary(ShareKey(group_id, *key))
+            except KafkaError as exc:
+                log.info("share state summary of %s %s: %s", group_id, key, exc)
+                continue
+            if summary is not None:
+                out[key] = (summary[1], summary[2])
+        return out
+
+    async def end_offset(self, topic: str, index: int) -> int | None:
+        """A partition's high watermark for a share partition's lag: this broker's when it leads the
+        partition (or is a single node), else its leader's (None if that cannot be had)."""
+        local = self._hosted(topic, index)
+        if self.persister is None or (local is not None and local.is_leader):
+            return local.high_watermark if local is not None else None
+        return await self.persister.end_offset(topic, index)
+
+    def _hosted(self, topic: str, index: int) -> Partition | None:
+        try:
+            return self._partition(topic, index)
+        except KafkaError:
+            return None
+
+    def known(self, group_id: str) -> set[PartitionKey]:
+        """The share partitions this broker has held for the group (cached now or not)."""
+        return self._known.get(group_id, set()) | {(t, i) for (g, t, i) in self.partitions if g == group_id}
+
+    def holds(self, group_id: str) -> bool:
+        """Whether a share group has this id: the classic and consumer protocols' APIs refuse it."""
+        return group_id in self.groups
 
     def has_members(self, group_id: str) -> bool:
         group = self.groups.get(group_id)
@@ -233,59 +331,211 @@ class ShareGroups:
         sp.end = sp.start = offset
         self._persist(group_id, key, sp)
 
+    async def alter(self, group_id: str, key: PartitionKey, offset: int) -> None:
+        """AlterShareGroupOffsets, through the share partition's coordinator: a new state
+        (state epoch + 1, as Kafka's group coordinator initializes it), which the partition's leader
+        reads when it next loads the share partition (its cached copy goes when the group's last
+        share session there ends, or when a write of it is FENCED_STATE_EPOCH)."""
+        if self.persister is None:
+            self.alter_start_offset(group_id, key, offset)
+            return
+        self.groups.setdefault(group_id, ShareGroup(group_id))
+        share_key = ShareKey(group_id, *key)
+        found = await self.persister.summary(share_key)
+        await self.persister.initialize(share_key, found[0] + 1 if found is not None else 0, offset)
+        self._drop((group_id, *key))
+        self._known.setdefault(group_id, set()).add(key)
+
+    async def delete_offsets(self, group_id: str, topic_id: uuid.UUID) -> None:
+        """DeleteShareGroupOffsets: every partition's state goes at its coordinator."""
+        if self.persister is None:
+            self.delete_start_offsets(group_id, topic_id)
+            return
+        meta = self.metadata.topic_by_id(topic_id)
+        for index in sorted(meta.partitions) if meta is not None else []:
+            if self.metadata.topic(SHARE_GROUP_STATE_TOPIC) is not None:
+                await self.persister.delete(ShareKey(group_id, topic_id, index))
+            self._drop((group_id, topic_id, index))
+            self._known.get(group_id, set()).discard((topic_id, index))
+
+    def _maybe_unload(self, group_id: str) -> None:
+        """Once the group has no share session on this broker, its share partitions here are dropped
+        after their last writes, so the next one is read from the coordinator again (which an
+        AlterShareGroupOffsets or DeleteShareGroupOffsets of the empty group may have changed)."""
+        if self.persister is None or any(g == group_id for g, _ in self.sessions):
+            return
+        keys = [(t, i) for (g, t, i) in self.partitions if g == group_id]
+        if keys:
+            asyncio.ensure_future(self._unload_when_written(group_id, keys))
+
+    async def _unload_when_written(self, group_id: str, keys: list[PartitionKey]) -> None:
+        await self.flushed(group_id, keys)
+        if any(g == group_id for g, _ in self.sessions):
+            return  # a member came back meanwhile
+        for key in keys:
+            tkey = (group_id, *key)
+            flush = self._flushes.get(tkey)
+            sp = self.partitions.get(tkey)
+            if (flush is None or not flush.running) and (sp is None or sp.next_deadline() is None):
+                self._drop(tkey)
+
+    def _drop(self, tkey: tuple[str, uuid.UUID, int]) -> None:
+        self.partitions.pop(tkey, None)
+        self._prepared.pop(tkey, None)
+        timer = self._lock_timers.pop(tkey, None)
+        if timer is not None:
+            timer.cancel()
+        flush = self._flushes.get(tkey)
+        if flush is not None and not flush.running:
+            del self._flushes[tkey]
+
     def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups on a share group: NON_EMPTY_GROUP while it has members, else the group and
         its share partitions' state go (tombstones in the state topic)."""
         if self.has_members(group_id):
             return ErrorCode.NON_EMPTY_GROUP
-        for topic_id in {t for (g, t, _i) in self.partitions if g == group_id}:
+        for topic_id in {t for t, _i in self.known(group_id)}:
             self.delete_start_offsets(group_id, topic_id)
         self.groups.pop(group_id, None)
+        self._known.pop(group_id, None)
         return ErrorCode.NONE
 
     def delete_start_offsets(self, group_id: str, topic_id: uuid.UUID) -> list[int]:
         """DeleteShareGroupOffsets: the group forgets the topic's share partitions; their indexes."""
-        gone = sorted(i for (g, t, i) in self.partitions if g == group_id and t == topic_id)
+        gone = sorted(i for (t, i) in self.known(group_id) if t == topic_id)
         for index in gone:
-            del self.partitions[(group_id, topic_id, index)]
-            if self.store is not None:
-                try:
-                    self.store.delete(ShareKey(group_id, topic_id, index))
-                except KafkaError:
-                    pass  # the state topic is not served here: forgotten in memory only
+            self._drop((group_id, topic_id, index))
+            self._known.get(group_id, set()).discard((topic_id, index))
+            if self.persister is not None:
+                asyncio.ensure_future(self._forget(ShareKey(group_id, topic_id, index)))
         return gone
 
     # --- persistence -------------------------------------------------------------------------------
-    async def ensure_store(self) -> None:
-        """The state topic exists before the first share partition is written (created on first use)."""
-        if self.store is not None:
-            await self.store.ensure_topic()
-
-    def load(self) -> int:
-        """Share partitions from ``__share_group_state`` (start-up, single node); how many."""
-        meta = self.metadata.topic(SHARE_GROUP_STATE_TOPIC)
-        if self.store is None or meta is None:
-            return 0
-        for key, state in self.store.load(meta).items():
-            batches = [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in state.batches]
-            self.partitions[(key.group_id, key.topic_id, key.partition)] = SharePartition.restore(
-                state.start_offset, batches,
-                self.group_int(key.group_id, "share.delivery.count.limit", "group.share.delivery.count.limit"),
-                self.group_int(key.group_id, "share.partition.max.record.locks",
-                               "group.share.partition.max.record.locks"))
+    def load(self, states: dict[ShareKey, ShareState]) -> int:
+        """A single node's start-up: its share partitions from its own share coordinator (so that the
+        offsets APIs know them before a member comes back); how many."""
+        for key, state in states.items():
+            try:
+                partition = self.resolve((key.topic_id, key.partition))
+            except KafkaError:
+                continue  # the topic is gone
+            tkey = (key.group_id, key.topic_id, key.partition)
+            self.partitions[tkey] = self._restored(key.group_id, state)
+            self._prepared[tkey] = partition.leader_epoch
+            self._known.setdefault(key.group_id, set()).add((key.topic_id, key.partition))
         return len(self.partitions)
 
+    def _restored(self, group_id: str, state: ShareState) -> SharePartition:
+        sp = SharePartition.restore(
+            state.start_offset, [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                                 for b in state.batches],
+            self.group_int(group_id, "share.delivery.count.limit", "group.share.delivery.count.limit"),
+            self.group_int(group_id, "share.partition.max.record.locks", "group.share.partition.max.record.locks"))
+        sp.state_epoch = state.state_epoch
+        return sp
+
     def _persist(self, group_id: str, key: PartitionKey, sp: SharePartition) -> None:
-        if self.store is None:
+        if self.persister is not None:
+            self._schedule_write(group_id, key)
+
+    # --- a cluster's share coordinators -----------------------------------------------------------------
+    async def prepare(self, group_id: str, key: PartitionKey) -> None:
+        """The share partition as its coordinator has it, read once per leader epoch of the partition
+        (a new leader starts where the old one's last write left it); a share partition never written
+        is initialized there first (``share.auto.offset.reset``)."""
+        if self.persister is None:
             return
+        partition = self.resolve(key)
+        if not partition.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        tkey = (group_id, *key)
+        if self._prepared.get(tkey) == partition.leader_epoch and tkey in self.partitions:
+            return
+        pending = self._loading.get(tkey)
+        if pending is None:
+            pending = self._loading[tkey] = asyncio.ensure_future(self._read(group_id, key, partition))
+            pending.add_done_callback(lambda _f: self._loading.pop(tkey, None))
+        await asyncio.shield(pending)
+
+    async def _read(self, group_id: str, key: PartitionKey, partition: Partition) -> None:
+        assert self.persister is not None
+        epoch, share_key = partition.leader_epoch, ShareKey(group_id, *key)
+        state = await self.persister.read(share_key, epoch)
+        if state is None or state.start_offset < 0:
+            start = self.initial_offset(group_id, partition)
+            await self.persister.write(share_key, 0, epoch, start, [])
+            sp = SharePartition(start, self.group_int(group_id, "share.delivery.count.limit",
+                                                      "group.share.delivery.count.limit"),
+                                self.group_int(group_id, "share.partition.max.record.locks",
+                                               "group.share.partition.max.record.locks"))
+        else:
+            sp = self._restored(group_id, state)
+        timer = self._lock_timers.pop((group_id, *key), None)
+        if timer is not None:
+            timer.cancel()
+        self.partitions[(group_id, *key)] = sp
+        self._prepared[(group_id, *key)] = epoch
+        self._known.setdefault(group_id, set()).add(key)
+
+    async def _forget(self, key: ShareKey) -> None:
+        """The coordinator's state of a share partition the group no longer has (a tombstone)."""
+        assert self.persister is not None
         try:
-            leader_epoch = self.resolve(key).leader_epoch
-        except KafkaError:
-            leader_epoch = -1
+            await self.persister.delete(key)
+        except KafkaError as exc:
+            log.warning("share state of %s not deleted: %s", key, exc)
+
+    def _schedule_write(self, group_id: str, key: PartitionKey) -> None:
+        tkey = (group_id, *key)
+        flush = self._flushes.setdefault(tkey, Flush())
+        flush.wanted += 1
+        if not flush.running:
+            flush.running = True
+            asyncio.ensure_future(self._write_loop(tkey, flush))
+
+    async def _write_loop(self, tkey: tuple[str, uuid.UUID, int], flush: Flush) -> None:
+        assert self.persister is not None
         try:
-            self.store.write(ShareKey(group_id, *key), sp.start, sp.state_batches(), leader_epoch)
-        except KafkaError:
-            pass  # the state topic is not served here (offline dir): the state stays in memory
+            while flush.written < flush.wanted:
+                target = flush.wanted
+                sp = self.partitions.get(tkey)
+                error = ErrorCode.NONE
+                if sp is not None:
+                    try:
+                        await self.persister.write(ShareKey(*tkey), sp.state_epoch, self._prepared.get(tkey, -1),
+                                                   sp.start, [StateBatch(*b) for b in sp.state_batches()])
+                    except KafkaError as exc:
+                        error = exc.code
+                        # altered meanwhile, or another broker leads the partition now: read it again
+                        if error in (ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH):
+                            self.partitions.pop(tkey, None)
+                            self._prepared.pop(tkey, None)
+                flush.written = target
+                done = [w for w in flush.waiters if w[0] <= target]
+                flush.waiters = [w for w in flush.waiters if w[0] > target]
+                for _, future in done:
+                    if not future.done():
+                        future.set_result(error)
+        finally:
+            flush.running = False
+
+    async def session_closed(self, session: ShareSession) -> None:
+        """The final epoch: the session ends, what its member held is released, and the answer waits
+        until that release is written (a restart right after it finds the records Available)."""
+        self.close_session(session)
+        await self.flushed(session.group_id, [(t, i) for (g, t, i) in self.partitions if g == session.group_id])
+
+    async def flushed(self, group_id: str, keys: Iterable[PartitionKey]) -> dict[PartitionKey, ErrorCode]:
+        """Once every change made so far to these share partitions is with their coordinators: the
+        error of each write that failed."""
+        waits: dict[PartitionKey, asyncio.Future[ErrorCode]] = {}
+        for key in keys:
+            flush = self._flushes.get((group_id, *key))
+            if flush is not None and flush.written < flush.wanted:
+                future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+                flush.waiters.append((flush.wanted, future))
+                waits[key] = future
+        return {key: await future for key, future in waits.items()}
 
     def resolve(self, key: PartitionKey) -> Partition:
         meta = self.metadata.topic_by_id(key[0])

@@ -50,16 +50,22 @@ def leader_of(ctx: RequestContext, key: PartitionKey) -> tuple[int, int]:
     return (ctx.broker.node_id, partition.leader_epoch) if partition.is_leader else (partition.leader_id, -1)
 
 
-def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
-               acks: dict[PartitionKey, list[tuple[int, int, list[int]]]]) -> dict[PartitionKey, ErrorCode]:
-    """Each partition's acknowledgements, all or nothing per partition; its error code."""
+async def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
+                     acks: dict[PartitionKey, list[tuple[int, int, list[int]]]]) -> dict[PartitionKey, ErrorCode]:
+    """Each partition's acknowledgements, all or nothing per partition; its error code. In a cluster
+    the answer waits until the share coordinators have the new state (a leader that dies after it
+    cannot make the next one deliver an acknowledged record again)."""
+    shares = ctx.broker.share_groups
     results: dict[PartitionKey, ErrorCode] = {}
     for key, batches in acks.items():
         if not topic_readable(ctx, key):
             results[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             continue
         try:
-            results[key] = ctx.broker.share_groups.acknowledge(group_id, member_id, key, batches)
+            await shares.prepare(group_id, key)
+            results[key] = shares.acknowledge(group_id, member_id, key, batches)
         except KafkaError as exc:
             results[key] = exc.code
+    written = await shares.flushed(group_id, [k for k, code in results.items() if code == ErrorCode.NONE])
+    results.update({key: code for key, code in written.items() if code != ErrorCode.NONE})
     return results

@@ -11,11 +11,12 @@ overlap, as Kafka's share coordinator combines them).
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 
 from grete.protocol.codec import Reader, Writer
-from grete.storage.files import uuid_to_kafka
+from grete.storage.files import uuid_from_kafka, uuid_to_kafka
 
 SNAPSHOT, UPDATE = 0, 1
 VALUE_VERSION = 0
@@ -117,3 +118,28 @@ def partition_for(key: ShareKey, partitions: int) -> int:
     """Kafka's share coordinator: Utils.abs(("group:topicId:partition").hashCode()) % partitions."""
     h = java_string_hash(f"{key.group_id}:{uuid_to_kafka(key.topic_id)}:{key.partition}")
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def parse_coordinator_key(text: str) -> ShareKey | None:
+    """FindCoordinator's SHARE key "groupId:topicId:partition" (topic id in Kafka's base64 form), or
+    None when it is not one (Kafka answers INVALID_REQUEST for it). As Kafka 4.3.1 reads it: Java's
+    split (trailing empty parts dropped), the group trimmed, any int32 partition with an optional sign."""
+    parts = text.split(":")
+    while parts and not parts[-1]:
+        parts.pop()
+    if len(parts) != 3 or not _java_trim(parts[0]) or not _INT32.fullmatch(parts[2]):
+        return None
+    try:
+        topic_id = uuid_from_kafka(parts[1])
+    except ValueError:  # binascii.Error is a ValueError; so is a uuid of the wrong length
+        return None
+    partition = int(parts[2])
+    return ShareKey(_java_trim(parts[0]), topic_id, partition) if -(1 << 31) <= partition < (1 << 31) else None
+
+
+_INT32 = re.compile(r"[+-]?[0-9]+")
+
+
+def _java_trim(text: str) -> str:
+    """Java's String.trim: strips characters up to U+0020 at both ends."""
+    return text.strip("".join(chr(c) for c in range(0x21)))

@@ -204,6 +204,11 @@ class SharePartition:
                 self.runs.insert(i + 1, tail)
                 return
 
+    def delivery_complete_count(self) -> int:
+        """Records past the SPSO whose delivery is complete (Acknowledged or Archived): KIP-1226's
+        count, which a share partition's lag leaves out."""
+        return sum(r.last - r.first + 1 for r in self.runs if r.state in (ACKNOWLEDGED, ARCHIVED))
+
     def in_flight(self) -> list[Run]:
         return list(self.runs)
 

@@ -23,8 +23,9 @@ def test_advertisement_excludes_what_must_not_be_advertised():
     # reporter (measured).
     assert keys.isdisjoint({71, 72})
     ranges = {key: (lo, hi) for key, lo, hi in advertised_versions()}
-    # Share groups (KIP-932) at Kafka 4.3.1's versions (DescribeShareGroupOffsets v1 not yet).
-    assert [ranges[k] for k in (76, 77, 78, 79, 90, 91, 92)] == [(1, 1), (1, 1), (1, 2), (1, 2), (0, 0), (0, 0), (0, 0)]
+    # Share groups (KIP-932) at Kafka 4.3.1's versions, the share coordinator's APIs and FindCoordinator v6.
+    assert [ranges[k] for k in (76, 77, 78, 79, 90, 91, 92)] == [(1, 1), (1, 1), (1, 2), (1, 2), (0, 1), (0, 0), (0, 0)]
+    assert [ranges[k] for k in (10, 83, 84, 85, 86, 87)] == [(0, 6), (0, 0), (0, 0), (0, 1), (0, 0), (0, 1)]
     # Transactions at Kafka 4.3.1's versions: KIP-890 part 1 (TRANSACTION_ABORTABLE, AddPartitionsToTxn
     # v4 between brokers) and transaction version 2 (EndTxn 5, TxnOffsetCommit 5, AddPartitionsToTxn 5,
     # WriteTxnMarkers 2); InitProducerId v6 is two-phase commit (KIP-939): not offered.

@@ -11,6 +11,8 @@ from confluent_kafka import Producer
 
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
     ShareAcknowledgeRequest,
     ShareAcknowledgeResponse,
     ShareFetchRequest,
@@ -99,6 +101,13 @@ def test_share_session_acknowledgements_and_restart(tmp_path: Path) -> None:
         other.close()
     with broker(data_dir=data) as b:
         wire = Wire(b.host, b.port)
+        # Known at start-up, before any member is back: SPSO 3, 3 records past it not yet delivered
+        # for good.
+        D = DescribeShareGroupOffsetsRequest
+        described_offsets = wire.call(D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id="g", topics=None)]),
+                                      DescribeShareGroupOffsetsResponse, 1)
+        (p,) = described_offsets.groups[0].topics[0].partitions
+        assert (p.partition_index, p.start_offset, p.lag) == (0, 3, 3)
         join(wire, "m3")
         # Offsets 0-2 stay acknowledged (the SPSO is 3); closing the sessions released 3 (delivered
         # twice) and 4-5 (once), and that release was written before the restart.

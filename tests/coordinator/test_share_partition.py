@@ -119,7 +119,7 @@ def test_simple_assignor_spreads_partitions() -> None:
 
 
 def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
-    from grete.broker.share_store import _overlay
+    from grete.broker.share_store import overlay
     from grete.coordinator.share_format import (
         SNAPSHOT,
         UPDATE,
@@ -139,7 +139,7 @@ def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
     assert decode_value(SNAPSHOT, encode_value(snap)) == snap
     update = ShareState(UPDATE, 4, 12, leader_epoch=2, batches=[StateBatch(13, 13, ACKNOWLEDGED, 1)])
     assert decode_value(UPDATE, encode_value(update)) == update
-    merged = _overlay(snap, update)
+    merged = overlay(snap, update)
     assert (merged.start_offset, [(b.first_offset, b.last_offset, b.delivery_state) for b in merged.batches]) == (
         12, [(12, 12, AVAILABLE), (13, 13, ACKNOWLEDGED), (14, 14, AVAILABLE), (15, 19, ARCHIVED)])
     assert java_string_hash("hello") == 99162322 and java_string_hash("polygenelubricants") == -(1 << 31)
@@ -148,3 +148,37 @@ def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
                                            for b in merged.batches], 5, 2000)
     assert restored.acquire("a", [], 500, now_ms=0, lock_ms=LOCK, record_limit=False) == [
         Acquired(12, 12, 2), Acquired(14, 14, 2)]
+
+
+def test_delivery_complete_count_is_what_the_lag_leaves_out() -> None:
+    p = sp()
+    p.acquire("a", [BatchSpan(0, 4)], 500, now_ms=0, lock_ms=LOCK, record_limit=False)
+    assert p.delivery_complete_count() == 0
+    assert p.acknowledge("a", 0, 3, [ACCEPT, ACCEPT, RELEASE, REJECT], now_ms=0, lock_ms=LOCK) == ErrorCode.NONE
+    # 0-1 accepted move the SPSO to 2; 3 (archived) is complete past it, 2 (released) and 4 (acquired) are not
+    assert (p.start, p.delivery_complete_count()) == (2, 1)
+
+
+def test_share_coordinator_keys() -> None:
+    from grete.coordinator.share_format import ShareKey, parse_coordinator_key
+    from grete.storage.files import uuid_to_kafka
+    topic_id = uuid.UUID(int=12345)
+    text = uuid_to_kafka(topic_id)
+    assert parse_coordinator_key(f"grp:{text}:3") == ShareKey("grp", topic_id, 3)
+    # as Kafka 4.3.1 takes them (Java's split, trim and parseInt)
+    assert parse_coordinator_key(f" grp :{text}:-1::") == ShareKey("grp", topic_id, -1)
+    assert parse_coordinator_key(f"grp:{text}:+2") == ShareKey("grp", topic_id, 2)
+    for bad in ("", "grp", f"grp:{text}", f":{text}:0", f" :{text}:0", f"grp:{text}:x", f"grp:{text}: 1",
+                "grp:zz:0", f"grp:{text[:-1]}:0", f"a:b:{text}:0", f"grp:{text}:2147483648"):
+        assert parse_coordinator_key(bad) is None, bad
+
+
+def test_share_auto_offset_reset_values() -> None:
+    from grete.coordinator.share_reset import parse_reset
+    assert parse_reset("earliest") == ("earliest", 0) and parse_reset("latest") == ("latest", 0)
+    assert parse_reset("by_duration:PT1H") == ("by_duration", 3_600_000)
+    assert parse_reset("by_duration:p1dt2h3m4.5s") == ("by_duration", 93_784_500)  # Java's Duration.parse
+    assert parse_reset("by_duration:PT0S") == ("by_duration", 0)
+    for bad in ("Earliest", "bogus", "BY_DURATION:PT1H", "by_duration:", "by_duration:P", "by_duration:PT",
+                "by_duration:P1DT", "by_duration:-PT1H", "by_duration:PT-1S", "by_duration:1h"):
+        assert parse_reset(bad) is None, bad

@@ -115,6 +115,7 @@ class Message:
     fields: list[Field]
     structs: dict[str, Struct]  # every struct type of this message, inline and common
     sources: list[str] = field(default_factory=list)
+    supersedes: bool = False  # a grete spec file that replaces every other copy ("gretesupersedes": true)
 
     @property
     def flexible_from(self) -> int | None:
@@ -184,7 +185,7 @@ def load_spec(path: Path) -> Message:
     msg = Message(
         name=name, type=str(data["type"]), api_key=None if api_key is None else int(api_key),
         valid=valid, flexible=parse_versions(str(data.get("flexibleVersions", "none")), valid),
-        fields=fields, structs=structs, sources=[str(path)],
+        fields=fields, structs=structs, sources=[str(path)], supersedes=bool(data.get("gretesupersedes")),
     )
     _check_struct_refs(msg)
     return msg
@@ -322,6 +323,11 @@ def load_all(spec_root: Path, dirs: list[str]) -> tuple[dict[str, Message], list
             if old + suffix in copies and new + suffix in copies:
                 del copies[old + suffix]
                 notes.append(f"{old}{suffix}: superseded by {new}{suffix} (same API key, renamed in Kafka 4.x)")
+    for name, found in copies.items():
+        # A corrected copy whose layout an older shared copy contradicts at a version both cover.
+        if any(c.supersedes for c in found):
+            copies[name] = [c for c in found if c.supersedes]
+            notes.append(f"{name}: grete's corrected copy supersedes the shared ones")
     merged: dict[str, Message] = {}
     for name in sorted(copies):
         m = merge_messages(copies[name])

@@ -17,6 +17,7 @@ from grete.broker.cluster.controller import Controller, ControllerSettings
 from grete.broker.cluster.fetcher import ReplicaFetcherManager
 from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.broker.cluster.share_persister import ClusterSharePersister
 from grete.broker.config import BrokerConfig, ConfigError, StartupError
 from grete.broker.delegation_tokens import tokens_enabled
 from grete.broker.listeners import security_protocol
@@ -125,6 +126,8 @@ class ZkBroker:
             self.listener)
         broker.replicas.followers = self.fetchers
         broker.replicas.alter_isr = self.alter_partitions.submit
+        # Share partitions' state goes to their share coordinators, wherever those are.
+        broker.share_groups.persister = ClusterSharePersister(broker, self.listener)
 
     async def register(self, broker: Broker) -> None:
         """Register (after the listeners are bound: the registration names their ports), then run

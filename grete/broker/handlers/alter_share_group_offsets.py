@@ -22,7 +22,6 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
     if shares.has_members(group_id):
         return Response(error_code=ErrorCode.NON_EMPTY_GROUP,
                         error_message="The group is not empty.")
-    await shares.ensure_store()
     topics = []
     for topic in request.topics:
         meta = ctx.broker.metadata.topic(topic.topic_name)
@@ -35,7 +34,7 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
                 code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             else:
                 try:
-                    shares.alter_start_offset(group_id, (meta.topic_id, p.partition_index), p.start_offset)
+                    await shares.alter(group_id, (meta.topic_id, p.partition_index), p.start_offset)
                 except KafkaError as exc:
                     code, message = exc.code, exc.message
             rows.append(Response.AlterShareGroupOffsetsResponsePartition(

@@ -32,6 +32,9 @@ def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> Respon
         if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
             described.append(_failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
             continue
+        if ctx.broker.share_groups.holds(group_id):
+            described.append(_failed(group_id, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."))
+            continue
         error, message, group = ctx.broker.group_coordinator.describe_consumer_group(group_id)
         if group is None:
             described.append(_failed(group_id, error, message))

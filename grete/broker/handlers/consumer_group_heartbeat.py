@@ -21,6 +21,9 @@ Response = ConsumerGroupHeartbeatResponse
 async def handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Response:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    if ctx.broker.share_groups.holds(request.group_id):
+        return Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                        error_message=f"Group {request.group_id} is not a consumer group.")
     owned = (None if request.topic_partitions is None else
              frozenset((t.topic_id, p) for t in request.topic_partitions for p in t.partitions))
     result = await ctx.broker.group_coordinator.consumer_group_heartbeat(ConsumerHeartbeat(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
-from grete.protocol.errors import ErrorCode
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
 
 Request = DeleteShareGroupOffsetsRequest
@@ -14,12 +14,12 @@ Response = DeleteShareGroupOffsetsResponse
 
 
 @api(92, 0, 0)
-def handle(ctx: RequestContext, request: Request) -> Response:
+async def handle(ctx: RequestContext, request: Request) -> Response:
     group_id = request.group_id
     if not allowed(ctx, Op.DELETE, Res.GROUP, group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     shares = ctx.broker.share_groups
-    if group_id not in shares.groups and not shares.start_offsets(group_id):
+    if group_id not in shares.groups and not shares.known(group_id):
         return Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"Group {group_id} not found.")
     if shares.has_members(group_id):
         return Response(error_code=ErrorCode.NON_EMPTY_GROUP, error_message="The group is not empty.")
@@ -34,7 +34,13 @@ def handle(ctx: RequestContext, request: Request) -> Response:
             topics.append(Response.DeleteShareGroupOffsetsResponseTopic(
                 topic_name=topic.topic_name, topic_id=meta.topic_id, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
         else:
-            shares.delete_start_offsets(group_id, meta.topic_id)
+            try:
+                await shares.delete_offsets(group_id, meta.topic_id)
+            except KafkaError as exc:  # a cluster's share coordinator could not be reached
+                topics.append(Response.DeleteShareGroupOffsetsResponseTopic(
+                    topic_name=topic.topic_name, topic_id=meta.topic_id, error_code=exc.code,
+                    error_message=exc.message))
+                continue
             topics.append(Response.DeleteShareGroupOffsetsResponseTopic(topic_name=topic.topic_name,
                                                                         topic_id=meta.topic_id))
     return Response(responses=topics)

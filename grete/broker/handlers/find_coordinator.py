@@ -1,37 +1,46 @@
-"""FindCoordinator (10): this node coordinates every group and every transactional id.
+"""FindCoordinator (10): the coordinator of a group, a transactional id or a share partition is the
+leader of the key's partition of ``__consumer_offsets``, ``__transaction_state`` or
+``__share_group_state``.
 
-The offsets topic is created on the first group lookup, and ``__transaction_state`` on the first
-transactional-id lookup, as Kafka does. v5 only lets the answer carry TRANSACTION_ABORTABLE, which
-FindCoordinator never produces; v6 (share-group coordinators, key type SHARE) is not advertised:
-grete has no share groups. Key type SHARE below v6 is INVALID_REQUEST, as Kafka answers it."""
+Each internal topic is created on its first lookup, as Kafka does. v5 only lets the answer carry
+TRANSACTION_ABORTABLE, which FindCoordinator never produces. v6 adds key type SHARE (KIP-932): the key
+is "groupId:topicId:partition" and it names the share coordinator, which Kafka's share-partition
+leaders ask over the inter-broker APIs (Read/WriteShareGroupState); a key not of that form, or key
+type SHARE below v6, is INVALID_REQUEST with an empty message, as Kafka 4.3.1 answers."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from grete.broker.authz import Op, Res, allowed
+from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.broker.transactions import ensure_transaction_state_topic
+from grete.coordinator.share_format import parse_coordinator_key
+from grete.coordinator.share_format import partition_for as share_partition_for
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
-from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from grete.protocol.topics import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 
-GROUP, TRANSACTION = 0, 1
+GROUP, TRANSACTION, SHARE = 0, 1, 2
+# Kafka's Errors.INVALID_REQUEST message, which it sends for a key type it does not know.
+INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malformed by the client library or "
+                        "the message was sent to an incompatible broker. See the broker logs for more details.")
 
 
-@api(10, 0, 5)
+@api(10, 0, 6)
 async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     coordinators = []
     for key in keys:
-        error, message, leader = await _check(ctx, request.key_type, key)
+        error, message, leader = await _check(ctx, request.key_type, key, ctx.version)
         endpoint = ctx.broker.broker_endpoint(leader, ctx.listener) if not error else None
         if not error and endpoint is None:
             error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {leader} has no {ctx.listener} endpoint"
         coordinators.append(FindCoordinatorResponse.Coordinator(
             key=key, node_id=leader if endpoint else -1, host=endpoint.host if endpoint else "",
-            port=endpoint.port if endpoint else -1, error_code=error, error_message=message))
+            port=endpoint.port if endpoint else -1, error_code=error,
+            error_message="" if message is None and ctx.version >= 4 else message))  # Kafka: "" for none
     if ctx.version >= 4:
         return FindCoordinatorResponse(coordinators=coordinators)
     only = coordinators[0]
@@ -40,7 +49,7 @@ async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCo
                                    host=only.host, port=only.port)
 
 
-async def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str | None, int]:
+async def _check(ctx: RequestContext, key_type: int, key: str, version: int) -> tuple[int, str | None, int]:
     """(error, message, coordinator id): the coordinator is the leader of the key's partition of
     the internal topic."""
     if key_type == GROUP and not allowed(ctx, Op.DESCRIBE, Res.GROUP, key):
@@ -59,7 +68,25 @@ async def _check(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str
         if not await _ensured(ensure_transaction_state_topic(ctx.broker)):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC} could not be created", -1
         return _available(ctx, TRANSACTION_STATE_TOPIC, ctx.broker.txn_coordinator.partition_for(key))
-    return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1
+    if key_type == SHARE:
+        return await _share(ctx, key, version)
+    return ErrorCode.INVALID_REQUEST, INVALID_REQUEST_TEXT, -1
+
+
+async def _share(ctx: RequestContext, key: str, version: int) -> tuple[int, str | None, int]:
+    """The share coordinator of "groupId:topicId:partition": Kafka asks CLUSTER_ACTION on the cluster
+    (only brokers look it up)."""
+    if version < 6:
+        return ErrorCode.INVALID_REQUEST, "" if version >= 4 else INVALID_REQUEST_TEXT, -1
+    if not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, -1
+    parsed = parse_coordinator_key(key)
+    if parsed is None:
+        return ErrorCode.INVALID_REQUEST, "", -1
+    if not await _ensured(ctx.broker.ensure_share_state_topic()):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{SHARE_GROUP_STATE_TOPIC} could not be created", -1
+    partitions = ctx.broker.config.get_int("share.coordinator.state.topic.num.partitions")
+    return _available(ctx, SHARE_GROUP_STATE_TOPIC, share_partition_for(parsed, partitions))
 
 
 def _available(ctx: RequestContext, topic: str, partition: int) -> tuple[int, str | None, int]:

@@ -15,6 +15,11 @@ async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupRes
         return JoinGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1,
                                  protocol_name=None if ctx.version >= 7 else "", leader="", member_id="",
                                  members=[])
+    if ctx.broker.share_groups.holds(request.group_id):
+        # A share group has the id: Kafka 4.3.1 answers INCONSISTENT_GROUP_PROTOCOL, no member id.
+        return JoinGroupResponse(error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL, generation_id=-1,
+                                 protocol_name=None if ctx.version >= 7 else "", leader="", member_id="",
+                                 members=[])
     result = await ctx.broker.group_coordinator.join_group(
         group_id=request.group_id, member_id=request.member_id,
         group_instance_id=request.group_instance_id, client_id=ctx.client_id or "",

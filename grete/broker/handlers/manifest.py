@@ -14,7 +14,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     7: ("controlled_shutdown", 1, 3, 1),  # ControlledShutdown
     8: ("offset_commit", 2, 10, 2),  # OffsetCommit
     9: ("offset_fetch", 1, 10, 1),  # OffsetFetch
-    10: ("find_coordinator", 0, 5, 0),  # FindCoordinator
+    10: ("find_coordinator", 0, 6, 0),  # FindCoordinator
     11: ("join_group", 0, 9, 0),  # JoinGroup
     12: ("heartbeat", 0, 4, 0),  # Heartbeat
     13: ("leave_group", 0, 5, 0),  # LeaveGroup
@@ -73,9 +73,14 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     77: ("share_group_describe", 1, 1, 1),  # ShareGroupDescribe
     78: ("share_fetch", 1, 2, 1),  # ShareFetch
     79: ("share_acknowledge", 1, 2, 1),  # ShareAcknowledge
+    83: ("initialize_share_group_state", 0, 0, 0),  # InitializeShareGroupState
+    84: ("read_share_group_state", 0, 0, 0),  # ReadShareGroupState
+    85: ("write_share_group_state", 0, 1, 0),  # WriteShareGroupState
+    86: ("delete_share_group_state", 0, 0, 0),  # DeleteShareGroupState
+    87: ("read_share_group_state_summary", 0, 1, 0),  # ReadShareGroupStateSummary
     88: ("streams_group_heartbeat", 0, 0, 0),  # StreamsGroupHeartbeat
     89: ("streams_group_describe", 0, 0, 0),  # StreamsGroupDescribe
-    90: ("describe_share_group_offsets", 0, 0, 0),  # DescribeShareGroupOffsets
+    90: ("describe_share_group_offsets", 0, 1, 0),  # DescribeShareGroupOffsets
     91: ("alter_share_group_offsets", 0, 0, 0),  # AlterShareGroupOffsets
     92: ("delete_share_group_offsets", 0, 0, 0),  # DeleteShareGroupOffsets
     32000: ("direct_produce_address", 0, 0, 0),  # DirectProduceAddress

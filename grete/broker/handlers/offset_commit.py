@@ -26,7 +26,9 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
         known, errors = split_unknown(ctx, [c for c in commits if c.topic not in denied])
         errors.update({(c.topic, c.partition): int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                        for c in commits if c.topic in denied})
-    if known:
+    if known and ctx.broker.share_groups.holds(request.group_id):  # a share group commits no offsets
+        errors.update({(c.topic, c.partition): int(ErrorCode.GROUP_ID_NOT_FOUND) for c in known})
+    elif known:
         errors.update(await ctx.broker.group_coordinator.commit_offsets(
             group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
             member_id=request.member_id, group_instance_id=request.group_instance_id,

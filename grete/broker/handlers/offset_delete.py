@@ -13,6 +13,8 @@ from grete.protocol.messages import OffsetDeleteRequest, OffsetDeleteResponse
 async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     if not allowed(ctx, Op.DELETE, Res.GROUP, request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, topics=[])
+    if ctx.broker.share_groups.holds(request.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_ID_NOT_FOUND, topics=[])
     denied = {t.name for t in request.topics if not allowed(ctx, Op.READ, Res.TOPIC, t.name)}
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if t.name not in denied]
     error, found = await ctx.broker.group_coordinator.delete_offsets(request.group_id, wanted)

@@ -17,7 +17,7 @@ Response = ShareAcknowledgeResponse
 
 
 @api(79, 1, 2)
-def handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
+async def handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
     group_id, member_id = request.group_id or "", request.member_id
     if not allowed(ctx, Op.READ, Res.GROUP, group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
@@ -29,9 +29,9 @@ def handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknow
     except KafkaError as exc:
         return Response(error_code=exc.code, error_message=exc.message)
     acks = acks_of((t.topic_id, t.partitions) for t in request.topics)
-    results = apply_acks(ctx, group_id, member_id, acks)
+    results = await apply_acks(ctx, group_id, member_id, acks)
     if request.share_session_epoch == FINAL_EPOCH:
-        shares.close_session(session)
+        await shares.session_closed(session)
     else:
         session.bump()
     by_topic: dict[uuid.UUID, list[Response.PartitionData]] = {}

@@ -41,15 +41,14 @@ async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchR
                         error_message="Acknowledge data present on initial epoch.")
     shares = ctx.broker.share_groups
     try:
-        await shares.ensure_store()
         session = shares.session_for(group_id, member_id, epoch, fetch=True, connection=id(ctx.session))
     except KafkaError as exc:
         return Response(error_code=exc.code, error_message=exc.message)
-    ack_results = apply_acks(ctx, group_id, member_id, acks)
+    ack_results = await apply_acks(ctx, group_id, member_id, acks)
     rows: dict[PartitionKey, Response.PartitionData] = {
         key: _row(ctx, key, ack_error=code) for key, code in ack_results.items()}
     if epoch == FINAL_EPOCH:
-        shares.close_session(session)
+        await shares.session_closed(session)
         return _response(ctx, group_id, rows)
     _update_session(session, request)
     session.bump()
@@ -80,6 +79,7 @@ async def _acquire(ctx: RequestContext, request: ShareFetchRequest, session: Sha
             if budget <= 0:
                 break
             try:
+                await shares.prepare(session.group_id, key)
                 grant = shares.acquire(session.group_id, session.member_id, key, budget, byte_budget,
                                        record_limit=request.share_acquire_mode == RECORD_LIMIT)
             except KafkaError as exc:

@@ -30,7 +30,7 @@ def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGro
     shares = ctx.broker.share_groups
     result = shares.heartbeat(request.group_id, request.member_id, request.member_epoch,
                               rack_id=request.rack_id, subscribed=request.subscribed_topic_names,
-                              client_id=ctx.client_id or "", client_host=ctx.client_host)
+                              client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}")
     if result.error != ErrorCode.NONE or result.member is None:
         return Response(error_code=result.error, error_message=result.message, member_epoch=-1)
     member = result.member

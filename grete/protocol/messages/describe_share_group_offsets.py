@@ -25,19 +25,19 @@ from grete.protocol.codec import (
 
 __all__ = ['DescribeShareGroupOffsetsRequest', 'DescribeShareGroupOffsetsResponse']
 
-_S_iqih = struct.Struct('>iqih')
+_S_iqi = struct.Struct('>iqi')
 
 
 @dataclass(slots=True, kw_only=True)
 class DescribeShareGroupOffsetsRequest(Message):
-    """DescribeShareGroupOffsetsRequest: API key 90, versions 0-0, flexible from v0."""
+    """DescribeShareGroupOffsetsRequest: API key 90, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 90
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('groups', 'Groups', 'struct', 'DescribeShareGroupOffsetsRequestGroup', True, (0,), (), (), None, False),
+        FieldSpec('groups', 'Groups', 'struct', 'DescribeShareGroupOffsetsRequestGroup', True, (0, 1), (), (), None, False),
     )
 
     groups: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup] = field(default_factory=list)
@@ -46,8 +46,8 @@ class DescribeShareGroupOffsetsRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class DescribeShareGroupOffsetsRequestGroup(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('topics', 'Topics', 'struct', 'DescribeShareGroupOffsetsRequestTopic', True, (0,), (0,), (), None, False),
+            FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('topics', 'Topics', 'struct', 'DescribeShareGroupOffsetsRequestTopic', True, (0, 1), (0, 1), (), None, False),
         )
 
         group_id: str = ''
@@ -89,8 +89,8 @@ class DescribeShareGroupOffsetsRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class DescribeShareGroupOffsetsRequestTopic(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0,), (), (), None, False),
+            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'int32', None, True, (0, 1), (), (), None, False),
         )
 
         topic_name: str = ''
@@ -125,7 +125,7 @@ class DescribeShareGroupOffsetsRequest(Message):
             return cls(topic_name=f_topic_name, partitions=f_partitions, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('DescribeShareGroupOffsetsRequest v%d is not supported' % version)
         flex = True
         w.length(len(self.groups), flex)
@@ -136,7 +136,7 @@ class DescribeShareGroupOffsetsRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('DescribeShareGroupOffsetsRequest v%d is not supported' % version)
         flex = True
         f_groups: list[DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup]
@@ -157,15 +157,15 @@ class DescribeShareGroupOffsetsRequest(Message):
 
 @dataclass(slots=True, kw_only=True)
 class DescribeShareGroupOffsetsResponse(Message):
-    """DescribeShareGroupOffsetsResponse: API key 90, versions 0-0, flexible from v0."""
+    """DescribeShareGroupOffsetsResponse: API key 90, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 90
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('groups', 'Groups', 'struct', 'DescribeShareGroupOffsetsResponseGroup', True, (0,), (), (), None, False),
+        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('groups', 'Groups', 'struct', 'DescribeShareGroupOffsetsResponseGroup', True, (0, 1), (), (), None, False),
     )
 
     throttle_time_ms: int = 0
@@ -175,10 +175,10 @@ class DescribeShareGroupOffsetsResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class DescribeShareGroupOffsetsResponseGroup(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('topics', 'Topics', 'struct', 'DescribeShareGroupOffsetsResponseTopic', True, (0,), (), (), None, False),
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
+            FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('topics', 'Topics', 'struct', 'DescribeShareGroupOffsetsResponseTopic', True, (0, 1), (), (), None, False),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
+            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1), (0, 1), (), None, False),
         )
 
         group_id: str = ''
@@ -225,9 +225,9 @@ class DescribeShareGroupOffsetsResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class DescribeShareGroupOffsetsResponseTopic(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'DescribeShareGroupOffsetsResponsePartition', True, (0,), (), (), None, False),
+            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'DescribeShareGroupOffsetsResponsePartition', True, (0, 1), (), (), None, False),
         )
 
         topic_name: str = ''
@@ -270,23 +270,28 @@ class DescribeShareGroupOffsetsResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class DescribeShareGroupOffsetsResponsePartition(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('start_offset', 'StartOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
+            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('start_offset', 'StartOffset', 'int64', None, False, (0, 1), (), (), None, False),
+            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('lag', 'Lag', 'int64', None, False, (1,), (), (), None, True),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
+            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1), (0, 1), (), None, False),
         )
 
         partition_index: int = 0
         start_offset: int = 0
         leader_epoch: int = 0
+        lag: int = -1
         error_code: int = 0
         error_message: str | None = None
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
         def encode(self, w: Writer, version: int) -> None:
             flex = True
-            w.pack(_S_iqih, self.partition_index, self.start_offset, self.leader_epoch, self.error_code)
+            w.pack(_S_iqi, self.partition_index, self.start_offset, self.leader_epoch)
+            if version >= 1:
+                w.int64(self.lag)
+            w.int16(self.error_code)
             w.string(self.error_message, flex)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
@@ -297,9 +302,15 @@ class DescribeShareGroupOffsetsResponse(Message):
             f_partition_index: int
             f_start_offset: int
             f_leader_epoch: int
+            f_lag: int
             f_error_code: int
             f_error_message: str | None
-            f_partition_index, f_start_offset, f_leader_epoch, f_error_code = r.unpack(_S_iqih)
+            f_partition_index, f_start_offset, f_leader_epoch = r.unpack(_S_iqi)
+            if version >= 1:
+                f_lag = r.int64()
+            else:
+                f_lag = -1
+            f_error_code = r.int16()
             f_error_message = r.nullable_string(flex)
             _unknown: list[tuple[int, bytes]] | None = None
             if flex:
@@ -307,10 +318,10 @@ class DescribeShareGroupOffsetsResponse(Message):
                     if _unknown is None:
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
-            return cls(partition_index=f_partition_index, start_offset=f_start_offset, leader_epoch=f_leader_epoch, error_code=f_error_code, error_message=f_error_message, unknown_tagged_fields=_unknown)
+            return cls(partition_index=f_partition_index, start_offset=f_start_offset, leader_epoch=f_leader_epoch, lag=f_lag, error_code=f_error_code, error_message=f_error_message, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('DescribeShareGroupOffsetsResponse v%d is not supported' % version)
         flex = True
         w.int32(self.throttle_time_ms)
@@ -322,7 +333,7 @@ class DescribeShareGroupOffsetsResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('DescribeShareGroupOffsetsResponse v%d is not supported' % version)
         flex = True
         f_throttle_time_ms: int

@@ -27,20 +27,20 @@ __all__ = ['ReadShareGroupStateSummaryRequest', 'ReadShareGroupStateSummaryRespo
 
 _S_ih = struct.Struct('>ih')
 _S_ii = struct.Struct('>ii')
-_S_iq = struct.Struct('>iq')
+_S_iiq = struct.Struct('>iiq')
 
 
 @dataclass(slots=True, kw_only=True)
 class ReadShareGroupStateSummaryRequest(Message):
-    """ReadShareGroupStateSummaryRequest: API key 87, versions 0-0, flexible from v0."""
+    """ReadShareGroupStateSummaryRequest: API key 87, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 87
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (), (), None, False),
-        FieldSpec('topics', 'Topics', 'struct', 'ReadStateSummaryData', True, (0,), (), (), None, False),
+        FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1), (), (), None, False),
+        FieldSpec('topics', 'Topics', 'struct', 'ReadStateSummaryData', True, (0, 1), (), (), None, False),
     )
 
     group_id: str = ''
@@ -50,8 +50,8 @@ class ReadShareGroupStateSummaryRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class ReadStateSummaryData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0, 1), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -90,8 +90,8 @@ class ReadShareGroupStateSummaryRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class PartitionData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition', 'Partition', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0,), (), (), None, False),
+            FieldSpec('partition', 'Partition', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0, 1), (), (), None, False),
         )
 
         partition: int = 0
@@ -119,7 +119,7 @@ class ReadShareGroupStateSummaryRequest(Message):
             return cls(partition=f_partition, leader_epoch=f_leader_epoch, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ReadShareGroupStateSummaryRequest v%d is not supported' % version)
         flex = True
         w.string(self.group_id, flex)
@@ -131,7 +131,7 @@ class ReadShareGroupStateSummaryRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ReadShareGroupStateSummaryRequest v%d is not supported' % version)
         flex = True
         f_group_id: str
@@ -154,14 +154,14 @@ class ReadShareGroupStateSummaryRequest(Message):
 
 @dataclass(slots=True, kw_only=True)
 class ReadShareGroupStateSummaryResponse(Message):
-    """ReadShareGroupStateSummaryResponse: API key 87, versions 0-0, flexible from v0."""
+    """ReadShareGroupStateSummaryResponse: API key 87, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 87
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('results', 'Results', 'struct', 'ReadStateSummaryResult', True, (0,), (), (), None, False),
+        FieldSpec('results', 'Results', 'struct', 'ReadStateSummaryResult', True, (0, 1), (), (), None, False),
     )
 
     results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = field(default_factory=list)
@@ -170,8 +170,8 @@ class ReadShareGroupStateSummaryResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class ReadStateSummaryResult(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionResult', True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionResult', True, (0, 1), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -210,25 +210,31 @@ class ReadShareGroupStateSummaryResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class PartitionResult(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition', 'Partition', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
-            FieldSpec('state_epoch', 'StateEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('start_offset', 'StartOffset', 'int64', None, False, (0,), (), (), None, False),
+            FieldSpec('partition', 'Partition', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
+            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1), (0, 1), (), None, False),
+            FieldSpec('state_epoch', 'StateEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('start_offset', 'StartOffset', 'int64', None, False, (0, 1), (), (), None, False),
+            FieldSpec('delivery_complete_count', 'DeliveryCompleteCount', 'int32', None, False, (1,), (), (), None, True),
         )
 
         partition: int = 0
         error_code: int = 0
         error_message: str | None = None
         state_epoch: int = 0
+        leader_epoch: int = 0
         start_offset: int = 0
+        delivery_complete_count: int = -1
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
         def encode(self, w: Writer, version: int) -> None:
             flex = True
             w.pack(_S_ih, self.partition, self.error_code)
             w.string(self.error_message, flex)
-            w.pack(_S_iq, self.state_epoch, self.start_offset)
+            w.pack(_S_iiq, self.state_epoch, self.leader_epoch, self.start_offset)
+            if version >= 1:
+                w.int32(self.delivery_complete_count)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -239,20 +245,26 @@ class ReadShareGroupStateSummaryResponse(Message):
             f_error_code: int
             f_error_message: str | None
             f_state_epoch: int
+            f_leader_epoch: int
             f_start_offset: int
+            f_delivery_complete_count: int
             f_partition, f_error_code = r.unpack(_S_ih)
             f_error_message = r.nullable_string(flex)
-            f_state_epoch, f_start_offset = r.unpack(_S_iq)
+            f_state_epoch, f_leader_epoch, f_start_offset = r.unpack(_S_iiq)
+            if version >= 1:
+                f_delivery_complete_count = r.int32()
+            else:
+                f_delivery_complete_count = -1
             _unknown: list[tuple[int, bytes]] | None = None
             if flex:
                 for _tag, _data in r.tagged_fields():
                     if _unknown is None:
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
-            return cls(partition=f_partition, error_code=f_error_code, error_message=f_error_message, state_epoch=f_state_epoch, start_offset=f_start_offset, unknown_tagged_fields=_unknown)
+            return cls(partition=f_partition, error_code=f_error_code, error_message=f_error_message, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset, delivery_complete_count=f_delivery_complete_count, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ReadShareGroupStateSummaryResponse v%d is not supported' % version)
         flex = True
         w.length(len(self.results), flex)
@@ -263,7 +275,7 @@ class ReadShareGroupStateSummaryResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('ReadShareGroupStateSummaryResponse v%d is not supported' % version)
         flex = True
         f_results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]

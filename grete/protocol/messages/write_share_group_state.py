@@ -32,15 +32,15 @@ _S_qqbh = struct.Struct('>qqbh')
 
 @dataclass(slots=True, kw_only=True)
 class WriteShareGroupStateRequest(Message):
-    """WriteShareGroupStateRequest: API key 85, versions 0-0, flexible from v0."""
+    """WriteShareGroupStateRequest: API key 85, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 85
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('group_id', 'GroupId', 'string', None, False, (0,), (), (), None, False),
-        FieldSpec('topics', 'Topics', 'struct', 'WriteStateData', True, (0,), (), (), None, False),
+        FieldSpec('group_id', 'GroupId', 'string', None, False, (0, 1), (), (), None, False),
+        FieldSpec('topics', 'Topics', 'struct', 'WriteStateData', True, (0, 1), (), (), None, False),
     )
 
     group_id: str = ''
@@ -50,8 +50,8 @@ class WriteShareGroupStateRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class WriteStateData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0, 1), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -90,23 +90,27 @@ class WriteShareGroupStateRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class PartitionData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition', 'Partition', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('state_epoch', 'StateEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('start_offset', 'StartOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('state_batches', 'StateBatches', 'struct', 'StateBatch', True, (0,), (), (), None, False),
+            FieldSpec('partition', 'Partition', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('state_epoch', 'StateEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('start_offset', 'StartOffset', 'int64', None, False, (0, 1), (), (), None, False),
+            FieldSpec('delivery_complete_count', 'DeliveryCompleteCount', 'int32', None, False, (1,), (), (), None, True),
+            FieldSpec('state_batches', 'StateBatches', 'struct', 'StateBatch', True, (0, 1), (), (), None, False),
         )
 
         partition: int = 0
         state_epoch: int = 0
         leader_epoch: int = 0
         start_offset: int = 0
+        delivery_complete_count: int = -1
         state_batches: list[WriteShareGroupStateRequest.StateBatch] = field(default_factory=list)
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
         def encode(self, w: Writer, version: int) -> None:
             flex = True
             w.pack(_S_iiiq, self.partition, self.state_epoch, self.leader_epoch, self.start_offset)
+            if version >= 1:
+                w.int32(self.delivery_complete_count)
             w.length(len(self.state_batches), flex)
             for _e_state_batches in self.state_batches:
                 _e_state_batches.encode(w, version)
@@ -120,8 +124,13 @@ class WriteShareGroupStateRequest(Message):
             f_state_epoch: int
             f_leader_epoch: int
             f_start_offset: int
+            f_delivery_complete_count: int
             f_state_batches: list[WriteShareGroupStateRequest.StateBatch]
             f_partition, f_state_epoch, f_leader_epoch, f_start_offset = r.unpack(_S_iiiq)
+            if version >= 1:
+                f_delivery_complete_count = r.int32()
+            else:
+                f_delivery_complete_count = -1
             _n = r.array_length(flex)
             if _n < 0:
                 raise ProtocolError('null WriteShareGroupStateRequest.StateBatches')
@@ -134,15 +143,15 @@ class WriteShareGroupStateRequest(Message):
                     if _unknown is None:
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
-            return cls(partition=f_partition, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset, state_batches=f_state_batches, unknown_tagged_fields=_unknown)
+            return cls(partition=f_partition, state_epoch=f_state_epoch, leader_epoch=f_leader_epoch, start_offset=f_start_offset, delivery_complete_count=f_delivery_complete_count, state_batches=f_state_batches, unknown_tagged_fields=_unknown)
 
     @dataclass(slots=True, kw_only=True)
     class StateBatch(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('first_offset', 'FirstOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0,), (), (), None, False),
-            FieldSpec('delivery_state', 'DeliveryState', 'int8', None, False, (0,), (), (), None, False),
-            FieldSpec('delivery_count', 'DeliveryCount', 'int16', None, False, (0,), (), (), None, False),
+            FieldSpec('first_offset', 'FirstOffset', 'int64', None, False, (0, 1), (), (), None, False),
+            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0, 1), (), (), None, False),
+            FieldSpec('delivery_state', 'DeliveryState', 'int8', None, False, (0, 1), (), (), None, False),
+            FieldSpec('delivery_count', 'DeliveryCount', 'int16', None, False, (0, 1), (), (), None, False),
         )
 
         first_offset: int = 0
@@ -174,7 +183,7 @@ class WriteShareGroupStateRequest(Message):
             return cls(first_offset=f_first_offset, last_offset=f_last_offset, delivery_state=f_delivery_state, delivery_count=f_delivery_count, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('WriteShareGroupStateRequest v%d is not supported' % version)
         flex = True
         w.string(self.group_id, flex)
@@ -186,7 +195,7 @@ class WriteShareGroupStateRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('WriteShareGroupStateRequest v%d is not supported' % version)
         flex = True
         f_group_id: str
@@ -209,14 +218,14 @@ class WriteShareGroupStateRequest(Message):
 
 @dataclass(slots=True, kw_only=True)
 class WriteShareGroupStateResponse(Message):
-    """WriteShareGroupStateResponse: API key 85, versions 0-0, flexible from v0."""
+    """WriteShareGroupStateResponse: API key 85, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 85
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('results', 'Results', 'struct', 'WriteStateResult', True, (0,), (), (), None, False),
+        FieldSpec('results', 'Results', 'struct', 'WriteStateResult', True, (0, 1), (), (), None, False),
     )
 
     results: list[WriteShareGroupStateResponse.WriteStateResult] = field(default_factory=list)
@@ -225,8 +234,8 @@ class WriteShareGroupStateResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class WriteStateResult(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0,), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionResult', True, (0,), (), (), None, False),
+            FieldSpec('topic_id', 'TopicId', 'uuid', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionResult', True, (0, 1), (), (), None, False),
         )
 
         topic_id: uuid.UUID = ZERO_UUID
@@ -265,9 +274,9 @@ class WriteShareGroupStateResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class PartitionResult(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition', 'Partition', 'int32', None, False, (0,), (), (), None, False),
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, False),
+            FieldSpec('partition', 'Partition', 'int32', None, False, (0, 1), (), (), None, False),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
+            FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1), (0, 1), (), None, False),
         )
 
         partition: int = 0
@@ -299,7 +308,7 @@ class WriteShareGroupStateResponse(Message):
             return cls(partition=f_partition, error_code=f_error_code, error_message=f_error_message, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('WriteShareGroupStateResponse v%d is not supported' % version)
         flex = True
         w.length(len(self.results), flex)
@@ -310,7 +319,7 @@ class WriteShareGroupStateResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('WriteShareGroupStateResponse v%d is not supported' % version)
         flex = True
         f_results: list[WriteShareGroupStateResponse.WriteStateResult]

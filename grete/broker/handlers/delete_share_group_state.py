@@ -1,0 +1,32 @@
+"""DeleteShareGroupState (86): a share partition's state is forgotten (a tombstone in its
+``__share_group_state`` partition), as DeleteShareGroupOffsets and DeleteGroups need."""
+
+from __future__ import annotations
+
+from grete.broker.authz import Op, cluster_allowed
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.coordinator.share_format import ShareKey
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import DeleteShareGroupStateRequest, DeleteShareGroupStateResponse
+
+Response = DeleteShareGroupStateResponse
+
+
+@api(86, 0, 0)
+async def handle(ctx: RequestContext, request: DeleteShareGroupStateRequest) -> DeleteShareGroupStateResponse:
+    allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
+    results = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            error, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None
+            if allowed:
+                try:
+                    await ctx.broker.share_coordinator.delete(ShareKey(request.group_id, topic.topic_id, p.partition))
+                    error = ErrorCode.NONE
+                except KafkaError as exc:
+                    error, message = exc.code, exc.message
+            partitions.append(Response.PartitionResult(partition=p.partition, error_code=error, error_message=message))
+        results.append(Response.DeleteStateResult(topic_id=topic.topic_id, partitions=partitions))
+    return Response(results=results)
