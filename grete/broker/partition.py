@@ -34,7 +34,7 @@ class Partition:
     __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
                  "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
                  "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed",
-                 "direct_watch")
+                 "direct_watch", "replica_push")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
                  is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0,
@@ -68,6 +68,9 @@ class Partition:
         # The direct path's slot updater (grete/broker/direct/consume.py), while a direct consumer
         # reads this partition; called on every change that wakes parked fetches.
         self.direct_watch: Callable[[Partition], None] | None = None
+        # The direct path's replication pusher (grete/broker/direct/replication.py), while this
+        # leader pushes to a follower: appends and high-watermark moves are what it sends.
+        self.replica_push: Callable[[Partition], None] | None = None
         if replicated:
             log.hw_follows_leo = False  # the ISR moves it (Partition._advance_high_watermark)
             return  # the controller's LeaderAndIsr sets epoch, leadership and ISR
@@ -434,6 +437,8 @@ class Partition:
     def wake(self) -> None:
         if self.direct_watch is not None:
             self.direct_watch(self)  # the direct path's consumer slots follow every change
+        if self.replica_push is not None:
+            self.replica_push(self)  # pushed followers get what changed (coalesced per loop step)
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for future in waiters:

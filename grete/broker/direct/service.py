@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING
 
 from grete.broker.direct.consume import ConsumerSlots, Slot
 from grete.broker.direct.produce import ProduceRegion, RegionChain
+from grete.broker.direct.replication import Pusher, Receiver
 from grete.broker.handlers.produce import append_records
 from grete.broker.partition import Partition
 from grete.direct.layout import FRAME, HELLO, NOTIFY
+from grete.direct.shm import ShmTransport
 from grete.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -90,6 +92,15 @@ class DirectService:
         self._session_ids = itertools.count(1)
         self._region_ids = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
+        # Replication push (docs/direct.md): every broker of such a cluster both pushes, as a
+        # leader, and receives, as a follower.
+        self.pusher: Pusher | None = None
+        self.receiver: Receiver | None = None
+        if config.get_bool("direct.replication.enable"):
+            self.pusher = Pusher(ShmTransport(), broker.metrics, broker.now_ms)
+            self.receiver = Receiver(self.dir, config.get_int("direct.replication.credits"),
+                                     config.get_int("direct.replication.slot.bytes"), broker.metrics,
+                                     config.get_int("replica.fetch.backoff.ms"))
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -97,11 +108,17 @@ class DirectService:
         self.dir.mkdir(parents=True, mode=0o700)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(lambda: NotifyProtocol(self), self.endpoint)
+        if self.receiver is not None:
+            await self.receiver.start()
         log.info("direct data path on %s (transports: %s)", self.dir, ",".join(self.transports))
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self.pusher is not None:
+            self.pusher.stop()
+        if self.receiver is not None:
+            self.receiver.stop()
         for proto in list(self._sessions.values()):
             if proto.transport is not None:
                 proto.transport.close()
@@ -111,6 +128,9 @@ class DirectService:
             consumer.close()
         self.consumers.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def push_receiver(self) -> Receiver | None:
+        return self.receiver
 
     # --- sessions ---------------------------------------------------------------------------------
     def session_opened(self, proto: NotifyProtocol) -> int:
