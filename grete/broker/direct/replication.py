@@ -113,13 +113,28 @@ class PushLink:
     replica_id: int
     key: int
     region: Region
-    channel: PollableChannel
     slot_bytes: int
     credits: int
     free: list[int]
-    pushed: dict[int, Pushed] = field(default_factory=dict)  # by handle
-    dirty: set[int] = field(default_factory=set)             # handles with something to send
+    channel: PollableChannel | None = None  # None while connecting
+    pushed: dict[int, Pushed] = field(default_factory=dict)        # by handle
+    handles: dict[Partition, int] = field(default_factory=dict)    # the same, by partition
+    dirty: set[int] = field(default_factory=set)                   # handles with something to send
     closed: bool = False
+
+    def add(self, pushed: Pushed) -> None:
+        old = self.handles.get(pushed.partition)
+        if old is not None:
+            self.remove(old)
+        self.pushed[pushed.handle] = pushed
+        self.handles[pushed.partition] = pushed.handle
+        self.dirty.add(pushed.handle)
+
+    def remove(self, handle: int) -> None:
+        pushed = self.pushed.pop(handle, None)
+        if pushed is not None and self.handles.get(pushed.partition) == handle:
+            del self.handles[pushed.partition]
+        self.dirty.discard(handle)
 
 
 class Pusher:
@@ -161,16 +176,27 @@ class Pusher:
             raise ValueError(f"{request.credits} credits of {request.slot_bytes} bytes")
         region = self.transport.map_region(request.region_address, request.credits * request.slot_bytes,
                                            writable=True)
-        try:
-            channel = self.transport.connect(request.endpoint)
-        except BaseException:
-            region.close()
-            raise
-        link = PushLink(request.replica_id, request.region_key, region, channel, request.slot_bytes,
-                        request.credits, list(range(request.credits)))
-        asyncio.get_running_loop().add_reader(channel.fileno(), self._credits, link)
+        link = PushLink(request.replica_id, request.region_key, region, request.slot_bytes, request.credits,
+                        list(range(request.credits)))
         self.links[request.replica_id] = link
+        # Connecting waits for the follower's greeting (rdma: the connection manager's exchange): off
+        # the event loop, so a follower that stalls right now stalls no one else. Pushes wait for it.
+        loop = asyncio.get_running_loop()
+        connecting = loop.run_in_executor(None, self.transport.connect, request.endpoint)
+        connecting.add_done_callback(lambda done: self._connected(link, done))
         return link
+
+    def _connected(self, link: PushLink, done: asyncio.Future[PollableChannel]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._close(link, f"cannot open the channel: {done.exception()}")
+            return
+        channel = done.result()
+        if link.closed:
+            channel.close()
+            return
+        link.channel = channel
+        asyncio.get_running_loop().add_reader(channel.fileno(), self._credits, link)
+        self._flush(link)
 
     def _add(self, link: PushLink, partition: Partition | None,
              part: DirectReplicaRegisterRequest.DirectReplicaPartition) -> int:
@@ -190,11 +216,7 @@ class Pusher:
             if epoch != part.last_fetched_epoch or end < leo:
                 # The follower's log is not a prefix of this one: Fetch's diverging epoch settles it.
                 return ErrorCode.OFFSET_OUT_OF_RANGE
-        for handle, old in list(link.pushed.items()):
-            if old.partition is partition:
-                del link.pushed[handle]
-        link.pushed[part.handle] = Pushed(partition, part.handle, partition.leader_epoch, leo)
-        link.dirty.add(part.handle)
+        link.add(Pushed(partition, part.handle, partition.leader_epoch, leo))
         partition.replica_push = self.changed
         return ErrorCode.NONE
 
@@ -202,10 +224,10 @@ class Pusher:
         """The partition's hook (every append, high-watermark move, leadership change)."""
         found = False
         for link in self.links.values():
-            for handle, pushed in link.pushed.items():
-                if pushed.partition is partition:
-                    link.dirty.add(handle)
-                    found = True
+            handle = link.handles.get(partition)
+            if handle is not None:
+                link.dirty.add(handle)
+                found = True
         if not found:
             partition.replica_push = None
             return
@@ -222,7 +244,7 @@ class Pusher:
             self._flush(link)
 
     def _flush(self, link: PushLink) -> None:
-        while link.free and link.dirty and not link.closed:
+        while link.free and link.dirty and link.channel is not None and not link.closed:
             handle = link.dirty.pop()
             pushed = link.pushed.get(handle)
             if pushed is None:
@@ -252,13 +274,14 @@ class Pusher:
         header = HEADER.pack(pushed.handle, pushed.epoch, pushed.next_offset, high_watermark,
                              partition.log_start_offset, len(data), flags)
         offset = slot * link.slot_bytes
+        assert link.channel is not None  # _flush pushes only on an open channel
         link.region.write(offset, header)
         write_with_imm(link.channel, link.region, offset + HEADER_BYTES, data, PUSH.pack(link.key, slot))
         self.metrics.replica_pushes += 1
         self.metrics.replica_push_bytes += len(data)
         if flags & FALLBACK:
             self.metrics.replica_push_fallbacks += 1
-            del link.pushed[pushed.handle]
+            link.remove(pushed.handle)
             return False
         pushed.sent_high_watermark = high_watermark
         if data:
@@ -274,6 +297,7 @@ class Pusher:
         return b"".join(os.pread(s.fd, s.size, s.position) for s in result.slices)
 
     def _credits(self, link: PushLink) -> None:
+        assert link.channel is not None  # read only once connected
         try:
             frames = link.channel.completions(0)
         except (OSError, ConnectionError) as exc:
@@ -288,7 +312,7 @@ class Pusher:
             if pushed is None:
                 continue
             if flags & STOP:
-                del link.pushed[handle]
+                link.remove(handle)
             elif log_end_offset >= 0 and pushed.partition.leader_epoch == pushed.epoch:
                 # Exactly what a fetch from ``log_end_offset`` tells the leader.
                 pushed.partition.update_follower(link.replica_id, log_end_offset, now_ms)
@@ -299,11 +323,12 @@ class Pusher:
             return
         log.info("replication push to broker %d stopped: %s", link.replica_id, why)
         link.closed = True
-        try:
-            asyncio.get_running_loop().remove_reader(link.channel.fileno())
-        except (OSError, ValueError):
-            pass
-        link.channel.close()
+        if link.channel is not None:
+            try:
+                asyncio.get_running_loop().remove_reader(link.channel.fileno())
+            except (OSError, ValueError):
+                pass
+            link.channel.close()
         link.region.close()
         if self.links.get(link.replica_id) is link:
             del self.links[link.replica_id]
@@ -320,6 +345,7 @@ class Receiving:
     partition: Partition
     handle: int
     epoch: int
+    started: bool = False  # a first push arrived (the leader pushes at once after registering)
 
 
 @dataclass(eq=False)
@@ -341,13 +367,14 @@ class Receiver:
     """The follower's receive regions (one per leader) and their endpoint, ``replica.sock``."""
 
     def __init__(self, directory: Path, credits: int, slot_bytes: int, metrics: BrokerMetrics,
-                 retry_ms: int) -> None:
+                 retry_ms: int, start_timeout_ms: int) -> None:
         self.directory = directory
         self.endpoint = str(directory / "replica.sock")
         self.credits = credits
         self.slot_bytes = slot_bytes
         self.metrics = metrics
         self.retry_s = retry_ms / 1000
+        self.start_timeout_s = start_timeout_ms / 1000
         self.regions: dict[int, ReceiveRegion] = {}   # by leader
         self._by_key: dict[int, ReceiveRegion] = {}
         self._pushed: dict[PartitionKey, tuple[ReceiveRegion, int]] = {}
@@ -407,9 +434,12 @@ class Receiver:
             log.info("registering for replication push with broker %d failed: %s", leader_id, exc)
             response = DirectReplicaRegisterResponse(error_code=ErrorCode.NETWORK_EXCEPTION, topics=[])
         accepted = {(t.name, p.index) for t in response.topics for p in t.partitions if p.error_code == 0}
+        loop = asyncio.get_running_loop()
         for key, handle in handles.items():
             if response.error_code != 0 or key not in accepted:
                 self._fallback(region, handle, wake=False)
+            else:
+                loop.call_later(self.start_timeout_s, self._check_started, region, handle)
         if response.error_code != 0:
             log.info("broker %d refused replication push: %s", leader_id, response.error_message)
 
@@ -442,6 +472,7 @@ class Receiver:
             transport.write(CREDIT.pack(slot, handle, -1, STOP))
             return
         partition = receiving.partition
+        receiving.started = True
         self.metrics.replica_pushes_received += 1
         if (flags & FALLBACK or epoch != receiving.epoch or partition.leader_epoch != epoch or partition.is_leader
                 or not partition.online or partition.leader_id != region.leader_id
@@ -461,6 +492,14 @@ class Receiver:
             return
         self.metrics.replica_push_bytes_received += length
         transport.write(CREDIT.pack(slot, handle, partition.log_end_offset, 0))
+
+    def _check_started(self, region: ReceiveRegion, handle: int) -> None:
+        """A leader that accepted but never pushed (its channel to us failed to open): fetch again."""
+        receiving = region.handles.get(handle)
+        if receiving is not None and not receiving.started:
+            log.info("no push from broker %d for %s-%d since it was registered: fetching it again",
+                     region.leader_id, receiving.partition.topic, receiving.partition.index)
+            self._fallback(region, handle)
 
     def _fallback(self, region: ReceiveRegion, handle: int, *, wake: bool = True) -> None:
         receiving = region.handles.pop(handle, None)

@@ -100,7 +100,8 @@ class DirectService:
             self.pusher = Pusher(ShmTransport(), broker.metrics, broker.now_ms)
             self.receiver = Receiver(self.dir, config.get_int("direct.replication.credits"),
                                      config.get_int("direct.replication.slot.bytes"), broker.metrics,
-                                     config.get_int("replica.fetch.backoff.ms"))
+                                     config.get_int("replica.fetch.backoff.ms"),
+                                     config.get_int("replica.lag.time.max.ms") // 2)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
