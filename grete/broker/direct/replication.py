@@ -54,6 +54,9 @@ PartitionKey = tuple[str, int]
 
 # leader -> follower, the immediate: region key, slot
 PUSH = struct.Struct("<QI20x")
+# Pushes of one partition in flight at once: appends made meanwhile wait and go out together in
+# the next push (the batching of small writes; 2 keeps the follower busy while the leader reads).
+MAX_IN_FLIGHT = 2
 # follower -> leader, a credit back: slot, handle, the follower's log end offset, flags
 CREDIT = struct.Struct("<IiqI12x")
 assert PUSH.size == CREDIT.size == FRAME
@@ -104,6 +107,7 @@ class Pushed:
     epoch: int
     next_offset: int  # the first offset the follower does not have (or has not been sent)
     sent_high_watermark: int = -1
+    in_flight: int = 0  # pushes not yet answered by a credit
 
 
 @dataclass(eq=False)
@@ -263,12 +267,14 @@ class Pusher:
         flags, data = 0, b""
         if not partition.is_leader or not partition.online or partition.leader_epoch != pushed.epoch:
             flags = FALLBACK
+        elif pushed.in_flight >= MAX_IN_FLIGHT:
+            return False  # the credit's return marks it dirty again
         elif pushed.next_offset < partition.log_end_offset:
             data = self._read(partition, pushed.next_offset, link.slot_bytes - HEADER_BYTES)
             if not data:
                 flags = FALLBACK  # the next batch is larger than a slot, or below the log start
-        elif pushed.sent_high_watermark >= partition.high_watermark:
-            return False
+        elif pushed.sent_high_watermark >= partition.high_watermark or pushed.in_flight:
+            return False  # nothing new; or a new high watermark, sent once the push in flight is answered
         slot = link.free.pop()
         high_watermark = partition.high_watermark
         header = HEADER.pack(pushed.handle, pushed.epoch, pushed.next_offset, high_watermark,
@@ -284,9 +290,11 @@ class Pusher:
             link.remove(pushed.handle)
             return False
         pushed.sent_high_watermark = high_watermark
+        pushed.in_flight += 1
         if data:
             pushed.next_offset = next_offset_after(data)
-        return pushed.next_offset < partition.log_end_offset or pushed.sent_high_watermark < partition.high_watermark
+        # A slot's worth was not all: go on while the pipeline has room, else when a credit is back.
+        return pushed.in_flight < MAX_IN_FLIGHT and pushed.next_offset < partition.log_end_offset
 
     @staticmethod
     def _read(partition: Partition, offset: int, max_bytes: int) -> bytes:
@@ -311,6 +319,8 @@ class Pusher:
             pushed = link.pushed.get(handle)
             if pushed is None:
                 continue
+            pushed.in_flight = max(pushed.in_flight - 1, 0)
+            link.dirty.add(handle)
             if flags & STOP:
                 link.remove(handle)
             elif log_end_offset >= 0 and pushed.partition.leader_epoch == pushed.epoch:
