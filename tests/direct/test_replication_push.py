@@ -17,11 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.direct.replication import HEADER, HEADER_BYTES, PUSH, Pusher, Receiver
 from grete.broker.metrics import BrokerMetrics
+from grete.broker.node import Node
 from grete.broker.partition import Partition
 from grete.direct.layout import FRAME
-from grete.direct.shm import ShmTransport
+from grete.direct.shm import transport
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DirectReplicaRegisterRequest, DirectReplicaRegisterResponse
 from grete.protocol.records.batch import RecordBatch
@@ -86,7 +90,7 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     regions = tmp_path / "regions"
     regions.mkdir()
     leader_metrics, follower_metrics = BrokerMetrics(), BrokerMetrics()
-    pusher = Pusher(ShmTransport(), leader_metrics, lambda: int(time.time() * 1000))
+    pusher = Pusher(transport, leader_metrics, lambda: int(time.time() * 1000))
     receiver = Receiver(regions, 4, 65536, follower_metrics, 50, 1000)
     await receiver.start()
     try:
@@ -189,3 +193,9 @@ async def _bad(tmp_path: Path) -> None:
         await settle(lambda: not p.receiver.pushed(KEY))
         assert p.follower.log_end_offset == 0
         await settle(lambda: slot in link.free)  # the credit came back
+
+
+def test_push_without_a_direct_transport_is_refused_at_start(tmp_path: Path) -> None:
+    config = BrokerConfig({"direct.replication.enable": "true", "log.dirs": str(tmp_path)})
+    with pytest.raises(ConfigError, match="direct.transports"):
+        Node(config)

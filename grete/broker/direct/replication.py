@@ -144,8 +144,9 @@ class PushLink:
 class Pusher:
     """The leader's links to its followers' regions; owned by the event loop."""
 
-    def __init__(self, transport: PushTransport, metrics: BrokerMetrics, now_ms: Callable[[], int]) -> None:
-        self.transport = transport
+    def __init__(self, transport: Callable[[str], PushTransport], metrics: BrokerMetrics,
+                 now_ms: Callable[[], int]) -> None:
+        self.transport = transport  # a transport by name (grete.direct.shm.transport)
         self.metrics = metrics
         self.now_ms = now_ms
         self.links: dict[int, PushLink] = {}
@@ -178,15 +179,15 @@ class Pusher:
             self._close(link, "the follower registered a new region")
         if request.credits < 1 or request.slot_bytes <= HEADER_BYTES:
             raise ValueError(f"{request.credits} credits of {request.slot_bytes} bytes")
-        region = self.transport.map_region(request.region_address, request.credits * request.slot_bytes,
-                                           writable=True)
+        transport = self.transport(request.transport)
+        region = transport.map_region(request.region_address, request.credits * request.slot_bytes, writable=True)
         link = PushLink(request.replica_id, request.region_key, region, request.slot_bytes, request.credits,
                         list(range(request.credits)))
         self.links[request.replica_id] = link
         # Connecting waits for the follower's greeting (rdma: the connection manager's exchange): off
         # the event loop, so a follower that stalls right now stalls no one else. Pushes wait for it.
         loop = asyncio.get_running_loop()
-        connecting = loop.run_in_executor(None, self.transport.connect, request.endpoint)
+        connecting = loop.run_in_executor(None, transport.connect, request.endpoint)
         connecting.add_done_callback(lambda done: self._connected(link, done))
         return link
 

@@ -25,7 +25,7 @@ from grete.broker.direct.replication import Pusher, Receiver
 from grete.broker.handlers.produce import append_records
 from grete.broker.partition import Partition
 from grete.direct.layout import FRAME, HELLO, NOTIFY
-from grete.direct.shm import ShmTransport
+from grete.direct.shm import transport as shm_transport
 from grete.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class DirectService:
         self.pusher: Pusher | None = None
         self.receiver: Receiver | None = None
         if config.get_bool("direct.replication.enable"):
-            self.pusher = Pusher(ShmTransport(), broker.metrics, broker.now_ms)
+            self.pusher = Pusher(shm_transport, broker.metrics, broker.now_ms)
             self.receiver = Receiver(self.dir, config.get_int("direct.replication.credits"),
                                      config.get_int("direct.replication.slot.bytes"), broker.metrics,
                                      config.get_int("replica.fetch.backoff.ms"),
