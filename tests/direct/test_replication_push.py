@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from grete.broker.cluster.peer import PeerError
 from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.direct.replication import HEADER, HEADER_BYTES, PUSH, Pusher, Receiver
 from grete.broker.metrics import BrokerMetrics
@@ -199,3 +200,23 @@ def test_push_without_a_direct_transport_is_refused_at_start(tmp_path: Path) -> 
     config = BrokerConfig({"direct.replication.enable": "true", "log.dirs": str(tmp_path)})
     with pytest.raises(ConfigError, match="direct.transports"):
         Node(config)
+
+
+class ClosingPeer:
+    """A leader that closes the connection on API 32002 (Kafka, or grete without the direct path)."""
+
+    async def call(self, request: DirectReplicaRegisterRequest, version: int) -> DirectReplicaRegisterResponse:
+        raise PeerError("connection closed")
+
+
+def test_a_leader_without_push_is_not_asked_again_at_once(tmp_path: Path) -> None:
+    asyncio.run(_refusing(tmp_path))
+
+
+async def _refusing(tmp_path: Path) -> None:
+    async with pair(tmp_path) as p:
+        peer: Any = ClosingPeer()
+        assert p.receiver.eligible(p.follower)
+        await p.receiver.register(1, peer, 2, [p.follower], lambda: None)
+        assert not p.receiver.pushed(KEY)  # it keeps fetching
+        assert not p.receiver.eligible(p.follower)  # and the leader is not asked again for a while

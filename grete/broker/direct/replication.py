@@ -57,6 +57,9 @@ PUSH = struct.Struct("<QI20x")
 # Pushes of one partition in flight at once: appends made meanwhile wait and go out together in
 # the next push (the batching of small writes; 2 keeps the follower busy while the leader reads).
 MAX_IN_FLIGHT = 2
+# A leader that refused a registration as a whole, or closed the connection on it (a Kafka broker
+# or a grete broker without the direct path knows no API 32002): not asked again for this long.
+LEADER_RETRY_S = 30.0
 # follower -> leader, a credit back: slot, handle, the follower's log end offset, flags
 CREDIT = struct.Struct("<IiqI12x")
 assert PUSH.size == CREDIT.size == FRAME
@@ -390,6 +393,7 @@ class Receiver:
         self._by_key: dict[int, ReceiveRegion] = {}
         self._pushed: dict[PartitionKey, tuple[ReceiveRegion, int]] = {}
         self._not_before: dict[PartitionKey, float] = {}
+        self._leader_not_before: dict[int, float] = {}
         self._handles = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
 
@@ -409,7 +413,9 @@ class Receiver:
 
     def eligible(self, partition: Partition) -> bool:
         key = (partition.topic, partition.index)
-        return key not in self._pushed and self._not_before.get(key, 0.0) <= time.monotonic()
+        now = time.monotonic()
+        return (key not in self._pushed and self._not_before.get(key, 0.0) <= now
+                and self._leader_not_before.get(partition.leader_id, 0.0) <= now)
 
     def drop(self, key: PartitionKey) -> None:
         """Stop taking pushes for ``key`` (unfollowed, followed anew, or a fallback)."""
@@ -452,7 +458,9 @@ class Receiver:
             else:
                 loop.call_later(self.start_timeout_s, self._check_started, region, handle)
         if response.error_code != 0:
-            log.info("broker %d refused replication push: %s", leader_id, response.error_message)
+            log.info("broker %d refused replication push (%s): fetching from it for %.0f s", leader_id,
+                     response.error_message or ErrorCode(response.error_code).name, LEADER_RETRY_S)
+            self._leader_not_before[leader_id] = time.monotonic() + LEADER_RETRY_S
 
     def _region(self, leader_id: int) -> ReceiveRegion:
         region = self.regions.get(leader_id)
