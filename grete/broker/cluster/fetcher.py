@@ -7,7 +7,8 @@ replica holds; a leader whose log went elsewhere after that epoch answers with a
 and the follower cuts its log back to where the two agree, then fetches again.
 
 With the direct path's replication push (``direct.replication.enable``, docs/direct.md) a partition
-that a fetch found caught up is registered with its leader, which then pushes its appends; the
+whose fetch came back clean (no error, no diverging epoch) is registered with its leader, which then
+pushes its appends from this replica's log end on; the
 fetcher leaves it out of its fetches until a push fails or the partition is followed anew, and
 fetching (with its truncation) takes over again.
 """
@@ -102,21 +103,22 @@ class ReplicaFetcher:
                 log.info("broker %d refused the fetch: %s", self.leader_id, ErrorCode(response.error_code).name)
                 await asyncio.sleep(backoff_s)
                 continue
-            caught_up: list[Partition] = []
+            clean: list[Partition] = []
             for topic in response.responses:
                 for data in topic.partitions:
                     followed = ready.get((topic.topic, data.partition_index))
                     if followed is not None and self.partitions.get((topic.topic, data.partition_index)) is followed:
                         if await self._process(followed, data, backoff_s):
-                            caught_up.append(followed.partition)
+                            clean.append(followed.partition)
             receiver = self.push()
             if receiver is not None:
-                await self._register_push(receiver, caught_up)
+                await self._register_push(receiver, clean)
 
-    async def _register_push(self, receiver: PushReceiver, caught_up: list[Partition]) -> None:
-        """Partitions this fetch found at the leader's log end are pushed from now on. Registered
+    async def _register_push(self, receiver: PushReceiver, clean: list[Partition]) -> None:
+        """Partitions whose fetch came back clean are pushed from now on, from their log end (not
+        waiting for an empty fetch: under steady appends a fetch never comes back empty). Registered
         between fetches: no fetch of them is in flight, so fetch and push never both append."""
-        wanted = [p for p in caught_up if (p.topic, p.index) in self.partitions and receiver.eligible(p)]
+        wanted = [p for p in clean if (p.topic, p.index) in self.partitions and receiver.eligible(p)]
         if wanted:
             await receiver.register(self.leader_id, self.peer, self.broker_id, wanted, self._wake.set)
 
@@ -137,7 +139,8 @@ class ReplicaFetcher:
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
 
     async def _process(self, followed: _Followed, data: FetchResponse.PartitionData, backoff_s: float) -> bool:
-        """Apply one partition's fetch answer; True if it carried nothing (this replica is caught up)."""
+        """Apply one partition's fetch answer; True if it came back clean (appended, nothing to
+        truncate): the log agrees with the leader's up to its end, so pushes may start there."""
         partition = followed.partition
         if partition.is_leader or not partition.online:
             return False
@@ -150,7 +153,7 @@ class ReplicaFetcher:
                 records = data.records if isinstance(data.records, bytes | bytearray | memoryview) else b""
                 self.metrics.replica_fetch_bytes += len(records)
                 partition.follower_append(records, data.high_watermark, data.log_start_offset, _now_ms())
-                return not records
+                return True
             elif data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 log.info("%s-%d: fetch offset %d out of range on broker %d", partition.topic, partition.index,
                          partition.log_end_offset, self.leader_id)

@@ -2,8 +2,8 @@
 
 A follower with ``direct.replication.enable`` creates one **receive region** per leader it follows
 (``direct.replication.credits`` slots of ``direct.replication.slot.bytes``) and registers it with
-the leader (DirectReplicaRegister, API 32002, on the fetcher's own connection) for partitions it has
-caught up on by fetching. Each slot is one credit. The leader, whenever a partition changes (an
+the leader (DirectReplicaRegister, API 32002, on the fetcher's own connection) for partitions whose
+last fetch came back clean (no error, no diverging epoch): the leader pushes from their log end. Each slot is one credit. The leader, whenever a partition changes (an
 append, a high-watermark move), pushes what the follower lacks: the log's own bytes from the
 follower's next offset, as many whole batches as fit a slot, with a small header (handle, leader
 epoch, base offset, high watermark, log start). All appends of one loop step go out as one push per
@@ -20,7 +20,7 @@ same rules as with fetching.
 base offset is not the follower's log end (a gap), a leader epoch other than the registered one, a
 failed append, a batch larger than a slot, a lost channel, a leadership change (LeaderAndIsr) end
 pushing for the partition; the follower fetches it again (truncating through diverging epochs as
-always) and registers it anew once a fetch finds it caught up.
+always) and registers it anew after its next clean fetch.
 """
 
 from __future__ import annotations
@@ -426,7 +426,7 @@ class Receiver:
 
     async def register(self, leader_id: int, peer: PeerConnection, broker_id: int,
                        partitions: list[Partition], wake_fetcher: Callable[[], None]) -> None:
-        """Ask ``leader_id`` to push ``partitions`` (each caught up by a fetch just now)."""
+        """Ask ``leader_id`` to push ``partitions`` (each just fetched cleanly), from their log ends."""
         region = self._region(leader_id)
         region.wake_fetcher = wake_fetcher
         by_topic: dict[str, list[DirectReplicaRegisterRequest.DirectReplicaPartition]] = {}
