@@ -145,6 +145,16 @@ async def _gap(tmp_path: Path) -> None:
         assert not p.receiver.eligible(p.follower)  # not registered again at once
         await asyncio.sleep(0.06)
         assert p.receiver.eligible(p.follower)
+        # What the fetcher then does: fetch from its log end (a clean fetch), register again.
+        fetched = p.leader.read(2, 1 << 20, upper_bound=p.leader.log_end_offset, min_one=True).read_bytes()
+        p.follower.follower_append(fetched, p.leader.high_watermark, 0, 1000)
+        pushes = p.follower_metrics.replica_pushes_received
+        await p.register()
+        await settle(lambda: p.follower_metrics.replica_pushes_received > pushes)
+        p.leader.append(batch(2), 1000)
+        await settle(lambda: p.follower.log_end_offset == p.leader.log_end_offset == 6)
+        assert p.receiver.pushed(KEY) and len(p.pusher.links[2].handles) == 1
+        assert log_bytes(tmp_path / "b" / "t-0") == log_bytes(tmp_path / "a" / "t-0")
 
 
 def test_a_new_leader_epoch_ends_pushing(tmp_path: Path) -> None:
