@@ -88,10 +88,10 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
     follower_log = Log.open(tmp_path / "b" / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
     follower = Partition("t", 0, TOPIC_ID, follower_log, -1, is_leader=False, replicated=True, broker_id=2)
     follower.make_follower(0, 0, 1, (1, 2))
-    regions = tmp_path / "regions"
-    regions.mkdir()
+    regions = tmp_path / "shm" / "grete-direct-test"
+    regions.mkdir(parents=True)
     leader_metrics, follower_metrics = BrokerMetrics(), BrokerMetrics()
-    pusher = Pusher(transport, leader_metrics, lambda: int(time.time() * 1000))
+    pusher = Pusher(transport, leader_metrics, lambda: int(time.time() * 1000), 1, tmp_path / "shm")
     receiver = Receiver(regions, 4, 65536, follower_metrics, 50, 1000)
     await receiver.start()
     try:
@@ -230,3 +230,27 @@ async def _refusing(tmp_path: Path) -> None:
         await p.receiver.register(1, peer, 2, [p.follower], lambda: None)
         assert not p.receiver.pushed(KEY)  # it keeps fetching
         assert not p.receiver.eligible(p.follower)  # and the leader is not asked again for a while
+
+
+def test_the_leader_writes_only_into_a_followers_receive_region(tmp_path: Path) -> None:
+    asyncio.run(_addresses(tmp_path))
+
+
+async def _addresses(tmp_path: Path) -> None:
+    async with pair(tmp_path) as p:
+        victim = tmp_path / "a" / "t-0" / "00000000000000000000.log"
+        before = victim.read_bytes()
+        region = p.receiver._region(1)
+        good = dict(transport="shm", replica_id=2, endpoint=p.receiver.endpoint, region_address=str(region.path),
+                    region_key=region.key, slot_bytes=region.slot_bytes, credits=region.credits, topics=[])
+        for bad in ({"region_address": str(victim)},                                   # any file
+                    {"region_key": region.key + 1},                                    # not named for the key
+                    {"endpoint": str(tmp_path / "elsewhere.sock")},                    # another socket
+                    {"region_address": "relative/" + region.path.name}):
+            answer = p.pusher.register(DirectReplicaRegisterRequest(**{**good, **bad}), lambda t, i: p.leader)
+            assert answer.error_code == ErrorCode.INVALID_REQUEST, bad
+        assert not p.pusher.links and victim.read_bytes() == before
+        # A path through ".." that resolves to the region is the region.
+        dotted = str(region.path.parent / ".." / "grete-direct-test" / region.path.name)
+        answer = p.pusher.register(DirectReplicaRegisterRequest(**{**good, "region_address": dotted}), lambda t, i: p.leader)
+        assert answer.error_code == 0

@@ -148,8 +148,10 @@ class Pusher:
     """The leader's links to its followers' regions; owned by the event loop."""
 
     def __init__(self, transport: Callable[[str], PushTransport], metrics: BrokerMetrics,
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int], broker_id: int, shm_root: Path) -> None:
         self.transport = transport  # a transport by name (grete.direct.shm.transport)
+        self.broker_id = broker_id
+        self.shm_root = shm_root.resolve()
         self.metrics = metrics
         self.now_ms = now_ms
         self.links: dict[int, PushLink] = {}
@@ -182,17 +184,36 @@ class Pusher:
             self._close(link, "the follower registered a new region")
         if request.credits < 1 or request.slot_bytes <= HEADER_BYTES:
             raise ValueError(f"{request.credits} credits of {request.slot_bytes} bytes")
+        address, endpoint = request.region_address, request.endpoint
+        if request.transport == "shm":
+            address, endpoint = self._shm_addresses(request)
         transport = self.transport(request.transport)
-        region = transport.map_region(request.region_address, request.credits * request.slot_bytes, writable=True)
+        region = transport.map_region(address, request.credits * request.slot_bytes, writable=True)
         link = PushLink(request.replica_id, request.region_key, region, request.slot_bytes, request.credits,
                         list(range(request.credits)))
         self.links[request.replica_id] = link
         # Connecting waits for the follower's greeting (rdma: the connection manager's exchange): off
         # the event loop, so a follower that stalls right now stalls no one else. Pushes wait for it.
         loop = asyncio.get_running_loop()
-        connecting = loop.run_in_executor(None, transport.connect, request.endpoint)
+        connecting = loop.run_in_executor(None, transport.connect, endpoint)
         connecting.add_done_callback(lambda done: self._connected(link, done))
         return link
+
+    def _shm_addresses(self, request: DirectReplicaRegisterRequest) -> tuple[str, str]:
+        """The leader writes where the request says: only into a follower's receive region, in a
+        grete direct directory under ``direct.shm.dir``, named for this leader and the key, and
+        connects only to that directory's ``replica.sock`` (never to any file a request names).
+        The paths resolved (links followed), which are the ones used."""
+        if not (Path(request.region_address).is_absolute() and Path(request.endpoint).is_absolute()):
+            raise ValueError("relative paths")
+        region, endpoint = Path(request.region_address).resolve(), Path(request.endpoint).resolve()
+        directory = region.parent
+        if (directory.parent != self.shm_root or not directory.name.startswith("grete-direct-")
+                or region.name != f"replica-from-{self.broker_id}-{request.region_key}.region"
+                or endpoint != directory / "replica.sock"):
+            raise ValueError(f"{region} / {endpoint} are not a follower's receive region and endpoint "
+                             f"under {self.shm_root}")
+        return str(region), str(endpoint)
 
     def _connected(self, link: PushLink, done: asyncio.Future[PollableChannel]) -> None:
         if done.cancelled() or done.exception() is not None:

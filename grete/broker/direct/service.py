@@ -97,7 +97,8 @@ class DirectService:
         self.pusher: Pusher | None = None
         self.receiver: Receiver | None = None
         if config.get_bool("direct.replication.enable"):
-            self.pusher = Pusher(shm_transport, broker.metrics, broker.now_ms)
+            self.pusher = Pusher(shm_transport, broker.metrics, broker.now_ms, broker.node_id,
+                                 Path(config.get_str("direct.shm.dir")))
             self.receiver = Receiver(self.dir, config.get_int("direct.replication.credits"),
                                      config.get_int("direct.replication.slot.bytes"), broker.metrics,
                                      config.get_int("replica.fetch.backoff.ms"),
