@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 
 from grete.testing.cluster import GreteCluster, cluster, free_port
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
-from tests.cluster.test_replication import consume_all, create, log_bytes, state
+from tests.cluster.test_replication import consume_all, create, create_away_from_controller, log_bytes, state
 
 PUSH_OVERRIDES = {**CLUSTER_OVERRIDES, "direct.transports": "shm", "direct.replication.enable": "true",
                   "replica.lag.time.max.ms": "3000", "replica.fetch.backoff.ms": "200",
@@ -71,8 +71,9 @@ def roles(zk: KazooClient, topic: str) -> tuple[int, list[int]]:
     return leader, [b for b in isr if b != leader]
 
 
-def identical(cluster: GreteCluster, topic: str) -> bool:
-    return len({log_bytes(b.data_dir, topic, 0) for b in cluster.brokers.values()}) == 1
+def identical(cluster: GreteCluster, topic: str, brokers: list[int] | None = None) -> bool:
+    return len({log_bytes(b.data_dir, topic, 0) for i, b in cluster.brokers.items()
+                if brokers is None or i in brokers}) == 1
 
 
 def test_acks_all_is_acknowledged_through_pushes(grete_cluster: GreteCluster, zk: KazooClient,
@@ -165,3 +166,27 @@ def test_a_leader_change_mid_stream_loses_no_acknowledged_write(grete_cluster: G
     finally:
         grete_cluster.start_broker(leader)
     wait_until(lambda: identical(grete_cluster, topic_name), 30, "identical replicas")
+
+
+def test_a_stalled_pushed_follower_leaves_the_isr_and_comes_back(grete_cluster: GreteCluster, zk: KazooClient,
+                                                                 topic_name: str) -> None:
+    """replica.lag.time.max.ms as with fetch: a follower whose credits stop coming back leaves the ISR
+    (the leader's AlterPartition, leader epoch unchanged) and rejoins once it has caught up."""
+    leader, follower = create_away_from_controller(grete_cluster, zk, topic_name)
+    wait_until(lambda: pushing(grete_cluster, leader, [follower]), 20, "pushes to the follower")
+    before = state(zk, topic_name, 0)
+    producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "acks": "1"})
+    grete_cluster.pause_broker(follower)
+    try:
+        # Paused for less than the ZooKeeper session (6 s): the ISR lag (3 s) acts first.
+        for _ in range(5):
+            producer.produce(topic_name, value=b"x" * 100)
+            producer.flush(10)
+        shrunk = wait_until(lambda: (s := state(zk, topic_name, 0)) and follower not in s["isr"] and s,  # type: ignore[operator]
+                            20, "the stalled follower out of the ISR")
+        assert shrunk["leader_epoch"] == before["leader_epoch"]
+    finally:
+        grete_cluster.resume_broker(follower)
+    wait_until(lambda: follower in state(zk, topic_name, 0)["isr"], 30, "the follower back in the ISR")  # type: ignore[operator]
+    until_data_pushed(grete_cluster, follower, producer, topic_name)
+    wait_until(lambda: identical(grete_cluster, topic_name, [leader, follower]), 20, "identical replicas")
