@@ -123,6 +123,8 @@ async def _pushed(tmp_path: Path) -> None:
         assert log_bytes(tmp_path / "b" / "t-0") == log_bytes(tmp_path / "a" / "t-0")
         assert p.follower.end_offset_for_epoch(0) == (0, 32)
         assert p.follower_metrics.replica_push_fallbacks == 0
+        p.leader.delete_records_before(30)  # DeleteRecords reaches the follower without an append
+        await settle(lambda: p.follower.log_start_offset == 30)
 
 
 def test_a_gap_sends_the_partition_back_to_fetching(tmp_path: Path) -> None:

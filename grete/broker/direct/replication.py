@@ -110,6 +110,7 @@ class Pushed:
     epoch: int
     next_offset: int  # the first offset the follower does not have (or has not been sent)
     sent_high_watermark: int = -1
+    sent_log_start: int = -1  # DeleteRecords and retention reach the follower as with fetch
     in_flight: int = 0  # pushes not yet answered by a credit
 
 
@@ -298,12 +299,13 @@ class Pusher:
             data = self._read(partition, pushed.next_offset, link.slot_bytes - HEADER_BYTES)
             if not data:
                 flags = FALLBACK  # the next batch is larger than a slot, or below the log start
-        elif pushed.sent_high_watermark >= partition.high_watermark or pushed.in_flight:
-            return False  # nothing new; or a new high watermark, sent once the push in flight is answered
+        elif (pushed.sent_high_watermark >= partition.high_watermark
+              and pushed.sent_log_start >= partition.log_start_offset) or pushed.in_flight:
+            return False  # nothing new; or new offsets, sent once the push in flight is answered
         slot = link.free.pop()
-        high_watermark = partition.high_watermark
-        header = HEADER.pack(pushed.handle, pushed.epoch, pushed.next_offset, high_watermark,
-                             partition.log_start_offset, len(data), flags)
+        high_watermark, log_start = partition.high_watermark, partition.log_start_offset
+        header = HEADER.pack(pushed.handle, pushed.epoch, pushed.next_offset, high_watermark, log_start,
+                             len(data), flags)
         offset = slot * link.slot_bytes
         assert link.channel is not None  # _flush pushes only on an open channel
         link.region.write(offset, header)
@@ -314,7 +316,7 @@ class Pusher:
             self.metrics.replica_push_fallbacks += 1
             link.remove(pushed.handle)
             return False
-        pushed.sent_high_watermark = high_watermark
+        pushed.sent_high_watermark, pushed.sent_log_start = high_watermark, log_start
         pushed.in_flight += 1
         if data:
             pushed.next_offset = next_offset_after(data)
