@@ -68,7 +68,7 @@ class Partition:
         # The direct path's slot updater (grete/broker/direct/consume.py), while a direct consumer
         # reads this partition; called on every change that wakes parked fetches.
         self.direct_watch: Callable[[Partition], None] | None = None
-        # The direct path's replication pusher (grete/broker/direct/replication.py), while this
+        # The direct path's replication pusher (grete/broker/direct/push.py), while this
         # leader pushes to a follower: appends and high-watermark moves are what it sends.
         self.replica_push: Callable[[Partition], None] | None = None
         if replicated:

@@ -21,7 +21,9 @@ import pytest
 
 from grete.broker.cluster.peer import PeerError
 from grete.broker.config import BrokerConfig, ConfigError
-from grete.broker.direct.replication import HEADER, HEADER_BYTES, PUSH, Pusher, Receiver
+from grete.broker.direct.push import Pusher
+from grete.broker.direct.receive import Receiver
+from grete.broker.direct.replication import HEADER, HEADER_BYTES, PUSH
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.node import Node
 from grete.broker.partition import Partition

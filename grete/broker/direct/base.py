@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 
 class PushReceiver(Protocol):
-    """The follower's side of replication push (grete/broker/direct/replication.py), as the replica
+    """The follower's side of replication push (grete/broker/direct/receive.py), as the replica
     fetcher uses it: which partitions take pushes (and are not fetched), registering cleanly fetched ones
     with their leader, and dropping one (unfollowed, or followed anew)."""
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from grete.broker.direct.consume import ConsumerSlots, Slot
 from grete.broker.direct.produce import ProduceRegion, RegionChain
-from grete.broker.direct.replication import Pusher, Receiver
+from grete.broker.direct.push import Pusher
+from grete.broker.direct.receive import Receiver
 from grete.broker.handlers.produce import append_records
 from grete.broker.partition import Partition
 from grete.direct.layout import FRAME, HELLO, NOTIFY
