@@ -446,6 +446,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
        "hold up a shared produce region before the broker seals it", minimum=1),
     _d("direct.consumer.max.slots", INT, "64", "grete: metadata slots in one direct consumer's region",
        minimum=1),
+    _d("direct.replication.enable", BOOL, "false", "grete: followers on this broker ask their leaders to "
+       "push replicated batches into a receive region over the direct path instead of answering fetches "
+       "(needs direct.transports; the leaders need it too)"),
+    _d("direct.replication.credits", INT, "8", "grete: slots of a follower's receive region per leader, "
+       "the pushes a leader may have outstanding", minimum=1),
+    _d("direct.replication.slot.bytes", INT, "1048576", "grete: bytes of one receive-region slot (the most "
+       "one push carries; a larger batch makes the follower fetch it)", minimum=65536),
     _d("grete.produce.validation", STR, "header", "header: batch header + CRC only (no per-record work); "
        "full: also decode every record, as Kafka does", choices=("header", "full")),
 ]}

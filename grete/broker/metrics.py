@@ -87,6 +87,14 @@ class BrokerMetrics:
         self.apis: dict[int, ApiCounters] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # Replication: bytes of records followers fetched (Kafka's FetcherStats BytesPerSec), and
+        # the direct path's pushes (grete/broker/direct/replication.py) sent and received.
+        self.replica_fetch_bytes = 0
+        self.replica_pushes = 0
+        self.replica_push_bytes = 0
+        self.replica_pushes_received = 0
+        self.replica_push_bytes_received = 0
+        self.replica_push_fallbacks = 0
 
     def isr_changed(self, before: int, after: int) -> None:
         if after < before:

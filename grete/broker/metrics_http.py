@@ -134,6 +134,18 @@ class KafkaCollector(Collector):
             yield _gauge(f"kafka_server_replicamanager_{name}", name, value)
         yield _counter("kafka_server_replicamanager_isrshrinks", "ISR shrinks", broker.metrics.isr_shrinks)
         yield _counter("kafka_server_replicamanager_isrexpands", "ISR expansions", broker.metrics.isr_expands)
+        # kafka.server:type=FetcherStats,name=BytesPerSec, summed over this broker's replica fetchers
+        yield _counter("kafka_server_fetcherstats_bytespersec", "record bytes fetched by replica fetchers",
+                       broker.metrics.replica_fetch_bytes)
+        # grete's direct path: replication push (docs/direct.md)
+        m = broker.metrics
+        for name, doc, value in (
+                ("pushes", "pushes sent as leader", m.replica_pushes),
+                ("push_bytes", "record bytes pushed as leader", m.replica_push_bytes),
+                ("pushes_received", "pushes received as follower", m.replica_pushes_received),
+                ("push_bytes_received", "record bytes appended from pushes", m.replica_push_bytes_received),
+                ("push_fallbacks", "partitions sent back to fetching (either side)", m.replica_push_fallbacks)):
+            yield _counter(f"grete_direct_replication_{name}", doc, value)
         # kafka.server:type=FetchSessionCache
         sessions = broker.fetch_sessions
         yield _gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions", "NumIncrementalFetchSessions",

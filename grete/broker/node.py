@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from grete.broker.broker import Broker
-from grete.broker.config import BrokerConfig
+from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.connection import KafkaConnection
 from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener, security_protocol
@@ -35,6 +35,8 @@ CHECKPOINT_INTERVAL_S = 60.0
 
 class Node:
     def __init__(self, config: BrokerConfig) -> None:
+        if config.get_bool("direct.replication.enable") and not config.get_list("direct.transports"):
+            raise ConfigError("direct.replication.enable needs a direct transport (direct.transports=shm)")
         self.zk_broker: Any = None  # grete.broker.cluster.zk_broker.ZkBroker in a ZooKeeper cluster
         if config.get_str("zookeeper.connect"):
             # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.

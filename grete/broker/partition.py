@@ -34,7 +34,7 @@ class Partition:
     __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
                  "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
                  "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed",
-                 "direct_watch", "_verifying")
+                 "direct_watch", "_verifying", "replica_push")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
                  is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0,
@@ -71,6 +71,9 @@ class Partition:
         # KIP-890 verification guards: producer id -> (epoch, guard, created ms), while a leader
         # waits for a coordinator on another broker to confirm the producer's transaction.
         self._verifying: dict[int, tuple[int, VerificationGuard, int]] = {}
+        # The direct path's replication pusher (grete/broker/direct/push.py), while this
+        # leader pushes to a follower: appends and high-watermark moves are what it sends.
+        self.replica_push: Callable[[Partition], None] | None = None
         if replicated:
             log.hw_follows_leo = False  # the ISR moves it (Partition._advance_high_watermark)
             return  # the controller's LeaderAndIsr sets epoch, leadership and ISR
@@ -499,6 +502,8 @@ class Partition:
     def wake(self) -> None:
         if self.direct_watch is not None:
             self.direct_watch(self)  # the direct path's consumer slots follow every change
+        if self.replica_push is not None:
+            self.replica_push(self)  # pushed followers get what changed (coalesced per loop step)
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for future in waiters:

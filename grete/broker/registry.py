@@ -111,7 +111,7 @@ UNADVERTISED_APIS = frozenset({71, 72})
 # grete's direct data path control APIs (docs/direct.md, specs/grete/): served and advertised only
 # by a broker started with ``direct.transports`` set; elsewhere a request for them closes the
 # connection as any unknown API key does.
-DIRECT_APIS = frozenset({32000, 32001})
+DIRECT_APIS = frozenset({32000, 32001, 32002})
 
 
 def advertised_versions(zk_broker: bool = False, direct: bool = False) -> list[tuple[int, int, int]]:

@@ -5,6 +5,12 @@ one fetcher per leader broker, each a task that long-polls the leader with Fetch
 Truncation follows KIP-320's truncate-on-fetch: each fetch names the epoch of the last batch this
 replica holds; a leader whose log went elsewhere after that epoch answers with a diverging epoch,
 and the follower cuts its log back to where the two agree, then fetches again.
+
+With the direct path's replication push (``direct.replication.enable``, docs/direct.md) a partition
+whose fetch came back clean (no error, no diverging epoch) is registered with its leader, which then
+pushes its appends from this replica's log end on; the
+fetcher leaves it out of its fetches until a push fails or the partition is followed anew, and
+fetching (with its truncation) takes over again.
 """
 
 from __future__ import annotations
@@ -12,10 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.config import BrokerConfig
+from grete.broker.direct.base import PushReceiver
+from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
@@ -27,6 +36,7 @@ FETCH_VERSION = 12  # replica id in the body, last fetched epoch and diverging e
 LIST_OFFSETS_VERSION = 7
 EARLIEST, LATEST = -2, -1
 PartitionKey = tuple[str, int]
+PushSource = Callable[[], PushReceiver | None]
 
 
 @dataclass
@@ -42,6 +52,8 @@ class ReplicaFetcher:
     port: int
     broker_id: int
     config: BrokerConfig
+    metrics: BrokerMetrics
+    push: PushSource
     partitions: dict[PartitionKey, _Followed] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -62,13 +74,18 @@ class ReplicaFetcher:
 
     def remove(self, key: PartitionKey) -> None:
         self.partitions.pop(key, None)
+        receiver = self.push()
+        if receiver is not None:
+            receiver.drop(key)
 
     async def _run(self) -> None:
         backoff_s = self.config.get_int("replica.fetch.backoff.ms") / 1000
         while True:
             now = time.monotonic()
+            receiver = self.push()
             ready = {k: f for k, f in self.partitions.items()
-                     if f.delayed_until <= now and f.partition.online and not f.partition.is_leader}
+                     if f.delayed_until <= now and f.partition.online and not f.partition.is_leader
+                     and (receiver is None or not receiver.pushed(k))}
             if not ready:
                 self._wake.clear()
                 try:
@@ -86,11 +103,24 @@ class ReplicaFetcher:
                 log.info("broker %d refused the fetch: %s", self.leader_id, ErrorCode(response.error_code).name)
                 await asyncio.sleep(backoff_s)
                 continue
+            clean: list[Partition] = []
             for topic in response.responses:
                 for data in topic.partitions:
                     followed = ready.get((topic.topic, data.partition_index))
                     if followed is not None and self.partitions.get((topic.topic, data.partition_index)) is followed:
-                        await self._process(followed, data, backoff_s)
+                        if await self._process(followed, data, backoff_s):
+                            clean.append(followed.partition)
+            receiver = self.push()
+            if receiver is not None:
+                await self._register_push(receiver, clean)
+
+    async def _register_push(self, receiver: PushReceiver, clean: list[Partition]) -> None:
+        """Partitions whose fetch came back clean are pushed from now on, from their log end (not
+        waiting for an empty fetch: under steady appends a fetch never comes back empty). Registered
+        between fetches: no fetch of them is in flight, so fetch and push never both append."""
+        wanted = [p for p in clean if (p.topic, p.index) in self.partitions and receiver.eligible(p)]
+        if wanted:
+            await receiver.register(self.leader_id, self.peer, self.broker_id, wanted, self._wake.set)
 
     def _request(self, ready: dict[PartitionKey, _Followed]) -> FetchRequest:
         by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
@@ -108,18 +138,22 @@ class ReplicaFetcher:
             session_id=0, session_epoch=-1,
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
 
-    async def _process(self, followed: _Followed, data: FetchResponse.PartitionData, backoff_s: float) -> None:
+    async def _process(self, followed: _Followed, data: FetchResponse.PartitionData, backoff_s: float) -> bool:
+        """Apply one partition's fetch answer; True if it came back clean (appended, nothing to
+        truncate): the log agrees with the leader's up to its end, so pushes may start there."""
         partition = followed.partition
         if partition.is_leader or not partition.online:
-            return
+            return False
         try:
             if data.error_code == ErrorCode.NONE:
                 diverging = data.diverging_epoch
                 if diverging.epoch >= 0:
                     self._truncate_to_leader(partition, diverging.epoch, diverging.end_offset)
-                    return
+                    return False
                 records = data.records if isinstance(data.records, bytes | bytearray | memoryview) else b""
+                self.metrics.replica_fetch_bytes += len(records)
                 partition.follower_append(records, data.high_watermark, data.log_start_offset, _now_ms())
+                return True
             elif data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 log.info("%s-%d: fetch offset %d out of range on broker %d", partition.topic, partition.index,
                          partition.log_end_offset, self.leader_id)
@@ -131,6 +165,7 @@ class ReplicaFetcher:
             log.error("replicating %s-%d from broker %d failed: %s", partition.topic, partition.index,
                       self.leader_id, exc)
             followed.delayed_until = time.monotonic() + backoff_s
+        return False
 
     def _truncate_to_leader(self, partition: Partition, leader_epoch: int, leader_end_offset: int) -> None:
         """KIP-279: cut the log where it and the leader's agree: the leader's end of ``leader_epoch``
@@ -176,9 +211,12 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """The fetchers of this broker, one per leader it follows partitions of."""
 
-    def __init__(self, broker_id: int, config: BrokerConfig) -> None:
+    def __init__(self, broker_id: int, config: BrokerConfig, metrics: BrokerMetrics | None = None,
+                 push: PushSource | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
+        self.metrics = metrics if metrics is not None else BrokerMetrics()
+        self.push: PushSource = push if push is not None else _no_push
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._leader_of: dict[PartitionKey, int] = {}
 
@@ -192,7 +230,8 @@ class ReplicaFetcherManager:
         if fetcher is None or (fetcher.host, fetcher.port) != endpoint:
             if fetcher is not None:
                 fetcher.stop()
-            fetcher = ReplicaFetcher(leader_id, endpoint[0], endpoint[1], self.broker_id, self.config)
+            fetcher = ReplicaFetcher(leader_id, endpoint[0], endpoint[1], self.broker_id, self.config,
+                                     self.metrics, self.push)
             fetcher.start()
             self._fetchers[leader_id] = fetcher
         fetcher.add(partition)
@@ -212,6 +251,10 @@ class ReplicaFetcherManager:
             fetcher.stop()
         self._fetchers.clear()
         self._leader_of.clear()
+
+
+def _no_push() -> PushReceiver | None:
+    return None
 
 
 def _now_ms() -> int:

@@ -120,7 +120,9 @@ class ZkBroker:
     def serve_replication(self, broker: Broker) -> None:
         """Wire the replica manager to the cluster: followers fetch from their leaders, leaders send
         their ISR changes to the controller."""
-        self.fetchers = ReplicaFetcherManager(self.broker_id, self.config)
+        self.fetchers = ReplicaFetcherManager(
+            self.broker_id, self.config, broker.metrics,
+            lambda: broker.direct.push_receiver() if broker.direct is not None else None)
         self.alter_partitions = AlterPartitionManager(
             self.broker_id, lambda: self.broker_epoch, lambda: self.metadata.broker(self.metadata.controller_id),
             self.listener)

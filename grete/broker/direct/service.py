@@ -22,11 +22,14 @@ from typing import TYPE_CHECKING, Protocol
 from grete.broker.config import ConfigError
 from grete.broker.direct.consume import ConsumerSlots, Slot
 from grete.broker.direct.produce import ProduceRegion, RegionChain
+from grete.broker.direct.push import Pusher
 from grete.broker.direct.rdma import Hooks, RdmaEndpoint
+from grete.broker.direct.receive import Receiver
 from grete.broker.handlers.produce import append_records
 from grete.broker.partition import Partition
 from grete.direct.layout import FRAME, HELLO, NOTIFY
 from grete.direct.rdma import RdmaUnavailable, load_verbs
+from grete.direct.shm import ShmTransport
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.storage.segment import LogSegment
 
@@ -37,6 +40,14 @@ log = logging.getLogger(__name__)
 
 PRODUCE_VERSION = 9  # the direct path validates a batch as Produce v9 would (v2 batches only)
 MAX_UNREAD_ANSWERS = 1 << 20
+
+
+def push_transport(name: str) -> ShmTransport:
+    """The transport a leader pushes over, as a follower's registration names it: shm only, since
+    the follower's receiving side exists for shm alone (docs/direct.md, replication push)."""
+    if name != "shm":
+        raise ValueError(f"replication push over {name!r}: only shm is implemented")
+    return ShmTransport()
 
 
 class Session(Protocol):
@@ -118,6 +129,17 @@ class DirectService:
         self._region_ids = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
         self.rdma: RdmaEndpoint | None = None
+        # Replication push (docs/direct.md): every broker of such a cluster both pushes, as a
+        # leader, and receives, as a follower.
+        self.pusher: Pusher | None = None
+        self.receiver: Receiver | None = None
+        if config.get_bool("direct.replication.enable"):
+            self.pusher = Pusher(push_transport, broker.metrics, broker.now_ms, broker.node_id,
+                                 Path(config.get_str("direct.shm.dir")))
+            self.receiver = Receiver(self.dir, config.get_int("direct.replication.credits"),
+                                     config.get_int("direct.replication.slot.bytes"), broker.metrics,
+                                     config.get_int("replica.fetch.backoff.ms"),
+                                     config.get_int("replica.lag.time.max.ms") // 2)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -127,6 +149,8 @@ class DirectService:
         self._server = await loop.create_unix_server(lambda: NotifyProtocol(self), self.endpoint)
         if "rdma" in self.transports:
             await self._start_rdma(loop)
+        if self.receiver is not None:
+            await self.receiver.start()
         log.info("direct data path on %s (transports: %s)", self.dir, ",".join(self.transports))
 
     async def _start_rdma(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -146,6 +170,10 @@ class DirectService:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self.pusher is not None:
+            self.pusher.stop()
+        if self.receiver is not None:
+            self.receiver.stop()
         for proto in list(self._sessions.values()):
             proto.close()
         for region in list(self.chain.regions.values()):
@@ -157,6 +185,9 @@ class DirectService:
             self.rdma.stop()
             self.rdma = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def push_receiver(self) -> Receiver | None:
+        return self.receiver
 
     # --- sessions ---------------------------------------------------------------------------------
     def session_opened(self, proto: Session) -> int:

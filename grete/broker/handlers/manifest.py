@@ -85,4 +85,5 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     92: ("delete_share_group_offsets", 0, 0, 0),  # DeleteShareGroupOffsets
     32000: ("direct_produce_address", 0, 0, 0),  # DirectProduceAddress
     32001: ("direct_consume_address", 0, 0, 0),  # DirectConsumeAddress
+    32002: ("direct_replica_register", 0, 0, 0),  # DirectReplicaRegister
 }

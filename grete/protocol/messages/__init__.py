@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from grete.protocol.messages.describe_user_scram_credentials import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
     from grete.protocol.messages.direct_consume_address import DirectConsumeAddressRequest, DirectConsumeAddressResponse
     from grete.protocol.messages.direct_produce_address import DirectProduceAddressRequest, DirectProduceAddressResponse
+    from grete.protocol.messages.direct_replica_register import DirectReplicaRegisterRequest, DirectReplicaRegisterResponse
     from grete.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
     from grete.protocol.messages.end_quorum_epoch import EndQuorumEpochRequest, EndQuorumEpochResponse
     from grete.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
@@ -203,6 +204,8 @@ _MODULE_OF: dict[str, str] = {
     "DirectConsumeAddressResponse": "direct_consume_address",
     "DirectProduceAddressRequest": "direct_produce_address",
     "DirectProduceAddressResponse": "direct_produce_address",
+    "DirectReplicaRegisterRequest": "direct_replica_register",
+    "DirectReplicaRegisterResponse": "direct_replica_register",
     "ElectLeadersRequest": "elect_leaders",
     "ElectLeadersResponse": "elect_leaders",
     "EndQuorumEpochRequest": "end_quorum_epoch",
@@ -438,6 +441,7 @@ APIS: dict[int, ApiInfo] = {
     92: ApiInfo(92, "DeleteShareGroupOffsets", "DeleteShareGroupOffsetsRequest", "DeleteShareGroupOffsetsResponse", 0, 0, 0),
     32000: ApiInfo(32000, "DirectProduceAddress", "DirectProduceAddressRequest", "DirectProduceAddressResponse", 0, 0, 0),
     32001: ApiInfo(32001, "DirectConsumeAddress", "DirectConsumeAddressRequest", "DirectConsumeAddressResponse", 0, 0, 0),
+    32002: ApiInfo(32002, "DirectReplicaRegister", "DirectReplicaRegisterRequest", "DirectReplicaRegisterResponse", 0, 0, 0),
 }
 
 _CONTROLLED_SHUTDOWN = 7
@@ -560,6 +564,8 @@ __all__ = [
     "DirectConsumeAddressResponse",
     "DirectProduceAddressRequest",
     "DirectProduceAddressResponse",
+    "DirectReplicaRegisterRequest",
+    "DirectReplicaRegisterResponse",
     "ElectLeadersRequest",
     "ElectLeadersResponse",
     "EndQuorumEpochRequest",
