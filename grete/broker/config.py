@@ -154,7 +154,8 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, syn) for d
     (_d("local.retention.ms", LONG, "-2", minimum=-2), "log.local.retention.ms"),
     (_d("max.compaction.lag.ms", LONG, str(LONG_MAX), minimum=1), "log.cleaner.max.compaction.lag.ms"),
     (_d("max.message.bytes", INT, "1048588", minimum=0), "message.max.bytes"),
-    (_d("message.timestamp.after.max.ms", LONG, str(LONG_MAX), minimum=0),
+    # Kafka 4.0's default (KIP-1030): records stamped more than an hour ahead are INVALID_TIMESTAMP.
+    (_d("message.timestamp.after.max.ms", LONG, "3600000", minimum=0),
      "log.message.timestamp.after.max.ms"),
     (_d("message.timestamp.before.max.ms", LONG, str(LONG_MAX), minimum=0),
      "log.message.timestamp.before.max.ms"),
@@ -379,7 +380,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("log.local.retention.ms", LONG, "-2"),
     _d("log.message.timestamp.type", STR, "CreateTime", choices=_TS_TYPES),
     _d("log.message.timestamp.before.max.ms", LONG, str(LONG_MAX), minimum=0),
-    _d("log.message.timestamp.after.max.ms", LONG, str(LONG_MAX), minimum=0),
+    _d("log.message.timestamp.after.max.ms", LONG, "3600000", minimum=0),
     _d("log.preallocate", BOOL, "false"),
     _d("log.retention.bytes", LONG, "-1"),
     _d("log.retention.ms", LONG, None),

@@ -357,3 +357,14 @@ def test_old_produce_versions_may_carry_magic_2() -> None:
 
 def test_legacy_uncompressed_log_append_time_is_invalid_timestamp() -> None:
     rejects(legacy_set(1, c.NONE, timestamp_type=1), ErrorCode.INVALID_TIMESTAMP, produce_version=2)
+
+
+def test_the_future_bound_alone_is_checked_on_the_header() -> None:
+    """Kafka 4's default window (after 1 h, before unbounded) without reading records: a batch whose
+    max timestamp is inside passes header-only; one outside is read for Kafka's per-record errors."""
+    inside = build_batch([Record(0, 0, b"k", b"a"), Record(1, 5_000, b"k", b"b")], base_timestamp=NOW)
+    validate(inside, timestamp_after_max_ms=5_000, deep=False)
+    outside = build_batch([Record(0, 0, b"k", b"a"), Record(1, 5_001, b"k", b"b")], base_timestamp=NOW)
+    error = rejects(outside, ErrorCode.INVALID_TIMESTAMP, timestamp_after_max_ms=5_000, deep=False)
+    assert [index for index, _ in error.record_errors] == [1]
+    validate(outside, timestamp_type="LogAppendTime", timestamp_after_max_ms=5_000, deep=False)

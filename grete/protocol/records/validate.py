@@ -91,11 +91,20 @@ def validate_produce_records(
     if magic != 2:
         raise _fail(ErrorCode.CORRUPT_MESSAGE, f"unknown magic {magic}")
     batch = _validate_v2_header(buf, size, produce_version, max_message_bytes)
-    if not deep:
+    bounds = _bounds(timestamp_type, timestamp_before_max_ms, timestamp_after_max_ms)
+    if not deep and (bounds is None or _header_within(batch, bounds, now_ms)):
         return batch
-    return _validate_v2_records(batch, compacted=compacted,
-                                bounds=_bounds(timestamp_type, timestamp_before_max_ms, timestamp_after_max_ms),
-                                now_ms=now_ms, max_uncompressed_bytes=max_uncompressed_bytes)
+    return _validate_v2_records(batch, compacted=compacted, bounds=bounds, now_ms=now_ms,
+                                max_uncompressed_bytes=max_uncompressed_bytes)
+
+
+def _header_within(batch: RecordBatch, bounds: tuple[int, int], now_ms: int) -> bool:
+    """True when the header alone shows every record inside a future-only window: no record is
+    later than the batch's max timestamp. Kafka 4's default window (after 1 h, before unbounded) is
+    then checked without reading a record; anything else, or a batch that may break the window, is
+    read record by record for Kafka's per-record errors."""
+    before, after = bounds
+    return before >= LONG_MAX and batch.max_timestamp - now_ms <= after
 
 
 def _first_entry_size(buf: Buffer) -> int:
