@@ -71,7 +71,7 @@ class LogOffsetsStore:
         found = self.broker.partitions.get((OFFSETS_TOPIC, partition))
         if found is None:
             return
-        for batch in found.committed_batches():
+        for batch in found.coordinator_batches():
             if batch.is_control:
                 kind, _ = parse_control_record(batch)
                 staged = open_txns.pop(batch.producer_id, [])

@@ -444,9 +444,12 @@ class Partition:
     def batches(self, start: int, end: int | None = None) -> Iterator[RecordBatch]:
         return self._log.batches(start, end)
 
-    def committed_batches(self) -> Iterator[RecordBatch]:
-        """Every batch from the log start to the high watermark (what a coordinator loads)."""
-        return self._log.batches(self._log.log_start_offset, self.high_watermark)
+    def coordinator_batches(self) -> Iterator[RecordBatch]:
+        """Every batch from the log start to the log end: what a coordinator loads when it becomes
+        leader of its internal partition. As Kafka's coordinators read (FetchIsolation.LOG_END), not
+        to the high watermark: a new leader may not yet know the watermark covers its last writes,
+        and its log is the one the followers now truncate to."""
+        return self._log.batches(self._log.log_start_offset, self._log.log_end_offset)
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         return self._log.aborted_transactions(start_offset, end_offset)

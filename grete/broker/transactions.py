@@ -55,7 +55,7 @@ class LogTxnStore:
         found = self.broker.partitions.get((TRANSACTION_STATE_TOPIC, partition))
         if found is None:
             return
-        for batch in found.committed_batches():
+        for batch in found.coordinator_batches():
             if not batch.is_control:
                 for record in decode_records(batch):
                     if record.key is not None:
