@@ -148,7 +148,7 @@ def parse_region(text: str) -> tuple[int, int, int]:
 class RdmaConnection:
     """A client's RC queue pair to one broker; also its ``Channel`` (notifications and answers)."""
 
-    def __init__(self, verbs: Verbs, endpoint: str) -> None:
+    def __init__(self, verbs: Verbs, endpoint: str, send_depth: int = 16) -> None:
         v, e = verbs, verbs.e
         self.v = verbs
         host, port = parse_endpoint(endpoint)
@@ -161,9 +161,9 @@ class RdmaConnection:
         before = open_fds()
         self.channel = v.cq.CompChannel(ctx)
         self.channel_fd = opened_fd(before, "infinibandevent")
-        self.scq = v.cq.CQ(ctx, 16, None, None, 0)
+        self.scq = v.cq.CQ(ctx, send_depth, None, None, 0)
         self.rcq = v.cq.CQ(ctx, RECV_DEPTH, None, self.channel, 0)
-        cap = v.qp.QPCap(max_send_wr=16, max_recv_wr=RECV_DEPTH, max_send_sge=1, max_recv_sge=1)
+        cap = v.qp.QPCap(max_send_wr=send_depth, max_recv_wr=RECV_DEPTH, max_send_sge=1, max_recv_sge=1)
         # An external QP (not rdma_cm's): CMID's own QP offers only post_send/recv/read/write, no atomics.
         self.qp = v.qp.QP(self.pd, v.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.scq, rcq=self.rcq, cap=cap))
         self.recv_mr = v.mr.MR(self.pd, RECV_DEPTH * FRAME, e.IBV_ACCESS_LOCAL_WRITE)

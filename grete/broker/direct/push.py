@@ -15,7 +15,7 @@ from typing import Protocol
 from grete.broker.direct.replication import CREDIT, FALLBACK, HEADER, HEADER_BYTES, PUSH, STOP
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
-from grete.direct.transport import Channel, Region, write_with_imm
+from grete.direct.transport import Channel
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DirectReplicaRegisterRequest, DirectReplicaRegisterResponse
 
@@ -47,10 +47,20 @@ class PollableChannel(Channel, Protocol):
     def fileno(self) -> int: ...
 
 
+class PushTarget(Protocol):
+    """A follower's receive region as its leader writes it (shm: the mapping; rdma: RDMA WRITEs)."""
+
+    length: int
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class PushTransport(Protocol):
     """What a leader needs of a transport to write into a follower's region."""
 
-    def map_region(self, address: str, length: int, *, writable: bool) -> Region: ...
+    def map_region(self, address: str, length: int, *, writable: bool) -> PushTarget: ...
 
     def connect(self, endpoint: str) -> PollableChannel: ...
 
@@ -74,7 +84,7 @@ class PushLink:
 
     replica_id: int
     key: int
-    region: Region
+    region: PushTarget
     slot_bytes: int
     credits: int
     free: list[int]
@@ -260,10 +270,12 @@ class Pusher:
         high_watermark, log_start = partition.high_watermark, partition.log_start_offset
         header = HEADER.pack(pushed.handle, pushed.epoch, pushed.next_offset, high_watermark, log_start,
                              len(data), flags)
-        offset = slot * link.slot_bytes
         assert link.channel is not None  # _flush pushes only on an open channel
-        link.region.write(offset, header)
-        write_with_imm(link.channel, link.region, offset + HEADER_BYTES, data, PUSH.pack(link.key, slot))
+        # One write of the slot (rdma: one RDMA WRITE), then the notification (WRITE_WITH_IMM): the
+        # follower never sees a notification before its slot's bytes (shm: the socket write is the
+        # release; rdma: RC ordering on the one queue pair).
+        link.region.write(slot * link.slot_bytes, header + bytes(HEADER_BYTES - HEADER.size) + data)
+        link.channel.notify(PUSH.pack(link.key, slot))
         self.metrics.replica_pushes += 1
         self.metrics.replica_push_bytes += len(data)
         if flags & FALLBACK:

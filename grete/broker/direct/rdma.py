@@ -28,7 +28,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from grete.direct.layout import FRAME, NOTIFY
+from grete.direct.layout import FRAME
 from grete.direct.rdma import (
     RD_ATOMIC_DEPTH,
     RDMA_HELLO,
@@ -60,7 +60,7 @@ class Hooks:
 
     opened: Callable[[RdmaSession], int]      # a new session: its id
     closed: Callable[[int], None]
-    notified: Callable[[int, int, int, int, int, int, int], None]  # session, then the NOTIFY fields
+    notified: Callable[[int, bytes], None]  # session, the 32-byte frame (NOTIFY, or a leader's PUSH)
 
 
 class RdmaSession:
@@ -270,7 +270,7 @@ class RdmaEndpoint:
                 return
             frame = session.ring.read(FRAME, slot * FRAME)
             session.repost(slot)
-            self.hooks.notified(session.id, *NOTIFY.unpack(frame))
+            self.hooks.notified(session.id, frame)
         elif wc.opcode == e.IBV_WC_SEND:
             session.sent()
         else:  # a plain SEND from a client: no part of the protocol
@@ -306,11 +306,15 @@ class RdmaEndpoint:
     def registered(self) -> list[Hashable]:
         return list(self._mrs)
 
-    def release(self, key: Hashable) -> None:
+    def release(self, key: Hashable, grace: bool = True) -> None:
         """Deregister ``key`` after the grace period (clients that just read a flag finish first);
-        registering the key again meanwhile makes a new memory region."""
+        registering the key again meanwhile makes a new memory region. ``grace=False``: at once
+        (the memory is about to be unmapped)."""
         found = self._mrs.pop(key, None)
         if found is None:
+            return
+        if not grace:
+            self._close(found)
             return
         self._retiring.append(found)
         if self._loop is not None:

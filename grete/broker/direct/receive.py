@@ -1,5 +1,10 @@
 """Replication push, the follower's side (replication.py has the design): one receive region per
-leader, its endpoint ``replica.sock``, each push validated and appended as the fetcher appends."""
+leader, each push validated and appended as the fetcher appends.
+
+Over shm the leader maps the region and notifies on ``replica.sock``; over rdma the region is a
+memory region (remote write) of the broker's rdma endpoint, and the leader, an rdma client of that
+endpoint, notifies through its session ring (DirectService hands those frames here). Either way a
+push arrives as (channel, key, slot) and the credit goes back on the same channel."""
 
 from __future__ import annotations
 
@@ -11,8 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.broker.direct.rdma import RING_SLOTS, RdmaEndpoint
 from grete.broker.direct.replication import (
     CREDIT,
     FALLBACK,
@@ -37,6 +44,14 @@ log = logging.getLogger(__name__)
 # or a grete broker without the direct path knows no API 32002): not asked again for this long.
 LEADER_RETRY_S = 30.0
 
+class Replier(Protocol):
+    """The channel a leader's notifications came on: credits go back on it."""
+
+    def reply(self, frame: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(eq=False, slots=True)
 class Receiving:
     partition: Partition
@@ -55,19 +70,25 @@ class ReceiveRegion:
     shm: ShmRegion
     slot_bytes: int
     credits: int
+    address: str  # as the leader is told it (shm: the file; rdma: address, rkey, length)
     handles: dict[int, Receiving] = field(default_factory=dict)
-    reply: asyncio.Transport | None = None  # the leader's channel, once it has pushed
+    reply: Replier | None = None  # the leader's channel, once it has pushed
     wake_fetcher: Callable[[], None] | None = None
 
 
 class Receiver:
-    """The follower's receive regions (one per leader) and their endpoint, ``replica.sock``."""
+    """The follower's receive regions (one per leader) and their shm endpoint, ``replica.sock``.
+    ``transport`` is what it registers with: shm, or rdma through ``rdma`` (set once it started)."""
 
     def __init__(self, directory: Path, credits: int, slot_bytes: int, metrics: BrokerMetrics,
-                 retry_ms: int, start_timeout_ms: int) -> None:
+                 retry_ms: int, start_timeout_ms: int, transport: str = "shm") -> None:
         self.directory = directory
+        self.transport = transport
+        self.rdma: RdmaEndpoint | None = None
         self.endpoint = str(directory / "replica.sock")
-        self.credits = credits
+        # rdma: no more credits than the session ring has slots, so the leader's notifications
+        # never wait for a receive (RNR) and its send queue stays bounded (rdma_push.py).
+        self.credits = min(credits, RING_SLOTS) if transport == "rdma" else credits
         self.slot_bytes = slot_bytes
         self.metrics = metrics
         self.retry_s = retry_ms / 1000
@@ -125,7 +146,7 @@ class Receiver:
                 index=partition.index, handle=handle, current_leader_epoch=partition.leader_epoch,
                 log_end_offset=partition.log_end_offset, last_fetched_epoch=partition.latest_epoch()))
         request = DirectReplicaRegisterRequest(
-            transport="shm", replica_id=broker_id, endpoint=self.endpoint, region_address=str(region.path),
+            transport=self.transport, replica_id=broker_id, endpoint=self._endpoint(), region_address=region.address,
             region_key=region.key, slot_bytes=region.slot_bytes, credits=region.credits,
             topics=[DirectReplicaRegisterRequest.DirectReplicaTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
         try:
@@ -152,13 +173,36 @@ class Receiver:
         key = secrets.randbits(63)
         path = self.directory / f"replica-from-{leader_id}-{key}.region"
         shm = ShmRegion(path, self.credits * self.slot_bytes, writable=True, create=True)
-        region = ReceiveRegion(leader_id, key, path, shm, self.slot_bytes, self.credits)
+        address = str(path)
+        if self.transport == "rdma":
+            if self.rdma is None:
+                shm.close()
+                path.unlink(missing_ok=True)
+                raise ConnectionError("the rdma transport is not running")
+            e = self.rdma.verbs.e
+            address = self.rdma.register(("replica", key), shm.address(), shm.length,
+                                         e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+        region = ReceiveRegion(leader_id, key, path, shm, self.slot_bytes, self.credits, address)
         self.regions[leader_id] = region
         self._by_key[key] = region
         return region
 
+    def _endpoint(self) -> str:
+        if self.transport == "rdma" and self.rdma is not None:
+            return self.rdma.endpoint
+        return self.endpoint
+
     # --- pushes -----------------------------------------------------------------------------------
-    def on_push(self, transport: asyncio.Transport, key: int, slot: int) -> None:
+    def rdma_frame(self, channel: Replier, frame: bytes) -> bool:
+        """A frame from an rdma session's ring: a leader's push when its key names one of the
+        receive regions (handled, True); else not one of ours (a producer's announcement)."""
+        key, slot = PUSH.unpack(frame)
+        if key not in self._by_key:
+            return False
+        self.on_push(channel, key, slot)
+        return True
+
+    def on_push(self, transport: Replier, key: int, slot: int) -> None:
         region = self._by_key.get(key)
         if region is None or not 0 <= slot < region.credits or region.reply not in (None, transport):
             # Not a leader following the protocol (or one whose region this follower let go).
@@ -171,7 +215,7 @@ class Receiver:
             region.shm.read(offset, HEADER.size))
         receiving = region.handles.get(handle)
         if receiving is None:
-            transport.write(CREDIT.pack(slot, handle, -1, STOP))
+            transport.reply(CREDIT.pack(slot, handle, -1, STOP))
             return
         partition = receiving.partition
         receiving.started = True
@@ -180,7 +224,7 @@ class Receiver:
                 or not partition.online or partition.leader_id != region.leader_id
                 or not 0 <= length <= region.slot_bytes - HEADER_BYTES
                 or (length and base_offset != partition.log_end_offset)):
-            transport.write(CREDIT.pack(slot, handle, -1, STOP))
+            transport.reply(CREDIT.pack(slot, handle, -1, STOP))
             self._fallback(region, handle)
             return
         data = region.shm.copy(offset + HEADER_BYTES, length) if length else b""
@@ -189,11 +233,11 @@ class Receiver:
         except (KafkaError, KafkaStorageException, ValueError) as exc:
             log.info("pushed batches of %s-%d not appended (%s): fetching it again", partition.topic,
                      partition.index, exc)
-            transport.write(CREDIT.pack(slot, handle, -1, STOP))
+            transport.reply(CREDIT.pack(slot, handle, -1, STOP))
             self._fallback(region, handle)
             return
         self.metrics.replica_push_bytes_received += length
-        transport.write(CREDIT.pack(slot, handle, partition.log_end_offset, 0))
+        transport.reply(CREDIT.pack(slot, handle, partition.log_end_offset, 0))
 
     def _check_started(self, region: ReceiveRegion, handle: int) -> None:
         """A leader that accepted but never pushed (its channel to us failed to open): fetch again."""
@@ -215,7 +259,7 @@ class Receiver:
         if wake and region.wake_fetcher is not None:
             region.wake_fetcher()
 
-    def channel_lost(self, transport: asyncio.Transport) -> None:
+    def channel_lost(self, transport: Replier) -> None:
         for region in [r for r in self.regions.values() if r.reply is transport]:
             log.info("replication push channel from broker %d lost: fetching its partitions", region.leader_id)
             for handle in list(region.handles):
@@ -227,6 +271,10 @@ class Receiver:
             self._fallback(region, handle, wake=False)
         self.regions.pop(region.leader_id, None)
         self._by_key.pop(region.key, None)
+        if self.rdma is not None and self.transport == "rdma":
+            # Deregistered before the mapping goes (release's grace would outlive it): the
+            # leader's writes into it fail from now on, which ends its link.
+            self.rdma.release(("replica", region.key), grace=False)
         region.shm.close()
         region.path.unlink(missing_ok=True)
 
@@ -250,9 +298,16 @@ class _ReceiveProtocol(asyncio.Protocol):
             if self.transport.is_closing():
                 return
             key, slot = PUSH.unpack_from(buf, pos)
-            self.receiver.on_push(self.transport, key, slot)
+            self.receiver.on_push(self, key, slot)
         self._buf = buf[whole:]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.receiver.channel_lost(self)
+
+    def reply(self, frame: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame)
+
+    def close(self) -> None:
         if self.transport is not None:
-            self.receiver.channel_lost(self.transport)
+            self.transport.close()

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Protocol
 from grete.broker.config import ConfigError
 from grete.broker.direct.consume import ConsumerSlots, Slot
 from grete.broker.direct.produce import ProduceRegion, RegionChain
-from grete.broker.direct.push import Pusher
+from grete.broker.direct.push import Pusher, PushTransport
 from grete.broker.direct.rdma import Hooks, RdmaEndpoint
+from grete.broker.direct.rdma_push import RdmaPushTransport
 from grete.broker.direct.receive import Receiver
 from grete.broker.handlers.produce import append_records
 from grete.broker.partition import Partition
@@ -42,12 +43,14 @@ PRODUCE_VERSION = 9  # the direct path validates a batch as Produce v9 would (v2
 MAX_UNREAD_ANSWERS = 1 << 20
 
 
-def push_transport(name: str) -> ShmTransport:
-    """The transport a leader pushes over, as a follower's registration names it: shm only, since
-    the follower's receiving side exists for shm alone (docs/direct.md, replication push)."""
-    if name != "shm":
-        raise ValueError(f"replication push over {name!r}: only shm is implemented")
-    return ShmTransport()
+def push_transport(name: str) -> PushTransport:
+    """The transport a leader pushes over, as a follower's registration names it (a new one per
+    registration; rdma raises RdmaUnavailable, a ValueError, where it cannot run)."""
+    if name == "shm":
+        return ShmTransport()
+    if name == "rdma":
+        return RdmaPushTransport(load_verbs())
+    raise ValueError(f"replication push over {name!r}: shm or rdma")
 
 
 class Session(Protocol):
@@ -134,12 +137,14 @@ class DirectService:
         self.pusher: Pusher | None = None
         self.receiver: Receiver | None = None
         if config.get_bool("direct.replication.enable"):
-            self.pusher = Pusher(push_transport, broker.metrics, broker.now_ms, broker.node_id,
+            self.pusher = Pusher(self._push_transport, broker.metrics, broker.now_ms, broker.node_id,
                                  Path(config.get_str("direct.shm.dir")))
             self.receiver = Receiver(self.dir, config.get_int("direct.replication.credits"),
                                      config.get_int("direct.replication.slot.bytes"), broker.metrics,
                                      config.get_int("replica.fetch.backoff.ms"),
-                                     config.get_int("replica.lag.time.max.ms") // 2)
+                                     config.get_int("replica.lag.time.max.ms") // 2,
+                                     # The follower registers over its first transport (docs/direct.md).
+                                     transport=self.transports[0] if self.transports else "shm")
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -159,9 +164,11 @@ class DirectService:
         try:
             self.rdma = RdmaEndpoint(load_verbs(), config.get_str("direct.rdma.address"),
                                      config.get_int("direct.rdma.port"),
-                                     Hooks(self.session_opened, self.session_closed, self.chain.announce),
+                                     Hooks(self.session_opened, self.session_closed, self._rdma_notified),
                                      config.get_int("direct.produce.timeout.ms") / 1000)
             self.rdma.start(loop)
+            if self.receiver is not None:
+                self.receiver.rdma = self.rdma
         except (RdmaUnavailable, OSError) as exc:
             await self.stop()
             reason = str(exc)
@@ -196,7 +203,9 @@ class DirectService:
         return session
 
     def session_closed(self, session: int) -> None:
-        self._sessions.pop(session, None)
+        proto = self._sessions.pop(session, None)
+        if proto is not None and self.receiver is not None:
+            self.receiver.channel_lost(proto)  # a leader's rdma session: its pushes end with it
         self.chain.session_closed(session)
         for consumer in [c for c in self.consumers.values() if c.session == session]:
             consumer.close()  # a consumer that went away: its slots stop costing updates
@@ -204,6 +213,20 @@ class DirectService:
         for grants in self.grants.values():
             if grants.exclusive is not None and grants.exclusive.sealed:
                 grants.exclusive = None
+
+    def _push_transport(self, name: str) -> PushTransport:
+        """A leader pushes only over a transport it offers itself (its direct.transports)."""
+        if name not in self.transports:
+            raise ValueError(f"this broker's direct.transports has no {name}")
+        return push_transport(name)
+
+    def _rdma_notified(self, session: int, frame: bytes) -> None:
+        """A frame in an rdma session's ring: a leader's push into one of this broker's receive
+        regions (its key names one), else a producer's announcement."""
+        proto = self._sessions.get(session)
+        if proto is not None and self.receiver is not None and self.receiver.rdma_frame(proto, frame):
+            return
+        self.chain.announce(session, *NOTIFY.unpack(frame))
 
     def _reply(self, session: int, frame: bytes) -> None:
         proto = self._sessions.get(session)
