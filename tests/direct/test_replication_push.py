@@ -29,6 +29,7 @@ from grete.broker.cluster.peer import PeerError
 from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.direct.push import Pusher
 from grete.broker.direct.rdma import RING_SLOTS, Hooks, RdmaEndpoint, RdmaSession
+from grete.broker.direct.rdma_push import RdmaPushTransport
 from grete.broker.direct.receive import Receiver
 from grete.broker.direct.replication import CREDIT, HEADER, HEADER_BYTES, PUSH
 from grete.broker.direct.service import push_transport
@@ -44,7 +45,9 @@ from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch
 from grete.storage.config import LogConfig
 from grete.storage.log import Log
+from grete.testing import broker
 from tests.direct import fake_verbs
+from tests.direct.conftest import consume, produce
 from tests.direct.fake_verbs import E, Fabric
 
 TOPIC_ID = uuid.uuid4()
@@ -416,3 +419,28 @@ async def _addresses(tmp_path: Path) -> None:
         dotted = str(region.path.parent / ".." / "grete-direct-test" / region.path.name)
         answer = p.pusher.register(DirectReplicaRegisterRequest(**{**good, "region_address": dotted}), lambda t, i: p.leader)
         assert answer.error_code == 0
+
+
+def test_a_broker_receives_over_its_first_transport_and_pushes_only_over_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DirectService's part: the receiver registers over the first of direct.transports, its rdma
+    regions on the broker's rdma endpoint; ring frames that name no receive region still reach the
+    produce path (a producer over rdma is served); a leader refuses a transport it does not offer."""
+    fabric = fake_verbs.install(monkeypatch)
+    rdma = {"direct.transports": "rdma,shm", "direct.rdma.address": "192.0.2.1", "direct.rdma.port": "19093",
+            "direct.region.bytes": "65536", "direct.replication.enable": "true"}
+    try:
+        with broker(rdma, topics={"t": 1}) as running:
+            service: Any = running.broker.direct
+            assert service.receiver.transport == "rdma" and service.receiver.rdma is service.rdma
+            assert isinstance(service._push_transport("rdma"), RdmaPushTransport)
+            delivered = produce(running.bootstrap_servers, "t", [b"a", b"b"], **{"direct.transport": "rdma"})
+            assert [(err, off) for err, off in delivered] == [(None, 0), (None, 1)]
+            assert [m.value() for m in consume(running.bootstrap_servers, "t", 2)] == [b"a", b"b"]
+        with broker({**rdma, "direct.transports": "shm"}) as running:
+            service = running.broker.direct
+            assert service.receiver.transport == "shm"
+            with pytest.raises(ValueError, match="direct.transports has no rdma"):
+                service._push_transport("rdma")
+    finally:
+        shutil.rmtree(fabric.dir, ignore_errors=True)
