@@ -451,7 +451,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
        "push replicated batches into a receive region over the direct path instead of answering fetches "
        "(needs direct.transports; the leaders need it too)"),
     _d("direct.replication.credits", INT, "8", "grete: slots of a follower's receive region per leader, "
-       "the pushes a leader may have outstanding", minimum=1),
+       "the pushes a leader may have outstanding (over rdma at most 128, the session ring's slots)", minimum=1),
     _d("direct.replication.slot.bytes", INT, "1048576", "grete: bytes of one receive-region slot (the most "
        "one push carries; a larger batch makes the follower fetch it)", minimum=65536),
     _d("grete.produce.validation", STR, "header", "header: batch header + CRC only (no per-record work); "
