@@ -309,11 +309,14 @@ class RdmaConnection:
     def fileno(self) -> int:
         return self.channel_fd
 
-    def close(self) -> None:
+    def _disconnect(self) -> None:
         try:
             self.cmid.disconnect()
         except Exception:  # already gone (the broker closed first)
             pass
+
+    def close(self) -> None:
+        self._disconnect()
         for obj in (self.qp, self.recv_mr, self.staging, self.scratch, self.scq, self.rcq, self.channel, self.pd, self.cmid):
             obj.close()
 

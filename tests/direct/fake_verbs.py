@@ -365,8 +365,13 @@ def build(fabric: Fabric) -> dict[str, types.ModuleType]:
             assert self.peer is not None
             self.peer.rejected = True
             self.peer.established.set()
+            self.peer.peer, self.peer = None, None  # never connected: nothing to disconnect
 
         def close(self) -> None:
+            peer, self.peer = self.peer, None
+            if peer is not None and peer.fd >= 0:
+                # Destroying a connected id: the kernel CM sends the DREQ (no wait for the DREP).
+                os.write(peer.fd, b"d")
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1

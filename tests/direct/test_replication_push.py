@@ -365,6 +365,11 @@ async def _wrong_rkey(tmp_path: Path, fabric: Fabric) -> None:
         await p.receiver.register(1, peer, 2, [p.follower], lambda: p.wakes.append(1))
         await settle(lambda: any(w.rkey == rkey + 7 for w in fabric.posted))
         await settle(lambda: 2 not in p.pusher.links)  # the failed WRITE's completion ended the link
+        # The leader destroyed its id without rdma_disconnect (which would wait on its event loop
+        # for the follower's answer); the follower saw the connection end all the same.
+        (leader_id,) = [c for c in fabric.cmids if "connect" in c.calls]
+        assert "disconnect" not in leader_id.calls
+        await settle(lambda: p.endpoint is not None and not p.endpoint.sessions)
         await settle(lambda: not p.receiver.pushed(KEY))  # and the follower fetches (no push came)
         assert watch.read(0, length) == bytes(length)  # nothing written
         watch.close()

@@ -105,6 +105,11 @@ class PushConnection(RdmaConnection):
         answers, self._answers = self._answers, []
         return answers
 
+    def _disconnect(self) -> None:
+        """Nothing: closing destroys the id, whose kernel side sends the DREQ without waiting. On a
+        synchronous id ``rdma_disconnect`` waits for the follower's answer (pyverbs holding the
+        GIL), up to the CM's timeouts when the follower is gone: not on the leader's event loop."""
+
     def close(self) -> None:
         for mr in (self.mirror, self.frames):
             mr.close()
