@@ -41,9 +41,9 @@ class PushConnection(RdmaConnection):
         super().__init__(verbs, endpoint, send_depth=self.depth)
         e = verbs.e
         self.mirror = verbs.mr.MR(self.pd, mirror_bytes, e.IBV_ACCESS_LOCAL_WRITE)
-        # Notification sources, one per send-queue entry: entry ``wr_id % depth`` is reused only
-        # after that request completed (completions of one queue come in posting order, and no
-        # more than ``depth`` are ever outstanding).
+        # Notification sources: the n-th notification's is buffer ``n % depth``, rewritten ``depth``
+        # posts later at the earliest; fewer than ``depth`` requests are outstanding when one is
+        # posted and a queue's completions come in posting order, so by then it has completed.
         self.frames = verbs.mr.MR(self.pd, self.depth * FRAME, e.IBV_ACCESS_LOCAL_WRITE)
 
     def _reap(self) -> None:
