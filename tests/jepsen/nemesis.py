@@ -268,7 +268,7 @@ def full_isr(zk: KazooClient, topics: Iterable[str], timeout: float, log: Events
 
 def heal(cluster: Any, zk: KazooClient, topics: Iterable[str], log: Events, timeout: float = 120) -> bool:
     """Everything back: proxies healed, ZooKeeper and every broker resumed, dead brokers restarted,
-    then every partition of ``topics`` (and the internal ones) with a full ISR."""
+    every broker registered, then every partition of ``topics`` (and the internal ones) with a full ISR."""
     for proxy in cluster.zk_proxies.values():
         proxy.heal()
     if getattr(cluster, "network", None) is not None:
@@ -281,4 +281,21 @@ def heal(cluster: Any, zk: KazooClient, topics: Iterable[str], log: Events, time
         if proc.process.poll() is not None:
             log(f"heal: restart broker {broker} (exit code {proc.process.returncode})")
             cluster.start_broker(broker)
-    return full_isr(zk, [*topics, "__transaction_state"], timeout, log)
+    return registered(zk, sorted(cluster.brokers), timeout, log) and \
+        full_isr(zk, [*topics, "__transaction_state"], timeout, log)
+
+
+def registered(zk: KazooClient, brokers: list[int], timeout: float, log: Events | None = None) -> bool:
+    """Every broker registered in /brokers/ids. A full ISR alone does not say so: a broker whose
+    session expired without the controller shrinking an ISR yet (it led none, or it was the
+    controller) is absent until it re-registers, and the next round's topics then see fewer brokers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        present = {int(b) for b in zk.get_children("/brokers/ids")}
+        if present >= set(brokers):
+            return True
+        if time.monotonic() > deadline:
+            if log is not None:
+                log(f"brokers not registered after {timeout:.0f}s: {sorted(set(brokers) - present)}")
+            return False
+        time.sleep(0.2)

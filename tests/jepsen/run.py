@@ -60,6 +60,7 @@ def run_round(cluster: Any, zk: KazooClient, number: int, fault: str, rng: rando
     log = nemesis.Events()
     topic, txn_topic = f"jepsen-{number}", f"jepsen-tx-{number}"
     config = {"min.insync.replicas": "2", "unclean.leader.election.enable": "true" if unclean else "false"}
+    nemesis.registered(zk, sorted(cluster.brokers), 60, log)  # the round's topics need every broker
     create_topics(cluster, [topic, txn_topic], config)
     nemesis.full_isr(zk, [topic, txn_topic], 60, log)
     bootstrap = cluster.bootstrap_servers
