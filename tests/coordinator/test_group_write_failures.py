@@ -17,7 +17,7 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.testing.inprocess import broker
 from tests.coordinator._support import async_test, join, join_all, settle, started, sync, task
 
-RETRY_S = 1.5
+RETRY_ROUNDS = 60  # counted, not timed: a loaded machine must not change what is checked
 
 # What the store raises -> what Kafka answers a SyncGroup whose assignment it could not write.
 FAILURES = [
@@ -48,13 +48,10 @@ async def test_clients_retrying_against_failing_writes_do_not_advance_generation
     store = InMemoryOffsetsStore()
     coord = await started(store)
     store.fail_with = KafkaError(failure)
-    member_id, rounds, answers = "", 0, set()
-    deadline = time.monotonic() + RETRY_S
-    while time.monotonic() < deadline:
+    member_id, answers = "", set()
+    for _ in range(RETRY_ROUNDS):  # a client retrying without back-off, as librdkafka's loop does
         member_id, _, error = await _client_round(coord, member_id)
         answers.add(error)
-        rounds += 1
-    assert rounds > 50  # the client really did retry, and fast
     assert answers == {answer}
     group = coord.groups["g"]
     assert group.generation_id == 1 and coord.describe_group("g").state == "CompletingRebalance"
