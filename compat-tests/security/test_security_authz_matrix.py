@@ -334,6 +334,13 @@ def fetch(ctx: Ctx) -> FetchRequest:
                         topics=[FetchRequest.FetchTopic(topic=ctx.topic, partitions=[partition])])
 
 
+def follower_fetch(ctx: Ctx) -> FetchRequest:
+    """A Fetch as a replica sends it (replica id 9, a broker this single node does not know)."""
+    request = fetch(ctx)
+    request.replica_id = 9
+    return request
+
+
 def metadata(names: list[str] | None, auto_create: bool = False) -> MetadataRequest:
     topics = None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names]
     return MetadataRequest(topics=topics, allow_auto_topic_creation=auto_create)
@@ -431,6 +438,10 @@ ROWS: list[Row] = [
     Row("Produce-idempotent", 9, idempotent_produce, ProduceResponse, [TA], [0], ((Res.TOPIC, T, Op.WRITE),),
         probe=end_offset, setup=(idempotent_pid,)),
     Row("Fetch", 12, fetch, FetchResponse, [0, TA], [0, 0], ((Res.TOPIC, T, Op.READ),)),
+    # Kafka's isFromFollower branch: CLUSTER_ACTION, else every partition TOPIC_AUTHORIZATION_FAILED;
+    # allowed, a fetch from a broker that is no replica of the partition is refused for that.
+    Row("Fetch-follower", 12, follower_fetch, FetchResponse, [0, TA], [0, E.NOT_LEADER_OR_FOLLOWER],
+        ((Res.CLUSTER, C, Op.CLUSTER_ACTION),)),
     Row("ListOffsets", 7, lambda c: ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
         name=c.topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)])]),
         ListOffsetsResponse, [TA], [0], ((Res.TOPIC, T, Op.DESCRIBE),)),

@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from grete.broker import fetch_sessions as sessions
-from grete.broker.authz import Op, Res, allowed
+from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.leader_hints import current_leader
 from grete.broker.partition import Partition
@@ -347,6 +347,10 @@ def _read_for_follower(ctx: RequestContext, request: FetchRequest, replica_id: i
     fetch state moves (ISR, high watermark)."""
     try:
         topic = _known(ctx, name)
+        # Kafka's isFromFollower branch: a replica's fetch needs CLUSTER_ACTION on the cluster, else
+        # every partition answers TOPIC_AUTHORIZATION_FAILED.
+        if ctx.broker.authorizer is not None and not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         partition = ctx.broker.partition(topic, wanted.partition)
         _check_topic_id(ctx, partition, topic_id)
         partition.check_leader_epoch(wanted.current_leader_epoch)
