@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -36,11 +37,28 @@ WARMUP_S = 2.0
 RECOVERY_S = 4.0
 
 
-def create_topics(cluster: Any, names: Sequence[str], config: dict[str, str]) -> None:
+def create_topics(cluster: Any, names: Sequence[str], config: dict[str, str], timeout: float = 60) -> None:
+    """Create the round's topics. A broker that has just re-registered in ZooKeeper is not yet in the
+    controller's live brokers (it learns of it through its own event queue, as Kafka's does), so
+    INVALID_REPLICATION_FACTOR is retried until the cluster view has every broker again."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    futures = admin.create_topics([NewTopic(n, PARTITIONS, 3, config=config) for n in names], operation_timeout=30)
-    for name in names:
-        futures[name].result(60)
+    deadline = time.monotonic() + timeout
+    pending = list(names)
+    while pending:
+        futures = admin.create_topics([NewTopic(n, PARTITIONS, 3, config=config) for n in pending],
+                                      operation_timeout=30)
+        retry = []
+        for name in pending:
+            try:
+                futures[name].result(60)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
+                    raise
+                retry.append(name)
+        pending = retry
+        if pending:
+            time.sleep(0.5)
 
 
 def replica_logs(cluster: Any, topic: str) -> dict[int, dict[int, checker.Read]]:
