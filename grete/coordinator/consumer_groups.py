@@ -17,6 +17,7 @@ Each error answers with the code and message Kafka 4.3.1 gives for it (checked a
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from grete.coordinator.consumer_state import (
     MemberState,
     reconcile,
 )
-from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, cancel, log
+from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, arm_member_timers, cancel, log
 from grete.coordinator.group_state import Group, GroupState
 from grete.coordinator.offsets_format import encode_group_key
 from grete.protocol.errors import ErrorCode
@@ -328,16 +329,9 @@ class ConsumerGroups:
     # ============================================================================== timers
 
     def _arm_timers(self, group: Group, cg: ConsumerGroup, member: ConsumerMember) -> None:
-        cancel(member.session_timer)
-        member.session_timer = self.ctx.call_later(self.session_timeout_ms(cg.group_id), self._expire, group,
-                                                   member, "session timeout")
-        if member.state is MemberState.UNREVOKED_PARTITIONS:
-            if member.rebalance_timer is None:
-                member.rebalance_timer = self.ctx.call_later(member.rebalance_timeout_ms, self._expire, group,
-                                                             member, "did not revoke partitions in time")
-        else:
-            cancel(member.rebalance_timer)
-            member.rebalance_timer = None
+        arm_member_timers(self.ctx, member, self.session_timeout_ms(cg.group_id),
+                          member.state is MemberState.UNREVOKED_PARTITIONS, functools.partial(self._expire, group, member),
+                          "did not revoke partitions in time")
 
     def _expire(self, group: Group, member: ConsumerMember, reason: str) -> None:
         if self.ctx.live_group(group):

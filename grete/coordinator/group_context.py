@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import TypeVar, TypeVarTuple
+from typing import Protocol, TypeVar, TypeVarTuple
 
 from grete.coordinator.consumer_assignors import TopicView
 from grete.coordinator.group_state import Group, GroupState
@@ -68,6 +68,29 @@ def wall_clock_ms() -> int:
 def cancel(handle: asyncio.TimerHandle | None) -> None:
     if handle is not None:
         handle.cancel()
+
+
+class TimedMember(Protocol):
+    """A member of a heartbeat-driven group (KIP-848 consumer, KIP-1071 streams)."""
+
+    session_timer: asyncio.TimerHandle | None
+    rebalance_timer: asyncio.TimerHandle | None
+    rebalance_timeout_ms: int
+
+
+def arm_member_timers(ctx: GroupContext, member: TimedMember, session_ms: int, revoking: bool,
+                      expire: Callable[[str], object], revoke_reason: str) -> None:
+    """Kafka's two timers of a heartbeat-driven member: the session, restarted by every heartbeat,
+    and the rebalance timeout, running from when the member is asked to give something up until it
+    has (``revoking``)."""
+    cancel(member.session_timer)
+    member.session_timer = ctx.call_later(session_ms, expire, "session timeout")
+    if revoking:
+        if member.rebalance_timer is None:
+            member.rebalance_timer = ctx.call_later(member.rebalance_timeout_ms, expire, revoke_reason)
+    else:
+        cancel(member.rebalance_timer)
+        member.rebalance_timer = None
 
 
 class GroupContext:

@@ -16,9 +16,10 @@ Kafka's broker does for a streams group, without holding the answer.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from grete.coordinator import streams_records
-from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, cancel, log
+from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, arm_member_timers, cancel, log
 from grete.coordinator.group_state import Group, GroupState
 from grete.coordinator.group_types import STREAMS_GROUP_TYPE
 from grete.coordinator.offsets_format import encode_group_key
@@ -389,16 +390,9 @@ class StreamsGroups:
     # ============================================================================== timers
 
     def _arm_timers(self, group: Group, sg: StreamsGroup, member: StreamsMember) -> None:
-        cancel(member.session_timer)
-        member.session_timer = self.ctx.call_later(self.session_timeout_ms(sg.group_id), self._expire, group,
-                                                   member, "session timeout")
-        if member.state is MemberState.UNREVOKED_TASKS:
-            if member.rebalance_timer is None:
-                member.rebalance_timer = self.ctx.call_later(member.rebalance_timeout_ms, self._expire, group,
-                                                             member, "did not revoke tasks in time")
-        else:
-            cancel(member.rebalance_timer)
-            member.rebalance_timer = None
+        arm_member_timers(self.ctx, member, self.session_timeout_ms(sg.group_id),
+                          member.state is MemberState.UNREVOKED_TASKS, functools.partial(self._expire, group, member),
+                          "did not revoke tasks in time")
 
     def _expire(self, group: Group, member: StreamsMember, reason: str) -> None:
         if self.ctx.live_group(group):
