@@ -34,7 +34,7 @@ class Partition:
     __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
                  "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
                  "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed",
-                 "direct_watch", "_verifying", "replica_push")
+                 "direct_watch", "_verifying", "replica_push", "replica_alive", "_recheck_expansion")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
                  is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0,
@@ -62,6 +62,10 @@ class Partition:
         self._epoch_start_offset = log.log_end_offset
         # Where an ISR change goes (the cluster's AlterPartition sender); None on the single node.
         self.alter_isr: Callable[[Partition, list[int]], None] | None = None
+        # Whether a follower is among the live brokers of the last UpdateMetadata (Kafka 3.9's
+        # isReplicaIsrEligible in ZooKeeper mode): only those are proposed for the ISR.
+        self.replica_alive: Callable[[int], bool] | None = None
+        self._recheck_expansion = False  # a broker joined while an ISR change was in flight
         # Told (old size, new size) of each ISR change the controller accepted (the metrics'
         # IsrShrinksPerSec / IsrExpandsPerSec).
         self.isr_changed: Callable[[int, int], None] | None = None
@@ -151,6 +155,7 @@ class Partition:
         self.replicas = tuple(replicas) or (leader_id,)
         self.isr = list(isr) if isr is not None else [leader_id]
         self._pending_isr = None
+        self._recheck_expansion = False
         if new_epoch:
             self._epoch_start_offset = self._log.log_end_offset
             self._followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
@@ -170,6 +175,7 @@ class Partition:
         self.isr = []
         self._followers = {}
         self._pending_isr = None
+        self._recheck_expansion = False
         self._verifying.clear()  # a verification in flight now ends in NOT_LEADER_OR_FOLLOWER
         self._complete_produce_waiters()
         self.wake()
@@ -190,10 +196,26 @@ class Partition:
         follower.log_end_offset = fetch_offset
         follower.last_fetch_leader_leo = leo
         follower.last_fetch_ms = now_ms
-        if (replica_id not in self.isr and self._pending_isr is None and fetch_offset >= self.high_watermark
-                and fetch_offset >= self._epoch_start_offset):
+        if replica_id not in self.isr and self._pending_isr is None and self._may_join_isr(replica_id, follower):
             self._propose_isr(self.isr + [replica_id])
         self._advance_high_watermark()
+
+    def _may_join_isr(self, replica_id: int, follower: FollowerState) -> bool:
+        return (follower.log_end_offset >= self.high_watermark and follower.log_end_offset >= self._epoch_start_offset
+                and (self.replica_alive is None or self.replica_alive(replica_id)))
+
+    def recheck_isr_expansion(self) -> None:
+        """Brokers joined the cluster: followers already caught up join the ISR now. A follower
+        refused while its broker was away (a ZooKeeper session that expired) may not fetch again
+        soon: one that takes pushes (the direct path) says nothing more until the next append."""
+        if not self.is_leader or self.alter_isr is None:
+            return
+        if self._pending_isr is not None:
+            self._recheck_expansion = True  # once the change in flight is answered
+            return
+        joining = [r for r, f in self._followers.items() if r not in self.isr and self._may_join_isr(r, f)]
+        if joining:
+            self._propose_isr(self.isr + joining)
 
     def read_replicas(self, fetch_offset: int) -> list[int]:
         """Followers in the ISR that hold ``fetch_offset`` (KIP-392's candidates to serve a read)."""
@@ -236,6 +258,9 @@ class Partition:
         elif error in (ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA):
             self._pending_isr = None  # back to the last committed ISR
         # Any other error: the change stays pending until the next LeaderAndIsr settles it.
+        if self._pending_isr is None and self._recheck_expansion:
+            self._recheck_expansion = False
+            self.recheck_isr_expansion()
 
     def _maximal_isr(self) -> set[int]:
         return set(self.isr) | set(self._pending_isr or ())

@@ -69,6 +69,7 @@ class ReplicaManager:
         self.followers: Followers | None = None  # set by the node in a cluster
         # The cluster's AlterPartition sender: a leader's proposed ISR goes to the controller.
         self.alter_isr: Callable[[Partition, list[int]], None] | None = None
+        self.replica_alive: Callable[[int], bool] | None = None  # a broker in the cluster's live set
         self.isr_changed: Callable[[int, int], None] | None = None  # the broker's ISR metrics
         self.log_manager = log_manager
         self.metadata = metadata
@@ -142,6 +143,11 @@ class ReplicaManager:
 
     # --- metadata changes ------------------------------------------------------------------------
     def on_change(self, change: MetadataChange) -> None:
+        if change.kind is ChangeKind.BROKERS_JOINED:
+            for partition in self.partitions.values():
+                if partition.is_leader and any(b in partition.replicas for b in change.brokers):
+                    partition.recheck_isr_expansion()
+            return
         meta = change.topic
         if meta is None:
             return
@@ -201,6 +207,7 @@ class ReplicaManager:
                 partition = Partition(meta.name, index, meta.topic_id, log_, -1, is_leader=False,
                                       replicated=True, broker_id=self.node_id)
                 partition.alter_isr = self.alter_isr
+                partition.replica_alive = self.replica_alive
                 partition.isr_changed = self.isr_changed
             else:
                 partition = Partition(meta.name, index, meta.topic_id, log_, epoch)

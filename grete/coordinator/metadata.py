@@ -72,6 +72,7 @@ class ChangeKind(Enum):
     ACLS_CHANGED = "acls_changed"
     CLIENT_QUOTAS_CHANGED = "client_quotas_changed"
     DELEGATION_TOKENS_CHANGED = "delegation_tokens_changed"
+    BROKERS_JOINED = "brokers_joined"  # a cluster's live brokers: ``brokers`` names the new ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,7 @@ class MetadataChange:
     kind: ChangeKind
     topic: TopicMeta | None = None
     partitions: tuple[int, ...] = ()
+    brokers: tuple[int, ...] = ()
 
 
 Subscriber = Callable[[MetadataChange], None]

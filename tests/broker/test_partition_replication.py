@@ -107,6 +107,36 @@ def test_isr_expands_when_caught_up_and_shrinks_when_stalled(tmp_path: Path) -> 
     assert p.isr == [1, 2, 3]  # stays pending until the next LeaderAndIsr
 
 
+def test_a_follower_of_a_broker_away_joins_the_isr_when_the_broker_is_back(tmp_path: Path) -> None:
+    """Kafka 3.9's ZooKeeper-mode eligibility: only live brokers are proposed. A caught-up follower
+    whose broker comes back is proposed then, without another fetch (a pushed follower sends none
+    while the leader has nothing new); a join during a change in flight waits for its answer."""
+    proposals: list[list[int]] = []
+    alive = {1, 2}
+    p = leader(tmp_path, isr=[1, 2], proposals=proposals)
+    p.replica_alive = alive.__contains__
+    p.append(batch(2), 1000)
+    p.update_follower(2, 2, 1000)
+    p.update_follower(3, 2, 1000)
+    assert proposals == []  # caught up, but its broker is not live
+    p.recheck_isr_expansion()
+    assert proposals == []
+    alive.add(3)
+    p.update_follower(2, 2, 1100)
+    p.maybe_shrink_isr(40_000, 30_000)  # 2 is at the log end: nothing to shrink, nothing in flight
+    p.recheck_isr_expansion()
+    assert proposals == [[1, 2, 3]]
+    p.isr_change_answered(ErrorCode.INELIGIBLE_REPLICA, 0, [], 0)
+    p.recheck_isr_expansion()
+    assert proposals[-1] == [1, 2, 3] and len(proposals) == 2
+    p.recheck_isr_expansion()  # in flight: once it is answered
+    assert len(proposals) == 2
+    p.isr_change_answered(ErrorCode.OPERATION_NOT_ATTEMPTED, 0, [], 0)
+    assert len(proposals) == 3 and proposals[-1] == [1, 2, 3]
+    p.isr_change_answered(ErrorCode.NONE, 0, [1, 2, 3], 1)
+    assert p.isr == [1, 2, 3] and len(proposals) == 3
+
+
 def test_follower_appends_as_is_and_truncates(tmp_path: Path) -> None:
     source = leader(tmp_path / "a", isr=[1])
     source.append(batch(2), 1000)

@@ -190,3 +190,23 @@ def test_a_stalled_pushed_follower_leaves_the_isr_and_comes_back(grete_cluster: 
     wait_until(lambda: follower in state(zk, topic_name, 0)["isr"], 30, "the follower back in the ISR")  # type: ignore[operator]
     until_data_pushed(grete_cluster, follower, producer, topic_name)
     wait_until(lambda: identical(grete_cluster, topic_name, [leader, follower]), 20, "identical replicas")
+
+
+def test_a_pushed_follower_whose_session_expired_rejoins_the_isr(grete_cluster: GreteCluster, zk: KazooClient,
+                                                                 topic_name: str) -> None:
+    """Paused past its ZooKeeper session: the controller drops the broker, the leader's ISR change
+    for it is refused while it is away. Once it has registered again the leader proposes it anew,
+    though a pushed follower that caught up says nothing more until the next append."""
+    leader, follower = create_away_from_controller(grete_cluster, zk, topic_name)
+    wait_until(lambda: pushing(grete_cluster, leader, [follower]), 20, "pushes to the follower")
+    producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "acks": "1"})
+    grete_cluster.pause_broker(follower)
+    try:
+        for _ in range(3):
+            producer.produce(topic_name, value=b"x" * 100)
+            assert producer.flush(10) == 0
+        wait_until(lambda: zk.exists(f"/brokers/ids/{follower}") is None, 30, "the paused broker's session expired")
+    finally:
+        grete_cluster.resume_broker(follower)
+    wait_until(lambda: follower in state(zk, topic_name, 0)["isr"], 30, "the follower back in the ISR")  # type: ignore[operator]
+    wait_until(lambda: identical(grete_cluster, topic_name, [leader, follower]), 20, "identical replicas")

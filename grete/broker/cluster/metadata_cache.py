@@ -137,6 +137,7 @@ class ZkMetadataCache:
         partition states upserted (leader -2: the topic is being deleted, drop it)."""
         self.controller_id = request.controller_id
         self.controller_epoch = request.controller_epoch
+        joined = tuple(sorted({b.id for b in request.live_brokers} - self._brokers.keys()))
         self._brokers = {
             b.id: zk.BrokerInfo(b.id, tuple(zk.EndPoint(e.listener, e.host, e.port,
                                                        SECURITY_PROTOCOL_NAMES.get(e.security_protocol, "PLAINTEXT"))
@@ -177,6 +178,8 @@ class ZkMetadataCache:
             self.changes.publish(MetadataChange(ChangeKind.TOPIC_CREATED, self._topics[name], tuple(sorted(indexes))))
         for name, indexes in added.items():
             self.changes.publish(MetadataChange(ChangeKind.PARTITIONS_ADDED, self._topics[name], tuple(sorted(indexes))))
+        if joined:
+            self.changes.publish(MetadataChange(ChangeKind.BROKERS_JOINED, brokers=joined))
         self._wake()
 
     def _drop(self, meta: TopicMeta) -> None:

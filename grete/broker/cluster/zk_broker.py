@@ -128,6 +128,7 @@ class ZkBroker:
             self.listener)
         broker.replicas.followers = self.fetchers
         broker.replicas.alter_isr = self.alter_partitions.submit
+        broker.replicas.replica_alive = lambda replica: self.metadata.broker(replica) is not None
         # Share partitions' state goes to their share coordinators, wherever those are.
         broker.share_groups.persister = ClusterSharePersister(broker, self.listener)
 
