@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
@@ -516,3 +516,84 @@ def test_share_auto_offset_reset_by_duration(wire: Wire, broker: Any, make_topic
         got = acquire(wire, group, member, topic_id)
     assert sorted(o for first, last, _ in got for o in range(first, last + 1)) == [0, 1, 2]
     assert heartbeat(wire, group, member, -1, topic).error_code == 0
+
+
+def test_share_isolation_level(wire: Wire, broker: Any, make_topic: Any) -> None:
+    """``share.isolation.level``: a read_committed share group acquires up to the last stable offset
+    and never the records of an aborted transaction (nor markers); a read_uncommitted one acquires
+    to the high watermark, aborted records included. The open transaction's record is acquired by
+    the read_committed group once committed."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = make_topic(partitions=1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    groups = {level: f"siso-{level[5:9]}-{uuid.uuid4().hex[:8]}" for level in ("read_committed", "read_uncommitted")}
+    for level, group in groups.items():
+        resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("share.isolation.level", level, incremental_operation=AlterConfigOpType.SET)])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"siso-{uuid.uuid4().hex[:8]}",
+                    "linger.ms": 0})
+    txn.init_transactions(30)
+    for values, commit in ((("c0", "c1"), True), (("a0", "a1"), False)):
+        txn.begin_transaction()
+        for value in values:
+            txn.produce(topic, value.encode(), partition=0)
+        txn.flush(30)
+        (txn.commit_transaction if commit else txn.abort_transaction)(30)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce(topic, b"n0", partition=0)
+    plain.flush(30)
+    txn.begin_transaction()
+    txn.produce(topic, b"o0", partition=0)
+    txn.flush(30)  # left open: the last stable offset stays at its first offset
+
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"siso-{uuid.uuid4().hex[:8]}",
+                       "auto.offset.reset": "earliest", "isolation.level": "read_uncommitted",
+                       "enable.auto.commit": False})
+    reader.assign([TopicPartition(topic, 0, 0)])
+    value_at: dict[int, str] = {}
+    deadline = time.monotonic() + 30
+    while len(value_at) < 6 and time.monotonic() < deadline:
+        message = reader.poll(1)
+        if message is not None and not message.error():
+            value_at[message.offset()] = message.value().decode()
+    reader.close()
+    assert sorted(value_at.values()) == ["a0", "a1", "c0", "c1", "n0", "o0"]
+
+    call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=list(groups.values())), FindCoordinatorResponse,
+         4, lambda r: r.coordinators[0].error_code)
+    members = {level: join(wire, group, topic) for level, group in groups.items()}
+    session_epochs = dict.fromkeys(groups, 0)
+
+    def fetch(level: str) -> list[tuple[int, int, int]]:
+        """A ShareFetch in the member's share session (a new session would release what it holds)."""
+        member, topic_id, _ = members[level]
+        fetched = wire.call(ShareFetchRequest(
+            group_id=groups[level], member_id=member, share_session_epoch=session_epochs[level], max_wait_ms=1000,
+            min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500, topics=[
+                ShareFetchRequest.FetchTopic(topic_id=topic_id, partitions=[
+                    ShareFetchRequest.FetchPartition(partition_index=0)])] if session_epochs[level] == 0 else []),
+            ShareFetchResponse, 1)
+        assert fetched.error_code == 0, fetched.error_message
+        session_epochs[level] += 1
+        return [(a.first_offset, a.last_offset, a.delivery_count)
+                for t in fetched.responses for p in t.partitions for a in p.acquired_records]
+
+    def acquired_values(level: str, expected: int) -> list[str]:
+        got: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(got) < expected and time.monotonic() < deadline:  # Kafka initializes the share partition first
+            got += [value_at[o] for first, last, _ in fetch(level) for o in range(first, last + 1) if o in value_at]
+        assert not fetch(level)  # nothing more (a second's wait)
+        return sorted(got)
+
+    assert acquired_values("read_uncommitted", 6) == ["a0", "a1", "c0", "c1", "n0", "o0"]
+    assert acquired_values("read_committed", 3) == ["c0", "c1", "n0"]
+    txn.commit_transaction(30)
+    assert acquired_values("read_committed", 1) == ["o0"]
+    for level, group in groups.items():
+        assert heartbeat(wire, group, members[level][0], -1, topic).error_code == 0

@@ -26,6 +26,7 @@ from grete.storage.config import LogConfig
 from grete.storage.log import AppendResult, Log, ReadResult
 from grete.storage.producer_state import ProducerStateEntry
 from grete.storage.segment import LogSegment
+from grete.storage.txnindex import AbortedTxn
 
 LOG_APPEND_TIME = 1
 
@@ -478,6 +479,9 @@ class Partition:
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         return self._log.aborted_transactions(start_offset, end_offset)
+
+    def aborted_txns(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        return self._log.aborted_txns(start_offset, end_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         return self._log.offset_for_timestamp(timestamp)

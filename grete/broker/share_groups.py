@@ -32,6 +32,7 @@ from grete.coordinator.share_partition import Acquired, BatchSpan, SharePartitio
 from grete.coordinator.share_reset import BY_DURATION, EARLIEST, LATEST, parse_reset
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
+from grete.storage.txnindex import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,13 @@ class ShareGroups:
 
     def session_timeout_ms(self, group_id: str) -> int:
         return self.group_int(group_id, "share.session.timeout.ms", "group.share.session.timeout.ms")
+
+    def read_committed(self, group_id: str) -> bool:
+        """share.isolation.level (KIP-932): read_committed acquires up to the last stable offset and
+        archives the records of aborted transactions instead of delivering them."""
+        level = self.metadata.group_configs(group_id).get(
+            "share.isolation.level", self.config.get_str("share.isolation.level"))
+        return level == "read_committed"
 
     def initial_offset(self, group_id: str, partition: Partition) -> int:
         """share.auto.offset.reset: where a share partition starts the first time it is fetched; with
@@ -562,8 +570,10 @@ class ShareGroups:
                 *, record_limit: bool) -> Grant:
         partition = self.resolve(key)
         sp = self.share_partition(group_id, key, partition)
-        hw = partition.high_watermark
-        acquired = sp.acquire(member_id, _spans(partition, sp.end, hw, max_bytes), max_records,
+        committed = self.read_committed(group_id)
+        end = partition.last_stable_offset if committed else partition.high_watermark
+        aborted = partition.aborted_txns(sp.end, end) if committed and sp.end < end else []
+        acquired = sp.acquire(member_id, _spans(partition, sp.end, end, max_bytes, aborted), max_records,
                               now_ms=_now_ms(), lock_ms=self.lock_ms(group_id), record_limit=record_limit)
         if acquired:
             self._arm_lock_timer(group_id, key, sp)
@@ -618,8 +628,13 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _spans(partition: Partition, start: int, end: int, max_bytes: int) -> Iterator[BatchSpan]:
-    """Batches from ``start`` below the high watermark ``end``, until ``max_bytes`` (one at least)."""
+def _spans(partition: Partition, start: int, end: int, max_bytes: int,
+           aborted: list[AbortedTxn]) -> Iterator[BatchSpan]:
+    """Batches from ``start`` below ``end`` (the high watermark, or the last stable offset), until
+    ``max_bytes`` (one at least). Markers, and the batches of the ``aborted`` transactions (a
+    transactional batch of the producer between the transaction's first offset and its marker), are
+    archived: a read_committed share group never delivers them (Kafka's
+    filterAbortedTransactionalAcquiredRecords). One header read per batch, no records decoded."""
     if start >= end:
         return
     total = 0
@@ -629,4 +644,7 @@ def _spans(partition: Partition, start: int, end: int, max_bytes: int) -> Iterat
         if total and total + batch.size > max_bytes:
             return
         total += batch.size
-        yield BatchSpan(batch.base_offset, min(batch.last_offset, end - 1), batch.is_control)
+        archived = batch.is_control or (batch.is_transactional and any(
+            t.producer_id == batch.producer_id and t.first_offset <= batch.base_offset <= t.last_offset
+            for t in aborted))
+        yield BatchSpan(batch.base_offset, min(batch.last_offset, end - 1), archived)

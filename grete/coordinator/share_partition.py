@@ -47,7 +47,7 @@ class BatchSpan:
     """Offsets of one log batch, as the log's headers give them."""
     first: int
     last: int
-    is_control: bool = False
+    archived: bool = False  # never delivered: a transaction marker, or (read_committed) aborted records
 
 
 class SharePartition:
@@ -87,7 +87,7 @@ class SharePartition:
             if batch.last < self.end:
                 continue
             first = max(batch.first, self.end)
-            if batch.is_control:  # transaction markers are never delivered
+            if batch.archived:
                 self._append(Run(first, batch.last, ARCHIVED, 0))
                 continue
             last = batch.last

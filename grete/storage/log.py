@@ -33,6 +33,7 @@ from grete.storage.loader import LogOffline as LogOffline  # re-exported: its ol
 from grete.storage.producer_state import CompletedTxn, ProducerStateEntry, ProducerStateManager
 from grete.storage.segment import INT32_MAX, BatchPos, LogSegment, SegmentFile
 from grete.storage.timestamps import exact_offset_for_timestamp
+from grete.storage.txnindex import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -513,11 +514,15 @@ class Log:
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of aborted txns overlapping [start_offset, end_offset)."""
-        out: list[tuple[int, int]] = []
+        return [(t.producer_id, t.first_offset) for t in self.aborted_txns(start_offset, end_offset)]
+
+    def aborted_txns(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The transaction index's entries of aborted txns overlapping [start_offset, end_offset)."""
+        out: list[AbortedTxn] = []
         i = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
         for seg in self.segments[i:]:
             found, complete = seg.txn_index.collect(start_offset, end_offset)
-            out.extend((t.producer_id, t.first_offset) for t in found)
+            out.extend(found)
             if complete:
                 break
         return out

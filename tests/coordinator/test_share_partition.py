@@ -83,7 +83,7 @@ def test_record_limit_splits_a_batch() -> None:
 
 def test_control_batches_and_gaps_are_never_delivered() -> None:
     p = sp()
-    got = p.acquire("a", [BatchSpan(0, 1), BatchSpan(2, 2, is_control=True), BatchSpan(5, 6)], 500, now_ms=0,
+    got = p.acquire("a", [BatchSpan(0, 1), BatchSpan(2, 2, archived=True), BatchSpan(5, 6)], 500, now_ms=0,
                     lock_ms=LOCK, record_limit=False)
     assert got == [Acquired(0, 1, 1), Acquired(5, 6, 1)]
     p.acknowledge("a", 0, 1, [ACCEPT], now_ms=0, lock_ms=LOCK)
