@@ -116,7 +116,7 @@ class Broker:
                                        cluster=cluster is not None)
         self.connections: set[OpenConnection] = set()
         self.client_telemetry = ClientTelemetry()
-        self.connection_quotas = ConnectionQuotas(config)
+        self.connection_quotas = ConnectionQuotas(config, self.metadata)
         # SSL listeners' reloadable contexts (grete.broker.tls.ListenerTls), set by the node as it listens.
         self.listener_tls: dict[str, ReloadableTls] = {}
         self.quotas = ClientQuotas(config, self.metadata)

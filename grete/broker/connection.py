@@ -111,6 +111,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._paused_writing = False
         self._waiting_for_memory = False
         self._throttled: asyncio.TimerHandle | None = None  # KIP-219: muted until this fires
+        self._held = False  # accepted, not yet admitted by the connection quotas
         self._closed = False
         self.transport: asyncio.Transport | None = None
         self._writer: Writer | None = None
@@ -147,20 +148,42 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._closed = True
                 transport.abort()
                 return
-        if not self.broker.connection_quotas.admit(self.peer):
-            log.info("closing connection from %s: max.connections.per.ip / max.connections reached", self.peer)
-            self._closed = True
-            transport.abort()
-            return
-        self._writer = writer_for(transport)
+        self.broker.connection_quotas.arrive(self)
+
+    # --- connection quotas (grete.broker.connection_quotas.Arrival) ---------------------------
+    def hold(self) -> None:
+        assert self.transport is not None
+        self._held = True
+        self.transport.pause_reading()
+
+    def admitted(self) -> None:
+        assert self.transport is not None
+        self._writer = writer_for(self.transport)
         self.broker.connections.add(self)
+        if self._held:
+            self._held = False
+            self.transport.resume_reading()
         self._touch()
+
+    def refuse(self) -> None:
+        assert self.transport is not None
+        self._closed = True
+        self.transport.abort()
+
+    def throttled(self, delay_s: float) -> None:
+        assert self.transport is not None
+        self._closed = True
+        if not self._held:
+            self.hold()
+        self._throttled = self._loop.call_later(delay_s, self.transport.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport is not None and self in self.broker.connections:
             self.broker.connections.discard(self)
             self.broker.connection_quotas.release(self.peer)
             self.broker.client_telemetry.connection_closed(id(self.session))
+        elif self._held:
+            self.broker.connection_quotas.depart(self)
         self._closed = True
         self._reader.close()
         self.broker.share_groups.connection_closed(id(self.session))  # KIP-932: its share sessions end

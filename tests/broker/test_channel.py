@@ -120,19 +120,68 @@ def test_responses_leave_in_request_order() -> None:
     assert queue.full and not queue.drained
 
 
+class _Arrival:
+    """A connection as the quotas see it: what they decided, in order."""
+
+    def __init__(self, peer: str, listener: str = "PLAINTEXT") -> None:
+        self.peer, self.listener = peer, listener
+        self.events: list[str] = []
+
+    def hold(self) -> None:
+        self.events.append("hold")
+
+    def admitted(self) -> None:
+        self.events.append("admitted")
+
+    def refuse(self) -> None:
+        self.events.append("refused")
+
+    def throttled(self, delay_s: float) -> None:
+        self.events.append(f"throttled {delay_s:.1f}")
+
+
 def test_connection_limits_per_ip_with_overrides() -> None:
     config = BrokerConfig({"max.connections.per.ip": "2", "max.connections.per.ip.overrides": "10.0.0.9:0",
                            "max.connections": "3"})
     quotas = ConnectionQuotas(config)
-    assert quotas.admit("127.0.0.1") and quotas.admit("127.0.0.1")
-    assert not quotas.admit("127.0.0.1")
-    assert not quotas.admit("10.0.0.9")
-    assert quotas.admit("127.0.0.2")
-    assert not quotas.admit("127.0.0.3")  # max.connections
+
+    def arrive(peer: str) -> list[str]:
+        conn = _Arrival(peer)
+        quotas.arrive(conn)
+        return conn.events
+
+    assert arrive("127.0.0.1") == arrive("127.0.0.1") == ["admitted"]
+    assert arrive("127.0.0.1") == ["refused"]
+    assert arrive("10.0.0.9") == ["refused"]
+    assert arrive("127.0.0.2") == ["admitted"]
+    assert arrive("127.0.0.3") == ["refused"]  # max.connections
     quotas.release("127.0.0.1")
-    assert quotas.admit("127.0.0.3")
+    assert arrive("127.0.0.3") == ["admitted"]
     with pytest.raises(ConfigError):
         parse_overrides("nohost")
+
+
+def test_creation_rate_holds_the_listener_in_order() -> None:
+    """Over max.connection.creation.rate the listener's next connections wait their turn (Kafka's
+    acceptor blocks): the one over the rate is held for the throttle time, those behind it after it."""
+    asyncio.run(_creation_rate())
+
+
+async def _creation_rate() -> None:
+    quotas = ConnectionQuotas(BrokerConfig({"max.connection.creation.rate": "2", "quota.window.num": "2"}))
+    arrivals = [_Arrival("127.0.0.1") for _ in range(4)]
+    for conn in arrivals:
+        quotas.arrive(conn)
+    # A young rate spans one window (quota.window.num - 1) of a second: 2 fit, the third is over.
+    assert [c.events for c in arrivals] == [["admitted"], ["admitted"], ["hold"], ["hold"]]
+    other = _Arrival("127.0.0.1", "INTERNAL")
+    quotas.arrive(other)  # another listener's acceptor: over the broker-wide rate too, in its own queue
+    assert other.events == ["hold"]
+    deadline = asyncio.get_running_loop().time() + 5
+    while arrivals[3].events[-1] != "admitted" and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    assert arrivals[2].events == ["hold", "admitted"] and arrivals[3].events == ["hold", "admitted"]
+    assert other.events == ["hold", "admitted"]
 
 
 class _Slice:
