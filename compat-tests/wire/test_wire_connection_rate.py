@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,16 +103,21 @@ def wait_served(broker: Any) -> None:
         time.sleep(1)
 
 
+def burst(broker: Any, admin: Admin, limit: Callable[[Admin, Any], None], value: float) -> list[tuple[bool, float]]:
+    """``BURST`` connections one after the other under the limit ``value``, then the limit removed."""
+    limit(admin, value)
+    try:
+        settle(admin)
+        return [answered(broker) for _ in range(BURST)]
+    finally:
+        limit(admin, None)
+        wait_served(broker)
+
+
 def test_ip_connection_creation_rate(broker: Any, admin: Admin) -> None:
     """The default IP entity at 1/s: 10 connections of a burst are served, the rest closed after the
     throttle time (about a second: the connection is held, not refused) without an answer."""
-    ip_quota(admin, 1.0)
-    try:
-        settle(admin)
-        results = [answered(broker) for _ in range(BURST)]
-    finally:
-        ip_quota(admin, None)
-    wait_served(broker)
+    results = burst(broker, admin, ip_quota, 1.0)
     served = [ok for ok, _ in results]
     assert served == [True] * 10 + [False] * (BURST - 10), results
     assert all(0.5 < took < 2.0 for _, took in results[10:]), results  # a delayed close, not an abort
@@ -122,13 +127,7 @@ def test_broker_connection_creation_rate(broker: Any, admin: Admin) -> None:
     """``max.connection.creation.rate=1`` (dynamic, cluster-wide): every connection of a burst is
     served, those over the rate after a wait of up to a window (the acceptor's throttle; Kafka 4.3.1:
     0, 0, 0, 0.25 s, then 1 s each on a fresh broker)."""
-    broker_rate(admin, 1)
-    try:
-        settle(admin)
-        results = [answered(broker) for _ in range(BURST)]
-    finally:
-        broker_rate(admin, None)
-    wait_served(broker)
+    results = burst(broker, admin, broker_rate, 1)
     assert all(ok for ok, _ in results), results
     # The broker's rate counts the connections made before the limit was set (the fixture's, the
     # previous tests'): how many of the first ten are delayed depends on them; the rest always are.
