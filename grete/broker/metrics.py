@@ -95,6 +95,10 @@ class BrokerMetrics:
         self.replica_pushes_received = 0
         self.replica_push_bytes_received = 0
         self.replica_push_fallbacks = 0
+        # KIP-890's AddPartitionsToTxnManager: how long a transactional produce (or TxnOffsetCommit)
+        # waited for its coordinator's verification, and the verifications that failed.
+        self.txn_verification_time = Histogram()
+        self.txn_verification_failures = 0
 
     def isr_changed(self, before: int, after: int) -> None:
         if after < before:

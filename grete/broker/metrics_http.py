@@ -146,6 +146,16 @@ class KafkaCollector(Collector):
                 ("push_bytes_received", "record bytes appended from pushes", m.replica_push_bytes_received),
                 ("push_fallbacks", "partitions sent back to fetching (either side)", m.replica_push_fallbacks)):
             yield _counter(f"grete_direct_replication_{name}", doc, value)
+        # kafka.server:type=AddPartitionsToTxnManager (KIP-890 part 1)
+        verification = GaugeMetricFamily("kafka_server_addpartitionstotxnmanager_verificationtimems",
+                                         "VerificationTimeMs quantiles", labels=["quantile"])
+        for label, q in QUANTILES:
+            verification.add_metric([label], m.txn_verification_time.quantile(q))
+        yield verification
+        yield _renamed(_counter("kafka_server_addpartitionstotxnmanager_verificationtimems_count",
+                                "VerificationTimeMs observations", m.txn_verification_time.count))
+        yield _counter("kafka_server_addpartitionstotxnmanager_verificationfailurerate",
+                       "VerificationFailureRate", m.txn_verification_failures)
         # kafka.server:type=FetchSessionCache
         sessions = broker.fetch_sessions
         yield _gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions", "NumIncrementalFetchSessions",

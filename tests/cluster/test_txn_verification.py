@@ -7,6 +7,7 @@ version 2 (KIP-890 part 2) across brokers: implicit adds through AddPartitionsTo
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -28,7 +29,7 @@ from grete.protocol.messages import (
 from grete.protocol.records.batch import iter_batches
 from grete.protocol.records.record import Record, build_batch, decode_records
 from grete.testing._wire import Wire
-from grete.testing.cluster import GreteCluster, cluster
+from grete.testing.cluster import GreteCluster, cluster, free_port
 from tests.broker._txn import READ_COMMITTED, Txn, describe, fetch, latest, settled, visible_values
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 
@@ -38,8 +39,18 @@ BROKERS = (1, 2, 3)
 @pytest.fixture(scope="module")
 def grete_cluster() -> Iterator[GreteCluster]:
     need_zookeeper()
-    with cluster(3, overrides=CLUSTER_OVERRIDES) as running:
+    metrics = {b: {"metrics.listener": f"http://127.0.0.1:{free_port()}"} for b in BROKERS}
+    with cluster(3, overrides=CLUSTER_OVERRIDES, broker_overrides=metrics) as running:
         yield running
+
+
+def verification_metrics(grete_cluster: GreteCluster, broker: int) -> tuple[float, float]:
+    """(VerificationTimeMs observations, VerificationFailureRate) on ``broker``'s metrics endpoint."""
+    url = grete_cluster.broker_items(broker)["metrics.listener"] + "/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        lines = dict(line.rsplit(" ", 1) for line in answer.read().decode().splitlines() if not line.startswith("#"))
+    return (float(lines["kafka_server_addpartitionstotxnmanager_verificationtimems_count"]),
+            float(lines["kafka_server_addpartitionstotxnmanager_verificationfailurerate_total"]))
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +113,10 @@ def test_a_batch_outside_the_transaction_is_refused_by_a_leader_on_another_broke
     leader = _wire(grete_cluster, added + 1)
     assert _produce(leader, txn, topic, added, b"in", version) == 0
     elsewhere = _wire(grete_cluster, stranger + 1)
+    timed, failed = verification_metrics(grete_cluster, stranger + 1)
     # The partition was never added: its leader asks the coordinator and refuses the batch.
     assert _produce(elsewhere, txn, topic, stranger, b"hanging", version) == refusal
+    assert verification_metrics(grete_cluster, stranger + 1) == (timed + 1, failed + 1)  # Kafka's metric names
     assert txn.end(commit=False) == 0
     # Nothing was left open on the refusing leader: its last stable offset is its log end.
     assert latest(elsewhere, topic, 0, stranger) == latest(elsewhere, topic, READ_COMMITTED, stranger)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 from grete.broker.broker import Broker
@@ -63,7 +64,18 @@ class ClusterTxnVerifier:
 
     async def verify(self, coordinator: int, transactional_id: str, producer_id: int, producer_epoch: int,
                      partitions: list[TopicPartition], *, add: bool) -> Outcome:
-        """The partitions not confirmed, with their error (empty: all verified or added)."""
+        """The partitions not confirmed, with their error (empty: all verified or added); timed and
+        counted as Kafka's AddPartitionsToTxnManager (VerificationTimeMs, VerificationFailureRate)."""
+        started = time.monotonic()
+        outcome = await self._verify(coordinator, transactional_id, producer_id, producer_epoch, partitions, add=add)
+        metrics = self.broker.metrics
+        metrics.txn_verification_time.observe((time.monotonic() - started) * 1000)
+        if outcome:
+            metrics.txn_verification_failures += 1
+        return outcome
+
+    async def _verify(self, coordinator: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                      partitions: list[TopicPartition], *, add: bool) -> Outcome:
         channel = self._channel(coordinator)
         if channel is None:
             return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
