@@ -180,7 +180,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport is not None and self in self.broker.connections:
             self.broker.connections.discard(self)
-            self.broker.connection_quotas.release(self.peer)
+            self.broker.connection_quotas.release(self.peer, self.listener)
             self.broker.client_telemetry.connection_closed(id(self.session))
         elif self._held:
             self.broker.connection_quotas.depart(self)

@@ -1,18 +1,17 @@
 """Connection limits as Kafka's ConnectionQuotas applies them as connections are accepted:
-``max.connections`` and ``max.connections.per.ip`` (with ``max.connections.per.ip.overrides``) count
-open connections; ``max.connection.creation.rate`` (broker-wide, and per listener as
-``listener.name.<listener>.max.connection.creation.rate``) and the IP entity's
+``max.connections`` (broker-wide, and per listener as ``listener.name.<listener>.max.connections``)
+and ``max.connections.per.ip`` (with ``max.connections.per.ip.overrides``) count open connections;
+``max.connection.creation.rate`` (broker-wide, and per listener) and the IP entity's
 ``connection_creation_rate`` quota (KIP-612) bound how fast they are made.
 
-A connection over its address's count limit is closed at once, as Kafka closes it. Over the
-broker-wide count Kafka's acceptor stops accepting until a connection closes (the client waits in
-the listen backlog); asyncio's server cannot pause its accept loop, so grete closes such a
-connection right after accepting it instead, and the client reconnects with its back-off.
+A connection over its address's count limit is closed at once, as Kafka closes it.
 
-Over the broker's or the listener's creation rate Kafka's acceptor waits the throttle time before it
-takes the connection, and the connections behind it wait in the backlog. grete accepts them but
-reads nothing from them until their turn: one queue per listener, in arrival order, the head held
-for the throttle time (the client sees the same thing: its connection answers late).
+Over the broker's or the listener's count or creation rate Kafka's acceptor stops: it waits for
+the throttle time, or until a connection closes, before it takes the connection, and those behind it
+wait in the kernel's listen backlog. asyncio's server cannot stop accepting, so grete accepts them
+but reads nothing from them until their turn: one queue per listener, in arrival order, its head
+held for the throttle time and for a free slot (the client sees the same thing: its connection
+answers late). At most ``LISTEN_BACKLOG`` wait on a listener; more are closed.
 
 Over its IP's creation rate a connection is not counted and is closed once the throttle time has
 passed (Kafka's delayed close), so the client's reconnects are slowed down with it. The rates are
@@ -35,7 +34,10 @@ from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore
 
 log = logging.getLogger(__name__)
 
-UNLIMITED = 2**31 - 1  # Kafka's default for both rates (Int.MaxValue): no sensor at all
+UNLIMITED = 2**31 - 1  # Kafka's default for the limits (Int.MaxValue)
+# The listen backlog grete asks of the kernel; as many accepted connections may wait on a listener
+# for their turn (Kafka's wait in the kernel's backlog), any more are closed.
+LISTEN_BACKLOG = 1024
 IP_RATE = "connection_creation_rate"
 
 
@@ -72,10 +74,11 @@ class Arrival(Protocol):
 class _Gate:
     """One listener's acceptor: arrivals in order, the head held while the rate is over its limit."""
 
-    __slots__ = ("waiting", "timer")
+    __slots__ = ("waiting", "head", "timer")
 
     def __init__(self) -> None:
         self.waiting: deque[Arrival] = deque()
+        self.head: Arrival | None = None  # recorded, waiting for its throttle time or for a slot
         self.timer: asyncio.TimerHandle | None = None
 
 
@@ -83,6 +86,7 @@ class ConnectionQuotas:
     def __init__(self, config: BrokerConfig, metadata: MetadataStore | None = None) -> None:
         self.total = 0
         self._by_ip: dict[str, int] = {}
+        self._by_listener: dict[str, int] = {}
         self._samples = config.get_int("quota.window.num")
         self._window_ms = config.get_int("quota.window.size.seconds") * 1000
         self._rates: dict[str, Rate] = {}   # "" broker-wide, "listener:<name>", "ip:<address>"
@@ -119,6 +123,10 @@ class ConnectionQuotas:
                 limits[_address(named["ip"])] = values[IP_RATE]
         self._ip_limits = limits
 
+    def listener_max(self, listener: str) -> int:
+        value = self._config.raw(f"listener.name.{listener.lower()}.max.connections")
+        return int(value) if value is not None else UNLIMITED
+
     def listener_rate(self, listener: str) -> int:
         value = self._config.raw(f"listener.name.{listener.lower()}.max.connection.creation.rate")
         return int(value) if value is not None else UNLIMITED
@@ -131,40 +139,70 @@ class ConnectionQuotas:
     def arrive(self, conn: Arrival) -> None:
         """A connection was accepted on ``conn.listener``: admitted now, or held, refused or
         throttled as Kafka's acceptor would."""
-        gate = self._gates.get(conn.listener)
-        if gate is not None and (gate.waiting or gate.timer is not None):
+        gate = self._gates.setdefault(conn.listener, _Gate())
+        if gate.head is not None or gate.waiting:
+            if len(gate.waiting) >= LISTEN_BACKLOG:
+                log.info("closing connection from %s: %d connections already wait on listener %s",
+                         conn.peer, LISTEN_BACKLOG, conn.listener)
+                conn.refuse()
+                return
             conn.hold()
             gate.waiting.append(conn)
             return
-        self._take(conn, held=False)
+        self._begin(gate, conn, held=False)
 
     def depart(self, conn: Arrival) -> None:
         """A held connection closed before its turn."""
         gate = self._gates.get(conn.listener)
-        if gate is not None and conn in gate.waiting:
+        if gate is None:
+            return
+        if gate.head is conn:
+            gate.head = None
+            self._advance(conn.listener)
+        elif conn in gate.waiting:
             gate.waiting.remove(conn)
 
-    def _take(self, conn: Arrival, *, held: bool) -> None:
-        now_ms = monotonic() * 1000
-        delay_ms = self._record_listener(conn.listener, now_ms)
-        if delay_ms > 0:
-            gate = self._gates.setdefault(conn.listener, _Gate())
-            if not held:
-                conn.hold()
-            gate.waiting.appendleft(conn)
-            gate.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._reopen, conn.listener)
+    def _begin(self, gate: _Gate, conn: Arrival, *, held: bool) -> None:
+        """Kafka's waitForConnectionSlot: the connection is recorded in the broker's and listener's
+        rates, then waits for their throttle time and for a free slot (max.connections), holding up
+        the listener's later arrivals meanwhile."""
+        delay_ms = self._record_listener(conn.listener, monotonic() * 1000)
+        if delay_ms <= 0 and self._slot_available(conn.listener):
+            self._after_wait(conn)
             return
-        self._after_wait(conn, now_ms)
+        if not held:
+            conn.hold()
+        gate.head = conn
+        if delay_ms > 0:
+            gate.timer = asyncio.get_running_loop().call_later(delay_ms / 1000, self._throttle_over, conn.listener)
 
-    def _reopen(self, listener: str) -> None:
+    def _throttle_over(self, listener: str) -> None:
+        self._gates[listener].timer = None
+        self._advance(listener)
+
+    def _advance(self, listener: str) -> None:
+        """The head goes on once its throttle time has passed and a slot is free; then the next."""
         gate = self._gates[listener]
-        gate.timer = None
-        if gate.waiting:
-            self._after_wait(gate.waiting.popleft(), monotonic() * 1000)  # its wait is over: not recorded again
-        while gate.waiting and gate.timer is None:
-            self._take(gate.waiting.popleft(), held=True)
+        if gate.timer is not None:
+            return
+        head = gate.head
+        if head is not None:
+            if not self._slot_available(listener):
+                return  # a connection closing frees one (release)
+            gate.head = None
+            self._after_wait(head)
+        while gate.waiting and gate.head is None and gate.timer is None:
+            self._begin(gate, gate.waiting.popleft(), held=True)
 
-    def _after_wait(self, conn: Arrival, now_ms: float) -> None:
+    def _slot_available(self, listener: str) -> bool:
+        """Kafka's connectionSlotAvailable: under the listener's max.connections, and under the
+        broker's unless this is the inter-broker listener (of several)."""
+        if self._by_listener.get(listener, 0) >= self.listener_max(listener):
+            return False
+        return listener == self.protected or self.total < self.max_connections
+
+    def _after_wait(self, conn: Arrival) -> None:
+        now_ms = monotonic() * 1000
         limit = self.ip_rate(conn.peer)
         if limit < UNLIMITED:
             self._sweep(now_ms)
@@ -174,10 +212,11 @@ class ConnectionQuotas:
                 log.debug("delaying closing of connection from %s for %d ms", conn.peer, delay_ms)
                 conn.throttled(delay_ms / 1000)
                 return
-        if self._count(conn.peer):
+        if self._count(conn.peer, conn.listener):
             conn.admitted()
         else:
-            log.info("closing connection from %s: max.connections.per.ip / max.connections reached", conn.peer)
+            log.info("Rejected connection from %s, address already has the configured maximum of %d connections.",
+                     conn.peer, self.overrides.get(conn.peer, self.per_ip))
             conn.refuse()
 
     def _record_listener(self, listener: str, now_ms: float) -> int:
@@ -219,22 +258,28 @@ class ConnectionQuotas:
                 rate.record(-1.0, now_ms)
 
     # --- counting ------------------------------------------------------------------------------
-    def _count(self, address: str) -> bool:
-        """Count a new connection from ``address``; False (and not counted) when over a limit."""
+    def _count(self, address: str, listener: str) -> bool:
+        """Count a new connection from ``address``; False (and not counted) over the address's limit."""
         count = self._by_ip.get(address, 0)
-        if count >= self.overrides.get(address, self.per_ip) or self.total >= self.max_connections:
+        if count >= self.overrides.get(address, self.per_ip):
             return False
         self._by_ip[address] = count + 1
+        self._by_listener[listener] = self._by_listener.get(listener, 0) + 1
         self.total += 1
         return True
 
-    def release(self, address: str) -> None:
+    def release(self, address: str, listener: str) -> None:
+        """An admitted connection closed: a slot is free, for whichever listener waits for one."""
         count = self._by_ip.get(address, 0) - 1
         if count <= 0:
             self._by_ip.pop(address, None)
         else:
             self._by_ip[address] = count
+        self._by_listener[listener] = self._by_listener.get(listener, 1) - 1
         self.total -= 1
+        for name, gate in self._gates.items():
+            if gate.head is not None and gate.timer is None:
+                self._advance(name)
 
 
 def _address(ip: str | None) -> str | None:

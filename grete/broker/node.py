@@ -21,6 +21,7 @@ from typing import Any
 from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.connection import KafkaConnection
+from grete.broker.connection_quotas import LISTEN_BACKLOG
 from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener, security_protocol
 from grete.broker.pipeline import Pipeline
@@ -172,7 +173,7 @@ class Node:
                                              tokens=broker.delegation_tokens.scram_credential)
         server = await loop.create_server(
             lambda: KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of, sasl),
-            listener.host or None, listener.port, reuse_address=True, backlog=1024, start_serving=False,
+            listener.host or None, listener.port, reuse_address=True, backlog=LISTEN_BACKLOG, start_serving=False,
             ssl=context)
         # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets
         # inherit it and their window scale is negotiated for it.

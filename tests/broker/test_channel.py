@@ -141,24 +141,51 @@ class _Arrival:
 
 
 def test_connection_limits_per_ip_with_overrides() -> None:
+    asyncio.run(_connection_limits())
+
+
+async def _connection_limits() -> None:
+    """Over an address's limit a connection is closed; over max.connections it waits, in order,
+    until a connection closes (Kafka's acceptor waits for a slot)."""
     config = BrokerConfig({"max.connections.per.ip": "2", "max.connections.per.ip.overrides": "10.0.0.9:0",
                            "max.connections": "3"})
     quotas = ConnectionQuotas(config)
 
-    def arrive(peer: str) -> list[str]:
+    def arrive(peer: str) -> _Arrival:
         conn = _Arrival(peer)
         quotas.arrive(conn)
-        return conn.events
+        return conn
 
-    assert arrive("127.0.0.1") == arrive("127.0.0.1") == ["admitted"]
-    assert arrive("127.0.0.1") == ["refused"]
-    assert arrive("10.0.0.9") == ["refused"]
-    assert arrive("127.0.0.2") == ["admitted"]
-    assert arrive("127.0.0.3") == ["refused"]  # max.connections
-    quotas.release("127.0.0.1")
-    assert arrive("127.0.0.3") == ["admitted"]
+    assert arrive("127.0.0.1").events == arrive("127.0.0.1").events == ["admitted"]
+    assert arrive("127.0.0.1").events == ["refused"]
+    assert arrive("10.0.0.9").events == ["refused"]
+    assert arrive("127.0.0.2").events == ["admitted"]
+    third, fourth = arrive("127.0.0.3"), arrive("127.0.0.4")  # max.connections: both wait
+    assert third.events == fourth.events == ["hold"]
+    quotas.release("127.0.0.1", "PLAINTEXT")
+    assert third.events == ["hold", "admitted"] and fourth.events == ["hold"]
+    quotas.depart(fourth)  # its client gave up
+    quotas.release("127.0.0.2", "PLAINTEXT")
+    assert arrive("127.0.0.5").events == ["admitted"]
     with pytest.raises(ConfigError):
         parse_overrides("nohost")
+
+
+def test_a_listener_limit_holds_only_its_listener() -> None:
+    asyncio.run(_listener_limit())
+
+
+async def _listener_limit() -> None:
+    quotas = ConnectionQuotas(BrokerConfig({"listener.name.external.max.connections": "1"}))
+    first, second = _Arrival("10.0.0.1", "EXTERNAL"), _Arrival("10.0.0.2", "EXTERNAL")
+    internal = _Arrival("10.0.0.3", "INTERNAL")
+    for conn in (first, second, internal):
+        quotas.arrive(conn)
+    assert (first.events, second.events, internal.events) == (["admitted"], ["hold"], ["admitted"])
+    quotas.release("10.0.0.3", "INTERNAL")
+    assert second.events == ["hold"]
+    quotas.release("10.0.0.1", "EXTERNAL")
+    assert second.events == ["hold", "admitted"]
 
 
 def test_creation_rate_holds_the_listener_in_order() -> None:

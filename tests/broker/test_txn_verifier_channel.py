@@ -11,6 +11,7 @@ from typing import Any, cast
 from grete.broker.broker import Broker
 from grete.broker.cluster.peer import PeerError
 from grete.broker.cluster.txn_verifier import ClusterTxnVerifier
+from grete.broker.metrics import BrokerMetrics
 from grete.coordinator.zk_layout import EndPoint
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
@@ -27,6 +28,9 @@ class _Config:
 class _Broker:
     node_id = 1
     config = _Config()
+
+    def __init__(self) -> None:
+        self.metrics = BrokerMetrics()
 
     def broker_endpoint(self, broker_id: int, listener: str) -> EndPoint | None:
         return EndPoint(listener, "127.0.0.1", 9000 + broker_id, "PLAINTEXT")
@@ -121,4 +125,6 @@ async def test_a_failed_channel_fails_what_it_carried() -> None:
     await asyncio.sleep(0)
     coordinator.release.put_nowait(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     assert await refused == {TP: ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+    metrics = verifier.broker.metrics  # Kafka's VerificationTimeMs and VerificationFailureRate
+    assert (metrics.txn_verification_time.count, metrics.txn_verification_failures) == (2, 2)
     verifier.close()
