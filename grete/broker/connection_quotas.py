@@ -109,6 +109,12 @@ class ConnectionQuotas:
         self.broker_rate = config.get_int("max.connection.creation.rate")
         self._config = config
         self.protected = _protected_listener(config)
+        self._wake_waiting()  # a limit raised: those waiting for a slot may go on
+
+    def _wake_waiting(self) -> None:
+        for name, gate in self._gates.items():
+            if gate.head is not None and gate.timer is None:
+                self._advance(name)
 
     def _changed(self, change: MetadataChange) -> None:
         if change.kind is ChangeKind.CLIENT_QUOTAS_CHANGED:
@@ -277,9 +283,7 @@ class ConnectionQuotas:
             self._by_ip[address] = count
         self._by_listener[listener] = self._by_listener.get(listener, 1) - 1
         self.total -= 1
-        for name, gate in self._gates.items():
-            if gate.head is not None and gate.timer is None:
-                self._advance(name)
+        self._wake_waiting()
 
 
 def _address(ip: str | None) -> str | None:

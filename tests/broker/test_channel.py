@@ -184,8 +184,12 @@ async def _listener_limit() -> None:
     assert (first.events, second.events, internal.events) == (["admitted"], ["hold"], ["admitted"])
     quotas.release("10.0.0.3", "INTERNAL")
     assert second.events == ["hold"]
+    third = _Arrival("10.0.0.4", "EXTERNAL")
+    quotas.arrive(third)
     quotas.release("10.0.0.1", "EXTERNAL")
-    assert second.events == ["hold", "admitted"]
+    assert second.events == ["hold", "admitted"] and third.events == ["hold"]
+    quotas.reload(BrokerConfig({"listener.name.external.max.connections": "2"}))  # raised: waiting ones go on
+    assert third.events == ["hold", "admitted"]
 
 
 def test_creation_rate_holds_the_listener_in_order() -> None:
