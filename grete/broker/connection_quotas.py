@@ -29,7 +29,7 @@ from time import monotonic
 from typing import Protocol
 
 from grete.broker.config import BrokerConfig, ConfigError
-from grete.broker.quotas import SENSOR_EXPIRY_MS, Rate
+from grete.broker.quotas import SENSOR_EXPIRY_MS, Rate, ThrottleAverage
 from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ UNLIMITED = 2**31 - 1  # Kafka's default for the limits (Int.MaxValue)
 # The listen backlog grete asks of the kernel; as many accepted connections may wait on a listener
 # for their turn (Kafka's wait in the kernel's backlog), any more are closed.
 LISTEN_BACKLOG = 1024
+THROTTLE_SPAN_MS = 60_000  # Kafka's default MetricConfig: 2 samples of 30 s
 IP_RATE = "connection_creation_rate"
 
 
@@ -91,6 +92,9 @@ class ConnectionQuotas:
         self._window_ms = config.get_int("quota.window.size.seconds") * 1000
         self._rates: dict[str, Rate] = {}   # "" broker-wide, "listener:<name>", "ip:<address>"
         self._gates: dict[str, _Gate] = {}
+        # Per listener, the mean of the non-zero throttle times given over the broker's or the
+        # listener's rate ("rate") and over IPs' quotas ("ip"): Kafka's *connection-accept-throttle-time.
+        self._throttles: dict[tuple[str, str], ThrottleAverage] = {}
         self._ip_limits: dict[str | None, float] = {}  # None: the default IP entity
         self._last_sweep = 0.0
         self._metadata = metadata
@@ -172,7 +176,10 @@ class ConnectionQuotas:
         """Kafka's waitForConnectionSlot: the connection is recorded in the broker's and listener's
         rates, then waits for their throttle time and for a free slot (max.connections), holding up
         the listener's later arrivals meanwhile."""
-        delay_ms = self._record_listener(conn.listener, monotonic() * 1000)
+        now_ms = monotonic() * 1000
+        delay_ms = self._record_listener(conn.listener, now_ms)
+        if delay_ms > 0:
+            self._throttled("rate", conn.listener, delay_ms, now_ms)
         if delay_ms <= 0 and self._slot_available(conn.listener):
             self._after_wait(conn)
             return
@@ -215,6 +222,7 @@ class ConnectionQuotas:
             delay_ms = self._record(f"ip:{conn.peer}", limit, now_ms)
             if delay_ms > 0:
                 self._unrecord(conn.listener, conn.peer, now_ms)
+                self._throttled("ip", conn.listener, delay_ms, now_ms)
                 log.debug("delaying closing of connection from %s for %d ms", conn.peer, delay_ms)
                 conn.throttled(delay_ms / 1000)
                 return
@@ -246,6 +254,31 @@ class ConnectionQuotas:
         if observed <= limit:
             return 0
         return min(round((observed - limit) / limit * rate.span_ms(now_ms)), self._window_ms)
+
+    def _throttled(self, kind: str, listener: str, delay_ms: int, now_ms: float) -> None:
+        average = self._throttles.get((kind, listener))
+        if average is None:
+            average = self._throttles[(kind, listener)] = ThrottleAverage(THROTTLE_SPAN_MS)
+        average.record(delay_ms, now_ms)
+
+    def observed(self) -> tuple[float, dict[str, tuple[float, float, float]]]:
+        """For the metrics: the broker's accept rate, and per listener its accept rate and mean
+        throttle times (its or the broker's rate, IPs' quotas)."""
+        now_ms = monotonic() * 1000
+        broker = self._rates.get("")
+        listeners = {key.removeprefix("listener:") for key in self._rates if key.startswith("listener:")}
+        listeners |= {listener for _, listener in self._throttles}
+
+        def rate(key: str) -> float:
+            found = self._rates.get(key)
+            return found.per_second(now_ms) if found is not None else 0.0
+
+        def mean(kind: str, listener: str) -> float:
+            found = self._throttles.get((kind, listener))
+            return found.value(now_ms) if found is not None else 0.0
+
+        return (broker.per_second(now_ms) if broker is not None else 0.0,
+                {name: (rate(f"listener:{name}"), mean("rate", name), mean("ip", name)) for name in sorted(listeners)})
 
     def _sweep(self, now_ms: float) -> None:
         """IPs' rates unused for an hour go (Kafka expires their sensors so); looked at once a window."""

@@ -247,6 +247,23 @@ class KafkaCollector(Collector):
         for name, n in sorted(counts.items()):
             family.add_metric([name], n)
         yield family
+        broker_rate, listeners = self.broker.connection_quotas.observed()
+        yield _gauge("kafka_server_socket_server_metrics_broker_connection_accept_rate",
+                     "New connections per second, all listeners but the inter-broker one", broker_rate)
+        prefix = "kafka_server_socket_server_metrics_"
+        accept = GaugeMetricFamily(f"{prefix}connection_accept_rate", "New connections per second",
+                                   labels=["listener"])
+        throttle = GaugeMetricFamily(f"{prefix}connection_accept_throttle_time", "Mean throttle time (ms) over "
+                                     "the broker's or listener's connection creation rate", labels=["listener"])
+        ip_throttle = GaugeMetricFamily(f"{prefix}ip_connection_accept_throttle_time", "Mean throttle time (ms) "
+                                        "over IPs' connection_creation_rate quotas", labels=["listener"])
+        for name, (rate, rate_ms, ip_ms) in listeners.items():
+            accept.add_metric([name], rate)
+            throttle.add_metric([name], rate_ms)
+            ip_throttle.add_metric([name], ip_ms)
+        yield accept
+        yield throttle
+        yield ip_throttle
 
     # --- kafka.server:type=Produce|Fetch|Request,user=...,client-id=... (client quotas) ------------
     def _quota_metrics(self) -> Iterator[Metric]:

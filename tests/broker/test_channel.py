@@ -213,6 +213,9 @@ async def _creation_rate() -> None:
         await asyncio.sleep(0.05)
     assert arrivals[2].events == ["hold", "admitted"] and arrivals[3].events == ["hold", "admitted"]
     assert other.events == ["hold", "admitted"]
+    broker_rate, listeners = quotas.observed()  # Kafka's connection-accept-rate and -throttle-time
+    assert broker_rate > 2 and listeners["PLAINTEXT"][0] > 2 and listeners["PLAINTEXT"][1] > 0
+    assert listeners["PLAINTEXT"][2] == 0  # no IP quota
 
 
 class _Slice:

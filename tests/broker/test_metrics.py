@@ -74,6 +74,10 @@ def test_metrics_endpoint_counts_traffic_and_lag() -> None:
               (("group_id", "g"), ("partition_id", "0"), ("topic_name", "m")))] == 2
     assert s[("grete_consumer_group_lag_max", (("group_id", "g"),))] == 2
     assert s[("kafka_server_socket_server_metrics_connection_count", (("listener", "PLAINTEXT"),))] >= 0
+    # KIP-612's: connections were made, none throttled (no limit set)
+    assert s[("kafka_server_socket_server_metrics_connection_accept_rate", (("listener", "PLAINTEXT"),))] > 0
+    assert s[("kafka_server_socket_server_metrics_broker_connection_accept_rate", ())] > 0
+    assert s[("kafka_server_socket_server_metrics_connection_accept_throttle_time", (("listener", "PLAINTEXT"),))] == 0
     assert ("process_resident_memory_bytes", ()) in s
 
 
