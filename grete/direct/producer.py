@@ -159,16 +159,28 @@ class Producer:
         key_b = key.encode() if isinstance(key, str) else key
         if partition < 0:
             partition = self._partition_for(topic, key_b)
-        header_list = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+        header_list = (list(headers.items()) if isinstance(headers, dict) else list(headers)) if headers else []
         ts = timestamp if timestamp > 0 else int(time.time() * 1000)
         buf = self._buffers.get((topic, partition))
         if buf is None:
             buf = self._buffers[(topic, partition)] = _Buffer(ts)
-        # The record, encoded now (attributes 0, then timestamp and offset deltas, key, value, headers).
-        record = (b"\x00" + _varint(ts - buf.base_timestamp) + _varint(len(buf.records)) + _field(key_b)
-                  + _field(value_b) + (_headers(header_list) if header_list else b"\x00"))
-        buf.body += _varint(len(record))
-        buf.body += record
+        # The record, encoded now: attributes 0, timestamp and offset deltas, key, value, headers.
+        # The key and value are copied once, into the batch body (no intermediate record bytes).
+        head = b"\x00" + _varint(ts - buf.base_timestamp) + _varint(len(buf.records))
+        key_len = _varint(-1 if key_b is None else len(key_b))
+        value_len = _varint(-1 if value_b is None else len(value_b))
+        tail = _headers(header_list) if header_list else b"\x00"
+        body = buf.body
+        body += _varint(len(head) + len(key_len) + (len(key_b) if key_b else 0) + len(value_len)
+                        + (len(value_b) if value_b else 0) + len(tail))
+        body += head
+        body += key_len
+        if key_b:
+            body += key_b
+        body += value_len
+        if value_b:
+            body += value_b
+        body += tail
         buf.records.append(Pending(key_b, value_b, header_list, ts, on_delivery or callback))
         self._queued += 1
         if ts > buf.max_timestamp:
