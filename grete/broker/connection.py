@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.broker.channel import IdleClock, ResponseQueue, Slot
 from grete.broker.context import CloseConnection, RequestContext, Session
+from grete.broker.metrics import FETCH_CONSUMER, FETCH_FOLLOWER
 from grete.broker.pipeline import NotAuthenticated, Pipeline
 from grete.broker.registry import DIRECT_APIS, ZK_BROKER_APIS, Handler, handlers
 from grete.broker.writers import Writer, writer_for
@@ -281,7 +282,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.session.client_software_version = request.client_software_version
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id,
                              self.session, len(frame))
-        counters = self._metrics.request(header.api_key, version)
+        key = header.api_key
+        if key == FETCH_KEY:
+            key = FETCH_FOLLOWER if (request.replica_id if version < 15 else request.replica_state.replica_id) >= 0 \
+                else FETCH_CONSUMER
+        counters = self._metrics.request(key, version)
         started = perf_counter()
         try:
             result = self._pipeline.run(self, ctx, handler, request)
@@ -341,7 +346,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._fetch_memo = None
             return False
         correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
-        self._metrics.request(FETCH_KEY, memo.version)
+        self._metrics.request(FETCH_CONSUMER, memo.version)  # only a consumer's fetch is memoized
         slot = self._new_slot()
         max_wait_ms = memo.request.max_wait_ms
         if max_wait_ms <= 0:

@@ -17,11 +17,19 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from grete.protocol.messages import APIS
+
 # Upper bounds in ms; the last bucket is everything above.
 LATENCY_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
                       1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
 PHASES = ("totaltimems", "requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems",
           "responsesendtimems", "throttletimems")
+
+
+# Kafka's RequestMetrics names a Fetch by who sent it, FetchConsumer or FetchFollower, besides
+# Fetch. A request is counted under one of these two pseudo keys only; "Fetch" is their sum, made
+# when scraped, so a fetch pays for one histogram, not two.
+FETCH_CONSUMER, FETCH_FOLLOWER = -1, -2
 
 
 class Histogram:
@@ -38,6 +46,12 @@ class Histogram:
         self.counts[bisect_left(LATENCY_BUCKETS_MS, value_ms)] += 1
         self.count += 1
         self.sum += value_ms
+
+    def merged(self, other: Histogram) -> Histogram:
+        both = Histogram()
+        both.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        both.count, both.sum = self.count + other.count, self.sum + other.sum
+        return both
 
     def quantile(self, q: float) -> float:
         """The upper bound of the bucket holding the q-th observation (0 with none)."""
@@ -78,6 +92,15 @@ class ApiCounters:
         self.requests: dict[int, int] = {}
         self.errors: dict[int, int] = {}
         self.phases = {phase: Histogram() for phase in PHASES}
+
+    def merged(self, other: ApiCounters) -> ApiCounters:
+        both = ApiCounters()
+        for mine, theirs, into in ((self.requests, other.requests, both.requests),
+                                   (self.errors, other.errors, both.errors)):
+            for key in mine.keys() | theirs.keys():
+                into[key] = mine.get(key, 0) + theirs.get(key, 0)
+        both.phases = {phase: self.phases[phase].merged(other.phases[phase]) for phase in PHASES}
+        return both
 
 
 class BrokerMetrics:
@@ -121,6 +144,23 @@ class BrokerMetrics:
         if counters is None:
             counters = self.apis[api_key] = ApiCounters()
         return counters
+
+    def by_name(self) -> dict[str, ApiCounters]:
+        """Counters under Kafka's request names: per API, and Fetch also as FetchConsumer and
+        FetchFollower (Fetch itself: their sum with the errors counted per partition)."""
+        named = {APIS[k].name if k in APIS else str(k): c for k, c in self.apis.items() if k >= 0}
+        consumer, follower = self.apis.get(FETCH_CONSUMER), self.apis.get(FETCH_FOLLOWER)
+        if consumer is not None:
+            named["FetchConsumer"] = consumer
+        if follower is not None:
+            named["FetchFollower"] = follower
+        if consumer is not None or follower is not None:
+            fetch = (consumer or ApiCounters()).merged(follower or ApiCounters())
+            errors = named.get("Fetch")
+            if errors is not None:
+                fetch.errors = dict(errors.errors)
+            named["Fetch"] = fetch
+        return named
 
     def request(self, api_key: int, version: int) -> ApiCounters:
         counters = self.api(api_key)

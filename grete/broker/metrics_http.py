@@ -27,7 +27,6 @@ from grete.broker.config import ConfigError
 from grete.broker.metrics import PHASES, Histogram
 from grete.broker.quotas import FETCH_RATE, PRODUCE_RATE, REQUEST_PERCENTAGE
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import APIS
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +92,7 @@ class KafkaCollector(Collector):
                                            labels=["request", "quantile"]) for phase in PHASES}
         counts = {phase: CounterMetricFamily(f"kafka_network_requestmetrics_{phase}_count", f"{phase} observations",
                                              labels=["request"]) for phase in PHASES}
-        for api_key, counters in sorted(self.broker.metrics.apis.items()):
-            name = APIS[api_key].name if api_key in APIS else str(api_key)
+        for name, counters in sorted(self.broker.metrics.by_name().items()):
             for version, n in sorted(counters.requests.items()):
                 requests.add_metric([name, str(version)], n)
             for code, n in sorted(counters.errors.items()):

@@ -62,6 +62,11 @@ def test_metrics_endpoint_counts_traffic_and_lag() -> None:
     assert s[("kafka_network_requestmetrics_errors_total", (("error", "NONE"), ("request", "Produce")))] >= 2
     assert s[("kafka_network_requestmetrics_totaltimems_count", (("request", "Produce"),))] >= 1
     assert ("kafka_network_requestmetrics_totaltimems", (("quantile", "0.99"), ("request", "Produce"))) in s
+    # A consumer's fetches as Kafka names them: FetchConsumer, and Fetch (their sum with followers').
+    def count(request: str) -> float:
+        return s.get(("kafka_network_requestmetrics_totaltimems_count", (("request", request),)), 0)
+    assert count("FetchConsumer") >= 2 and count("Fetch") == count("FetchConsumer") and count("FetchFollower") == 0
+    assert s[("kafka_network_requestmetrics_errors_total", (("error", "NONE"), ("request", "Fetch")))] >= 2
     assert s[("kafka_server_replicamanager_partitioncount", ())] >= 2
     assert s[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 0
     assert s[("kafka_server_fetchsessioncache_numincrementalfetchsessions", ())] >= 1

@@ -210,3 +210,19 @@ def test_a_pushed_follower_whose_session_expired_rejoins_the_isr(grete_cluster: 
         grete_cluster.resume_broker(follower)
     wait_until(lambda: follower in state(zk, topic_name, 0)["isr"], 30, "the follower back in the ISR")  # type: ignore[operator]
     wait_until(lambda: identical(grete_cluster, topic_name, [leader, follower]), 20, "identical replicas")
+
+
+def test_follower_fetches_are_counted_as_fetchfollower(grete_cluster: GreteCluster, zk: KazooClient,
+                                                       topic_name: str) -> None:
+    """Kafka's request metrics name a replica's Fetch FetchFollower (and count it under Fetch too):
+    a follower fetches until its first clean fetch registers it for pushes."""
+    create_away_from_controller(grete_cluster, zk, topic_name)
+    def count(broker: int, request: str) -> float:
+        url = grete_cluster.broker_items(broker)["metrics.listener"] + "/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith(f'kafka_network_requestmetrics_totaltimems_count{{request="{request}"}}'):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+    followers = wait_until(lambda: sum(count(b, "FetchFollower") for b in (1, 2, 3)), 20, "follower fetches")
+    assert sum(count(b, "Fetch") for b in (1, 2, 3)) >= followers
