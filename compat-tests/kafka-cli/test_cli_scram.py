@@ -30,9 +30,12 @@ def test_scram_users_add_describe_delete(kafka_cli, broker):
     assert both.returncode != 0 and "DuplicateResourceException" in both.stderr, both.stderr[-2000:]
     kafka_cli.ok("kafka-configs", *base, "--alter", "--add-config", "SCRAM-SHA-256=[iterations=8192,password=alice-secret]")
     kafka_cli.ok("kafka-configs", *base, "--alter", "--add-config", "SCRAM-SHA-512=[password=other]")
-    # (`kafka-configs --describe --entity-type users` also asks DescribeClientQuotas, which grete does
-    # not serve yet: the credentials are read back through the Admin API instead.)
     assert described(broker.bootstrap, user) == {"SCRAM_SHA_256": 8192, "SCRAM_SHA_512": 4096}
+    # The tool's own describe asks DescribeUserScramCredentials and DescribeClientQuotas.
+    shown = kafka_cli.run("kafka-configs", *base, "--describe")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "SCRAM-SHA-256=iterations=8192" in shown.stdout and "SCRAM-SHA-512=iterations=4096" in shown.stdout, \
+        shown.stdout
     kafka_cli.ok("kafka-configs", *base, "--alter", "--delete-config", "SCRAM-SHA-512")
     assert described(broker.bootstrap, user) == {"SCRAM_SHA_256": 8192}
     # The CLI itself refuses too few iterations; too many is the broker's refusal (UNACCEPTABLE_CREDENTIAL).
