@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,8 +73,6 @@ class ProduceRegion:
     retiring: bool = False  # a newer region took over; this one goes once every reservation is in
     timer: asyncio.TimerHandle | None = None
     on_seal: list[Callable[[], None]] = field(default_factory=list)  # e.g. an rdma registration's release
-    allocated: int = 0  # bytes of the file whose pages are allocated (allocate_ahead)
-    allocating: bool = False
 
     @classmethod
     def create(cls, directory: Path, region_id: int, topic: str, index: int, data_length: int,
@@ -83,41 +80,6 @@ class ProduceRegion:
         path = directory / f"produce-{region_id}.region"
         shm = ShmRegion(path, HEADER_BYTES + data_length, writable=True, create=True)
         return cls(region_id, secrets.randbits(63), topic, index, path, shm, data_length, exclusive_session)
-
-    def allocate_ahead(self) -> None:
-        """Keep ``ALLOCATE_AHEAD`` bytes of pages allocated past what producers have written (on
-        the event loop; the allocation itself runs in a thread). A producer's first write into a
-        page that does not exist yet allocates and zeroes it inside its copy; into an allocated one
-        it only maps it, about a third of that (docs/direct.md). A region's memory is the broker's,
-        as an RDMA broker registers its regions up front; ahead by a bounded amount, not the whole
-        region, so an idle producer's region holds little."""
-        total = HEADER_BYTES + self.data_length
-        if self.allocating or self.allocated >= total or self.sealed:
-            return
-        if self.allocated - (HEADER_BYTES + self.next_offset) >= ALLOCATE_AHEAD // 2:
-            return
-        start, end = self.allocated, min(total, self.allocated + ALLOCATE_AHEAD)
-        self.allocating = True
-        done = asyncio.get_running_loop().run_in_executor(None, self._allocate, start, end)
-        done.add_done_callback(lambda _: self._allocated(end))
-
-    def _allocated(self, end: int) -> None:
-        self.allocating = False
-        self.allocated = end
-        self.allocate_ahead()
-
-    def _allocate(self, start: int, end: int) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDWR)
-        except OSError:
-            return  # already sealed and removed
-        try:
-            os.posix_fallocate(fd, start, end - start)
-        except OSError as exc:
-            log.warning("direct produce region %s: pages [%d, %d) not allocated (%s); producers allocate "
-                        "them as they write", self.path, start, end, exc)
-        finally:
-            os.close(fd)
 
     def full(self) -> bool:
         """Shared: the ordering word has passed the end (the next reservation overflows)."""
@@ -146,9 +108,6 @@ class ProduceRegion:
         for release in self.on_seal:
             release()
 
-
-# Pages allocated ahead of a region's producers (ProduceRegion.allocate_ahead).
-ALLOCATE_AHEAD = 8 << 20
 
 # Announcements held behind a gap in the order chain; beyond this many the rest are refused.
 MAX_PENDING = 4096
@@ -215,7 +174,6 @@ class RegionChain:
             return
         region.next_order = (order + 1) & ORDER_MASK
         region.next_offset = offset + length
-        region.allocate_ahead()
         if announced.flags & FLAG_SKIP:
             return  # an overflowing reservation: the order is used up, nothing was written
         if length < BATCH_OVERHEAD or offset + length > region.data_length:

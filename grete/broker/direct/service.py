@@ -303,7 +303,6 @@ class DirectService:
         region = ProduceRegion.create(self.dir, next(self._region_ids), topic, index, self.region_bytes,
                                       exclusive_session)
         self.chain.regions[region.id] = region
-        region.allocate_ahead()
         return region
 
     def _retire(self, region: ProduceRegion) -> None:
