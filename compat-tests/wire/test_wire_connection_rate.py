@@ -27,7 +27,7 @@ from grete.protocol.messages import (
 )
 from grete.testing._wire import Wire
 
-BURST = 14
+BURST = 12
 BROKER_RESOURCE = 4
 
 
