@@ -120,7 +120,7 @@ def test_ip_connection_creation_rate(broker: Any, admin: Admin) -> None:
     results = burst(broker, admin, ip_quota, 1.0)
     served = [ok for ok, _ in results]
     assert served == [True] * 10 + [False] * (BURST - 10), results
-    assert all(0.5 < took < 2.0 for _, took in results[10:]), results  # a delayed close, not an abort
+    assert all(0.5 < took < 3.5 for _, took in results[10:]), results  # a delayed close, not an abort
 
 
 def test_broker_connection_creation_rate(broker: Any, admin: Admin) -> None:
@@ -131,7 +131,7 @@ def test_broker_connection_creation_rate(broker: Any, admin: Admin) -> None:
     assert all(ok for ok, _ in results), results
     # The broker's rate counts the connections made before the limit was set (the fixture's, the
     # previous tests'): how many of the first ten are delayed depends on them; the rest always are.
-    assert all(took < 2.0 for _, took in results), results
+    assert all(took < 3.5 for _, took in results), results
     assert all(0.5 < took for _, took in results[10:]), results
 
 
