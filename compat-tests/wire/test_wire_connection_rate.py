@@ -8,7 +8,6 @@ broker's rate it is answered after the throttle time."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -133,24 +132,3 @@ def test_broker_connection_creation_rate(broker: Any, admin: Admin) -> None:
     # previous tests'): how many of the first ten are delayed depends on them; the rest always are.
     assert all(took < 3.5 for _, took in results), results
     assert all(0.5 < took for _, took in results[10:]), results
-
-
-def test_a_throttled_address_does_not_hold_a_connection_slot(broker: Any, admin: Admin) -> None:
-    """An IP-throttled connection is not counted: with ``max.connections.per.ip`` unchanged the
-    address's open connections are still served (the held ones are not among them)."""
-    ip_quota(admin, 1.0)
-    held: list[socket.socket] = []
-    try:
-        settle(admin)
-        kept = [Wire(*endpoint(broker)) for _ in range(10)]
-        for _ in range(3):
-            held.append(socket.create_connection(endpoint(broker), timeout=5))
-        for wire in kept:
-            assert wire.call(ApiVersionsRequest(client_software_name="grete-tests", client_software_version="1"),
-                             ApiVersionsResponse, 3).error_code == 0
-            wire.close()
-    finally:
-        ip_quota(admin, None)
-        for sock in held:
-            sock.close()
-    wait_served(broker)
