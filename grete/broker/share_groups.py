@@ -32,7 +32,7 @@ from grete.coordinator.share_partition import Acquired, BatchSpan, SharePartitio
 from grete.coordinator.share_reset import BY_DURATION, EARLIEST, LATEST, parse_reset
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
-from grete.storage.txnindex import AbortedTxn
+from grete.storage.txnindex import AbortedRanges, aborted_ranges, in_aborted_txn
 
 log = logging.getLogger(__name__)
 
@@ -572,7 +572,7 @@ class ShareGroups:
         sp = self.share_partition(group_id, key, partition)
         committed = self.read_committed(group_id)
         end = partition.last_stable_offset if committed else partition.high_watermark
-        aborted = partition.aborted_txns(sp.end, end) if committed and sp.end < end else []
+        aborted = aborted_ranges(partition.aborted_txns(sp.end, end)) if committed and sp.end < end else {}
         acquired = sp.acquire(member_id, _spans(partition, sp.end, end, max_bytes, aborted), max_records,
                               now_ms=_now_ms(), lock_ms=self.lock_ms(group_id), record_limit=record_limit)
         if acquired:
@@ -629,10 +629,9 @@ def _now_ms() -> int:
 
 
 def _spans(partition: Partition, start: int, end: int, max_bytes: int,
-           aborted: list[AbortedTxn]) -> Iterator[BatchSpan]:
+           aborted: AbortedRanges) -> Iterator[BatchSpan]:
     """Batches from ``start`` below ``end`` (the high watermark, or the last stable offset), until
-    ``max_bytes`` (one at least). Markers, and the batches of the ``aborted`` transactions (a
-    transactional batch of the producer between the transaction's first offset and its marker), are
+    ``max_bytes`` (one at least). Markers, and the batches of the ``aborted`` transactions, are
     archived: a read_committed share group never delivers them (Kafka's
     filterAbortedTransactionalAcquiredRecords). One header read per batch, no records decoded."""
     if start >= end:
@@ -644,7 +643,5 @@ def _spans(partition: Partition, start: int, end: int, max_bytes: int,
         if total and total + batch.size > max_bytes:
             return
         total += batch.size
-        archived = batch.is_control or (batch.is_transactional and any(
-            t.producer_id == batch.producer_id and t.first_offset <= batch.base_offset <= t.last_offset
-            for t in aborted))
+        archived = batch.is_control or in_aborted_txn(aborted, batch)
         yield BatchSpan(batch.base_offset, min(batch.last_offset, end - 1), archived)

@@ -53,7 +53,7 @@ from grete.storage.files import (
     segment_file,
 )
 from grete.storage.segment import LogSegment, scan_fd
-from grete.storage.txnindex import AbortedTxn
+from grete.storage.txnindex import AbortedRanges, AbortedTxn, aborted_ranges, in_aborted_txn
 
 if TYPE_CHECKING:
     from grete.storage.log import Log
@@ -84,7 +84,7 @@ class CleanSpec:
     segments: tuple[SegmentInfo, ...]  # every segment below dirty_end, in order
     first_dirty: int
     dirty_end: int
-    aborted: dict[int, list[tuple[int, int]]]  # producer id -> [(first, last offset)]
+    aborted: AbortedRanges
     producer_last_offset: dict[int, int]
     now_ms: int
     segment_bytes: int
@@ -132,10 +132,7 @@ def plan_cleaning(lg: Log, first_dirty: int, now_ms: int, *,
         dirty_end = segs[len(chosen)].base_offset
         if dirty_end <= first_dirty and not force:
             return None
-        aborted: dict[int, list[tuple[int, int]]] = {}
-        for seg in segs:
-            for txn in seg.txn_index.entries:
-                aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        aborted = aborted_ranges(txn for seg in segs for txn in seg.txn_index.entries)
         infos = tuple(SegmentInfo(s.base_offset, str(s.log_path), s.size, segs[i + 1].base_offset, s.max_timestamp,
                                   tuple(s.txn_index.entries)) for i, s in enumerate(chosen))
         spec = CleanSpec(str(lg.dir), infos, first_dirty, dirty_end, aborted,
@@ -168,12 +165,6 @@ def _stopping(stop: threading.Event | None) -> bool:
     return (stop is not None and stop.is_set()) or (_stop_flag is not None and _stop_flag.is_set())
 
 
-def _is_aborted(spec: CleanSpec, batch: RecordBatch) -> bool:
-    if not batch.is_transactional or batch.is_control:
-        return False
-    return any(first <= batch.base_offset <= last for first, last in spec.aborted.get(batch.producer_id, ()))
-
-
 def _batches(info: SegmentInfo, start_offset: int = 0) -> Iterator[RecordBatch]:
     try:
         fd = io.open(info.path, os.O_RDONLY)
@@ -198,7 +189,7 @@ def build_offset_map(spec: CleanSpec, stop: threading.Event | None = None) -> di
         for batch in _batches(info, spec.first_dirty):
             if _stopping(stop):
                 raise CompactionAborted("cleaner stopping")
-            if batch.is_control or _is_aborted(spec, batch):
+            if batch.is_control or in_aborted_txn(spec.aborted, batch):
                 continue
             base = batch.base_offset
             for rec in decode_records(batch):
@@ -281,7 +272,7 @@ def _clean_batch(batch: RecordBatch, spec: CleanSpec, offsets: dict[bytes, int],
             stats.batches_removed += 1
             return None
         return bytes(batch.bytes_view())
-    aborted = _is_aborted(spec, batch)
+    aborted = in_aborted_txn(spec.aborted, batch)
     records = [] if aborted else decode_records(batch)
     base = batch.base_offset
     kept: list[Record] = []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from grete.protocol.records.batch import RecordBatch
 from grete.storage import io
 from grete.storage.files import atomic_write
 
@@ -21,6 +23,25 @@ class AbortedTxn:
     first_offset: int
     last_offset: int
     last_stable_offset: int
+
+
+# producer id -> [(first offset, marker offset)] of its aborted transactions
+AbortedRanges = dict[int, list[tuple[int, int]]]
+
+
+def aborted_ranges(txns: Iterable[AbortedTxn]) -> AbortedRanges:
+    ranges: AbortedRanges = {}
+    for txn in txns:
+        ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+    return ranges
+
+
+def in_aborted_txn(ranges: AbortedRanges, batch: RecordBatch) -> bool:
+    """A data batch of an aborted transaction: transactional, of a producer with an abort, between
+    that transaction's first offset and its marker (one header read; markers are not in it)."""
+    if not batch.is_transactional or batch.is_control:
+        return False
+    return any(first <= batch.base_offset <= last for first, last in ranges.get(batch.producer_id, ()))
 
 
 class TransactionIndex:
