@@ -133,7 +133,11 @@ def _poll_into(consumer: Consumer, seen: set[bytes]) -> int:
 
 def test_produce_to_a_follower_is_not_leader(grete_cluster: GreteCluster, topic_name: str) -> None:
     create(grete_cluster, topic_name, 1, 3)
-    md = admin(grete_cluster).list_topics(topic_name, timeout=10).topics[topic_name].partitions[0]
+    # CreateTopics answers once the broker it asked knows the topic; the one Metadata goes to may
+    # learn it a moment later (UpdateMetadata in flight), as with Kafka.
+    client = admin(grete_cluster)
+    md = wait_until(lambda: client.list_topics(topic_name, timeout=10).topics[topic_name].partitions.get(0),
+                    what=f"{topic_name} in every broker's metadata")
     follower = next(b for b in md.replicas if b != md.leader)
     process = grete_cluster.brokers[follower]
     request = ProduceRequest(acks=1, timeout_ms=5000, topic_data=[ProduceRequest.TopicProduceData(
