@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -63,7 +63,10 @@ def stop_a_leader_mid_run(running: Any, driver: Driver, topic: str, count: int) 
             errors.append(exc)
     writer = threading.Thread(target=produce)
     writer.start()
-    time.sleep(0.3)  # the producer is under way
+    # The broker is stopped once records are landing, not after a guessed delay: a stop that meets
+    # the client's start (InitProducerId to a broker just going away) tests the client's start-up
+    # retries, which kafkajs does not have for a refused connection, on Kafka as on grete.
+    wait_until_written(survivor.bootstrap_servers, topic, 3, writer)
     assert running.stop_broker(victim) == 0
     writer.join(200)
     running.start_broker(victim)
@@ -75,6 +78,30 @@ def stop_a_leader_mid_run(running: Any, driver: Driver, topic: str, count: int) 
     if not acked and produced:  # a driver that reports batches, not records (kafkajs): all were written
         acked = [f"r{i}" for i in range(count)]
     return acked, read_back(running.bootstrap_servers, topic, 3, len(acked))
+
+
+def wait_until_written(bootstrap: str, topic: str, partitions: int, writer: threading.Thread,
+                       timeout: float = 60.0) -> None:
+    """Until some partition of the topic has a record (or the writer has ended: its outcome is
+    reported by the caller)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
+    try:
+        while writer.is_alive() and time.monotonic() < deadline:
+            if any(_high_watermark(consumer, TopicPartition(topic, p)) > 0 for p in range(partitions)):
+                return
+            time.sleep(0.05)  # a test watching a broker from outside; nothing to park on
+    finally:
+        consumer.close()
+
+
+def _high_watermark(consumer: Consumer, partition: TopicPartition) -> int:
+    """0 while the partition is not yet in the client's metadata (the new topic is still reaching
+    the broker it asked)."""
+    try:
+        return int(consumer.get_watermark_offsets(partition, 5.0, cached=False)[1])
+    except KafkaException:
+        return 0
 
 
 def read_back(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60.0) -> list[str]:
