@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
+from wire_share_helpers import call, heartbeat, join
+from wire_share_helpers import describe_offsets as describe
 
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
@@ -51,8 +53,6 @@ from grete.protocol.messages import (
     ShareFetchResponse,
     ShareGroupDescribeRequest,
     ShareGroupDescribeResponse,
-    ShareGroupHeartbeatRequest,
-    ShareGroupHeartbeatResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -60,7 +60,6 @@ from grete.storage.files import uuid_to_kafka
 from grete.testing._wire import Wire
 
 A, D, X = AlterShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest
-RETRY = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 
 @pytest.fixture
@@ -73,26 +72,6 @@ def wire(broker: Any, target: str) -> Any:
     w.close()
 
 
-def call(wire: Wire, request: Any, response_cls: Any, version: int, code_of: Any) -> Any:
-    """Ask again while the group coordinator is not ready (Kafka creates __consumer_offsets first)."""
-    deadline = time.monotonic() + 30
-    while True:
-        response = wire.call(request, response_cls, version)
-        if code_of(response) not in RETRY or time.monotonic() > deadline:
-            return response
-        time.sleep(0.5)
-
-
-def describe(wire: Wire, group: str, topic: str) -> Any:
-    r = call(wire, D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=[
-        D.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[0])])]),
-        DescribeShareGroupOffsetsResponse, 0, lambda r: r.groups[0].error_code)
-    (g,) = r.groups
-    assert g.error_code == 0, g.error_message
-    (p,) = g.topics[0].partitions
-    return p.error_code, p.start_offset
-
-
 def alter(wire: Wire, group: str, topic: str, offset: int) -> Any:
     return call(wire, A(group_id=group, topics=[A.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[
         A.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=offset)])]),
@@ -102,25 +81,6 @@ def alter(wire: Wire, group: str, topic: str, offset: int) -> Any:
 def delete(wire: Wire, group: str, topic: str) -> Any:
     return call(wire, X(group_id=group, topics=[X.DeleteShareGroupOffsetsRequestTopic(topic_name=topic)]),
                 DeleteShareGroupOffsetsResponse, 0, lambda r: r.error_code)
-
-
-def heartbeat(wire: Wire, group: str, member: str, epoch: int, topic: str) -> Any:
-    return call(wire, ShareGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=epoch,
-                                                 subscribed_topic_names=[topic] if epoch == 0 else None),
-                ShareGroupHeartbeatResponse, 1, lambda r: r.error_code)
-
-
-def join(wire: Wire, group: str, topic: str) -> tuple[str, Any, int]:
-    """A member that has its assignment: (member id, topic id, member epoch)."""
-    member = uuid.uuid4().hex[:22]
-    hb = heartbeat(wire, group, member, 0, topic)
-    assert hb.error_code == 0, hb.error_message
-    deadline = time.monotonic() + 20
-    while not (hb.assignment and hb.assignment.topic_partitions) and time.monotonic() < deadline:
-        time.sleep(0.5)  # Kafka may assign on a later heartbeat
-        hb = heartbeat(wire, group, member, hb.member_epoch, topic)
-    assert hb.assignment and hb.assignment.topic_partitions
-    return member, hb.assignment.topic_partitions[0].topic_id, hb.member_epoch
 
 
 def acquire(wire: Wire, group: str, member: str, topic_id: Any) -> list[tuple[int, int, int]]:

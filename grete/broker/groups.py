@@ -154,6 +154,7 @@ async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
     coordinator = GroupCoordinator(group_config(broker), LogOffsetsStore(broker), now_ms=broker.now_ms,
                                    topic_view=lambda: topic_view(broker),
                                    group_overrides=lambda group_id: broker.metadata.group_configs(group_id))
+    broker.share_groups.attach(coordinator)  # before any load: share groups come back with theirs
     if broker.cluster is None:
         await coordinator.load()
     return coordinator

@@ -25,6 +25,9 @@ from typing import Protocol
 
 from grete.broker.config import BrokerConfig
 from grete.broker.partition import Partition
+from grete.coordinator import share_records
+from grete.coordinator.group import GroupCoordinator
+from grete.coordinator.group_store import Record
 from grete.coordinator.metadata import MetadataStore
 from grete.coordinator.share_format import ShareKey, ShareState, StateBatch
 from grete.coordinator.share_group import HeartbeatResult, ShareGroup, TopicView
@@ -94,6 +97,7 @@ class ShareGroups:
                  partition: Callable[[str, int], Partition]) -> None:
         self.config = config
         self.persister: Persister | None = None  # set by the broker (single node) or zk_broker (cluster)
+        self.coordinator: GroupCoordinator | None = None  # where membership is kept (``attach``)
         self._prepared: dict[tuple[str, uuid.UUID, int], int] = {}  # share partition -> leader epoch read in
         self._loading: dict[tuple[str, uuid.UUID, int], asyncio.Future[None]] = {}
         self._flushes: dict[tuple[str, uuid.UUID, int], Flush] = {}
@@ -172,6 +176,45 @@ class ShareGroups:
             self._arm_session_timer(group_id, member_id)
         return result
 
+    # --- durable membership: the group's records in its __consumer_offsets partition -------------
+    def attach(self, coordinator: GroupCoordinator) -> None:
+        """A share group lives with its group coordinator, as Kafka's does: its records are written
+        to the group's ``__consumer_offsets`` partition, it is rebuilt when that partition is
+        loaded here, and dropped here when the partition moves away."""
+        self.coordinator = coordinator
+        coordinator.hand_over(self.loaded, self.unloaded)
+
+    def loaded(self, partition: int, records: list[Record]) -> None:
+        for group_id, group in share_records.load(records).items():
+            self.groups[group_id] = group
+            for member_id in group.members:  # restored members must go on heartbeating
+                self._arm_session_timer(group_id, member_id)
+
+    def unloaded(self, partition: int) -> None:
+        """Membership only: this broker's share partitions and sessions serve on (their members
+        heartbeat to the new coordinator)."""
+        coordinator = self.coordinator
+        assert coordinator is not None
+        for group_id in [g for g in self.groups if coordinator.partition_for(g) == partition]:
+            for member_id in self.groups.pop(group_id).members:
+                timer = self._member_timers.pop((group_id, member_id), None)
+                if timer is not None:
+                    timer.cancel()
+
+    def coordinator_error(self, group_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ... for a group not served here (yet)."""
+        return self.coordinator.status_error(group_id) if self.coordinator is not None else None
+
+    async def persist(self, group_id: str) -> ErrorCode:
+        """Write what changed in the group; the answer to the request that changed it waits for this,
+        and the write finishes even if that request's client goes away."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            return ErrorCode.NONE
+        group = self.groups.get(group_id)
+        records = share_records.changes(group) if group is not None else []
+        return await coordinator.append_in_order(coordinator.partition_for(group_id), records)
+
     def _arm_session_timer(self, group_id: str, member_id: str) -> None:
         key = (group_id, member_id)
         old = self._member_timers.pop(key, None)
@@ -186,6 +229,8 @@ class ShareGroups:
         group = self.groups.get(group_id)
         if group is not None and group.remove(member_id) is not None:
             self._member_gone(group_id, member_id)
+            if self.coordinator is not None:
+                self.coordinator.spawn(self.persist(group_id))
 
     def _member_gone(self, group_id: str, member_id: str) -> None:
         """A member that left or timed out: its share session ends and its records are released."""
@@ -344,10 +389,14 @@ class ShareGroups:
         (state epoch + 1, as Kafka's group coordinator initializes it), which the partition's leader
         reads when it next loads the share partition (its cached copy goes when the group's last
         share session there ends, or when a write of it is FENCED_STATE_EPOCH)."""
+        if group_id not in self.groups:  # created empty, as Kafka does, and kept
+            self.groups[group_id] = ShareGroup(group_id)
+            error = await self.persist(group_id)
+            if error != ErrorCode.NONE:
+                raise KafkaError(error, None)
         if self.persister is None:
             self.alter_start_offset(group_id, key, offset)
             return
-        self.groups.setdefault(group_id, ShareGroup(group_id))
         share_key = ShareKey(group_id, *key)
         found = await self.persister.summary(share_key)
         await self.persister.initialize(share_key, found[0] + 1 if found is not None else 0, offset)
@@ -397,16 +446,20 @@ class ShareGroups:
         if flush is not None and not flush.running:
             del self._flushes[tkey]
 
-    def delete_group(self, group_id: str) -> ErrorCode:
+    async def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups on a share group: NON_EMPTY_GROUP while it has members, else the group and
-        its share partitions' state go (tombstones in the state topic)."""
+        its share partitions' state go (tombstones in the state topic and ``__consumer_offsets``)."""
         if self.has_members(group_id):
             return ErrorCode.NON_EMPTY_GROUP
         for topic_id in {t for t, _i in self.known(group_id)}:
             self.delete_start_offsets(group_id, topic_id)
-        self.groups.pop(group_id, None)
+        group = self.groups.pop(group_id, None)
         self._known.pop(group_id, None)
-        return ErrorCode.NONE
+        if group is None or self.coordinator is None:
+            return ErrorCode.NONE
+        coordinator = self.coordinator
+        return await coordinator.detached(coordinator.append_in_order(coordinator.partition_for(group_id),
+                                                                       share_records.tombstones(group)))
 
     def delete_start_offsets(self, group_id: str, topic_id: uuid.UUID) -> list[int]:
         """DeleteShareGroupOffsets: the group forgets the topic's share partitions; their indexes."""

@@ -16,7 +16,6 @@ Each error answers with the code and message Kafka 4.3.1 gives for it (checked a
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import uuid
 from collections import Counter
@@ -41,6 +40,7 @@ from grete.coordinator.consumer_state import (
     MemberState,
     reconcile,
 )
+from grete.coordinator.coordinator_records import Record
 from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, arm_member_timers, cancel, log
 from grete.coordinator.group_state import Group, GroupState
 from grete.coordinator.offsets_format import encode_group_key
@@ -60,7 +60,6 @@ class ConsumerGroups:
 
     def __init__(self, ctx: GroupContext) -> None:
         self.ctx = ctx
-        self._writes: dict[int, asyncio.Future[None]] = {}  # partition -> the last write under way
         # Set by consumer_classic (online migration): called after a member was removed, and to turn a
         # classic group with members into a consumer group (False: it stays classic).
         self.on_member_removed: Callable[[Group, ConsumerMember], None] = _nothing
@@ -103,26 +102,10 @@ class ConsumerGroups:
         for the one before it on the same partition."""
         group = self.ctx.groups.get(group_id)
         records = self._changes(group.consumer) if group is not None and group.consumer is not None else []
-        partition = self.ctx.partition_for(group_id)
-        previous = self._writes.get(partition)
-        if not records:
-            # Nothing new, but an earlier write may carry this change (it ran first): answer after it.
-            if previous is not None:
-                await previous
-            return ErrorCode.NONE
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._writes[partition] = done
-        try:
-            if previous is not None:
-                await previous
-            return await self.ctx.append(partition, records, GROUP_WRITE_ERRORS)
-        finally:
-            done.set_result(None)
-            if self._writes.get(partition) is done:
-                del self._writes[partition]
+        return await self.ctx.append_in_order(self.ctx.partition_for(group_id), records)
 
     @staticmethod
-    def _changes(cg: ConsumerGroup) -> list[consumer_records.Record]:
+    def _changes(cg: ConsumerGroup) -> list[Record]:
         records = consumer_records.changes(cg, cg.dirty)
         cg.dirty.clear()
         return records

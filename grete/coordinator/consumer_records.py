@@ -26,6 +26,7 @@ from collections.abc import Iterable
 
 from grete.coordinator.consumer_assignors import Assignment
 from grete.coordinator.consumer_state import ClassicMeta, ConsumerGroup, ConsumerMember, MemberState
+from grete.coordinator.coordinator_records import Record, key, latest_by_key, typed_key
 from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ProtocolError
 
@@ -41,29 +42,13 @@ REGULAR_EXPRESSION = 16
 CONSUMER_RECORD_TYPES = frozenset({GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA, TARGET_ASSIGNMENT_METADATA,
                                    TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT, REGULAR_EXPRESSION})
 MEMBER_RECORD_TYPES = (CURRENT_MEMBER_ASSIGNMENT, TARGET_ASSIGNMENT_MEMBER, MEMBER_METADATA)
-Record = tuple[bytes, bytes | None]
 
 
 # ------------------------------------------------------------------------------------ keys
 
-def key(record_type: int, group_id: str, member_id: str | None = None) -> bytes:
-    w = Writer()
-    w.int16(record_type)
-    w.string(group_id, False)
-    if member_id is not None:
-        w.string(member_id, False)
-    return w.getvalue()
-
-
 def decode_key(data: bytes) -> tuple[int, str, str | None] | None:
     """(record type, group id, member id or regex) of a consumer-group key; None for other records."""
-    r = Reader(data)
-    record_type = r.int16()
-    if record_type not in CONSUMER_RECORD_TYPES:
-        return None
-    group_id = r.string(False)
-    second = r.string(False) if r.remaining() else None
-    return record_type, group_id, second
+    return typed_key(data, CONSUMER_RECORD_TYPES)
 
 
 # ---------------------------------------------------------------------------------- values
@@ -217,15 +202,7 @@ def tombstones(cg: ConsumerGroup) -> list[Record]:
 def load(records: Iterable[Record]) -> dict[str, ConsumerGroup]:
     """Consumer groups rebuilt from the partition's records (last record per key wins; a tombstone
     deletes; any order). A group exists while its ConsumerGroupMetadata record does."""
-    latest: dict[bytes, tuple[tuple[int, str, str | None], bytes | None]] = {}
-    for k, v in records:
-        try:
-            parsed = decode_key(k)
-        except ProtocolError:
-            continue  # group_loader logs unreadable keys; they are not consumer-group state
-        if parsed is not None:
-            latest.pop(k, None)
-            latest[k] = (parsed, v)
+    latest = latest_by_key(records, CONSUMER_RECORD_TYPES)
     groups: dict[str, ConsumerGroup] = {}
     for (record_type, gid, _), v in latest.values():
         if record_type == GROUP_METADATA and v is not None and len(v) >= 6:

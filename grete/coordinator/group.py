@@ -20,7 +20,9 @@ COORDINATOR_NOT_AVAILABLE.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import asyncio
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import TypeVar
 
 from grete.coordinator.consumer_assignors import TopicView
 from grete.coordinator.consumer_classic import ClassicMembers
@@ -32,7 +34,7 @@ from grete.coordinator.group_membership import Membership, Protocols
 from grete.coordinator.group_offsets import Offsets
 from grete.coordinator.group_partitions import NO_EPOCH, GroupPartitions
 from grete.coordinator.group_state import Group, GroupState, Member, TopicPartition
-from grete.coordinator.group_store import OffsetsStore
+from grete.coordinator.group_store import OffsetsStore, Record
 from grete.coordinator.group_types import (
     CLASSIC_GROUP_TYPE,
     CONSUMER_GROUP_TYPE,
@@ -53,6 +55,8 @@ from grete.coordinator.streams_state import StreamsGroup
 from grete.protocol.errors import ErrorCode
 
 __all__ = ["GroupCoordinator"]
+
+T = TypeVar("T")
 
 
 class GroupCoordinator:
@@ -106,6 +110,20 @@ class GroupCoordinator:
 
     def status_error(self, group_id: str | None, *, allow_empty_id: bool = False) -> ErrorCode | None:
         return self.ctx.status_error(group_id, allow_empty_id=allow_empty_id)
+
+    def hand_over(self, loaded: Callable[[int, list[Record]], None], unloaded: Callable[[int], None]) -> None:
+        """Another owner of records in ``__consumer_offsets`` (share groups): ``loaded(partition,
+        records)`` once a partition is loaded here, ``unloaded(partition)`` when it moves away."""
+        self.ctx.on_loaded, self.ctx.on_unloaded = loaded, unloaded
+
+    async def append_in_order(self, partition: int, records: list[Record]) -> ErrorCode:
+        return await self.ctx.append_in_order(partition, records)
+
+    async def detached(self, coro: Coroutine[object, None, T]) -> T:
+        return await self.ctx.detached(coro)
+
+    def spawn(self, coro: Coroutine[object, None, T]) -> asyncio.Task[T]:
+        return self.ctx.spawn(coro)
 
     # ============================================================================ lifecycle
 

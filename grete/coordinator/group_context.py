@@ -61,6 +61,14 @@ def _no_overrides(group_id: str) -> Mapping[str, str]:
     return {}
 
 
+def _ignore_loaded(partition: int, records: list[Record]) -> None:
+    return None
+
+
+def _ignore_unloaded(partition: int) -> None:
+    return None
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -112,6 +120,11 @@ class GroupContext:
         # broker sets both; the defaults suit tests of the classic protocol.
         self.topic_view: Callable[[], TopicView] = dict
         self.group_overrides: Callable[[str], Mapping[str, str]] = _no_overrides
+        # Records of the partition kept by another owner (share groups, grete.broker.share_groups):
+        # handed over when a partition is loaded, and the partition named when it is unloaded.
+        self.on_loaded: Callable[[int, list[Record]], None] = _ignore_loaded
+        self.on_unloaded: Callable[[int], None] = _ignore_unloaded
+        self._writes: dict[int, asyncio.Future[None]] = {}  # partition -> the last write under way
 
     # ------------------------------------------------------------------------ availability
 
@@ -210,6 +223,26 @@ class GroupContext:
             log.exception("write to __consumer_offsets-%d failed", partition)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
+
+    async def append_in_order(self, partition: int, records: list[Record]) -> ErrorCode:
+        """Append a group's changed records after every write to the partition begun before this
+        one, so the log has the changes in the order they were made. Nothing to write: answer once
+        the earlier writes are done (one of them may carry this change)."""
+        previous = self._writes.get(partition)
+        if not records:
+            if previous is not None:
+                await previous
+            return ErrorCode.NONE
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._writes[partition] = done
+        try:
+            if previous is not None:
+                await previous
+            return await self.append(partition, records, GROUP_WRITE_ERRORS)
+        finally:
+            done.set_result(None)
+            if self._writes.get(partition) is done:
+                del self._writes[partition]
 
     async def append_txn(self, partition: int, records: list[Record], producer_id: int,
                          producer_epoch: int) -> ErrorCode:

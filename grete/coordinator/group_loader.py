@@ -5,7 +5,8 @@ A group comes back if it has a GroupMetadata record or any committed offset. Gro
 restored as Stable in their stored generation with their stored assignments (a rebalance that was in
 flight is lost, as in Kafka: members find out through heartbeats); groups without members as Empty.
 KIP-848 consumer groups (key versions 3-8) are rebuilt by ``consumer_records.load``, KIP-1071 streams
-groups (17-23) by ``streams_records.load``; share-group records are skipped.
+groups (17-23) by ``streams_records.load``; share-group records (9-15) are the share groups' owner's
+(``GroupContext.on_loaded``, ``share_records.load``).
 """
 
 from __future__ import annotations

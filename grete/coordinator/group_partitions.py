@@ -84,6 +84,7 @@ class GroupPartitions:
                 self._install(group)
             self._stage_open_transactions(self.ctx.store.open_transactions(partition))
             self.ctx.owned_partitions.add(partition)
+            self.ctx.on_loaded(partition, records)
         finally:
             if self._loads.get(partition) is load:
                 del self._loads[partition]
@@ -116,6 +117,7 @@ class GroupPartitions:
         for group in self.ctx.groups_in(partition):
             self.members.unload_group(group)
             del self.ctx.groups[group.group_id]
+        self.ctx.on_unloaded(partition)
 
     def _stage_open_transactions(self, open_txns: dict[int, list[Record]]) -> None:
         """Offsets of transactions without a marker yet wait in ``pending_txn_offsets`` for it."""

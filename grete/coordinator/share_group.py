@@ -10,6 +10,7 @@ Pure state: the owner (grete.broker.share_groups) keeps the session timers and r
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ Assignment = dict[uuid.UUID, list[int]]
 class ShareMember:
     member_id: str
     epoch: int = 0
+    previous_epoch: int = -1
     rack_id: str | None = None
     client_id: str = ""
     client_host: str = ""
@@ -71,13 +73,30 @@ def simple_assign(members: list[ShareMember], topics: TopicView) -> dict[str, As
     return result
 
 
+def topics_hash(topics: TopicView) -> int:
+    """A signed 64-bit digest of the subscribed topics (name, id, partition count); 0 for none.
+    Kept in ShareGroupMetadata's MetadataHash so a reloaded group notices topics that changed while
+    it was away (Kafka hashes more, racks included: a Kafka broker reading grete's value finds it
+    different and recomputes the assignment once, which is harmless)."""
+    if not topics:
+        return 0
+    digest = hashlib.blake2b(digest_size=8)
+    for name, (topic_id, count) in sorted(topics.items()):
+        digest.update(f"{name}\0{topic_id}\0{count}\0".encode())
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
 class ShareGroup:
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
         self.epoch = 0
         self.assignment_epoch = 0
+        self.metadata_hash = 0
         self.members: dict[str, ShareMember] = {}
-        self._topics_seen: dict[str, tuple[uuid.UUID, int]] = {}
+        # the group's records in __consumer_offsets as last written (grete.coordinator.share_records),
+        # and the members whose records may have changed since
+        self.persisted: dict[bytes, bytes] = {}
+        self.dirty: set[str] = set()
 
     @property
     def state(self) -> str:
@@ -116,6 +135,7 @@ class ShareGroup:
                                    f"The share group member has a smaller member epoch ({member_epoch}) than "
                                    f"the one known by the group coordinator ({member.epoch}).")
         member.rack_id, member.client_id, member.client_host = rack_id, client_id, client_host
+        self.dirty.add(member_id)
         if subscribed is not None and sorted(subscribed) != sorted(member.subscribed):
             member.subscribed = list(subscribed)
             changed_group = True
@@ -124,25 +144,28 @@ class ShareGroup:
         if self.assignment_epoch < self.epoch:
             self._assign(topics)
         changed = member.epoch != self.assignment_epoch or member_epoch == JOIN_EPOCH
-        member.epoch = self.assignment_epoch
+        if member.epoch != self.assignment_epoch:
+            member.previous_epoch, member.epoch = member.epoch, self.assignment_epoch
         return HeartbeatResult(ErrorCode.NONE, member=member, send_assignment=changed)
 
     def remove(self, member_id: str) -> ShareMember | None:
         member = self.members.pop(member_id, None)
         if member is not None:
             self.epoch += 1
+            self.dirty.add(member_id)
         return member
 
     def _notice_topic_changes(self, topics: TopicView) -> bool:
         """A subscribed topic created, deleted or grown moves the group epoch (a new assignment)."""
-        seen = {name: topics[name] for name in self.subscribed_topics() if name in topics}
-        if seen == self._topics_seen:
+        digest = topics_hash({name: topics[name] for name in self.subscribed_topics() if name in topics})
+        if digest == self.metadata_hash:
             return False
-        self._topics_seen = seen
+        self.metadata_hash = digest
         return True
 
     def _assign(self, topics: TopicView) -> None:
         target = simple_assign(list(self.members.values()), topics)
+        self.dirty.update(target)
         for member_id, assignment in target.items():
             self.members[member_id].assignment = {t: sorted(ps) for t, ps in assignment.items()}
         self.assignment_epoch = self.epoch

@@ -15,7 +15,6 @@ Kafka's broker does for a streams group, without holding the answer.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 
 from grete.coordinator import streams_records
@@ -55,7 +54,6 @@ class StreamsGroups:
 
     def __init__(self, ctx: GroupContext) -> None:
         self.ctx = ctx
-        self._writes: dict[int, asyncio.Future[None]] = {}  # partition -> the last write under way
 
     # ====================================================================== configuration
 
@@ -103,22 +101,7 @@ class StreamsGroups:
         if group is not None and group.streams is not None:
             records = streams_records.changes(group.streams, group.streams.dirty)
             group.streams.dirty.clear()
-        partition = self.ctx.partition_for(group_id)
-        previous = self._writes.get(partition)
-        if not records:
-            if previous is not None:
-                await previous
-            return ErrorCode.NONE
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._writes[partition] = done
-        try:
-            if previous is not None:
-                await previous
-            return await self.ctx.append(partition, records, GROUP_WRITE_ERRORS)
-        finally:
-            done.set_result(None)
-            if self._writes.get(partition) is done:
-                del self._writes[partition]
+        return await self.ctx.append_in_order(self.ctx.partition_for(group_id), records)
 
     def _heartbeat(self, req: StreamsHeartbeat) -> StreamsResult:
         group = self._group(req)

@@ -26,6 +26,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
+from grete.coordinator.coordinator_records import Record, key, latest_by_key, typed_key, value_writer
 from grete.coordinator.streams_state import MemberState, StreamsGroup, StreamsMember, Tasks
 from grete.coordinator.streams_topology import CopartitionGroup, Subtopology, TopicInfo, Topology
 from grete.protocol.codec import Reader, Writer
@@ -42,35 +43,14 @@ CURRENT_MEMBER_ASSIGNMENT = 22
 TOPOLOGY = 23
 STREAMS_RECORD_TYPES = frozenset(range(GROUP_METADATA, TOPOLOGY + 1))
 MEMBER_RECORD_TYPES = (CURRENT_MEMBER_ASSIGNMENT, TARGET_ASSIGNMENT_MEMBER, MEMBER_METADATA)
-Record = tuple[bytes, bytes | None]
-
-
-def key(record_type: int, group_id: str, member_id: str | None = None) -> bytes:
-    w = Writer()
-    w.int16(record_type)
-    w.string(group_id, False)
-    if member_id is not None:
-        w.string(member_id, False)
-    return w.getvalue()
 
 
 def decode_key(data: bytes) -> tuple[int, str, str | None] | None:
     """(record type, group id, member id) of a streams-group key; None for other records."""
-    r = Reader(data)
-    record_type = r.int16()
-    if record_type not in STREAMS_RECORD_TYPES:
-        return None
-    group_id = r.string(False)
-    return record_type, group_id, r.string(False) if r.remaining() else None
+    return typed_key(data, STREAMS_RECORD_TYPES)
 
 
 # ---------------------------------------------------------------------------------- values
-
-def _value() -> Writer:
-    w = Writer()
-    w.int16(0)
-    return w
-
 
 def _strings(w: Writer, values: Iterable[str]) -> None:
     items = list(values)
@@ -119,7 +99,7 @@ STANDBY_REPLICAS_KEY = "num.standby.replicas"
 
 
 def group_metadata_value(epoch: int, standby_replicas: int) -> bytes:
-    w = _value()
+    w = value_writer()
     w.int32(epoch)
     w.int64(0)
     configs = Writer()
@@ -133,14 +113,14 @@ def group_metadata_value(epoch: int, standby_replicas: int) -> bytes:
 
 
 def target_metadata_value(assignment_epoch: int) -> bytes:
-    w = _value()
+    w = value_writer()
     w.int32(assignment_epoch)
     w.uvarint(0)
     return w.getvalue()
 
 
 def topology_value(topology: Topology) -> bytes:
-    w = _value()
+    w = value_writer()
     w.int32(topology.epoch)
     w.length(len(topology.subtopologies), True)
     for sub in topology.subtopologies:
@@ -163,7 +143,7 @@ def topology_value(topology: Topology) -> bytes:
 
 
 def member_metadata_value(m: StreamsMember) -> bytes:
-    w = _value()
+    w = value_writer()
     w.string(m.instance_id, True)
     w.string(m.rack_id, True)
     w.string(m.client_id, True)
@@ -184,7 +164,7 @@ def member_metadata_value(m: StreamsMember) -> bytes:
 
 
 def target_member_value(active: Tasks, standby: Tasks) -> bytes:
-    w = _value()
+    w = value_writer()
     _tasks(w, active)
     _tasks(w, standby)
     _tasks(w, frozenset())  # warm-up tasks: grete assigns none
@@ -193,7 +173,7 @@ def target_member_value(active: Tasks, standby: Tasks) -> bytes:
 
 
 def current_assignment_value(m: StreamsMember) -> bytes:
-    w = _value()
+    w = value_writer()
     w.int32(m.member_epoch)
     w.int32(m.previous_member_epoch)
     w.int8(int(m.state))
@@ -255,15 +235,7 @@ def tombstones(sg: StreamsGroup) -> list[Record]:
 def load(records: Iterable[Record]) -> dict[str, StreamsGroup]:
     """Streams groups rebuilt from the partition's records (last record per key wins; a tombstone
     deletes). A group exists while its StreamsGroupMetadata record does."""
-    latest: dict[bytes, tuple[tuple[int, str, str | None], bytes | None]] = {}
-    for k, v in records:
-        try:
-            parsed = decode_key(k)
-        except ProtocolError:
-            continue
-        if parsed is not None:
-            latest.pop(k, None)
-            latest[k] = (parsed, v)
+    latest = latest_by_key(records, STREAMS_RECORD_TYPES)
     groups: dict[str, StreamsGroup] = {}
     for (record_type, gid, _), v in latest.values():
         if record_type == GROUP_METADATA and v is not None and len(v) >= 6:

@@ -19,6 +19,9 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
     if not allowed(ctx, Op.READ, Res.GROUP, group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     shares = ctx.broker.share_groups
+    status = shares.coordinator_error(group_id)
+    if status is not None:
+        return Response(error_code=status)
     if shares.has_members(group_id):
         return Response(error_code=ErrorCode.NON_EMPTY_GROUP,
                         error_message="The group is not empty.")

@@ -18,7 +18,7 @@ async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGro
     shared = [g for g in permitted if share_groups is not None and g in share_groups.groups]
     for group_id in shared:
         assert share_groups is not None
-        results[group_id] = share_groups.delete_group(group_id)
+        results[group_id] = await share_groups.delete_group(group_id)
     others = [g for g in permitted if g not in shared]
     if others:
         results.update(await ctx.broker.group_coordinator.delete_groups(others))

@@ -21,6 +21,9 @@ def handle(ctx: RequestContext, request: ShareGroupDescribeRequest) -> ShareGrou
 def _describe(ctx: RequestContext, group_id: str, include_operations: bool) -> Response.DescribedGroup:
     if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
         return Response.DescribedGroup(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    status = ctx.broker.share_groups.coordinator_error(group_id)
+    if status is not None:
+        return Response.DescribedGroup(group_id=group_id, error_code=status)
     group = ctx.broker.share_groups.groups.get(group_id)
     if group is None:
         return Response.DescribedGroup(group_id=group_id, error_code=ErrorCode.GROUP_ID_NOT_FOUND,

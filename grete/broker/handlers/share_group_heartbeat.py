@@ -13,7 +13,7 @@ Response = ShareGroupHeartbeatResponse
 
 
 @api(76, 1, 1)
-def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
+async def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, member_epoch=-1)
     if not request.group_id:
@@ -23,16 +23,22 @@ def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGro
     if denied:
         return Response(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, member_epoch=-1,
                         error_message=f"Topic authorization failed for topics: {denied}")
+    shares = ctx.broker.share_groups
+    status = shares.coordinator_error(request.group_id)
+    if status is not None:
+        return Response(error_code=status, member_epoch=-1)
     other = ctx.broker.group_coordinator.groups.get(request.group_id)
     if other is not None and other.state.value != "Dead":  # a classic or consumer group has the id
         return Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND, member_epoch=-1,
                         error_message=f"Group {request.group_id} is not a share group.")
-    shares = ctx.broker.share_groups
     result = shares.heartbeat(request.group_id, request.member_id, request.member_epoch,
                               rack_id=request.rack_id, subscribed=request.subscribed_topic_names,
                               client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}")
     if result.error != ErrorCode.NONE or result.member is None:
         return Response(error_code=result.error, error_message=result.message, member_epoch=-1)
+    written = await ctx.broker.group_coordinator.detached(shares.persist(request.group_id))
+    if written != ErrorCode.NONE:
+        return Response(error_code=written, member_epoch=-1)
     member = result.member
     assignment = None
     if result.send_assignment:
