@@ -3,7 +3,8 @@ leader of its ``__share_group_state`` partition), so the partition's leader can 
 Records acknowledged before the SIGKILL are never delivered again; records that were acquired but not
 acknowledged are delivered again by the new leader, with their delivery count kept. The coordinator
 can die too: the leader's write waits for the state partition's next leader, which loads the state
-from its log. About 35 s for both tests (marked slow; run by hand:
+from its log. The group coordinator can die as well: the group comes back from ``__consumer_offsets``
+at the next one. About 50 s for the four tests (marked slow; run by hand:
 ``python -m pytest tests/cluster/test_cluster_share.py -m slow``)."""
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from grete.protocol.messages import (
     ShareAcknowledgeResponse,
     ShareFetchRequest,
     ShareFetchResponse,
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
 )
@@ -309,3 +312,36 @@ def test_alter_offsets_of_an_empty_group_reach_the_leader(grete_cluster: GreteCl
 
     wait_until(delivered, 20, "records from the altered start offset")
     assert offsets(found) == [2, 3, 4, 5]
+
+
+def test_a_share_group_moves_with_its_group_coordinator(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    """The group coordinator dies: the next leader of the group's ``__consumer_offsets`` partition
+    loads the group from its records, with its epochs and its member, which heartbeats on with its
+    epoch and keeps its assignment (before, the member had to join again)."""
+    s = Scenario(grete_cluster, zk, 2)
+    old = s.group_coordinator()
+    before = describe_share_group(grete_cluster, old, s.group)
+    assert [m.member_id for m in before.members] == [s.member]
+    s.kill(old)
+
+    def moved() -> Any:
+        found = s._group_coordinator()
+        if found is None or found == old or found not in s.live:
+            return None
+        g = describe_share_group(grete_cluster, found, s.group)
+        assert g.error_code in (0, *COORDINATOR_RETRIABLE), ErrorCode(g.error_code).name
+        return (found, g) if g.error_code == 0 else None
+
+    new, after = wait_until(moved, 60, "the group at its new coordinator")
+    assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+    assert [(m.member_id, m.member_epoch) for m in after.members] == [(s.member, before.members[0].member_epoch)]
+    with closing(wire_to(grete_cluster, new)) as w:
+        hb = w.call(ShareGroupHeartbeatRequest(group_id=s.group, member_id=s.member,
+                                               member_epoch=before.members[0].member_epoch),
+                    ShareGroupHeartbeatResponse, 1)
+    assert hb.error_code == 0 and hb.member_epoch == before.members[0].member_epoch
+
+
+def describe_share_group(grete_cluster: GreteCluster, broker: int, group: str) -> Any:
+    with closing(wire_to(grete_cluster, broker)) as w:
+        return w.call(ShareGroupDescribeRequest(group_ids=[group]), ShareGroupDescribeResponse, 1).groups[0]

@@ -208,8 +208,14 @@ def test_a_pushed_follower_whose_session_expired_rejoins_the_isr(grete_cluster: 
         wait_until(lambda: zk.exists(f"/brokers/ids/{follower}") is None, 30, "the paused broker's session expired")
     finally:
         grete_cluster.resume_broker(follower)
-    wait_until(lambda: follower in state(zk, topic_name, 0)["isr"], 30, "the follower back in the ISR")  # type: ignore[operator]
-    wait_until(lambda: identical(grete_cluster, topic_name, [leader, follower]), 20, "identical replicas")
+    try:
+        wait_until(lambda: follower in state(zk, topic_name, 0)["isr"], 30, "the follower back in the ISR")  # type: ignore[operator]
+        wait_until(lambda: identical(grete_cluster, topic_name, [leader, follower]), 20, "identical replicas")
+    except AssertionError as exc:
+        # Rare on a loaded machine: say what each broker did (a CI run shows only this message).
+        tails = {b: grete_cluster.brokers[b].log().splitlines()[-25:] for b in (leader, follower)}
+        raise AssertionError(f"{exc}; znode {zk.exists(f'/brokers/ids/{follower}')}, state "
+                             f"{state(zk, topic_name, 0)}; logs: {tails}") from None
 
 
 def test_follower_fetches_are_counted_as_fetchfollower(grete_cluster: GreteCluster, zk: KazooClient,
