@@ -84,7 +84,10 @@ class GroupPartitions:
                 self._install(group)
             self._stage_open_transactions(self.ctx.store.open_transactions(partition))
             self.ctx.owned_partitions.add(partition)
-            self.ctx.on_loaded(partition, records)
+            try:
+                self.ctx.on_loaded(partition, records)
+            except Exception:  # the other owner's trouble must not keep this partition's groups away
+                log.exception("handing __consumer_offsets-%d's records over failed", partition)
         finally:
             if self._loads.get(partition) is load:
                 del self._loads[partition]

@@ -9,13 +9,13 @@ from __future__ import annotations
 import uuid
 
 from grete.coordinator import share_records
+from grete.coordinator.coordinator_records import Record, key
 from grete.coordinator.share_group import ShareGroup
 from grete.coordinator.share_records import (
     CURRENT_MEMBER_ASSIGNMENT,
     GROUP_METADATA,
     MEMBER_METADATA,
     TARGET_ASSIGNMENT_MEMBER,
-    Record,
 )
 from grete.protocol.errors import ErrorCode
 
@@ -93,7 +93,7 @@ def test_a_member_without_its_metadata_record_is_dropped() -> None:
     join(group, "m1", ["a"])
     join(group, "m2", ["a"])
     log = [(k, v) for k, v in share_records.changes(group)
-           if k != share_records.key(MEMBER_METADATA, "g", "m2")]
+           if k != key(MEMBER_METADATA, "g", "m2")]
     assert list(share_records.load(log)["g"].members) == ["m1"]
 
 
@@ -113,3 +113,14 @@ def test_a_reloaded_group_keeps_its_epoch_unless_its_topics_changed() -> None:
     bigger = {**TOPICS, "a": (T1, 4)}
     assert join(grown, "m1", ["a"], view=bigger, epoch=epoch) == epoch + 1
     assert grown.members["m1"].assignment == {T1: [0, 1, 2, 3]}
+
+
+def test_unreadable_records_are_skipped_and_the_rest_loads() -> None:
+    group = ShareGroup("g")
+    join(group, "m1", ["a"])
+    log = share_records.changes(group)
+    broken = [(key(GROUP_METADATA, "bad"), b"\x00"),
+              (key(MEMBER_METADATA, "g", "m2"), b"\x00\x00\xff\xff"),
+              (b"\x00", b"x")]
+    loaded = share_records.load(broken + log)
+    assert set(loaded) == {"g"} and list(loaded["g"].members) == ["m1"]
