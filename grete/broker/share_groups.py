@@ -205,7 +205,7 @@ class ShareGroups:
         """NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ... for a group not served here (yet)."""
         return self.coordinator.status_error(group_id) if self.coordinator is not None else None
 
-    async def persist(self, group_id: str) -> ErrorCode:
+    async def write_membership(self, group_id: str) -> ErrorCode:
         """Write what changed in the group; the answer to the request that changed it waits for this,
         and the write finishes even if that request's client goes away."""
         coordinator = self.coordinator
@@ -213,7 +213,7 @@ class ShareGroups:
             return ErrorCode.NONE
         group = self.groups.get(group_id)
         records = share_records.changes(group) if group is not None else []
-        return await coordinator.append_in_order(coordinator.partition_for(group_id), records)
+        return await coordinator.detached(coordinator.append_in_order(coordinator.partition_for(group_id), records))
 
     def _arm_session_timer(self, group_id: str, member_id: str) -> None:
         key = (group_id, member_id)
@@ -230,7 +230,7 @@ class ShareGroups:
         if group is not None and group.remove(member_id) is not None:
             self._member_gone(group_id, member_id)
             if self.coordinator is not None:
-                self.coordinator.spawn(self.persist(group_id))
+                self.coordinator.spawn(self.write_membership(group_id))
 
     def _member_gone(self, group_id: str, member_id: str) -> None:
         """A member that left or timed out: its share session ends and its records are released."""
@@ -391,7 +391,7 @@ class ShareGroups:
         share session there ends, or when a write of it is FENCED_STATE_EPOCH)."""
         if group_id not in self.groups:  # created empty, as Kafka does, and kept
             self.groups[group_id] = ShareGroup(group_id)
-            error = await self.persist(group_id)
+            error = await self.write_membership(group_id)
             if error != ErrorCode.NONE:
                 raise KafkaError(error, None)
         if self.persister is None:

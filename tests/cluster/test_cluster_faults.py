@@ -90,6 +90,11 @@ def test_controller_failover(grete_cluster: GreteCluster, zk: KazooClient, topic
     wait_until(lambda: str(old) in zk.get_children("/brokers/ids"), 30, "the old controller back as a broker")
 
 
+def last_lines(grete_cluster: GreteCluster, broker: int, count: int = 40) -> str:
+    """A broker's last log lines: what its shutdown was doing when it had to be killed (-9)."""
+    return "\n".join(grete_cluster.brokers[broker].log().splitlines()[-count:])
+
+
 def test_controlled_shutdown_moves_leadership_first(grete_cluster: GreteCluster, zk: KazooClient,
                                                     topic_name: str) -> None:
     create(grete_cluster, topic_name, 3, 3)
@@ -98,7 +103,7 @@ def test_controlled_shutdown_moves_leadership_first(grete_cluster: GreteCluster,
     started = time.monotonic()
     code = grete_cluster.stop_broker(leader)
     try:
-        assert code == 0
+        assert code == 0, last_lines(grete_cluster, leader)
         assert time.monotonic() - started < 20
         # Moved before the broker left: no partition is led by it, and it left every ISR.
         after = states(zk, topic_name)
@@ -139,7 +144,7 @@ def test_preferred_leader_election(grete_cluster: GreteCluster, zk: KazooClient,
     preferred = states(zk, topic_name)[0]["leader"]
     assert isinstance(preferred, int)
     client = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
-    assert grete_cluster.stop_broker(preferred) == 0
+    assert grete_cluster.stop_broker(preferred) == 0, last_lines(grete_cluster, preferred)
     try:
         survivor = AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
         refused = survivor.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)]).result(30)

@@ -19,6 +19,9 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
     if not allowed(ctx, Op.DELETE, Res.GROUP, group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     shares = ctx.broker.share_groups
+    status = shares.coordinator_error(group_id)
+    if status is not None:
+        return Response(error_code=status)
     if group_id not in shares.groups and not shares.known(group_id):
         return Response(error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"Group {group_id} not found.")
     if shares.has_members(group_id):

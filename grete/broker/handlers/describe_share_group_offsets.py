@@ -29,6 +29,9 @@ async def _group(ctx: RequestContext, wanted: Request.DescribeShareGroupOffsetsR
         return Response.DescribeShareGroupOffsetsResponseGroup(group_id=group_id,
                                                                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     shares, metadata = ctx.broker.share_groups, ctx.broker.metadata
+    status = shares.coordinator_error(group_id)
+    if status is not None:
+        return Response.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, error_code=status)
     asked_keys = None if wanted.topics is None else [
         (meta.topic_id, index) for t in wanted.topics if (meta := metadata.topic(t.topic_name)) is not None
         and allowed(ctx, Op.DESCRIBE, Res.TOPIC, t.topic_name) for index in t.partitions if index in meta.partitions]

@@ -36,7 +36,7 @@ async def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> Sh
                               client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}")
     if result.error != ErrorCode.NONE or result.member is None:
         return Response(error_code=result.error, error_message=result.message, member_epoch=-1)
-    written = await ctx.broker.group_coordinator.detached(shares.persist(request.group_id))
+    written = await shares.write_membership(request.group_id)
     if written != ErrorCode.NONE:
         return Response(error_code=written, member_epoch=-1)
     member = result.member
