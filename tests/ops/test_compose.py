@@ -124,6 +124,11 @@ def test_compose_brokers_run_as_a_cluster(tmp_path):
             bootstrap.append(f"127.0.0.1:{ports[(service, 'EXTERNAL')]}")
         servers = ",".join(bootstrap)
         admin = AdminClient({"bootstrap.servers": servers})
+        # The last broker is known once the controller's UpdateMetadata reaches the one asked,
+        # which may be just after it registered (Kafka propagates metadata the same way).
+        deadline = time.monotonic() + 30
+        while sorted(admin.list_topics(timeout=10).brokers) != [1, 2, 3] and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert sorted(admin.list_topics(timeout=10).brokers) == [1, 2, 3]
         admin.create_topics([NewTopic("compose", 3)])["compose"].result(30)  # default RF 3 from compose
         described = admin.list_topics("compose", timeout=10).topics["compose"].partitions
