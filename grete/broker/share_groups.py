@@ -212,7 +212,11 @@ class ShareGroups:
         if coordinator is None:
             return ErrorCode.NONE
         group = self.groups.get(group_id)
-        records = share_records.changes(group) if group is not None else []
+        return await self._append(group_id, share_records.changes(group) if group is not None else [])
+
+    async def _append(self, group_id: str, records: list[Record]) -> ErrorCode:
+        coordinator = self.coordinator
+        assert coordinator is not None
         return await coordinator.detached(coordinator.append_in_order(coordinator.partition_for(group_id), records))
 
     def _arm_session_timer(self, group_id: str, member_id: str) -> None:
@@ -457,9 +461,7 @@ class ShareGroups:
         self._known.pop(group_id, None)
         if group is None or self.coordinator is None:
             return ErrorCode.NONE
-        coordinator = self.coordinator
-        return await coordinator.detached(coordinator.append_in_order(coordinator.partition_for(group_id),
-                                                                       share_records.tombstones(group)))
+        return await self._append(group_id, share_records.tombstones(group))
 
     def delete_start_offsets(self, group_id: str, topic_id: uuid.UUID) -> list[int]:
         """DeleteShareGroupOffsets: the group forgets the topic's share partitions; their indexes."""

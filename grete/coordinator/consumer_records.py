@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from grete.coordinator.consumer_assignors import Assignment
 from grete.coordinator.consumer_state import ClassicMeta, ConsumerGroup, ConsumerMember, MemberState
-from grete.coordinator.coordinator_records import Record, key, latest_by_key, typed_key
+from grete.coordinator.coordinator_records import Record, key, latest_by_key, typed_key, value_writer
 from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ProtocolError
 
@@ -53,11 +53,6 @@ def decode_key(data: bytes) -> tuple[int, str, str | None] | None:
 
 # ---------------------------------------------------------------------------------- values
 
-def _value(w: Writer) -> Writer:
-    w.int16(0)
-    return w
-
-
 def _partitions(w: Writer, assignment: Assignment) -> None:
     by_topic: dict[uuid.UUID, list[int]] = defaultdict(list)
     for topic_id, partition in sorted(assignment):
@@ -81,7 +76,7 @@ def _read_partitions(r: Reader) -> Assignment:
 
 
 def group_metadata_value(epoch: int) -> bytes:
-    w = _value(Writer())
+    w = value_writer()
     w.int32(epoch)
     w.uvarint(0)
     return w.getvalue()
@@ -92,7 +87,7 @@ def target_metadata_value(assignment_epoch: int) -> bytes:
 
 
 def member_metadata_value(m: ConsumerMember) -> bytes:
-    w = _value(Writer())
+    w = value_writer()
     w.string(m.instance_id, True)
     w.string(m.rack_id, True)
     w.string(m.client_id, True)
@@ -135,14 +130,14 @@ def _read_classic(data: bytes | memoryview) -> ClassicMeta:
 
 
 def target_member_value(assignment: Assignment) -> bytes:
-    w = _value(Writer())
+    w = value_writer()
     _partitions(w, assignment)
     w.uvarint(0)
     return w.getvalue()
 
 
 def current_assignment_value(m: ConsumerMember) -> bytes:
-    w = _value(Writer())
+    w = value_writer()
     w.int32(m.member_epoch)
     w.int32(m.previous_member_epoch)
     w.int8(int(m.state))

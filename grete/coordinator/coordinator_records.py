@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from grete.coordinator.group_store import Record
 from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ProtocolError
 
-Record = tuple[bytes, bytes | None]
+__all__ = ["Record", "key", "latest_by_key", "typed_key", "value_writer"]
 ParsedKey = tuple[int, str, str | None]  # (record type, group id, member id or None)
 
 
