@@ -1,4 +1,4 @@
-"""What metrics cost the broker (issue #20's target: at most 2 % of produce/consume), in CPU time,
+"""What metrics cost the broker (the target: at most 2 % of produce/consume), in CPU time,
 which a loaded machine does not distort the way it distorts throughput:
 
 1. counting: the exact counter updates one Produce and one Fetch request make (the request count,

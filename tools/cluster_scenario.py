@@ -1,4 +1,4 @@
-"""The multi-broker scenario of issue #20 for the Go and JavaScript clients: a 3-broker cluster, a
+"""The multi-broker scenario for the Go and JavaScript clients: a 3-broker cluster, a
 topic with RF 3, a client producing while one broker (the leader of partition 0) is stopped with
 SIGTERM mid-run; every record the client was told was written must be read back once. Shared by
 compat-tests/sarama and compat-tests/kafkajs (test folders are not packages)."""

@@ -1,4 +1,4 @@
-"""sarama against a 3-broker cluster (issue #20): producing with acks=all and idempotence while the
+"""sarama against a 3-broker cluster: producing with acks=all and idempotence while the
 leader of a partition is stopped (SIGTERM, a controlled shutdown) mid-run; every acknowledged record
 is read back exactly once. grete's cluster by default, Kafka 3.9.2 in ZooKeeper mode with
 --target=kafka-3.9 (tools/cluster_scenario.py)."""

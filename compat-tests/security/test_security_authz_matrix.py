@@ -1,4 +1,4 @@
-"""The authorization matrix (issue 17): every client-facing API grete advertises, sent with grete's
+"""The authorization matrix: every client-facing API grete advertises, sent with grete's
 codecs over SASL/PLAIN as alice (no ACLs) and as bob (exactly the ACLs the API needs, granted by the
 super user admin through CreateAcls), against grete or the reference Kafka (--target).
 

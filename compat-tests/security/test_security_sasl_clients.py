@@ -1,4 +1,4 @@
-"""Stock clients over SASL (issue 17): produce + consume round trips with confluent-kafka (PLAIN,
+"""Stock clients over SASL: produce + consume round trips with confluent-kafka (PLAIN,
 SCRAM-SHA-256, SCRAM-SHA-512), kafka-python, aiokafka, kcat and Java's kafka-clients (one JVM for all
 its cases), over SASL_PLAINTEXT and SASL_SSL (the module's test CA), against the session's target.
 

@@ -1,4 +1,4 @@
-"""The advertised API profile against Kafka 4.3.1's (issue #18): every API key and version range a
+"""The advertised API profile against Kafka 4.3.1's: every API key and version range a
 Kafka 4.3.1 broker advertises, recorded here, must be what grete's single node advertises, except the
 differences listed below, each with its reason (docs/compatibility.md, "The advertised profile").
 

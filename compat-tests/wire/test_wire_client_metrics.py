@@ -1,7 +1,6 @@
 """Client-metrics subscriptions (KIP-714, ConfigResource type 16), as kafka-client-metrics.sh manages
 them: IncrementalAlterConfigs / AlterConfigs checks and messages, the stored forms DescribeConfigs
-shows, and ListConfigResources v0/v1. The same raw requests against Kafka 4.3.1 and grete (before
-session 9 grete answered "Unknown resource type 16"). Each test uses its own subscription names; the
+shows, and ListConfigResources v0/v1. The same raw requests against Kafka 4.3.1 and grete. Each test uses its own subscription names; the
 session's broker is shared."""
 
 from __future__ import annotations

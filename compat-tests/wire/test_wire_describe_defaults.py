@@ -1,5 +1,5 @@
-"""DescribeConfigs details a Kafka 4.3 user sees with kafka-configs --describe --all (session 9's
-side-by-side run, compat-tests/FINDINGS-session9.md): the defaults Kafka 4 changed, keys whose value
+"""DescribeConfigs details a Kafka 4.3 user sees with kafka-configs --describe --all (run side by
+side with Kafka 4.3.1, docs/compatibility.md): the defaults Kafka 4 changed, keys whose value
 Kafka leaves null, broker.id, and the result's empty-string message. The same raw requests against
 Kafka 4.3.1 and grete.
 

@@ -185,7 +185,7 @@ class MetadataStore(Protocol):
     async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None: ...
     async def allocate_producer_ids(self, count: int) -> int: ...
 
-    # --- security (issue #17): SCRAM credentials and ACLs ------------------------------------------
+    # --- security: SCRAM credentials and ACLs ------------------------------------------
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
     def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]: ...
     async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None: ...
@@ -360,7 +360,7 @@ class LocalMetadataStore:
         self._persist(undo)
         return first
 
-    # --- security (issue #17): SCRAM credentials and ACLs ------------------------------------------
+    # --- security: SCRAM credentials and ACLs ------------------------------------------
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self._scram.get(user, {}).get(mechanism)
 

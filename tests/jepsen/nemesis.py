@@ -114,7 +114,7 @@ def rolling_restart(cluster: Any, zk: KazooClient, topic: str, rng: random.Rando
 def zk_isolate_leader(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
     """Cut a leader off from ZooKeeper only (its proxy closes and refuses connections), past the
     session timeout: the controller moves its leaderships while it still talks to clients and to
-    the other brokers (Kafka's §9 #5)."""
+    the other brokers (the broker partition of Kafka's round_trip_fault_test)."""
     p = rng.randrange(3)
     leader = partition_state(zk, topic, p)["leader"]
     cut = SESSION_S + rng.uniform(1, 5)
@@ -138,7 +138,7 @@ def zk_pause(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log:
 
 
 def unclean_election(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
-    """Force the case of §9 #8: one follower stalls out of the ISR, acks=all writes go on with the
+    """Force an unclean election: one follower stalls out of the ISR, acks=all writes go on with the
     two others, then both die and only the stale one is alive. With unclean.leader.election.enable
     it becomes leader and the writes it lacks are lost (as Kafka documents); without, the partition
     waits offline for an ISR member and nothing is lost."""

@@ -1,4 +1,4 @@
-"""Replication push over the direct path (issue #19, the paper's §4.5): leaders write followers' logs.
+"""Replication push over the direct path (docs/direct.md): leaders write followers' logs.
 This module holds what both sides read (frames, the slot header); push.py is the leader's side,
 receive.py the follower's.
 
