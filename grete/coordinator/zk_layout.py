@@ -41,6 +41,9 @@ DELEGATION_TOKENS = "/delegation_token/tokens"
 DELEGATION_TOKEN_CHANGES = "/delegation_token/token_changes"
 DELEGATION_TOKEN_CHANGE_PREFIX = "token_change_"
 CONFIG_TYPES = ("topics", "clients", "users", "brokers", "ips")
+# Group configs (Kafka 4's ConfigType.GROUP) under /config/groups/<sanitized group id>, notified on
+# /config/changes as the others are. Not a persistent path: Kafka 3.9 has no such config type.
+GROUP_CONFIGS = "groups"
 DEFAULT_ENTITY = "<default>"
 
 # What every broker creates at start-up if missing (Kafka's ZkData.PersistentZkPaths).
@@ -91,8 +94,12 @@ def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
 
 
+def config_root(kind: str) -> str:
+    return f"/config/{kind}"
+
+
 def config_path(kind: str, entity: str) -> str:
-    return f"/config/{kind}/{entity}"
+    return f"{config_root(kind)}/{entity}"
 
 
 # --- /cluster/id ---------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """A cluster broker's metadata: Kafka 3.9's ZkMetadataCache, behind grete's MetadataStore interface.
 
 Reads come from what the controller sent in UpdateMetadata (the only way a ZooKeeper-mode broker
-learns leaders, ISRs and live brokers) plus topic and broker configs read from ``/config/*`` and
-refreshed on ``/config/changes`` notifications. Changes go to ZooKeeper the way Kafka's
+learns leaders, ISRs and live brokers) plus topic, broker and group configs read from ``/config/*``
+and refreshed on ``/config/changes`` notifications. Changes go to ZooKeeper the way Kafka's
 AdminZkClient writes them, and return once this broker's cache shows them (CreateTopics waits for
 leaders, DeleteTopics for the topic to be gone), as Kafka's purgatories do.
 """
@@ -60,6 +60,7 @@ class ZkMetadataCache:
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
         self._topic_configs: dict[str, dict[str, str]] = {}
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}  # by group id; none empty
         self._last_change = -1
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._scram: dict[str, dict[str, ScramCredential]] = {}
@@ -82,6 +83,8 @@ class ZkMetadataCache:
         existing = await self.zk.children(zk.CONFIG_CHANGES)
         self._last_change = max((_sequence(c) for c in existing), default=-1)
         self.zk.watch_children(zk.CONFIG_CHANGES, self._on_config_changes)
+        for entity in await self.zk.children(zk.config_root(zk.GROUP_CONFIGS)):
+            self._apply_group_configs(entity, await self._read_config(zk.GROUP_CONFIGS, entity))
         await self._load_security()
         if self._with_tokens:
             await self._load_tokens()
@@ -104,10 +107,10 @@ class ZkMetadataCache:
         return dict(self._broker_configs.get(scope, {}))
 
     def group_configs(self, group_id: str) -> dict[str, str]:
-        return {}
+        return dict(self._group_configs.get(group_id, {}))
 
     def configured_groups(self) -> list[str]:
-        return []  # no GROUP config resources under ZooKeeper
+        return sorted(self._group_configs)
 
     def client_metrics(self, name: str) -> dict[str, str]:
         return {}
@@ -271,8 +274,12 @@ class ZkMetadataCache:
         self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
 
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
-        raise KafkaError(ErrorCode.INVALID_REQUEST,
-                         "GROUP config resources need a KRaft cluster; ZooKeeper mode has none")
+        """/config/groups/<group> (the id sanitized as Kafka sanitizes user and client ids) and a
+        change notification, so the group's coordinator and its share partitions' leaders, on any
+        broker, follow it."""
+        entity = zk.sanitize_entity(group_id)
+        await self._write_config(zk.GROUP_CONFIGS, entity, configs)
+        self._apply_group_configs(entity, dict(configs))
 
     async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
@@ -559,6 +566,8 @@ class ZkMetadataCache:
                 self._apply_quota_configs(kind, entity, configs)
             elif kind in ("users", "clients", "ips"):
                 self._apply_quota_configs(kind, entity, configs)
+            elif kind == zk.GROUP_CONFIGS:
+                self._apply_group_configs(entity, configs)
             elif kind == "brokers" and entity in (str(self.broker_id), zk.DEFAULT_ENTITY):
                 self._broker_configs["" if entity == zk.DEFAULT_ENTITY else entity] = configs
                 self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
@@ -569,6 +578,16 @@ class ZkMetadataCache:
         if meta is not None and meta.configs != configs:
             meta.configs = dict(configs)
             self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
+
+    def _apply_group_configs(self, entity: str, configs: dict[str, str]) -> None:
+        group_id = zk.desanitize_entity(entity)
+        if group_id is None or configs == self._group_configs.get(group_id, {}):
+            return
+        if configs:
+            self._group_configs[group_id] = configs
+        else:
+            self._group_configs.pop(group_id, None)
+        self.changes.publish(MetadataChange(ChangeKind.GROUP_CONFIGS_CHANGED))
 
 
 def _bindings(resource_type: int, name: str, prefixed: bool, entries: list[zk.ZkAcl]) -> frozenset[AclBinding]:

@@ -6,7 +6,9 @@ broker's (or, with an empty name, the cluster default's) dynamic set, checked as
 it (grete/broker/config.py ``check_dynamic_update``): static keys are INVALID_REQUEST "Cannot update
 these configs dynamically: [...]"; on the single node min.insync.replicas follows KRaft's ELR rules.
 Client-metrics resources (KIP-714): the configs become the subscription's whole set
-(grete/broker/client_metrics_configs.py).
+(grete/broker/client_metrics_configs.py). Group resources (Kafka 4): the configs become the group's
+whole override set (grete/broker/group_configs.py), as Kafka 4.3's controller takes them from this
+legacy request too; in a ZooKeeper cluster they are kept under ``/config/groups``.
 
 The checks shared with IncrementalAlterConfigs live here, in Kafka's order: a resource named twice,
 duplicate keys, null values, then the resource name, the new configs, and the topic's existence.
@@ -22,7 +24,8 @@ from grete.broker.client_metrics_configs import CLIENT_METRICS, check_name
 from grete.broker.client_metrics_configs import validate as validate_client_metrics
 from grete.broker.config import ConfigError, check_dynamic_update, validate_topic_configs
 from grete.broker.context import RequestContext
-from grete.broker.handlers.describe_configs import BROKER, TOPIC, authorize_config_resource
+from grete.broker.group_configs import validate_group_configs
+from grete.broker.handlers.describe_configs import BROKER, GROUP, TOPIC, authorize_config_resource
 from grete.broker.registry import api
 from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -111,6 +114,20 @@ async def replace_client_metrics(ctx: RequestContext, name: str, configs: dict[s
         await ctx.broker.metadata.set_client_metrics(name, clean)
 
 
+async def replace_group_configs(ctx: RequestContext, name: str, configs: dict[str, str],
+                                validate_only: bool) -> None:
+    """A group's new override set, checked as Kafka 4.3's controller checks it (an empty one
+    removes the group's overrides)."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+    try:
+        clean = validate_group_configs(configs, ctx.broker.config)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    if not validate_only:
+        await ctx.broker.metadata.set_group_configs(name, clean)
+
+
 async def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str],
                                 validate_only: bool) -> None:
     """Validate ``configs`` as the topic's complete override set, then install it live."""
@@ -139,6 +156,8 @@ async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConf
             await replace_topic_configs(ctx, resource.resource_name, configs, request.validate_only)
         elif resource.resource_type == CLIENT_METRICS:
             await replace_client_metrics(ctx, resource.resource_name, configs, request.validate_only)
+        elif resource.resource_type == GROUP:
+            await replace_group_configs(ctx, resource.resource_name, configs, request.validate_only)
         else:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 

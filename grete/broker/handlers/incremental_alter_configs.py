@@ -3,7 +3,8 @@
 Topic resources change only the named keys; APPEND and SUBTRACT work on LIST configs
 (``cleanup.policy``, the throttled-replica lists), starting from the override or, without one,
 from the topic default, as Kafka's controller does. Broker resources change this broker's (or, with
-an empty name, the cluster default's) dynamic configs key by key, validated as in AlterConfigs.
+an empty name, the cluster default's) dynamic configs key by key, validated as in AlterConfigs;
+group resources likewise change a group's overrides key by key.
 Broker-logger resources set or reset Python logging levels under
 Kafka's log4j names, live and not persisted, like Kafka's.
 """
@@ -14,9 +15,8 @@ import logging
 from collections.abc import Mapping
 
 from grete.broker.client_metrics_configs import CLIENT_METRICS
-from grete.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigError, ConfigType
+from grete.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigType
 from grete.broker.context import RequestContext
-from grete.broker.group_configs import validate_group_configs
 from grete.broker.handlers.alter_configs import (
     AlterResource,
     answer_each,
@@ -24,6 +24,7 @@ from grete.broker.handlers.alter_configs import (
     check_keys,
     replace_broker_configs,
     replace_client_metrics,
+    replace_group_configs,
     replace_topic_configs,
 )
 from grete.broker.handlers.describe_configs import (
@@ -73,14 +74,9 @@ async def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -
         current = ctx.broker.metadata.broker_configs(scope)
         await replace_broker_configs(ctx, scope, _incremental(current, ops, BROKER_CONFIGS), validate_only)
     elif resource.resource_type == GROUP:
-        group_id = resource.resource_name
-        merged = _incremental(ctx.broker.metadata.group_configs(group_id), ops, {})
-        try:
-            clean = validate_group_configs(merged, ctx.broker.config)
-        except ConfigError as exc:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-        if not validate_only:
-            await ctx.broker.metadata.set_group_configs(group_id, clean)
+        name = resource.resource_name
+        await replace_group_configs(ctx, name, _incremental(ctx.broker.metadata.group_configs(name), ops, {}),
+                                    validate_only)
     elif resource.resource_type == CLIENT_METRICS:
         # Kafka refuses APPEND/SUBTRACT here as on a non-list key, whatever the key: no definitions.
         name = resource.resource_name
