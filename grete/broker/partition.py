@@ -32,7 +32,8 @@ LOG_APPEND_TIME = 1
 
 
 class Partition:
-    __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "online", "is_leader",
+    __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "_replica_waiters", "online",
+                 "is_leader",
                  "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
                  "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed",
                  "direct_watch", "_verifying", "replica_push", "replica_alive", "_recheck_expansion")
@@ -45,7 +46,10 @@ class Partition:
         self.topic_id = topic_id
         self._log = log
         self.leader_epoch = leader_epoch
+        # Parked fetches, by what can complete them (Kafka's DelayedFetch): a consumer's reads up to
+        # the high watermark or last stable offset, a follower's up to the log end.
         self._waiters: list[asyncio.Future[None]] = []
+        self._replica_waiters: list[asyncio.Future[None]] = []
         self.online = True
         # In a cluster, what the controller's last LeaderAndIsr said (a single node always leads).
         self.is_leader = is_leader
@@ -80,7 +84,6 @@ class Partition:
         # leader pushes to a follower: appends and high-watermark moves are what it sends.
         self.replica_push: Callable[[Partition], None] | None = None
         if replicated:
-            log.hw_follows_leo = False  # the ISR moves it (Partition._advance_high_watermark)
             return  # the controller's LeaderAndIsr sets epoch, leadership and ISR
         if log.end_offset_for_epoch(leader_epoch)[0] != leader_epoch:
             log.assign_leader_epoch(leader_epoch, log.log_end_offset)
@@ -162,6 +165,7 @@ class Partition:
             self._followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
                                for r in self.replicas if r != leader_id}
         self._advance_high_watermark()
+        self.wake()  # a new leader epoch: parked fetches answer (their epochs may be fenced now)
 
     def make_follower(self, leader_epoch: int, partition_epoch: int, leader_id: int,
                       replicas: tuple[int, ...] = ()) -> None:
@@ -322,12 +326,15 @@ class Partition:
                         now_ms: int) -> None:
         """Append what the leader sent (offsets and epochs kept), then take its high watermark as
         far as this log reaches (Kafka's processPartitionData)."""
+        log = self._log
+        before = (log.high_watermark, log.log_start_offset, log.log_end_offset)
         if records:
             self.append_as_follower(records, now_ms)
-        self._set_high_watermark(min(leader_high_watermark, self._log.log_end_offset))
-        if self._log.log_start_offset < leader_log_start <= self._log.high_watermark:
-            self._log.delete_records_before(leader_log_start)  # the leader's retention or DeleteRecords
-        self.wake()
+        self._set_high_watermark(min(leader_high_watermark, log.log_end_offset))
+        if log.log_start_offset < leader_log_start <= log.high_watermark:
+            log.delete_records_before(leader_log_start)  # the leader's retention or DeleteRecords
+        if (log.high_watermark, log.log_start_offset, log.log_end_offset) != before:
+            self.wake()  # an empty answer that moved nothing wakes nobody
 
     def truncate_to(self, offset: int) -> None:
         """Drop the divergent tail from ``offset`` on (a follower after a leader change)."""
@@ -371,7 +378,7 @@ class Partition:
         result = self._log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
         if self._verifying and batch.is_transactional:
             self._clear_verification(batch, transaction_version)
-        self._advance_high_watermark()
+        self._advance_high_watermark(appended=True)
         return result
 
     def _check_tv2_marker(self, batch: RecordBatch) -> None:
@@ -431,28 +438,38 @@ class Partition:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.index} is offline")
         self._log.append_as_follower(records, now_ms=now_ms)
 
-    def _advance_high_watermark(self) -> None:
+    def _advance_high_watermark(self, *, appended: bool = False) -> None:
         """Kafka's maybeIncrementLeaderHW. A single replica: everything appended is replicated. In
         a cluster: the smallest log end offset over the leader and the followers of the (maximal)
         ISR, never going back, and not moving at all while the ISR is below min.insync.replicas
-        (3.9's strict rule). Wakes parked fetches and acks=all produces."""
+        (3.9's strict rule). Completes acks=all produces; wakes only the parked fetches that can
+        now return something: followers on an append, consumers when the high watermark or the
+        last stable offset moved. A follower's fetch that moves neither wakes nobody, so idle
+        followers and consumers do not answer each other empty."""
         log = self._log
-        if not self.replicated or not self.is_leader:
-            if not self.replicated:
-                self._set_high_watermark(log.log_end_offset)
-            self.wake()
-            return
-        if len(self.isr) >= self._min_isr():
-            candidates = [log.log_end_offset]
-            for replica in self._maximal_isr():
-                follower = self._followers.get(replica)
-                if follower is not None:
-                    candidates.append(follower.log_end_offset)
-            new = min(candidates)
-            if new > log.high_watermark:
-                self._set_high_watermark(new)
-        self._complete_produce_waiters()
-        self.wake()
+        before = (log.high_watermark, log.last_stable_offset)
+        if not self.replicated:
+            self._set_high_watermark(log.log_end_offset)
+        elif self.is_leader:
+            if len(self.isr) >= self._min_isr():
+                candidates = [log.log_end_offset]
+                for replica in self._maximal_isr():
+                    follower = self._followers.get(replica)
+                    if follower is not None:
+                        candidates.append(follower.log_end_offset)
+                new = min(candidates)
+                if new > log.high_watermark:
+                    self._set_high_watermark(new)
+            self._complete_produce_waiters()
+        consumers = (log.high_watermark, log.last_stable_offset) != before
+        if appended or consumers:
+            self._changed()
+        if appended:
+            _complete(self._replica_waiters)
+            self._replica_waiters = []
+        if consumers:
+            _complete(self._waiters)
+            self._waiters = []
 
     def _set_high_watermark(self, offset: int) -> None:
         self._log.high_watermark = offset
@@ -526,27 +543,36 @@ class Partition:
         return any(s is seg for s in segments), False
 
     # --- parked fetches ----------------------------------------------------------------------
-    def waiter(self) -> asyncio.Future[None]:
+    def waiter(self, *, replica: bool = False) -> asyncio.Future[None]:
+        """A future for a parked fetch, done when this partition may have something new for it:
+        for a follower (``replica``) records past the log end it saw, for a consumer a moved high
+        watermark, last stable offset or log start; for both, any change of state (leadership,
+        truncation, deletion)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
+        (self._replica_waiters if replica else self._waiters).append(future)
         return future
 
     def wake(self) -> None:
+        """A change every parked fetch must see (leadership, truncation, log start, going away)."""
+        self._changed()
+        waiters, replica_waiters = self._waiters, self._replica_waiters
+        self._waiters, self._replica_waiters = [], []
+        _complete(waiters)
+        _complete(replica_waiters)
+
+    def _changed(self) -> None:
         if self.direct_watch is not None:
             self.direct_watch(self)  # the direct path's consumer slots follow every change
         if self.replica_push is not None:
             self.replica_push(self)  # pushed followers get what changed (coalesced per loop step)
-        if self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for future in waiters:
-                if not future.done():
-                    future.set_result(None)
 
     def discard_waiter(self, future: asyncio.Future[None]) -> None:
-        try:
-            self._waiters.remove(future)
-        except ValueError:
-            pass
+        for waiters in (self._waiters, self._replica_waiters):
+            try:
+                waiters.remove(future)
+                return
+            except ValueError:
+                pass
 
     def go_offline(self) -> None:
         """The partition stops serving (deleted, or its log dir failed): parked fetches answer now."""
@@ -570,3 +596,9 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = -1
+
+
+def _complete(waiters: list[asyncio.Future[None]]) -> None:
+    for future in waiters:
+        if not future.done():
+            future.set_result(None)

@@ -142,10 +142,9 @@ class Log:
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
+        # Moved by the partition's one rule (grete/broker/partition.py: the ISR's log ends, a single
+        # replica's own log end), never by an append here.
         self._high_watermark = 0
-        # Single node: every append is committed at once. Replication will turn this off and
-        # set high_watermark from follower progress.
-        self.hw_follows_leo = True
         self.recovery_point = 0
         self.epochs = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
@@ -289,8 +288,6 @@ class Log:
         self.producer_state.map_end_offset = last + 1
         if done is not None and done.aborted:
             seg.txn_index.append(self.producer_state.aborted_entry(done))
-        if self.hw_follows_leo:
-            self._high_watermark = last + 1
         self._unflushed_messages += batch.last_offset_delta + 1
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()

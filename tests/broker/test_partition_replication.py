@@ -150,3 +150,43 @@ def test_follower_appends_as_is_and_truncates(tmp_path: Path) -> None:
     assert follower.end_offset_for_epoch(0) == (0, 3)
     follower.truncate_to(2)
     assert follower.log_end_offset == 2
+
+
+def test_parked_fetches_wake_only_when_they_can_return_something(tmp_path: Path) -> None:
+    asyncio.run(_parked_fetches(tmp_path))
+
+
+async def _parked_fetches(tmp_path: Path) -> None:
+    """Kafka's DelayedFetch rules: a follower's fetch completes on records past the log end it saw,
+    a consumer's when the high watermark moves. A follower fetching at the log end moves nothing,
+    so it wakes nobody: idle followers and consumers must not answer each other empty."""
+    p = leader(tmp_path, isr=[1, 2, 3])
+    consumer, follower = p.waiter(), p.waiter(replica=True)
+    p.update_follower(2, 0, 1001)
+    p.update_follower(3, 0, 1002)
+    assert not consumer.done() and not follower.done()
+    p.append(batch(2), 1003)
+    assert follower.done() and not consumer.done()  # records past the follower's end; none below the HW
+    follower = p.waiter(replica=True)
+    p.update_follower(2, 2, 1004)
+    assert not consumer.done() and not follower.done()  # 3 has not fetched them: the HW stays
+    p.update_follower(3, 2, 1005)
+    assert p.high_watermark == 2 and consumer.done() and not follower.done()
+    consumer = p.waiter()
+    p.make_follower(1, 1, 2)
+    assert consumer.done() and follower.done()  # leadership moved: everyone answers
+
+
+def test_a_follower_answer_that_moves_nothing_wakes_nobody(tmp_path: Path) -> None:
+    asyncio.run(_follower_side_wakes(tmp_path))
+
+
+async def _follower_side_wakes(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
+    p = Partition("t", 0, TOPIC_ID, log, -1, is_leader=False, replicated=True, broker_id=2)
+    p.make_follower(0, 0, 1, (1, 2))
+    reader = p.waiter()  # a consumer reading from this follower (KIP-392)
+    p.follower_append(b"", 0, 0, 1000)
+    assert not reader.done()
+    p.follower_append(batch(2).bytes_view(), 0, 0, 1001)
+    assert reader.done()

@@ -234,3 +234,36 @@ def test_transactions_across_leaders(grete_cluster: GreteCluster, zk: KazooClien
     values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
     consumer.close()
     assert len(values) == 30 and all(v.startswith(b"commit-") for v in values)
+
+
+def test_an_idle_consumer_fetches_once_per_max_wait(grete_cluster: GreteCluster, topic_name: str) -> None:
+    """Followers fetching an idle partition move nothing, so they wake no parked consumer fetch: an
+    idle consumer sends one Fetch per ``fetch.wait.max.ms`` to each leader, as on Kafka (2 a second
+    here), not one per follower round trip."""
+    create(grete_cluster, topic_name, 3, 3)
+    wait_until(lambda: all(len(p.isrs) == 3 for p in AdminClient({"bootstrap.servers": grete_cluster.bootstrap_servers})
+                           .list_topics(topic_name, timeout=10).topics[topic_name].partitions.values()),
+               what="a full ISR")
+    fetches: dict[str, int] = {}
+
+    def stats(raw: str) -> None:
+        for name, broker in json.loads(raw)["brokers"].items():
+            if broker.get("nodeid", -1) >= 0:
+                fetches[name] = int(broker["req"].get("Fetch", 0))
+
+    consumer = Consumer({"bootstrap.servers": grete_cluster.bootstrap_servers, "group.id": topic_name,
+                         "fetch.wait.max.ms": 500, "statistics.interval.ms": 500, "stats_cb": stats})
+    try:
+        consumer.assign([TopicPartition(topic_name, p, 0) for p in range(3)])
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            consumer.poll(0.1)  # connected, fetching, settled
+        before, started = dict(fetches), time.monotonic()
+        while time.monotonic() < started + 4:
+            consumer.poll(0.1)
+        elapsed = time.monotonic() - started
+        after = dict(fetches)
+    finally:
+        consumer.close()
+    rates = {name: (after[name] - before.get(name, 0)) / elapsed for name in after}
+    assert len(rates) == 3 and all(rate <= 4 for rate in rates.values()), rates

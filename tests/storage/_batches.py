@@ -23,13 +23,19 @@ def make_batch(values: list[bytes | None], keys: list[bytes | None] | None = Non
 
 def append(log: Log, values: list[bytes | None], keys: list[bytes | None] | None = None, *,
            now_ms: int = 2_000, leader_epoch: int = 0, **kw: int | bool) -> AppendResult:
-    return log.append(make_batch(values, keys, **kw), leader_epoch=leader_epoch, now_ms=now_ms)  # type: ignore[arg-type]
+    """Append as the only replica: the high watermark moves to the log end, as the partition moves
+    it after every append of a replica that is its own ISR."""
+    result = log.append(make_batch(values, keys, **kw), leader_epoch=leader_epoch, now_ms=now_ms)  # type: ignore[arg-type]
+    log.high_watermark = log.log_end_offset
+    return result
 
 
 def marker(log: Log, producer_id: int, epoch: int, *, commit: bool, coordinator_epoch: int = 0,
            now_ms: int = 3_000) -> AppendResult:
     batch = RecordBatch(build_end_txn_marker(producer_id, epoch, commit, coordinator_epoch, now_ms))
-    return log.append_control(batch, leader_epoch=0, now_ms=now_ms)
+    result = log.append_control(batch, leader_epoch=0, now_ms=now_ms)
+    log.high_watermark = log.log_end_offset
+    return result
 
 
 def records(log: Log, start: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:

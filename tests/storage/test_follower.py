@@ -78,7 +78,6 @@ def test_follower_append_keeps_the_leaders_offsets_epochs_and_bytes(tmp_path: Pa
 def test_follower_append_leaves_the_high_watermark_to_the_broker(tmp_path: Path) -> None:
     leader = leader_with(tmp_path / "l" / "t-0", [(0, 2), (0, 2)])
     follower = open_log(tmp_path / "f" / "t-0")
-    assert follower.hw_follows_leo  # even with the single-node default, replication does not move it
     follower.append_as_follower(fetch_all(leader, 0), now_ms=5)
     assert follower.high_watermark == 0 and follower.log_end_offset == 4
     follower.high_watermark = 3  # the Partition sets it from the leader's fetch response

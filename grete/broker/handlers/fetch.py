@@ -239,25 +239,42 @@ def expiry(max_wait_ms: int) -> float:
 
 
 def wait_for_change(snapshot: Snapshot, deadline: float) -> asyncio.Future[bool]:
-    """Park like a long poll on the snapshot's partitions: resolves when one is woken (append,
-    DeleteRecords, deletion) or at ``deadline`` (loop time), with whether the snapshot still holds.
+    """Park like a long poll on the snapshot's partitions: resolves when one of them changed (an
+    append below the high watermark, DeleteRecords, deletion) with False, or at ``deadline`` (loop
+    time) with whether the snapshot still holds. A wake that left the snapshot as it was parks
+    again: the repeat is answered only when it can say something new, or when its time is up.
 
     Lighter than ``_long_poll``: one future, a timer and a callback per partition; no task."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[bool] = loop.create_future()
-    waiters = [p.waiter() for p in snapshot.partitions]
+    waiters: list[asyncio.Future[None]] = []
 
-    def finish(_: object = None) -> None:
-        if done.done():
-            return
-        timer.cancel()
+    def park() -> None:
+        waiters[:] = [p.waiter() for p in snapshot.partitions]
+        for waiter in waiters:
+            waiter.add_done_callback(woken)
+
+    def unpark() -> None:
         for partition, waiter in zip(snapshot.partitions, waiters, strict=True):
             partition.discard_waiter(waiter)
-        done.set_result(snapshot.unchanged())
 
-    timer = loop.call_at(deadline, finish)
-    for waiter in waiters:
-        waiter.add_done_callback(finish)
+    def woken(waiter: asyncio.Future[None]) -> None:
+        if done.done() or waiter not in waiters:
+            return  # answered already, or one of several woken at once after the first re-parked
+        unpark()
+        if snapshot.unchanged():
+            park()
+            return
+        timer.cancel()
+        done.set_result(False)
+
+    def expired() -> None:
+        if not done.done():
+            unpark()
+            done.set_result(snapshot.unchanged())
+
+    timer = loop.call_at(deadline, expired)
+    park()
     return done
 
 
@@ -399,11 +416,12 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, fetch_plan: ses
     loop = asyncio.get_running_loop()
     if deadline is None:
         deadline = expiry(request.max_wait_ms)
+    replica = _replica_id(ctx, request) >= 0
     while True:
         timeout = deadline - loop.time()
         if timeout <= 0:
             break
-        waiters = [(p, p.waiter()) for p in parked]
+        waiters = [(p, p.waiter(replica=replica)) for p in parked]
         done, _ = await asyncio.wait([w for _, w in waiters], timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
         for partition, waiter in waiters:
