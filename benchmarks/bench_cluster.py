@@ -13,7 +13,8 @@
     python -m benchmarks.bench_cluster [--rounds 3] [--records 20000] [--size 1024] [--targets grete,kafka-3.9]
 
 The machine has 2 cores: three brokers and the client share them, so absolute figures are low;
-the ratios are what to compare. Prints one JSON line per round and a summary; writes
+the ratios are what to compare. Prints one JSON line per round and a summary of per-target medians
+over the rounds (at least 3); writes
 benchmarks/results/cluster-<time>.json.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -125,17 +127,31 @@ def leader_of(zk: KazooClient, topic: str, partition: int) -> int:
     return int(json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])["leader"])
 
 
-def controller_of(zk: KazooClient) -> int | None:
-    found = zk.exists("/controller")
-    return int(json.loads(zk.get("/controller")[0])["brokerid"]) if found else None
+def watched(zk: KazooClient, path: str, kind: str, accept: Callable[[Any], Any], timeout: float = 120.0) -> Any:
+    """The first truthy ``accept(value)`` of ``path``'s data (None while the znode is absent) or
+    children, as a ZooKeeper watch delivers them: no read can race the znode's deletion."""
+    done = threading.Event()
+    found: list[Any] = []
+
+    def changed(value: Any, *_stat: Any) -> bool:
+        result = accept(value)
+        if result and not done.is_set():
+            found.append(result)
+            done.set()
+        return not done.is_set()  # False ends the watch
+    (zk.DataWatch if kind == "data" else zk.ChildrenWatch)(path, changed)
+    if not done.wait(timeout):
+        raise TimeoutError(f"{path} did not change as awaited within {timeout} s")
+    return found[0]
 
 
-def until(condition: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.02)
+def await_controller(zk: KazooClient, other_than: int | None = None) -> int:
+    """The broker holding /controller, once one other than ``other_than`` does."""
+    def holder(data: bytes | None) -> int | None:
+        broker = int(json.loads(data)["brokerid"]) if data else None
+        return broker if broker != other_than else None
+    result: int = watched(zk, "/controller", "data", holder)
+    return result
 
 
 def leader_failover(running: Any, zk: KazooClient, topic: str) -> float:
@@ -159,10 +175,10 @@ def leader_failover(running: Any, zk: KazooClient, topic: str) -> float:
 
 
 def controller_failover(running: Any, zk: KazooClient) -> float:
-    victim = controller_of(zk)
+    victim = await_controller(zk)
     running.kill_broker(victim)
     killed = time.perf_counter()
-    until(lambda: controller_of(zk) not in (None, victim))
+    await_controller(zk, other_than=victim)
     took = time.perf_counter() - killed
     running.start_broker(victim)
     return took
@@ -180,7 +196,7 @@ def one_round(target: str, n: int, records: int, size: int) -> dict[str, Any]:
             throughput = produce(running.bootstrap_servers, topic, records, size)
             throughput.update(latency(running.bootstrap_servers, topic, 2000, size, 1000))
             leader_s = leader_failover(running, zk, topic)
-            until(lambda: len(running.registered()) == 3)
+            watched(zk, "/brokers/ids", "children", lambda ids: len(ids) == 3)
             controller_s = controller_failover(running, zk)
         finally:
             zk.stop()
@@ -202,6 +218,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--targets", default="grete,kafka-3.9")
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("the summary is a median: --rounds must be at least 3")
     results = []
     for result in rounds(args.targets.split(","), args.rounds, args.records, args.size):
         print(json.dumps(result), flush=True)

@@ -5,7 +5,11 @@ itself leaves at NONE, as Kafka's does.
 
 Topics are auto-created (auto.create.topics.enable and, from v4, the request's flag) before the
 answer, which still reports them as not there yet, with the code Kafka gives (the next Metadata
-finds them).
+finds them). So is a topic this broker has not learned of yet that already exists (created through
+another broker, or by this one for another client, its UpdateMetadata still on the way) and one
+whose leaders were not elected in time: Kafka's AutoTopicCreationManager turns TOPIC_ALREADY_EXISTS
+and REQUEST_TIMED_OUT into LEADER_NOT_AVAILABLE, which clients retry (TOPIC_ALREADY_EXISTS is fatal
+to them).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 # operations Kafka reports on the cluster resource (WRITE is not one of them).
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 OPERATIONS_NOT_REQUESTED = -2147483648
+# What a topic being auto-created can meet that only means "not there yet" (see the module doc).
+NOT_THERE_YET = (ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.REQUEST_TIMED_OUT)
 
 
 @api(3, 0, 13)
@@ -80,7 +86,7 @@ async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, res
             await ctx.broker.create_topic(name)
             failed[name] = created
         except KafkaError as exc:
-            failed[name] = exc.code
+            failed[name] = created if exc.code in NOT_THERE_YET else exc.code
     for wanted in request.topics or []:
         response.topics.append(_lookup(ctx, wanted, with_ops, failed))
     return response
