@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from grete.broker.broker import Broker
-from grete.broker.config import BrokerConfig, ConfigError
+from grete.broker.config import BrokerConfig, ConfigError, StartupError
 from grete.broker.connection import KafkaConnection
 from grete.broker.connection_quotas import LISTEN_BACKLOG
 from grete.broker.groups import start_group_coordinator
@@ -27,6 +27,7 @@ from grete.broker.listeners import Listener, security_protocol
 from grete.broker.pipeline import Pipeline
 from grete.broker.transactions import start_txn_coordinator
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from grete.storage.dir_lock import DirLock, LogDirLockedError, lock_log_dirs, release_all
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +35,36 @@ MAINTENANCE_INTERVAL_S = 1.0
 CHECKPOINT_INTERVAL_S = 60.0
 
 
+def _lock_log_dirs(config: BrokerConfig) -> list[DirLock]:
+    """Kafka's LogManager.lockLogDirs: a dir another broker holds stops the start."""
+    try:
+        return lock_log_dirs(config.log_dirs)
+    except LogDirLockedError as exc:
+        raise StartupError(str(exc)) from None
+
+
+def _new_broker(config: BrokerConfig) -> tuple[Any, Broker]:
+    """The broker, and its ZooKeeper membership in a cluster (a grete.broker.cluster.zk_broker.ZkBroker;
+    None on the embedded node)."""
+    if not config.get_str("zookeeper.connect"):
+        return None, Broker(config)
+    # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
+    cluster = importlib.import_module("grete.broker.cluster.zk_broker")
+    zk_broker = cluster.ZkBroker(config)
+    return zk_broker, Broker(config, metadata=zk_broker.metadata, cluster=zk_broker)
+
+
 class Node:
     def __init__(self, config: BrokerConfig) -> None:
         if config.get_bool("direct.replication.enable") and not config.get_list("direct.transports"):
             raise ConfigError("direct.replication.enable needs a direct transport (direct.transports=shm)")
-        self.zk_broker: Any = None  # grete.broker.cluster.zk_broker.ZkBroker in a ZooKeeper cluster
-        if config.get_str("zookeeper.connect"):
-            # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
-            cluster = importlib.import_module("grete.broker.cluster.zk_broker")
-            self.zk_broker = cluster.ZkBroker(config)
-            self.broker = Broker(config, metadata=self.zk_broker.metadata, cluster=self.zk_broker)
-        else:
-            self.broker = Broker(config)
+        # First of all: the broker reads its log dirs as it is built (the metadata file is in the first).
+        self.dir_locks = _lock_log_dirs(config)
+        try:
+            self.zk_broker, self.broker = _new_broker(config)
+        except BaseException:
+            release_all(self.dir_locks)
+            raise
         # The steps around every handler; the security, quota and metrics work plugs in here.
         self.pipeline = Pipeline(self.broker.metrics, quotas=self.broker.quotas)
         self.metrics_server: Any = None  # grete.broker.metrics_http.MetricsServer when configured
@@ -124,6 +143,7 @@ class Node:
             await groups.shutdown()
         broker.replicas.shutdown()
         broker.log_manager.shutdown()
+        release_all(self.dir_locks)
         if self.zk_broker is not None:
             await self.zk_broker.stop()  # the session ends: our registration vanishes at once
         self._stopped.set()

@@ -242,3 +242,23 @@ class ZkClient:
             deliver(data, stat)
             return not self._closed
         self._kazoo.DataWatch(path, changed)
+
+    async def wait_deleted(self, path: str) -> None:
+        """Until the znode does not exist: parked on a watch of it, which ends with the wait."""
+        gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def resolve() -> None:
+            if not gone.done():
+                gone.set_result(None)
+        deliver = self._to_loop(resolve)
+        waiting = [True]  # read on kazoo's thread: a cancelled wait drops the watch at its next event
+
+        def changed(_data: bytes | None, stat: ZnodeStat | None) -> bool:
+            if stat is None:
+                deliver()
+            return stat is not None and waiting[0] and not self._closed
+        try:
+            await self._run(self._kazoo.DataWatch, path, changed)
+            await gone
+        finally:
+            waiting[0] = False

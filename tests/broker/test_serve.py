@@ -43,6 +43,18 @@ def _stop(proc: subprocess.Popen[str]) -> str:
     return out
 
 
+def _consume(port: int, topic: str, count: int) -> list[bytes | None]:
+    """Up to ``count`` values of partition 0 from its start (20 s at the most)."""
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": f"{topic}-check"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes | None] = []
+    deadline = time.monotonic() + 20
+    while len(values) < count and time.monotonic() < deadline:
+        values += [m.value() for m in consumer.consume(500, 1) if m.error() is None]
+    consumer.close()
+    return values
+
+
 def test_sigterm_stops_cleanly_and_restart_serves_acknowledged_data(tmp_path):
     data, port = tmp_path / "data", _free_port()
     proc = _start(data, port)
@@ -59,14 +71,7 @@ def test_sigterm_stops_cleanly_and_restart_serves_acknowledged_data(tmp_path):
     proc = _start(data, port)
     try:
         assert not (data / ".kafka_cleanshutdown").exists()  # removed while running
-        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "restart-check"})
-        consumer.assign([TopicPartition("durable", 0, 0)])
-        values = []
-        deadline = time.monotonic() + 20
-        while len(values) < 300 and time.monotonic() < deadline:
-            values += [m.value() for m in consumer.consume(500, 1) if m.error() is None]
-        consumer.close()
-        assert values == [b"v%d" % i for i in range(300)]
+        assert _consume(port, "durable", 300) == [b"v%d" % i for i in range(300)]
     finally:
         _stop(proc)
 
@@ -90,3 +95,24 @@ def test_port_in_use_is_reported(tmp_path):
             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert "address already in use" in result.stderr.lower()
+
+
+def test_a_second_broker_on_the_same_log_dir_is_refused_and_the_first_serves_on(tmp_path: Path) -> None:
+    data, port = tmp_path / "data", _free_port()
+    proc = _start(data, port)
+    try:
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True})
+        producer.produce("shared", value=b"before")
+        assert producer.flush(15) == 0
+        second = subprocess.run(
+            [sys.executable, "-m", "grete.cli", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{_free_port()}",
+             "--override", f"log.dirs={data}"], capture_output=True, text=True, timeout=30)
+        assert second.returncode == 1, second.stderr
+        assert second.stderr == (  # one line, no traceback
+            f"grete: Failed to acquire lock on file .lock in {data}. A Kafka instance in another process or "
+            "thread is using this directory.\n")
+        producer.produce("shared", value=b"after")
+        assert producer.flush(15) == 0
+        assert _consume(port, "shared", 2) == [b"before", b"after"]
+    finally:
+        _stop(proc)
