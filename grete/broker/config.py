@@ -454,6 +454,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
        "the pushes a leader may have outstanding (over rdma at most 128, the session ring's slots)", minimum=1),
     _d("direct.replication.slot.bytes", INT, "1048576", "grete: bytes of one receive-region slot (the most "
        "one push carries; a larger batch makes the follower fetch it)", minimum=65536),
+    _d("grete.fast.failover.enable", BOOL, "true", "grete: in a cluster, a broker whose connection ends and whose "
+       "port then refuses connections (its process died) is fenced at once, not when its ZooKeeper session "
+       "expires; a paused or cut-off broker still waits for zookeeper.session.timeout.ms (docs/cluster.md)"),
     _d("grete.produce.validation", STR, "header", "header: batch header + CRC only (no per-record work); "
        "full: also decode every record, as Kafka does", choices=("header", "full")),
 ]}

@@ -23,10 +23,18 @@ from dataclasses import dataclass
 
 from grete.broker.cluster import requests as build
 from grete.broker.cluster.channels import ControllerChannels
+from grete.broker.cluster.liveness import ProcessWatch
 from grete.broker.cluster.state import ControllerContext, TopicPartition
 from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import new_topic_id
-from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, ZkClient, ZookeeperError
+from grete.coordinator.zk_client import (
+    MultiOpError,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    ZkClient,
+    ZookeeperError,
+)
 from grete.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -65,6 +73,9 @@ class ControllerSettings:
     # auto.leader.rebalance.enable (-1 percentage: off), leader.imbalance.* settings
     imbalance_percentage: int = 10
     imbalance_check_interval_s: float = 300.0
+    # grete.fast.failover.enable: act on a dead process's evidence (liveness.py) at once
+    # instead of waiting for its ZooKeeper session to expire
+    detect_process_death: bool = True
 
 
 class Controller:
@@ -82,6 +93,11 @@ class Controller:
         self._stopped = False
         self._rebalance_timer: asyncio.TimerHandle | None = None
         self._targets: dict[TopicPartition, list[int]] = {}  # reassignments under way
+        # Registrations (broker id -> epoch) whose process was seen dead: treated as gone until the
+        # znode goes (session expiry) or its port answers again. Kept across elections: the broker
+        # that saw the controller die may be the next controller.
+        self.fenced: dict[int, int] = {}
+        self._watches: dict[int, tuple[int, ProcessWatch]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
     def startup(self) -> None:
@@ -91,6 +107,7 @@ class Controller:
     async def shutdown(self) -> None:
         self._stopped = True
         self._resign()
+        self._watch({})
         if self._worker is not None:
             self._worker.cancel()
 
@@ -132,6 +149,8 @@ class Controller:
             return
         if self.active and self.active_controller_id != self.broker_id:
             self._resign()
+        if not self.active:
+            self._enqueue(self._watch_controller)
 
     async def _elect(self) -> None:
         if self.active or self._stopped:
@@ -174,16 +193,18 @@ class Controller:
         if self.channels is not None:
             self.channels.close()
             self.channels = None
+        self._watch({})
 
     # --- failover (Kafka's onControllerFailover) -------------------------------------------------
     async def _on_failover(self) -> None:
         await self._setup_features()
         self.channels = ControllerChannels(self.settings.inter_broker_listener, self.broker_id)
-        for child in await self.zk.children(zk.BROKER_IDS):
-            info = await self._read_broker(int(child))
-            if info is not None:
+        registered = await self._registered(await self.zk.children(zk.BROKER_IDS))
+        for info in registered.values():
+            if self.fenced.get(info.id) != info.epoch:
                 self.ctx.live[info.id] = info
                 self.channels.add_broker(info)
+        self._watch(registered)
         for topic in await self.zk.children(zk.BROKER_TOPICS):
             await self._load_topic(topic)
         self.ctx.deleting = set(await self.zk.children(zk.DELETE_TOPICS))
@@ -387,12 +408,9 @@ class Controller:
     async def _on_brokers(self, children: list[str]) -> None:
         if not self.active:
             return
-        ids = {int(c) for c in children}
-        current = {}
-        for broker_id in ids:
-            info = await self._read_broker(broker_id)
-            if info is not None:
-                current[broker_id] = info
+        registered = await self._registered(children)
+        self._watch(registered)
+        current = {b: info for b, info in registered.items() if self.fenced.get(b) != info.epoch}
         dead = [b for b in self.ctx.live if b not in current]
         bounced = [b for b, info in current.items() if b in self.ctx.live and info.epoch != self.ctx.live[b].epoch]
         new = [b for b in current if b not in self.ctx.live]
@@ -404,6 +422,88 @@ class Controller:
             self.channels.add_broker(current[broker_id])
         if new or bounced:
             await self._on_broker_startup(new + bounced)
+
+    async def _registered(self, children: list[str]) -> dict[int, zk.BrokerInfo]:
+        """The registrations under /brokers/ids; fences of registrations that are gone are forgotten."""
+        found = {}
+        for child in children:
+            info = await self._read_broker(int(child))
+            if info is not None:
+                found[info.id] = info
+        for broker_id, epoch in list(self.fenced.items()):
+            if broker_id not in found or found[broker_id].epoch != epoch:
+                del self.fenced[broker_id]
+        return found
+
+    # --- a dead process, told from its evidence (liveness.py) -------------------------------------
+    def _watch(self, targets: dict[int, zk.BrokerInfo]) -> None:
+        """Watch the processes of ``targets`` (not this broker's own), and no others."""
+        if not self.settings.detect_process_death:
+            targets = {}
+        for broker_id, (epoch, watch) in list(self._watches.items()):
+            if broker_id not in targets or targets[broker_id].epoch != epoch:
+                watch.close()
+                del self._watches[broker_id]
+        for broker_id, info in targets.items():
+            endpoint = info.endpoint(self.settings.inter_broker_listener)
+            if broker_id == self.broker_id or broker_id in self._watches or endpoint is None:
+                continue
+            self._watches[broker_id] = (info.epoch, ProcessWatch(
+                endpoint.host, endpoint.port, self._event(self._on_process_death, broker_id, info.epoch),
+                self._event(self._on_process_back, broker_id, info.epoch)))
+
+    def _event(self, handler: Callable[[int, int], Awaitable[None]], broker_id: int, epoch: int) -> Callable[[], None]:
+        def enqueue() -> None:
+            self._enqueue(lambda: handler(broker_id, epoch))
+        return enqueue
+
+    async def _watch_controller(self) -> None:
+        """Not the controller: watch the active one's process."""
+        if self.active:
+            return
+        controller = self.active_controller_id
+        info = await self._read_broker(controller) if controller >= 0 else None
+        if not self.active and controller == self.active_controller_id:
+            self._watch({controller: info} if info is not None else {})
+
+    async def _on_process_death(self, broker_id: int, epoch: int) -> None:
+        if self.active:
+            if (info := self.ctx.live.get(broker_id)) is None or info.epoch != epoch:
+                return
+            log.warning("controller: broker %d's connection ended and its port refuses connections: its "
+                        "process is gone; fencing registration epoch %d now, not at its session's expiry",
+                        broker_id, epoch)
+            self.fenced[broker_id] = epoch
+            await self._on_broker_failure([broker_id])
+        elif broker_id == self.active_controller_id:
+            log.warning("broker %d: the controller's (broker %d) connection ended and its port refuses "
+                        "connections: its process is gone; electing a new controller now", self.broker_id, broker_id)
+            self.fenced[broker_id] = epoch
+            await self._unseat_controller(broker_id)
+
+    async def _unseat_controller(self, broker_id: int) -> None:
+        """Delete /controller if ``broker_id`` still holds it, fenced by /controller_epoch's version:
+        read before /controller, it changes with every election, so a controller elected since can
+        never be unseated by this evidence."""
+        epoch_found = await self.zk.get(zk.CONTROLLER_EPOCH)
+        found = await self.zk.get(zk.CONTROLLER)
+        if epoch_found is None or found is None or zk.decode_controller(found[0]) != broker_id:
+            return
+        try:
+            await self.zk.multi([Op("check", zk.CONTROLLER_EPOCH, version=epoch_found[1].version),
+                                 Op("delete", zk.CONTROLLER, version=found[1].version)])
+        except MultiOpError:
+            pass  # another broker was quicker, or an election happened: nothing to do
+
+    async def _on_process_back(self, broker_id: int, epoch: int) -> None:
+        """A fenced broker's port answers again under the same registration (a listener that was
+        closed, not a dead process): it joins again as a broker that started."""
+        if self.fenced.get(broker_id) != epoch:
+            return
+        del self.fenced[broker_id]
+        log.info("broker %d answers again (registration epoch %d): no longer fenced", broker_id, epoch)
+        if self.active:
+            await self._on_brokers(await self.zk.children(zk.BROKER_IDS))
 
     async def _on_broker_failure(self, brokers: list[int]) -> None:
         log.info("controller: broker(s) %s left the cluster", brokers)
@@ -484,17 +584,36 @@ class Controller:
 
     # --- topic deletion (Kafka's TopicDeletionManager) ---------------------------------------------
     async def _on_deletions(self, children: list[str]) -> None:
+        """``children`` is what the watch saw when it fired: events queue, so some of its markers may
+        be gone by now (a deletion completed meanwhile). Each topic is handled on its own: one that
+        fails is logged and the others go on."""
         if not self.active:
             return
         for topic in children:
-            if topic not in self.ctx.assignments or not self.settings.delete_topic_enable:
-                if not self.settings.delete_topic_enable:
-                    log.info("controller: delete.topic.enable is false; not deleting %s", topic)
-                await self._fenced([Op("delete", zk.delete_topic_path(topic))])
-                continue
-            if topic not in self.ctx.deleting:
-                self.ctx.deleting.add(topic)
+            try:
+                await self._on_deletion(topic)
+            except (ControllerMoved, ZookeeperError):
+                raise  # the controller cannot act any more: _run_events resigns or waits for the session
+            except Exception:
+                log.exception("controller: marking %s for deletion failed", topic)
         await self._resume_deletions()
+
+    async def _on_deletion(self, topic: str) -> None:
+        if topic not in self.ctx.assignments or not self.settings.delete_topic_enable:
+            if not self.settings.delete_topic_enable:
+                log.info("controller: delete.topic.enable is false; not deleting %s", topic)
+            await self._delete_marker(topic)
+        else:
+            self.ctx.deleting.add(topic)
+
+    async def _delete_marker(self, topic: str) -> None:
+        """Drop /admin/delete_topics/<topic>; one already gone is fine (Kafka's deleteTopicDeletions
+        deletes at any version and ignores NONODE)."""
+        try:
+            await self._fenced([Op("delete", zk.delete_topic_path(topic))])
+        except MultiOpError as exc:
+            if not isinstance(exc.error, NoNodeError):
+                raise
 
     async def _resume_deletions(self) -> None:
         for topic in sorted(self.ctx.deleting):
@@ -537,7 +656,7 @@ class Controller:
             return
         await self.zk.delete(zk.topic_path(topic), recursive=True)
         await self.zk.delete(zk.config_path("topics", topic))
-        await self._fenced([Op("delete", zk.delete_topic_path(topic))])
+        await self._delete_marker(topic)
         self._forget_topic(topic)
         self.ctx.deleting.discard(topic)
         log.info("controller: deleted topic %s", topic)

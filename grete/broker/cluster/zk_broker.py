@@ -64,7 +64,8 @@ class ZkBroker:
             config.get_bool("unclean.leader.election.enable"),
             config.get_int("leader.imbalance.per.broker.percentage")
             if config.get_bool("auto.leader.rebalance.enable") else -1,
-            float(config.get_int("leader.imbalance.check.interval.seconds"))))
+            float(config.get_int("leader.imbalance.check.interval.seconds")),
+            config.get_bool("grete.fast.failover.enable")))
         self.broker_epoch = -1
         self.fetchers: ReplicaFetcherManager | None = None
         self.alter_partitions: AlterPartitionManager | None = None
@@ -161,6 +162,7 @@ class ZkBroker:
 
     async def _register(self) -> None:
         path = zk.broker_path(self.broker_id)
+        await self._outlive_old_registration(path)
         try:
             # Kafka's two-step multi: the znode ends at version 1, its czxid is the broker epoch.
             results = await self.zk.multi([Op("create", path, b"", ephemeral=True),
@@ -172,6 +174,30 @@ class ZkBroker:
             raise
         self.broker_epoch = results[1].czxid
         log.info("registered broker %d at %s (broker epoch %d)", self.broker_id, path, self.broker_epoch)
+
+    async def _outlive_old_registration(self, path: str) -> None:
+        """A broker restarted before ZooKeeper expired its previous session still finds that
+        session's registration: wait on a watch until ZooKeeper removes it (Kafka 3.9 exits
+        instead). Past the bound, another broker runs with this id. A znode of this session, or
+        not ephemeral, is left to the create, which refuses it."""
+        stat = await self.zk.exists(path)
+        owner = stat.ephemeralOwner if stat is not None else 0
+        if owner in (0, self.zk.session_id):
+            return
+        session_ms = self.config.get_int("zookeeper.session.timeout.ms")
+        # Twice the setting: ZooKeeper expires sessions on its tick, and the old run's setting may differ.
+        bound_ms = 2 * session_ms
+        log.warning("broker id %d is still registered by ZooKeeper session 0x%x (a run of this broker that "
+                    "did not stop cleanly?); ZooKeeper removes it when that session expires, at most "
+                    "zookeeper.session.timeout.ms=%d ms after it was last heard from: waiting for that, "
+                    "up to %d ms, before registering", self.broker_id, owner, session_ms, bound_ms)
+        try:
+            await asyncio.wait_for(self.zk.wait_deleted(path), bound_ms / 1000)
+        except TimeoutError:
+            raise ClusterError(f"broker id {self.broker_id} is already registered in ZooKeeper ({self.zk.connect}) "
+                               f"and session 0x{owner:x} holding it did not expire within {bound_ms} ms; is "
+                               "another broker running with this id?") from None
+        log.info("the registration of ZooKeeper session 0x%x is gone; registering broker %d", owner, self.broker_id)
 
     def _on_session_state(self, state: str) -> None:
         if state == SessionState.LOST:
