@@ -1,4 +1,5 @@
-"""Command line: ``grete serve [server.properties] [--override key=value ...]``."""
+"""Command line: ``grete serve [server.properties] [--override key=value ...]``, ``grete cluster``
+(docs/cluster.md) and ``grete scram add`` (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="override a property (repeatable)")
     serve.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
-    local = sub.add_parser("cluster", help="run ZooKeeper and N brokers on this machine until Ctrl-C")
+    local = sub.add_parser("cluster", help="run ZooKeeper and N brokers on this machine until Ctrl-C; "
+                           "status, restart N, stop [N] ask the running one (docs/cluster.md)")
+    local.add_argument("action", nargs="?", choices=["status", "restart", "stop"],
+                       help="ask the cluster running in --dir: list its brokers, restart or stop one "
+                            "(or, with no N, stop everything); without it, run the cluster")
+    local.add_argument("broker", nargs="?", type=int, help="a broker id, for restart and stop")
     local.add_argument("--brokers", type=int, default=3, help="number of brokers, ids 1..N (default 3)")
     local.add_argument("--dir", default="./grete-cluster", help="data directory (default ./grete-cluster)")
     local.add_argument("--port", type=int, default=0,
@@ -25,9 +31,23 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper's port (default: a free one)")
     local.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="a broker property for every broker (repeatable)")
+    scram = sub.add_parser("scram", help="write SCRAM credentials before the first start (no PLAIN login needed)")
+    scram.add_argument("scram_action", choices=["add"], metavar="add", help="write the credentials given")
+    scram.add_argument("--config", required=True, metavar="server.properties",
+                       help="the broker's properties: its log dir, or zookeeper.connect for a cluster")
+    scram.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a property (repeatable)")
+    scram.add_argument("--add-scram", action="append", default=[], metavar="'SCRAM-SHA-256=[name=N,password=P]'",
+                       help="a credential as kafka-storage format takes it (repeatable); iterations=N optional")
+    scram.add_argument("--user", help="the user name (with --password)")
+    scram.add_argument("--password", help="the user's password (with --user)")
+    scram.add_argument("--mechanism", default="SCRAM-SHA-256", help="SCRAM-SHA-256 (default) or SCRAM-SHA-512")
+    scram.add_argument("--iterations", type=int, default=4096, help="4096 (default) to 16384")
     args = parser.parse_args(argv)
     if args.command == "cluster":
-        return run_cluster(args)
+        return run_cluster(args) if args.action is None else control_cluster(args)
+    if args.command == "scram":
+        return add_scram(args)
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
@@ -56,13 +76,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_cluster(args: argparse.Namespace) -> int:
-    """``grete cluster``: ZooKeeper and N brokers, the bootstrap servers printed, all stopped on
-    Ctrl-C (or SIGTERM). The data stays in --dir, so the same command starts the cluster again."""
+    """``grete cluster``: ZooKeeper and N brokers, the bootstrap servers printed, supervised until
+    Ctrl-C (or SIGTERM, or ``grete cluster stop``), which stops every broker it runs and ZooKeeper.
+    The data stays in --dir, so the same command starts the cluster again."""
+    import asyncio
     import signal
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
 
     from grete.testing.cluster import ZooKeeperUnavailable, cluster
     from grete.testing.common import BrokerStartError
+    from grete.testing.supervisor import ClusterSupervisor, ControlError, claim_socket
 
     overrides = dict(item.split("=", 1) for item in args.override)
     replication = str(min(3, args.brokers))
@@ -70,20 +94,85 @@ def run_cluster(args: argparse.Namespace) -> int:
     overrides.setdefault("transaction.state.log.replication.factor", replication)
     overrides.setdefault("transaction.state.log.min.isr", str(min(2, args.brokers)))
     ports = {i: args.port + i - 1 for i in range(1, args.brokers + 1)} if args.port else None
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    directory = Path(args.dir)
     try:
-        with cluster(args.brokers, directory=args.dir, overrides=overrides, ports=ports,
-                     zookeeper_port=args.zookeeper_port or None) as running:
+        directory.mkdir(parents=True, exist_ok=True)
+        control = claim_socket(directory)
+    except (ControlError, OSError) as exc:
+        print(f"grete cluster: {exc}", file=sys.stderr)
+        return 1
+    # Until the supervisor's loop takes them over: SIGTERM while starting stops what started.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        # The lifecycle thread outlives the cluster: brokers it restarted die with it.
+        with ThreadPoolExecutor(1, thread_name_prefix="lifecycle") as lifecycle, \
+                cluster(args.brokers, directory=directory, overrides=overrides, ports=ports,
+                        zookeeper_port=args.zookeeper_port or None) as running:
             print(f"ZooKeeper: {running.zookeeper.connect}", flush=True)
             print(f"bootstrap servers: {running.bootstrap_servers}", flush=True)
-            print(f"data and logs: {running.directory}; Ctrl-C stops every process", flush=True)
-            stop.wait()
-            print("stopping...", flush=True)
+            print(f"data and logs (broker-<id>.log, zookeeper.log): {running.directory}", flush=True)
+            print(f"grete cluster status|restart N|stop [N] --dir {args.dir}; Ctrl-C stops every process",
+                  flush=True)
+            asyncio.run(ClusterSupervisor(running, lifecycle).run(control))
     except (BrokerStartError, ZooKeeperUnavailable) as exc:
         print(f"grete cluster: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("stopped while starting", file=sys.stderr)
+    return 0
+
+
+def control_cluster(args: argparse.Namespace) -> int:
+    """``grete cluster status|restart N|stop [N] --dir DIR``: ask the ``grete cluster`` running there."""
+    from pathlib import Path
+
+    from grete.testing.supervisor import ControlError, request
+
+    if args.action == "restart" and args.broker is None:
+        print("grete cluster restart: which broker? (grete cluster restart N)", file=sys.stderr)
+        return 2
+    if args.action == "status" and args.broker is not None:
+        print("grete cluster status takes no broker id", file=sys.stderr)
+        return 2
+    line = args.action if args.broker is None else f"{args.action} {args.broker}"
+    try:
+        code, text = request(Path(args.dir), line)
+    except ControlError as exc:
+        print(f"grete cluster: {exc}", file=sys.stderr)
+        return 1
+    print(text, end="", file=sys.stdout if code == 0 else sys.stderr, flush=True)
+    return code
+
+
+def add_scram(args: argparse.Namespace) -> int:
+    """``grete scram add``: credentials written where the broker keeps them, before it starts."""
+    from grete.broker.config import BrokerConfig, ConfigError
+    from grete.broker.scram_bootstrap import (
+        BrokerRunning,
+        ScramUser,
+        add_credentials,
+        checked,
+        parse_add_scram,
+    )
+
+    try:
+        users = [parse_add_scram(spec) for spec in args.add_scram]
+        if (args.user is None) != (args.password is None):
+            raise ConfigError("--user and --password go together")
+        if args.user is not None:
+            users.append(checked(ScramUser(args.user, args.mechanism, args.password, args.iterations)))
+        if not users:
+            raise ConfigError("nothing to add: give --user and --password, or --add-scram")
+        config = BrokerConfig.load(args.config, args.override)
+        where = add_credentials(config, users)
+    except (ConfigError, OSError) as exc:
+        print(f"grete scram: {exc}", file=sys.stderr)
+        return 2
+    except BrokerRunning as exc:
+        print(f"grete scram: {exc}", file=sys.stderr)
+        return 1
+    for user in users:
+        print(f"{user.mechanism} credential for {user.name} ({user.iterations} iterations) written to {where}")
     return 0
 
 

@@ -1,0 +1,144 @@
+"""``grete cluster`` as an operator runs it: a subprocess that reports a broker's death, restarts it on
+``grete cluster restart N``, lists its brokers with ``grete cluster status`` and stops every process
+it runs (restarted ones included) on SIGINT."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from grete.testing import _wire
+from tests.cluster.conftest import need_zookeeper
+
+pytestmark = pytest.mark.slow
+START_TIMEOUT_S = 120
+
+
+class Supervisor:
+    """The ``grete cluster`` process and its output, line by line (stdout and stderr together)."""
+
+    def __init__(self, directory: Path, brokers: int) -> None:
+        self.directory = directory
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "grete.cli", "cluster", "--brokers", str(brokers), "--dir", str(directory)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.seen: list[str] = []
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def await_line(self, needle: str, timeout: float = 60) -> list[str]:
+        """The output since the last call, up to and including the first line containing ``needle``."""
+        start = len(self.seen)
+        while True:
+            line = self.lines.get(timeout=timeout)
+            assert line is not None, f"grete cluster exited before '{needle}':\n" + "\n".join(self.seen)
+            self.seen.append(line)
+            if needle in line:
+                return self.seen[start:]
+
+    def command(self, *words: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "grete.cli", "cluster", *words, "--dir", str(self.directory)],
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    def status(self) -> dict[str, dict[str, str]]:
+        done = self.command("status")
+        assert done.returncode == 0, done.stderr
+        header, *rows = done.stdout.splitlines()
+        assert header.split() == ["BROKER", "PID", "PORT", "ROLE", "HEALTH"]
+        table = {}
+        for row in rows:
+            name, pid, port, role, health = row.split(maxsplit=4)
+            table[name] = {"pid": pid, "port": port, "role": role, "health": health}
+        return table
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
+    need_zookeeper()
+    running = Supervisor(tmp_path / "cluster", brokers=2)
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.process.send_signal(signal.SIGINT)
+            try:
+                running.process.wait(90)
+            except subprocess.TimeoutExpired:
+                running.process.kill()
+                running.process.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_death_reported_restart_status_and_sigint_stops_everything(supervisor: Supervisor) -> None:
+    supervisor.await_line("Ctrl-C stops every process", timeout=START_TIMEOUT_S)
+    before = supervisor.status()
+    assert [before[b]["health"] for b in ("1", "2", "zookeeper")] == ["healthy"] * 3
+    assert sorted(before[b]["role"] for b in ("1", "2")) == ["-", "controller"]
+    killed = int(before["2"]["pid"])
+
+    os.kill(killed, signal.SIGKILL)
+    died = supervisor.await_line(f"broker 2 (pid {killed}, port {before['2']['port']}) died: killed by SIGKILL")
+    assert "broker-2.log" in died[-1]
+    report = supervisor.await_line("restart it with: grete cluster restart 2")
+    assert any("serving on" in line for line in report[:-1]), report  # its log's last lines
+    assert supervisor.status()["2"]["health"] == "dead: killed by SIGKILL"
+
+    restarted = supervisor.command("restart", "2")
+    assert restarted.returncode == 0, restarted.stderr
+    after = supervisor.status()
+    assert [after[b]["health"] for b in ("1", "2", "zookeeper")] == ["healthy"] * 3
+    assert after["2"]["pid"] != str(killed) and after["2"]["port"] == before["2"]["port"]
+    # The restarted broker serves: a topic created through it takes writes on both brokers.
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    _wire.create_topic("127.0.0.1", int(after["2"]["port"]), topic, 2, {})
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{after['2']['port']}", "acks": "all"})
+    delivered: list[object] = []
+    for partition in (0, 1):
+        producer.produce(topic, b"v", partition=partition, on_delivery=lambda err, _msg: delivered.append(err))
+    assert producer.flush(30) == 0
+    assert delivered == [None, None]
+
+    pids = [int(after[name]["pid"]) for name in ("1", "2", "zookeeper")]
+    supervisor.process.send_signal(signal.SIGINT)
+    assert supervisor.process.wait(90) == 0
+    assert [pid for pid in pids if _alive(pid)] == []
+    assert not (supervisor.directory / "cluster.sock").exists()
+
+
+def test_stop_one_broker_then_the_cluster(supervisor: Supervisor) -> None:
+    supervisor.await_line("Ctrl-C stops every process", timeout=START_TIMEOUT_S)
+    first = supervisor.status()
+    stopped = supervisor.command("stop", "1")
+    assert stopped.returncode == 0 and stopped.stdout == "broker 1 stopped\n", stopped
+    status = supervisor.status()
+    assert status["1"]["health"] == "stopped" and not _alive(int(first["1"]["pid"]))
+    assert status["2"]["health"] == "healthy" and status["2"]["pid"] == first["2"]["pid"]
+    assert not any("died" in line for line in supervisor.seen)  # an ordered stop is no death
+    assert supervisor.command("restart", "3").returncode == 1  # no such broker
+    assert supervisor.command("stop").returncode == 0
+    assert supervisor.process.wait(90) == 0
+    assert not any(_alive(int(first[name]["pid"])) for name in ("2", "zookeeper"))
+    assert supervisor.command("status").returncode == 1  # nothing answers any more
