@@ -2,11 +2,17 @@
 huge frames and send little do to RSS (docs/benchmarks.md, "Connection cost").
 
     python -m benchmarks.bench_connections [--idle 5000] [--claimers 1000]
+    python -m benchmarks.bench_connections --churn 3000 [--rounds 3]
 
 Starts ``grete serve`` as a child process (so its RSS is its own), opens ``--idle`` connections that
 send one ApiVersions request and then stay silent, reads the broker's RSS from /proc before and
 after; then opens ``--claimers`` connections that each announce a frame of socket.request.max.bytes
 (100 MB) and send 1 KB of it. Prints JSON.
+
+``--churn N`` measures what outlives connections instead: ``--rounds`` times, N connections open
+(each sends one ApiVersions request), wait for their answers and close; the broker's RSS after each
+round against the start. Growth that stops after the first round is the allocator keeping its high
+water mark; growth every round is state that outlives its connection.
 """
 
 from __future__ import annotations
@@ -59,10 +65,31 @@ def settle(pid: int) -> int:
     return rss_kb(pid)
 
 
+def churn(port: int, pid: int, count: int, rounds: int) -> dict[str, object]:
+    base = settle(pid)
+    after = []
+    frame = api_versions_frame()
+    for _ in range(rounds):
+        socks = []
+        for _ in range(count):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(frame)
+            socks.append(s)
+        for s in socks:
+            s.recv(65536)
+        for s in socks:
+            s.close()
+        after.append(settle(pid))
+    return {"connections_per_round": count, "rss_base_kb": base, "rss_after_rounds_kb": after,
+            "growth_kb": [kb - base for kb in after]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--idle", type=int, default=5000)
     parser.add_argument("--claimers", type=int, default=1000)
+    parser.add_argument("--churn", type=int, default=0, help="open and close this many connections a round")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -74,6 +101,9 @@ def main() -> None:
                                       resource.RLIMIT_NOFILE, (hard, hard)))
         try:
             wait_for_port(port, 30)
+            if args.churn:
+                print(json.dumps(churn(port, child.pid, args.churn, args.rounds), indent=1))
+                return
             base = settle(child.pid)
             idle = []
             frame = api_versions_frame()

@@ -85,16 +85,19 @@ def produce(bootstrap: str, topic: str, records: int, size: int, offset: int) ->
     return records * size, elapsed
 
 
+def producers_mb_per_s(bootstrap: str, topic: str, producers: int, records: int, size: int) -> float:
+    """``producers`` processes producing at once: total bytes over the slowest one's time."""
+    create_topic(bootstrap, topic)
+    with ProcessPoolExecutor(producers) as pool:
+        done = list(pool.map(produce, [bootstrap] * producers, [topic] * producers,
+                             [records] * producers, [size] * producers, range(producers)))
+    return sum(b for b, _ in done) / max(s for _, s in done) / 1e6
+
+
 def one_round(target: str, brokers: int, n: int, producers: int, records: int, size: int) -> dict[str, Any]:
     with start(target, brokers) as running:
-        topic = f"scale-{brokers}-{n}"
-        create_topic(running.bootstrap_servers, topic)
-        with ProcessPoolExecutor(producers) as pool:
-            done = list(pool.map(produce, [running.bootstrap_servers] * producers, [topic] * producers,
-                                 [records] * producers, [size] * producers, range(producers)))
-    total = sum(b for b, _ in done)
-    wall = max(s for _, s in done)
-    return {"target": target, "brokers": brokers, "round": n, "mb_per_s": total / wall / 1e6}
+        mb_per_s = producers_mb_per_s(running.bootstrap_servers, f"scale-{brokers}-{n}", producers, records, size)
+    return {"target": target, "brokers": brokers, "round": n, "mb_per_s": mb_per_s}
 
 
 def rounds(targets: list[str], count: int, producers: int, records: int, size: int) -> Iterator[dict[str, Any]]:

@@ -31,6 +31,7 @@ from grete.broker.direct.base import DirectPath
 from grete.broker.features import Features
 from grete.broker.fetch_sessions import FetchSessionCache
 from grete.broker.listeners import Listener, parse_listeners, security_protocol
+from grete.broker.log_limit import LimitedWarnings
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
 from grete.broker.producer_ids import ProducerIdManager
@@ -125,6 +126,7 @@ class Broker:
             config, self.metadata, sweeps=lambda: cluster is None or cluster.controller_id() == self.node_id)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
+        self.bad_input = LimitedWarnings()  # closes for bad input: logged, then counted
         self.metrics = BrokerMetrics()
         self.replicas.isr_changed = self.metrics.isr_changed
         # Static settings read on every request, parsed once.

@@ -38,7 +38,7 @@ from grete.broker.registry import DIRECT_APIS, ZK_BROKER_APIS, Handler, handlers
 from grete.broker.writers import Writer, writer_for
 from grete.protocol.codec import Message, Reader
 from grete.protocol.codec import Writer as Encoder
-from grete.protocol.errors import ErrorCode, ProtocolError
+from grete.protocol.errors import ErrorCode, FrameTooLarge, ProtocolError
 from grete.protocol.framing import FrameReader
 from grete.protocol.headers import decode_request_header, encode_response_header
 from grete.protocol.messages import APIS, response_header_version
@@ -186,6 +186,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         elif self._held:
             self.broker.connection_quotas.depart(self)
         self._closed = True
+        if self._waiting_for_memory:
+            self._waiting_for_memory = False
+            self._reader.forget_waiting(self._memory_released)
         self._reader.close()
         self.broker.share_groups.connection_closed(id(self.session))  # KIP-932: its share sessions end
         if self._idle_handle is not None:
@@ -202,13 +205,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._maybe_resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        room = self._reader.buffer()
-        if room is None:
-            # The broker-wide request memory (queued.max.request.bytes) is used up: read no more
-            # until some is released. asyncio needs a buffer for this one call; a byte will do.
-            self._wait_for_memory()
-            return memoryview(bytearray(1))
-        return room
+        return self._reader.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         self._reader.received(nbytes)
@@ -227,10 +224,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if frame is None:
                     break
                 self._dispatch(frame)
+        except FrameTooLarge as exc:
+            self._protocol_violation(str(exc), "requests over socket.request.max.bytes")
+            return
         except ProtocolError as exc:
             self._protocol_violation(str(exc))
             return
         reader.settle()
+        if reader.starved:
+            self._wait_for_memory()
 
     def trim(self, quiet_since: float) -> None:
         """Give back a grown receive buffer if nothing arrived since ``quiet_since`` (loop time)."""
@@ -238,6 +240,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._reader.trim()
 
     def _wait_for_memory(self) -> None:
+        """A request's size is read and queued.max.request.bytes is used up: read no more (Kafka
+        mutes the channel) until handled requests return some."""
         self._pause_reading()
         if not self._waiting_for_memory:
             self._waiting_for_memory = True
@@ -274,7 +278,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             # Kafka cannot parse such a request and closes the connection.
             self._protocol_violation(f"unsupported API {header.api_key} v{version} "
-                                     f"from client {header.client_id!r}")
+                                     f"from client {header.client_id!r}", "requests for unsupported APIs")
             return
         request = handler.request_cls.decode(Reader(frame, body_pos), version)  # type: ignore[attr-defined]
         if header.api_key == API_VERSIONS_KEY and version >= 3:
@@ -391,6 +395,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         try:
             response = future.result()
+        except CloseConnection as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self._close()
+            return
         except Exception:
             log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
             self._close()
@@ -519,8 +527,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         log.debug("closing idle connection from %s (connections.max.idle.ms)", self.peer)
         self._close()
 
-    def _protocol_violation(self, why: str) -> None:
-        log.warning("closing connection from %s: %s", self.peer, why)
+    def _protocol_violation(self, why: str, kind: str = "malformed requests") -> None:
+        self.broker.bad_input.warning(log, kind, self.peer, "closing connection from %s: %s", self.peer, why)
         self._close()
 
     def _close(self) -> None:

@@ -2,6 +2,10 @@
 whose feature is finalized off), authorization, the handler, quota (throttle time), metrics; fault
 injection for grete.testing wraps the handler.
 
+A handler that raises gets Kafka's answer to an unexpected exception: the request's own error
+response with UNKNOWN_SERVER_ERROR (no message: Kafka leaks nothing of the exception), the traceback
+logged once, and the connection kept; an acks=0 produce, which has no answer, closes it instead.
+
 Each step is a small function of the request context. Most pass through today: the security
 listeners, the authorizer and quotas plug in here (``Pipeline`` takes them), and ``throttle_time_ms``
 is written into responses in this one place, never by a handler; the connection then mutes itself
@@ -10,12 +14,13 @@ for ``ctx.throttle_ms`` (KIP-219).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any, Protocol
 
-from grete.broker.context import RequestContext
+from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.features import GATES
 from grete.broker.metrics import BrokerMetrics
 from grete.protocol.codec import Message
@@ -23,6 +28,9 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import APIS
 from grete.protocol.shapes import error_response
 
+log = logging.getLogger(__name__)
+
+PRODUCE_KEY = 0
 API_VERSIONS_KEY = 18
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
@@ -114,7 +122,12 @@ class Pipeline:
         # injected error, defer the request, or raise CloseConnection.
         quotas = self.quotas if self.quotas is not None and self.quotas.active else None
         started = perf_counter() if quotas is not None else 0.0
-        result = handler.fn(ctx, request) if faults is None else faults.handle(conn, handler, ctx, request)
+        try:
+            result = handler.fn(ctx, request) if faults is None else faults.handle(conn, handler, ctx, request)
+        except CloseConnection:
+            raise
+        except Exception:
+            return self._failed(ctx, handler, request)
         # Kafka's request quota counts the time a request holds a handler thread: here, the
         # handler's synchronous part (a parked Fetch or acks=all wait holds nothing).
         handler_s = perf_counter() - started if quotas is not None else 0.0
@@ -125,11 +138,30 @@ class Pipeline:
             return None
         if isinstance(result, Message):  # answered now (a plain class check: cheaper than iscoroutine)
             return self._finish(ctx, request, result, handler_s)
-        return self._later(ctx, request, result, handler_s)
+        return self._later(ctx, handler, request, result, handler_s)
 
-    async def _later(self, ctx: RequestContext, request: Any, pending: Awaitable[Any], handler_s: float) -> Any:
-        response = await pending
+    async def _later(self, ctx: RequestContext, handler: HandlerShape, request: Any, pending: Awaitable[Any],
+                     handler_s: float) -> Any:
+        try:
+            response = await pending
+        except CloseConnection:
+            raise
+        except Exception:
+            return self._failed(ctx, handler, request)
         return None if response is None else self._finish(ctx, request, response, handler_s)
+
+    def _failed(self, ctx: RequestContext, handler: HandlerShape, request: Any) -> Message:
+        """Kafka's RequestHandlerHelper.handleError: log the exception, answer UNKNOWN_SERVER_ERROR."""
+        log.exception("Unexpected error handling %s v%d request (correlation id %d) from client %r at %s",
+                      handler.name, ctx.api_version, ctx.correlation_id, ctx.client_id, ctx.session.client_host)
+        if ctx.api_key == PRODUCE_KEY and request.acks == 0:
+            raise CloseConnection(f"{handler.name} with acks=0 failed") from None
+        response = error_response(APIS[ctx.api_key].response, request, ctx.api_version,
+                                  ErrorCode.UNKNOWN_SERVER_ERROR, None)
+        if ctx.api_key in COUNTED_BY_HANDLER:  # which counted nothing: it did not get to its answer
+            errors, code = self.metrics.api(ctx.api_key).errors, int(ErrorCode.UNKNOWN_SERVER_ERROR)
+            errors[code] = errors.get(code, 0) + 1
+        return self._finish(ctx, request, response)  # type: ignore[no-any-return]
 
     def _finish(self, ctx: RequestContext, request: Any, response: Any, handler_s: float = 0.0) -> Any:
         quotas = self.quotas

@@ -5,16 +5,19 @@ The transport asks :meth:`FrameReader.buffer` for room, receives into it, and re
 :meth:`FrameReader.received`; :meth:`FrameReader.next_frame` then hands out whole frames as views of
 the buffer (valid until the next call into the reader).
 
-Memory follows the bytes that arrived, never what a frame claims: a frame that announces 100 MB and
-sends ten bytes costs ten bytes (plus the initial buffer), and the buffer doubles only as bytes fill
-it. An idle connection holds no buffer at all: it is taken from a :class:`BufferPool` when bytes
-arrive and given back once every complete frame is handed out. Growth beyond the pool's buffer size
-is reserved from a broker-wide :class:`MemoryPool` (Kafka's ``queued.max.request.bytes``); when the
-pool is exhausted the reader reports it and the connection stops reading until memory is released.
+Two kinds of memory. The broker-wide :class:`MemoryPool` (Kafka's ``queued.max.request.bytes``)
+accounts requests as Kafka does: a frame's whole size is reserved when its size prefix is read and
+returned when the frame has been handled; while the pool is exhausted the reader reports
+``starved`` and the connection stops reading until memory is returned. The buffer itself follows
+the bytes that arrived, never what a frame claims: a frame that announces 100 MB and sends ten
+bytes allocates ten bytes (plus the initial buffer), and the buffer doubles only as bytes fill it.
+An idle connection holds no buffer at all: it is taken from a :class:`BufferPool` when bytes arrive
+and given back once every complete frame is handed out.
 
-A grown buffer stays with its connection while requests keep coming (fresh memory costs ~1.5 us a
-page on these machines, so re-growing 64 KB -> 1 MB for every large produce would cost ~1 ms each):
-the node calls :meth:`FrameReader.trim` on connections that have been quiet for a second. A small
+Without a bound, a grown buffer stays with its connection while requests keep coming (fresh memory
+costs ~1.5 us a page on these machines, so re-growing 64 KB -> 1 MB for every large produce would
+cost ~1 ms each); under a bound it goes once its frames are handled, as it would be memory outside
+the bound. The node calls :meth:`FrameReader.trim` on connections that have been quiet for a second. A small
 partial frame left in a pooled buffer is kept aside as bytes of its own size (``STASH_AT_MOST``), so
 a connection that announced a large frame and sent a little holds what it sent, not 64 KB.
 """
@@ -41,46 +44,66 @@ class BufferPool:
     def take(self) -> bytearray:
         return self._free.pop() if self._free else bytearray(BASE_BUFFER)
 
+    def peek(self) -> bytearray:
+        """The buffer :meth:`take` would return next, left in the pool: lent for one receive."""
+        if not self._free:
+            self._free.append(bytearray(BASE_BUFFER))
+        return self._free[-1]
+
     def give(self, buf: bytearray) -> None:
         if len(buf) == BASE_BUFFER and len(self._free) < self._keep:
             self._free.append(buf)
 
 
 class MemoryPool:
-    """Bytes of buffered requests beyond the pooled base buffers, bounded broker-wide.
+    """The bytes of requests being received or handled, bounded broker-wide by Kafka's
+    ``queued.max.request.bytes`` (KIP-72; its non-strict ``SimpleMemoryPool``).
 
-    ``capacity`` < 0 means unbounded (Kafka's default for ``queued.max.request.bytes``). A reader
-    that cannot reserve registers a callback, called once when memory is released."""
+    A request's whole size is reserved once its size prefix is read, and any request is admitted
+    while some memory is left, even one that takes the pool below zero: a request larger than the
+    bound is served alone and two large requests can never each hold half and wait for the other.
+    ``capacity`` <= 0 means unbounded (as Kafka's SocketServer reads it; -1 is its default). A reader refused while the pool is exhausted
+    registers a callback, called once some memory is free again."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
+        self.capacity = capacity if capacity > 0 else -1
         self.used = 0
-        self._waiting: list[Callable[[], None]] = []
+        self._waiting: dict[Callable[[], None], None] = {}  # insertion-ordered: first come, first woken
+
+    @property
+    def available(self) -> int:
+        return self.capacity - self.used
 
     def try_reserve(self, nbytes: int) -> bool:
-        if self.capacity >= 0 and self.used + nbytes > self.capacity:
+        if self.capacity >= 0 and self.used >= self.capacity:
             return False
         self.used += nbytes
         return True
 
     def release(self, nbytes: int) -> None:
         self.used -= nbytes
-        if self._waiting:
-            waiting, self._waiting = self._waiting, []
+        if self._waiting and (self.capacity < 0 or self.used < self.capacity):
+            waiting, self._waiting = self._waiting, {}
             for wake in waiting:
                 wake()
 
     def when_released(self, wake: Callable[[], None]) -> None:
-        self._waiting.append(wake)
+        self._waiting[wake] = None
+
+    def forget(self, wake: Callable[[], None]) -> None:
+        """A reader that went away before memory came back."""
+        self._waiting.pop(wake, None)
 
 
 DEFAULT_MAX_FRAME = 104857600  # socket.request.max.bytes
 
 
 class FrameReader:
-    """One connection's receive side: buffer, frame boundaries and the frame size limit."""
+    """One connection's receive side: buffer, frame boundaries, the frame size limit and the frame's
+    reservation in the broker-wide :class:`MemoryPool`."""
 
-    __slots__ = ("max_frame", "_pool", "_memory", "_buf", "_start", "_end", "_reserved", "_stash")
+    __slots__ = ("max_frame", "_pool", "_memory", "_buf", "_start", "_end", "_stash", "_held", "_admitted",
+                 "_done", "_lent", "starved")
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, pool: BufferPool | None = None,
                  memory: MemoryPool | None = None) -> None:
@@ -90,57 +113,84 @@ class FrameReader:
         self._buf: bytearray | None = None
         self._start = 0
         self._end = 0
-        self._reserved = 0  # bytes of the buffer beyond BASE_BUFFER, held in the memory pool
         self._stash = b""  # a small partial frame kept while the connection holds no buffer
+        self._held = 0  # bytes reserved for the frame being received (its size, once admitted)
+        self._admitted = False  # the frame being received holds its reservation
+        self._done = 0  # the reservation of the frame handed out last, returned at the next call
+        self._lent = False  # buffer() lent the pool's next buffer; received() takes it
+        self.starved = False  # a frame's size is read and the memory pool is exhausted: stop reading
 
     @property
     def pending(self) -> int:
         """Bytes received and not yet handed out as frames."""
         return self._end - self._start + len(self._stash)
 
-    def buffer(self) -> memoryview | None:
-        """Room to receive into; None while the memory pool cannot grow the buffer (stop reading)."""
+    def buffer(self) -> memoryview:
+        """Room to receive into (never empty)."""
         buf = self._buf
         if buf is None:
-            buf = self._buf = self._pool.take()
-            if self._stash:
-                stash, self._stash = self._stash, b""
-                buf[:len(stash)] = stash
-                self._start, self._end = 0, len(stash)
+            # Lent, not taken: the read may be the end of the stream (0 bytes), and thousands of
+            # connections closing at once must not take a buffer each to learn it.
+            lent = self._pool.peek()
+            stashed = len(self._stash)
+            lent[:stashed] = self._stash
+            self._lent = True
+            return memoryview(lent)[stashed:]
         if self._end == len(buf):
-            if not self._make_room():
-                return None
-            buf = self._buf
-            assert buf is not None
+            buf = self._make_room()
         return memoryview(buf)[self._end:]
 
     def received(self, nbytes: int) -> None:
+        if self._lent:  # bytes came: the lent buffer (the pool's next, as nothing ran since) is ours
+            self._lent = False
+            self._buf = self._pool.take()
+            self._start, self._end = 0, len(self._stash)
+            self._stash = b""
         self._end += nbytes
 
     def next_frame(self) -> memoryview | None:
-        """The next whole frame (without its size prefix), or None until more bytes arrive.
-        Raises ProtocolError for a size outside [0, max_frame], as Kafka refuses it before reading."""
-        if self._buf is None:
+        """The next whole frame (without its size prefix), or None until more bytes arrive or, if
+        :attr:`starved`, until the memory pool has room. Raises ProtocolError for a size outside
+        [0, max_frame], as Kafka refuses it before reading."""
+        if self._done:
+            self._release_done()
+        buf = self._buf
+        if buf is None:
             return None  # nothing, or only a stashed partial frame
         available = self._end - self._start
         if available < 4:
             return None
-        buf = self._buf
-        assert buf is not None
         size = int.from_bytes(buf[self._start:self._start + 4], "big", signed=True)
-        if size < 0:
-            raise ProtocolError(f"negative frame size {size}")
-        if size > self.max_frame:
-            raise FrameTooLarge(size, self.max_frame)
+        if not self._admitted and not self._admit(size):
+            return None
         if available < 4 + size:
             return None
         frame = memoryview(buf)[self._start + 4:self._start + 4 + size]
         self._start += 4 + size
+        self._admitted = False
+        self._done, self._held = self._held, 0
         return frame
 
+    def _admit(self, size: int) -> bool:
+        """Reserve a frame's whole size as soon as it is known (Kafka's NetworkReceive)."""
+        if size < 0:
+            raise ProtocolError(f"negative frame size {size}")
+        if size > self.max_frame:
+            raise FrameTooLarge(size, self.max_frame)
+        if not self._memory.try_reserve(size):
+            self.starved = True
+            return False
+        self.starved = False
+        self._admitted = True
+        self._held = size
+        return True
+
     def settle(self) -> None:
-        """Called after the frames handed out were dispatched: rewind, and give the buffer back when
-        nothing is left in it (views of it are dead by then: handlers keep none)."""
+        """Called after the frames handed out were dispatched: their memory goes back to the pool;
+        rewind, and give the buffer back when nothing is left in it (views of it are dead by then:
+        handlers keep none)."""
+        if self._done:
+            self._release_done()
         buf = self._buf
         if buf is None:
             return
@@ -152,7 +202,9 @@ class FrameReader:
                 self._drop_buffer()
             return
         self._start = self._end = 0
-        if len(buf) == BASE_BUFFER or len(buf) > SHRINK_ABOVE:
+        # Under a bounded pool a grown buffer goes as Kafka's request buffer does: kept, it would
+        # be memory outside the bound.
+        if len(buf) == BASE_BUFFER or len(buf) > SHRINK_ABOVE or self._memory.capacity >= 0:
             self._drop_buffer()
 
     def trim(self) -> None:
@@ -165,7 +217,6 @@ class FrameReader:
         buf = self._buf
         assert buf is not None
         self._buf = None
-        self._release_reserved()
         self._pool.give(buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
@@ -176,11 +227,11 @@ class FrameReader:
         while True:
             while (frame := self.next_frame()) is not None:
                 frames.append(bytes(frame))
+            if self.starved:
+                raise ProtocolError("request memory pool exhausted")
             if not view:
                 break
             room = self.buffer()
-            if room is None:
-                raise ProtocolError("request memory pool exhausted")
             n = min(len(room), len(view))
             room[:n] = view[:n]
             self.received(n)
@@ -189,40 +240,46 @@ class FrameReader:
         return frames
 
     def close(self) -> None:
-        self._buf = None
+        """The connection is gone: its buffer and every reservation it held go back."""
+        if self._buf is not None:
+            self._drop_buffer()
         self._stash = b""
         self._start = self._end = 0
-        self._release_reserved()
+        if self._done:
+            self._release_done()
+        if self._admitted:
+            self._admitted = False
+            self._memory.release(self._held)
+            self._held = 0
 
-    def _make_room(self) -> bool:
+    def _make_room(self) -> bytearray:
         """The buffer is full up to its end: move pending bytes to the front, or grow it by doubling
-        (bounded by the frame size it is waiting for). Never resizes in place: views may exist."""
+        (bounded by the frame size it is waiting for, which its reservation covers). Never resizes
+        in place: views may exist."""
         buf = self._buf
         assert buf is not None
         pending = self._end - self._start
         if self._start > 0:
             buf[:pending] = buf[self._start:self._end]
             self._start, self._end = 0, pending
-            return True
+            return buf
         wanted = 2 * len(buf)
         if pending >= 4:
             claimed = 4 + int.from_bytes(buf[0:4], "big", signed=True)
             wanted = min(wanted, max(claimed, pending + 1))
-        extra = wanted - len(buf)
-        if not self._memory.try_reserve(extra):
-            return False
         grown = bytearray(wanted)
         grown[:pending] = buf[:pending]
         self._buf = grown
-        self._reserved += extra
         if len(buf) == BASE_BUFFER:
             self._pool.give(buf)
-        return True
+        return grown
 
-    def _release_reserved(self) -> None:
-        if self._reserved:
-            self._memory.release(self._reserved)
-            self._reserved = 0
+    def _release_done(self) -> None:
+        done, self._done = self._done, 0
+        self._memory.release(done)
 
     def when_memory_released(self, wake: Callable[[], None]) -> None:
         self._memory.when_released(wake)
+
+    def forget_waiting(self, wake: Callable[[], None]) -> None:
+        self._memory.forget(wake)
