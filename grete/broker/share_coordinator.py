@@ -17,6 +17,7 @@ leader cannot overwrite its successor's state.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from grete.broker.config import BrokerConfig
 from grete.broker.partition import Partition
 from grete.broker.replica_manager import ReplicaManager
 from grete.broker.share_store import overlay, prune, read_states
+from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.share_format import (
     SNAPSHOT,
     UPDATE,
@@ -206,25 +208,43 @@ class ShareCoordinator:
 class LocalSharePersister:
     """A single node's way to its own share coordinator (the same records and rules as a cluster's)."""
 
-    def __init__(self, coordinator: ShareCoordinator, ensure_topic: Callable[[], Awaitable[object]]) -> None:
+    def __init__(self, coordinator: ShareCoordinator, ensure_topic: Callable[[], Awaitable[TopicMeta]]) -> None:
         self.coordinator = coordinator
         self._ensure_topic = ensure_topic
+        self._creating: asyncio.Future[None] | None = None
+        self._created = False
+
+    async def _ready(self) -> None:
+        """``__share_group_state`` created and its partitions open here. Concurrent first uses (share
+        groups fetching, an AlterShareGroupOffsets) wait for the one creation: its metadata comes
+        before its partitions open, so "it exists" alone is not "it serves"."""
+        if self._created:
+            await self._create()  # there already: answers at once
+            return
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.ensure_future(self._create())
+        await asyncio.shield(self._creating)
+        self._created = True
+
+    async def _create(self) -> None:
+        await self.coordinator.replicas.ready(await self._ensure_topic())
 
     async def read(self, key: ShareKey, leader_epoch: int) -> ShareState | None:
-        await self._ensure_topic()
+        await self._ready()
         return self.coordinator.read(key, leader_epoch)
 
     async def write(self, key: ShareKey, state_epoch: int, leader_epoch: int, start_offset: int,
                     batches: list[StateBatch]) -> None:
-        await self._ensure_topic()
+        await self._ready()
         await self.coordinator.write(key, state_epoch, leader_epoch, start_offset, batches)
 
     async def summary(self, key: ShareKey) -> tuple[int, int, int] | None:
+        await self._ready()  # AlterShareGroupOffsets may be a group's first use of it, as in Kafka
         found = self.coordinator.summary(key)
         return None if found is None else (found.state_epoch, found.start_offset, found.delivery_complete_count)
 
     async def initialize(self, key: ShareKey, state_epoch: int, start_offset: int) -> None:
-        await self._ensure_topic()
+        await self._ready()
         await self.coordinator.initialize(key, state_epoch, start_offset)
 
     async def delete(self, key: ShareKey) -> None:

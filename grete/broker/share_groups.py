@@ -237,15 +237,14 @@ class ShareGroups:
                 self.coordinator.spawn(self.write_membership(group_id))
 
     def _member_gone(self, group_id: str, member_id: str) -> None:
-        """A member that left or timed out: its share session ends and its records are released."""
+        """A member that left or timed out. Its share sessions live on, as Kafka's share-partition
+        leaders keep them (they never hear of membership): a closing consumer's final
+        ShareAcknowledge may arrive after its leaving heartbeat and must still be applied. What it
+        holds goes back when its session ends (final epoch, its connection closing) or its
+        acquisition locks time out."""
         timer = self._member_timers.pop((group_id, member_id), None)
         if timer is not None:
             timer.cancel()
-        if (group_id, member_id) in self.sessions:
-            self._unbind((group_id, member_id))
-            del self.sessions[(group_id, member_id)]
-        self._release_member(group_id, member_id)
-        self._maybe_unload(group_id)
 
     def _release_member(self, group_id: str, member_id: str) -> None:
         released = False
@@ -622,14 +621,15 @@ class ShareGroups:
         return ErrorCode.NONE
 
     def acquire(self, group_id: str, member_id: str, key: PartitionKey, max_records: int, max_bytes: int,
-                *, record_limit: bool) -> Grant:
+                *, record_limit: bool, batch_size: int) -> Grant:
         partition = self.resolve(key)
         sp = self.share_partition(group_id, key, partition)
         committed = self.read_committed(group_id)
         end = partition.last_stable_offset if committed else partition.high_watermark
         aborted = aborted_ranges(partition.aborted_txns(sp.end, end)) if committed and sp.end < end else {}
         acquired = sp.acquire(member_id, _spans(partition, sp.end, end, max_bytes, aborted), max_records,
-                              now_ms=_now_ms(), lock_ms=self.lock_ms(group_id), record_limit=record_limit)
+                              now_ms=_now_ms(), lock_ms=self.lock_ms(group_id), record_limit=record_limit,
+                              batch_size=batch_size)
         if acquired:
             self._arm_lock_timer(group_id, key, sp)
         return Grant(partition, acquired)

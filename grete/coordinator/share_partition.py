@@ -61,12 +61,24 @@ class SharePartition:
 
     # --- acquisition -----------------------------------------------------------------------------
     def acquire(self, member: str, new_batches: Iterable[BatchSpan], max_records: int, *, now_ms: int,
-                lock_ms: int, record_limit: bool) -> list[Acquired]:
+                lock_ms: int, record_limit: bool, batch_size: int = 1) -> list[Acquired]:
         """Acquire for ``member``: Available in-flight runs first (redeliveries), then records past
-        ``end`` batch by batch. Whole batches are taken unless ``record_limit`` (ShareAcquireMode
+        ``end`` with what is left of ``max_records``, as Kafka's SharePartition.acquire does. Whole
+        batches are taken (``max_records`` is a soft limit) unless ``record_limit`` (ShareAcquireMode
         record_limit), in which case exactly up to ``max_records`` records are taken."""
+        deadline = now_ms + lock_ms
+        out = self._redeliver(member, max_records, deadline, record_limit)
+        budget = max_records - sum(a.last - a.first + 1 for a in out)
+        if budget > 0:
+            # record_limit answers its new records as one range, batch_optimized in ranges of whole
+            # batches of at least BatchSize records each (Kafka 4.3.1's AcquiredRecords)
+            out += self._acquire_new(member, new_batches, budget, deadline, record_limit,
+                                     budget if record_limit else max(1, batch_size))
+        self._advance_start()
+        return out
+
+    def _redeliver(self, member: str, budget: int, deadline: int, record_limit: bool) -> list[Acquired]:
         out: list[Acquired] = []
-        budget = max_records
         i = 0
         while i < len(self.runs) and budget > 0:
             run = self.runs[i]
@@ -74,13 +86,18 @@ class SharePartition:
                 if record_limit and run.last - run.first + 1 > budget:
                     self._split_at(run.first + budget)
                     run = self.runs[i]
-                run.state, run.member, run.deadline_ms = ACQUIRED, member, now_ms + lock_ms
+                run.state, run.member, run.deadline_ms = ACQUIRED, member, deadline
                 run.delivery_count += 1
                 out.append(Acquired(run.first, run.last, run.delivery_count))
                 budget -= run.last - run.first + 1
             i += 1
-        if out:
-            return out  # Kafka answers a redelivery on its own before reading further
+        return out
+
+    def _acquire_new(self, member: str, new_batches: Iterable[BatchSpan], budget: int, deadline: int,
+                     record_limit: bool, group_size: int) -> list[Acquired]:
+        """Records past ``end``, batch by batch; consecutive batches share one run (one acquired
+        range, one in-flight batch) until it holds ``group_size`` records."""
+        made: list[Run] = []
         for batch in new_batches:
             if budget <= 0 or self.end - self.start >= self.max_in_flight:
                 break
@@ -93,11 +110,15 @@ class SharePartition:
             last = batch.last
             if record_limit and last - first + 1 > budget:
                 last = first + budget - 1
-            self._append(Run(first, last, ACQUIRED, 1, member, now_ms + lock_ms))
-            out.append(Acquired(first, last, 1))
+            tail = made[-1] if made else None
+            if tail is not None and tail is self.runs[-1] and tail.last + 1 == first \
+                    and tail.last - tail.first + 1 < group_size:
+                tail.last, self.end = last, last + 1
+            else:
+                made.append(Run(first, last, ACQUIRED, 1, member, deadline))
+                self._append(made[-1])
             budget -= last - first + 1
-        self._advance_start()
-        return out
+        return [Acquired(r.first, r.last, 1) for r in made]
 
     def _append(self, run: Run) -> None:
         if run.first > self.end:  # offsets missing from the log (compacted): nothing to deliver

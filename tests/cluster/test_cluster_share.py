@@ -97,7 +97,7 @@ def join(grete_cluster: GreteCluster, live: list[int], group: str, topic: str) -
 
 def acquire(w: Wire, group: str, member: str, topic_id: Any, epoch: int) -> tuple[int, list[tuple[int, int, int]]]:
     r = w.call(ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=epoch, max_wait_ms=500,
-                                 min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500, topics=[
+                                 min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=1, topics=[
                                      ShareFetchRequest.FetchTopic(topic_id=topic_id, partitions=[
                                          ShareFetchRequest.FetchPartition(partition_index=0)])]), ShareFetchResponse, 1)
     (p,) = r.responses[0].partitions if r.responses else [None]

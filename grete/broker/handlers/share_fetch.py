@@ -3,8 +3,10 @@ acknowledges earlier ones; share sessions carry its partitions from request to r
 
 A fetch that acquires nothing parks until new records, a release or a lock expiry, or MaxWaitMs.
 Whole batches are acquired (ShareAcquireMode batch_optimized) unless record_limit (v2) asks for
-exactly MaxRecords at most. The records sent are the log's batches covering the acquired offsets;
-the client delivers only the offsets named in AcquiredRecords.
+exactly MaxRecords at most; they are answered in AcquiredRecords ranges of at least BatchSize
+records (record_limit: one range). MaxBytes or MaxRecords 0 acquires nothing and answers at once
+(acknowledgements only), as Kafka 4.3.1 does. The records sent are the log's batches covering the
+acquired offsets; the client delivers only the offsets named in AcquiredRecords.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ShareFetchRequest, ShareFetchResponse
 
 Response = ShareFetchResponse
-DEFAULT_MAX_RECORDS = 500
 RECORD_LIMIT = 1
 
 
@@ -52,7 +53,8 @@ async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchR
         return _response(ctx, group_id, rows)
     _update_session(session, request)
     session.bump()
-    if not request.is_renew_ack:  # a renew-only request (KIP-1222, v2) acquires nothing
+    # a renew-only request (KIP-1222, v2) acquires nothing, nor one with no room for records
+    if not request.is_renew_ack and request.max_bytes > 0 and request.max_records > 0:
         await _acquire(ctx, request, session, rows)
     return _response(ctx, group_id, rows)
 
@@ -68,10 +70,10 @@ async def _acquire(ctx: RequestContext, request: ShareFetchRequest, session: Sha
                    rows: dict[PartitionKey, Response.PartitionData]) -> None:
     shares = ctx.broker.share_groups
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
-    max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
+    max_records = request.max_records
     while True:
         grants: list[tuple[PartitionKey, Grant]] = []
-        budget, byte_budget = max_records, max(1, request.max_bytes)
+        budget, byte_budget = max_records, request.max_bytes
         for key in sorted(session.partitions):
             if not topic_readable(ctx, key):
                 rows[key] = _row(ctx, key, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED, ack_error=_ack_error(rows, key))
@@ -81,7 +83,8 @@ async def _acquire(ctx: RequestContext, request: ShareFetchRequest, session: Sha
             try:
                 await shares.prepare(session.group_id, key)
                 grant = shares.acquire(session.group_id, session.member_id, key, budget, byte_budget,
-                                       record_limit=request.share_acquire_mode == RECORD_LIMIT)
+                                       record_limit=request.share_acquire_mode == RECORD_LIMIT,
+                                       batch_size=request.batch_size)
             except KafkaError as exc:
                 rows[key] = _row(ctx, key, error=exc.code, ack_error=_ack_error(rows, key))
                 continue
