@@ -49,7 +49,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Corout
     response, total, parked = _read(ctx, request, fetch_plan)
     if request.max_wait_ms <= 0 or total >= max(request.min_bytes, 1) or not parked:
         return _answer(ctx, fetch_plan, response)
-    return _long_poll(ctx, request, fetch_plan, parked)
+    return _long_poll(ctx, request, fetch_plan, parked, response=response)
 
 
 def resume(ctx: RequestContext, request: FetchRequest,
@@ -308,7 +308,8 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, name: str | None
                                         upper_bound=upper, min_one=first)
             if result.size:
                 records = result
-        aborted = (partition.aborted_transactions(offset, upper) if committed else None)
+        # Nothing below the bound: no transaction to name (an idle read_committed fetch's case).
+        aborted = (partition.aborted_transactions(offset, upper) if offset < upper else []) if committed else None
     except KafkaError as exc:
         return PartitionData(partition_index=wanted.partition, error_code=exc.code, high_watermark=-1,
                              last_stable_offset=-1, log_start_offset=-1, records=b""), None
@@ -412,7 +413,11 @@ def _records_size(records: Any) -> int:
 
 
 async def _long_poll(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
-                     parked: list[Partition], deadline: float | None = None) -> FetchResponse:
+                     parked: list[Partition], deadline: float | None = None,
+                     response: FetchResponse | None = None) -> FetchResponse:
+    """Wait for ``min_bytes`` or the deadline. ``response``: the empty answer read when the fetch
+    arrived; at the deadline it is the answer again if nothing it depends on moved (its snapshot),
+    without reading every partition a second time."""
     loop = asyncio.get_running_loop()
     if deadline is None:
         deadline = expiry(request.max_wait_ms)
@@ -431,6 +436,8 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, fetch_plan: ses
         response, total, parked = _read(ctx, request, fetch_plan)
         if total >= request.min_bytes or not parked:
             return _answer(ctx, fetch_plan, response)
+    if isinstance(response, EmptyFetchResponse) and response.snapshot.unchanged():
+        return _answer(ctx, fetch_plan, response)
     return _answer(ctx, fetch_plan, _read(ctx, request, fetch_plan)[0])
 
 
