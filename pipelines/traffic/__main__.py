@@ -6,9 +6,12 @@
     python -m pipelines.traffic batch --bootstrap ... --topic ndwflow --start 0 --end 100
 
 ``run`` creates the topics if missing (ndwflow, ndwspeed as CreateTime; metrics as LogAppendTime,
-like OSPBench), starts the streaming job, publishes for --duration seconds, lets the job drain, then
-checks the output (every emitted window joined all lanes of its site) and runs both batch reads.
-It exits non-zero when a check fails.
+like OSPBench; --partitions, and the cluster's default replication factor and min.insync.replicas
+unless --replication-factor / --min-insync-replicas say otherwise), starts the streaming job,
+publishes for --duration seconds and ends the input (generator.end_input), waits until the job has
+processed everything, then reads input and output back with a plain consumer and compares the output
+window by window with the reference computed from the input (reference.py), and runs both batch
+reads. It exits non-zero when a check fails.
 """
 
 from __future__ import annotations
@@ -22,38 +25,25 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from pipelines.traffic import batch, generator, streaming
+from pipelines.traffic import batch, generator, reference, streaming, topics
 from pipelines.traffic.data import FLOW_TOPIC, OUTPUT_TOPIC, SPEED_TOPIC
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 
-def ensure_topics(bootstrap: str, topics: dict[str, dict[str, str]], partitions: int = 1) -> None:
-    """Create the topics that do not exist yet (1 partition, RF 1, with the given configs)."""
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    have = set(admin.list_topics(timeout=10).topics)
-    new = [NewTopic(t, num_partitions=partitions, replication_factor=1, config=c)
-           for t, c in topics.items() if t not in have]
-    for future in admin.create_topics(new, operation_timeout=30).values() if new else ():
-        future.result(timeout=30)
+def create_topics(args: argparse.Namespace) -> list[str]:
+    """The run's topics, if missing, with --partitions, --replication-factor, --min-insync-replicas."""
+    return topics.ensure_topics(
+        args.bootstrap, {args.flow_topic: {"message.timestamp.type": "CreateTime"},
+                         args.speed_topic: {"message.timestamp.type": "CreateTime"},
+                         args.output_topic: {"message.timestamp.type": "LogAppendTime"}},
+        args.partitions, args.replication_factor, args.min_insync_replicas)
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
-    """{partition: (log start, high watermark)} through a plain consumer."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "traffic-offsets", "enable.auto.commit": False})
-    try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
-    finally:
-        c.close()
-
-
-def publish(args: argparse.Namespace) -> generator.Stats:
+def publish(args: argparse.Namespace, end: bool) -> generator.Stats:
+    """Publish for --duration seconds; with ``end``, then close the last windows (generator.end_input)."""
     send, flush = generator.kafka_sender(args.bootstrap)
     plan = generator.Plan(mode=args.mode, duration=args.duration, rate=args.rate,
                           burst_volume=args.burst_volume, flow_topic=args.flow_topic,
@@ -62,67 +52,84 @@ def publish(args: argparse.Namespace) -> generator.Stats:
     left = flush()
     if left:
         raise RuntimeError(f"{left} messages not delivered")
+    if end and stats.last_second is not None:
+        generator.end_input(args.bootstrap, plan, stats.last_second)
     return stats
 
 
-def check_output(spark: SparkSession, args: argparse.Namespace, start: dict[int, tuple[int, int]]) -> dict[str, object]:
-    """Read what the job wrote (exact offsets from before the run to now) and check each window."""
-    now = end_offsets(args.bootstrap, args.output_topic)
-    ranges = {p: (start.get(p, (0, 0))[1], hw) for p, (_, hw) in now.items()}
-    rows = batch.by_offsets(spark, args.bootstrap, args.output_topic, ranges).collect()
-    values = [(json.loads(r["value"]), r["timestamp"]) for r in rows]
-    complete = sum(1 for v, _ in values if len(v["lanes"]) == v["numLanes"])
-    latency = [ts.timestamp() * 1000 - v["publishTimestamp"] for v, ts in values]
-    return {"output_rows": len(values), "complete_windows": complete,
-            "latency_ms_median": round(statistics.median(latency), 1) if latency else None}
+def drain(query: StreamingQuery, timeout: float) -> BaseException | None:
+    """Wait until the job has processed everything published (including the batch that closes the
+    windows the end of input passed), at most ``timeout`` seconds; returns the job's error."""
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            query.processAllAvailable()
+        except Exception as exc:  # the query failed
+            errors.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if waiter.is_alive():
+        errors.append(TimeoutError(f"the job did not process its input within {timeout}s"))
+    error = query.exception() or (errors[0] if errors else None)
+    query.stop()
+    return error
 
 
-def check_batch(spark: SparkSession, args: argparse.Namespace, before: dict[int, tuple[int, int]],
+def check_batch(spark: SparkSession, args: argparse.Namespace, run: topics.Ranges,
                 started_ms: int) -> dict[str, dict[str, object]]:
-    """The two batch reads over the flow topic: an exact 100-offset range, and from the run's start time."""
-    first = before.get(0, (0, 0))[1]
-    exact = batch.summary(batch.by_offsets(spark, args.bootstrap, args.flow_topic, {0: (first, first + 100)}))
-    by_time = batch.summary(batch.from_timestamp(spark, args.bootstrap, args.flow_topic, {0: started_ms}))
-    return {"exact_range": exact, "from_timestamp": by_time}
+    """The two batch reads over the flow topic: up to 100 offsets of partition 0 from the run's first,
+    and from the run's start time (every record of the run)."""
+    first, end = run.get(0, (0, 0))
+    last = min(first + 100, end)
+    exact = batch.summary(batch.by_offsets(spark, args.bootstrap, args.flow_topic, {0: (first, last)}))
+    by_time = batch.summary(batch.from_timestamp(spark, args.bootstrap, args.flow_topic,
+                                                 dict.fromkeys(run, started_ms)))
+    return {"exact_range": {**exact, "expected": last - first},
+            "from_timestamp": {**by_time, "expected": sum(e - s for s, e in run.values())}}
+
+
+def run(spark: SparkSession, args: argparse.Namespace) -> tuple[dict[str, object], bool]:
+    """Start the job, publish, drain, then check its output against the reference (reference.py) and
+    the two batch reads; returns (report, passed)."""
+    names = (args.flow_topic, args.speed_topic, args.output_topic)
+    before = {t: topics.end_offsets(args.bootstrap, t) for t in names}
+    checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="traffic-ckpt-")
+    query = streaming.start(spark, args.bootstrap, checkpoint, args.output_topic, starting="latest",
+                            flow_topic=args.flow_topic, speed_topic=args.speed_topic)
+    query.processAllAvailable()  # the first (empty) batch pins "latest" before anything is published
+    started_ms = int(time.time() * 1000)
+    stats = publish(args, end=True)
+    error = drain(query, args.drain)
+    if error is not None:
+        return {"published": stats.sent, "error": str(error)}, False
+    ranges = {t: topics.run_ranges(before[t], topics.end_offsets(args.bootstrap, t)) for t in names}
+    read = {t: topics.read_range(args.bootstrap, t, ranges[t]) for t in names}
+    verdict = reference.check(read[args.flow_topic], read[args.speed_topic], read[args.output_topic],
+                              sent=stats.sent)
+    latency = [r.timestamp_ms - json.loads(r.value)["publishTimestamp"] for r in read[args.output_topic]]
+    batches = check_batch(spark, args, ranges[args.flow_topic], started_ms)
+    report = {"published": stats.sent, "bursts": len(stats.bursts), **verdict.summary(),
+              "output_records": len(latency),
+              "latency_ms_median": round(statistics.median(latency), 1) if latency else None, **batches}
+    ok = verdict.ok and all(b["records"] == b["expected"] for b in batches.values())
+    return report, ok
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.traffic.session import spark_session
 
-    ensure_topics(args.bootstrap, {args.flow_topic: {"message.timestamp.type": "CreateTime"},
-                                   args.speed_topic: {"message.timestamp.type": "CreateTime"},
-                                   args.output_topic: {"message.timestamp.type": "LogAppendTime"}})
-    spark = spark_session("grete-traffic-run")
-    before = {t: end_offsets(args.bootstrap, t) for t in (args.flow_topic, args.output_topic)}
-    checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="traffic-ckpt-")
-    query = streaming.start(spark, args.bootstrap, checkpoint, args.output_topic, starting="latest",
-                            flow_topic=args.flow_topic, speed_topic=args.speed_topic)
-    while query.lastProgress is None and query.isActive:  # the first (empty) batch pins "latest"
-        time.sleep(0.2)
-    started_ms = int(time.time() * 1000)
-    stats = publish(args)
-    drained = threading.Event()
-    threading.Timer(args.drain, drained.set).start()
-    while not drained.is_set() and query.isActive:
-        time.sleep(0.5)
-    error = query.exception()
-    query.stop()
-    if error is not None:
-        print(f"streaming query failed: {error}", file=sys.stderr)
-        return 1
-    out = check_output(spark, args, before[args.output_topic])
-    batches = check_batch(spark, args, before[args.flow_topic], started_ms)
-    report = {"published": stats.sent, "bursts": len(stats.bursts), **out, **batches}
+    create_topics(args)
+    report, ok = run(spark_session("grete-traffic-run"), args)
     print(json.dumps(report, indent=2, default=str))
-    ok = (out["output_rows"] and out["complete_windows"] == out["output_rows"]
-          and batches["exact_range"]["records"] == 100
-          and batches["from_timestamp"]["records"] == stats.sent // 2)
     print("OK" if ok else "FAILED: see the report above", file=sys.stderr)
     return 0 if ok else 1
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    stats = publish(args)
+    stats = publish(args, end=args.end_input)
     print(json.dumps({"published": stats.sent, "bursts": stats.bursts}))
     return 0
 
@@ -169,9 +176,17 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument("--burst-volume", type=int, default=34, help="volume iterations per burst (x 380 msgs)")
     r = sub.add_parser("run", parents=[common, gen], help="end to end against a running broker")
     r.add_argument("--checkpoint", default=None, help="default: a fresh temporary directory")
-    r.add_argument("--drain", type=float, default=10.0, help="seconds the job runs after publishing")
+    r.add_argument("--drain", type=float, default=120.0,
+                   help="seconds the job may take to process everything after publishing")
+    r.add_argument("--partitions", type=int, default=1, help="partitions of topics it creates")
+    r.add_argument("--replication-factor", type=int, default=topics.CLUSTER_DEFAULT_RF,
+                   help="of topics it creates (default: the broker's default.replication.factor)")
+    r.add_argument("--min-insync-replicas", type=int, default=None,
+                   help="min.insync.replicas of topics it creates (default: the broker's)")
     r.set_defaults(fn=cmd_run, duration=20.0)
     g = sub.add_parser("generate", parents=[common, gen], help="publish flow and speed events")
+    g.add_argument("--end-input", action="store_true",
+                   help="end with a record per partition that closes the last windows")
     g.set_defaults(fn=cmd_generate)
     s = sub.add_parser("stream", parents=[common], help="run the streaming job until Ctrl-C")
     s.add_argument("--checkpoint", required=True)

@@ -9,6 +9,7 @@ event was made, for the generation -> read delay of the KafkaDirect paper (secti
 
 from __future__ import annotations
 
+import calendar
 import json
 import random
 import time
@@ -18,6 +19,12 @@ LANES_PER_SITE: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3)
 FLOW_TOPIC = "ndwflow"
 SPEED_TOPIC = "ndwspeed"
 OUTPUT_TOPIC = "metrics"
+# Output records are keyed by window, "<measurementId>@<window start, epoch seconds>", so that a consumer
+# keeping the last value per key sees each window once however often the sink rewrote it.
+WINDOW_KEY_SEP = "@"
+# The generator ends its input with one record per partition of each topic under this key prefix, far
+# enough in event time to close the last windows; it joins with nothing and is no observation.
+END_KEY_PREFIX = b"~end-of-input:"
 # The key starts with a fixed-width prefix (publisher, copy, volume iteration) so that the copies of
 # one observation sent in the same second get distinct keys, as in OSPBench; flow and speed of one
 # lane and copy share the key, which is what the join pairs on.
@@ -54,6 +61,15 @@ def event_time(second: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second))
 
 
+def event_second(ts: str) -> int:
+    """The inverse of ``event_time``."""
+    return calendar.timegm(time.strptime(ts, "%Y-%m-%d %H:%M:%S"))
+
+
+def window_key(measurement_id: str, second: int) -> str:
+    return f"{measurement_id}{WINDOW_KEY_SEP}{second}"
+
+
 def flow_value(lane: Lane, flow: int, ts: str, gen_ns: int) -> bytes:
     body = {"internalId": lane.lane, "lat": lane.lat, "long": lane.long, "flow": flow, "period": 60,
             "accuracy": 100, "timestamp": ts, "num_lanes": lane.num_lanes, "gen_ns": gen_ns}
@@ -86,3 +102,13 @@ class Readings:
         ts = event_time(second)
         return (key(lane, copy, publisher, volume), flow_value(lane, self.flow(), ts, now_ns),
                 speed_value(lane, self.speed(), ts, now_ns))
+
+
+END_LANE = Lane(site="end-of-input", lane="end", lat=0.0, long=0.0, num_lanes=0)
+
+
+def end_of_input(topic: str, second: int, speed: bool) -> tuple[bytes, bytes]:
+    """(key, value) of an end-of-input record of event second ``second`` for ``topic``. Flow and
+    speed get different keys (the topic is part of the key) so that they never join."""
+    ts, k = event_time(second), END_KEY_PREFIX + topic.encode()
+    return k, (speed_value(END_LANE, 0.0, ts, 0) if speed else flow_value(END_LANE, 0, ts, 0))

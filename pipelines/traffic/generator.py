@@ -10,6 +10,11 @@ volume iterations x 19 lanes x 2 messages, sent back to back with no pacing (OSP
 100 means a volume of 34, 12,920 messages per burst).
 
 Deadlines are absolute (perf_counter), so a late slot does not push every later slot back.
+
+The producer is idempotent with acks=all: a batch retried after a leader change is written once, so
+a broker's loss neither loses nor duplicates events. ``end_input`` ends a bounded run with one
+end-of-input record per partition of each topic, ``CLOSE_AFTER_S`` event seconds after the last
+event, so the job's watermark passes the last windows and closes them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pipelines.traffic.data import FLOW_TOPIC, SPEED_TOPIC, Lane, Readings, sites
+from pipelines.traffic.data import FLOW_TOPIC, SPEED_TOPIC, Lane, Readings, end_of_input, sites
+from pipelines.traffic.streaming import CLOSE_AFTER_S
 
 Send = Callable[[str, bytes, bytes], None]
 
@@ -40,6 +46,7 @@ class Plan:
 class Stats:
     sent: int = 0
     bursts: list[tuple[float, float, int]] = field(default_factory=list)  # (start, end, messages), time.time()
+    last_second: int | None = None  # the newest event second published
 
 
 def is_burst_second(plan: Plan, second: int) -> bool:
@@ -77,6 +84,7 @@ def run(plan: Plan, send: Send, stop: Callable[[], bool] = lambda: False) -> Sta
         begin = t0 + second
         _sleep_until(begin)
         event_s = round(time.time())  # begin is on a whole wall-clock second
+        stats.last_second = event_s
         if is_burst_second(plan, second):
             _burst(plan, lanes, readings, send, stats, event_s)
             continue
@@ -90,12 +98,18 @@ def run(plan: Plan, send: Send, stop: Callable[[], bool] = lambda: False) -> Sta
     return stats
 
 
+# Retries after a leader change must not write a batch twice, and an acknowledged batch must be on
+# every in-sync replica.
+PRODUCER_CONFIG: dict[str, object] = {"linger.ms": 20, "enable.idempotence": True, "acks": "all"}
+
+
 def kafka_sender(bootstrap: str, **config: object) -> tuple[Send, Callable[[], int]]:
-    """A confluent-kafka producer configured like OSPBench's (linger.ms=20, no compression):
-    returns (send, flush); flush returns the number of messages still undelivered."""
+    """A confluent-kafka producer configured like OSPBench's (linger.ms=20, no compression), but
+    idempotent with acks=all: returns (send, flush); flush returns the number of messages still
+    undelivered."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **config})
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **config})
     failures: list[object] = []
 
     def report(err: object, _msg: object) -> None:
@@ -118,3 +132,23 @@ def kafka_sender(bootstrap: str, **config: object) -> tuple[Send, Callable[[], i
         return left
 
     return send, flush
+
+
+def end_input(bootstrap: str, plan: Plan, last_second: int) -> int:
+    """Publish the end-of-input records, event second ``last_second + CLOSE_AFTER_S``, to every
+    partition of both topics (an engine may track event time per partition); returns how many.
+    Call it after the events are flushed, so that no event lands behind it."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    failures: list[object] = []
+    second, sent = last_second + CLOSE_AFTER_S, 0
+    for topic, speed in ((plan.flow_topic, False), (plan.speed_topic, True)):
+        k, v = end_of_input(topic, second, speed)
+        for p in producer.list_topics(topic, timeout=10).topics[topic].partitions:
+            producer.produce(topic, value=v, key=k, partition=p,
+                             on_delivery=lambda err, _m: failures.append(err) if err is not None else None)
+            sent += 1
+    if producer.flush(60) or failures:
+        raise RuntimeError(f"end-of-input records not delivered: {failures or 'flush timed out'}")
+    return sent

@@ -6,14 +6,21 @@ join pairs a flow and a speed event of the same key (site + copy prefix), lane a
 aggregate sums flow and averages speed over the lanes of a site. ``publishTimestamp`` is the newest
 input Kafka timestamp behind an output row, so ``output timestamp - publishTimestamp`` is OSPBench's
 latency. The sink gets only the bootstrap servers and the topic: the producer runs on kafka-clients'
-defaults (acks=all, enable.idempotence=true).
+defaults (acks=all, enable.idempotence=true). Spark's Kafka sink is still at-least-once (a micro-batch
+retried after a failure writes its rows again), so each row is keyed by its window,
+"<measurementId>@<window start, epoch seconds>": a consumer keeping the last value per key reads each
+window once, and a compacted output topic keeps one record per window.
+
+A window closes when the watermark (the newest event time seen on both inputs minus ``WATERMARK_S``)
+passes its end, so the input of a bounded run must end with an event ``CLOSE_AFTER_S`` seconds after
+its last one (generator.end_input) for the last windows to be written.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipelines.traffic.data import FLOW_TOPIC, OUTPUT_TOPIC, SPEED_TOPIC
+from pipelines.traffic.data import FLOW_TOPIC, OUTPUT_TOPIC, SPEED_TOPIC, WINDOW_KEY_SEP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,6 +28,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 TIME_FORMAT = "yyyy-MM-dd HH:mm:ss"
+WATERMARK_S = 2
+WINDOW_S = 1
+# An event this many seconds after second s moves the watermark past the end of s's window.
+CLOSE_AFTER_S = WATERMARK_S + WINDOW_S + 1
 
 
 def flow_schema() -> StructType:
@@ -70,7 +81,7 @@ def parse(raw: DataFrame, schema: StructType, measure: str, prefix: str) -> Data
     )
 
 
-def join_and_aggregate(flow: DataFrame, speed: DataFrame, watermark: str = "2 seconds") -> DataFrame:
+def join_and_aggregate(flow: DataFrame, speed: DataFrame, watermark: str = f"{WATERMARK_S} seconds") -> DataFrame:
     """Inner stream-stream join on (key, lane, event second), then a 1 s tumbling window per site.
 
     The watermark leaves room for a site's lanes to be joined in different micro-batches (flow and
@@ -83,7 +94,7 @@ def join_and_aggregate(flow: DataFrame, speed: DataFrame, watermark: str = "2 se
                     & (F.col("fEventTs") == F.col("sEventTs")))
     return (joined
             .withColumn("publishTs", F.greatest("fPublishTs", "sPublishTs"))
-            .groupBy(F.window("fEventTs", "1 second"), F.col("fKey").alias("measurementId"))
+            .groupBy(F.window("fEventTs", f"{WINDOW_S} second"), F.col("fKey").alias("measurementId"))
             .agg(F.sort_array(F.collect_set("fLane")).alias("lanes"),
                  F.sum("flow").alias("accumulatedFlow"),
                  F.avg("speed").alias("averageSpeed"),
@@ -92,14 +103,15 @@ def join_and_aggregate(flow: DataFrame, speed: DataFrame, watermark: str = "2 se
 
 
 def to_kafka_rows(agg: DataFrame) -> DataFrame:
-    """key = site (with copy prefix), value = JSON of the window's figures."""
+    """key = the window (site with copy prefix, window start), value = JSON of the window's figures."""
     from pyspark.sql import functions as F
 
+    key = F.concat("measurementId", F.lit(WINDOW_KEY_SEP), F.unix_seconds("window.start").cast("string"))
     value = F.to_json(F.struct(
         "measurementId", F.col("window.start").alias("windowStart"), "lanes", "numLanes",
         "accumulatedFlow", F.round("averageSpeed", 2).alias("averageSpeed"),
         (F.unix_millis("publishTs")).alias("publishTimestamp")))
-    return agg.select(F.col("measurementId").alias("key"), value.alias("value"))
+    return agg.select(key.alias("key"), value.alias("value"))
 
 
 def build(spark: SparkSession, bootstrap: str, starting: str = "latest", flow_topic: str = FLOW_TOPIC,

@@ -1,0 +1,42 @@
+"""The traffic generator's producer and end of input, on one grete broker (no Spark)."""
+
+from __future__ import annotations
+
+import json
+
+from grete.protocol.records.batch import iter_batches
+from grete.testing import broker
+from pipelines.traffic import data, generator
+from pipelines.traffic.streaming import CLOSE_AFTER_S
+from pipelines.traffic.topics import end_offsets, ensure_topics, read_range, run_ranges
+
+LAST_SECOND = 1_790_000_000
+
+
+def test_events_are_written_idempotently_and_every_partition_ends_after_the_last_window() -> None:
+    with broker() as b:
+        bootstrap = b.bootstrap_servers
+        ensure_topics(bootstrap, {"flow": {}, "speed": {}}, partitions=3)
+        send, flush = generator.kafka_sender(bootstrap)
+        lanes, readings = data.sites(), data.Readings()
+        for n, lane in enumerate(lanes):
+            k, flow, speed = readings.pair(lane, 0, LAST_SECOND, n)
+            send("flow", k, flow)
+            send("speed", k, speed)
+        assert flush() == 0
+        assert generator.end_input(bootstrap, generator.Plan(flow_topic="flow", speed_topic="speed"),
+                                   LAST_SECOND) == 6
+        for topic in ("flow", "speed"):
+            records = read_range(bootstrap, topic, run_ranges({}, end_offsets(bootstrap, topic)))
+            ends = [r for r in records if r.key.startswith(data.END_KEY_PREFIX)]
+            assert len(records) == len(lanes) + 3
+            assert sorted(r.partition for r in ends) == [0, 1, 2]
+            assert {json.loads(r.value)["timestamp"] for r in ends} == {data.event_time(LAST_SECOND + CLOSE_AFTER_S)}
+            # Every partition's end-of-input record comes after its events.
+            assert all(r.offset == max(o.offset for o in records if o.partition == r.partition) for r in ends)
+        # An idempotent producer's batches carry a producer id and sequence numbers, so a retried
+        # batch is recognised and written once.
+        segments = sorted(b.data_dir.glob("flow-*/*.log")) + sorted(b.data_dir.glob("speed-*/*.log"))
+        batches = [batch for s in segments for batch in iter_batches(s.read_bytes())]
+        assert len(segments) == 6 and batches
+        assert all(batch.producer_id >= 0 and batch.base_sequence >= 0 for batch in batches)
