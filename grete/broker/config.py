@@ -222,6 +222,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("max.request.partition.size.limit", INT, "2000", "most partitions in one DescribeTopicPartitions answer",
        minimum=1),
     _d("metrics.listener", STR, "", "http://HOST:PORT for GET /metrics (Prometheus); empty: no endpoint"),
+    _d("console.listener", STR, "", "HOST:PORT or http://HOST:PORT of the web console (docs/operations.md); "
+       "empty: none; no host: 127.0.0.1"),
+    _d("console.authentication", STR, "", "basic: HTTP Basic against the SASL PLAIN/SCRAM users; none: open; "
+       "empty: basic with SASL listeners, none with only PLAINTEXT ones"),
     # Keys Kafka lets operators change at run time (DynamicBrokerConfig): accepted, stored and shown.
     # grete has no thread pools, throttled replication or Kerberos to apply some of them to.
     _d("log.cleaner.dedupe.buffer.size", LONG, "134217728", minimum=0),

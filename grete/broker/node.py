@@ -25,7 +25,6 @@ from grete.broker.connection_quotas import LISTEN_BACKLOG
 from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener, security_protocol
 from grete.broker.pipeline import Pipeline
-from grete.broker.transactions import start_txn_coordinator
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from grete.storage.dir_lock import DirLock, LogDirLockedError, lock_log_dirs, release_all
 
@@ -68,6 +67,7 @@ class Node:
         # The steps around every handler; the security, quota and metrics work plugs in here.
         self.pipeline = Pipeline(self.broker.metrics, quotas=self.broker.quotas)
         self.metrics_server: Any = None  # grete.broker.metrics_http.MetricsServer when configured
+        self.console: Any = None  # grete.broker.console.server.ConsoleServer when configured
         self.servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -94,8 +94,7 @@ class Node:
         if broker.cluster is None:
             broker.share_groups.load(broker.share_coordinator.local_states())
         # After the groups: finishing an interrupted commit may apply transactional offsets.
-        broker.txn_coordinator = start_txn_coordinator(
-            broker, self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")
+        broker.start_transactions(self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")
         broker.delegation_tokens.start()
         for listener in broker.listeners:
             await self._listen(listener)
@@ -106,6 +105,9 @@ class Node:
             host, port = exposition.parse_metrics_listener(broker.config.get_str("metrics.listener"))
             self.metrics_server = exposition.MetricsServer(exposition.new_registry(broker), host, port)
             await self.metrics_server.start()
+        if broker.config.get_str("console.listener"):
+            # Loaded by name and only when configured, as the metrics endpoint (Jinja2, the page).
+            self.console = await importlib.import_module("grete.broker.console.server").start_console(broker)
         if broker.config.get_list("direct.transports"):
             # Loaded by name and only when configured (it builds or loads the atomics module).
             service = importlib.import_module("grete.broker.direct.service").DirectService(broker)
@@ -124,6 +126,8 @@ class Node:
             server.close()
         if self.metrics_server is not None:
             self.metrics_server.close()
+        if self.console is not None:
+            self.console.close()
         for conn in list(broker.connections):
             conn.close()
         if broker.direct is not None:
@@ -177,13 +181,13 @@ class Node:
         broker = self.broker
         loop = asyncio.get_running_loop()
         protocol = security_protocol(broker.config, listener.name)
-        context, principal_of, sasl = None, None, None
+        tls_layer, principal_of, sasl = None, None, None
         if protocol in ("SSL", "SASL_SSL"):
             # Loaded by name and only for a TLS listener: `cryptography` costs ~90 ms at start-up.
             tls = importlib.import_module("grete.broker.tls")
             reloadable = tls.ListenerTls(broker.config, listener.name)
             broker.listener_tls[listener.name] = reloadable
-            context = reloadable.context
+            tls_layer = reloadable.protocol_factory  # grete.broker.tls_offload: crypto off the loop
             # Under SASL_SSL the principal is the SASL one, as in Kafka.
             principal_of = reloadable.principal_of if protocol == "SSL" else None
         if protocol.startswith("SASL_"):
@@ -191,10 +195,11 @@ class Node:
             sasl_module = importlib.import_module("grete.broker.sasl")
             sasl = sasl_module.listener_sasl(broker.config, listener.name, broker.metadata.scram_credential,
                                              tokens=broker.delegation_tokens.scram_credential)
+        def connection() -> KafkaConnection:
+            return KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of, sasl)
         server = await loop.create_server(
-            lambda: KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of, sasl),
-            listener.host or None, listener.port, reuse_address=True, backlog=LISTEN_BACKLOG, start_serving=False,
-            ssl=context)
+            connection if tls_layer is None else tls_layer(connection),
+            listener.host or None, listener.port, reuse_address=True, backlog=LISTEN_BACKLOG, start_serving=False)
         # As Kafka: SO_RCVBUF on the listening socket, before any accept, so that accepted sockets
         # inherit it and their window scale is negotiated for it.
         rcvbuf = broker.config.get_int("socket.receive.buffer.bytes")
