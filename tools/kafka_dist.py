@@ -9,6 +9,13 @@ the pom makes the second run a no-op.
     python -m tools.kafka_dist fetch [--all | <version> ...]
     python -m tools.kafka_dist run <version> <tool> [args ...]     # e.g. run 4 kafka-topics --list ...
     python -m tools.kafka_dist classpath <version>
+    python -m tools.kafka_dist layout --version 4.3.1 --dest DIR    # bin/, libs/ (with Connect), config/
+
+``layout`` lays out a distribution as Kafka's tarball has it: ``libs/`` from a second resolution that
+adds Kafka Connect and its runtime dependencies (``$GRETE_CACHE/kafka/<version>/dist-libs``; the test
+classpath above stays without Connect's Jetty and Jersey), ``bin/`` scripts of our own that run each
+tool's main class (the tarball's scripts are not on Maven Central; tools/kafka_dist_files.py) and
+example ``config/`` files.
 """
 
 from __future__ import annotations
@@ -22,9 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from tools import kafka_dist_files
 
 # The two pinned releases. 4.4.0 was only partly on Central when this was written (no kafka-tools).
 PINNED: tuple[str, ...] = ("3.9.2", "4.3.1")
@@ -89,19 +99,42 @@ def artifacts(version: str) -> list[Artifact]:
     return deps
 
 
-def pom_xml(version: str) -> str:
+# Kafka Connect's jars for a laid-out distribution. connect-basic-auth-extension is not on Maven
+# Central for 3.9.2, so only 4.x gets it.
+CONNECT_ARTIFACTS: tuple[str, ...] = ("connect-api", "connect-runtime", "connect-json", "connect-file",
+                                      "connect-transforms", "connect-mirror", "connect-mirror-client")
+
+
+def dist_artifacts(version: str) -> list[Artifact]:
+    """libs/ of a laid-out distribution: everything :func:`artifacts` lists (kafka-tools with its
+    connect-runtime dependency kept) plus Kafka Connect."""
     v = resolve_version(version)
+    kafka = "org.apache.kafka"
+    deps = [Artifact(a.group, a.artifact, a.version) if a.artifact == "kafka-tools" else a for a in artifacts(v)]
+    connect = CONNECT_ARTIFACTS + (("connect-basic-auth-extension",) if major(v) >= 4 else ())
+    return deps + [Artifact(kafka, name, v) for name in connect]
+
+
+def pom_xml(version: str) -> str:
+    return _pom(resolve_version(version), "kafka-dist", artifacts(version))
+
+
+def dist_pom_xml(version: str) -> str:
+    return _pom(resolve_version(version), "kafka-dist-connect", dist_artifacts(version))
+
+
+def _pom(v: str, artifact_id: str, deps: list[Artifact]) -> str:
     parts = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         '<project xmlns="http://maven.apache.org/POM/4.0.0">',
         "  <modelVersion>4.0.0</modelVersion>",
         "  <groupId>grete.testing</groupId>",
-        "  <artifactId>kafka-dist</artifactId>",
+        f"  <artifactId>{artifact_id}</artifactId>",
         f"  <version>{v}</version>",
         "  <packaging>pom</packaging>",
         "  <dependencies>",
     ]
-    for a in artifacts(v):
+    for a in deps:
         parts.append("    <dependency>")
         parts.append(f"      <groupId>{a.group}</groupId><artifactId>{a.artifact}</artifactId>"
                      f"<version>{a.version}</version>")
@@ -129,31 +162,51 @@ def libs_dir(version: str) -> Path:
     return dist_dir(version) / "libs"
 
 
+def dist_libs_dir(version: str) -> Path:
+    """libs/ of a laid-out distribution (with Connect), shared by every layout of the version."""
+    return dist_dir(version) / "dist-libs"
+
+
 def _stamp(version: str) -> Path:
     return dist_dir(version) / "libs.stamp"
 
 
-def _pom_hash(version: str) -> str:
-    return hashlib.sha256(pom_xml(version).encode()).hexdigest()
-
-
 def is_fetched(version: str) -> bool:
-    stamp = _stamp(version)
-    return stamp.is_file() and stamp.read_text().strip() == _pom_hash(version)
+    return _stamped(_stamp(version), pom_xml(version))
 
 
 def fetch(version: str, quiet: bool = True) -> Path:
     """Resolve the jars into libs/ unless the stamp says they are already there. Returns libs/."""
     v = resolve_version(version)
-    libs = libs_dir(v)
-    if is_fetched(v):
+    return _fetch_stamped(libs_dir(v), _stamp(v), pom_xml(v), f"kafka {v}", quiet)
+
+
+def _dist_stamp(version: str) -> Path:
+    return dist_dir(version) / "dist-libs.stamp"
+
+
+def is_dist_fetched(version: str) -> bool:
+    return _stamped(_dist_stamp(version), dist_pom_xml(version))
+
+
+def fetch_dist(version: str, quiet: bool = True) -> Path:
+    """As :func:`fetch`, for a distribution's libs/ (Kafka and Kafka Connect). Returns that libs/."""
+    v = resolve_version(version)
+    return _fetch_stamped(dist_libs_dir(v), _dist_stamp(v), dist_pom_xml(v), f"kafka {v} with Connect", quiet)
+
+
+def _stamped(stamp: Path, pom: str) -> bool:
+    return stamp.is_file() and stamp.read_text().strip() == hashlib.sha256(pom.encode()).hexdigest()
+
+
+def _fetch_stamped(libs: Path, stamp: Path, pom: str, what: str, quiet: bool) -> Path:
+    if _stamped(stamp, pom):
         return libs
     if shutil.which("mvn") is None:
         raise RuntimeError("mvn is not installed (apt-get install maven)")
-    dist = dist_dir(v)
-    dist.mkdir(parents=True, exist_ok=True)
-    resolve_into(libs, pom_xml(v), f"kafka {v}", quiet=quiet)
-    _stamp(v).write_text(_pom_hash(v) + "\n")
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    resolve_into(libs, pom, what, quiet=quiet)
+    stamp.write_text(hashlib.sha256(pom.encode()).hexdigest() + "\n")
     return libs
 
 
@@ -235,6 +288,7 @@ _TOOLS_COMMON: dict[str, str] = {
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
     "kafka-delegation-tokens": "org.apache.kafka.tools.DelegationTokenCommand",
+    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-server-start": "kafka.Kafka",
 }
 _TOOLS_BY_MAJOR: dict[int, dict[str, str]] = {
@@ -365,6 +419,78 @@ def run_tool(version: str, tool: str, *args: str, timeout: float = 120.0, check:
                           stdin=None if input is not None else subprocess.DEVNULL)
 
 
+# --- a laid-out distribution -------------------------------------------------------------------
+
+def dist_scripts(version: str) -> dict[str, str]:
+    """bin/ script name (without .sh) -> the main class it runs: every tool above, and Connect."""
+    return {**tools(version), **kafka_dist_files.CONNECT_CLASSES}
+
+
+def jar_classes(libs: Path) -> set[str]:
+    """Every class name in the jars of ``libs``."""
+    classes: set[str] = set()
+    for jar in libs.glob("*.jar"):
+        with zipfile.ZipFile(jar) as z:
+            classes.update(n[:-6].replace("/", ".") for n in z.namelist() if n.endswith(".class"))
+    return classes
+
+
+def layout(version: str, dest: Path) -> Path:
+    """Lay out Kafka ``version`` in ``dest``: libs/ (hard links into the cache, copies across file
+    systems), bin/ and config/. libs/ and bin/ are replaced; a config/ file already there is kept (it
+    may hold the user's edits). Refuses, before writing, if a script's main class is not in the jars."""
+    v = resolve_version(version)
+    libs = fetch_dist(v)
+    scripts = dist_scripts(v)
+    missing = sorted(set(scripts.values()) - jar_classes(libs))
+    if missing:
+        raise RuntimeError(f"Kafka {v}'s jars have no {', '.join(missing)}")
+    dest.mkdir(parents=True, exist_ok=True)
+    _replace_dir(dest / "libs", lambda staging: _link_jars(libs, staging))
+    _replace_dir(dest / "bin", lambda staging: _write_scripts(v, scripts, staging))
+    config = dest / "config"
+    config.mkdir(exist_ok=True)
+    for name, text in kafka_dist_files.config_files(major(v)).items():
+        if not (config / name).exists():
+            (config / name).write_text(text)
+    return dest
+
+
+def _replace_dir(target: Path, fill: Callable[[Path], None]) -> None:
+    """Build ``target``'s new content beside it, then swap it in (an interrupted layout leaves the old one)."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        fill(staging)
+        staging.chmod(0o755)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def _link_jars(source: Path, out: Path) -> None:
+    for jar in sorted(source.glob("*.jar")):
+        try:
+            os.link(jar, out / jar.name)
+        except OSError:  # another file system
+            shutil.copy2(jar, out / jar.name)
+
+
+def _write_scripts(version: str, scripts: dict[str, str], out: Path) -> None:
+    files = {"kafka-run-class": kafka_dist_files.run_class_sh(version, major(version))}
+    for name, cls in scripts.items():
+        if name in kafka_dist_files.SERVICES:
+            files[name] = kafka_dist_files.service_sh(version, major(version), name, cls)
+        else:
+            files[name] = kafka_dist_files.tool_sh(version, name, cls)
+    for name, text in files.items():
+        path = out / f"{name}.sh"
+        path.write_text(text)
+        path.chmod(0o755)
+
+
 def _cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.kafka_dist")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -372,6 +498,7 @@ def _cli(argv: list[str]) -> int:
     f.add_argument("versions", nargs="*")
     f.add_argument("--all", action="store_true", help=f"every pinned version: {', '.join(PINNED)}")
     f.add_argument("--quiet", action="store_true", help="say nothing when everything is cached")
+    f.add_argument("--with-connect", action="store_true", help="also the jars of a laid-out distribution")
     c = sub.add_parser("classpath", help="print the classpath")
     c.add_argument("version")
     r = sub.add_parser("run", help="run a Kafka CLI tool (kafka-topics, kafka-dump-log, ...)")
@@ -379,20 +506,29 @@ def _cli(argv: list[str]) -> int:
     r.add_argument("tool")
     r.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("tools", help="list tool names")
+    lay = sub.add_parser("layout", help="lay out a distribution: bin/, libs/ (with Connect), config/")
+    lay.add_argument("--version", default=PINNED[-1], help=f"default {PINNED[-1]}")
+    lay.add_argument("--dest", required=True, type=Path)
     a = parser.parse_args(argv)
     if a.cmd == "fetch":
         versions = list(PINNED) if a.all or not a.versions else a.versions
+        sets = [("", is_fetched, fetch)] + ([(" with Connect", is_dist_fetched, fetch_dist)] if a.with_connect else [])
         for v in versions:
-            t0 = time.monotonic()
-            was = is_fetched(v)
-            libs = fetch(v, quiet=True)
-            if was and a.quiet:
-                continue
-            state = "cached" if was else f"fetched in {time.monotonic() - t0:.1f}s"
-            print(f"kafka {resolve_version(v)}: {state} -> {libs}", file=sys.stderr if a.quiet else sys.stdout)
+            for what, cached, get in sets:
+                t0 = time.monotonic()
+                was = cached(v)
+                libs = get(v, quiet=True)
+                if was and a.quiet:
+                    continue
+                state = "cached" if was else f"fetched in {time.monotonic() - t0:.1f}s"
+                print(f"kafka {resolve_version(v)}{what}: {state} -> {libs}", file=sys.stderr if a.quiet else sys.stdout)
         return 0
     if a.cmd == "classpath":
         print(kafka_classpath(a.version))
+        return 0
+    if a.cmd == "layout":
+        dest = layout(a.version, a.dest)
+        print(f"kafka {resolve_version(a.version)}: {dest} (bin/, libs/, config/)")
         return 0
     if a.cmd == "tools":
         for v in PINNED:
