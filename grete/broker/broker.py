@@ -9,13 +9,14 @@ the node's event loop thread; the log cleaner is the one piece of work that runs
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from grete.broker.authorizer import AclAuthorizer, configured
 from grete.broker.client_telemetry import ClientTelemetry
 from grete.broker.cluster.placement import assign_replicas
 from grete.broker.config import (
@@ -49,7 +50,6 @@ from grete.coordinator.metadata import (
     TopicExists,
     TopicMeta,
 )
-from grete.coordinator.txn import TransactionCoordinator
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.framing import BufferPool, MemoryPool
@@ -62,6 +62,10 @@ from grete.protocol.topics import (
 )
 from grete.storage.config import LogConfig
 from grete.storage.manager import LogManager
+
+if TYPE_CHECKING:
+    from grete.broker.authorizer import AclAuthorizer
+    from grete.coordinator.txn import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,18 @@ class ClusterView(Protocol):
     def controller_id(self) -> int: ...
 
 
+def _acl_authorizer(config: BrokerConfig, metadata: MetadataStore) -> AclAuthorizer | None:
+    """Kafka's ACL authorizer if ``authorizer.class.name`` names it. Loaded by name and only when that
+    key is set: a broker without ACLs does not import them (nor their codecs) at start-up."""
+    if not config.get_str("authorizer.class.name").strip():
+        return None
+    module = importlib.import_module("grete.broker.authorizer")
+    if not module.configured(config):  # ConfigError for a class grete does not have
+        return None
+    authorizer: AclAuthorizer = module.AclAuthorizer(config, metadata)
+    return authorizer
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, *, metadata: MetadataStore | None = None,
                  cluster: ClusterView | None = None) -> None:
@@ -108,7 +124,7 @@ class Broker:
                                                                       cluster_id=config.raw("cluster.id"))
         self._apply_dynamic_configs()
         # Kafka's ACL authorizer when authorizer.class.name names it; None: every request allowed.
-        self.authorizer: AclAuthorizer | None = AclAuthorizer(config, self.metadata) if configured(config) else None
+        self.authorizer = _acl_authorizer(config, self.metadata)
         self.metadata.changes.subscribe(self._on_metadata_change)
         self.log_manager = LogManager(self.log_dirs, self._default_log_config())
         self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
@@ -144,6 +160,7 @@ class Broker:
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
         self._txn_coordinator: TransactionCoordinator | None = None
+        self._start_txn_coordinator: Callable[[], TransactionCoordinator] | None = None  # start_transactions
         # In a cluster: AddPartitionsToTxn to coordinators on other brokers (KIP-890 part 1).
         self.txn_verifier: TxnVerifier | None = None
         # grete.testing's fault injection (grete/testing/faults.py); None outside tests.
@@ -247,8 +264,25 @@ class Broker:
     def group_coordinator(self, coordinator: GroupCoordinator) -> None:
         self._group_coordinator = coordinator
 
+    def start_transactions(self, listener: str) -> None:
+        """The transaction coordinator (``grete.broker.transactions``, loaded by name): started now in a
+        cluster (leadership changes load its partitions) or when ``__transaction_state`` has state to
+        load, otherwise by the first request that uses it (nothing to load then, so it starts the same):
+        no start-up import of it, and no coordinator or timers on a broker no transaction reaches.
+        ``listener``: where a cluster's leaders are reached for markers."""
+        def start() -> TransactionCoordinator:
+            transactions = importlib.import_module("grete.broker.transactions")
+            coordinator: TransactionCoordinator = transactions.start_txn_coordinator(self, listener)
+            return coordinator
+
+        self._start_txn_coordinator = start
+        if self.cluster is not None or self.metadata.topic(TRANSACTION_STATE_TOPIC) is not None:
+            self._txn_coordinator = start()
+
     @property
     def txn_coordinator(self) -> TransactionCoordinator:
+        if self._txn_coordinator is None and self._start_txn_coordinator is not None:
+            self._txn_coordinator = self._start_txn_coordinator()
         if self._txn_coordinator is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the transaction coordinator is not started")
         return self._txn_coordinator

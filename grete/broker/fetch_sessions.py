@@ -26,10 +26,12 @@ import itertools
 import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import FetchRequest
+
+if TYPE_CHECKING:  # the Fetch codec loads with the first Fetch, not at start-up
+    from grete.protocol.messages import FetchRequest
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -217,7 +219,7 @@ class SessionError(Exception):
 
 
 # What one pass of a Fetch reads: (topic name or None if its id is unknown, topic id, partitions).
-Group = tuple[str | None, uuid.UUID, list[FetchRequest.FetchPartition]]
+Group = tuple[str | None, uuid.UUID, list["FetchRequest.FetchPartition"]]
 Resolve = Callable[[uuid.UUID], str | None]
 
 

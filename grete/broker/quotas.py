@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from grete.broker.config import BrokerConfig
 from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore
+from grete.protocol import messages  # not the class: the Fetch codec loads with the first Fetch
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import FetchResponse
 
 PRODUCE_RATE = "producer_byte_rate"
 FETCH_RATE = "consumer_byte_rate"
@@ -401,7 +401,7 @@ def fetched_bytes(response: Any) -> int:
     return total
 
 
-def throttled_fetch(request: Any, response: Any, throttle: int) -> FetchResponse:
+def throttled_fetch(request: Any, response: Any, throttle: int) -> messages.FetchResponse:
     """Kafka's getThrottledResponse: no data; a full fetch's new session is not handed out."""
     session = response.session_id if request.session_epoch > FINAL_OR_INITIAL_EPOCH else 0
-    return FetchResponse(throttle_time_ms=throttle, error_code=0, session_id=session, responses=[])
+    return messages.FetchResponse(throttle_time_ms=throttle, error_code=0, session_id=session, responses=[])

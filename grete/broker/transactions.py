@@ -8,12 +8,11 @@ transaction committed there.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Iterable, Iterator
 
 from grete.broker.broker import Broker
-from grete.broker.cluster.markers import ClusterMarkerWriter
-from grete.broker.cluster.txn_verifier import ClusterTxnVerifier
 from grete.broker.partition import Partition
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.txn import MarkerWriter, TransactionCoordinator
@@ -118,8 +117,11 @@ def start_txn_coordinator(broker: Broker, listener: str = "PLAINTEXT") -> Transa
     local = LocalMarkerWriter(broker)
     markers: MarkerWriter = local
     if broker.cluster is not None:
-        markers = ClusterMarkerWriter(broker, local, listener)
-        broker.txn_verifier = ClusterTxnVerifier(broker, listener)
+        # Loaded by name and only in a cluster, as the ZooKeeper broker is: a single node neither
+        # writes markers to other brokers nor asks them to verify (nor imports those codecs).
+        markers = importlib.import_module("grete.broker.cluster.markers").ClusterMarkerWriter(broker, local, listener)
+        broker.txn_verifier = importlib.import_module("grete.broker.cluster.txn_verifier").ClusterTxnVerifier(
+            broker, listener)
     coordinator = TransactionCoordinator(txn_config(broker), LogTxnStore(broker), markers,
                                          broker.producer_ids.next_id, now_ms=broker.now_ms)
     if broker.cluster is None:

@@ -24,11 +24,15 @@ class LeaderEpochCache:
         self.path = directory / LEADER_EPOCH_CHECKPOINT
         self.entries: list[tuple[int, int]] = []
         self.corrupt = False  # the log rebuilds the entries from batch headers when set
+        # What the file holds (None: absent or unreadable), so that a flush of the same entries is no
+        # rewrite: a restart re-assigns every partition's epoch, which mostly changes nothing.
+        self._on_disk: list[tuple[int, int]] | None = None
         try:
-            rows = read_checkpoint(self.path) or []
-            self.entries = [(int(r[0]), int(r[1])) for r in rows]
+            rows = read_checkpoint(self.path)
+            self.entries = [(int(r[0]), int(r[1])) for r in rows or []]
             if any(b[0] <= a[0] or b[1] < a[1] for a, b in zip(self.entries, self.entries[1:], strict=False)):
                 raise ValueError("epochs out of order")
+            self._on_disk = None if rows is None else list(self.entries)
         except (ValueError, IndexError, UnicodeDecodeError):
             self.entries = []
             self.corrupt = True
@@ -70,11 +74,12 @@ class LeaderEpochCache:
         floor = [e for e in self.entries if e[0] <= epoch]
         return (floor[-1][0] if floor else epoch), higher[1]
 
-    def truncate_from_end(self, end_offset: int) -> None:
+    def truncate_from_end(self, end_offset: int, *, persist: bool = True) -> None:
         kept = [e for e in self.entries if e[1] < end_offset]
         if kept != self.entries:
             self.entries = kept
-            self.flush()
+            if persist:
+                self.flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop epochs wholly before ``start_offset``; the one spanning it now starts there."""
@@ -90,4 +95,7 @@ class LeaderEpochCache:
         self.flush()
 
     def flush(self) -> None:
+        if self.entries == self._on_disk:
+            return
         write_checkpoint(self.path, (f"{e} {o}" for e, o in self.entries))
+        self._on_disk = list(self.entries)
