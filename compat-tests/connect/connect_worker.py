@@ -25,9 +25,9 @@ from cluster_helpers import unique, wait_until
 
 from tools.reference_kafka import die_with_parent, free_port, kill_process, stop_process
 
-# Connect 4.3.1 always; Connect 3.9.2's cells are slow (one more worker JVM per test).
+# Connect 4.3.1 always; Connect 3.9.2's cells run by hand (-m long: one more worker JVM per test).
 CONNECT_VERSIONS = [pytest.param("4.3.1", id="connect-4.3.1"),
-                    pytest.param("3.9.2", id="connect-3.9.2", marks=pytest.mark.slow)]
+                    pytest.param("3.9.2", id="connect-3.9.2", marks=pytest.mark.long)]
 # The machine's cores are shared: one worker JVM at a time where a test allows it, each small.
 WORKER_ENV = {"KAFKA_HEAP_OPTS": "-Xmx512m",
               "KAFKA_JVM_PERFORMANCE_OPTS": "-XX:+UseSerialGC -Djava.awt.headless=true"}

@@ -11,7 +11,7 @@ from connect_worker import ConnectGroup, FilePipe, Worker, numbered, running_wor
 
 LINES = 200
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # a cluster start and JVM workers
+pytestmark = [pytest.mark.long, pytest.mark.timeout(900)]  # a cluster start and JVM workers
 # Only the test moves leaders (as in compat-tests/cluster's fault tests).
 CLUSTER_OVERRIDES = {"auto.leader.rebalance.enable": "false"}
 

@@ -55,7 +55,7 @@ def test_file_source_to_sink_then_restart(broker, connect_dist, connect_version,
         assert_moved_once(pipe, broker.bootstrap, first + more)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_two_workers_share_the_connectors_and_hand_them_over(broker, connect_dist, tmp_path):
     """A second worker joins (incremental cooperative rebalance: it takes part of the work), then the
@@ -90,7 +90,7 @@ def test_two_workers_share_the_connectors_and_hand_them_over(broker, connect_dis
 FRESH_STARTS = int(os.environ.get("GRETE_CONNECT_FRESH_STARTS", "10"))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(300 * FRESH_STARTS)
 def test_fresh_starts_in_a_row(fresh_broker: Callable[[], AbstractContextManager[str]], connect_dist, tmp_path):
     """A new broker and a new worker, several times: the worker creates its internal topics, reads them

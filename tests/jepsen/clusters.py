@@ -12,10 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from grete.testing.cluster import GreteCluster, ZooKeeperProcess
+from grete.testing.cluster import GreteCluster, ZooKeeperProcess, free_port
 from grete.testing.common import scratch_root
+from grete.testing.process import serve_command
 from tests.jepsen.netns import Network
 from tests.jepsen.proxy import Proxy
+from tools import kafka_dist
 
 TARGETS = ("grete", "kafka-3.9")
 SESSION_TIMEOUT_MS = 6000
@@ -87,7 +89,6 @@ def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, netwo
         zookeeper = ZooKeeperProcess(scratch)
         running = _proxied(GreteCluster, network)(scratch, zookeeper, items)
     elif target == "kafka-3.9":
-        from tools import kafka_dist
         from tools.reference_kafka_zk import VERSION, KafkaZkCluster
 
         kafka_dist.fetch(VERSION)
@@ -113,3 +114,16 @@ def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, netwo
             proxy.close()
         if not keep and not os.environ.get("GRETE_KEEP_TMP"):
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def second_process_command(cluster: Any, broker_id: int) -> list[str]:
+    """The command line of another broker process with the config of ``broker_id`` (its broker.id,
+    its log dirs, its ZooKeeper proxy, its namespace), listening on a port of its own."""
+    items = {**cluster.broker_items(broker_id), "listeners": f"PLAINTEXT://{cluster.host_of(broker_id)}:{free_port()}"}
+    prefix: list[str] = cluster.launch_prefix(broker_id)
+    if isinstance(cluster, GreteCluster):
+        return prefix + serve_command(items)
+    config = Path(cluster.directory) / f"broker-{broker_id}-second.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in items.items()))
+    return prefix + kafka_dist.java_cmd(cluster.version, "kafka-server-start", str(config), log_level="INFO",
+                                        heap=cluster.heap, quick_start=False)

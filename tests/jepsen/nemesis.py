@@ -7,16 +7,31 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
-from tests.jepsen.clusters import OVERRIDES, SESSION_TIMEOUT_MS
+from grete.testing.process import spawn
+from tests.jepsen import firewall, flood
+from tests.jepsen.clusters import OVERRIDES, SESSION_TIMEOUT_MS, second_process_command
 
 SESSION_S = SESSION_TIMEOUT_MS / 1000
 LAG_S = int(OVERRIDES["replica.lag.time.max.ms"]) / 1000
+SECOND_PROCESS_TIMEOUT_S = 90.0  # a JVM on two busy cores takes a while to reach its log dirs
+# request-memory-flood's cluster settings: a small request pool, and requests no larger than it
+# (Kafka refuses to start with socket.request.max.bytes above queued.max.request.bytes).
+REQUEST_POOL_BYTES = 4 * 1024 * 1024
+REQUEST_POOL_OVERRIDES = {"queued.max.request.bytes": str(REQUEST_POOL_BYTES),
+                          "socket.request.max.bytes": str(REQUEST_POOL_BYTES)}
+
+
+class Finding(Exception):
+    """What a fault itself saw go wrong (not a checker anomaly): the round counts as an error."""
 
 
 class Events:
@@ -170,6 +185,83 @@ def unclean_election(cluster: Any, zk: KazooClient, topic: str, rng: random.Rand
         log(f"no election of broker {stale}: p{p} state {partition_state(zk, topic, p)}")
 
 
+def port_closed_leader(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """A zombie whose process lives: a leader's listener port refuses new connections and its open
+    ones are reset (iptables and ss, firewall.py) while its ZooKeeper session goes on, for a hold
+    shorter or longer than the session timeout. grete's controller fences it at once (fast
+    failover) and lifts the fence when the port answers again under the same registration; it then
+    follows. Kafka 3.9 fences nothing: the leader stays, unreachable, until the port opens."""
+    p = rng.randrange(3)
+    leader = partition_state(zk, topic, p)["leader"]
+    hold = rng.uniform(2, SESSION_S - 1) if rng.random() < 0.5 else rng.uniform(SESSION_S + 1, SESSION_S + 6)
+    broker = cluster.brokers[leader]
+    wall = firewall.Firewall(cluster.launch_prefix(leader))
+    log(f"close port {broker.port} of broker {leader} (leader of p{p}, controller {controller(zk)}) "
+        f"for {hold:.1f}s")
+    try:
+        wall.close_port(broker.host, broker.port)
+        time.sleep(hold / 2)
+        log(f"p{p} state with the port closed: {partition_state(zk, topic, p)}, controller {controller(zk)}")
+        time.sleep(hold / 2)
+    finally:
+        wall.open_port()
+    registered_now = sorted(int(b) for b in zk.get_children("/brokers/ids"))
+    log(f"port of broker {leader} open again; p{p} state {partition_state(zk, topic, p)}, "
+        f"registered {registered_now}")
+
+
+def second_process(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """A second broker process on a leader's own config and log dirs (same broker.id, a port of its
+    own): the dirs' ``.lock`` (Kafka's LogManager rule) must stop it, with a non-zero exit naming
+    the dir, before it reads or writes anything there. Anything else is a Finding; the round then
+    checks the live broker lost nothing."""
+    p = rng.randrange(3)
+    victim = partition_state(zk, topic, p)["leader"]
+    directory = str(cluster.brokers[victim].data_dir)
+    output = Path(cluster.directory) / f"broker-{victim}-second.log"
+    output.unlink(missing_ok=True)
+    log(f"start a second process of broker {victim} (leader of p{p}) on {directory}")
+    process = spawn(second_process_command(cluster, victim), output)
+    try:
+        code: int | None = process.wait(SECOND_PROCESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    text = output.read_text(errors="replace")
+    said = [line for line in text.splitlines() if directory in line][:3] or text.splitlines()[-5:]
+    log(f"second process of broker {victim}: exit {code if code is not None else 'none, killed'}; " + " | ".join(said))
+    if code is None or code == 0 or directory not in text:
+        raise Finding(f"a second process on {directory} was not refused: exit {code}, said {said}")
+
+
+def request_memory_flood(cluster: Any, zk: KazooClient, topic: str, rng: random.Random, log: Events) -> None:
+    """Large Produce requests from several connections at a leader (flood.py), to a topic of their
+    own with its every partition on that broker, past queued.max.request.bytes (the cluster runs
+    with REQUEST_POOL_OVERRIDES when this fault is chosen): the round's writers slow down while
+    the pool is used up, and must neither fail for good nor lose anything; no broker may stall."""
+    p = rng.randrange(3)
+    leader = partition_state(zk, topic, p)["leader"]
+    seconds = rng.uniform(4, 10)
+    name = f"{topic}-flood"
+    boss = cluster.brokers[controller(zk)]
+    flood.create_topic((boss.host, boss.port), name, leader)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    broker = cluster.brokers[leader]
+    log(f"flood broker {leader} (leader of p{p}) with {flood.PRODUCERS} producers for {seconds:.1f}s")
+    try:
+        done, probes = flood.run(cluster.bootstrap_servers, name, seconds, (broker.host, broker.port))
+    finally:
+        try:
+            admin.delete_topics([name])[name].result(60)
+        except Exception as exc:  # the round goes on; its checks do not read this topic
+            log(f"deleting {name}: {exc!r}")
+    log(f"flood: {done.sent_bytes / 1e6:.0f} MB queued, {done.acked} values acked, errors {done.errors}; "
+        + "; ".join(probes))
+
+
 def _network(cluster: Any) -> Any:
     network = getattr(cluster, "network", None)
     if network is None:
@@ -233,7 +325,11 @@ FAULTS: dict[str, Callable[[Any, KazooClient, str, random.Random, Events], None]
     "rolling-restart": rolling_restart,
     "zk-isolate-leader": zk_isolate_leader,
     "zk-pause": zk_pause,
+    "second-process": second_process,
+    "request-memory-flood": request_memory_flood,
 }
+# In the mix when iptables can be used (root, iptables installed: firewall.available()).
+FIREWALL_FAULTS = {"port-closed-leader": port_closed_leader}
 EXTRA_FAULTS = {"unclean-election": unclean_election}
 # Only with the brokers in network namespaces (run.py --netns).
 NETWORK_FAULTS = {"partition-leader": partition_leader, "partition-pair": partition_pair,

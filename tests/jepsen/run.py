@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from tests.jepsen import checker, logfiles, nemesis
+from tests.jepsen import checker, firewall, logfiles, nemesis
 from tests.jepsen.clusters import TARGETS, open_cluster
 from tests.jepsen.workload import IdempotentWriter, TransactionalWriter, read_topic
 
 PARTITIONS = 3
-ALL_FAULTS = {**nemesis.FAULTS, **nemesis.EXTRA_FAULTS, **nemesis.NETWORK_FAULTS}
+ALL_FAULTS = {**nemesis.FAULTS, **nemesis.FIREWALL_FAULTS, **nemesis.EXTRA_FAULTS, **nemesis.NETWORK_FAULTS}
 WRITERS = 3
 WARMUP_S = 2.0
 RECOVERY_S = 4.0
@@ -96,6 +97,9 @@ def run_round(cluster: Any, zk: KazooClient, number: int, fault: str, rng: rando
     fault_start = time.monotonic()
     try:
         ALL_FAULTS[fault](cluster, zk, topic, rng, log)
+    except nemesis.Finding as exc:
+        log(f"finding: {exc}")
+        result.error = f"fault: {exc}"
     except Exception as exc:
         log(f"fault raised {exc!r}")
         result.notes.append(traceback.format_exc(limit=3))
@@ -123,6 +127,8 @@ def run_round(cluster: Any, zk: KazooClient, number: int, fault: str, rng: rando
     result.notes += log.lines
     result.notes += duplicate_evidence(cluster, topic, result.duplicates)
     result.notes += [f"writer fatal: {f}" for w in writers for f in w.fatal]
+    failures = Counter(w.error for w in writes.values() if w.status == "fail")
+    result.notes += [f"failed writes: {dict(failures)}"] if failures else []
     result.notes += [f"txn: {e}" for e in txn_writer.errors[:10]]
     return result
 
@@ -174,11 +180,14 @@ def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = F
     """Run ``rounds`` rounds; returns (and writes to ``out``) the JSON result. ``netns``: each broker
     in its own network namespace, which the partition faults need (and then join the default mix)."""
     rng = random.Random(seed)
-    chosen = list(faults or (list(nemesis.FAULTS) + (list(nemesis.NETWORK_FAULTS) if netns else [])))
+    chosen = list(faults or (list(nemesis.FAULTS) + (list(nemesis.FIREWALL_FAULTS) if firewall.available() is None else [])
+                             + (list(nemesis.NETWORK_FAULTS) if netns else [])))
     netns = netns or any(f in nemesis.NETWORK_FAULTS for f in chosen)
     say(f"jepsen: target {target}, seed {seed}, {rounds} rounds, faults {chosen}, unclean={unclean}, "
         f"netns={netns}")
     overrides = {"unclean.leader.election.enable": "true" if unclean else "false"}
+    if "request-memory-flood" in chosen:
+        overrides.update(nemesis.REQUEST_POOL_OVERRIDES)
     results: list[checker.RoundResult] = []
     t0 = time.monotonic()
     document: dict[str, Any] = {}
@@ -201,7 +210,7 @@ def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = F
                 result.notes.insert(0, f"round took {time.monotonic() - started:.0f}s")
                 results.append(result)
                 say(row(result) + ("  <-- " + ", ".join(f"{k} {v}" for k, v in result.anomalies().items())
-                                   if result.anomalies() else ""))
+                                   if result.anomalies() else "") + (f"  <-- {result.error}" if result.error else ""))
                 document = {"target": target, "seed": seed, "unclean": unclean, "faults": chosen,
                             "seconds": round(time.monotonic() - t0), "summary": summarize(results),
                             "rounds": [r.as_json() for r in results]}
