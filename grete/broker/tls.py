@@ -14,6 +14,8 @@ and SslPrincipalMapper); without a client certificate it is ``User:ANONYMOUS``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import re
 import ssl
@@ -28,6 +30,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from grete.broker.config import BrokerConfig, ConfigError
+from grete.broker.tls_offload import TlsProtocol, ktls_unavailable
+
+log = logging.getLogger(__name__)
 
 ANONYMOUS = "User:ANONYMOUS"
 _PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -81,6 +86,13 @@ class ListenerTls:
         self._stores = _stores(config, listener)
         rules = listener_value(config, listener, "ssl.principal.mapping.rules") or "DEFAULT"
         self.mapper = PrincipalMapper(rules)  # refused at start-up (ConfigError) when malformed
+        log.info("listener %s: TLS records encrypted by OpenSSL off the event loop; kernel TLS not used: %s",
+                 listener, ktls_unavailable() or "grete has no kTLS transport")
+
+    def protocol_factory(self, app_factory: Callable[[], asyncio.BufferedProtocol]) -> Callable[[], TlsProtocol]:
+        """What the listener's server makes per accepted socket: the TLS record layer under the
+        connection's protocol (grete.broker.tls_offload)."""
+        return lambda: TlsProtocol(self.context, app_factory)
 
     def principal_of(self, ssl_object: ssl.SSLObject | None) -> str:
         return principal_of(ssl_object, self.mapper)

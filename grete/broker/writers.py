@@ -6,9 +6,13 @@ the transport, and that choice is made in one place, :func:`writer_for`:
 
 * plaintext TCP: :class:`ZeroCopyWriter` hands slices to the kernel (``os.sendfile``) and writes
   bytes straight to the socket's descriptor when the transport has nothing queued;
-* TLS, or any transport without a plain socket under it: :class:`CopyWriter` reads slices into
-  memory and gives everything to the transport, which encrypts. A TLS transport never gets the
-  zero-copy writer: its raw socket would carry the slices as plaintext inside the TLS stream.
+* TLS on grete's own transport (:mod:`grete.broker.tls_offload`): :class:`PartsWriter` hands it
+  slices and bytes alike; it reads the slices into a reused buffer and encrypts them off the loop;
+* any other transport without a plain socket under it (asyncio's TLS): :class:`CopyWriter` reads
+  slices into memory and gives everything to the transport, which encrypts.
+
+A TLS transport never gets the zero-copy writer: its raw socket would carry the slices as plaintext
+inside the TLS stream.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +39,8 @@ class Slice(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class _Rest:
-    """What is left of a slice the socket took only part of."""
+class FileRange:
+    """Part of a slice: what is left of one the socket took only part of, or a piece of one."""
 
     fd: int
     position: int
@@ -78,6 +83,27 @@ class CopyWriter:
 
     def send(self, parts: list[Any]) -> list[Any]:
         self._transport.writelines([p if is_bytes(p) else read_slice(p) for p in parts])
+        return []
+
+    async def send_rest(self, parts: list[Any]) -> None:
+        self.send(parts)
+
+
+@runtime_checkable
+class SliceTransport(Protocol):
+    """A transport that takes file slices as they are (it reads and encrypts them itself)."""
+
+    def write_parts(self, parts: Iterable[Any]) -> None: ...
+
+
+class PartsWriter:
+    """Every part, slices included, to a :class:`SliceTransport`, which keeps their order."""
+
+    def __init__(self, transport: SliceTransport) -> None:
+        self._transport = transport
+
+    def send(self, parts: list[Any]) -> list[Any]:
+        self._transport.write_parts(parts)
         return []
 
     async def send_rest(self, parts: list[Any]) -> None:
@@ -147,7 +173,7 @@ class ZeroCopyWriter:
             except BlockingIOError:  # the socket is full: the rest waits for it to drain
                 if not sent:
                     return parts[i:]
-                return [_Rest(part.fd, part.position + sent, part.size - sent), *parts[i + 1:]]
+                return [FileRange(part.fd, part.position + sent, part.size - sent), *parts[i + 1:]]
         return []
 
     async def send_rest(self, parts: list[Any]) -> None:
@@ -163,6 +189,8 @@ class ZeroCopyWriter:
 
 def writer_for(transport: asyncio.Transport) -> Writer:
     """The writer a transport may use: zero-copy only on a plain TCP socket, never under TLS."""
+    if isinstance(transport, SliceTransport):
+        return PartsWriter(transport)
     if transport.get_extra_info("ssl_object") is not None:
         return CopyWriter(transport)
     sock = transport.get_extra_info("socket")
