@@ -1,6 +1,7 @@
 """The direct data path (shm) against grete's own TCP path, side by side on one broker.
 
     python benchmarks/bench_direct.py [--seconds 1.0] [--records 2000] [--kafka 4]
+    python benchmarks/bench_direct.py --produce-only --rounds 5   # the produce rows only, medians
 
 One ``grete serve`` child with ``direct.transports=shm``; clients in this process (consumers) and
 in helper processes (producers). Measures:
@@ -11,12 +12,15 @@ in helper processes (producers). Measures:
   ``poll`` with a fetch size of one batch vs one Fetch round trip per record;
 * end to end, produce -> consume (a producer process stamps each record; the consumer here takes
   the difference): direct producer + direct consumer vs confluent-kafka producer + Fetch long poll;
-* produce throughput with 1 KB and 64 KB batches: direct exclusive, direct shared (2 processes)
-  and confluent-kafka over TCP (with ``--kafka 4``: also confluent-kafka against Apache Kafka 4.3.1,
+* produce throughput with 1 KB and 64 KB batches (1 KB records): direct exclusive (C batch encoder;
+  and, as before it, the Python one), direct shared (2 processes) and confluent-kafka over TCP
+  (with ``--kafka 4``: also confluent-kafka against Apache Kafka 4.3.1,
   started beside grete, its JVM as kafka-server-start.sh ships it);
-* broker CPU per MB produced and per MB consumed (utime + stime of the broker process, /proc).
+* broker CPU per MB produced and per MB consumed (utime + stime of the broker process, /proc), and
+  the producers' own CPU per MB produced (``time.process_time``, all their threads).
 
-Brief by design (the machine is shared): each figure is one short run, not a median of runs.
+Brief by design (the machine is shared): each figure is one short run, not a median of runs, but
+for the produce rows with ``--rounds N`` (all rows back to back, N times; medians, the load average).
 Raw JSON goes to ``benchmarks/results/direct-<UTC time>.json``.
 """
 
@@ -38,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from confluent_kafka import Producer as TcpProducer  # noqa: E402
 
-from grete.direct import Consumer, Producer, TopicPartition  # noqa: E402
+from grete.direct import Consumer, Producer, TopicPartition, encoder  # noqa: E402
 from grete.protocol.messages import FetchRequest, FetchResponse  # noqa: E402
 from grete.protocol.records.batch import iter_batches  # noqa: E402
 from grete.protocol.records.record import decode_records  # noqa: E402
@@ -190,7 +194,10 @@ def end_to_end(servers: str, topic: str, count: int, direct: bool) -> dict[str, 
 
 
 # --- produce throughput ---------------------------------------------------------------------------
-def _throughput_worker(servers: str, topic: str, batch_bytes: int, seconds: float, mode: str, out: Any) -> None:
+def _throughput_worker(servers: str, topic: str, batch_bytes: int, seconds: float, mode: str, encoding: str,
+                       out: Any) -> None:
+    if encoding:
+        os.environ[encoder.ENV] = encoding  # this producer process only
     record = b"r" * 1000
     per_batch = max(1, batch_bytes // 1024)
     if mode == "tcp":
@@ -202,6 +209,7 @@ def _throughput_worker(servers: str, topic: str, batch_bytes: int, seconds: floa
     sent = 0
     end = time.perf_counter() + seconds
     t0 = time.perf_counter()
+    cpu0 = time.process_time()  # every thread of this process: librdkafka's too
     while time.perf_counter() < end:
         for _ in range(per_batch):
             try:
@@ -213,18 +221,19 @@ def _throughput_worker(servers: str, topic: str, batch_bytes: int, seconds: floa
         producer.poll(0)
     producer.flush(60)
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     if mode != "tcp":
         producer.close()
-    out.put((sent * len(record) / elapsed / 1e6, sent * len(record)))
+    out.put((sent * len(record) / elapsed / 1e6, sent * len(record), cpu))
 
 
 def throughput(servers: str, topic: str, batch_bytes: int, seconds: float, mode: str, procs: int = 1,
-               broker_pid: int | None = None) -> tuple[float, float]:
-    """(MB/s over all producers, broker CPU ms per MB produced)."""
+               broker_pid: int | None = None, encoding: str = "") -> tuple[float, float, float]:
+    """(MB/s over all producers, broker CPU ms per MB produced, producers' CPU ms per MB)."""
     before = _cpu_s(broker_pid) if broker_pid else 0.0
     queue: Any = multiprocessing.Queue()
     workers = [multiprocessing.Process(target=_throughput_worker,
-                                       args=(servers, topic, batch_bytes, seconds, mode, queue))
+                                       args=(servers, topic, batch_bytes, seconds, mode, encoding, queue))
                for _ in range(procs)]
     for w in workers:
         w.start()
@@ -232,8 +241,11 @@ def throughput(servers: str, topic: str, batch_bytes: int, seconds: float, mode:
     for w in workers:
         w.join(30)
     cpu_ms = (_cpu_s(broker_pid) - before) * 1000 if broker_pid else 0.0
-    total_mb = sum(sent for _, sent in reports) / 1e6
-    return float(sum(rate for rate, _ in reports)), cpu_ms / total_mb if total_mb else 0.0
+    total_mb = sum(sent for _, sent, _ in reports) / 1e6
+    client_ms = sum(cpu for *_, cpu in reports) * 1000
+    if not total_mb:
+        return 0.0, 0.0, 0.0
+    return float(sum(rate for rate, *_ in reports)), cpu_ms / total_mb, client_ms / total_mb
 
 
 # --- broker CPU per MB consumed ----------------------------------------------------------------------
@@ -266,10 +278,44 @@ def cpu_per_mb(servers: str, pid: int, topic: str, total_bytes: int, direct: boo
     return (_cpu_s(pid) - before) * 1000 / (read / 1e6)
 
 
+# Producers compared, each row one (mode, processes, encoder): "python" is the direct producer with its
+# Python batch encoder (GRETE_DIRECT_ENCODER=python), the encoder it had before the C one.
+PRODUCE_ROWS = (("tcp_confluent", "tcp", 1, ""), ("direct_exclusive", "exclusive", 1, ""),
+                ("direct_exclusive_python_encoder", "exclusive", 1, "python"),
+                ("direct_shared_2proc", "shared", 2, ""))
+
+
+def produce_rounds(servers: str, pid: int, seconds: float, rounds: int,
+                   kafka: ReferenceKafka | None) -> dict[str, dict[str, Any]]:
+    """Every producer row back to back, ``rounds`` times over; each figure's median (and all rounds)."""
+    runs: dict[str, dict[str, list[float]]] = {}
+    for r in range(rounds):
+        for batch in (1024, 65536):
+            row = runs.setdefault(f"{batch // 1024}KB", {})
+            for name, mode, procs, encoding in PRODUCE_ROWS:
+                mbps, cpu, client = throughput(servers, "tput", batch, seconds, mode, procs, pid, encoding)
+                row.setdefault(f"{name}_MBps", []).append(mbps)
+                row.setdefault(f"{name}_broker_cpu_ms_per_MB", []).append(cpu)
+                row.setdefault(f"{name}_client_cpu_ms_per_MB", []).append(client)
+            if kafka is not None and kafka.proc is not None:
+                mbps, cpu, _ = throughput(kafka.bootstrap, "tput", batch, seconds, "tcp", 1, kafka.proc.pid)
+                row.setdefault(f"tcp_kafka_{kafka.version}_MBps", []).append(mbps)
+                row.setdefault(f"tcp_kafka_{kafka.version}_broker_cpu_ms_per_MB", []).append(cpu)
+            print(f"throughput round {r + 1}", batch, {k: round(v[-1], 1) for k, v in row.items()}, flush=True)
+    tput: dict[str, dict[str, Any]] = {}
+    for size, row in runs.items():
+        tput[size] = {key: statistics.median(values) for key, values in row.items()}
+        if rounds > 1:
+            tput[size]["rounds"] = row
+    return tput
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=1, help="produce throughput rounds (medians reported)")
+    parser.add_argument("--produce-only", action="store_true", help="only the produce throughput rows")
     parser.add_argument("--kafka", default="",
                         help="also produce to this Apache Kafka version (e.g. 4) with confluent-kafka, the same "
                              "settings, alternated with grete's rows in the same run")
@@ -284,12 +330,18 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, kafka: ReferenceKafka | None) -> None:
-    results: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    results: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                               "loadavg_start": os.getloadavg(), "encoder": encoder.select().name}
     overrides = {"direct.transports": "shm"}
     topics = {"idle": 1, "preload": 1, "e2e-direct": 1, "e2e-tcp": 1, "tput": 1}
     with broker_process(overrides, topics=topics) as broker:
         servers, pid = broker.bootstrap_servers, broker.process.pid
         host, port = servers.rsplit(":", 1)
+        if args.produce_only:
+            results["produce_throughput"] = produce_rounds(servers, pid, args.seconds, args.rounds, kafka)
+            results["loadavg_end"] = os.getloadavg()
+            _write(results)
+            return
         results["empty_polls_per_s"] = {"direct": empty_direct(servers, "idle", args.seconds),
                                         "tcp": empty_tcp(host, int(port), "idle", args.seconds)}
         print("empty polls/s", results["empty_polls_per_s"], flush=True)
@@ -302,26 +354,17 @@ def run(args: argparse.Namespace, kafka: ReferenceKafka | None) -> None:
         results["end_to_end"] = {"direct": end_to_end(servers, "e2e-direct", n, True),
                                  "tcp": end_to_end(servers, "e2e-tcp", n, False)}
         print("end to end", results["end_to_end"], flush=True)
-        tput: dict[str, dict[str, float]] = {}
-        for batch in (1024, 65536):
-            row: dict[str, float] = {}
-            for name, mode, procs in (("direct_exclusive", "exclusive", 1), ("direct_shared_2proc", "shared", 2),
-                                      ("tcp_confluent", "tcp", 1)):
-                mbps, cpu = throughput(servers, "tput", batch, args.seconds, mode, procs, pid)
-                row[f"{name}_MBps"] = mbps
-                row[f"{name}_broker_cpu_ms_per_MB"] = cpu
-            if kafka is not None and kafka.proc is not None:
-                mbps, cpu = throughput(kafka.bootstrap, "tput", batch, args.seconds, "tcp", 1, kafka.proc.pid)
-                row[f"tcp_kafka_{kafka.version}_MBps"] = mbps
-                row[f"tcp_kafka_{kafka.version}_broker_cpu_ms_per_MB"] = cpu
-            tput[f"{batch // 1024}KB"] = row
-            print("throughput", batch, tput[f"{batch // 1024}KB"], flush=True)
-        results["produce_throughput"] = tput
+        results["produce_throughput"] = produce_rounds(servers, pid, args.seconds, 1, kafka)
         volume = 50_000_000
         results["broker_cpu_ms_per_MB_consumed"] = {
             "direct": cpu_per_mb(servers, pid, "tput", volume, True),
             "tcp": cpu_per_mb(servers, pid, "tput", volume, False)}
         print("broker cpu ms/MB", results["broker_cpu_ms_per_MB_consumed"], flush=True)
+    results["loadavg_end"] = os.getloadavg()
+    _write(results)
+
+
+def _write(results: dict[str, Any]) -> None:
     out = REPO / "benchmarks" / "results" / f"direct-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -7,21 +7,16 @@ by the broker under a sequence lock (odd while a write is in progress), which al
 release ordering that plain ``struct.pack_into`` does not promise.
 
 The C source is below; it is compiled once per source text into ``${GRETE_CACHE:-~/.cache/grete}/
-direct/`` (gcc and cffi are dependencies of the direct path), on first use or by
-``python -m grete.direct.atomics`` (``scripts/install-test-deps`` runs it). Concurrent first uses
-build into private directories and rename, so a half-written module is never loaded.
+direct/`` (grete.direct.native; gcc and cffi are dependencies of the direct path), on first use or by
+``python -m grete.direct.atomics`` (``scripts/install-test-deps`` runs it).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
-import importlib.util
-import os
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from grete.direct import native
 
 CDEF = """
 uint64_t grete_faa(char *base, size_t offset, uint64_t delta);
@@ -87,57 +82,35 @@ void grete_slot_write(char *base, size_t offset, int64_t *fields, size_t count) 
 }
 """
 
-_MODULE = None
+_MODULE: Any = None
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("GRETE_CACHE", Path.home() / ".cache" / "grete")) / "direct"
+    return native.cache_dir()
 
 
 def _module_name() -> str:
-    digest = hashlib.sha256((CDEF + SOURCE + sys.version).encode()).hexdigest()[:16]
-    return f"_grete_atomics_{digest}"
-
-
-def _find(directory: Path, name: str) -> Path | None:
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = directory / (name + suffix)
-        if path.is_file():
-            return path
-    return None
+    return native.versioned_name("_grete_atomics", CDEF + SOURCE)
 
 
 def build() -> Path:
     """Compile the module into the cache directory unless it is there; its path."""
-    import cffi  # the build needs cffi's compiler front end, loading does not
+    def compile_into(tmp: Path) -> Path:
+        import cffi  # the build needs cffi's compiler front end, loading does not
 
-    name = _module_name()
-    directory = cache_dir()
-    found = _find(directory, name)
-    if found is not None:
-        return found
-    directory.mkdir(parents=True, exist_ok=True)
-    ffi = cffi.FFI()
-    ffi.cdef(CDEF)
-    ffi.set_source(name, SOURCE, extra_compile_args=["-O2"])
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        built = Path(ffi.compile(tmpdir=tmp, verbose=False))
-        target = directory / built.name
-        os.replace(built, target)  # atomic: a concurrent builder's copy is identical
-    return target
+        ffi = cffi.FFI()
+        ffi.cdef(CDEF)
+        ffi.set_source(_module_name(), SOURCE, extra_compile_args=["-O2"])
+        return Path(ffi.compile(tmpdir=str(tmp), verbose=False))
+
+    return native.build_once(cache_dir(), _module_name(), compile_into)
 
 
 def lib() -> Any:
     """The compiled module's ``lib`` (built on first use); its ``ffi`` is ``lib_ffi()``."""
     global _MODULE
     if _MODULE is None:
-        path = build()
-        spec = importlib.util.spec_from_file_location(_module_name(), path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _MODULE = module
+        _MODULE = native.load(_module_name(), build())
     return _MODULE.lib
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from grete.direct import encoder
 from grete.direct.control import Control
 from grete.direct.layout import (
     ACK,
@@ -33,8 +34,7 @@ from grete.direct.transport import Channel, Region, transport, write_with_imm
 from grete.direct.types import KafkaError, KafkaException, Message
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DirectProduceAddressRequest, DirectProduceAddressResponse
-from grete.protocol.records.record import batch_from_body
-from grete.protocol.records.varint import encode_varint
+from grete.protocol.records.batch import BATCH_OVERHEAD
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 MAX_RESENDS = 5
@@ -46,7 +46,7 @@ class Pending:
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
     timestamp: int
-    on_delivery: DeliveryCallback | None
+    on_delivery: DeliveryCallback
 
 
 @dataclass(slots=True)
@@ -66,39 +66,18 @@ class InFlight:
     topic: str
     partition: int
     batch: bytearray
-    records: list[Pending]
+    records: list[Pending | None]  # None: a record without a delivery callback
     resends: int = 0
 
 
 @dataclass(slots=True)
 class _Buffer:
-    """A partition's records so far, already encoded as a v2 record stream."""
+    """A partition's records so far, already encoded into a batch whose header is still to come."""
 
     base_timestamp: int
-    records: list[Pending] = field(default_factory=list)
-    body: bytearray = field(default_factory=bytearray)
+    records: list[Pending | None] = field(default_factory=list)
+    batch: bytearray = field(default_factory=lambda: bytearray(BATCH_OVERHEAD))
     max_timestamp: int = -1
-
-
-# Zig-zag varints of -1 .. 16382 (lengths, deltas), precomputed: a record is encoded with a few
-# lookups and concatenations instead of a loop per varint.
-_SMALL_VARINTS = [encode_varint(n) for n in range(-1, (1 << 14) - 1)]
-
-
-def _varint(n: int) -> bytes:
-    return _SMALL_VARINTS[n + 1] if -1 <= n < (1 << 14) - 1 else encode_varint(n)
-
-
-def _field(data: bytes | None) -> bytes:
-    return b"\x01" if data is None else _varint(len(data)) + data
-
-
-def _headers(headers: list[tuple[str, bytes | None]]) -> bytes:
-    out = [_varint(len(headers))]
-    for name, value in headers:
-        out.append(_field(name.encode("utf-8", "surrogateescape")))
-        out.append(_field(value))
-    return b"".join(out)
 
 
 def murmur2(data: bytes) -> int:
@@ -136,6 +115,9 @@ class Producer:
             raise ValueError(f"direct.producer.mode={mode!r}: shared or exclusive")
         self._exclusive = mode == "exclusive"
         self._batch_size = int(conf.pop("batch.size", 16384))
+        self._batch_limit = self._batch_size + BATCH_OVERHEAD  # batch.size counts the records' bytes
+        self._encoder = encoder.select()
+        self._append = self._encoder.append
         self._max_queued = int(conf.pop("queue.buffering.max.messages", 100000))
         self._queued = 0  # records buffered or in flight
         self._control = Control(str(conf.pop("bootstrap.servers")), str(conf.pop("client.id", "grete-direct")))
@@ -164,28 +146,16 @@ class Producer:
         buf = self._buffers.get((topic, partition))
         if buf is None:
             buf = self._buffers[(topic, partition)] = _Buffer(ts)
-        # The record, encoded now: attributes 0, timestamp and offset deltas, key, value, headers.
-        # The key and value are copied once, into the batch body (no intermediate record bytes).
-        head = b"\x00" + _varint(ts - buf.base_timestamp) + _varint(len(buf.records))
-        key_len = _varint(-1 if key_b is None else len(key_b))
-        value_len = _varint(-1 if value_b is None else len(value_b))
-        tail = _headers(header_list) if header_list else b"\x00"
-        body = buf.body
-        body += _varint(len(head) + len(key_len) + (len(key_b) if key_b else 0) + len(value_len)
-                        + (len(value_b) if value_b else 0) + len(tail))
-        body += head
-        body += key_len
-        if key_b:
-            body += key_b
-        body += value_len
-        if value_b:
-            body += value_b
-        body += tail
-        buf.records.append(Pending(key_b, value_b, header_list, ts, on_delivery or callback))
+        # The record, encoded now (in C unless no compiler was found): one call, no per-field Python.
+        size = self._append(buf.batch, ts - buf.base_timestamp, len(buf.records), key_b, value_b,
+                                    header_list or None)
+        report = on_delivery or callback
+        # Without a callback there is nothing to report but the count: no per-record object.
+        buf.records.append(None if report is None else Pending(key_b, value_b, header_list, ts, report))
         self._queued += 1
         if ts > buf.max_timestamp:
             buf.max_timestamp = ts
-        if len(buf.body) >= self._batch_size:
+        if size >= self._batch_limit:
             self._send_buffer(topic, partition)
 
     def poll(self, timeout: float | None = None) -> int:
@@ -230,9 +200,7 @@ class Producer:
 
     def _send_buffer(self, topic: str, partition: int) -> None:
         buf = self._buffers.pop((topic, partition))
-        count = len(buf.records)
-        batch = batch_from_body(buf.body, count, base_timestamp=buf.base_timestamp,
-                                max_timestamp=buf.max_timestamp, last_offset_delta=count - 1)
+        batch = self._encoder.seal(buf.batch, len(buf.records), buf.base_timestamp, buf.max_timestamp)
         self._send(InFlight(topic, partition, batch, buf.records))
 
     def _send(self, flight: InFlight) -> None:
@@ -325,7 +293,7 @@ class Producer:
     def _deliver(self, flight: InFlight, error: KafkaError | None, base_offset: int, append_time: int) -> int:
         self._queued -= len(flight.records)
         for i, pending in enumerate(flight.records):
-            if pending.on_delivery is not None:
+            if pending is not None:
                 offset = base_offset + i if error is None else -1
                 ts = append_time if append_time >= 0 else pending.timestamp
                 pending.on_delivery(error, Message(flight.topic, flight.partition, offset, pending.key,
