@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:  # the Fetch codec loads with the first Fetch, not at start-up
@@ -40,7 +41,6 @@ EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 SHARDS = 8  # Kafka's NumFetchSessionCacheShards
 INT_MAX = 2**31 - 1
 TOPIC_IDS_VERSION = 13
-ZERO_UUID = uuid.UUID(int=0)
 
 # A partition of a session: (topic id, index) from v13, (topic name, index) before.
 Key = tuple[uuid.UUID | str, int]

@@ -4,9 +4,8 @@
 
 from __future__ import annotations
 
-import uuid
-
 from grete.broker.cluster.state import ControllerContext, TopicPartition
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.messages import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
 
 LEADER_AND_ISR_VERSION = 7
@@ -15,7 +14,6 @@ STOP_REPLICA_VERSION = 4
 LEADER_DURING_DELETE = -2
 EPOCH_DURING_DELETE = -2
 PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-ZERO_UUID = uuid.UUID(int=0)
 
 
 def _by_topic(partitions: list[TopicPartition]) -> dict[str, list[int]]:

@@ -8,7 +8,6 @@ Manual replica assignments name live brokers (only this node on the embedded sin
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 
 from grete.broker.authz import Op, Res, allowed, cluster_allowed
@@ -19,11 +18,11 @@ from grete.broker.handlers.describe_configs import topic_config_entries
 from grete.broker.quotas import MutationQuota, throttle_for_mutations
 from grete.broker.registry import api
 from grete.coordinator.metadata import TopicMeta
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import CreateTopicsRequest, CreateTopicsResponse
 from grete.protocol.topics import validate_topic_name
 
-ZERO_UUID = uuid.UUID(int=0)
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 Result = CreateTopicsResponse.CreatableTopicResult
 STRICT_QUOTA_SINCE = 6

@@ -16,10 +16,10 @@ from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.quotas import MutationQuota, throttle_for_mutations
 from grete.broker.registry import api
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DeleteTopicsRequest, DeleteTopicsResponse
 
-ZERO_UUID = uuid.UUID(int=0)
 T = TypeVar("T")
 # Kafka's default messages (Errors.message()) for errors raised without one.
 DEFAULT_MESSAGES = {

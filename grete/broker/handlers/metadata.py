@@ -14,7 +14,6 @@ to them).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Coroutine
 from typing import Any
 
@@ -25,11 +24,11 @@ from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.acls import CLUSTER_NAME
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.protocol.topics import INTERNAL_TOPICS
 
-ZERO_UUID = uuid.UUID(int=0)
 # READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: no authorizer.
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 # CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE: the seven
