@@ -10,7 +10,6 @@ second (Kafka checks every 5 minutes by default), with ``.bootstrap`` and ``.log
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,16 +25,11 @@ FAST_RETENTION = {"log.retention.check.interval.ms": "300"}
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    if shutil.which("java") is None:
-        pytest.skip("no java: Spark needs a JDK 17+")
-    pytest.importorskip("pyspark")
-    from tools import spark_dist
+    from pipelines.traffic.session import spark_session, unavailable
 
-    try:
-        spark_dist.fetch()
-    except Exception as exc:  # no mvn / no network
-        pytest.skip(f"Spark's Kafka connector jars unavailable: {exc}")
-    from pipelines.traffic.session import spark_session
+    missing = unavailable()
+    if missing:
+        pytest.skip(missing)
 
     session = spark_session("grete-spark-compat", conf={"spark.sql.shuffle.partitions": "1"})
     yield session

@@ -11,7 +11,8 @@ unless --replication-factor / --min-insync-replicas say otherwise), starts the s
 publishes for --duration seconds and ends the input (generator.end_input), waits until the job has
 processed everything, then reads input and output back with a plain consumer and compares the output
 window by window with the reference computed from the input (reference.py), and runs both batch
-reads. It exits non-zero when a check fails.
+reads. It exits non-zero when a check fails. ``--master`` runs the Spark commands on a cluster
+(``spark://host:7077``) instead of ``local[2]``; ``--conf KEY=VALUE`` sets any Spark setting.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from pipelines.traffic import batch, generator, reference, streaming, topics
 from pipelines.traffic.data import FLOW_TOPIC, OUTPUT_TOPIC, SPEED_TOPIC
+from pipelines.traffic.session import DEFAULT_MASTER, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,38 +93,69 @@ def check_batch(spark: SparkSession, args: argparse.Namespace, run: topics.Range
             "from_timestamp": {**by_time, "expected": sum(e - s for s, e in run.values())}}
 
 
+def start_job(spark: SparkSession, args: argparse.Namespace, checkpoint: str) -> StreamingQuery:
+    """The streaming job over the run's topics; from ``checkpoint`` where it has one, else from the
+    topics' latest offsets."""
+    return streaming.start(spark, args.bootstrap, checkpoint, args.output_topic, starting="latest",
+                           flow_topic=args.flow_topic, speed_topic=args.speed_topic)
+
+
+def snapshot(args: argparse.Namespace) -> dict[str, topics.Ranges]:
+    """The end offsets of the run's three topics, taken before the run to tell its records apart."""
+    return {t: topics.end_offsets(args.bootstrap, t) for t in (args.flow_topic, args.speed_topic, args.output_topic)}
+
+
+def latency_figures(output: list[topics.Record]) -> dict[str, object]:
+    """OSPBench's latency (output timestamp - publishTimestamp) over the output records, in ms."""
+    latency = [r.timestamp_ms - json.loads(r.value)["publishTimestamp"] for r in output]
+    return {"output_records": len(latency),
+            "latency_ms_median": round(statistics.median(latency), 1) if latency else None,
+            "latency_ms_max": max(latency) if latency else None}
+
+
+def verify(spark: SparkSession, args: argparse.Namespace, before: dict[str, topics.Ranges],
+           stats: generator.Stats, started_ms: int) -> tuple[dict[str, object], bool]:
+    """Read the run's input and output back and check the output against the reference
+    (reference.py), and the two batch reads; returns (report, passed)."""
+    ranges = {t: topics.run_ranges(b, topics.end_offsets(args.bootstrap, t)) for t, b in before.items()}
+    read = {t: topics.read_range(args.bootstrap, t, r) for t, r in ranges.items()}
+    verdict = reference.check(read[args.flow_topic], read[args.speed_topic], read[args.output_topic],
+                              sent=stats.sent)
+    batches = check_batch(spark, args, ranges[args.flow_topic], started_ms)
+    report = {"published": stats.sent, "bursts": len(stats.bursts), **verdict.summary(),
+              **latency_figures(read[args.output_topic]), **batches}
+    ok = verdict.ok and all(b["records"] == b["expected"] for b in batches.values())
+    return report, ok
+
+
 def run(spark: SparkSession, args: argparse.Namespace) -> tuple[dict[str, object], bool]:
     """Start the job, publish, drain, then check its output against the reference (reference.py) and
     the two batch reads; returns (report, passed)."""
-    names = (args.flow_topic, args.speed_topic, args.output_topic)
-    before = {t: topics.end_offsets(args.bootstrap, t) for t in names}
-    checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="traffic-ckpt-")
-    query = streaming.start(spark, args.bootstrap, checkpoint, args.output_topic, starting="latest",
-                            flow_topic=args.flow_topic, speed_topic=args.speed_topic)
+    before = snapshot(args)
+    query = start_job(spark, args, args.checkpoint or tempfile.mkdtemp(prefix="traffic-ckpt-"))
     query.processAllAvailable()  # the first (empty) batch pins "latest" before anything is published
     started_ms = int(time.time() * 1000)
     stats = publish(args, end=True)
     error = drain(query, args.drain)
     if error is not None:
         return {"published": stats.sent, "error": str(error)}, False
-    ranges = {t: topics.run_ranges(before[t], topics.end_offsets(args.bootstrap, t)) for t in names}
-    read = {t: topics.read_range(args.bootstrap, t, ranges[t]) for t in names}
-    verdict = reference.check(read[args.flow_topic], read[args.speed_topic], read[args.output_topic],
-                              sent=stats.sent)
-    latency = [r.timestamp_ms - json.loads(r.value)["publishTimestamp"] for r in read[args.output_topic]]
-    batches = check_batch(spark, args, ranges[args.flow_topic], started_ms)
-    report = {"published": stats.sent, "bursts": len(stats.bursts), **verdict.summary(),
-              "output_records": len(latency),
-              "latency_ms_median": round(statistics.median(latency), 1) if latency else None, **batches}
-    ok = verdict.ok and all(b["records"] == b["expected"] for b in batches.values())
-    return report, ok
+    return verify(spark, args, before, stats, started_ms)
+
+
+def spark_conf(args: argparse.Namespace) -> dict[str, str]:
+    """The --conf KEY=VALUE options as Spark settings."""
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--conf {item}: expected KEY=VALUE")
+        conf[key] = value
+    return conf
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pipelines.traffic.session import spark_session
-
     create_topics(args)
-    report, ok = run(spark_session("grete-traffic-run"), args)
+    report, ok = run(spark_session("grete-traffic-run", args.master, spark_conf(args)), args)
     print(json.dumps(report, indent=2, default=str))
     print("OK" if ok else "FAILED: see the report above", file=sys.stderr)
     return 0 if ok else 1
@@ -135,9 +168,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
-    from pipelines.traffic.session import spark_session
-
-    spark = spark_session("grete-traffic-stream")
+    spark = spark_session("grete-traffic-stream", args.master, spark_conf(args))
     query = streaming.start(spark, args.bootstrap, args.checkpoint, args.output_topic, starting=args.starting,
                             available_now=args.available_now, flow_topic=args.flow_topic,
                             speed_topic=args.speed_topic)
@@ -149,9 +180,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from pipelines.traffic.session import spark_session
-
-    spark = spark_session("grete-traffic-batch")
+    spark = spark_session("grete-traffic-batch", args.master, spark_conf(args))
     if args.timestamp_ms is not None:
         df = batch.from_timestamp(spark, args.bootstrap, args.topic, {args.partition: args.timestamp_ms})
     else:
@@ -169,12 +198,17 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--flow-topic", default=FLOW_TOPIC)
     common.add_argument("--speed-topic", default=SPEED_TOPIC)
     common.add_argument("--output-topic", default=OUTPUT_TOPIC)
+    on_spark = argparse.ArgumentParser(add_help=False)
+    on_spark.add_argument("--master", default=DEFAULT_MASTER,
+                          help="Spark master URL, e.g. spark://host:7077 for a standalone cluster")
+    on_spark.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                          help="a Spark setting (repeatable), e.g. spark.executor.memory=2g")
     gen = argparse.ArgumentParser(add_help=False)
     gen.add_argument("--mode", choices=("constant-rate", "periodic-burst"), default="constant-rate")
     gen.add_argument("--duration", type=float, default=30.0, help="seconds of publishing")
     gen.add_argument("--rate", type=float, default=400.0, help="paced messages/s (both topics)")
     gen.add_argument("--burst-volume", type=int, default=34, help="volume iterations per burst (x 380 msgs)")
-    r = sub.add_parser("run", parents=[common, gen], help="end to end against a running broker")
+    r = sub.add_parser("run", parents=[common, on_spark, gen], help="end to end against a running broker")
     r.add_argument("--checkpoint", default=None, help="default: a fresh temporary directory")
     r.add_argument("--drain", type=float, default=120.0,
                    help="seconds the job may take to process everything after publishing")
@@ -188,12 +222,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--end-input", action="store_true",
                    help="end with a record per partition that closes the last windows")
     g.set_defaults(fn=cmd_generate)
-    s = sub.add_parser("stream", parents=[common], help="run the streaming job until Ctrl-C")
+    s = sub.add_parser("stream", parents=[common, on_spark], help="run the streaming job until Ctrl-C")
     s.add_argument("--checkpoint", required=True)
     s.add_argument("--starting", default="latest")
     s.add_argument("--available-now", action="store_true")
     s.set_defaults(fn=cmd_stream)
-    b = sub.add_parser("batch", parents=[common], help="batch read of one partition's range")
+    b = sub.add_parser("batch", parents=[common, on_spark], help="batch read of one partition's range")
     b.add_argument("--topic", default=FLOW_TOPIC)
     b.add_argument("--partition", type=int, default=0)
     b.add_argument("--start", type=int, default=-2, help="first offset (-2: earliest)")

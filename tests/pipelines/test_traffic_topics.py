@@ -3,28 +3,15 @@ replication factor and min.insync.replicas unless options say otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-from grete.testing.cluster import GreteCluster, cluster, zookeeper_available
+from grete.testing.cluster import GreteCluster
 from pipelines.traffic.topics import ensure_topics
 
 pytestmark = pytest.mark.slow
-
-CLUSTER_DEFAULTS = {"default.replication.factor": "3", "min.insync.replicas": "2",
-                    "offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3"}
-
-
-@pytest.fixture(scope="module")
-def three_brokers() -> Iterator[GreteCluster]:
-    missing = zookeeper_available()
-    if missing:
-        pytest.skip(missing)
-    with cluster(3, overrides=CLUSTER_DEFAULTS) as running:
-        yield running
 
 
 def replicas_and_min_insync(admin: Any, topic: str) -> tuple[set[int], str, bool]:
