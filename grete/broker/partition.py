@@ -378,7 +378,7 @@ class Partition:
         result = self._log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
         if self._verifying and batch.is_transactional:
             self._clear_verification(batch, transaction_version)
-        self._advance_high_watermark(appended=True)
+        self._advance_high_watermark(appended=True, control=batch.is_control)
         return result
 
     def _check_tv2_marker(self, batch: RecordBatch) -> None:
@@ -438,16 +438,20 @@ class Partition:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.index} is offline")
         self._log.append_as_follower(records, now_ms=now_ms)
 
-    def _advance_high_watermark(self, *, appended: bool = False) -> None:
+    def _advance_high_watermark(self, *, appended: bool = False, control: bool = False) -> None:
         """Kafka's maybeIncrementLeaderHW. A single replica: everything appended is replicated. In
         a cluster: the smallest log end offset over the leader and the followers of the (maximal)
         ISR, never going back, and not moving at all while the ISR is below min.insync.replicas
         (3.9's strict rule). Completes acks=all produces; wakes only the parked fetches that can
         now return something: followers on an append, consumers when the high watermark or the
         last stable offset moved. A follower's fetch that moves neither wakes nobody, so idle
-        followers and consumers do not answer each other empty."""
+        followers and consumers do not answer each other empty.
+
+        The last stable offset (the high watermark, or the first offset of an open transaction
+        below it) moves only with the high watermark or when a ``control`` batch (a transaction
+        marker) ends a transaction: an append of records opens none below the high watermark."""
         log = self._log
-        before = (log.high_watermark, log.last_stable_offset)
+        high_watermark = log.high_watermark
         if not self.replicated:
             self._set_high_watermark(log.log_end_offset)
         elif self.is_leader:
@@ -458,18 +462,18 @@ class Partition:
                     if follower is not None:
                         candidates.append(follower.log_end_offset)
                 new = min(candidates)
-                if new > log.high_watermark:
+                if new > high_watermark:
                     self._set_high_watermark(new)
             self._complete_produce_waiters()
-        consumers = (log.high_watermark, log.last_stable_offset) != before
-        if appended or consumers:
+        consumers = control or log.high_watermark != high_watermark
+        if (appended or consumers) and (self.direct_watch is not None or self.replica_push is not None):
             self._changed()
-        if appended:
-            _complete(self._replica_waiters)
-            self._replica_waiters = []
-        if consumers:
-            _complete(self._waiters)
-            self._waiters = []
+        if appended and self._replica_waiters:
+            waiters, self._replica_waiters = self._replica_waiters, []
+            _complete(waiters)
+        if consumers and self._waiters:
+            waiters, self._waiters = self._waiters, []
+            _complete(waiters)
 
     def _set_high_watermark(self, offset: int) -> None:
         self._log.high_watermark = offset

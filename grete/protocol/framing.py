@@ -177,6 +177,9 @@ class FrameReader:
             raise ProtocolError(f"negative frame size {size}")
         if size > self.max_frame:
             raise FrameTooLarge(size, self.max_frame)
+        if self._memory.capacity < 0:  # unbounded (the default): nothing to count, nobody ever waits
+            self._admitted = True
+            return True
         if not self._memory.try_reserve(size):
             self.starved = True
             return False
