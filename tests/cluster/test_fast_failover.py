@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from grete.testing.cluster import GreteCluster, cluster
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
@@ -38,7 +39,11 @@ def state(zk: KazooClient, topic: str, partition: int) -> dict[str, object]:
 
 
 def controller(zk: KazooClient) -> int:
-    found = zk.exists("/controller") and zk.get("/controller")[0]
+    """The active controller's id, -1 while there is none (the znode may vanish between two reads)."""
+    try:
+        found = zk.get("/controller")[0]
+    except NoNodeError:
+        return -1
     return int(json.loads(found)["brokerid"]) if found else -1
 
 
