@@ -1,4 +1,5 @@
-"""``python -m tools.codegen [--specs DIR] [--check]``: regenerate grete/protocol/messages/ from specs."""
+"""``python -m tools.codegen [--specs DIR] [--check]``: regenerate grete/protocol/messages/ and
+grete/protocol/metadata/ from specs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from tools.codegen.emit import HEADER_LINE, api_base, module_name
 from tools.codegen.emit import emit_module as emit_module
+from tools.codegen.metadata import CONTROL_VALUES, render_metadata
 from tools.codegen.specs import Message, load_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,9 +23,10 @@ LOCAL_SPECS = Path(__file__).resolve().parent / "specs_local"
 GRETE_SPECS = ROOT / "specs"
 GRETE_SPEC_DIRS = ["grete"]
 OUT_DIR = ROOT / "grete" / "protocol" / "messages"
+METADATA_OUT_DIR = ROOT / "grete" / "protocol" / "metadata"
 
-# "data" schemas the broker needs; the rest (KRaft control records, forwarded principals) are not
-# part of the client protocol and are reported as skipped.
+# "data" schemas the broker needs; the KRaft control-record values go to grete/protocol/metadata, the rest
+# (forwarded principals, ...) are not part of the client protocol and are reported as skipped.
 DATA_WANTED = {"ConsumerProtocolSubscription", "ConsumerProtocolAssignment"}
 
 
@@ -33,6 +36,8 @@ def select(messages: dict[str, Message]) -> tuple[dict[str, list[Message]], list
     for name, msg in sorted(messages.items()):
         if msg.type in ("request", "response") or name in DATA_WANTED:
             modules.setdefault(module_name(msg), []).append(msg)
+        elif name in CONTROL_VALUES:
+            skipped.append(f"{name}: KRaft control-record value, generated in grete/protocol/metadata")
         elif msg.type == "header":
             skipped.append(f"{name}: header, hand-written in grete/protocol/headers.py")
         else:
@@ -119,10 +124,10 @@ def render_init(modules: dict[str, list[Message]]) -> str:
     ]
     apis: list[tuple[int, str, Message, Message]] = []
     for msgs in modules.values():
-        req = [m for m in msgs if m.type == "request"]
-        resp = [m for m in msgs if m.type == "response"]
-        if req and resp:
-            apis.append((req[0].api_key or 0, api_base(req[0].name), req[0], resp[0]))
+        reqs = [m for m in msgs if m.type == "request"]
+        resps = [m for m in msgs if m.type == "response"]
+        if reqs and resps:
+            apis.append((reqs[0].api_key or 0, api_base(reqs[0].name), reqs[0], resps[0]))
     for key, name, req, resp in sorted(apis, key=lambda a: a[0]):
         lo = min(req.valid | resp.valid)
         hi = max(req.valid | resp.valid)
@@ -184,32 +189,39 @@ def render_all(spec_root: Path, own_specs: Path | None = GRETE_SPECS,
     return files, notes + skipped
 
 
+def sync(out: Path, files: dict[str, str], check: bool) -> list[str]:
+    """Bring ``out`` to ``files`` (or, with ``check``, only compare); returns what differs."""
+    existing = {p.name for p in out.glob("*.py")} if out.is_dir() else set()
+    stale = sorted(existing - set(files))
+    changed = sorted(n for n, text in files.items()
+                     if not (out / n).is_file() or (out / n).read_text(encoding="utf-8") != text)
+    where = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    if check:
+        return [f"out of date: {where / n}" for n in changed] + [f"stale (not generated): {where / n}" for n in stale]
+    out.mkdir(parents=True, exist_ok=True)
+    for n in changed:
+        (out / n).write_text(files[n], encoding="utf-8")
+    for n in stale:
+        (out / n).unlink()
+    print(f"{where}: {len(files)} files, {len(changed)} written, {len(stale)} removed", file=sys.stderr)
+    return []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.codegen", description=__doc__)
     parser.add_argument("--specs", type=Path, default=DEFAULT_SPECS)
     parser.add_argument("--out", type=Path, default=OUT_DIR)
+    parser.add_argument("--metadata-out", type=Path, default=METADATA_OUT_DIR)
     parser.add_argument("--check", action="store_true", help="exit 1 if regenerating would change anything")
     args = parser.parse_args(argv)
     files, notes = render_all(args.specs)
-    for n in notes:
+    metadata_files, metadata_notes = render_metadata(args.specs, SPEC_DIRS)
+    for n in notes + metadata_notes:
         print(f"note: {n}", file=sys.stderr)
-    existing = {p.name for p in args.out.glob("*.py")} if args.out.is_dir() else set()
-    stale = sorted(existing - set(files))
-    changed = sorted(n for n, text in files.items()
-                     if not (args.out / n).is_file() or (args.out / n).read_text(encoding="utf-8") != text)
-    if args.check:
-        for n in changed:
-            print(f"out of date: {n}", file=sys.stderr)
-        for n in stale:
-            print(f"stale (not generated): {n}", file=sys.stderr)
-        return 1 if changed or stale else 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    for n in changed:
-        (args.out / n).write_text(files[n], encoding="utf-8")
-    for n in stale:
-        (args.out / n).unlink()
-    print(f"{len(files)} files, {len(changed)} written, {len(stale)} removed", file=sys.stderr)
-    return 0
+    differs = sync(args.out, files, args.check) + sync(args.metadata_out, metadata_files, args.check)
+    for line in differs:
+        print(line, file=sys.stderr)
+    return 1 if differs else 0
 
 
 if __name__ == "__main__":

@@ -310,11 +310,15 @@ def check_layouts(merged: Message, copies: list[Message]) -> None:
                 raise SpecError(f"{merged.name} v{v}: merged layout differs from {copy.sources[0]}")
 
 
-def load_all(spec_root: Path, dirs: list[str]) -> tuple[dict[str, Message], list[str]]:
-    """Merge every spec found under ``spec_root/<dir>``; returns messages by name and notes."""
+def load_all(spec_root: Path, dirs: list[str],
+             names: frozenset[str] | None = None) -> tuple[dict[str, Message], list[str]]:
+    """Merge every spec found under ``spec_root/<dir>`` (only the files named ``<name>.json`` of
+    ``names``, if given); returns messages by name and notes."""
     copies: dict[str, list[Message]] = {}
     for d in dirs:
         for path in sorted((spec_root / d).glob("*.json")):
+            if names is not None and path.stem not in names:
+                continue
             msg = load_spec(path)
             copies.setdefault(msg.name, []).append(msg)
     notes: list[str] = []
