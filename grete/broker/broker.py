@@ -42,9 +42,10 @@ from grete.broker.share_coordinator import LocalSharePersister, ShareCoordinator
 from grete.broker.share_groups import ShareGroups
 from grete.broker.txn_verification import TxnVerifier
 from grete.coordinator.group import GroupCoordinator
+from grete.coordinator.kraft.local import open_local_store
+from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.coordinator.metadata import (
     ChangeKind,
-    LocalMetadataStore,
     MetadataChange,
     MetadataStore,
     TopicExists,
@@ -120,8 +121,8 @@ class Broker:
         self.log_dirs = config.log_dirs
         # None on the embedded single node, which is the whole cluster.
         self.cluster = cluster
-        self.metadata: MetadataStore = metadata or LocalMetadataStore(self.log_dirs[0],
-                                                                      cluster_id=config.raw("cluster.id"))
+        self.metadata: MetadataStore = metadata or open_local_store(self.log_dirs[0], self.node_id,
+                                                                    cluster_id=config.raw("cluster.id"))
         self._apply_dynamic_configs()
         # Kafka's ACL authorizer when authorizer.class.name names it; None: every request allowed.
         self.authorizer = _acl_authorizer(config, self.metadata)
@@ -149,7 +150,7 @@ class Broker:
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
-        self.features = Features(self.metadata if isinstance(self.metadata, LocalMetadataStore) and cluster is None
+        self.features = Features(self.metadata if isinstance(self.metadata, KRaftMetadataStore) and cluster is None
                                  else None, self.node_id)
         self.share_groups = ShareGroups(config, self.metadata, self.partition)
         # The share coordinator of the __share_group_state partitions this broker leads; share-partition
@@ -170,6 +171,11 @@ class Broker:
         self.started_at = time.monotonic()
 
     # --- dynamic broker configs ------------------------------------------------------------------
+    def close_metadata(self) -> None:
+        """The single node's metadata log closes with the broker (a cluster's store is ZooKeeper)."""
+        if isinstance(self.metadata, KRaftMetadataStore):
+            self.metadata.close()
+
     def _apply_dynamic_configs(self) -> None:
         self.config.set_dynamic(self.metadata.broker_configs(str(self.node_id)), self.metadata.broker_configs(""))
 

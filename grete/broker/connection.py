@@ -34,7 +34,7 @@ from grete.broker.channel import IdleClock, ResponseQueue, Slot
 from grete.broker.context import CloseConnection, RequestContext, Session
 from grete.broker.metrics import FETCH_CONSUMER, FETCH_FOLLOWER
 from grete.broker.pipeline import NotAuthenticated, Pipeline
-from grete.broker.registry import DIRECT_APIS, ZK_BROKER_APIS, Handler, handlers
+from grete.broker.registry import DIRECT_APIS, KRAFT_APIS, ZK_BROKER_APIS, Handler, handlers
 from grete.broker.writers import Writer, writer_for
 from grete.protocol.codec import Message, Reader
 from grete.protocol.codec import Writer as Encoder
@@ -268,6 +268,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         header, body_pos = decode_request_header(frame)
         handler = self._handlers.get(header.api_key)
         if header.api_key in ZK_BROKER_APIS and self.broker.cluster is None:
+            handler = None
+        if header.api_key in KRAFT_APIS and self.broker.cluster is not None:
             handler = None
         if header.api_key in DIRECT_APIS and self.broker.direct is None:
             handler = None

@@ -15,8 +15,8 @@ cluster speaks, and each group protocol runs whatever its own configs say).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from grete.coordinator.metadata import LocalMetadataStore
 from grete.protocol.errors import ErrorCode, KafkaError
 
 
@@ -62,11 +62,18 @@ class FeatureUpdate:
     upgrade_type: int  # UPGRADE, SAFE_DOWNGRADE or UNSAFE_DOWNGRADE (v0's AllowDowngrade mapped)
 
 
-class Features:
-    """The finalized levels; their owner is the metadata store (the single node's file), None in a
-    ZooKeeper cluster."""
+class FeatureStore(Protocol):
+    """Where finalized levels live: the single node's metadata (FeatureLevelRecords in its log)."""
 
-    def __init__(self, store: LocalMetadataStore | None, node_id: int) -> None:
+    def finalized_features(self) -> tuple[int, dict[str, int] | None]: ...
+    async def set_finalized_features(self, levels: dict[str, int]) -> int: ...
+
+
+class Features:
+    """The finalized levels; their owner is the metadata store (the single node's metadata log), None
+    in a ZooKeeper cluster."""
+
+    def __init__(self, store: FeatureStore | None, node_id: int) -> None:
         self.store = store
         self.node_id = node_id
         self._levels: dict[str, int] = {}

@@ -147,6 +147,7 @@ class Node:
             await groups.shutdown()
         broker.replicas.shutdown()
         broker.log_manager.shutdown()
+        broker.close_metadata()
         release_all(self.dir_locks)
         if self.zk_broker is not None:
             await self.zk_broker.stop()  # the session ends: our registration vanishes at once

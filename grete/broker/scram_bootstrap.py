@@ -2,8 +2,8 @@
 so a SASL node's first admin needs no PLAIN login (Kafka: ``kafka-storage format --add-scram``;
 ZooKeeper mode: ``kafka-configs --zookeeper ... --add-config SCRAM-SHA-256=[password=...]``).
 
-The embedded single node keeps credentials in its metadata file (``LocalMetadataStore`` in the first
-log dir), written under the log dir's lock so a running broker is never written behind; a ZooKeeper
+The embedded single node keeps credentials in its metadata log (UserScramCredentialRecords in the
+first log dir's ``__cluster_metadata-0``), written under the log dir's lock so a running broker is never written behind; a ZooKeeper
 cluster in ``/config/users/<name>`` beside the user's quotas, followed by a
 ``/config/changes`` notification so running brokers pick it up too, as kafka-configs does.
 """
@@ -23,7 +23,8 @@ from grete.broker.delegation_tokens import scram_credential_for
 from grete.broker.handlers.alter_user_scram_credentials import MAX_ITERATIONS, MIN_ITERATIONS
 from grete.broker.sasl import SCRAM_MECHANISMS
 from grete.coordinator import zk_layout as zk
-from grete.coordinator.metadata import LocalMetadataStore, ScramCredential
+from grete.coordinator.kraft.local import open_local_store
+from grete.coordinator.metadata import ScramCredential
 from grete.storage.dir_lock import LogDirLockedError, lock_dir
 
 # Kafka's --add-scram value: MECHANISM=[key=value,...]; a value may be double-quoted.
@@ -100,12 +101,15 @@ def add_credentials(config: BrokerConfig, users: list[ScramUser]) -> str:
                             "--bootstrap-server ... --alter --add-config 'SCRAM-SHA-256=[password=...]' "
                             "--entity-type users --entity-name ...)") from None
     try:
-        store = LocalMetadataStore(config.log_dirs[0], cluster_id=config.raw("cluster.id"))
-        for user, credential in credentials:
-            asyncio.run(store.set_scram_credential(user.name, user.mechanism, credential))
+        store = open_local_store(config.log_dirs[0], config.node_id, cluster_id=config.raw("cluster.id"))
+        try:
+            for user, credential in credentials:
+                asyncio.run(store.set_scram_credential(user.name, user.mechanism, credential))
+        finally:
+            store.close()
     finally:
         lock.release()
-    return str(store.path)
+    return str(store.quorum.partition_dir)
 
 
 def _write_zookeeper(connect: str, credentials: list[tuple[ScramUser, ScramCredential]]) -> None:

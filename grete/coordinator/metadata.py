@@ -203,11 +203,12 @@ class MetadataStore(Protocol):
     async def remove_delegation_token(self, token_id: str) -> None: ...
 
 
-class LocalMetadataStore:
-    """Single-node metadata in ``<log dir>/grete-metadata.json``; every broker id is this node."""
+class MetadataState:
+    """The metadata a store holds in memory, and its reads: the part every store shares. Stores
+    differ in how a change becomes durable (a JSON file, ZooKeeper, the KRaft metadata log)."""
 
-    def __init__(self, directory: Path, *, cluster_id: str | None = None) -> None:
-        self.path = directory / METADATA_FILE
+    def __init__(self) -> None:
+        self.cluster_id = ""
         self._topics: dict[str, TopicMeta] = {}
         self._by_id: dict[uuid.UUID, TopicMeta] = {}
         # Dynamic broker configs by scope, as /config/brokers/<scope> holds them under ZooKeeper:
@@ -225,12 +226,6 @@ class LocalMetadataStore:
         self._features_epoch = 0
         self._tokens: dict[str, DelegationTokenInfo] = {}
         self.changes = ChangeFeed()
-        if self.path.exists():
-            self._load()
-        else:
-            self.cluster_id = cluster_id or uuid_to_kafka(new_topic_id())
-            directory.mkdir(parents=True, exist_ok=True)
-            self._save()
 
     # --- reads ---------------------------------------------------------------------------------
     def topics(self) -> dict[str, TopicMeta]:
@@ -245,6 +240,14 @@ class LocalMetadataStore:
     def broker_configs(self, scope: str) -> dict[str, str]:
         return dict(self._broker_configs.get(scope, {}))
 
+    def broker_scopes(self) -> list[str]:
+        """The scopes with dynamic broker configs: broker ids, and "" for the cluster default."""
+        return sorted(self._broker_configs)
+
+    @property
+    def next_producer_id(self) -> int:
+        return self._next_producer_id
+
     def group_configs(self, group_id: str) -> dict[str, str]:
         return dict(self._group_configs.get(group_id, {}))
 
@@ -257,6 +260,39 @@ class LocalMetadataStore:
 
     def client_metrics_names(self) -> list[str]:
         return sorted(self._client_metrics)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._scram.get(user, {}).get(mechanism)
+
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        return {user: dict(mechanisms) for user, mechanisms in self._scram.items()}
+
+    def acls(self) -> frozenset[AclBinding]:
+        return self._acls
+
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        return {entity: dict(values) for entity, values in self._quotas.items()}
+
+    def delegation_tokens(self) -> dict[str, DelegationTokenInfo]:
+        return self._tokens
+
+    def finalized_features(self) -> tuple[int, dict[str, int] | None]:
+        """(epoch, levels); levels None when never updated (the broker applies its defaults)."""
+        return self._features_epoch, None if self._features is None else dict(self._features)
+
+
+class LocalMetadataStore(MetadataState):
+    """Single-node metadata in ``<log dir>/grete-metadata.json``; every broker id is this node."""
+
+    def __init__(self, directory: Path, *, cluster_id: str | None = None) -> None:
+        super().__init__()
+        self.path = directory / METADATA_FILE
+        if self.path.exists():
+            self._load()
+        else:
+            self.cluster_id = cluster_id or uuid_to_kafka(new_topic_id())
+            directory.mkdir(parents=True, exist_ok=True)
+            self._save()
 
     # --- writes --------------------------------------------------------------------------------
     # The file is local and small: each change is written in place, in the loop step that asked
@@ -361,12 +397,6 @@ class LocalMetadataStore:
         return first
 
     # --- security: SCRAM credentials and ACLs ------------------------------------------
-    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        return self._scram.get(user, {}).get(mechanism)
-
-    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
-        return {user: dict(mechanisms) for user, mechanisms in self._scram.items()}
-
     async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
         """Store (or, with None, delete) one user's credential for one mechanism."""
         before = self._scram
@@ -384,9 +414,6 @@ class LocalMetadataStore:
         self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.SCRAM_CREDENTIALS_CHANGED))
 
-    def acls(self) -> frozenset[AclBinding]:
-        return self._acls
-
     async def add_acls(self, acls: list[AclBinding]) -> None:
         await self._set_acls(self._acls | frozenset(acls))
 
@@ -401,9 +428,6 @@ class LocalMetadataStore:
             self._acls = before
         self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
-
-    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
-        return {entity: dict(values) for entity, values in self._quotas.items()}
 
     async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None:
         """Set (or, with None, remove) quota values of one entity; an entity left without values goes."""
@@ -422,9 +446,6 @@ class LocalMetadataStore:
             self._quotas = before
         self._persist(undo)
         self.changes.publish(MetadataChange(ChangeKind.CLIENT_QUOTAS_CHANGED))
-
-    def delegation_tokens(self) -> dict[str, DelegationTokenInfo]:
-        return self._tokens
 
     async def set_delegation_token(self, token: DelegationTokenInfo) -> None:
         await self._set_tokens({**self._tokens, token.token_id: token})
@@ -484,10 +505,6 @@ class LocalMetadataStore:
         }
 
     # --- finalized features: the single node's stand-in for KRaft's FeatureLevelRecords ----------
-    def finalized_features(self) -> tuple[int, dict[str, int] | None]:
-        """(epoch, levels); levels None when never updated (the broker applies its defaults)."""
-        return self._features_epoch, None if self._features is None else dict(self._features)
-
     async def set_finalized_features(self, levels: dict[str, int]) -> int:
         """Replace the finalized levels (a level of 0 is absent, as Kafka drops it); the new epoch."""
         before = self._features, self._features_epoch

@@ -14,6 +14,9 @@ from grete.protocol.errors import ErrorCode, KafkaError
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 SHARE_GROUP_STATE_TOPIC = "__share_group_state"
+# KRaft's metadata log: one partition, owned by the quorum, never a topic clients see or the log
+# manager opens.
+METADATA_TOPIC = "__cluster_metadata"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC})
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.topics import METADATA_TOPIC
 from grete.storage import io
 from grete.storage.cleaner import LogCleaner
 from grete.storage.config import LogConfig
@@ -167,7 +168,7 @@ class LogManager:
                 continue
             future = parse_future_dir(name)
             parsed = parse_partition_dir(name) or future
-            if parsed is None:
+            if parsed is None or parsed[0] == METADATA_TOPIC:  # the quorum owns the metadata log
                 continue
             config = configs.get(parsed[0]) or self.config_for(parsed[0])
             # The checkpoints hold current logs only: a future log starts from its own files.
@@ -277,6 +278,8 @@ class LogManager:
 
     def dir_failed(self, d: Path, exc: BaseException) -> None:
         """Take ``d`` offline: once, with one log line; its logs stop touching the disk."""
+        import traceback as _tb  # DEBUG
+        log.error("DEBUG dir_failed %s: %r\n%s\nSTACK:\n%s", d, exc, "".join(_tb.format_exception(exc)), "".join(_tb.format_stack()))
         if not self.failures.mark_offline(d, exc):
             return
         reason = describe(exc)

@@ -10,19 +10,19 @@ from pathlib import Path
 import pytest
 
 from grete.broker.client_metrics_configs import validate
-from grete.coordinator.metadata import LocalMetadataStore
+from grete.coordinator.kraft.local import open_local_store
 from grete.protocol.errors import ErrorCode, KafkaError
 
 
 def test_subscriptions_survive_a_restart_and_an_empty_set_deletes(tmp_path: Path) -> None:
-    store = LocalMetadataStore(tmp_path)
+    store = open_local_store(tmp_path, 1)
     asyncio.run(store.set_client_metrics("a", validate({"metrics": " x. , y. ", "interval.ms": "500"})))
     asyncio.run(store.set_client_metrics("b", {"match": "client_id=c"}))
-    again = LocalMetadataStore(tmp_path)
+    again = open_local_store(tmp_path, 1)
     assert again.client_metrics_names() == ["a", "b"]
     assert again.client_metrics("a") == {"metrics": "x.,y.", "interval.ms": "500"}
     asyncio.run(again.set_client_metrics("b", {}))
-    assert LocalMetadataStore(tmp_path).client_metrics_names() == ["a"]
+    assert open_local_store(tmp_path, 1).client_metrics_names() == ["a"]
     assert again.client_metrics("b") == {}
 
 

@@ -10,24 +10,25 @@ from pathlib import Path
 import pytest
 
 from grete.broker.features import SAFE_DOWNGRADE, UPGRADE, Features, FeatureUpdate
-from grete.coordinator.metadata import LocalMetadataStore
+from grete.coordinator.kraft.local import open_local_store
 from grete.protocol.errors import ErrorCode, KafkaError
 
 
 def test_defaults_then_updates_survive_a_restart(tmp_path: Path) -> None:
-    features = Features(LocalMetadataStore(tmp_path), node_id=1)
+    features = Features(open_local_store(tmp_path, 1), node_id=1)
     assert features.finalized() == {"eligible.leader.replicas.version": 1, "group.version": 1, "share.version": 1,
                                     "streams.version": 1, "transaction.version": 2}
     assert not features.refuses(68) and not features.refuses(0)
     asyncio.run(features.update([FeatureUpdate("group.version", 0, SAFE_DOWNGRADE)], validate_only=False))
     assert features.refuses(68) and features.refuses(69) and not features.refuses(76)
-    again = Features(LocalMetadataStore(tmp_path), node_id=1)  # a restart reads the file
-    assert "group.version" not in again.finalized() and again.epoch == features.epoch == 1
+    again = Features(open_local_store(tmp_path, 1), node_id=1)  # a restart replays the metadata log
+    # As in KRaft, the epoch is the metadata log offset of the change.
+    assert "group.version" not in again.finalized() and again.epoch == features.epoch > 0
     assert again.refuses(68)
 
 
 def test_an_update_with_one_bad_feature_changes_nothing(tmp_path: Path) -> None:
-    features = Features(LocalMetadataStore(tmp_path), node_id=1)
+    features = Features(open_local_store(tmp_path, 1), node_id=1)
     updates = [FeatureUpdate("share.version", 0, SAFE_DOWNGRADE), FeatureUpdate("group.version", 5, UPGRADE)]
     with pytest.raises(KafkaError) as refused:
         asyncio.run(features.update(updates, validate_only=False))

@@ -10,7 +10,8 @@ import pytest
 
 from grete.broker.authorizer import AclAuthorizer, configured
 from grete.broker.config import BrokerConfig, ConfigError
-from grete.coordinator.metadata import LocalMetadataStore, ScramCredential
+from grete.coordinator.kraft.local import open_local_store
+from grete.coordinator.metadata import ScramCredential
 from grete.protocol.acls import (
     AclBinding,
     AclFilter,
@@ -32,7 +33,7 @@ def acl(name: str, op: AclOperation, perm: AclPermissionType = ALLOW, principal:
 
 
 def make(tmp_path: Path, acls: list[AclBinding], **config: str) -> AclAuthorizer:
-    store = LocalMetadataStore(tmp_path)
+    store = open_local_store(tmp_path, 1)
     asyncio.run(store.add_acls(acls))
     return AclAuthorizer(BrokerConfig(config), store)
 
@@ -103,7 +104,7 @@ def test_authorize_any_and_operations(tmp_path: Path) -> None:
 
 
 def test_changes_reach_the_authorizer_and_survive_a_restart(tmp_path: Path) -> None:
-    store = LocalMetadataStore(tmp_path)
+    store = open_local_store(tmp_path, 1)
     authorizer = AclAuthorizer(BrokerConfig({}), store)
     assert not can(authorizer, Op.READ, "t")
     binding = acl("t", Op.READ)
@@ -111,13 +112,13 @@ def test_changes_reach_the_authorizer_and_survive_a_restart(tmp_path: Path) -> N
     assert can(authorizer, Op.READ, "t")
     credential = ScramCredential(b"salt", b"stored", b"server", 4096)
     asyncio.run(store.set_scram_credential("alice", "SCRAM-SHA-256", credential))
-    reopened = LocalMetadataStore(tmp_path)
+    reopened = open_local_store(tmp_path, 1)
     assert reopened.acls() == frozenset({binding})
     assert reopened.scram_credential("alice", "SCRAM-SHA-256") == credential
     asyncio.run(store.remove_acls([binding]))
     asyncio.run(store.set_scram_credential("alice", "SCRAM-SHA-256", None))
     assert not can(authorizer, Op.READ, "t")
-    assert LocalMetadataStore(tmp_path).scram_credentials() == {}
+    assert open_local_store(tmp_path, 1).scram_credentials() == {}
 
 
 def test_filters() -> None:

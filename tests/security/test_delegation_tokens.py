@@ -18,7 +18,8 @@ import pytest
 from grete.broker.config import BrokerConfig
 from grete.broker.delegation_tokens import DelegationTokenManager
 from grete.coordinator import zk_layout as zk
-from grete.coordinator.metadata import DelegationTokenInfo, LocalMetadataStore
+from grete.coordinator.kraft.local import open_local_store
+from grete.coordinator.metadata import DelegationTokenInfo
 from grete.protocol.acls import AclOperation, AclPermissionType, PatternType, ResourceType
 from grete.protocol.errors import ErrorCode as E
 from grete.protocol.messages import (
@@ -244,11 +245,11 @@ def test_disabled_without_a_secret_key() -> None:
 
 def test_tokens_persist_in_the_local_store(tmp_path: Path) -> None:
     token = DelegationTokenInfo("tok-1", "User:alice", "User:admin", ("User:bob",), 1, 3, 2)
-    store = LocalMetadataStore(tmp_path)
+    store = open_local_store(tmp_path, 1)
     asyncio.run(store.set_delegation_token(token))
-    assert LocalMetadataStore(tmp_path).delegation_tokens() == {"tok-1": token}
+    assert open_local_store(tmp_path, 1).delegation_tokens() == {"tok-1": token}
     asyncio.run(store.remove_delegation_token("tok-1"))
-    assert LocalMetadataStore(tmp_path).delegation_tokens() == {}
+    assert open_local_store(tmp_path, 1).delegation_tokens() == {}
 
 
 def test_zookeeper_json_as_kafka_39_writes_it() -> None:
@@ -278,7 +279,7 @@ def test_secret_key_is_never_described_and_master_key_is_its_old_name(tb: Runnin
     secret = configs["delegation.token.secret.key"]
     assert (secret.value, secret.is_sensitive) == (None, True)
     assert configs["delegation.token.expiry.check.interval.ms"].value == "200"
-    old = DelegationTokenManager(BrokerConfig({"delegation.token.master.key": "old-key"}), LocalMetadataStore(tmp_path))
+    old = DelegationTokenManager(BrokerConfig({"delegation.token.master.key": "old-key"}), open_local_store(tmp_path, 1))
     assert old.enabled and old.hmac_of("t") == hmac.new(b"old-key", b"t", hashlib.sha512).digest()
     assert not DelegationTokenManager(BrokerConfig({"delegation.token.secret.key": ""}),
-                                      LocalMetadataStore(tmp_path)).enabled
+                                      open_local_store(tmp_path, 1)).enabled

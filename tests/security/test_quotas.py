@@ -14,7 +14,8 @@ from confluent_kafka import Producer
 
 from grete.broker.config import BrokerConfig
 from grete.broker.quotas import FETCH_RATE, PRODUCE_RATE, ClientQuotas, Rate
-from grete.coordinator.metadata import LocalMetadataStore, quota_entity
+from grete.coordinator.kraft.local import open_local_store
+from grete.coordinator.metadata import quota_entity
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     AlterClientQuotasRequest,
@@ -48,13 +49,13 @@ def test_throttle_time_brings_the_rate_back_to_the_quota(tmp_path: Path) -> None
 
 
 def _quotas(tmp_path: Path, entity: set[tuple[str, str | None]], key: str, value: float) -> ClientQuotas:
-    store = LocalMetadataStore(tmp_path)
+    store = open_local_store(tmp_path, 1)
     asyncio.run(store.alter_client_quotas(quota_entity(dict(entity)), {key: value}))
     return ClientQuotas(BrokerConfig({}), store)
 
 
 def test_most_specific_entity_wins(tmp_path: Path) -> None:
-    store = LocalMetadataStore(tmp_path)
+    store = open_local_store(tmp_path, 1)
     quotas = ClientQuotas(BrokerConfig({}), store)
     levels: list[dict[str, str | None]] = [
         {"client-id": None}, {"client-id": "c"}, {"user": None}, {"user": None, "client-id": None},
@@ -74,13 +75,13 @@ def test_most_specific_entity_wins(tmp_path: Path) -> None:
 
 
 def test_quotas_survive_a_restart_of_the_store(tmp_path: Path) -> None:
-    store = LocalMetadataStore(tmp_path)
+    store = open_local_store(tmp_path, 1)
     entity = quota_entity({"user": "alice", "client-id": None})
     asyncio.run(store.alter_client_quotas(entity, {PRODUCE_RATE: 2048.0, "request_percentage": 12.5}))
-    assert LocalMetadataStore(tmp_path).client_quotas() == {entity: {PRODUCE_RATE: 2048.0,
+    assert open_local_store(tmp_path, 1).client_quotas() == {entity: {PRODUCE_RATE: 2048.0,
                                                                      "request_percentage": 12.5}}
     asyncio.run(store.alter_client_quotas(entity, {PRODUCE_RATE: None, "request_percentage": None}))
-    assert LocalMetadataStore(tmp_path).client_quotas() == {}
+    assert open_local_store(tmp_path, 1).client_quotas() == {}
 
 
 # --- the admin APIs on the wire ----------------------------------------------------------------

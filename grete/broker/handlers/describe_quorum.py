@@ -1,0 +1,50 @@
+"""DescribeQuorum (55): v0-2, the state of the KRaft metadata quorum (``kafka-metadata-quorum describe``).
+
+Served by a node that runs a quorum: the embedded node, a quorum of one whose only voter is itself
+and always its leader. As Kafka's KafkaApis and KafkaRaftClient: DESCRIBE on the cluster first
+(else CLUSTER_AUTHORIZATION_FAILED for the whole request), then the request must name exactly
+``__cluster_metadata`` partition 0 (else UNKNOWN_TOPIC_OR_PARTITION on each partition it names).
+The leader reports itself as caught up now; v2 adds the voters' directory ids and their endpoints.
+A ZooKeeper-mode broker has no quorum, neither advertises nor serves this API (as Kafka 3.9's).
+"""
+
+from __future__ import annotations
+
+import time
+
+from grete.broker.authz import cluster_allowed
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.coordinator.kraft.store import KRaftMetadataStore
+from grete.protocol.acls import AclOperation
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+from grete.protocol.topics import METADATA_TOPIC
+
+Response = DescribeQuorumResponse
+
+
+@api(55, 0, 2)
+def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+    if not cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
+    store = ctx.broker.metadata
+    asked = [(t.topic_name, p.partition_index) for t in request.topics for p in t.partitions]
+    if asked != [(METADATA_TOPIC, 0)] or not isinstance(store, KRaftMetadataStore):
+        return Response(error_code=0, topics=[Response.TopicData(topic_name=t.topic_name, partitions=[
+            Response.PartitionData(partition_index=p.partition_index,
+                                   error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, leader_id=-1, leader_epoch=-1,
+                                   high_watermark=-1) for p in t.partitions]) for t in request.topics])
+    quorum = store.quorum
+    now = int(time.time() * 1000)
+    leader = Response.ReplicaState(replica_id=quorum.node_id, replica_directory_id=quorum.directory_id,
+                                   log_end_offset=quorum.log_end_offset, last_fetch_timestamp=now,
+                                   last_caught_up_timestamp=now)
+    partition = Response.PartitionData(partition_index=0, error_code=0, leader_id=quorum.leader_id,
+                                       leader_epoch=quorum.epoch, high_watermark=quorum.high_watermark,
+                                       current_voters=[leader], observers=[])
+    # The voter's endpoints: this node serves the quorum on its own listeners.
+    node = Response.Node(node_id=quorum.node_id, listeners=[
+        Response.Listener(name=a.name, host=a.host, port=a.port) for a in ctx.broker.advertised])
+    return Response(error_code=0, topics=[Response.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])],
+                    nodes=[node])

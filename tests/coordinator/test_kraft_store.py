@@ -1,0 +1,137 @@
+"""The embedded node's metadata as a KRaft quorum of one: every change a record batch in
+``__cluster_metadata-0``, replayed at start; an old ``grete-metadata.json`` taken over once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from grete.coordinator.kraft.local import IMPORTED_SUFFIX, open_local_store
+from grete.coordinator.kraft.quorum import QUORUM_STATE_FILE, SingleVoterQuorum
+from grete.coordinator.kraft.store import KRaftMetadataStore
+from grete.coordinator.metadata import (
+    METADATA_FILE,
+    DelegationTokenInfo,
+    LocalMetadataStore,
+    ScramCredential,
+    TopicExists,
+    quota_entity,
+)
+from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from grete.protocol.errors import KafkaError
+from grete.protocol.metadata import LeaderChangeMessage, PartitionRecord, RemoveTopicRecord, TopicRecord
+from grete.protocol.metadata_frame import decode_control_value
+from grete.protocol.records.control import ControlType, parse_control_key
+from grete.protocol.records.record import decode_records
+from grete.storage.files import META_PROPERTIES, read_properties
+
+ACL = AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
+                 AclPermissionType.ALLOW)
+CREDENTIAL = ScramCredential(b"salt", b"stored", b"server", 4096)
+TOKEN = DelegationTokenInfo("tok", "User:alice", "User:alice", ("User:bob",), 1, 3, 2)
+
+
+def _reopen(store: KRaftMetadataStore, directory: Path) -> KRaftMetadataStore:
+    store.close()
+    return open_local_store(directory, store.quorum.node_id)
+
+
+async def _change_everything(store: KRaftMetadataStore) -> None:
+    await store.create_topic("orders", {0: [1], 1: [1]}, {"retention.ms": "1000", "cleanup.policy": "compact"})
+    await store.create_topic("gone", {0: [1]}, {"retention.ms": "5"})
+    await store.delete_topic("gone")
+    await store.add_partitions("orders", {2: [1]})
+    await store.set_topic_configs("orders", {"retention.ms": "2000"})
+    await store.set_broker_configs("", {"log.retention.ms": "7"})
+    await store.set_broker_configs("1", {"log.cleaner.threads": "2"})
+    await store.set_group_configs("g", {"share.auto.offset.reset": "earliest"})
+    await store.set_client_metrics("m", {"interval.ms": "1000"})
+    await store.set_scram_credential("alice", "SCRAM-SHA-256", CREDENTIAL)
+    await store.set_scram_credential("bob", "SCRAM-SHA-512", CREDENTIAL)
+    await store.set_scram_credential("bob", "SCRAM-SHA-512", None)
+    await store.add_acls([ACL])
+    await store.alter_client_quotas(quota_entity({"user": "alice"}), {"producer_byte_rate": 1024.0})
+    await store.alter_client_quotas(quota_entity({"client-id": None}), {"consumer_byte_rate": 5.0})
+    await store.alter_client_quotas(quota_entity({"client-id": None}), {"consumer_byte_rate": None})
+    await store.set_delegation_token(TOKEN)
+    assert await store.allocate_producer_ids(1000) == 0
+    await store.set_finalized_features({"group.version": 1, "share.version": 0})
+
+
+def _state(store: KRaftMetadataStore) -> dict[str, object]:
+    topics = {name: (t.topic_id, t.configs, {i: (p.leader, p.leader_epoch, p.replicas, p.isr)
+                                           for i, p in t.partitions.items()}) for name, t in store.topics().items()}
+    return {"topics": topics, "brokers": (store.broker_configs(""), store.broker_configs("1")),
+            "groups": store.group_configs("g"), "metrics": store.client_metrics("m"),
+            "scram": store.scram_credentials(), "acls": store.acls(), "quotas": store.client_quotas(),
+            "tokens": store.delegation_tokens(), "features": store.finalized_features()[1],
+            "next_producer_id": store.next_producer_id, "cluster": store.cluster_id}
+
+
+def test_every_change_survives_a_restart(tmp_path: Path) -> None:
+    store = open_local_store(tmp_path, 1)
+    asyncio.run(_change_everything(store))
+    before = _state(store)
+    assert before["topics"]["orders"][1] == {"retention.ms": "2000"}  # type: ignore[index]
+    assert set(before["topics"]) == {"orders"}  # type: ignore[arg-type]
+    assert before["scram"] == {"alice": {"SCRAM-SHA-256": CREDENTIAL}}
+    assert before["quotas"] == {quota_entity({"user": "alice"}): {"producer_byte_rate": 1024.0}}
+    assert before["features"] == {"group.version": 1}
+    again = _reopen(store, tmp_path)
+    assert _state(again) == before
+    assert again.records_applied > 20
+    with pytest.raises(TopicExists):
+        asyncio.run(again.create_topic("orders", {0: [1]}, {}))
+    assert asyncio.run(again.allocate_producer_ids(1000)) == 1000  # ids never repeat
+    again.close()
+
+
+def test_records_are_kafkas_and_every_start_is_a_new_epoch(tmp_path: Path) -> None:
+    store = open_local_store(tmp_path, 7)
+    asyncio.run(store.create_topic("t", {0: [7]}, {}))
+    store = _reopen(store, tmp_path)
+    store.close()
+    quorum = SingleVoterQuorum(tmp_path, 7, store.quorum.directory_id)
+    kinds = [type(record) for _offset, record, _version in quorum.replay()]
+    assert kinds.count(TopicRecord) == 1 and kinds.count(PartitionRecord) == 1 and RemoveTopicRecord not in kinds
+    leaders = []
+    for batch in quorum.log.batches(0):
+        if batch.is_control:
+            (record,) = decode_records(batch)
+            assert parse_control_key(record.key) == ControlType.LEADER_CHANGE
+            message = decode_control_value(ControlType.LEADER_CHANGE, record.value or b"")
+            assert isinstance(message, LeaderChangeMessage)
+            leaders.append((batch.partition_leader_epoch, message.leader_id))
+    assert leaders == [(1, 7), (2, 7)]
+    state = json.loads((quorum.partition_dir / QUORUM_STATE_FILE).read_text())
+    assert state == {"leaderId": 7, "leaderEpoch": 2, "votedId": -1, "data_version": 1}
+    quorum.close()
+
+
+def test_a_dir_formatted_for_another_node_is_refused(tmp_path: Path) -> None:
+    open_local_store(tmp_path, 7).close()
+    with pytest.raises(KafkaError) as refused:
+        open_local_store(tmp_path, 8)
+    assert str(tmp_path / META_PROPERTIES) in (refused.value.message or "")
+
+
+def test_a_data_dir_of_the_json_file_is_taken_over_once(tmp_path: Path) -> None:
+    legacy = LocalMetadataStore(tmp_path)
+    meta = asyncio.run(legacy.create_topic("old", {0: [1], 1: [1]}, {"retention.ms": "9"}))
+    meta.partitions[1].leader_epoch = 5  # epochs must not go back: clients ignore older metadata
+    legacy._save()
+    asyncio.run(legacy.add_acls([ACL]))
+    store = open_local_store(tmp_path, 1)
+    assert store.cluster_id == legacy.cluster_id
+    assert read_properties(tmp_path / META_PROPERTIES)["cluster.id"] == legacy.cluster_id  # type: ignore[index]
+    old = store.topic("old")
+    assert old is not None and old.topic_id == meta.topic_id and old.configs == {"retention.ms": "9"}
+    assert old.partitions[1].leader_epoch == 5 and store.acls() == {ACL}
+    assert not (tmp_path / METADATA_FILE).exists() and (tmp_path / (METADATA_FILE + IMPORTED_SUFFIX)).exists()
+    applied = store.records_applied
+    again = _reopen(store, tmp_path)
+    assert again.records_applied == applied and again.topic("old") is not None  # imported once, not twice
+    again.close()
