@@ -1,5 +1,6 @@
 """Command line: ``grete serve [server.properties] [--override key=value ...]``, ``grete cluster``
-(docs/cluster.md) and ``grete scram add`` (docs/security.md)."""
+(docs/cluster.md), ``grete scram add`` (docs/security.md) and ``grete storage`` (kafka-storage's
+random-uuid, format and info; docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     scram.add_argument("--password", help="the user's password (with --user)")
     scram.add_argument("--mechanism", default="SCRAM-SHA-256", help="SCRAM-SHA-256 (default) or SCRAM-SHA-512")
     scram.add_argument("--iterations", type=int, default=4096, help="4096 (default) to 16384")
+    from grete.broker import storage_tool
+
+    storage_tool.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "storage":
+        return storage_tool.run(args)
     if args.command == "cluster":
         return run_cluster(args) if args.action is None else control_cluster(args)
     if args.command == "scram":

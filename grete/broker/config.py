@@ -185,15 +185,40 @@ _UNIT_FALLBACKS: dict[str, list[tuple[str, int]]] = {
 }
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
-    _d("node.id", INT, "1", "this broker's id (KRaft name)"),
-    _d("broker.id", INT, "-1", "this broker's id (ZooKeeper-era name; node.id wins when both are set)"),
+    # Kafka 4 requires node.id (no default); grete's embedded single node is node 1 unless told
+    # otherwise. broker.id is its synonym: either sets both, and both set must agree (KafkaConfig).
+    _d("node.id", INT, "1", "The node ID associated with the roles this process is playing when "
+       "<code>process.roles</code> is non-empty. This is required configuration when running in KRaft mode.",
+       minimum=0),
+    _d("broker.id", INT, "-1", "The broker id for this server."),
     _d("listeners", LIST, "PLAINTEXT://127.0.0.1:9092"),
     _d("advertised.listeners", LIST, None),
     _d("listener.security.protocol.map", LIST,
        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
     _d("inter.broker.listener.name", STR, None),
-    _d("process.roles", LIST, "broker,controller"),
-    _d("controller.listener.names", LIST, None),
+    # Kafka 4 requires process.roles (no default); grete's embedded single node is combined.
+    _d("process.roles", LIST, "broker,controller", "The roles that this process plays: 'broker', "
+       "'controller', or 'broker,controller' if it is both.", choices=("broker", "controller"), allow_empty=True),
+    _d("controller.listener.names", LIST, None, "A comma-separated list of the names of the listeners used by "
+       "the controller. This is required when communicating with the controller quorum, the broker will always "
+       "use the first listener in this list."),
+    _d("controller.quorum.voters", LIST, "", "Map of id/endpoint information for the set of voters in a "
+       "comma-separated list of <code>{id}@{host}:{port}</code> entries. This is the old way of defining "
+       "membership for controller quorums and should NOT be set if using dynamic quorums. Instead, "
+       "controller.quorum.bootstrap.servers should be set,and the voter set is determined by the --standalone "
+       "or --initial-controllers flags when formatting.For example: "
+       "<code>1@localhost:9092,2@localhost:9093,3@localhost:9094</code>"),
+    _d("controller.quorum.bootstrap.servers", LIST, "", "List of endpoints to use for bootstrapping the cluster "
+       "metadata. The endpoints are specified in comma-separated list of <code>{host}:{port}</code> entries. "
+       "For example: <code>localhost:9092,localhost:9093,localhost:9094</code>."),
+    _d("metadata.log.dir", STR, None, "This configuration determines where we put the metadata log. If it is "
+       "not set, the metadata log is placed in the first log directory from log.dirs."),
+    _d("controller.quorum.election.timeout.ms", INT, "1000", "Maximum time in milliseconds to wait without "
+       "being able to fetch from the leader before triggering a new election", minimum=0),
+    _d("controller.quorum.fetch.timeout.ms", INT, "2000", "Maximum time without a successful fetch from the "
+       "current leader before becoming a candidate and triggering an election for voters; Maximum time a "
+       "leader can go without receiving valid fetch or fetchSnapshot request from a majority of the quorum "
+       "before resigning.", minimum=0),
     _d("log.dirs", LIST, None),
     _d("log.dir", STR, "./grete-data"),
     _d("num.partitions", INT, "1", minimum=1),
@@ -600,6 +625,12 @@ def _check_resizes(configs: Mapping[str, str], current: BrokerConfig) -> None:
             raise invalid(f"Log cleaner threads cannot be increased to more than double the current value {old}")
 
 
+def _check_node_id_synonym(props: Mapping[str, str]) -> None:
+    """Kafka 4's KafkaConfig: node.id and broker.id name one id; set both, they must agree."""
+    if "node.id" in props and "broker.id" in props and int(props["node.id"]) != int(props["broker.id"]):
+        raise ConfigError("You must set `node.id` to the same value as `broker.id`.")
+
+
 def _broker_default_for_topic(topic_key: str) -> str | None:
     definition, synonym = TOPIC_CONFIGS[topic_key]
     if synonym is None:
@@ -628,6 +659,7 @@ class BrokerConfig:
             else:
                 definition.parse(raw)  # validate early: a bad value stops start-up with its name
             self.originals[key] = raw
+        _check_node_id_synonym(self.originals)
 
     @classmethod
     def load(cls, path: str | Path | None, overrides: Iterable[str] = (), *,
