@@ -27,6 +27,7 @@ from grete.protocol.metadata_frame import decode_control_value
 from grete.protocol.records.control import ControlType, parse_control_key
 from grete.protocol.records.record import decode_records
 from grete.storage.files import META_PROPERTIES, read_properties
+from tools import kafka_dist
 
 ACL = AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
                  AclPermissionType.ALLOW)
@@ -135,3 +136,29 @@ def test_a_data_dir_of_the_json_file_is_taken_over_once(tmp_path: Path) -> None:
     again = _reopen(store, tmp_path)
     assert again.records_applied == applied and again.topic("old") is not None  # imported once, not twice
     again.close()
+
+
+def test_a_snapshot_replaces_the_log_it_covers(tmp_path: Path) -> None:
+    store = open_local_store(tmp_path, 1, snapshot_bytes=2000)
+    asyncio.run(_change_everything(store))
+    for index in range(20):  # enough records for a few snapshots
+        asyncio.run(store.create_topic(f"t{index}", {0: [1]}, {"retention.ms": str(index)}))
+    before = _state(store)
+    partition_dir = store.quorum.partition_dir
+    snapshots = sorted(partition_dir.glob("*.checkpoint"))
+    assert len(snapshots) == 1  # older ones go with the segments they cover
+    end = int(snapshots[0].name.split("-")[0])
+    assert store.quorum.log.log_start_offset == end > 0
+    segments = sorted(p.name for p in partition_dir.glob("*.log"))
+    assert all(int(name.removesuffix(".log")) >= end for name in segments)
+    store.close()
+    again = open_local_store(tmp_path, 1, snapshot_bytes=2000)
+    assert _state(again) == before
+    assert again.acls() == {ACL} and again._acl_ids == store._acl_ids  # ACL ids survive a snapshot
+    again.close()
+    # Kafka 4.3.1's own tool reads the snapshot and the log after it.
+    kafka_dist.fetch("4.3.1")
+    dumped = kafka_dist.run_tool("4.3.1", "kafka-dump-log", "--cluster-metadata-decoder", "--files",
+                                 f"{snapshots[0]},{partition_dir / segments[-1]}", check=True).stdout
+    assert '"type":"TOPIC_RECORD"' in dumped and '"name":"t19"' in dumped and "LeaderChange" in dumped
+    assert "Snapshot end offset" in dumped or "SnapshotHeader" in dumped, dumped[-2000:]

@@ -14,7 +14,7 @@ import logging
 import uuid
 from pathlib import Path
 
-from grete.coordinator.kraft.quorum import SingleVoterQuorum
+from grete.coordinator.kraft.quorum import SNAPSHOT_BYTES, SingleVoterQuorum
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.coordinator.metadata import METADATA_FILE, LocalMetadataStore, new_topic_id
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -53,10 +53,12 @@ def format_if_needed(directory: Path, node_id: int, cluster_id: str | None = Non
     return chosen, directory_id
 
 
-def open_local_store(directory: Path, node_id: int, cluster_id: str | None = None) -> KRaftMetadataStore:
+def open_local_store(directory: Path, node_id: int, cluster_id: str | None = None, *,
+                     snapshot_bytes: int = SNAPSHOT_BYTES) -> KRaftMetadataStore:
     """The metadata store of a node that is its own quorum, its log replayed and a new epoch begun."""
     found_cluster, directory_id = format_if_needed(directory, node_id, cluster_id)
-    store = KRaftMetadataStore(SingleVoterQuorum(directory, node_id, directory_id), found_cluster)
+    quorum = SingleVoterQuorum(directory, node_id, directory_id, snapshot_bytes=snapshot_bytes)
+    store = KRaftMetadataStore(quorum, found_cluster)
     legacy = directory / METADATA_FILE
     if legacy.exists():
         if store.records_applied == 0:

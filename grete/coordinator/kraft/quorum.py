@@ -28,11 +28,20 @@ from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.control import ControlType, encode_control_key
 from grete.protocol.records.record import Record, build_batch, decode_records
 from grete.protocol.topics import METADATA_TOPIC
+from grete.storage.checkpoint_file import (
+    CHECKPOINT_SUFFIX,
+    CheckpointError,
+    parse_snapshot_file_name,
+    read_checkpoint,
+    write_snapshot,
+)
 from grete.storage.config import LogConfig
 from grete.storage.files import atomic_write, uuid_to_kafka
 from grete.storage.log import Log
 
 QUORUM_STATE_FILE = "quorum-state"
+# metadata.log.max.record.bytes.between.snapshots: Kafka's default.
+SNAPSHOT_BYTES = 20 * 1024 * 1024
 QUORUM_STATE_VERSION = 1  # QuorumStateData v1 (KIP-853): VotedDirectoryId, no voters list
 METADATA_PARTITION_DIR = f"{METADATA_TOPIC}-0"
 
@@ -81,24 +90,56 @@ class SingleVoterQuorum:
     one, or a standalone dynamic quorum)."""
 
     def __init__(self, metadata_dir: Path, node_id: int, directory_id: uuid.UUID,
-                 config: LogConfig | None = None) -> None:
+                 config: LogConfig | None = None, snapshot_bytes: int = SNAPSHOT_BYTES) -> None:
         self.node_id = node_id
         self.directory_id = directory_id
         self.partition_dir = metadata_dir / METADATA_PARTITION_DIR
-        self.log = Log.open(self.partition_dir, config or LogConfig())
+        # Segments a snapshot covers are deleted at once: nothing reads them (no follower, no observer).
+        self.log = Log.open(self.partition_dir, config or LogConfig(file_delete_delay_ms=0))
+        self.snapshot_bytes = snapshot_bytes
+        self.bytes_since_snapshot = 0
         self.epoch = max(read_quorum_state(self.partition_dir / QUORUM_STATE_FILE).leader_epoch,
                          self.log.epochs.latest_epoch, 0)
         self.leader_id = -1
         self.last_fetch_ms = -1
 
     # --- reading back ---------------------------------------------------------------------------
+    def latest_snapshot(self) -> tuple[Path, int] | None:
+        """The newest ``<end offset>-<epoch>.checkpoint`` and its end offset."""
+        found = [(ids[0], path) for path in self.partition_dir.glob(f"*{CHECKPOINT_SUFFIX}")
+                 if (ids := parse_snapshot_file_name(path.name)) is not None]
+        if not found:
+            return None
+        end, path = max(found)
+        return path, end
+
     def replay(self) -> Iterator[tuple[int, Message, int]]:
-        """(offset, record, version) of every metadata record in the log, in order; control batches
-        (leader changes) are the quorum's own and are skipped."""
-        for batch in self.log.batches(self.log.log_start_offset):
+        """(offset, record, version) of the state: the newest snapshot's records (at the offset
+        before its end: the last one it contains), then
+        every metadata record of the log after it, in order; control batches (leader changes) are
+        the quorum's own and are skipped."""
+        start = self.log.log_start_offset
+        snapshot = self.latest_snapshot()
+        if snapshot is not None:
+            path, start = snapshot
+            try:
+                values = read_checkpoint(path).values
+            except CheckpointError as exc:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+            for value in values:
+                message, version = decode_metadata_record(value)
+                yield start - 1, message, version
+            if self.log.log_end_offset < start:  # the log was lost or cut behind the snapshot
+                self.log.truncate_fully_and_start_at(start)
+        elif start > 0:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{self.partition_dir}: the log starts at offset "
+                                                        f"{start} and no snapshot holds what came before")
+        for batch in self.log.batches(start):
             if batch.is_control:
                 continue
             for record in decode_records(batch):
+                if batch.base_offset + record.offset_delta < start:
+                    continue
                 if record.value is None:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
                                      f"{self.partition_dir}: a metadata record without a value at offset "
@@ -131,7 +172,29 @@ class SingleVoterQuorum:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum")
         now = int(time.time() * 1000)
         records = [Record(i, 0, None, value) for i, value in enumerate(values)]
-        return self._append(build_batch(records, base_timestamp=now), now)
+        batch = build_batch(records, base_timestamp=now)
+        self.bytes_since_snapshot += len(batch)
+        return self._append(batch, now)
+
+    @property
+    def snapshot_due(self) -> bool:
+        return self.bytes_since_snapshot >= self.snapshot_bytes
+
+    def snapshot(self, values: Sequence[bytes]) -> Path:
+        """Write the state (``values``, the records that rebuild it) as a snapshot at the log end,
+        then drop what it covers: older snapshots and the segments before it (Kafka's
+        KafkaMetadataLog cleaning, with nothing left to serve them to)."""
+        end = self.log.log_end_offset
+        now = int(time.time() * 1000)
+        path = write_snapshot(self.partition_dir, end, self.epoch, values, last_contained_log_timestamp=now)
+        for older in self.partition_dir.glob(f"*{CHECKPOINT_SUFFIX}"):
+            if older != path and parse_snapshot_file_name(older.name) is not None:
+                older.unlink()
+        self.log.roll(now)
+        self.log.delete_records_before(end)
+        self.log.run_pending_deletes(now, force=True)
+        self.bytes_since_snapshot = 0
+        return path
 
     def _append(self, raw: bytearray, now_ms: int) -> AppendedRecords:
         batch = RecordBatch(raw, 0)

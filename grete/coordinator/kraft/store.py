@@ -87,6 +87,13 @@ class KRaftMetadataStore(MetadataState):
                              f"could not write {self.quorum.partition_dir}: {exc.strerror or exc}") from None
         for index, record in enumerate(records):
             self._apply(record, appended.first_offset + index)
+        if self.quorum.snapshot_due:
+            self.snapshot()
+
+    def snapshot(self) -> None:
+        """The whole state as a snapshot, so a restart replays it and the log after it only."""
+        records = _state_records(self, acl_ids=self._acl_ids)
+        self.quorum.snapshot([encode_metadata_record(record) for record in records])
 
     # --- applying (live and on replay) -------------------------------------------------------------
     def _apply(self, record: Message, offset: int) -> None:
@@ -312,7 +319,7 @@ def _partition_records(topic_id: uuid.UUID, assignment: dict[int, list[int]]) ->
             for index, replicas in sorted(assignment.items())]
 
 
-def _state_records(state: MetadataState) -> list[Message]:
+def _state_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID] | None = None) -> list[Message]:
     """Records that rebuild ``state`` from nothing, leader epochs included (clients ignore
     metadata whose leader epoch goes back)."""
     records: list[Message] = []
@@ -328,16 +335,16 @@ def _state_records(state: MetadataState) -> list[Message]:
                                     (CLIENT_METRICS_RESOURCE, state.client_metrics_names(), state.client_metrics)):
         for name in names:
             records += _config_records(kind, name, {}, configs_of(name))
-    return records + _security_records(state)
+    return records + _security_records(state, acl_ids or {})
 
 
-def _security_records(state: MetadataState) -> list[Message]:
+def _security_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID]) -> list[Message]:
     records: list[Message] = []
     for user, mechanisms in sorted(state.scram_credentials().items()):
         records += [UserScramCredentialRecord(name=user, mechanism=SCRAM_MECHANISMS[m], salt=c.salt,
                                               stored_key=c.stored_key, server_key=c.server_key,
                                               iterations=c.iterations) for m, c in sorted(mechanisms.items())]
-    records += [_acl_record(a) for a in sorted(state.acls(), key=repr)]
+    records += [_acl_record(a, acl_ids.get(a)) for a in sorted(state.acls(), key=repr)]
     for entity, values in sorted(state.client_quotas().items(), key=lambda q: repr(q[0])):
         entity_data = [ClientQuotaRecord.EntityData(entity_type=kind, entity_name=name) for kind, name in entity]
         records += [ClientQuotaRecord(entity=entity_data, key=k, value=v, remove=False) for k, v in sorted(values.items())]
@@ -363,8 +370,8 @@ def _config_records(resource_type: int, name: str, before: dict[str, str], after
             for k, v in [*removed, *changed]]
 
 
-def _acl_record(binding: AclBinding) -> AccessControlEntryRecord:
-    return AccessControlEntryRecord(id=uuid.uuid4(), resource_type=int(binding.resource_type),
+def _acl_record(binding: AclBinding, acl_id: uuid.UUID | None = None) -> AccessControlEntryRecord:
+    return AccessControlEntryRecord(id=acl_id or uuid.uuid4(), resource_type=int(binding.resource_type),
                                     resource_name=binding.resource_name, pattern_type=int(binding.pattern_type),
                                     principal=binding.principal, host=binding.host,
                                     operation=int(binding.operation), permission_type=int(binding.permission))
