@@ -22,6 +22,7 @@ from grete.broker.cluster.placement import assign_replicas
 from grete.broker.config import (
     BrokerConfig,
     ConfigError,
+    StartupError,
     check_dynamic_update,
     cordoned_dirs,
     validate_topic_configs,
@@ -97,6 +98,14 @@ class ClusterView(Protocol):
     def controller_id(self) -> int: ...
 
 
+def _local_store(config: BrokerConfig) -> MetadataStore:
+    """The single node's metadata log; a dir it cannot use stops the start with the reason."""
+    try:
+        return open_local_store(config.metadata_log_dir, config.node_id, cluster_id=config.raw("cluster.id"))
+    except KafkaError as exc:
+        raise StartupError(exc.message or str(exc)) from None
+
+
 def _acl_authorizer(config: BrokerConfig, metadata: MetadataStore) -> AclAuthorizer | None:
     """Kafka's ACL authorizer if ``authorizer.class.name`` names it. Loaded by name and only when that
     key is set: a broker without ACLs does not import them (nor their codecs) at start-up."""
@@ -121,8 +130,7 @@ class Broker:
         self.log_dirs = config.log_dirs
         # None on the embedded single node, which is the whole cluster.
         self.cluster = cluster
-        self.metadata: MetadataStore = metadata or open_local_store(self.log_dirs[0], self.node_id,
-                                                                    cluster_id=config.raw("cluster.id"))
+        self.metadata: MetadataStore = metadata or _local_store(config)
         self._apply_dynamic_configs()
         # Kafka's ACL authorizer when authorizer.class.name names it; None: every request allowed.
         self.authorizer = _acl_authorizer(config, self.metadata)

@@ -732,6 +732,12 @@ class BrokerConfig:
         dirs = self.get_list("log.dirs") or [self.get_str("log.dir")]
         return [Path(d).expanduser() for d in dirs]
 
+    @property
+    def metadata_log_dir(self) -> Path:
+        """Where the metadata log lives: ``metadata.log.dir``, else the first log dir (as Kafka)."""
+        configured = self.get_str("metadata.log.dir")
+        return Path(configured).expanduser() if configured else self.log_dirs[0]
+
     def topic_default(self, topic_key: str) -> str | None:
         """The value a topic gets for ``topic_key`` without an override: broker synonym or default."""
         _, synonym = TOPIC_CONFIGS[topic_key]

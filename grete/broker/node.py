@@ -35,17 +35,36 @@ CHECKPOINT_INTERVAL_S = 60.0
 
 
 def _lock_log_dirs(config: BrokerConfig) -> list[DirLock]:
-    """Kafka's LogManager.lockLogDirs: a dir another broker holds stops the start."""
+    """Kafka's LogManager.lockLogDirs: a dir another broker holds stops the start (the metadata
+    log dir too, on a node that keeps one)."""
+    dirs = list(config.log_dirs)
+    if not config.get_str("zookeeper.connect") and config.metadata_log_dir not in dirs:
+        dirs.append(config.metadata_log_dir)
     try:
-        return lock_log_dirs(config.log_dirs)
+        return lock_log_dirs(dirs)
     except LogDirLockedError as exc:
         raise StartupError(str(exc)) from None
+
+
+def _check_quorum_of_one(config: BrokerConfig) -> None:
+    """A node without ZooKeeper runs KRaft as a combined node that is its own quorum; what it cannot
+    be yet is refused at start with the reason, not half-run."""
+    roles = set(config.get_list("process.roles"))
+    if roles != {"broker", "controller"}:
+        raise ConfigError(f"process.roles={','.join(sorted(roles))}: grete runs KRaft as a combined node that is "
+                          "its own quorum (process.roles=broker,controller); separate brokers and controllers "
+                          "need a KRaft cluster, which grete does not run yet (use zookeeper.connect for a cluster)")
+    voters = {entry.partition("@")[0].strip() for entry in config.get_list("controller.quorum.voters")}
+    if voters - {str(config.node_id)}:
+        raise ConfigError(f"controller.quorum.voters names {','.join(sorted(voters))}: grete's KRaft quorum is this "
+                          f"node alone (node.id={config.node_id}); a quorum of several controllers is not supported yet")
 
 
 def _new_broker(config: BrokerConfig) -> tuple[Any, Broker]:
     """The broker, and its ZooKeeper membership in a cluster (a grete.broker.cluster.zk_broker.ZkBroker;
     None on the embedded node)."""
     if not config.get_str("zookeeper.connect"):
+        _check_quorum_of_one(config)
         return None, Broker(config)
     # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
     cluster = importlib.import_module("grete.broker.cluster.zk_broker")

@@ -278,8 +278,6 @@ class LogManager:
 
     def dir_failed(self, d: Path, exc: BaseException) -> None:
         """Take ``d`` offline: once, with one log line; its logs stop touching the disk."""
-        import traceback as _tb  # DEBUG
-        log.error("DEBUG dir_failed %s: %r\n%s\nSTACK:\n%s", d, exc, "".join(_tb.format_exception(exc)), "".join(_tb.format_stack()))
         if not self.failures.mark_offline(d, exc):
             return
         reason = describe(exc)

@@ -18,12 +18,16 @@ from grete.coordinator.kraft.quorum import SNAPSHOT_BYTES, SingleVoterQuorum
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.coordinator.metadata import METADATA_FILE, LocalMetadataStore, new_topic_id
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.storage.files import (
-    META_PROPERTIES,
-    read_properties,
-    uuid_from_kafka,
-    uuid_to_kafka,
-    write_properties,
+from grete.protocol.metadata_frame import decode_metadata_record
+from grete.storage.checkpoint_file import BOOTSTRAP_CHECKPOINT, CheckpointError, read_checkpoint
+from grete.storage.files import META_PROPERTIES, uuid_to_kafka
+from grete.storage.meta_properties import (
+    V1,
+    MetaProperties,
+    MetaPropertiesError,
+    new_directory_id,
+    read_meta_properties,
+    write_meta_properties,
 )
 
 log = logging.getLogger(__name__)
@@ -32,25 +36,39 @@ IMPORTED_SUFFIX = ".imported"
 
 
 def format_if_needed(directory: Path, node_id: int, cluster_id: str | None = None) -> tuple[str, uuid.UUID]:
-    """(cluster id, directory id) from ``meta.properties``, written first if the dir has none (or
-    has ZooKeeper mode's version 0, which carries no directory id)."""
-    path = directory / META_PROPERTIES
-    props = read_properties(path) or {}
-    stored_node = props.get("node.id", props.get("broker.id"))
-    if stored_node is not None and stored_node != str(node_id):
+    """(cluster id, directory id) from ``meta.properties``, written first (as ``kafka-storage
+    format`` writes it) if the dir has none, or has ZooKeeper mode's version 0 without a directory id."""
+    try:
+        meta = read_meta_properties(directory)
+    except MetaPropertiesError as exc:
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+    if meta is not None and meta.node_id is not None and meta.node_id != node_id:
         # Kafka's MetaPropertiesEnsemble check: a dir belongs to one node.
-        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path}: node.id {stored_node} does not match {node_id}")
-    if props.get("version") == "1" and props.get("cluster.id") and props.get("directory.id"):
-        return props["cluster.id"], uuid_from_kafka(props["directory.id"])
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{directory / META_PROPERTIES}: node.id {meta.node_id} "
+                                                        f"does not match {node_id}")
+    if meta is not None and meta.version == V1 and meta.cluster_id and meta.directory_id is not None:
+        return meta.cluster_id, meta.directory_id
     legacy = directory / METADATA_FILE
-    found = props.get("cluster.id") or (LocalMetadataStore(directory).cluster_id if legacy.exists() else None)
+    found = (meta.cluster_id if meta is not None else None) or (
+        LocalMetadataStore(directory).cluster_id if legacy.exists() else None)
     chosen = found or cluster_id or uuid_to_kafka(new_topic_id())
-    directory_id = new_topic_id()
+    directory_id = new_directory_id()
     directory.mkdir(parents=True, exist_ok=True)
-    write_properties(path, {"cluster.id": chosen, "directory.id": uuid_to_kafka(directory_id),
-                            "node.id": str(node_id), "version": "1"})
+    write_meta_properties(directory, MetaProperties(V1, chosen, node_id, directory_id))
     log.info("formatted %s for a KRaft quorum of one: cluster id %s, node %d", directory, chosen, node_id)
     return chosen, directory_id
+
+
+def _bootstrap(store: KRaftMetadataStore, path: Path) -> None:
+    """A formatted dir's first start: the records ``format`` left in ``bootstrap.checkpoint`` (feature
+    levels, --add-scram credentials) become the log's first, as Kafka's first active controller
+    writes them."""
+    try:
+        values = read_checkpoint(path).values
+    except (CheckpointError, OSError) as exc:
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path}: {exc}") from None
+    store.import_records([decode_metadata_record(value)[0] for value in values])
+    log.info("bootstrapped the metadata log from %s (%d records)", path, len(values))
 
 
 def open_local_store(directory: Path, node_id: int, cluster_id: str | None = None, *,
@@ -59,6 +77,9 @@ def open_local_store(directory: Path, node_id: int, cluster_id: str | None = Non
     found_cluster, directory_id = format_if_needed(directory, node_id, cluster_id)
     quorum = SingleVoterQuorum(directory, node_id, directory_id, snapshot_bytes=snapshot_bytes)
     store = KRaftMetadataStore(quorum, found_cluster)
+    bootstrap = directory / BOOTSTRAP_CHECKPOINT
+    if store.records_applied == 0 and bootstrap.exists():
+        _bootstrap(store, bootstrap)
     legacy = directory / METADATA_FILE
     if legacy.exists():
         if store.records_applied == 0:

@@ -9,6 +9,7 @@ only then published. A restart reads the log from its start, so state and log ca
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Sequence
 
@@ -47,6 +48,8 @@ from grete.protocol.metadata import (
 )
 from grete.protocol.metadata_frame import encode_metadata_record
 from grete.protocol.topics import INTERNAL_TOPICS
+
+log = logging.getLogger(__name__)
 
 # ConfigResource.Type codes as ConfigRecord carries them.
 TOPIC_RESOURCE, BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 2, 4, 16, 32
@@ -88,7 +91,11 @@ class KRaftMetadataStore(MetadataState):
         for index, record in enumerate(records):
             self._apply(record, appended.first_offset + index)
         if self.quorum.snapshot_due:
-            self.snapshot()
+            try:
+                self.snapshot()
+            except OSError as exc:  # the change itself is durable; the next one tries again
+                log.error("could not write a metadata snapshot in %s: %s", self.quorum.partition_dir,
+                          exc.strerror or exc)
 
     def snapshot(self) -> None:
         """The whole state as a snapshot, so a restart replays it and the log after it only."""
@@ -200,6 +207,10 @@ class KRaftMetadataStore(MetadataState):
     def import_state(self, state: MetadataState) -> None:
         """Take over another store's state (a data dir from before the metadata log) as records."""
         self._write(_state_records(state))
+
+    def import_records(self, records: Sequence[Message]) -> None:
+        """Append records written elsewhere (a format step's bootstrap records) and apply them."""
+        self._write(records)
 
     # --- topics -----------------------------------------------------------------------------------
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],

@@ -1,0 +1,75 @@
+"""A Kafka 4 operator's start: ``kafka-storage format`` (Kafka's own tool, 4.3.1) with a KRaft
+``server.properties``, then ``grete serve`` on it: the formatted cluster id, the bootstrap feature
+levels as the metadata log's first records, the ``--add-scram`` admin able to log in. What grete
+cannot be yet (a separate broker or controller, a quorum of several) is refused at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from grete.broker.config import ConfigError
+from grete.broker.node import Node
+from grete.broker.server import embedded_config
+from grete.coordinator.kraft.quorum import SingleVoterQuorum
+from grete.protocol.metadata import FeatureLevelRecord, UserScramCredentialRecord
+from grete.storage.meta_properties import read_meta_properties
+from grete.testing import broker
+from grete.testing.cluster import free_port
+from tools import kafka_dist
+
+CLUSTER_ID = "q1Sh-9_ISia_zwGINzRvyQ"
+
+
+def _kraft_properties(tmp_path: Path, port: int, sasl_port: int, controller_port: int) -> dict[str, str]:
+    return {
+        "process.roles": "broker,controller", "node.id": "1",
+        "listeners": (f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+                      f"CONTROLLER://127.0.0.1:{controller_port}"),
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256", "log.dirs": str(tmp_path / "logs"),
+    }
+
+
+def test_grete_serves_storage_formatted_by_kafka_storage(tmp_path: Path) -> None:
+    kafka_dist.fetch("4.3.1")
+    port, sasl_port, controller_port = free_port(), free_port(), free_port()
+    props = _kraft_properties(tmp_path, port, sasl_port, controller_port)
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    kafka_dist.run_tool("4.3.1", "kafka-storage", "format", "-t", CLUSTER_ID, "-c", str(config), "--standalone",
+                        "--add-scram", "SCRAM-SHA-256=[name=admin,password=admin-secret]", check=True)
+    with broker(props, data_dir=tmp_path / "logs", subprocess=True):
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        assert admin.describe_cluster().result(15).cluster_id == CLUSTER_ID
+        scram = {"bootstrap.servers": f"127.0.0.1:{sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+                 "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "admin", "sasl.password": "admin-secret"}
+        producer = Producer(scram)
+        producer.produce("by-admin", b"v")
+        assert producer.flush(20) == 0
+    meta = read_meta_properties(tmp_path / "logs")
+    assert meta is not None and meta.cluster_id == CLUSTER_ID and meta.directory_id is not None
+    quorum = SingleVoterQuorum(tmp_path / "logs", 1, meta.directory_id)
+    records = [record for _offset, record, _version in quorum.replay()]
+    quorum.close()
+    first = records[:2]
+    assert isinstance(first[0], FeatureLevelRecord) and first[0].name == "metadata.version"
+    assert any(isinstance(r, UserScramCredentialRecord) and r.name == "admin" for r in records)
+
+
+@pytest.mark.parametrize(("overrides", "reason"), [
+    ({"process.roles": "broker"}, "process.roles=broker"),
+    ({"process.roles": "controller"}, "process.roles=controller"),
+    ({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094"}, "controller.quorum.voters names 1,2"),
+])
+def test_what_a_quorum_of_one_cannot_be_is_refused(tmp_path: Path, overrides: dict[str, str], reason: str) -> None:
+    config = embedded_config([f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0",
+                              *[f"{k}={v}" for k, v in overrides.items()]])
+    with pytest.raises(ConfigError) as refused:
+        Node(config)
+    assert reason in str(refused.value)
