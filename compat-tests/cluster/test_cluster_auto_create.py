@@ -57,3 +57,26 @@ def test_auto_creating_a_topic_not_yet_learned_is_leader_not_available(cluster_t
     found = h.wait_until(lambda: (t := metadata_topic(asked, name, auto_create=True)).error_code == 0 and t,
                          what=f"{name} in the asked broker's Metadata")
     assert [p.leader_id for p in found.partitions] == [cluster_target.broker_ids[0]]
+
+
+def test_auto_creating_a_new_topic_answers_before_its_leaders_are_elected(cluster_target: ClusterTarget) -> None:
+    """With the controller paused nobody elects the new topic's leaders; the broker still answers
+    within the client's timeout (LEADER_NOT_AVAILABLE, the topic written to ZooKeeper), as Kafka's
+    AutoTopicCreationManager does, and the client finds it led once the controller is back."""
+    name = h.unique("auto-new")
+    zk = h.zk_client(cluster_target.zk_connect)
+    try:
+        controller = h.zk_json(zk, "/controller")["brokerid"]
+        asked = cluster_target.cluster.brokers[next(b for b in cluster_target.broker_ids if b != controller)]
+        cluster_target.cluster.pause_broker(controller)
+        try:
+            creating = metadata_topic(asked, name, auto_create=True).error_code
+            written = zk.exists(f"/brokers/topics/{name}") is not None
+        finally:
+            cluster_target.cluster.resume_broker(controller)
+    finally:
+        zk.stop()
+    assert (ErrorCode(creating).name, written) == ("LEADER_NOT_AVAILABLE", True)
+    found = h.wait_until(lambda: (t := metadata_topic(asked, name, auto_create=True)).error_code == 0 and t,
+                         what=f"{name} in the asked broker's Metadata")
+    assert all(p.leader_id >= 0 for p in found.partitions)

@@ -80,9 +80,12 @@ async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, res
     # Kafka answers a topic its Metadata call auto-creates as not there yet (KRaft:
     # UNKNOWN_TOPIC_OR_PARTITION; ZooKeeper mode: LEADER_NOT_AVAILABLE); clients ask again.
     created = ErrorCode.LEADER_NOT_AVAILABLE if ctx.broker.cluster is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # In a cluster the answer goes out once the topic is in ZooKeeper, as Kafka's AutoTopicCreationManager
+    # answers: the controller elects the leaders meanwhile. A single node opens its partitions first.
+    in_cluster = ctx.broker.cluster is not None
     for name in dict.fromkeys(missing):
         try:
-            await ctx.broker.create_topic(name)
+            await ctx.broker.create_topic(name, wait_open=not in_cluster)
             failed[name] = created
         except KafkaError as exc:
             failed[name] = created if exc.code in NOT_THERE_YET else exc.code
