@@ -20,6 +20,8 @@ from grete.protocol.messages import (
     AllocateProducerIdsResponse,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     ProduceRequest,
@@ -251,6 +253,11 @@ def test_control_apis_advertised_and_fenced(grete_cluster: GreteCluster) -> None
     versions = _wire.call(process.host, process.port, ApiVersionsRequest(), ApiVersionsResponse, 3)
     ranges = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
     assert ranges[4][1] == 7 and ranges[6][1] == 8 and ranges[5][1] == 4 and ranges[7][1] == 3
+    # No metadata quorum to describe: DescribeQuorum is neither advertised nor served (Kafka 3.9's
+    # ZooKeeper-mode broker closes the connection on it, as on any API its listener does not serve).
+    assert 55 not in ranges
+    with pytest.raises((ConnectionError, OSError)):
+        _wire.call(process.host, process.port, DescribeQuorumRequest(topics=[]), DescribeQuorumResponse, 2)
     # A LeaderAndIsr from a controller epoch older than the current one: STALE_CONTROLLER_EPOCH.
     stale = _wire.call(process.host, process.port, LeaderAndIsrRequest(controller_id=9, controller_epoch=0,
                                                                        broker_epoch=-1), LeaderAndIsrResponse, 7)
