@@ -62,6 +62,27 @@ def test_grete_serves_storage_formatted_by_kafka_storage(tmp_path: Path) -> None
     assert any(isinstance(r, UserScramCredentialRecord) and r.name == "admin" for r in records)
 
 
+def test_tools_reach_the_quorum_through_the_controller_listener(tmp_path: Path) -> None:
+    """KIP-919's --bootstrap-controller: the listener of controller.listener.names is a controller
+    endpoint; a broker listener refuses to be one (MISMATCHED_ENDPOINT_TYPE)."""
+    kafka_dist.fetch("4.3.1")
+    port, controller_port = free_port(), free_port()
+    props = {"listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+             "controller.listener.names": "CONTROLLER",
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
+    with broker(props, data_dir=tmp_path, subprocess=True):
+        status = kafka_dist.run_tool("4.3.1", "kafka-metadata-quorum", "--bootstrap-controller",
+                                     f"127.0.0.1:{controller_port}", "describe", "--status", timeout=90)
+        assert status.returncode == 0, status.stderr[-2000:]
+        assert f'"endpoints": ["CONTROLLER://127.0.0.1:{controller_port}"]' in status.stdout
+        features = kafka_dist.run_tool("4.3.1", "kafka-features", "--bootstrap-controller",
+                                       f"127.0.0.1:{controller_port}", "describe", timeout=90)
+        assert features.returncode == 0 and "Feature: group.version" in features.stdout, features.stderr[-2000:]
+        wrong = kafka_dist.run_tool("4.3.1", "kafka-metadata-quorum", "--bootstrap-controller",
+                                    f"127.0.0.1:{port}", "describe", "--status", timeout=90)
+        assert wrong.returncode != 0 and "MismatchedEndpointTypeException" in wrong.stderr + wrong.stdout
+
+
 @pytest.mark.parametrize(("overrides", "reason"), [
     ({"process.roles": "broker"}, "process.roles=broker"),
     ({"process.roles": "controller"}, "process.roles=controller"),

@@ -2,8 +2,11 @@
 
 The Java Admin client prefers it to Metadata for describeCluster. Brokers are reported with the
 address advertised for the listener the request came in on, as Metadata does. With no authorizer,
-the cluster's authorized operations are every cluster operation. Only broker endpoints are
-served (endpoint type 1); asking this node for controller endpoints is MISMATCHED_ENDPOINT_TYPE.
+the cluster's authorized operations are every cluster operation. A broker listener serves broker
+endpoints (type 1); on the single node, a listener of ``controller.listener.names`` is a controller
+endpoint (type 2) and answers with the quorum's controller, this node, as a Kafka 4 controller answers
+an admin client started with ``--bootstrap-controller`` (KIP-919). Asking a listener for the other
+type is MISMATCHED_ENDPOINT_TYPE.
 v2 (KIP-1073) may ask for fenced brokers too: grete never fences a broker (a live one is registered,
 a gone one is absent), so every broker listed has ``is_fenced`` false and the flag changes nothing.
 """
@@ -30,12 +33,14 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
     if endpoint_type not in ENDPOINT_NAMES:
         code = ErrorCode.INVALID_REQUEST if ctx.version == 0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
         return _error(code, f"Unsupported endpoint type {endpoint_type}")
-    if endpoint_type != BROKER_ENDPOINTS:
+    served = CONTROLLER_ENDPOINTS if _controller_listener(ctx) else BROKER_ENDPOINTS
+    if endpoint_type != served:
         code = ErrorCode.INVALID_REQUEST if ctx.version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
-        # Kafka's wording, which names the two types the other way round.
-        return _error(code, "The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
-                            f"of type {ENDPOINT_NAMES[endpoint_type]}")
+        return _error(code, f"The request was sent to an endpoint of type {ENDPOINT_NAMES[served]}, but we wanted "
+                            f"an endpoint of type {ENDPOINT_NAMES[endpoint_type]}")
     if broker.cluster is None:
+        # This node, at the address of the listener asked: its broker endpoint, or on a controller
+        # listener its controller endpoint (the quorum is this node alone).
         listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
         brokers = [DescribeClusterResponse.DescribeClusterBroker(
             broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)]
@@ -44,7 +49,7 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
                                                                  rack=info.rack)
                    for info in broker.live_brokers() if (e := info.endpoint(ctx.listener)) is not None]
     return DescribeClusterResponse(
-        error_code=0, error_message=None, endpoint_type=BROKER_ENDPOINTS,
+        error_code=0, error_message=None, endpoint_type=served,
         cluster_id=broker.metadata.cluster_id, controller_id=broker.controller_id(),
         brokers=brokers,
         # As KafkaApis: the bitfield only for a principal that may describe the cluster, else 0.
@@ -52,6 +57,12 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
                                         if cluster_allowed(ctx, Op.DESCRIBE) else 0)
                                        if request.include_cluster_authorized_operations
                                        else OPERATIONS_NOT_REQUESTED))
+
+
+def _controller_listener(ctx: RequestContext) -> bool:
+    """A listener of ``controller.listener.names`` on a node that is its own quorum: a controller
+    endpoint (KIP-919's ``--bootstrap-controller``)."""
+    return ctx.broker.cluster is None and ctx.listener in ctx.broker.config.get_list("controller.listener.names")
 
 
 def _error(code: ErrorCode, message: str) -> DescribeClusterResponse:

@@ -43,8 +43,10 @@ def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuoru
     partition = Response.PartitionData(partition_index=0, error_code=0, leader_id=quorum.leader_id,
                                        leader_epoch=quorum.epoch, high_watermark=quorum.high_watermark,
                                        current_voters=[leader], observers=[])
-    # The voter's endpoints: this node serves the quorum on its own listeners.
+    # The voter's endpoints: its controller listeners (KIP-919), or every listener of a node without one.
+    controller_names = ctx.broker.config.get_list("controller.listener.names")
+    endpoints = [a for a in ctx.broker.advertised if a.name in controller_names] or ctx.broker.advertised
     node = Response.Node(node_id=quorum.node_id, listeners=[
-        Response.Listener(name=a.name, host=a.host, port=a.port) for a in ctx.broker.advertised])
+        Response.Listener(name=a.name, host=a.host, port=a.port) for a in endpoints])
     return Response(error_code=0, topics=[Response.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])],
                     nodes=[node])
