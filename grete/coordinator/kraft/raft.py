@@ -1,0 +1,407 @@
+"""KRaft's Raft (KIP-595, pre-vote KIP-996) as a state machine without I/O.
+
+``RaftNode`` is one replica of ``__cluster_metadata-0``: a voter, or an observer that only fetches.
+It reads no clock and opens no socket. Its inputs are ``tick(now_ms)`` (timers), ``receive(sender,
+message, now_ms)`` (a request, or the answer to one of its requests) and, on the leader,
+``append(records, now_ms)`` and ``resign(now_ms)``. Each returns a RaftOutput: messages to send,
+the quorum-state to persist, the log changes it made through its RaftLog, and a new high watermark.
+The driver persists quorum-state and flushes the log before it sends the messages.
+
+Kafka's rules, as KafkaRaftClient applies them:
+- a vote is granted once per epoch, to a candidate whose log is at least as up to date (by last
+  epoch, then end offset); a pre-vote changes nothing on the voter that answers it;
+- the leader writes a LeaderChangeMessage at the start of its epoch and commits (advances the high
+  watermark to the offset a majority of voters has fetched) only past that record, so nothing of an
+  earlier epoch is exposed before a record of its own is on a majority; observers never count;
+- a fetch whose (offset, last fetched epoch) is not in the leader's log is answered with the
+  diverging epoch, and the follower truncates as for OffsetForLeaderEpoch;
+- a fetch below the log start would need FetchSnapshot, which this core does not serve: the leader
+  answers SNAPSHOT_NOT_FOUND and the follower reports that error in RaftOutput.fetch_error.
+
+Messages are the core's own (raft_messages); raft_wire turns them into Kafka's RPCs and back. The
+voter set is static (controller.quorum.voters): no AddRaftVoter/RemoveRaftVoter, no directory ids.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+
+from grete.coordinator.kraft.quorum import QuorumState
+from grete.coordinator.kraft.raft_leader import LeaderRole
+from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch, RaftLog, truncation_offset
+from grete.coordinator.kraft.raft_messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    LogAppended,
+    LogTruncated,
+    RaftMessage,
+    RaftOutput,
+    VoteRequest,
+    VoteResponse,
+)
+from grete.coordinator.kraft.raft_states import (
+    Candidate,
+    EpochState,
+    Follower,
+    Leader,
+    Prospective,
+    RaftConfig,
+    Resigned,
+    Tally,
+    Unattached,
+)
+from grete.protocol.errors import ErrorCode, KafkaError
+
+__all__ = ["RETRY_BACKOFF_BASE_MS", "RaftConfig", "RaftNode"]
+
+RETRY_BACKOFF_BASE_MS = 100  # the unit of the binary exponential election backoff (Kafka's)
+
+
+class RaftNode(LeaderRole):
+    """One replica of the metadata quorum; see the module's description."""
+
+    def __init__(self, node_id: int, voters: Iterable[int], log: RaftLog, stored: QuorumState,
+                 now_ms: int, rng: random.Random, config: RaftConfig | None = None) -> None:
+        super().__init__(node_id, frozenset(voters), log, config or RaftConfig())
+        self._rng = rng
+        self._persisted = (stored.leader_id, stored.leader_epoch, stored.voted_id)
+        self.state = self._initial_state(stored, now_ms)
+
+    def _initial_state(self, stored: QuorumState, now_ms: int) -> EpochState:
+        """Kafka's QuorumState.initialize: a leader restarts Resigned, a follower follows again."""
+        def some(value: int) -> int | None:
+            return value if value >= 0 else None
+        deadline = self._election_deadline(now_ms)
+        if self.log.last_epoch > stored.leader_epoch:  # quorum-state older than the log: no vote known
+            return Unattached(self.log.last_epoch, None, deadline)
+        epoch = max(stored.leader_epoch, 0)
+        if stored.leader_id == self.node_id:
+            return Resigned(epoch, (), set(), deadline)
+        if stored.leader_id >= 0:
+            return Follower(epoch, stored.leader_id, some(stored.voted_id), now_ms + self.config.fetch_timeout_ms)
+        return Unattached(epoch, some(stored.voted_id), deadline)
+
+    # --- inputs -----------------------------------------------------------------------------------
+    def tick(self, now_ms: int) -> RaftOutput:
+        self._poll(now_ms)
+        return self.drain()
+
+    def receive(self, sender: int, message: RaftMessage, now_ms: int) -> RaftOutput:
+        match message:
+            case VoteRequest():
+                self._on_vote_request(sender, message, now_ms)
+            case BeginQuorumEpochRequest():
+                self._on_begin_epoch_request(sender, message, now_ms)
+            case EndQuorumEpochRequest():
+                self._on_end_epoch_request(sender, message, now_ms)
+            case FetchRequest():
+                self.on_fetch_request(sender, message, now_ms)
+            case _:
+                self._on_response(sender, message, now_ms)
+        self._poll(now_ms)
+        return self.drain()
+
+    def append(self, records: Sequence[bytes], now_ms: int) -> RaftOutput:
+        """Append ``records`` as one batch of the leader's epoch (LogAppended in the output says
+        where); NOT_LEADER_OR_FOLLOWER when this replica does not lead."""
+        if not isinstance(self.state, Leader):
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader of the metadata quorum")
+        self.leader_append(self.state, tuple(records), False, now_ms)
+        self._poll(now_ms)
+        return self.drain()
+
+    def resign(self, now_ms: int) -> RaftOutput:
+        """Step down gracefully: EndQuorumEpoch to the voters, most caught-up successors first."""
+        if isinstance(self.state, Leader):
+            self._become_resigned(self.state, now_ms)
+            self._poll(now_ms)
+        return self.drain()
+
+    # --- requests ---------------------------------------------------------------------------------
+    def _on_vote_request(self, sender: int, request: VoteRequest, now_ms: int) -> None:
+        def answer(error: ErrorCode, granted: bool) -> None:
+            self.send(sender, VoteResponse(correlation_id=request.correlation_id, error_code=error,
+                                           leader_id=self.leader_or_none(), leader_epoch=self.epoch,
+                                           vote_granted=granted))
+        if self.node_id not in self.voters:
+            return answer(ErrorCode.INCONSISTENT_VOTER_SET, False)
+        if not request.pre_vote and request.candidate_epoch > self.epoch:
+            self._become_unattached(request.candidate_epoch, None, now_ms)
+        if request.candidate_epoch < self.epoch:
+            return answer(ErrorCode.FENCED_LEADER_EPOCH, False)
+        theirs = OffsetAndEpoch(request.last_offset_epoch, request.last_offset)
+        up_to_date = theirs >= OffsetAndEpoch(self.log.last_epoch, self.log.end_offset)
+        granted = request.candidate_id in self.voters and self._can_grant(
+            request.candidate_id, up_to_date, request.pre_vote)
+        if granted and not request.pre_vote and self.voted_for() != request.candidate_id:
+            self._become_unattached(self.epoch, request.candidate_id, now_ms)  # persisted before the answer
+        return answer(ErrorCode.NONE, granted)
+
+    def _can_grant(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
+        state = self.state
+        if isinstance(state, Leader):
+            return False
+        if isinstance(state, Candidate):
+            return up_to_date if pre_vote else candidate == self.node_id
+        if isinstance(state, Follower):  # only pre-votes, and only once the leader went quiet
+            return pre_vote and up_to_date and not state.has_fetched
+        if isinstance(state, Resigned):  # a resigning leader helps its successors' pre-votes
+            return pre_vote and up_to_date
+        if pre_vote:
+            return up_to_date
+        if state.voted_id is not None:
+            return state.voted_id == candidate
+        if isinstance(state, Prospective) and state.leader_id is not None:
+            return False
+        return up_to_date
+
+    def _on_begin_epoch_request(self, sender: int, request: BeginQuorumEpochRequest, now_ms: int) -> None:
+        if request.leader_epoch >= self.epoch:
+            self._follow(request.leader_id, request.leader_epoch, now_ms, from_leader=True)
+        error = ErrorCode.FENCED_LEADER_EPOCH if request.leader_epoch < self.epoch else ErrorCode.NONE
+        self.send(sender, BeginQuorumEpochResponse(correlation_id=request.correlation_id, error_code=error,
+                                                   leader_id=self.leader_or_none(), leader_epoch=self.epoch))
+
+    def _on_end_epoch_request(self, sender: int, request: EndQuorumEpochRequest, now_ms: int) -> None:
+        error = ErrorCode.FENCED_LEADER_EPOCH if request.leader_epoch < self.epoch else ErrorCode.NONE
+        if error is ErrorCode.NONE:
+            self._follow(request.leader_id, request.leader_epoch, now_ms, from_leader=True)
+            state = self.state
+            if isinstance(state, Follower) and state.leader_id == request.leader_id:
+                # The most caught-up successor stands at once, the others later and later.
+                backoff = self._successor_backoff(request.preferred_successors)
+                state.fetch_deadline = now_ms + backoff
+                state.has_fetched = False
+        self.send(sender, EndQuorumEpochResponse(correlation_id=request.correlation_id, error_code=error,
+                                                 leader_id=self.leader_or_none(), leader_epoch=self.epoch))
+
+    def _successor_backoff(self, successors: tuple[int, ...]) -> int:
+        """Kafka's strict exponential backoff by rank among the preferred successors."""
+        maximum = self.config.election_backoff_max_ms
+        if self.node_id not in successors:
+            return maximum
+        position = successors.index(self.node_id)
+        if position == 0:
+            return 0
+        base = maximum >> (len(successors) - 1)
+        return min(maximum, base << (position - 1))
+
+    # --- responses --------------------------------------------------------------------------------
+    def _on_response(self, sender: int, response: RaftMessage, now_ms: int) -> None:
+        assert isinstance(response, VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
+                          | FetchResponse)
+        failed = response.error_code is not ErrorCode.NONE
+        if not self.requests.answered(sender, response.correlation_id, now_ms, failed):
+            return  # the answer to a request this state no longer waits for
+        if response.leader_id >= 0 or response.leader_epoch > self.epoch:
+            leader = response.leader_id if response.leader_id >= 0 else None
+            if self._follow(leader, response.leader_epoch, now_ms, from_leader=False):
+                if not isinstance(response, FetchResponse) or failed:
+                    return
+        state = self.state
+        if isinstance(response, VoteResponse):
+            if isinstance(state, Prospective | Candidate) and response.leader_epoch <= state.epoch:
+                state.tally.record(sender, response.vote_granted and not failed)
+                self._count_votes(state, now_ms)
+        elif isinstance(response, BeginQuorumEpochResponse):
+            if isinstance(state, Leader) and not failed:
+                state.unacked.discard(sender)
+        elif isinstance(response, EndQuorumEpochResponse):
+            if isinstance(state, Resigned) and not failed:
+                state.unacked.discard(sender)
+        elif failed:
+            if response.error_code is ErrorCode.SNAPSHOT_NOT_FOUND:
+                self.out.fetch_error = response.error_code
+        elif isinstance(state, Follower) and state.leader_id == sender and response.leader_epoch == state.epoch:
+            self._on_fetch_response(state, response, now_ms)
+
+    def _count_votes(self, state: Prospective | Candidate, now_ms: int) -> None:
+        if isinstance(state, Prospective):
+            if state.tally.won:
+                self._become_candidate(state, now_ms)
+            elif state.tally.lost:
+                self._prospective_lost(state, now_ms)
+        elif state.backoff_until is None:
+            if state.tally.won:
+                self._become_leader(state, now_ms)
+            elif state.tally.lost:
+                state.backoff_until = now_ms + self._election_backoff(state.retries)
+
+    def _on_fetch_response(self, state: Follower, response: FetchResponse, now_ms: int) -> None:
+        state.fetch_deadline = now_ms + self.config.fetch_timeout_ms
+        state.has_fetched = True
+        if response.diverging_epoch is not None:
+            offset = truncation_offset(self.log, response.diverging_epoch)
+            self.log.truncate_to(offset)
+            self.out.log_changes.append(LogTruncated(offset))
+            return
+        for batch in response.batches:
+            end = self.log.end_offset
+            if batch.next_offset <= end:
+                continue
+            if batch.base_offset > end:
+                break  # not contiguous: never from a leader that validated our fetch offset
+            skip = end - batch.base_offset
+            if skip:
+                batch = RaftBatch(end, batch.epoch, batch.records[skip:], batch.control)
+            self.log.append(batch)
+            self.out.log_changes.append(LogAppended(batch))
+        self.advance_high_watermark(min(response.high_watermark, self.log.end_offset))
+
+    # --- timers and sending -----------------------------------------------------------------------
+    def _poll(self, now_ms: int) -> None:
+        """Act on the timers; a state entered on the way acts at once too (its first requests)."""
+        while True:
+            state = self.state
+            self._poll_state(now_ms)
+            if self.state is state:
+                return
+
+    def _poll_state(self, now_ms: int) -> None:
+        state = self.state
+        if isinstance(state, Leader):
+            self.poll_leader(state, now_ms)
+        elif isinstance(state, Candidate):
+            self._poll_candidate(state, now_ms)
+        elif isinstance(state, Prospective):
+            if now_ms >= state.election_deadline:
+                self._prospective_lost(state, now_ms)
+            else:
+                self._send_votes(state, now_ms)
+        elif isinstance(state, Follower):
+            if now_ms >= state.fetch_deadline:
+                self._election_due(now_ms)
+            elif self.requests.ready(state.leader_id, now_ms):
+                self._send_fetch(state.leader_id, now_ms)
+        elif isinstance(state, Unattached):
+            if self.node_id not in self.voters:
+                self._observer_fetch(now_ms)
+            elif now_ms >= state.election_deadline:
+                self._become_prospective(1, now_ms)
+        else:
+            self._poll_resigned(state, now_ms)
+
+    def _poll_candidate(self, state: Candidate, now_ms: int) -> None:
+        if state.backoff_until is not None:
+            if now_ms >= state.backoff_until:
+                self._become_prospective(state.retries + 1, now_ms)
+        elif now_ms >= state.election_deadline:
+            state.backoff_until = now_ms + self._election_backoff(state.retries)
+        else:
+            self._send_votes(state, now_ms)
+
+    def _poll_resigned(self, state: Resigned, now_ms: int) -> None:
+        if now_ms >= state.election_deadline:
+            if self.node_id in self.voters:
+                self._become_candidate(None, now_ms)
+            else:
+                self._become_unattached(state.epoch + 1, None, now_ms)
+            return
+        for voter in sorted(state.unacked):
+            if self.requests.ready(voter, now_ms):
+                self.send_request(voter, now_ms, lambda cid: EndQuorumEpochRequest(
+                    correlation_id=cid, leader_id=self.node_id, leader_epoch=state.epoch,
+                    preferred_successors=state.preferred_successors))
+
+    def _send_votes(self, state: Prospective | Candidate, now_ms: int) -> None:
+        pre_vote = isinstance(state, Prospective)
+        epoch = state.epoch + 1 if pre_vote else state.epoch
+        for voter in state.tally.unanswered():
+            if self.requests.ready(voter, now_ms):
+                self.send_request(voter, now_ms, lambda cid: VoteRequest(
+                    correlation_id=cid, candidate_epoch=epoch, candidate_id=self.node_id,
+                    last_offset_epoch=self.log.last_epoch, last_offset=self.log.end_offset, pre_vote=pre_vote))
+
+    def _send_fetch(self, destination: int, now_ms: int) -> None:
+        self.send_request(destination, now_ms, lambda cid: FetchRequest(
+            correlation_id=cid, replica_id=self.node_id, current_leader_epoch=self.epoch,
+            fetch_offset=self.log.end_offset, last_fetched_epoch=self.log.last_epoch))
+
+    def _observer_fetch(self, now_ms: int) -> None:
+        """An observer that knows no leader asks a random voter, whose answer names the leader."""
+        if not self.requests.any_inflight(now_ms):
+            voter = self._rng.choice(sorted(self.voters))
+            if self.requests.ready(voter, now_ms):
+                self._send_fetch(voter, now_ms)
+
+    def _election_due(self, now_ms: int) -> None:
+        """A follower's leader went quiet: a voter starts a pre-vote round, an observer forgets it."""
+        if self.node_id in self.voters:
+            self._become_prospective(1, now_ms)
+        else:
+            self._become_unattached(self.epoch, None, now_ms)
+
+    def _election_deadline(self, now_ms: int) -> int:
+        """Kafka randomizes the election timeout between once and twice the configured value."""
+        timeout = self.config.election_timeout_ms
+        return now_ms + timeout + self._rng.randrange(timeout)
+
+    def _election_backoff(self, retries: int) -> int:
+        """Binary exponential backoff with jitter, capped at controller.quorum.election.backoff.max.ms."""
+        jitter = self._rng.randrange(2 << min(20, retries - 1))
+        return min(RETRY_BACKOFF_BASE_MS * jitter, self.config.election_backoff_max_ms)
+
+    # --- transitions ------------------------------------------------------------------------------
+    def _follow(self, leader: int | None, epoch: int, now_ms: int, from_leader: bool) -> bool:
+        """Kafka's maybeTransition on a message naming a leader and an epoch: a newer epoch is
+        joined (following its leader if named); a leader of our own epoch is followed unless we
+        know one already (or, when the leader itself speaks, unless we follow it)."""
+        state = self.state
+        if epoch > state.epoch:
+            if leader is None or leader == self.node_id:
+                self._become_unattached(epoch, None, now_ms)
+            else:
+                self._become_follower(epoch, leader, None, now_ms)
+            return True
+        if epoch < state.epoch or leader is None or leader == self.node_id:
+            return False
+        if isinstance(state, Leader | Resigned | Follower):
+            return False
+        if isinstance(state, Prospective) and state.leader_id is not None and not from_leader:
+            return False
+        self._become_follower(epoch, leader, self.voted_for(), now_ms)
+        return True
+
+    def _become_unattached(self, epoch: int, voted: int | None, now_ms: int) -> None:
+        self.set_state(Unattached(epoch, voted, self._election_deadline(now_ms)))
+
+    def _become_follower(self, epoch: int, leader: int, voted: int | None, now_ms: int) -> None:
+        self.set_state(Follower(epoch, leader, voted, now_ms + self.config.fetch_timeout_ms))
+
+    def _become_prospective(self, retries: int, now_ms: int) -> None:
+        state = self.state
+        leader = state.leader_id if isinstance(state, Follower) else None
+        tally = Tally(self.voters, {self.node_id})
+        prospective = Prospective(state.epoch, self.voted_for(), leader, retries,
+                                  self._election_deadline(now_ms), tally)
+        self.set_state(prospective)
+        self._count_votes(prospective, now_ms)
+
+    def _prospective_lost(self, state: Prospective, now_ms: int) -> None:
+        if state.leader_id is not None:
+            self._become_follower(state.epoch, state.leader_id, state.voted_id, now_ms)
+        else:
+            self._become_unattached(state.epoch, state.voted_id, now_ms)
+
+    def _become_candidate(self, state: Prospective | None, now_ms: int) -> None:
+        retries = state.retries if state is not None else 1
+        candidate = Candidate(self.epoch + 1, retries, self._election_deadline(now_ms),
+                              Tally(self.voters, {self.node_id}))
+        self.set_state(candidate)
+        self._count_votes(candidate, now_ms)
+
+    def _become_leader(self, state: Candidate, now_ms: int) -> None:
+        self.start_leading(state.epoch, sorted(state.tally.granted), now_ms)
+
+    def _become_resigned(self, state: Leader, now_ms: int) -> None:
+        successors = tuple(sorted((v for v in self.voters if v != self.node_id),
+                                  key=lambda v: (-state.voter_offsets.get(v, -1), v)))
+        self.set_state(Resigned(state.epoch, successors, set(successors), self._election_deadline(now_ms)))
+
+    def resign_after_check_quorum(self, state: Leader, now_ms: int) -> None:
+        self._become_resigned(state, now_ms)

@@ -1,0 +1,264 @@
+"""The part of a KRaft replica that leads: appends, answers fetches, moves the high watermark; and
+the bookkeeping every state shares (the current state, outgoing messages, quorum-state to persist)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from grete.coordinator.kraft.quorum import QuorumState
+from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch, RaftLog
+from grete.coordinator.kraft.raft_messages import (
+    BeginQuorumEpochRequest,
+    FetchRequest,
+    FetchResponse,
+    LogAppended,
+    RaftMessage,
+    RaftOutput,
+    RaftRequest,
+)
+from grete.coordinator.kraft.raft_states import (
+    Candidate,
+    EpochState,
+    Follower,
+    Leader,
+    ParkedFetch,
+    Prospective,
+    RaftConfig,
+    ReplicaProgress,
+    RequestManager,
+    Resigned,
+    Unattached,
+)
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import DescribeQuorumResponse
+from grete.protocol.metadata import LeaderChangeMessage
+from grete.protocol.metadata_frame import CONTROL_VALUE_VERSION, encode_control_value
+
+# A leader that has not heard from a majority of voters for 1.5 fetch timeouts resigns (Kafka's).
+CHECK_QUORUM_TIMEOUT_FACTOR = 1.5
+
+
+class LeaderRole(ABC):
+    state: EpochState
+
+    def __init__(self, node_id: int, voters: frozenset[int], log: RaftLog, config: RaftConfig) -> None:
+        self.node_id = node_id
+        self.voters = voters
+        self.log = log
+        self.config = config
+        self.requests = RequestManager(config.request_timeout_ms, config.retry_backoff_ms)
+        self.high_watermark = 0  # committed below this offset, as far as this replica knows
+        self.out = RaftOutput()
+        self._persisted = (-1, -1, -1)
+        self._correlation = 0
+
+    @abstractmethod
+    def resign_after_check_quorum(self, state: Leader, now_ms: int) -> None: ...
+
+    # --- the state ----------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
+    @property
+    def leader_id(self) -> int | None:
+        state = self.state
+        if isinstance(state, Leader | Resigned):
+            return self.node_id
+        if isinstance(state, Follower | Prospective):  # a prospective still names the leader it followed
+            return state.leader_id
+        return None
+
+    @property
+    def role(self) -> str:
+        """The state's name, Kafka's: Unattached, Prospective, Candidate, Leader, Follower, Resigned."""
+        return type(self.state).__name__
+
+    def leader_or_none(self) -> int:
+        leader = self.leader_id
+        return leader if leader is not None else -1
+
+    def voted_for(self) -> int | None:
+        state = self.state
+        if isinstance(state, Unattached | Prospective | Follower):
+            return state.voted_id
+        if isinstance(state, Candidate | Leader | Resigned):
+            return self.node_id
+        return None
+
+    def quorum_state(self) -> QuorumState:
+        """QuorumStateData as it stands: the epoch, its leader, this replica's vote in it."""
+        voted = self.voted_for()
+        return QuorumState(self.leader_or_none(), self.epoch, voted if voted is not None else -1)
+
+    def set_state(self, new: EpochState) -> None:
+        old = self.state
+        before = (old.epoch, self.leader_id)
+        self.state = new
+        self.requests.reset()
+        if isinstance(old, Leader):  # parked fetches learn who leads now
+            for parked in old.parked.values():
+                self.send(parked.sender, self._fetch_answer(parked.request, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        persisted = self.quorum_state()
+        key = (persisted.leader_id, persisted.leader_epoch, persisted.voted_id)
+        if key != self._persisted:
+            self._persisted = key
+            self.out.quorum_state = persisted
+        if (new.epoch, self.leader_id) != before:
+            self.out.leader_changed = True
+
+    # --- output -------------------------------------------------------------------------------
+    def send(self, destination: int, message: RaftMessage) -> None:
+        self.out.messages.append((destination, message))
+
+    def send_request(self, destination: int, now_ms: int, build: Callable[[int], RaftRequest]) -> None:
+        self._correlation += 1
+        self.requests.sent(destination, self._correlation, now_ms)
+        self.send(destination, build(self._correlation))
+
+    def drain(self) -> RaftOutput:
+        out, self.out = self.out, RaftOutput()
+        return out
+
+    def advance_high_watermark(self, offset: int) -> bool:
+        if offset <= self.high_watermark:
+            return False
+        self.high_watermark = offset
+        self.out.high_watermark = offset
+        return True
+
+    # --- leading ------------------------------------------------------------------------------
+    def start_leading(self, epoch: int, granting: list[int], now_ms: int) -> None:
+        """Lead ``epoch``: announce it (BeginQuorumEpoch, sent by the next poll) and open it with a
+        LeaderChangeMessage, the record of its own epoch the high watermark must pass."""
+        state = Leader(epoch, self.log.end_offset, dict.fromkeys(self.voters, -1),
+                       check_quorum_deadline=now_ms + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR),
+                       begin_epoch_deadline=now_ms, unacked=set(self.voters - {self.node_id}))
+        self.set_state(state)
+        message = LeaderChangeMessage(
+            version=CONTROL_VALUE_VERSION, leader_id=self.node_id,
+            voters=[LeaderChangeMessage.Voter(voter_id=v) for v in sorted(self.voters)],
+            granting_voters=[LeaderChangeMessage.Voter(voter_id=v) for v in granting])
+        self.leader_append(state, (encode_control_value(message),), True, now_ms)
+
+    def leader_append(self, state: Leader, records: tuple[bytes, ...], control: bool, now_ms: int) -> None:
+        batch = RaftBatch(self.log.end_offset, state.epoch, records, control)
+        self.log.append(batch)
+        self.out.log_changes.append(LogAppended(batch))
+        state.voter_offsets[self.node_id] = self.log.end_offset
+        if not self._update_leader_high_watermark(state, now_ms):
+            self._answer_parked(state, now_ms, expired_only=False)  # they have records now
+
+    def poll_leader(self, state: Leader, now_ms: int) -> None:
+        if len(self.voters) > 1 and now_ms >= state.check_quorum_deadline:
+            self.resign_after_check_quorum(state, now_ms)
+            return
+        self._answer_parked(state, now_ms, expired_only=True)
+        if now_ms >= state.begin_epoch_deadline:
+            state.begin_epoch_deadline = now_ms + self.config.fetch_timeout_ms // 2
+            for voter in sorted(state.unacked):
+                if self.requests.ready(voter, now_ms):
+                    self.send_request(voter, now_ms, lambda cid: BeginQuorumEpochRequest(
+                        correlation_id=cid, leader_id=self.node_id, leader_epoch=state.epoch))
+
+    def on_fetch_request(self, sender: int, request: FetchRequest, now_ms: int) -> None:
+        state = self.state
+        error = ErrorCode.NONE
+        if request.current_leader_epoch < self.epoch:
+            error = ErrorCode.FENCED_LEADER_EPOCH
+        elif request.current_leader_epoch > self.epoch:
+            error = ErrorCode.UNKNOWN_LEADER_EPOCH
+        elif not isinstance(state, Leader):
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif request.fetch_offset < 0 or request.last_fetched_epoch < 0:
+            error = ErrorCode.INVALID_REQUEST
+        elif request.fetch_offset < self.log.start_offset:
+            error = ErrorCode.SNAPSHOT_NOT_FOUND  # FetchSnapshot is not served: see the module doc
+        if error is not ErrorCode.NONE or not isinstance(state, Leader):
+            self.send(sender, self._fetch_answer(request, error))
+            return
+        replica = request.replica_id
+        if replica in self.voters:
+            self._heard_from_voter(state, replica, now_ms)
+        diverging = self._diverging(request)
+        if diverging is not None:
+            self.send(sender, self._fetch_answer(request, ErrorCode.NONE, diverging))
+            return
+        state.parked.pop(replica, None)
+        state.progress.setdefault(replica, ReplicaProgress()).fetched(request.fetch_offset, self.log.end_offset, now_ms)
+        moved = False
+        if replica in self.voters:
+            state.voter_offsets[replica] = request.fetch_offset
+            moved = self._update_leader_high_watermark(state, now_ms)
+        else:
+            state.observer_offsets[replica] = request.fetch_offset
+        if moved or request.fetch_offset < self.log.end_offset:
+            self.send(sender, self._fetch_answer(request, ErrorCode.NONE))
+        else:
+            state.parked[replica] = ParkedFetch(sender, request, now_ms + self.config.fetch_max_wait_ms)
+
+    def describe_quorum(self, now_ms: int) -> DescribeQuorumResponse.PartitionData:
+        """DescribeQuorum's answer for the partition: the leader's view of every voter and observer
+        (times in the clock the driver passes as ``now_ms``); NOT_LEADER_OR_FOLLOWER elsewhere."""
+        state = self.state
+        answer = DescribeQuorumResponse.PartitionData(leader_id=self.leader_or_none(), leader_epoch=self.epoch,
+                                                      high_watermark=self.high_watermark)
+        if not isinstance(state, Leader):
+            answer.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return answer
+
+        def replica(replica_id: int, end: int) -> DescribeQuorumResponse.ReplicaState:
+            if replica_id == self.node_id:
+                fetched = caught_up = now_ms
+            else:
+                progress = state.progress.get(replica_id, ReplicaProgress())
+                fetched, caught_up = progress.last_fetch_ms, progress.last_caught_up_ms
+            return DescribeQuorumResponse.ReplicaState(replica_id=replica_id, log_end_offset=end,
+                                                       last_fetch_timestamp=fetched, last_caught_up_timestamp=caught_up)
+        answer.current_voters = [replica(v, state.voter_offsets[v]) for v in sorted(self.voters)]
+        answer.observers = [replica(o, end) for o, end in sorted(state.observer_offsets.items())]
+        return answer
+
+    def _heard_from_voter(self, state: Leader, voter: int, now_ms: int) -> None:
+        state.unacked.discard(voter)
+        state.fetched_voters.add(voter)
+        if len(state.fetched_voters | {self.node_id}) > len(self.voters) // 2:
+            state.fetched_voters.clear()
+            state.check_quorum_deadline = now_ms + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
+
+    def _diverging(self, request: FetchRequest) -> OffsetAndEpoch | None:
+        """The end of the leader's largest epoch at or below the fetcher's last fetched epoch, when
+        the fetcher's log is not a prefix of the leader's there (ReplicatedLog.validateOffsetAndEpoch)."""
+        if request.fetch_offset == 0 and self.log.start_offset == 0:
+            return None
+        end = self.log.epoch_end_offset(request.last_fetched_epoch)
+        if end.epoch != request.last_fetched_epoch or end.offset < request.fetch_offset:
+            return end
+        return None
+
+    def _update_leader_high_watermark(self, state: Leader, now_ms: int) -> bool:
+        """The offset a majority of voters has (the leader counts), once it is past the start of
+        this epoch: a leader exposes nothing before one record of its own epoch is committed."""
+        offsets = sorted(state.voter_offsets.values(), reverse=True)
+        majority_offset = offsets[len(offsets) // 2]
+        if majority_offset <= state.epoch_start_offset or not self.advance_high_watermark(majority_offset):
+            return False
+        self._answer_parked(state, now_ms, expired_only=False)
+        return True
+
+    def _answer_parked(self, state: Leader, now_ms: int, expired_only: bool) -> None:
+        for replica, parked in list(state.parked.items()):
+            if not expired_only or now_ms >= parked.deadline:
+                del state.parked[replica]
+                self.send(parked.sender, self._fetch_answer(parked.request, ErrorCode.NONE))
+
+    def _fetch_answer(self, request: FetchRequest, error: ErrorCode,
+                      diverging: OffsetAndEpoch | None = None) -> FetchResponse:
+        batches: tuple[RaftBatch, ...] = ()
+        if error is ErrorCode.NONE and diverging is None:
+            batches = tuple(self.log.read(request.fetch_offset, self.config.fetch_max_records))
+        return FetchResponse(correlation_id=request.correlation_id, error_code=error,
+                             leader_id=self.leader_or_none(), leader_epoch=self.epoch,
+                             high_watermark=self.high_watermark, batches=batches, diverging_epoch=diverging)
+

@@ -1,0 +1,151 @@
+"""What the Raft core needs of the metadata log, and an in-memory log that has it.
+
+The core reads and changes the log only through ``RaftLog``, so it runs against ``InMemoryRaftLog``
+in tests and simulations; the segment log of ``__cluster_metadata-0`` is adapted to the same
+protocol when the core is wired to it. Every record carries the epoch of the leader that appended
+it (the batch's partition leader epoch), and epochs never decrease along the log.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+# The epoch reported for "no epoch at or below the one asked about": Raft's epochs start at 1.
+NO_EPOCH = 0
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OffsetAndEpoch:
+    """An end offset (exclusive) and an epoch, ordered as Kafka orders them: epoch first."""
+
+    epoch: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class RaftBatch:
+    """Records appended together by one leader in one epoch; ``control`` batches hold the quorum's
+    own control records (LeaderChangeMessage)."""
+
+    base_offset: int
+    epoch: int
+    records: tuple[bytes, ...]
+    control: bool = False
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.records)
+
+
+class RaftLog(Protocol):
+    """The metadata log as the Raft core sees it."""
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset still in the log (greater than 0 once a snapshot replaced a prefix)."""
+        ...
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next record gets."""
+        ...
+
+    @property
+    def last_epoch(self) -> int:
+        """The epoch of the last record, NO_EPOCH for an empty log."""
+        ...
+
+    def epoch_end_offset(self, epoch: int) -> OffsetAndEpoch:
+        """The largest epoch at or below ``epoch`` held by the log and the offset after its last
+        record (OffsetForLeaderEpoch's answer); (NO_EPOCH, start_offset) when there is none."""
+        ...
+
+    def append(self, batch: RaftBatch) -> None:
+        """Append ``batch``; its base offset is the log's end offset."""
+        ...
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at ``offset`` and after."""
+        ...
+
+    def read(self, offset: int, max_records: int) -> list[RaftBatch]:
+        """Batches holding the records from ``offset`` (at most ``max_records`` of them)."""
+        ...
+
+
+class InMemoryRaftLog:
+    """A RaftLog in lists, one entry per record (batches are cut back out by epoch on read)."""
+
+    def __init__(self, start_offset: int = 0) -> None:
+        self._start = start_offset
+        self._epochs: list[int] = []
+        self._values: list[bytes] = []
+        self._controls: list[bool] = []
+
+    @property
+    def start_offset(self) -> int:
+        return self._start
+
+    @property
+    def end_offset(self) -> int:
+        return self._start + len(self._epochs)
+
+    @property
+    def last_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else NO_EPOCH
+
+    def epoch_end_offset(self, epoch: int) -> OffsetAndEpoch:
+        count = bisect_right(self._epochs, epoch)
+        if count == 0:
+            return OffsetAndEpoch(NO_EPOCH, self._start)
+        return OffsetAndEpoch(self._epochs[count - 1], self._start + count)
+
+    def append(self, batch: RaftBatch) -> None:
+        if batch.base_offset != self.end_offset:
+            raise ValueError(f"batch at {batch.base_offset} appended at the log end {self.end_offset}")
+        if batch.epoch < self.last_epoch:
+            raise ValueError(f"batch of epoch {batch.epoch} after epoch {self.last_epoch}")
+        self._epochs.extend([batch.epoch] * len(batch.records))
+        self._values.extend(batch.records)
+        self._controls.extend([batch.control] * len(batch.records))
+
+    def truncate_to(self, offset: int) -> None:
+        keep = max(offset - self._start, 0)
+        del self._epochs[keep:], self._values[keep:], self._controls[keep:]
+
+    def read(self, offset: int, max_records: int) -> list[RaftBatch]:
+        first = offset - self._start
+        last = min(first + max_records, len(self._epochs))
+        batches: list[RaftBatch] = []
+        while first < last:
+            end = first + 1
+            while end < last and (self._epochs[end], self._controls[end]) == (self._epochs[first],
+                                                                              self._controls[first]):
+                end += 1
+            batches.append(RaftBatch(self._start + first, self._epochs[first],
+                                     tuple(self._values[first:end]), self._controls[first]))
+            first = end
+        return batches
+
+    def entry(self, offset: int) -> tuple[int, bytes]:
+        """(epoch, value) of the record at ``offset``."""
+        index = offset - self._start
+        return self._epochs[index], self._values[index]
+
+    def entries(self) -> Sequence[tuple[int, bytes]]:
+        return list(zip(self._epochs, self._values, strict=True))
+
+
+def truncation_offset(log: RaftLog, diverging: OffsetAndEpoch) -> int:
+    """Where a follower cuts its log when the leader answers a fetch with ``diverging`` (the end of
+    the leader's largest epoch at or below the follower's last fetched epoch): at the end of that
+    epoch in both logs, or at the end of the follower's own largest epoch below it."""
+    if diverging.epoch == NO_EPOCH:
+        return min(diverging.offset, log.end_offset)
+    local = log.epoch_end_offset(diverging.epoch)
+    if local.epoch == diverging.epoch:
+        return min(local.offset, diverging.offset)
+    return local.offset

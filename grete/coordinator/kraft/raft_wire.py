@@ -1,0 +1,172 @@
+"""The Raft core's messages as Kafka's RPCs (the generated codecs) and back, for the one partition
+``__cluster_metadata-0``.
+
+``to_wire`` wraps a core message in its RPC's topics/partitions arrays (Vote v1 has no PreVote, so a
+pre-vote request is refused here until Vote v2's codec exists); ``from_wire`` takes the single
+partition back out, with the correlation id of the request header (for a response: the id of the
+request it answers). Fetch carries record batches in Kafka's v2 format: every record of a
+RaftBatch keyless (metadata records), or the LeaderChangeMessage control record of a control batch.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from grete.coordinator.kraft import raft_messages as core
+from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch
+from grete.protocol import messages as wire
+from grete.protocol.codec import Message
+from grete.protocol.errors import ErrorCode
+from grete.protocol.records.batch import iter_batches
+from grete.protocol.records.control import ControlType, encode_control_key
+from grete.protocol.records.record import Record, build_batch, decode_records
+from grete.protocol.topics import METADATA_TOPIC
+
+# Kafka's Topic.CLUSTER_METADATA_TOPIC_ID: Fetch v13+ names __cluster_metadata by this id only.
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+
+
+def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int = 0) -> Message:
+    """The RPC for ``message``; ``timestamp_ms`` stamps the record batches of a fetch answer."""
+    match message:
+        case core.VoteRequest():
+            if message.pre_vote:
+                raise NotImplementedError("PreVote needs Vote v2, which the codecs do not have yet")
+            return wire.VoteRequest(cluster_id=cluster_id, topics=[wire.VoteRequest.TopicData(
+                topic_name=METADATA_TOPIC, partitions=[wire.VoteRequest.PartitionData(
+                    candidate_epoch=message.candidate_epoch, candidate_id=message.candidate_id,
+                    last_offset_epoch=message.last_offset_epoch, last_offset=message.last_offset)])])
+        case core.VoteResponse():
+            return wire.VoteResponse(topics=[wire.VoteResponse.TopicData(
+                topic_name=METADATA_TOPIC, partitions=[wire.VoteResponse.PartitionData(
+                    error_code=message.error_code, leader_id=message.leader_id, leader_epoch=message.leader_epoch,
+                    vote_granted=message.vote_granted)])])
+        case core.BeginQuorumEpochRequest():
+            return wire.BeginQuorumEpochRequest(cluster_id=cluster_id, topics=[wire.BeginQuorumEpochRequest.TopicData(
+                topic_name=METADATA_TOPIC, partitions=[wire.BeginQuorumEpochRequest.PartitionData(
+                    leader_id=message.leader_id, leader_epoch=message.leader_epoch)])])
+        case core.BeginQuorumEpochResponse():
+            return wire.BeginQuorumEpochResponse(topics=[wire.BeginQuorumEpochResponse.TopicData(
+                topic_name=METADATA_TOPIC, partitions=[wire.BeginQuorumEpochResponse.PartitionData(
+                    error_code=message.error_code, leader_id=message.leader_id, leader_epoch=message.leader_epoch)])])
+        case core.EndQuorumEpochRequest():
+            return wire.EndQuorumEpochRequest(cluster_id=cluster_id, topics=[wire.EndQuorumEpochRequest.TopicData(
+                topic_name=METADATA_TOPIC, partitions=[wire.EndQuorumEpochRequest.PartitionData(
+                    leader_id=message.leader_id, leader_epoch=message.leader_epoch,
+                    preferred_successors=list(message.preferred_successors),
+                    preferred_candidates=[wire.EndQuorumEpochRequest.ReplicaInfo(candidate_id=c)
+                                          for c in message.preferred_successors])])])
+        case core.EndQuorumEpochResponse():
+            return wire.EndQuorumEpochResponse(topics=[wire.EndQuorumEpochResponse.TopicData(
+                topic_name=METADATA_TOPIC, partitions=[wire.EndQuorumEpochResponse.PartitionData(
+                    error_code=message.error_code, leader_id=message.leader_id, leader_epoch=message.leader_epoch)])])
+        case core.FetchRequest():
+            return _fetch_request(message, cluster_id)
+        case core.FetchResponse():
+            return _fetch_response(message, timestamp_ms)
+    raise TypeError(f"not a Raft message: {message!r}")
+
+
+def _fetch_request(message: core.FetchRequest, cluster_id: str | None) -> wire.FetchRequest:
+    """Fetch v15+ (the replica in ReplicaState), as Kafka 4's replicas send it."""
+    return wire.FetchRequest(
+        cluster_id=cluster_id,
+        replica_state=wire.FetchRequest.ReplicaState(replica_id=message.replica_id),
+        topics=[wire.FetchRequest.FetchTopic(topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[wire.FetchRequest.FetchPartition(
+            current_leader_epoch=message.current_leader_epoch, fetch_offset=message.fetch_offset,
+            last_fetched_epoch=message.last_fetched_epoch)])])
+
+
+def _fetch_response(message: core.FetchResponse, timestamp_ms: int) -> wire.FetchResponse:
+    partition = wire.FetchResponse.PartitionData(
+        error_code=message.error_code, high_watermark=message.high_watermark,
+        current_leader=wire.FetchResponse.LeaderIdAndEpoch(leader_id=message.leader_id,
+                                                           leader_epoch=message.leader_epoch),
+        records=encode_batches(message.batches, timestamp_ms))
+    if message.diverging_epoch is not None:
+        partition.diverging_epoch = wire.FetchResponse.EpochEndOffset(
+            epoch=message.diverging_epoch.epoch, end_offset=message.diverging_epoch.offset)
+    return wire.FetchResponse(responses=[wire.FetchResponse.FetchableTopicResponse(
+        topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[partition])])
+
+
+def encode_batches(batches: tuple[RaftBatch, ...], timestamp_ms: int) -> bytes:
+    out = bytearray()
+    for batch in batches:
+        key = encode_control_key(ControlType.LEADER_CHANGE) if batch.control else None
+        records = [Record(i, 0, key, value) for i, value in enumerate(batch.records)]
+        out += build_batch(records, base_offset=batch.base_offset, base_timestamp=timestamp_ms,
+                           control=batch.control, partition_leader_epoch=batch.epoch)
+    return bytes(out)
+
+
+def decode_batches(data: bytes | bytearray | memoryview | None) -> tuple[RaftBatch, ...]:
+    batches = []
+    for batch in iter_batches(bytes(data or b"")):
+        values = tuple(record.value or b"" for record in decode_records(batch))
+        batches.append(RaftBatch(batch.base_offset, batch.partition_leader_epoch, values, batch.is_control))
+    return tuple(batches)
+
+
+def from_wire(message: Message, correlation_id: int) -> core.RaftMessage:
+    """The core's message for an RPC of ``__cluster_metadata-0`` (its first topic and partition)."""
+    cid = correlation_id
+    match message:
+        case wire.VoteRequest():
+            v = message.topics[0].partitions[0]
+            return core.VoteRequest(correlation_id=cid, candidate_epoch=v.candidate_epoch, candidate_id=v.candidate_id,
+                                    last_offset_epoch=v.last_offset_epoch, last_offset=v.last_offset)
+        case wire.VoteResponse():
+            r = message.topics[0].partitions[0] if message.topics else None
+            if r is None:
+                return core.VoteResponse(correlation_id=cid, error_code=ErrorCode(message.error_code), leader_id=-1,
+                                         leader_epoch=-1, vote_granted=False)
+            return core.VoteResponse(correlation_id=cid, error_code=ErrorCode(r.error_code), leader_id=r.leader_id,
+                                     leader_epoch=r.leader_epoch, vote_granted=r.vote_granted)
+        case wire.BeginQuorumEpochRequest():
+            b = message.topics[0].partitions[0]
+            return core.BeginQuorumEpochRequest(correlation_id=cid, leader_id=b.leader_id, leader_epoch=b.leader_epoch)
+        case wire.BeginQuorumEpochResponse():
+            e, leader, epoch = _epoch_answer(message.error_code, message.topics)
+            return core.BeginQuorumEpochResponse(correlation_id=cid, error_code=e, leader_id=leader, leader_epoch=epoch)
+        case wire.EndQuorumEpochRequest():
+            q = message.topics[0].partitions[0]
+            successors = [c.candidate_id for c in q.preferred_candidates] or q.preferred_successors
+            return core.EndQuorumEpochRequest(correlation_id=cid, leader_id=q.leader_id, leader_epoch=q.leader_epoch,
+                                              preferred_successors=tuple(successors))
+        case wire.EndQuorumEpochResponse():
+            e, leader, epoch = _epoch_answer(message.error_code, message.topics)
+            return core.EndQuorumEpochResponse(correlation_id=cid, error_code=e, leader_id=leader, leader_epoch=epoch)
+        case wire.FetchRequest():
+            f = message.topics[0].partitions[0]
+            replica = message.replica_state.replica_id if message.replica_state.replica_id >= 0 else message.replica_id
+            return core.FetchRequest(correlation_id=cid, replica_id=replica,
+                                     current_leader_epoch=f.current_leader_epoch, fetch_offset=f.fetch_offset,
+                                     last_fetched_epoch=f.last_fetched_epoch)
+        case wire.FetchResponse():
+            return _from_fetch_response(message, cid)
+    raise TypeError(f"not a KRaft RPC: {type(message).__name__}")
+
+
+def _epoch_answer(top_error: int, topics: list[wire.BeginQuorumEpochResponse.TopicData]
+                  | list[wire.EndQuorumEpochResponse.TopicData]) -> tuple[ErrorCode, int, int]:
+    """(error, leader, epoch) of a BeginQuorumEpoch or EndQuorumEpoch answer."""
+    if not topics or not topics[0].partitions:
+        return ErrorCode(top_error), -1, -1
+    p = topics[0].partitions[0]
+    return ErrorCode(top_error or p.error_code), p.leader_id, p.leader_epoch
+
+
+def _from_fetch_response(message: wire.FetchResponse, cid: int) -> core.FetchResponse:
+    if not message.responses or not message.responses[0].partitions:
+        return core.FetchResponse(correlation_id=cid, error_code=ErrorCode(message.error_code), leader_id=-1,
+                                  leader_epoch=-1, high_watermark=0)
+    p = message.responses[0].partitions[0]
+    diverging = None
+    if p.diverging_epoch.epoch >= 0 and p.diverging_epoch.end_offset >= 0:
+        diverging = OffsetAndEpoch(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+    records = p.records if isinstance(p.records, bytes | bytearray | memoryview) else None
+    return core.FetchResponse(correlation_id=cid, error_code=ErrorCode(message.error_code or p.error_code),
+                              leader_id=p.current_leader.leader_id, leader_epoch=p.current_leader.leader_epoch,
+                              high_watermark=p.high_watermark, batches=decode_batches(records),
+                              diverging_epoch=diverging)
