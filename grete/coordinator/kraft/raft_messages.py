@@ -7,8 +7,8 @@ cluster ids and endpoints belong to the codec layer that wires the core to the n
 copies the id of the request a response answers into the response it hands back, so late answers to
 abandoned requests are told apart (Kafka's RequestManager does the same).
 
-``VoteRequest.pre_vote`` is Vote v2's PreVote (KIP-996); the generated codecs stop at v1, so a
-pre-vote round needs Vote v2 on the wire before it can leave the process.
+``VoteRequest.pre_vote`` is Vote v2's PreVote (KIP-996); raft_wire writes a pre-vote's epoch as
+Kafka does (the prospective's own, one below ``candidate_epoch``).
 """
 
 from __future__ import annotations

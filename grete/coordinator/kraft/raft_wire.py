@@ -1,11 +1,12 @@
 """The Raft core's messages as Kafka's RPCs (the generated codecs) and back, for the one partition
 ``__cluster_metadata-0``.
 
-``to_wire`` wraps a core message in its RPC's topics/partitions arrays (Vote v1 has no PreVote, so a
-pre-vote request is refused here until Vote v2's codec exists); ``from_wire`` takes the single
-partition back out, with the correlation id of the request header (for a response: the id of the
-request it answers). Fetch carries record batches in Kafka's v2 format: every record of a
-RaftBatch keyless (metadata records), or the LeaderChangeMessage control record of a control batch.
+``to_wire`` wraps a core message in its RPC's topics/partitions arrays; ``from_wire`` takes the
+single partition back out, with the correlation id of the request header (for a response: the id of
+the request it answers). A pre-vote is Vote v2 with PreVote=true (KIP-996): the codec refuses to
+write it at v0-1, as Kafka's does (a Kafka prospective then runs a real election). Fetch carries
+record batches in Kafka's v2 format: every record of a RaftBatch keyless (metadata records), or the
+LeaderChangeMessage control record of a control batch.
 """
 
 from __future__ import annotations
@@ -30,12 +31,11 @@ def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int
     """The RPC for ``message``; ``timestamp_ms`` stamps the record batches of a fetch answer."""
     match message:
         case core.VoteRequest():
-            if message.pre_vote:
-                raise NotImplementedError("PreVote needs Vote v2, which the codecs do not have yet")
             return wire.VoteRequest(cluster_id=cluster_id, topics=[wire.VoteRequest.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.VoteRequest.PartitionData(
-                    candidate_epoch=message.candidate_epoch, candidate_id=message.candidate_id,
-                    last_offset_epoch=message.last_offset_epoch, last_offset=message.last_offset)])])
+                    replica_epoch=message.candidate_epoch - _pre_vote_bump(message.pre_vote),
+                    replica_id=message.candidate_id, last_offset_epoch=message.last_offset_epoch,
+                    last_offset=message.last_offset, pre_vote=message.pre_vote)])])
         case core.VoteResponse():
             return wire.VoteResponse(topics=[wire.VoteResponse.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.VoteResponse.PartitionData(
@@ -65,6 +65,13 @@ def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int
         case core.FetchResponse():
             return _fetch_response(message, timestamp_ms)
     raise TypeError(f"not a Raft message: {message!r}")
+
+
+def _pre_vote_bump(pre_vote: bool) -> int:
+    """The core's pre-vote names the epoch its candidacy would bump to; Kafka's ReplicaEpoch names the
+    epoch the prospective is in (KafkaRaftClient sends quorum.epoch() unbumped, and a voter behind it
+    adopts that epoch), so the two differ by one for a pre-vote and not at all for a vote."""
+    return 1 if pre_vote else 0
 
 
 def _fetch_request(message: core.FetchRequest, cluster_id: str | None) -> wire.FetchRequest:
@@ -114,8 +121,9 @@ def from_wire(message: Message, correlation_id: int) -> core.RaftMessage:
     match message:
         case wire.VoteRequest():
             v = message.topics[0].partitions[0]
-            return core.VoteRequest(correlation_id=cid, candidate_epoch=v.candidate_epoch, candidate_id=v.candidate_id,
-                                    last_offset_epoch=v.last_offset_epoch, last_offset=v.last_offset)
+            return core.VoteRequest(correlation_id=cid, candidate_epoch=v.replica_epoch + _pre_vote_bump(v.pre_vote),
+                                    candidate_id=v.replica_id, last_offset_epoch=v.last_offset_epoch,
+                                    last_offset=v.last_offset, pre_vote=v.pre_vote)
         case wire.VoteResponse():
             r = message.topics[0].partitions[0] if message.topics else None
             if r is None:

@@ -31,18 +31,19 @@ _S_ii = struct.Struct('>ii')
 
 @dataclass(slots=True, kw_only=True)
 class AddRaftVoterRequest(Message):
-    """AddRaftVoterRequest: API key 80, versions 0-0, flexible from v0."""
+    """AddRaftVoterRequest: API key 80, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 80
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('cluster_id', 'ClusterId', 'string', None, False, (0,), (0,), (), None, False),
-        FieldSpec('timeout_ms', 'TimeoutMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('voter_id', 'VoterId', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('voter_directory_id', 'VoterDirectoryId', 'uuid', None, False, (0,), (), (), None, False),
-        FieldSpec('listeners', 'Listeners', 'struct', 'Listener', True, (0,), (), (), None, False),
+        FieldSpec('cluster_id', 'ClusterId', 'string', None, False, (0, 1), (0, 1), (), None, False),
+        FieldSpec('timeout_ms', 'TimeoutMs', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('voter_id', 'VoterId', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('voter_directory_id', 'VoterDirectoryId', 'uuid', None, False, (0, 1), (), (), None, False),
+        FieldSpec('listeners', 'Listeners', 'struct', 'Listener', True, (0, 1), (), (), None, False),
+        FieldSpec('ack_when_committed', 'AckWhenCommitted', 'bool', None, False, (1,), (), (), None, False),
     )
 
     cluster_id: str | None = ''
@@ -50,14 +51,15 @@ class AddRaftVoterRequest(Message):
     voter_id: int = 0
     voter_directory_id: uuid.UUID = ZERO_UUID
     listeners: list[AddRaftVoterRequest.Listener] = field(default_factory=list)
+    ack_when_committed: bool = True
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
     @dataclass(slots=True, kw_only=True)
     class Listener(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('name', 'Name', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('host', 'Host', 'string', None, False, (0,), (), (), None, False),
-            FieldSpec('port', 'Port', 'uint16', None, False, (0,), (), (), None, False),
+            FieldSpec('name', 'Name', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('host', 'Host', 'string', None, False, (0, 1), (), (), None, False),
+            FieldSpec('port', 'Port', 'uint16', None, False, (0, 1), (), (), None, False),
         )
 
         name: str = ''
@@ -91,7 +93,7 @@ class AddRaftVoterRequest(Message):
             return cls(name=f_name, host=f_host, port=f_port, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('AddRaftVoterRequest v%d is not supported' % version)
         flex = True
         w.string(self.cluster_id, flex)
@@ -100,12 +102,16 @@ class AddRaftVoterRequest(Message):
         w.length(len(self.listeners), flex)
         for _e_listeners in self.listeners:
             _e_listeners.encode(w, version)
+        if version >= 1:
+            w.boolean(self.ack_when_committed)
+        elif self.ack_when_committed is not True:
+            raise UnsupportedVersion('AddRaftVoterRequest: AckWhenCommitted cannot be sent at version %d' % version)
         if flex:
             w.tagged_fields((), self.unknown_tagged_fields)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('AddRaftVoterRequest v%d is not supported' % version)
         flex = True
         f_cluster_id: str | None
@@ -113,6 +119,7 @@ class AddRaftVoterRequest(Message):
         f_voter_id: int
         f_voter_directory_id: uuid.UUID
         f_listeners: list[AddRaftVoterRequest.Listener]
+        f_ack_when_committed: bool
         f_cluster_id = r.nullable_string(flex)
         f_timeout_ms, f_voter_id = r.unpack(_S_ii)
         f_voter_directory_id = r.uuid()
@@ -122,27 +129,31 @@ class AddRaftVoterRequest(Message):
         else:
             _d_listeners = AddRaftVoterRequest.Listener.decode
             f_listeners = [_d_listeners(r, version) for _ in range(_n)]
+        if version >= 1:
+            f_ack_when_committed = r.boolean()
+        else:
+            f_ack_when_committed = True
         _unknown: list[tuple[int, bytes]] | None = None
         if flex:
             for _tag, _data in r.tagged_fields():
                 if _unknown is None:
                     _unknown = []
                 _unknown.append((_tag, _data.tobytes()))
-        return cls(cluster_id=f_cluster_id, timeout_ms=f_timeout_ms, voter_id=f_voter_id, voter_directory_id=f_voter_directory_id, listeners=f_listeners, unknown_tagged_fields=_unknown)
+        return cls(cluster_id=f_cluster_id, timeout_ms=f_timeout_ms, voter_id=f_voter_id, voter_directory_id=f_voter_directory_id, listeners=f_listeners, ack_when_committed=f_ack_when_committed, unknown_tagged_fields=_unknown)
 
 
 @dataclass(slots=True, kw_only=True)
 class AddRaftVoterResponse(Message):
-    """AddRaftVoterResponse: API key 80, versions 0-0, flexible from v0."""
+    """AddRaftVoterResponse: API key 80, versions 0-1, flexible from v0."""
 
     API_KEY: ClassVar[int] = 80
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0,), (), (), None, False),
-        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0,), (), (), None, False),
-        FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0,), (0,), (), None, True),
+        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1), (), (), None, False),
+        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
+        FieldSpec('error_message', 'ErrorMessage', 'string', None, False, (0, 1), (0, 1), (), None, True),
     )
 
     throttle_time_ms: int = 0
@@ -151,7 +162,7 @@ class AddRaftVoterResponse(Message):
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('AddRaftVoterResponse v%d is not supported' % version)
         flex = True
         w.pack(_S_ih, self.throttle_time_ms, self.error_code)
@@ -161,7 +172,7 @@ class AddRaftVoterResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 0:
+        if not 0 <= version <= 1:
             raise UnsupportedVersion('AddRaftVoterResponse v%d is not supported' % version)
         flex = True
         f_throttle_time_ms: int

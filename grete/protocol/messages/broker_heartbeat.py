@@ -31,19 +31,20 @@ _S_iqqoo = struct.Struct('>iqq??')
 
 @dataclass(slots=True, kw_only=True)
 class BrokerHeartbeatRequest(Message):
-    """BrokerHeartbeatRequest: API key 63, versions 0-1, flexible from v0."""
+    """BrokerHeartbeatRequest: API key 63, versions 0-2, flexible from v0."""
 
     API_KEY: ClassVar[int] = 63
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('broker_id', 'BrokerId', 'int32', None, False, (0, 1), (), (), None, False),
-        FieldSpec('broker_epoch', 'BrokerEpoch', 'int64', None, False, (0, 1), (), (), None, False),
-        FieldSpec('current_metadata_offset', 'CurrentMetadataOffset', 'int64', None, False, (0, 1), (), (), None, False),
-        FieldSpec('want_fence', 'WantFence', 'bool', None, False, (0, 1), (), (), None, False),
-        FieldSpec('want_shut_down', 'WantShutDown', 'bool', None, False, (0, 1), (), (), None, False),
-        FieldSpec('offline_log_dirs', 'OfflineLogDirs', 'uuid', None, True, (1,), (), (1,), 0, False),
+        FieldSpec('broker_id', 'BrokerId', 'int32', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('broker_epoch', 'BrokerEpoch', 'int64', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('current_metadata_offset', 'CurrentMetadataOffset', 'int64', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('want_fence', 'WantFence', 'bool', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('want_shut_down', 'WantShutDown', 'bool', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('offline_log_dirs', 'OfflineLogDirs', 'uuid', None, True, (1, 2), (), (1, 2), 0, False),
+        FieldSpec('cordoned_log_dirs', 'CordonedLogDirs', 'uuid', None, True, (2,), (2,), (2,), 1, False),
     )
 
     broker_id: int = 0
@@ -52,10 +53,11 @@ class BrokerHeartbeatRequest(Message):
     want_fence: bool = False
     want_shut_down: bool = False
     offline_log_dirs: list[uuid.UUID] = field(default_factory=list)
+    cordoned_log_dirs: list[uuid.UUID] | None = None
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 1:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('BrokerHeartbeatRequest v%d is not supported' % version)
         flex = True
         w.pack(_S_iqqoo, self.broker_id, self.broker_epoch, self.current_metadata_offset, self.want_fence, self.want_shut_down)
@@ -69,11 +71,22 @@ class BrokerHeartbeatRequest(Message):
                 for _e_offline_log_dirs in self.offline_log_dirs:
                     _t.uuid(_e_offline_log_dirs)
                 _tags.append((0, _t.buf))
+            if self.cordoned_log_dirs is not None:
+                if not (version >= 2):
+                    raise UnsupportedVersion('BrokerHeartbeatRequest: CordonedLogDirs cannot be sent at version %d' % version)
+                _t = Writer()
+                if self.cordoned_log_dirs is None:
+                    _t.length(-1, True)
+                else:
+                    _t.length(len(self.cordoned_log_dirs), True)
+                    for _e_cordoned_log_dirs in self.cordoned_log_dirs:
+                        _t.uuid(_e_cordoned_log_dirs)
+                _tags.append((1, _t.buf))
             w.tagged_fields(_tags, self.unknown_tagged_fields)
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 1:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('BrokerHeartbeatRequest v%d is not supported' % version)
         flex = True
         f_broker_id: int
@@ -82,8 +95,10 @@ class BrokerHeartbeatRequest(Message):
         f_want_fence: bool
         f_want_shut_down: bool
         f_offline_log_dirs: list[uuid.UUID]
+        f_cordoned_log_dirs: list[uuid.UUID] | None
         f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down = r.unpack(_S_iqqoo)
         f_offline_log_dirs = []
+        f_cordoned_log_dirs = None
         _unknown: list[tuple[int, bytes]] | None = None
         if flex:
             for _tag, _data in r.tagged_fields():
@@ -94,27 +109,34 @@ class BrokerHeartbeatRequest(Message):
                         raise ProtocolError('null BrokerHeartbeatRequest.OfflineLogDirs')
                     else:
                         f_offline_log_dirs = [_r.uuid() for _ in range(_n)]
+                elif _tag == 1 and version >= 2:
+                    _r = Reader(_data)
+                    _n = _r.array_length(True)
+                    if _n < 0:
+                        f_cordoned_log_dirs = None
+                    else:
+                        f_cordoned_log_dirs = [_r.uuid() for _ in range(_n)]
                 else:
                     if _unknown is None:
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
-        return cls(broker_id=f_broker_id, broker_epoch=f_broker_epoch, current_metadata_offset=f_current_metadata_offset, want_fence=f_want_fence, want_shut_down=f_want_shut_down, offline_log_dirs=f_offline_log_dirs, unknown_tagged_fields=_unknown)
+        return cls(broker_id=f_broker_id, broker_epoch=f_broker_epoch, current_metadata_offset=f_current_metadata_offset, want_fence=f_want_fence, want_shut_down=f_want_shut_down, offline_log_dirs=f_offline_log_dirs, cordoned_log_dirs=f_cordoned_log_dirs, unknown_tagged_fields=_unknown)
 
 
 @dataclass(slots=True, kw_only=True)
 class BrokerHeartbeatResponse(Message):
-    """BrokerHeartbeatResponse: API key 63, versions 0-1, flexible from v0."""
+    """BrokerHeartbeatResponse: API key 63, versions 0-2, flexible from v0."""
 
     API_KEY: ClassVar[int] = 63
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1), (), (), None, False),
-        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
-        FieldSpec('is_caught_up', 'IsCaughtUp', 'bool', None, False, (0, 1), (), (), None, False),
-        FieldSpec('is_fenced', 'IsFenced', 'bool', None, False, (0, 1), (), (), None, False),
-        FieldSpec('should_shut_down', 'ShouldShutDown', 'bool', None, False, (0, 1), (), (), None, False),
+        FieldSpec('throttle_time_ms', 'ThrottleTimeMs', 'int32', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('is_caught_up', 'IsCaughtUp', 'bool', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('is_fenced', 'IsFenced', 'bool', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('should_shut_down', 'ShouldShutDown', 'bool', None, False, (0, 1, 2), (), (), None, False),
     )
 
     throttle_time_ms: int = 0
@@ -125,7 +147,7 @@ class BrokerHeartbeatResponse(Message):
     unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 1:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('BrokerHeartbeatResponse v%d is not supported' % version)
         flex = True
         w.pack(_S_ihooo, self.throttle_time_ms, self.error_code, self.is_caught_up, self.is_fenced, self.should_shut_down)
@@ -134,7 +156,7 @@ class BrokerHeartbeatResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 1:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('BrokerHeartbeatResponse v%d is not supported' % version)
         flex = True
         f_throttle_time_ms: int

@@ -32,16 +32,16 @@ _S_iq = struct.Struct('>iq')
 
 @dataclass(slots=True, kw_only=True)
 class VoteRequest(Message):
-    """VoteRequest: API key 52, versions 0-1, flexible from v0."""
+    """VoteRequest: API key 52, versions 0-2, flexible from v0."""
 
     API_KEY: ClassVar[int] = 52
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('cluster_id', 'ClusterId', 'string', None, False, (0, 1), (0, 1), (), None, False),
-        FieldSpec('voter_id', 'VoterId', 'int32', None, False, (1,), (), (), None, True),
-        FieldSpec('topics', 'Topics', 'struct', 'TopicData', True, (0, 1), (), (), None, False),
+        FieldSpec('cluster_id', 'ClusterId', 'string', None, False, (0, 1, 2), (0, 1, 2), (), None, False),
+        FieldSpec('voter_id', 'VoterId', 'int32', None, False, (1, 2), (), (), None, True),
+        FieldSpec('topics', 'Topics', 'struct', 'TopicData', True, (0, 1, 2), (), (), None, False),
     )
 
     cluster_id: str | None = None
@@ -52,8 +52,8 @@ class VoteRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class TopicData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0, 1), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0, 1), (), (), None, False),
+            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0, 1, 2), (), (), None, False),
         )
 
         topic_name: str = ''
@@ -92,32 +92,38 @@ class VoteRequest(Message):
     @dataclass(slots=True, kw_only=True)
     class PartitionData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1), (), (), None, False),
-            FieldSpec('candidate_epoch', 'CandidateEpoch', 'int32', None, False, (0, 1), (), (), None, False),
-            FieldSpec('candidate_id', 'CandidateId', 'int32', None, False, (0, 1), (), (), None, False),
-            FieldSpec('candidate_directory_id', 'CandidateDirectoryId', 'uuid', None, False, (1,), (), (), None, True),
-            FieldSpec('voter_directory_id', 'VoterDirectoryId', 'uuid', None, False, (1,), (), (), None, True),
-            FieldSpec('last_offset_epoch', 'LastOffsetEpoch', 'int32', None, False, (0, 1), (), (), None, False),
-            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('replica_epoch', 'ReplicaEpoch', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('replica_id', 'ReplicaId', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('replica_directory_id', 'ReplicaDirectoryId', 'uuid', None, False, (1, 2), (), (), None, True),
+            FieldSpec('voter_directory_id', 'VoterDirectoryId', 'uuid', None, False, (1, 2), (), (), None, True),
+            FieldSpec('last_offset_epoch', 'LastOffsetEpoch', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('last_offset', 'LastOffset', 'int64', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('pre_vote', 'PreVote', 'bool', None, False, (2,), (), (), None, False),
         )
 
         partition_index: int = 0
-        candidate_epoch: int = 0
-        candidate_id: int = 0
-        candidate_directory_id: uuid.UUID = ZERO_UUID
+        replica_epoch: int = 0
+        replica_id: int = 0
+        replica_directory_id: uuid.UUID = ZERO_UUID
         voter_directory_id: uuid.UUID = ZERO_UUID
         last_offset_epoch: int = 0
         last_offset: int = 0
+        pre_vote: bool = False
         unknown_tagged_fields: list[tuple[int, bytes]] | None = None
 
         def encode(self, w: Writer, version: int) -> None:
             flex = True
-            w.pack(_S_iii, self.partition_index, self.candidate_epoch, self.candidate_id)
+            w.pack(_S_iii, self.partition_index, self.replica_epoch, self.replica_id)
             if version >= 1:
-                w.uuid(self.candidate_directory_id)
+                w.uuid(self.replica_directory_id)
             if version >= 1:
                 w.uuid(self.voter_directory_id)
             w.pack(_S_iq, self.last_offset_epoch, self.last_offset)
+            if version >= 2:
+                w.boolean(self.pre_vote)
+            elif self.pre_vote is not False:
+                raise UnsupportedVersion('VoteRequest: PreVote cannot be sent at version %d' % version)
             if flex:
                 w.tagged_fields((), self.unknown_tagged_fields)
 
@@ -125,32 +131,37 @@ class VoteRequest(Message):
         def decode(cls, r: Reader, version: int) -> Self:
             flex = True
             f_partition_index: int
-            f_candidate_epoch: int
-            f_candidate_id: int
-            f_candidate_directory_id: uuid.UUID
+            f_replica_epoch: int
+            f_replica_id: int
+            f_replica_directory_id: uuid.UUID
             f_voter_directory_id: uuid.UUID
             f_last_offset_epoch: int
             f_last_offset: int
-            f_partition_index, f_candidate_epoch, f_candidate_id = r.unpack(_S_iii)
+            f_pre_vote: bool
+            f_partition_index, f_replica_epoch, f_replica_id = r.unpack(_S_iii)
             if version >= 1:
-                f_candidate_directory_id = r.uuid()
+                f_replica_directory_id = r.uuid()
             else:
-                f_candidate_directory_id = ZERO_UUID
+                f_replica_directory_id = ZERO_UUID
             if version >= 1:
                 f_voter_directory_id = r.uuid()
             else:
                 f_voter_directory_id = ZERO_UUID
             f_last_offset_epoch, f_last_offset = r.unpack(_S_iq)
+            if version >= 2:
+                f_pre_vote = r.boolean()
+            else:
+                f_pre_vote = False
             _unknown: list[tuple[int, bytes]] | None = None
             if flex:
                 for _tag, _data in r.tagged_fields():
                     if _unknown is None:
                         _unknown = []
                     _unknown.append((_tag, _data.tobytes()))
-            return cls(partition_index=f_partition_index, candidate_epoch=f_candidate_epoch, candidate_id=f_candidate_id, candidate_directory_id=f_candidate_directory_id, voter_directory_id=f_voter_directory_id, last_offset_epoch=f_last_offset_epoch, last_offset=f_last_offset, unknown_tagged_fields=_unknown)
+            return cls(partition_index=f_partition_index, replica_epoch=f_replica_epoch, replica_id=f_replica_id, replica_directory_id=f_replica_directory_id, voter_directory_id=f_voter_directory_id, last_offset_epoch=f_last_offset_epoch, last_offset=f_last_offset, pre_vote=f_pre_vote, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 1:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('VoteRequest v%d is not supported' % version)
         flex = True
         w.string(self.cluster_id, flex)
@@ -164,7 +175,7 @@ class VoteRequest(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 1:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('VoteRequest v%d is not supported' % version)
         flex = True
         f_cluster_id: str | None
@@ -192,16 +203,16 @@ class VoteRequest(Message):
 
 @dataclass(slots=True, kw_only=True)
 class VoteResponse(Message):
-    """VoteResponse: API key 52, versions 0-1, flexible from v0."""
+    """VoteResponse: API key 52, versions 0-2, flexible from v0."""
 
     API_KEY: ClassVar[int] = 52
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 1
+    MAX_VERSION: ClassVar[int] = 2
     FLEXIBLE_FROM: ClassVar[int | None] = 0
     _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
-        FieldSpec('topics', 'Topics', 'struct', 'TopicData', True, (0, 1), (), (), None, False),
-        FieldSpec('node_endpoints', 'NodeEndpoints', 'struct', 'NodeEndpoint', True, (1,), (), (1,), 0, False),
+        FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1, 2), (), (), None, False),
+        FieldSpec('topics', 'Topics', 'struct', 'TopicData', True, (0, 1, 2), (), (), None, False),
+        FieldSpec('node_endpoints', 'NodeEndpoints', 'struct', 'NodeEndpoint', True, (1, 2), (), (1, 2), 0, False),
     )
 
     error_code: int = 0
@@ -212,8 +223,8 @@ class VoteResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class TopicData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0, 1), (), (), None, False),
-            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0, 1), (), (), None, False),
+            FieldSpec('topic_name', 'TopicName', 'string', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('partitions', 'Partitions', 'struct', 'PartitionData', True, (0, 1, 2), (), (), None, False),
         )
 
         topic_name: str = ''
@@ -252,11 +263,11 @@ class VoteResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class PartitionData(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1), (), (), None, False),
-            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1), (), (), None, False),
-            FieldSpec('leader_id', 'LeaderId', 'int32', None, False, (0, 1), (), (), None, False),
-            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0, 1), (), (), None, False),
-            FieldSpec('vote_granted', 'VoteGranted', 'bool', None, False, (0, 1), (), (), None, False),
+            FieldSpec('partition_index', 'PartitionIndex', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('error_code', 'ErrorCode', 'int16', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('leader_id', 'LeaderId', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('leader_epoch', 'LeaderEpoch', 'int32', None, False, (0, 1, 2), (), (), None, False),
+            FieldSpec('vote_granted', 'VoteGranted', 'bool', None, False, (0, 1, 2), (), (), None, False),
         )
 
         partition_index: int = 0
@@ -292,9 +303,9 @@ class VoteResponse(Message):
     @dataclass(slots=True, kw_only=True)
     class NodeEndpoint(Struct):
         _FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('node_id', 'NodeId', 'int32', None, False, (1,), (), (), None, False),
-            FieldSpec('host', 'Host', 'string', None, False, (1,), (), (), None, False),
-            FieldSpec('port', 'Port', 'uint16', None, False, (1,), (), (), None, False),
+            FieldSpec('node_id', 'NodeId', 'int32', None, False, (1, 2), (), (), None, False),
+            FieldSpec('host', 'Host', 'string', None, False, (1, 2), (), (), None, False),
+            FieldSpec('port', 'Port', 'uint16', None, False, (1, 2), (), (), None, False),
         )
 
         node_id: int = 0
@@ -340,7 +351,7 @@ class VoteResponse(Message):
             return cls(node_id=f_node_id, host=f_host, port=f_port, unknown_tagged_fields=_unknown)
 
     def encode(self, w: Writer, version: int) -> None:
-        if not 0 <= version <= 1:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('VoteResponse v%d is not supported' % version)
         flex = True
         w.int16(self.error_code)
@@ -359,7 +370,7 @@ class VoteResponse(Message):
 
     @classmethod
     def decode(cls, r: Reader, version: int) -> Self:
-        if not 0 <= version <= 1:
+        if not 0 <= version <= 2:
             raise UnsupportedVersion('VoteResponse v%d is not supported' % version)
         flex = True
         f_error_code: int
