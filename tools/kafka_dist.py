@@ -289,6 +289,7 @@ _TOOLS_COMMON: dict[str, str] = {
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
     "kafka-delegation-tokens": "org.apache.kafka.tools.DelegationTokenCommand",
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
+    "kafka-cluster": "org.apache.kafka.tools.ClusterTool",
     "kafka-server-start": "kafka.Kafka",
 }
 _TOOLS_BY_MAJOR: dict[int, dict[str, str]] = {

@@ -1,4 +1,4 @@
-"""kafka-metadata-quorum describe: the KRaft quorum behind a single node (DescribeQuorum).
+"""kafka-metadata-quorum describe and kafka-cluster cluster-id: the KRaft quorum behind a single node.
 
 A single node is a quorum of one, on Kafka 4 (combined mode) as on grete: it is the only voter and
 the leader, its high watermark moves as metadata changes, and it is caught up with itself.
@@ -33,3 +33,10 @@ def test_replication_shows_the_leader_caught_up(kafka_cli):
     assert header[:4] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag"]
     leaders = [row for row in rows if row[-1] == "Leader"]
     assert len(leaders) == 1 and leaders[0][3] == "0" and int(leaders[0][2]) > 0
+
+
+def test_cluster_id_is_the_quorums(kafka_cli):
+    """kafka-cluster cluster-id (DescribeCluster) names the cluster the quorum describes."""
+    out = kafka_cli.ok("kafka-cluster", "cluster-id", "--bootstrap-server", kafka_cli.broker.bootstrap,
+                       bootstrap_flag=False)
+    assert out.strip() == f"Cluster ID: {_status(kafka_cli)['ClusterId']}"
