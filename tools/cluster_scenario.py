@@ -40,8 +40,10 @@ def three_brokers(target: str) -> Iterator[Any]:
         pytest.skip(f"no ZooKeeper cluster of {target} (Kafka 4 has no ZooKeeper mode)")
 
 
-def stop_a_leader_mid_run(running: Any, driver: Driver, topic: str, count: int) -> tuple[list[str], list[str]]:
-    """(values acknowledged to the producer, values read back after the broker came back)."""
+def stop_a_leader_mid_run(running: Any, driver: Driver, topic: str, count: int,
+                          **produce_options: object) -> tuple[list[str], list[str]]:
+    """(values acknowledged to the producer, values read back after the broker came back).
+    ``produce_options``: more options of the driver's produce command (its retry budget)."""
     client = AdminClient({"bootstrap.servers": running.bootstrap_servers})
     client.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(60)
     zk = KazooClient(hosts=running.zookeeper.connect)
@@ -58,7 +60,7 @@ def stop_a_leader_mid_run(running: Any, driver: Driver, topic: str, count: int) 
     def produce() -> None:
         try:
             produced.extend(driver.ok(survivor.bootstrap_servers, "produce", timeout=180, topic=topic, count=count,
-                                      idempotent=True, prefix="r"))
+                                      idempotent=True, prefix="r", **produce_options))
         except BaseException as exc:  # reported by the caller
             errors.append(exc)
     writer = threading.Thread(target=produce)

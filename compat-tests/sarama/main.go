@@ -136,10 +136,15 @@ func cmdProduce(args []string) {
 	ts := fs.Int64("ts", 0, "record i gets timestamp BASE+i (ms)")
 	idempotent := fs.Bool("idempotent", false, "")
 	prefix := fs.String("prefix", "v", "")
+	retries := fs.Int("retries", -1, "retries per batch, backing off as Kafka's producer (-1: sarama's 3 x 100 ms)")
 	fs.Parse(args)
 
 	cfg := config()
 	cfg.Producer.Compression = codec(*codecName)
+	if *retries >= 0 {
+		cfg.Producer.Retry.Max = *retries
+		cfg.Producer.Retry.BackoffFunc = kafkaBackoff
+	}
 	if *idempotent {
 		cfg.Producer.Idempotent = true
 		cfg.Net.MaxOpenRequests = 1
@@ -162,12 +167,38 @@ func cmdProduce(args []string) {
 		msgs[i] = m
 	}
 	if err := p.SendMessages(msgs); err != nil {
-		die("produce: %v", err)
+		die("produce: %v%s", err, firstCauses(err))
 	}
 	for _, m := range msgs {
 		v, _ := m.Value.Encode()
 		emit(map[string]any{"partition": m.Partition, "offset": m.Offset, "value": string(v)})
 	}
+}
+
+// kafkaBackoff is the Java producer's (KIP-580): retry.backoff.ms=100 doubling up to
+// retry.backoff.max.ms=1000.
+func kafkaBackoff(retries, _ int) time.Duration {
+	if retries > 4 {
+		return time.Second
+	}
+	return min(100*time.Millisecond<<retries, time.Second)
+}
+
+// firstCauses names the distinct reasons of a failed batch (sarama's error carries only a count).
+func firstCauses(err error) string {
+	var failed sarama.ProducerErrors
+	if !errors.As(err, &failed) {
+		return ""
+	}
+	seen := map[string]bool{}
+	causes := []string{}
+	for _, e := range failed {
+		if text := e.Err.Error(); !seen[text] && len(causes) < 3 {
+			seen[text] = true
+			causes = append(causes, text)
+		}
+	}
+	return " (" + strings.Join(causes, "; ") + ")"
 }
 
 // consumeGroup reads up to count records as a member of group, committing each; then leaves.

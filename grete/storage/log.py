@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import errno
 import functools
 import logging
 import shutil
@@ -787,6 +788,10 @@ class Log:
     def storage_failed(self, exc: OSError) -> KafkaStorageException:
         """An OSError hit this log: its directory goes offline (once). Returns the exception the
         caller raises; never raises itself (background threads report through it too)."""
+        if self.closed and self.offline is None and exc.errno == errno.EBADF:
+            # A reader that outlived close() (a parked fetch woken by the broker's stop, a deleted
+            # log's stale read) met the descriptors we closed: that is not a failure of the directory.
+            return KafkaStorageException(self.log_dir, (self.topic, self.partition), f"log {self.dir} is closed")
         if self.offline is None:
             if self.on_storage_error is not None:
                 self.on_storage_error(self, exc)  # the manager logs once per dir and takes it offline
