@@ -43,6 +43,8 @@ def create_away_from_controller(cluster: GreteCluster, zk: KazooClient, name: st
                                 config: dict[str, str] | None = None) -> tuple[int, int]:
     """One partition on the two brokers that are not the controller: (leader, follower). Stalling
     that follower then stalls no controller, whose own failover would change the leader epoch."""
+    # A broker a previous test paused past its session may still be registering again.
+    wait_until(lambda: all(zk.exists(f"/brokers/ids/{b}") for b in cluster.brokers), 60, "every broker registered")
     controller = json.loads(zk.get("/controller")[0])["brokerid"]
     leader, follower = [b for b in sorted(cluster.brokers) if b != controller][:2]
     client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})

@@ -10,13 +10,18 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 
 from grete.testing.cluster import GreteCluster
 from pipelines.traffic.topics import ensure_topics
+from tests.cluster.conftest import wait_until
 
 pytestmark = pytest.mark.slow
 
 
 def replicas_and_min_insync(admin: Any, topic: str) -> tuple[set[int], str, bool]:
-    """(replication factors of the topic's partitions, min.insync.replicas, whether the topic sets it)."""
-    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    """(replication factors of the topic's partitions, min.insync.replicas, whether the topic sets it).
+
+    The broker asked may learn of a topic just created through another a moment later (metadata
+    reaches brokers asynchronously, in Kafka too): ask until it lists the partitions."""
+    parts = wait_until(lambda: admin.list_topics(topic, timeout=10).topics[topic].partitions.values(), 30,
+                       f"{topic}'s partitions in the metadata")
     [future] = admin.describe_configs([ConfigResource("topic", topic)]).values()
     entry = future.result(timeout=30)["min.insync.replicas"]
     return {len(p.replicas) for p in parts}, entry.value, entry.source == 1  # DYNAMIC_TOPIC_CONFIG
