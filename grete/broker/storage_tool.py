@@ -27,6 +27,7 @@ from grete.broker import release_versions as rv
 from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.delegation_tokens import scram_credential_for
 from grete.broker.scram_bootstrap import ScramUser, parse_add_scram
+from grete.coordinator.kraft.store import SCRAM_MECHANISM_TYPES
 from grete.coordinator.metadata import new_topic_id
 from grete.protocol.codec import Message
 from grete.protocol.metadata import (
@@ -56,7 +57,6 @@ from grete.storage.meta_properties import (
     write_meta_properties,
 )
 
-SCRAM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}  # ScramMechanism.type
 SOURCE = "format command"
 
 
@@ -403,7 +403,7 @@ def bootstrap_records(release: rv.MetadataVersion, levels: dict[str, int], users
     for user in users:
         credential = scram_credential_for(user.mechanism, user.password, salt=_scram_salt(),
                                           iterations=user.iterations)
-        records.append(UserScramCredentialRecord(name=user.name, mechanism=SCRAM_TYPES[user.mechanism],
+        records.append(UserScramCredentialRecord(name=user.name, mechanism=SCRAM_MECHANISM_TYPES[user.mechanism],
                                                  salt=credential.salt, stored_key=credential.stored_key,
                                                  server_key=credential.server_key, iterations=user.iterations))
     return records

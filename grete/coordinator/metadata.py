@@ -6,10 +6,10 @@ the change is durable, and then *publishes* it as a :class:`MetadataChange` to e
 The broker's replica manager is one: it opens, closes and reconfigures partitions in response, as a
 Kafka broker acts on LeaderAndIsr, so no request handler opens a partition itself.
 
-``LocalMetadataStore`` keeps it in one JSON file in the first log dir (the embedded single-node
-default, no ZooKeeper); a ZooKeeper-backed store implements the same interface for clusters.
-Every mutation is written atomically (temp file, fsync, rename) before it is published, so topic
-ids and leader epochs survive restarts: Java clients ignore metadata whose leader epoch goes back.
+The single node keeps it in its KRaft metadata log (grete.coordinator.kraft); a ZooKeeper-backed
+store implements the same interface for clusters. Every change is durable before it is published,
+so topic ids and leader epochs survive restarts: Java clients ignore metadata whose leader epoch goes
+back.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from grete.protocol.errors import ErrorCode, KafkaError
-from grete.storage.files import atomic_write, uuid_from_kafka, uuid_to_kafka
+from grete.storage.files import uuid_from_kafka, uuid_to_kafka
 
 METADATA_FILE = "grete-metadata.json"
 log = logging.getLogger(__name__)
@@ -281,253 +280,14 @@ class MetadataState:
         return self._features_epoch, None if self._features is None else dict(self._features)
 
 
-class LocalMetadataStore(MetadataState):
-    """Single-node metadata in ``<log dir>/grete-metadata.json``; every broker id is this node."""
+class LegacyMetadataFile(MetadataState):
+    """``<log dir>/grete-metadata.json``, where grete kept the single node's metadata before its
+    KRaft metadata log: read once, to be taken over (grete.coordinator.kraft.local), never written."""
 
-    def __init__(self, directory: Path, *, cluster_id: str | None = None) -> None:
+    def __init__(self, directory: Path) -> None:
         super().__init__()
         self.path = directory / METADATA_FILE
-        if self.path.exists():
-            self._load()
-        else:
-            self.cluster_id = cluster_id or uuid_to_kafka(new_topic_id())
-            directory.mkdir(parents=True, exist_ok=True)
-            self._save()
-
-    # --- writes --------------------------------------------------------------------------------
-    # The file is local and small: each change is written in place, in the loop step that asked
-    # for it, which also keeps changes in the order they were asked for.
-    async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
-                           internal: bool = False) -> TopicMeta:
-        if name in self._topics:
-            raise TopicExists(name)
-        meta = TopicMeta(name, new_topic_id(), {}, dict(configs), internal)
-        for index, replicas in sorted(assignment.items()):
-            meta.partitions[index] = PartitionMeta(replicas[0], 0, list(replicas), list(replicas))
-        self._topics[name] = meta
-        self._by_id[meta.topic_id] = meta
-
-        def undo() -> None:
-            del self._topics[name]
-            del self._by_id[meta.topic_id]
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.TOPIC_CREATED, meta, tuple(sorted(meta.partitions))))
-        return meta
-
-    async def delete_topic(self, name: str) -> TopicMeta:
-        meta = self._topics.pop(name, None)
-        if meta is None:
-            raise NoSuchTopic(name)
-        del self._by_id[meta.topic_id]
-
-        def undo() -> None:
-            self._topics[name] = meta
-            self._by_id[meta.topic_id] = meta
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.TOPIC_DELETED, meta, tuple(sorted(meta.partitions))))
-        return meta
-
-    async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta:
-        meta = self._topics.get(name)
-        if meta is None:
-            raise NoSuchTopic(name)
-        before = dict(meta.partitions)
-        for index, replicas in sorted(assignment.items()):
-            meta.partitions[index] = PartitionMeta(replicas[0], 0, list(replicas), list(replicas))
-
-        def undo() -> None:
-            meta.partitions = before
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.PARTITIONS_ADDED, meta, tuple(sorted(assignment))))
-        return meta
-
-    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        meta = self._topics.get(name)
-        if meta is None:
-            raise NoSuchTopic(name)
-        before = meta.configs
-        meta.configs = dict(configs)
-
-        def undo() -> None:
-            meta.configs = before
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
-
-    async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
-        before = self._broker_configs
-        self._broker_configs = {**before, scope: dict(configs)}
-        if not configs:
-            del self._broker_configs[scope]
-
-        def undo() -> None:
-            self._broker_configs = before
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
-
-    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
-        before = self._group_configs
-        self._group_configs = {**before, group_id: dict(configs)}
-        if not configs:
-            del self._group_configs[group_id]
-
-        def undo() -> None:
-            self._group_configs = before
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.GROUP_CONFIGS_CHANGED))
-
-    async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a subscription's configs; an empty set deletes it (as Kafka drops the resource)."""
-        before = self._client_metrics
-        self._client_metrics = {**before, name: dict(configs)}
-        if not configs:
-            del self._client_metrics[name]
-
-        def undo() -> None:
-            self._client_metrics = before
-        self._persist(undo)
-
-    async def allocate_producer_ids(self, count: int) -> int:
-        """Reserve ``count`` producer ids; persisted first, so ids never repeat after a restart."""
-        first = self._next_producer_id
-        self._next_producer_id += count
-
-        def undo() -> None:
-            self._next_producer_id = first
-        self._persist(undo)
-        return first
-
-    # --- security: SCRAM credentials and ACLs ------------------------------------------
-    async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
-        """Store (or, with None, delete) one user's credential for one mechanism."""
-        before = self._scram
-        mechanisms = dict(before.get(user, {}))
-        if credential is None:
-            mechanisms.pop(mechanism, None)
-        else:
-            mechanisms[mechanism] = credential
-        self._scram = {**before, user: mechanisms}
-        if not mechanisms:
-            del self._scram[user]
-
-        def undo() -> None:
-            self._scram = before
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.SCRAM_CREDENTIALS_CHANGED))
-
-    async def add_acls(self, acls: list[AclBinding]) -> None:
-        await self._set_acls(self._acls | frozenset(acls))
-
-    async def remove_acls(self, acls: list[AclBinding]) -> None:
-        await self._set_acls(self._acls - frozenset(acls))
-
-    async def _set_acls(self, acls: frozenset[AclBinding]) -> None:
-        before = self._acls
-        self._acls = acls
-
-        def undo() -> None:
-            self._acls = before
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
-
-    async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None:
-        """Set (or, with None, remove) quota values of one entity; an entity left without values goes."""
-        before = self._quotas
-        values = dict(before.get(entity, {}))
-        for key, value in changes.items():
-            if value is None:
-                values.pop(key, None)
-            else:
-                values[key] = value
-        self._quotas = {**before, entity: values}
-        if not values:
-            del self._quotas[entity]
-
-        def undo() -> None:
-            self._quotas = before
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.CLIENT_QUOTAS_CHANGED))
-
-    async def set_delegation_token(self, token: DelegationTokenInfo) -> None:
-        await self._set_tokens({**self._tokens, token.token_id: token})
-
-    async def remove_delegation_token(self, token_id: str) -> None:
-        if token_id in self._tokens:
-            await self._set_tokens({k: v for k, v in self._tokens.items() if k != token_id})
-
-    async def _set_tokens(self, tokens: dict[str, DelegationTokenInfo]) -> None:
-        before = self._tokens
-        self._tokens = tokens
-
-        def undo() -> None:
-            self._tokens = before
-        self._persist(undo)
-        self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
-
-    def _load_security(self, data: dict[str, object]) -> None:
-        scram = data.get("scram_credentials", {})
-        assert isinstance(scram, dict)
-        self._scram = {str(user): {str(mech): ScramCredential(
-            base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]),
-            int(c["iterations"])) for mech, c in mechanisms.items()} for user, mechanisms in scram.items()}
-        tokens = data.get("delegation_tokens", [])
-        assert isinstance(tokens, list)
-        self._tokens = {str(t["token_id"]): DelegationTokenInfo(
-            str(t["token_id"]), str(t["owner"]), str(t["requester"]), tuple(str(r) for r in t["renewers"]),
-            int(t["issue_ms"]), int(t["max_ms"]), int(t["expiry_ms"])) for t in tokens}
-        quotas = data.get("client_quotas", [])
-        assert isinstance(quotas, list)
-        self._quotas = {tuple((str(t), None if n is None else str(n)) for t, n in q["entity"]):
-                        {str(k): float(v) for k, v in q["values"].items()} for q in quotas}
-        acls = data.get("acls", [])
-        assert isinstance(acls, list)
-        self._acls = frozenset(AclBinding(
-            ResourceType[a["resource_type"]], a["resource_name"], PatternType[a["pattern_type"]], a["principal"],
-            a["host"], AclOperation[a["operation"]], AclPermissionType[a["permission"]]) for a in acls)
-
-    def _saved_security(self) -> dict[str, object]:
-        def b64(value: bytes) -> str:
-            return base64.b64encode(value).decode("ascii")
-        return {
-            "scram_credentials": {user: {mech: {"salt": b64(c.salt), "stored_key": b64(c.stored_key),
-                                                "server_key": b64(c.server_key), "iterations": c.iterations}
-                                         for mech, c in sorted(mechanisms.items())}
-                                  for user, mechanisms in sorted(self._scram.items())},
-            "delegation_tokens": [{"token_id": t.token_id, "owner": t.owner, "requester": t.requester,
-                                   "renewers": list(t.renewers), "issue_ms": t.issue_ms, "max_ms": t.max_ms,
-                                   "expiry_ms": t.expiry_ms} for _, t in sorted(self._tokens.items())],
-            "client_quotas": [{"entity": [list(pair) for pair in entity], "values": dict(sorted(values.items()))}
-                              for entity, values in sorted(self._quotas.items(), key=lambda q: repr(q[0]))],
-            "acls": [{"resource_type": a.resource_type.name, "resource_name": a.resource_name,
-                      "pattern_type": a.pattern_type.name, "principal": a.principal, "host": a.host,
-                      "operation": a.operation.name, "permission": a.permission.name}
-                     for a in sorted(self._acls, key=lambda a: (a.resource_type, a.resource_name, a.pattern_type,
-                                                                 a.principal, a.host, a.operation, a.permission))],
-        }
-
-    # --- finalized features: the single node's stand-in for KRaft's FeatureLevelRecords ----------
-    async def set_finalized_features(self, levels: dict[str, int]) -> int:
-        """Replace the finalized levels (a level of 0 is absent, as Kafka drops it); the new epoch."""
-        before = self._features, self._features_epoch
-        self._features = {name: level for name, level in sorted(levels.items()) if level > 0}
-        self._features_epoch += 1
-
-        def undo() -> None:
-            self._features, self._features_epoch = before
-        self._persist(undo)
-        return self._features_epoch
-
-    # --- persistence ---------------------------------------------------------------------------
-    def _persist(self, undo: Callable[[], None]) -> None:
-        """Write the changed state; if the write fails (a full or failed disk), take the change back
-        in memory too (the file still holds the previous version: writes are atomic) and report it
-        as KAFKA_STORAGE_ERROR, naming the file."""
-        try:
-            self._save()
-        except OSError as exc:
-            undo()
-            log.error("could not write %s, the change was not made: %s", self.path, exc.strerror or exc)
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"could not write {self.path}: {exc.strerror or exc}") from None
+        self._load()
 
     def _load(self) -> None:
         data = json.loads(self.path.read_text(encoding="utf-8"))
@@ -552,24 +312,23 @@ class LocalMetadataStore(MetadataState):
             self._topics[meta.name] = meta
             self._by_id[meta.topic_id] = meta
 
-    def _save(self) -> None:
-        data = {
-            "version": 1,
-            "cluster_id": self.cluster_id,
-            "broker_configs": self._broker_configs,
-            "group_configs": self._group_configs,
-            "client_metrics": self._client_metrics,
-            "next_producer_id": self._next_producer_id,
-            "finalized_features": self._features,
-            "finalized_features_epoch": self._features_epoch,
-            **self._saved_security(),
-            "topics": [
-                {"name": t.name, "topic_id": uuid_to_kafka(t.topic_id), "internal": t.internal,
-                 "configs": t.configs,
-                 "partitions": {str(p): {"leader": m.leader, "leader_epoch": m.leader_epoch,
-                                         "replicas": m.replicas, "isr": m.isr}
-                                for p, m in sorted(t.partitions.items())}}
-                for t in sorted(self._topics.values(), key=lambda t: t.name)
-            ],
-        }
-        atomic_write(self.path, json.dumps(data, indent=1).encode("utf-8"))
+    def _load_security(self, data: dict[str, object]) -> None:
+        scram = data.get("scram_credentials", {})
+        assert isinstance(scram, dict)
+        self._scram = {str(user): {str(mech): ScramCredential(
+            base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]), base64.b64decode(c["server_key"]),
+            int(c["iterations"])) for mech, c in mechanisms.items()} for user, mechanisms in scram.items()}
+        tokens = data.get("delegation_tokens", [])
+        assert isinstance(tokens, list)
+        self._tokens = {str(t["token_id"]): DelegationTokenInfo(
+            str(t["token_id"]), str(t["owner"]), str(t["requester"]), tuple(str(r) for r in t["renewers"]),
+            int(t["issue_ms"]), int(t["max_ms"]), int(t["expiry_ms"])) for t in tokens}
+        quotas = data.get("client_quotas", [])
+        assert isinstance(quotas, list)
+        self._quotas = {tuple((str(t), None if n is None else str(n)) for t, n in q["entity"]):
+                        {str(k): float(v) for k, v in q["values"].items()} for q in quotas}
+        acls = data.get("acls", [])
+        assert isinstance(acls, list)
+        self._acls = frozenset(AclBinding(
+            ResourceType[a["resource_type"]], a["resource_name"], PatternType[a["pattern_type"]], a["principal"],
+            a["host"], AclOperation[a["operation"]], AclPermissionType[a["permission"]]) for a in acls)

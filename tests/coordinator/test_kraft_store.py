@@ -15,7 +15,6 @@ from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.coordinator.metadata import (
     METADATA_FILE,
     DelegationTokenInfo,
-    LocalMetadataStore,
     ScramCredential,
     TopicExists,
     quota_entity,
@@ -26,7 +25,7 @@ from grete.protocol.metadata import LeaderChangeMessage, PartitionRecord, Remove
 from grete.protocol.metadata_frame import decode_control_value
 from grete.protocol.records.control import ControlType, parse_control_key
 from grete.protocol.records.record import decode_records
-from grete.storage.files import META_PROPERTIES, read_properties
+from grete.storage.files import META_PROPERTIES, read_properties, uuid_to_kafka
 from tools import kafka_dist
 
 ACL = AclBinding(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
@@ -119,18 +118,31 @@ def test_a_dir_formatted_for_another_node_is_refused(tmp_path: Path) -> None:
     assert str(tmp_path / META_PROPERTIES) in (refused.value.message or "")
 
 
+# grete-metadata.json as grete wrote it before the metadata log (its format version 1).
+LEGACY = {
+    "version": 1, "cluster_id": "Fm0Ll4yWQeKpL0YyJb1PMw", "broker_configs": {"": {"log.retention.ms": "7"}},
+    "group_configs": {}, "client_metrics": {}, "next_producer_id": 2000, "finalized_features": None,
+    "finalized_features_epoch": 0, "scram_credentials": {}, "delegation_tokens": [], "client_quotas": [],
+    "acls": [{"resource_type": "TOPIC", "resource_name": "orders", "pattern_type": "LITERAL",
+              "principal": "User:alice", "host": "*", "operation": "READ", "permission": "ALLOW"}],
+    "topics": [{"name": "old", "topic_id": "3Xv7bqOvQcSyF0lJ4m2Y1g", "internal": False,
+                "configs": {"retention.ms": "9"},
+                "partitions": {"0": {"leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1]},
+                               # epochs must not go back: clients ignore older metadata
+                               "1": {"leader": 1, "leader_epoch": 5, "replicas": [1], "isr": [1]}}}],
+}
+
+
 def test_a_data_dir_of_the_json_file_is_taken_over_once(tmp_path: Path) -> None:
-    legacy = LocalMetadataStore(tmp_path)
-    meta = asyncio.run(legacy.create_topic("old", {0: [1], 1: [1]}, {"retention.ms": "9"}))
-    meta.partitions[1].leader_epoch = 5  # epochs must not go back: clients ignore older metadata
-    legacy._save()
-    asyncio.run(legacy.add_acls([ACL]))
+    (tmp_path / METADATA_FILE).write_text(json.dumps(LEGACY))
     store = open_local_store(tmp_path, 1)
-    assert store.cluster_id == legacy.cluster_id
-    assert read_properties(tmp_path / META_PROPERTIES)["cluster.id"] == legacy.cluster_id  # type: ignore[index]
+    assert store.cluster_id == LEGACY["cluster_id"]
+    assert read_properties(tmp_path / META_PROPERTIES)["cluster.id"] == LEGACY["cluster_id"]  # type: ignore[index]
     old = store.topic("old")
-    assert old is not None and old.topic_id == meta.topic_id and old.configs == {"retention.ms": "9"}
-    assert old.partitions[1].leader_epoch == 5 and store.acls() == {ACL}
+    assert old is not None and uuid_to_kafka(old.topic_id) == "3Xv7bqOvQcSyF0lJ4m2Y1g"
+    assert old.configs == {"retention.ms": "9"} and old.partitions[1].leader_epoch == 5
+    assert store.acls() == {ACL} and store.broker_configs("") == {"log.retention.ms": "7"}
+    assert store.next_producer_id >= 2000  # ids never repeat
     assert not (tmp_path / METADATA_FILE).exists() and (tmp_path / (METADATA_FILE + IMPORTED_SUFFIX)).exists()
     applied = store.records_applied
     again = _reopen(store, tmp_path)
@@ -162,3 +174,11 @@ def test_a_snapshot_replaces_the_log_it_covers(tmp_path: Path) -> None:
                                  f"{snapshots[0]},{partition_dir / segments[-1]}", check=True).stdout
     assert '"type":"TOPIC_RECORD"' in dumped and '"name":"t19"' in dumped and "LeaderChange" in dumped
     assert "Snapshot end offset" in dumped or "SnapshotHeader" in dumped, dumped[-2000:]
+
+
+def test_an_unreadable_json_file_stops_the_start_naming_it(tmp_path: Path) -> None:
+    (tmp_path / METADATA_FILE).write_text('{"version": 1, "topics": [')
+    with pytest.raises(KafkaError) as refused:
+        open_local_store(tmp_path, 1)
+    assert str(tmp_path / METADATA_FILE) in (refused.value.message or "")
+    assert (tmp_path / METADATA_FILE).exists()  # left as it was

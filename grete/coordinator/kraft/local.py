@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grete.coordinator.kraft.quorum import SNAPSHOT_BYTES, SingleVoterQuorum
 from grete.coordinator.kraft.store import KRaftMetadataStore
-from grete.coordinator.metadata import METADATA_FILE, LocalMetadataStore, new_topic_id
+from grete.coordinator.metadata import METADATA_FILE, LegacyMetadataFile, new_topic_id
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata_frame import decode_metadata_record
 from grete.storage.checkpoint_file import BOOTSTRAP_CHECKPOINT, CheckpointError, read_checkpoint
@@ -50,13 +50,22 @@ def format_if_needed(directory: Path, node_id: int, cluster_id: str | None = Non
         return meta.cluster_id, meta.directory_id
     legacy = directory / METADATA_FILE
     found = (meta.cluster_id if meta is not None else None) or (
-        LocalMetadataStore(directory).cluster_id if legacy.exists() else None)
+        _legacy(directory).cluster_id if legacy.exists() else None)
     chosen = found or cluster_id or uuid_to_kafka(new_topic_id())
     directory_id = new_directory_id()
     directory.mkdir(parents=True, exist_ok=True)
     write_meta_properties(directory, MetaProperties(V1, chosen, node_id, directory_id))
     log.info("formatted %s for a KRaft quorum of one: cluster id %s, node %d", directory, chosen, node_id)
     return chosen, directory_id
+
+
+def _legacy(directory: Path) -> LegacyMetadataFile:
+    """The old JSON file, read; one that cannot be read stops the start naming it (nothing is taken over)."""
+    try:
+        return LegacyMetadataFile(directory)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                         f"{directory / METADATA_FILE}: cannot be read to take it over: {exc!r}") from None
 
 
 def _bootstrap(store: KRaftMetadataStore, path: Path) -> None:
@@ -83,7 +92,7 @@ def open_local_store(directory: Path, node_id: int, cluster_id: str | None = Non
     legacy = directory / METADATA_FILE
     if legacy.exists():
         if store.records_applied == 0:
-            store.import_state(LocalMetadataStore(directory))
+            store.import_state(_legacy(directory))
             log.info("metadata of %s now lives in the metadata log (%d records)", legacy, store.records_applied)
         legacy.rename(legacy.with_name(legacy.name + IMPORTED_SUFFIX))
     return store

@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 
 # ConfigResource.Type codes as ConfigRecord carries them.
 TOPIC_RESOURCE, BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 2, 4, 16, 32
-SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
-_MECHANISM_NAMES = {code: name for name, code in SCRAM_MECHANISMS.items()}
+# ScramMechanism.type codes, as UserScramCredentialRecord carries them.
+SCRAM_MECHANISM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+_MECHANISM_NAMES = {code: name for name, code in SCRAM_MECHANISM_TYPES.items()}
 
 
 class KRaftMetadataStore(MetadataState):
@@ -273,7 +274,7 @@ class KRaftMetadataStore(MetadataState):
 
     # --- security ---------------------------------------------------------------------------------
     async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
-        code = SCRAM_MECHANISMS[mechanism]
+        code = SCRAM_MECHANISM_TYPES[mechanism]
         record: Message
         if credential is None:
             if self.scram_credential(user, mechanism) is None:
@@ -352,7 +353,7 @@ def _state_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID] | 
 def _security_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID]) -> list[Message]:
     records: list[Message] = []
     for user, mechanisms in sorted(state.scram_credentials().items()):
-        records += [UserScramCredentialRecord(name=user, mechanism=SCRAM_MECHANISMS[m], salt=c.salt,
+        records += [UserScramCredentialRecord(name=user, mechanism=SCRAM_MECHANISM_TYPES[m], salt=c.salt,
                                               stored_key=c.stored_key, server_key=c.server_key,
                                               iterations=c.iterations) for m, c in sorted(mechanisms.items())]
     records += [_acl_record(a, acl_ids.get(a)) for a in sorted(state.acls(), key=repr)]
