@@ -34,7 +34,15 @@ from grete.broker.channel import IdleClock, ResponseQueue, Slot
 from grete.broker.context import CloseConnection, RequestContext, Session
 from grete.broker.metrics import FETCH_CONSUMER, FETCH_FOLLOWER
 from grete.broker.pipeline import NotAuthenticated, Pipeline
-from grete.broker.registry import DIRECT_APIS, KRAFT_APIS, ZK_BROKER_APIS, Handler, handlers
+from grete.broker.registry import (
+    CONTROLLER_APIS,
+    DIRECT_APIS,
+    KRAFT_APIS,
+    RAFT_APIS,
+    ZK_BROKER_APIS,
+    Handler,
+    handlers,
+)
 from grete.broker.writers import Writer, writer_for
 from grete.protocol.codec import Message, Reader
 from grete.protocol.codec import Writer as Encoder
@@ -188,7 +196,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = True
         if self._waiting_for_memory:
             self._waiting_for_memory = False
-            self._reader.forget_waiting(self._memory_released)
+            self._reader.forget_waiting()
         self._reader.close()
         self.broker.share_groups.connection_closed(id(self.session))  # KIP-932: its share sessions end
         if self._idle_handle is not None:
@@ -241,7 +249,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _wait_for_memory(self) -> None:
         """A request's size is read and queued.max.request.bytes is used up: read no more (Kafka
-        mutes the channel) until handled requests return some."""
+        mutes the channel) until the pool, in turn, reserves this request's memory."""
         self._pause_reading()
         if not self._waiting_for_memory:
             self._waiting_for_memory = True
@@ -272,6 +280,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if header.api_key in KRAFT_APIS and self.broker.cluster is not None:
             handler = None
         if header.api_key in DIRECT_APIS and self.broker.direct is None:
+            handler = None
+        if (header.api_key in RAFT_APIS and self.broker.quorum is None) or (
+                self.broker.controller_only and header.api_key not in CONTROLLER_APIS):
             handler = None
         version = header.api_version
         if handler is None or not handler.min_version <= version <= handler.max_version:

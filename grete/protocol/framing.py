@@ -8,9 +8,10 @@ the buffer (valid until the next call into the reader).
 Two kinds of memory. The broker-wide :class:`MemoryPool` (Kafka's ``queued.max.request.bytes``)
 accounts requests as Kafka does: a frame's whole size is reserved when its size prefix is read and
 returned when the frame has been handled; while the pool is exhausted the reader reports
-``starved`` and the connection stops reading until memory is returned. The buffer itself follows
-the bytes that arrived, never what a frame claims: a frame that announces 100 MB and sends ten
-bytes allocates ten bytes (plus the initial buffer), and the buffer doubles only as bytes fill it.
+``starved``, the connection stops reading and queues, and memory that comes back is reserved for
+the waiting frames in the order they queued. The buffer itself follows the bytes that arrived,
+never what a frame claims: a frame that announces 100 MB and sends ten bytes allocates ten bytes
+(plus the initial buffer), and the buffer doubles only as bytes fill it.
 An idle connection holds no buffer at all: it is taken from a :class:`BufferPool` when bytes arrive
 and given back once every complete frame is handed out.
 
@@ -62,13 +63,19 @@ class MemoryPool:
     A request's whole size is reserved once its size prefix is read, and any request is admitted
     while some memory is left, even one that takes the pool below zero: a request larger than the
     bound is served alone and two large requests can never each hold half and wait for the other.
-    ``capacity`` <= 0 means unbounded (as Kafka's SocketServer reads it; -1 is its default). A reader refused while the pool is exhausted
-    registers a callback, called once some memory is free again."""
+    ``capacity`` <= 0 means unbounded (as Kafka's SocketServer reads it; -1 is its default).
+
+    A reader refused while the pool is exhausted queues for its frame's size; memory that comes back
+    is handed to the queue in arrival order (reserved for it before it is told), so no connection
+    starves: a request waits at most for those that queued before it, never for a connection that
+    releases and asks again, nor for newcomers (Kafka gets the same from shuffling the channels it
+    reads under low memory, by chance rather than by order)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity if capacity > 0 else -1
         self.used = 0
-        self._waiting: dict[Callable[[], None], None] = {}  # insertion-ordered: first come, first woken
+        # insertion-ordered: first come, first served; a waiter's frame size and its grant callback
+        self._waiting: dict[object, tuple[int, Callable[[], None]]] = {}
 
     @property
     def available(self) -> int:
@@ -82,17 +89,23 @@ class MemoryPool:
 
     def release(self, nbytes: int) -> None:
         self.used -= nbytes
-        if self._waiting and (self.capacity < 0 or self.used < self.capacity):
-            waiting, self._waiting = self._waiting, {}
-            for wake in waiting:
-                wake()
+        self._grant()
 
-    def when_released(self, wake: Callable[[], None]) -> None:
-        self._waiting[wake] = None
+    def reserve_when_free(self, waiter: object, nbytes: int, granted: Callable[[], None]) -> None:
+        """Queue ``waiter`` for ``nbytes``: reserved, then ``granted`` called, once its turn comes."""
+        self._waiting[waiter] = (nbytes, granted)
+        self._grant()
 
-    def forget(self, wake: Callable[[], None]) -> None:
-        """A reader that went away before memory came back."""
-        self._waiting.pop(wake, None)
+    def forget(self, waiter: object) -> None:
+        """A reader that went away before its turn."""
+        self._waiting.pop(waiter, None)
+
+    def _grant(self) -> None:
+        waiting = self._waiting
+        while waiting and (self.capacity < 0 or self.used < self.capacity):
+            nbytes, granted = waiting.pop(next(iter(waiting)))
+            self.used += nbytes
+            granted()
 
 
 DEFAULT_MAX_FRAME = 104857600  # socket.request.max.bytes
@@ -103,7 +116,7 @@ class FrameReader:
     reservation in the broker-wide :class:`MemoryPool`."""
 
     __slots__ = ("max_frame", "_pool", "_memory", "_buf", "_start", "_end", "_stash", "_held", "_admitted",
-                 "_done", "_lent", "starved")
+                 "_done", "_lent", "_wanted", "starved")
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, pool: BufferPool | None = None,
                  memory: MemoryPool | None = None) -> None:
@@ -118,6 +131,7 @@ class FrameReader:
         self._admitted = False  # the frame being received holds its reservation
         self._done = 0  # the reservation of the frame handed out last, returned at the next call
         self._lent = False  # buffer() lent the pool's next buffer; received() takes it
+        self._wanted = 0  # the size of a frame refused for memory, queued for in the pool
         self.starved = False  # a frame's size is read and the memory pool is exhausted: stop reading
 
     @property
@@ -156,7 +170,11 @@ class FrameReader:
             self._release_done()
         buf = self._buf
         if buf is None:
-            return None  # nothing, or only a stashed partial frame
+            if not self._stash:
+                return None
+            # A frame refused for memory may be whole in the stash, and its client may send nothing
+            # more until it is answered: look at it again.
+            buf = self._unstash()
         available = self._end - self._start
         if available < 4:
             return None
@@ -171,6 +189,13 @@ class FrameReader:
         self._done, self._held = self._held, 0
         return frame
 
+    def _unstash(self) -> bytearray:
+        buf = self._pool.take()
+        stashed = len(self._stash)
+        buf[:stashed] = self._stash
+        self._buf, self._start, self._end, self._stash = buf, 0, stashed, b""
+        return buf
+
     def _admit(self, size: int) -> bool:
         """Reserve a frame's whole size as soon as it is known (Kafka's NetworkReceive)."""
         if size < 0:
@@ -182,6 +207,7 @@ class FrameReader:
             return True
         if not self._memory.try_reserve(size):
             self.starved = True
+            self._wanted = size
             return False
         self.starved = False
         self._admitted = True
@@ -282,7 +308,14 @@ class FrameReader:
         self._memory.release(done)
 
     def when_memory_released(self, wake: Callable[[], None]) -> None:
-        self._memory.when_released(wake)
+        """Queue for the refused frame's memory: once granted, the frame is admitted and ``wake``
+        is called (the connection reads on)."""
+        def granted() -> None:
+            self.starved = False
+            self._admitted = True
+            self._held = self._wanted
+            wake()
+        self._memory.reserve_when_free(self, self._wanted, granted)
 
-    def forget_waiting(self, wake: Callable[[], None]) -> None:
-        self._memory.forget(wake)
+    def forget_waiting(self) -> None:
+        self._memory.forget(self)

@@ -110,10 +110,31 @@ def test_memory_pool_reserves_whole_frames_and_admits_while_any_is_left() -> Non
     _feed(a, b"a" * 790)
     assert a.next_frame() == b"a" * 800 and woken == []  # handed out: held until handled
     a.settle()
-    assert memory.used == 900 and woken == [True]
+    assert memory.used == 905 and woken == [True]  # c's turn: its frame's memory reserved for it
     assert c.next_frame() == b"c" * 5 and not c.starved
     c.settle()
     b.close()  # gone mid-frame: its reservation goes back
+    assert memory.used == 0
+
+
+
+def test_memory_goes_to_the_waiting_in_turn_before_the_reader_that_returned_it() -> None:
+    memory = MemoryPool(1000)
+    a, b = (FrameReader(10 << 20, BufferPool(), memory) for _ in range(2))
+    _feed(a, _frame(b"a" * 1200) + _frame(b"A" * 1200))
+    assert a.next_frame() == b"a" * 1200 and memory.used == 1200
+    _feed(b, _frame(b"b" * 1000))
+    assert b.next_frame() is None and b.starved
+    b.settle()  # refused: its whole (small) frame is set aside and the buffer pooled
+    woken: list[bool] = []
+    b.when_memory_released(lambda: woken.append(True))
+    assert a.next_frame() is None and a.starved  # a's memory went to b first: a's next frame waits
+    assert woken == [True] and memory.used == 1000
+    assert b.next_frame() == b"b" * 1000  # although no byte came since it was set aside
+    a.when_memory_released(lambda: woken.append(True))
+    b.settle()
+    assert woken == [True, True] and a.next_frame() == b"A" * 1200
+    a.settle()
     assert memory.used == 0
 
 
