@@ -67,6 +67,7 @@ from grete.storage.manager import LogManager
 
 if TYPE_CHECKING:
     from grete.broker.authorizer import AclAuthorizer
+    from grete.broker.quorum.driver import RaftDriver
     from grete.coordinator.txn import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,10 @@ class Broker:
         self.faults: Any = None
         # The direct data path (docs/direct.md), set by the node when ``direct.transports`` is set.
         self.direct: DirectPath | None = None
+        # A voter's Raft driver in a quorum of several controllers (grete/broker/quorum), set by the node.
+        self.quorum: RaftDriver | None = None
+        # process.roles=controller: this node serves the quorum's APIs alone, as a Kafka controller.
+        self.controller_only = False
         self.started_at = time.monotonic()
 
     # --- dynamic broker configs ------------------------------------------------------------------

@@ -219,6 +219,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
        "current leader before becoming a candidate and triggering an election for voters; Maximum time a "
        "leader can go without receiving valid fetch or fetchSnapshot request from a majority of the quorum "
        "before resigning.", minimum=0),
+    _d("controller.quorum.election.backoff.max.ms", INT, "1000", "Maximum time in milliseconds before starting "
+       "new elections. This is used in the binary exponential backoff mechanism that helps prevent gridlocked "
+       "elections", minimum=0),
+    _d("controller.quorum.request.timeout.ms", INT, "2000", "The configuration controls the maximum amount of "
+       "time the client will wait for the response of a request.", minimum=0),
+    _d("controller.quorum.retry.backoff.ms", INT, "20", "The amount of time to wait before attempting to retry "
+       "a failed request to a given topic partition.", minimum=0),
     _d("log.dirs", LIST, None),
     _d("log.dir", STR, "./grete-data"),
     _d("num.partitions", INT, "1", minimum=1),

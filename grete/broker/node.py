@@ -25,6 +25,7 @@ from grete.broker.connection_quotas import LISTEN_BACKLOG
 from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener, security_protocol
 from grete.broker.pipeline import Pipeline
+from grete.broker.quorum.controller_node import controller_broker, is_controller_only
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from grete.storage.dir_lock import DirLock, LogDirLockedError, lock_log_dirs, release_all
 
@@ -52,8 +53,9 @@ def _check_quorum_of_one(config: BrokerConfig) -> None:
     roles = set(config.get_list("process.roles"))
     if roles != {"broker", "controller"}:
         raise ConfigError(f"process.roles={','.join(sorted(roles))}: grete runs KRaft as a combined node that is "
-                          "its own quorum (process.roles=broker,controller); separate brokers and controllers "
-                          "need a KRaft cluster, which grete does not run yet (use zookeeper.connect for a cluster)")
+                          "its own quorum (process.roles=broker,controller) or as a controller of a quorum "
+                          "(process.roles=controller); brokers of a KRaft cluster are not supported yet "
+                          "(use zookeeper.connect for a cluster)")
     voters = {entry.partition("@")[0].strip() for entry in config.get_list("controller.quorum.voters")}
     if voters - {str(config.node_id)}:
         raise ConfigError(f"controller.quorum.voters names {','.join(sorted(voters))}: grete's KRaft quorum is this "
@@ -64,6 +66,8 @@ def _new_broker(config: BrokerConfig) -> tuple[Any, Broker]:
     """The broker, and its ZooKeeper membership in a cluster (a grete.broker.cluster.zk_broker.ZkBroker;
     None on the embedded node)."""
     if not config.get_str("zookeeper.connect"):
+        if is_controller_only(config):
+            return None, controller_broker(config)
         _check_quorum_of_one(config)
         return None, Broker(config)
     # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
@@ -99,6 +103,11 @@ class Node:
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         broker = self.broker
+        if broker.quorum is not None:  # a controller-only node: the quorum and its listeners
+            for listener in broker.listeners:
+                await self._listen(listener)
+            broker.quorum.start()
+            return
         if self.zk_broker is not None:
             await self.zk_broker.connect()  # the cluster id comes from ZooKeeper
             broker.replicas.on_leadership = self._leadership_changed
@@ -149,6 +158,11 @@ class Node:
             self.console.close()
         for conn in list(broker.connections):
             conn.close()
+        if broker.quorum is not None:
+            await broker.quorum.close()
+            release_all(self.dir_locks)
+            self._stopped.set()
+            return
         if broker.direct is not None:
             await broker.direct.stop()
             broker.direct = None

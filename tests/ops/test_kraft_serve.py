@@ -1,7 +1,8 @@
 """A Kafka 4 operator's start: ``kafka-storage format`` (Kafka's own tool, 4.3.1) with a KRaft
 ``server.properties``, then ``grete serve`` on it: the formatted cluster id, the bootstrap feature
 levels as the metadata log's first records, the ``--add-scram`` admin able to log in. What grete
-cannot be yet (a separate broker or controller, a quorum of several) is refused at start."""
+cannot be yet (a separate KRaft broker, a combined node in a quorum of several) is refused at start, and so
+is a controller whose storage was never formatted."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from grete.broker.config import ConfigError
+from grete.broker.config import ConfigError, StartupError
 from grete.broker.node import Node
 from grete.broker.server import embedded_config
 from grete.coordinator.kraft.quorum import SingleVoterQuorum
@@ -85,7 +86,6 @@ def test_tools_reach_the_quorum_through_the_controller_listener(tmp_path: Path) 
 
 @pytest.mark.parametrize(("overrides", "reason"), [
     ({"process.roles": "broker"}, "process.roles=broker"),
-    ({"process.roles": "controller"}, "process.roles=controller"),
     ({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094"}, "controller.quorum.voters names 1,2"),
 ])
 def test_what_a_quorum_of_one_cannot_be_is_refused(tmp_path: Path, overrides: dict[str, str], reason: str) -> None:
@@ -94,3 +94,14 @@ def test_what_a_quorum_of_one_cannot_be_is_refused(tmp_path: Path, overrides: di
     with pytest.raises(ConfigError) as refused:
         Node(config)
     assert reason in str(refused.value)
+
+
+def test_a_controller_needs_formatted_storage(tmp_path: Path) -> None:
+    """As Kafka's: a controller of a quorum does not format itself (every voter must share the
+    cluster id the operator chose); the start names the directory and the format step."""
+    config = embedded_config([f"log.dirs={tmp_path}", "listeners=CONTROLLER://127.0.0.1:0", "process.roles=controller",
+                              "controller.listener.names=CONTROLLER", "controller.quorum.voters=1@127.0.0.1:9093",
+                              "listener.security.protocol.map=CONTROLLER:PLAINTEXT"])
+    with pytest.raises(StartupError) as refused:
+        Node(config)
+    assert str(tmp_path) in str(refused.value) and "grete storage format" in str(refused.value)

@@ -38,7 +38,13 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
         code = ErrorCode.INVALID_REQUEST if ctx.version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
         return _error(code, f"The request was sent to an endpoint of type {ENDPOINT_NAMES[served]}, but we wanted "
                             f"an endpoint of type {ENDPOINT_NAMES[endpoint_type]}")
-    if broker.cluster is None:
+    controller_id = broker.controller_id()
+    if broker.quorum is not None and served == CONTROLLER_ENDPOINTS:
+        # A voter of a quorum of several: the voters (controller.quorum.voters), the leader as controller.
+        brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=v.node_id, host=v.host, port=v.port,
+                                                                 rack=None) for v in broker.quorum.voters.values()]
+        controller_id = broker.quorum.describe()[0]
+    elif broker.cluster is None:
         # This node, at the address of the listener asked: its broker endpoint, or on a controller
         # listener its controller endpoint (the quorum is this node alone).
         listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
@@ -50,7 +56,7 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
                    for info in broker.live_brokers() if (e := info.endpoint(ctx.listener)) is not None]
     return DescribeClusterResponse(
         error_code=0, error_message=None, endpoint_type=served,
-        cluster_id=broker.metadata.cluster_id, controller_id=broker.controller_id(),
+        cluster_id=broker.metadata.cluster_id, controller_id=controller_id,
         brokers=brokers,
         # As KafkaApis: the bitfield only for a principal that may describe the cluster, else 0.
         cluster_authorized_operations=((operations(ctx, Res.CLUSTER, CLUSTER_NAME, CLUSTER_OPERATIONS)

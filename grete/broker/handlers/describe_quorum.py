@@ -14,6 +14,7 @@ import time
 
 from grete.broker.authz import cluster_allowed
 from grete.broker.context import RequestContext
+from grete.broker.quorum.driver import RaftDriver
 from grete.broker.registry import api
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.protocol.acls import AclOperation
@@ -35,6 +36,8 @@ def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuoru
             Response.PartitionData(partition_index=p.partition_index,
                                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, leader_id=-1, leader_epoch=-1,
                                    high_watermark=-1) for p in t.partitions]) for t in request.topics])
+    if ctx.broker.quorum is not None:
+        return _from_driver(ctx.broker.quorum)
     quorum = store.quorum
     now = int(time.time() * 1000)
     leader = Response.ReplicaState(replica_id=quorum.node_id, replica_directory_id=quorum.directory_id,
@@ -50,3 +53,14 @@ def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuoru
         Response.Listener(name=a.name, host=a.host, port=a.port) for a in endpoints])
     return Response(error_code=0, topics=[Response.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])],
                     nodes=[node])
+
+
+def _from_driver(driver: RaftDriver) -> DescribeQuorumResponse:
+    """A voter of a quorum of several: the leader's view of every replica (NOT_LEADER_OR_FOLLOWER on
+    the others, as Kafka's KafkaRaftClient answers), the voters' controller endpoints."""
+    partition = driver.raft.describe_quorum(int(time.time() * 1000))
+    nodes = [Response.Node(node_id=v.node_id, listeners=[Response.Listener(name=driver.listener, host=v.host,
+                                                                           port=v.port)])
+             for v in driver.voters.values()]
+    return Response(error_code=0, topics=[Response.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])],
+                    nodes=nodes)

@@ -26,12 +26,14 @@ from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.leader_hints import current_leader
 from grete.broker.partition import Partition
+from grete.broker.quorum.rpc import answer, is_metadata_fetch
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchRequest, FetchResponse
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
+    from grete.broker.quorum.driver import RaftDriver
 
 READ_COMMITTED = 1
 LEADER_HINTS_VERSION = 16  # KIP-951: CurrentLeader and NodeEndpoints in the answer
@@ -41,6 +43,8 @@ PartitionData = FetchResponse.PartitionData
 @api(1, 4, 18)
 def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
     broker = ctx.broker
+    if broker.quorum is not None and is_metadata_fetch(request):
+        return _metadata_fetch(ctx, broker.quorum, request)  # a voter or observer of the quorum
     try:
         fetch_plan = sessions.plan(broker.fetch_sessions, request, ctx.version, _replica_id(ctx, request) >= 0,
                                    broker.topic_name_for, broker.now_ms())
@@ -62,6 +66,12 @@ def resume(ctx: RequestContext, request: FetchRequest,
     if total >= max(request.min_bytes, 1) or not parked or asyncio.get_running_loop().time() >= deadline:
         return _answer(ctx, fetch_plan, response)
     return _long_poll(ctx, request, fetch_plan, parked, deadline)
+
+
+async def _metadata_fetch(ctx: RequestContext, driver: RaftDriver, request: FetchRequest) -> FetchResponse:
+    response = await answer(ctx, driver, request)
+    assert isinstance(response, FetchResponse)
+    return response
 
 
 def _replica_id(ctx: RequestContext, request: FetchRequest) -> int:

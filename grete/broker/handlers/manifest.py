@@ -56,6 +56,9 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     49: ("alter_client_quotas", 0, 1, 0),  # AlterClientQuotas
     50: ("describe_user_scram_credentials", 0, 0, 0),  # DescribeUserScramCredentials
     51: ("alter_user_scram_credentials", 0, 0, 0),  # AlterUserScramCredentials
+    52: ("vote", 0, 2, 0),  # Vote
+    53: ("begin_quorum_epoch", 0, 1, 0),  # BeginQuorumEpoch
+    54: ("end_quorum_epoch", 0, 1, 0),  # EndQuorumEpoch
     55: ("describe_quorum", 0, 2, 0),  # DescribeQuorum
     56: ("alter_partition", 0, 3, 0),  # AlterPartition
     57: ("update_features", 0, 2, 0),  # UpdateFeatures

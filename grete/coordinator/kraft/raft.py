@@ -57,9 +57,10 @@ from grete.coordinator.kraft.raft_states import (
 )
 from grete.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["RETRY_BACKOFF_BASE_MS", "RaftConfig", "RaftNode"]
+__all__ = ["NEVER", "RETRY_BACKOFF_BASE_MS", "RaftConfig", "RaftNode"]
 
 RETRY_BACKOFF_BASE_MS = 100  # the unit of the binary exponential election backoff (Kafka's)
+NEVER = 2**62  # next_deadline when no timer runs
 
 
 class RaftNode(LeaderRole):
@@ -121,6 +122,46 @@ class RaftNode(LeaderRole):
             self._become_resigned(self.state, now_ms)
             self._poll(now_ms)
         return self.drain()
+
+    def next_deadline(self, now_ms: int) -> int:
+        """The earliest time ``tick`` has something to do (a timer of the state, a request timing
+        out or its retry backoff ending, a parked fetch's max wait): the driver sleeps until then,
+        or until a message or an append arrives, and never polls."""
+        state = self.state
+        request_deadline = self.requests.next_deadline(now_ms)
+        times = [] if request_deadline is None else [request_deadline]
+        if request_deadline is None and self._sends_when_idle():
+            return 0  # a request to send and none in flight: due now
+        if isinstance(state, Leader):
+            if len(self.voters) > 1:
+                times.append(state.check_quorum_deadline)
+            if state.unacked:
+                times.append(state.begin_epoch_deadline)
+            times.extend(parked.deadline for parked in state.parked.values())
+        elif isinstance(state, Candidate):
+            times.append(state.backoff_until if state.backoff_until is not None else state.election_deadline)
+        elif isinstance(state, Follower):
+            times.append(state.fetch_deadline)
+        elif isinstance(state, Unattached):
+            if self.node_id in self.voters:
+                times.append(state.election_deadline)
+        else:
+            times.append(state.election_deadline)
+        return min(times, default=NEVER)
+
+    def _sends_when_idle(self) -> bool:
+        """Whether this state keeps a request in flight at all times (a follower's or an observer's
+        fetch, a round's votes still unanswered)."""
+        state = self.state
+        if isinstance(state, Follower):
+            return True
+        if isinstance(state, Unattached):
+            return self.node_id not in self.voters
+        if isinstance(state, Prospective):
+            return bool(state.tally.unanswered())
+        if isinstance(state, Candidate):
+            return state.backoff_until is None and bool(state.tally.unanswered())
+        return False
 
     # --- requests ---------------------------------------------------------------------------------
     def _on_vote_request(self, sender: int, request: VoteRequest, now_ms: int) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 # The epoch reported for "no epoch at or below the one asked about": Raft's epochs start at 1.
@@ -28,12 +28,15 @@ class OffsetAndEpoch:
 @dataclass(frozen=True, slots=True)
 class RaftBatch:
     """Records appended together by one leader in one epoch; ``control`` batches hold the quorum's
-    own control records (LeaderChangeMessage)."""
+    own control records (LeaderChangeMessage). ``raw`` is the batch as a leader wrote it (Kafka's
+    v2 format), when it came from a log or a fetch: a follower stores and serves those bytes as they
+    are, so every replica's log is the leader's byte for byte, whichever implementation wrote it."""
 
     base_offset: int
     epoch: int
     records: tuple[bytes, ...]
     control: bool = False
+    raw: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def next_offset(self) -> int:

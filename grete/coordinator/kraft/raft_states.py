@@ -171,6 +171,15 @@ class RequestManager:
             del self._inflight[destination]
         return self._backoff.get(destination, 0) <= now_ms
 
+    def next_deadline(self, now_ms: int) -> int | None:
+        """When an in-flight request times out or a backoff ends, whichever is first. Those already
+        past are forgotten (as ``ready`` forgets them): a state that sends nothing to that destination
+        any more must not be woken for them again and again."""
+        self._inflight = {d: entry for d, entry in self._inflight.items() if entry[1] > now_ms}
+        self._backoff = {d: until for d, until in self._backoff.items() if until > now_ms}
+        times = [deadline for _, deadline in self._inflight.values()] + list(self._backoff.values())
+        return min(times) if times else None
+
     def any_inflight(self, now_ms: int) -> bool:
         return any(now_ms < deadline for _, deadline in self._inflight.values())
 

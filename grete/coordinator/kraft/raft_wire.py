@@ -15,23 +15,24 @@ import uuid
 
 from grete.coordinator.kraft import raft_messages as core
 from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch
+from grete.coordinator.kraft.raft_segment_log import encode_raft_batch, raft_batches
 from grete.protocol import messages as wire
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
-from grete.protocol.records.batch import iter_batches
-from grete.protocol.records.control import ControlType, encode_control_key
-from grete.protocol.records.record import Record, build_batch, decode_records
 from grete.protocol.topics import METADATA_TOPIC
 
 # Kafka's Topic.CLUSTER_METADATA_TOPIC_ID: Fetch v13+ names __cluster_metadata by this id only.
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 
 
-def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int = 0) -> Message:
-    """The RPC for ``message``; ``timestamp_ms`` stamps the record batches of a fetch answer."""
+def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int = 0,
+            destination: int = -1) -> Message:
+    """The RPC for ``message``; ``timestamp_ms`` stamps the record batches a fetch answer builds, and
+    ``destination`` is the voter a request goes to (Vote and BeginQuorumEpoch v1+ name it: Kafka
+    refuses one naming another voter, INVALID_VOTER_KEY)."""
     match message:
         case core.VoteRequest():
-            return wire.VoteRequest(cluster_id=cluster_id, topics=[wire.VoteRequest.TopicData(
+            return wire.VoteRequest(cluster_id=cluster_id, voter_id=destination, topics=[wire.VoteRequest.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.VoteRequest.PartitionData(
                     replica_epoch=message.candidate_epoch - _pre_vote_bump(message.pre_vote),
                     replica_id=message.candidate_id, last_offset_epoch=message.last_offset_epoch,
@@ -42,7 +43,7 @@ def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int
                     error_code=message.error_code, leader_id=message.leader_id, leader_epoch=message.leader_epoch,
                     vote_granted=message.vote_granted)])])
         case core.BeginQuorumEpochRequest():
-            return wire.BeginQuorumEpochRequest(cluster_id=cluster_id, topics=[wire.BeginQuorumEpochRequest.TopicData(
+            return wire.BeginQuorumEpochRequest(cluster_id=cluster_id, voter_id=destination, topics=[wire.BeginQuorumEpochRequest.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.BeginQuorumEpochRequest.PartitionData(
                     leader_id=message.leader_id, leader_epoch=message.leader_epoch)])])
         case core.BeginQuorumEpochResponse():
@@ -98,21 +99,10 @@ def _fetch_response(message: core.FetchResponse, timestamp_ms: int) -> wire.Fetc
 
 
 def encode_batches(batches: tuple[RaftBatch, ...], timestamp_ms: int) -> bytes:
-    out = bytearray()
-    for batch in batches:
-        key = encode_control_key(ControlType.LEADER_CHANGE) if batch.control else None
-        records = [Record(i, 0, key, value) for i, value in enumerate(batch.records)]
-        out += build_batch(records, base_offset=batch.base_offset, base_timestamp=timestamp_ms,
-                           control=batch.control, partition_leader_epoch=batch.epoch)
-    return bytes(out)
+    return b"".join(encode_raft_batch(batch, timestamp_ms) for batch in batches)
 
 
-def decode_batches(data: bytes | bytearray | memoryview | None) -> tuple[RaftBatch, ...]:
-    batches = []
-    for batch in iter_batches(bytes(data or b"")):
-        values = tuple(record.value or b"" for record in decode_records(batch))
-        batches.append(RaftBatch(batch.base_offset, batch.partition_leader_epoch, values, batch.is_control))
-    return tuple(batches)
+decode_batches = raft_batches
 
 
 def from_wire(message: Message, correlation_id: int) -> core.RaftMessage:

@@ -63,16 +63,19 @@ class KRaftMetadataStore(MetadataState):
     node of one); the same interface as every other store (grete.coordinator.metadata)."""
 
     def __init__(self, quorum: SingleVoterQuorum, cluster_id: str) -> None:
-        super().__init__()
+        self._init_state(cluster_id)
         self.quorum = quorum
+        for offset, record, _version in quorum.replay():
+            self._apply(record, offset)
+        quorum.elect()
+
+    def _init_state(self, cluster_id: str) -> None:
+        MetadataState.__init__(self)
         self.cluster_id = cluster_id
         self._acl_ids: dict[AclBinding, uuid.UUID] = {}
         self._configs_by_resource: dict[tuple[int, str], dict[str, str]] = {}
         self.records_applied = 0
         self.applied_offset = -1  # of the last record applied: KRaft's finalized features epoch
-        for offset, record, _version in quorum.replay():
-            self._apply(record, offset)
-        quorum.elect()
 
     # --- committing -------------------------------------------------------------------------------
     async def _commit(self, records: Sequence[Message]) -> None:

@@ -1,0 +1,20 @@
+"""EndQuorumEpoch (54): v0-1, a voter RPC of the KRaft metadata quorum, served on a controller's listener.
+
+Only a node that is a voter of a quorum of several controllers serves it (its Raft driver answers:
+grete/broker/quorum); every other node closes the connection, as a Kafka broker listener does.
+"""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.quorum.rpc import answer
+from grete.broker.registry import api
+from grete.protocol.codec import Message
+from grete.protocol.messages import EndQuorumEpochRequest
+
+
+@api(54, 0, 1)
+async def handle(ctx: RequestContext, request: EndQuorumEpochRequest) -> Message:
+    driver = ctx.broker.quorum
+    assert driver is not None  # the connection refuses the API without one
+    return await answer(ctx, driver, request)

@@ -1,0 +1,113 @@
+"""A controller-only node (``process.roles=controller``): one voter of a KRaft controller quorum.
+
+It keeps the metadata log and serves the quorum's APIs on its listeners (Vote, BeginQuorumEpoch,
+EndQuorumEpoch, Fetch of ``__cluster_metadata``, DescribeQuorum, DescribeCluster for
+``--bootstrap-controller``), and nothing a client of topics would ask: Kafka's controllers answer those
+on brokers. Its storage must be formatted first, as Kafka's (``grete storage format`` or
+``kafka-storage format``, the same cluster id on every voter). The first leader of a new quorum writes
+the format step's bootstrap records (``bootstrap.checkpoint``) as Kafka's first active controller does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from grete.broker.broker import Broker
+from grete.broker.config import BrokerConfig, StartupError
+from grete.broker.quorum.driver import RaftDriver, parse_voters
+from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
+from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
+from grete.coordinator.kraft.raft import RaftConfig
+from grete.coordinator.kraft.raft_log import RaftBatch
+from grete.protocol.errors import KafkaError
+from grete.protocol.metadata_frame import decode_metadata_record
+from grete.storage.checkpoint_file import BOOTSTRAP_CHECKPOINT, CheckpointError, read_checkpoint
+from grete.storage.meta_properties import MetaPropertiesError, read_meta_properties
+
+log = logging.getLogger(__name__)
+
+
+def raft_config(config: BrokerConfig) -> RaftConfig:
+    return RaftConfig(election_timeout_ms=config.get_int("controller.quorum.election.timeout.ms"),
+                      fetch_timeout_ms=config.get_int("controller.quorum.fetch.timeout.ms"),
+                      election_backoff_max_ms=config.get_int("controller.quorum.election.backoff.max.ms"),
+                      request_timeout_ms=config.get_int("controller.quorum.request.timeout.ms"),
+                      retry_backoff_ms=config.get_int("controller.quorum.retry.backoff.ms"))
+
+
+def is_controller_only(config: BrokerConfig) -> bool:
+    return set(config.get_list("process.roles")) == {"controller"}
+
+
+def controller_broker(config: BrokerConfig) -> Broker:
+    """The node's state, with its Raft driver (started by ``start_controller``)."""
+    directory = config.metadata_log_dir
+    try:
+        meta = read_meta_properties(directory)
+    except (MetaPropertiesError, OSError) as exc:
+        raise StartupError(str(exc)) from None
+    if meta is None or not meta.cluster_id:
+        raise StartupError(f"No readable meta.properties files found in {directory}: format the controller's "
+                           "storage first (grete storage format --cluster-id <id> --config <file>)")
+    voters_config = config.get_list("controller.quorum.voters")
+    if not voters_config:
+        raise StartupError("process.roles=controller needs controller.quorum.voters (id@host:port of every voter); "
+                           "grete's controllers do not run a dynamic quorum (controller.quorum.bootstrap.servers)")
+    try:
+        voters = parse_voters(voters_config)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    if config.node_id not in voters:
+        raise StartupError(f"node.id {config.node_id} is not among controller.quorum.voters "
+                           f"({','.join(str(v) for v in sorted(voters))}): an observer controller is not supported")
+    names = config.get_list("controller.listener.names")
+    driver_ref: list[RaftDriver] = []
+
+    async def append(values: list[bytes]) -> int:
+        return await driver_ref[0].append(values)
+    store = QuorumMetadataStore(meta.cluster_id, append)
+    broker = Broker(config, metadata=store)
+    boot = _Bootstrap(store, directory / BOOTSTRAP_CHECKPOINT)
+
+    def committed(batch: RaftBatch) -> None:
+        store.apply_batch(batch)
+        boot.committed(broker, batch)
+    driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, meta.cluster_id,
+                        raft_config(config), committed, listener=names[0] if names else "CONTROLLER")
+    driver_ref.append(driver)
+    broker.quorum = driver
+    broker.controller_only = True
+    return broker
+
+
+class _Bootstrap:
+    """Writes the bootstrap records once, when this node's leadership is committed on a log that
+    has no metadata records yet (Kafka's ActivationRecordsGenerator for an empty log)."""
+
+    def __init__(self, store: QuorumMetadataStore, path: Path) -> None:
+        self.store = store
+        self.path = path
+        self.task: asyncio.Task[None] | None = None
+
+    def committed(self, broker: Broker, batch: RaftBatch) -> None:
+        driver = broker.quorum
+        if (driver is None or not batch.control or self.task is not None or self.store.records_applied
+                or driver.raft.role != "Leader" or batch.epoch != driver.raft.epoch):
+            return
+        self.task = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        path = self.path
+        try:
+            values = read_checkpoint(path).values if path.exists() else []
+        except (CheckpointError, OSError) as exc:
+            log.error("cannot read %s: %s; the quorum starts without its bootstrap records", path, exc)
+            return
+        records = [decode_metadata_record(value)[0] for value in values]
+        try:
+            await self.store.bootstrap(records)
+            log.info("metadata quorum: wrote %d bootstrap records from %s", len(records), path)
+        except KafkaError as exc:  # a leadership lost on the way: the next leader writes them
+            log.warning("metadata quorum: bootstrap records not written: %s", exc)

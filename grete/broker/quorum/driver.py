@@ -1,0 +1,234 @@
+"""The Raft core on the network: one KRaft voter of a controller quorum, as Kafka's KafkaRaftClient.
+
+The core (grete.coordinator.kraft.raft) decides; this driver gives it time, disk and sockets:
+- it wakes the core for a message, an append, or the core's own next deadline (a timer handle on the
+  event loop, moved whenever the deadline moves) and never polls;
+- what an input changed is made durable before anything is sent: ``quorum-state`` written, the
+  metadata log flushed; only then go the messages out and does the high watermark publish;
+- requests to other voters go over one connection each (PeerConnection, the controller listener of
+  ``controller.quorum.voters``); their answers come back to the core as inputs. A voter that cannot
+  be reached is an unanswered request: the core retries it after its request timeout;
+- requests from other voters (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch of ``__cluster_metadata``)
+  reach ``handle``, which waits for the core's answer: a fetch with nothing new is parked by the core
+  until records arrive or its max wait passes (the long poll), so an idle quorum sends about two
+  fetches a second per follower.
+Committed batches (below the high watermark) are handed to ``on_commit`` in order, once each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.coordinator.kraft import raft_messages as core
+from grete.coordinator.kraft.quorum import QUORUM_STATE_FILE, read_quorum_state, write_quorum_state
+from grete.coordinator.kraft.raft import NEVER, RaftConfig, RaftNode
+from grete.coordinator.kraft.raft_log import RaftBatch
+from grete.coordinator.kraft.raft_segment_log import SegmentRaftLog
+from grete.coordinator.kraft.raft_wire import from_wire, to_wire
+from grete.protocol.codec import Message
+from grete.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+# The versions this voter sends (Kafka 4.3.1's; Vote v2 carries KIP-996's pre-vote).
+REQUEST_VERSIONS = {core.VoteRequest: 2, core.BeginQuorumEpochRequest: 1, core.EndQuorumEpochRequest: 1,
+                    core.FetchRequest: 17}
+
+
+@dataclass(frozen=True, slots=True)
+class VoterAddress:
+    node_id: int
+    host: str
+    port: int
+
+
+def parse_voters(entries: list[str]) -> dict[int, VoterAddress]:
+    """``controller.quorum.voters``: ``id@host:port`` entries (Kafka's QuorumConfig.parseVoterConnections)."""
+    voters: dict[int, VoterAddress] = {}
+    for entry in entries:
+        node, _, address = entry.strip().partition("@")
+        host, _, port = address.rpartition(":")
+        try:
+            voter = VoterAddress(int(node), host.strip("[]"), int(port))
+        except ValueError:
+            raise ValueError(f"controller.quorum.voters: {entry!r} is not of the form id@host:port") from None
+        voters[voter.node_id] = voter
+    return voters
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class RaftDriver:
+    def __init__(self, node_id: int, voters: dict[int, VoterAddress], partition_dir: Path, cluster_id: str,
+                 config: RaftConfig, on_commit: Callable[[RaftBatch], None], listener: str = "CONTROLLER") -> None:
+        self.node_id = node_id
+        self.listener = listener  # the controller listener's name, as DescribeQuorum names endpoints
+        self.voters = voters
+        self.cluster_id = cluster_id
+        self.partition_dir = partition_dir
+        self.log = SegmentRaftLog(partition_dir)
+        stored = read_quorum_state(partition_dir / QUORUM_STATE_FILE)
+        self.raft = RaftNode(node_id, voters, self.log, stored, _now_ms(), random.Random(), config)
+        self._on_commit = on_commit
+        self._applied = self.log.start_offset  # the next offset to hand to on_commit
+        self._peers = {v.node_id: PeerConnection(v.host, v.port, f"raft-client-{node_id}",
+                                                 timeout_s=config.request_timeout_ms / 1000)
+                       for v in voters.values() if v.node_id != node_id}
+        self._answers: dict[tuple[int, int], asyncio.Future[core.RaftResponse]] = {}
+        self._commits: list[tuple[int, asyncio.Future[None]]] = []  # (offset, committed once past it)
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # --- inputs ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._run(self.raft.tick(_now_ms()))
+
+    async def handle(self, sender: int, request: core.RaftRequest) -> core.RaftResponse:
+        """The core's answer to a request from another replica."""
+        if self._closed:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "the metadata quorum is shutting down")
+        key = (sender, request.correlation_id)
+        stale = self._answers.pop(key, None)
+        if stale is not None:
+            stale.cancel()
+        answer: asyncio.Future[core.RaftResponse] = asyncio.get_running_loop().create_future()
+        self._answers[key] = answer
+        self._run(self.raft.receive(sender, request, _now_ms()))
+        try:
+            return await answer
+        finally:
+            self._answers.pop(key, None)
+
+    async def append(self, values: list[bytes]) -> int:
+        """Append ``values`` as one batch of this leader's epoch; its last offset once committed.
+        NOT_CONTROLLER when this voter does not lead."""
+        try:
+            out = self.raft.append(values, _now_ms())
+        except KafkaError:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum") from None
+        last = self.log.end_offset - 1
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commits.append((last, done))
+        self._run(out)
+        await done
+        return last
+
+    def _tick(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self._run(self.raft.tick(_now_ms()))
+
+    # --- outputs --------------------------------------------------------------------------------
+    def _run(self, out: core.RaftOutput) -> None:
+        if out.quorum_state is not None:
+            write_quorum_state(self.partition_dir / QUORUM_STATE_FILE, out.quorum_state)
+        if out.log_changes:
+            self.log.flush()
+            if any(isinstance(change, core.LogTruncated) for change in out.log_changes):
+                self._applied = min(self._applied, self.log.end_offset)
+        if out.leader_changed:
+            log.info("metadata quorum: epoch %d, leader %s, this node %s", self.raft.epoch,
+                     self.raft.leader_id, self.raft.role)
+            self._fail_commits()
+        for destination, message in out.messages:
+            if isinstance(message, core.VoteResponse | core.BeginQuorumEpochResponse
+                          | core.EndQuorumEpochResponse | core.FetchResponse):
+                answer = self._answers.pop((destination, message.correlation_id), None)
+                if answer is not None and not answer.done():
+                    answer.set_result(message)
+            else:
+                self._send(destination, message)
+        if out.high_watermark is not None:
+            self._publish(out.high_watermark)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        now = _now_ms()
+        deadline = self.raft.next_deadline(now)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if deadline < NEVER and not self._closed:
+            loop = asyncio.get_running_loop()
+            delay = max(deadline - now, 0) / 1000
+            self._timer = loop.call_later(delay, self._tick)
+
+    def _publish(self, high_watermark: int) -> None:
+        """Hand every batch wholly below the high watermark to on_commit, in order, once."""
+        while self._applied < high_watermark:
+            progressed = False
+            for batch in self.log.read(self._applied, 1000):
+                if batch.next_offset > high_watermark:
+                    break
+                if batch.next_offset > self._applied:
+                    self._on_commit(batch)
+                    self._applied = batch.next_offset
+                    progressed = True
+            if not progressed:
+                break
+        committed = [(offset, done) for offset, done in self._commits if offset < high_watermark]
+        self._commits = [(offset, done) for offset, done in self._commits if offset >= high_watermark]
+        for _offset, done in committed:
+            if not done.done():
+                done.set_result(None)
+
+    def _fail_commits(self) -> None:
+        commits, self._commits = self._commits, []
+        for _offset, done in commits:
+            if not done.done():
+                done.set_exception(KafkaError(ErrorCode.NOT_CONTROLLER, "the metadata quorum's leader changed"))
+
+    def _send(self, destination: int, message: core.RaftMessage) -> None:
+        peer = self._peers.get(destination)
+        if peer is None:
+            return
+        task = asyncio.ensure_future(self._call(destination, peer, message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, destination: int, peer: PeerConnection, message: core.RaftMessage) -> None:
+        version = REQUEST_VERSIONS[type(message)]
+        request: Message = to_wire(message, self.cluster_id, destination=destination)
+        try:
+            response = await peer.call(request, version)
+        except PeerError as exc:
+            log.debug("metadata quorum: %s", exc)
+            return  # unanswered: the core retries after its request timeout
+        if self._closed:
+            return
+        assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest
+                          | core.FetchRequest)
+        self._run(self.raft.receive(destination, from_wire(response, message.correlation_id), _now_ms()))
+
+    # --- state ------------------------------------------------------------------------------------
+    def describe(self) -> tuple[int, int, int]:
+        """(leader id or -1, epoch, high watermark) as this voter knows them."""
+        return self.raft.leader_or_none(), self.raft.epoch, self.raft.high_watermark
+
+    async def close(self) -> None:
+        """Step down if leading (EndQuorumEpoch, so the others elect at once), then close."""
+        if not self._closed and self.raft.leader_id == self.node_id and self.raft.role == "Leader":
+            self._run(self.raft.resign(_now_ms()))
+            if self._tasks:  # the EndQuorumEpoch requests on their way, briefly
+                await asyncio.wait(set(self._tasks), timeout=0.5)
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for answer in self._answers.values():
+            answer.cancel()
+        self._fail_commits()
+        for task in list(self._tasks):
+            task.cancel()
+        for peer in self._peers.values():
+            peer.close()
+        self.log.close()

@@ -1,0 +1,100 @@
+"""The Raft core's log on disk: ``__cluster_metadata-0`` in Kafka's segment format (the storage
+layer's Log, as for any partition), seen through the RaftLog protocol.
+
+Every batch is kept exactly as its leader wrote it: a follower appends the fetched bytes (offsets,
+epochs, timestamps and CRCs untouched, Kafka's appendAsFollower), and a leader serves the bytes it
+has on disk, so a quorum mixing grete and Kafka controllers holds one log byte for byte. Batches the
+core builds itself (a grete leader's appends) are encoded here once, as Kafka's KRaft writes them:
+keyless metadata records, or one control record, stamped with the leader's epoch.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from grete.coordinator.kraft.raft_log import NO_EPOCH, OffsetAndEpoch, RaftBatch
+from grete.protocol.records.batch import RecordBatch, iter_batches
+from grete.protocol.records.control import ControlType, encode_control_key
+from grete.protocol.records.record import Record, build_batch, decode_records
+from grete.storage.config import LogConfig
+from grete.storage.log import Log
+
+# Bytes per read: Kafka's controller.quorum.fetch.max.size default is 8 MiB; a smaller bound keeps
+# one answer's encoding short on the event loop while a follower catches up.
+READ_MAX_BYTES = 1024 * 1024
+
+
+def encode_raft_batch(batch: RaftBatch, timestamp_ms: int) -> bytes:
+    """``batch`` in Kafka's v2 format: its own bytes if it has them, else built as KRaft builds them."""
+    if batch.raw is not None:
+        return batch.raw
+    key = encode_control_key(ControlType.LEADER_CHANGE) if batch.control else None
+    records = [Record(i, 0, key, value) for i, value in enumerate(batch.records)]
+    return bytes(build_batch(records, base_offset=batch.base_offset, base_timestamp=timestamp_ms,
+                             control=batch.control, partition_leader_epoch=batch.epoch))
+
+
+def raft_batch(batch: RecordBatch) -> RaftBatch:
+    """A stored or fetched batch for the core, its bytes kept."""
+    values = tuple(record.value or b"" for record in decode_records(batch))
+    return RaftBatch(batch.base_offset, batch.partition_leader_epoch, values, batch.is_control,
+                     raw=bytes(batch.bytes_view()))
+
+
+def raft_batches(data: bytes | bytearray | memoryview | None) -> tuple[RaftBatch, ...]:
+    return tuple(raft_batch(batch) for batch in iter_batches(bytes(data or b"")))
+
+
+class SegmentRaftLog:
+    """A RaftLog over the segment log of ``__cluster_metadata-0``. Appends are not flushed here:
+    the driver flushes once per input, before anything it sends counts on them."""
+
+    def __init__(self, partition_dir: Path, config: LogConfig | None = None) -> None:
+        self.log = Log.open(partition_dir, config or LogConfig())
+
+    @property
+    def start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def last_epoch(self) -> int:
+        return max(self.log.epochs.latest_epoch, NO_EPOCH)
+
+    def epoch_end_offset(self, epoch: int) -> OffsetAndEpoch:
+        found: OffsetAndEpoch | None = None
+        entries = self.log.epochs.entries
+        for index, (entry_epoch, _start) in enumerate(entries):
+            if entry_epoch > epoch:
+                break
+            end = entries[index + 1][1] if index + 1 < len(entries) else self.end_offset
+            found = OffsetAndEpoch(entry_epoch, end)
+        return found if found is not None else OffsetAndEpoch(NO_EPOCH, self.start_offset)
+
+    def append(self, batch: RaftBatch) -> None:
+        now = int(time.time() * 1000)
+        self.log.append_as_follower(encode_raft_batch(batch, now), now_ms=now)
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+
+    def read(self, offset: int, max_records: int) -> list[RaftBatch]:
+        batches: list[RaftBatch] = []
+        records = size = 0
+        for batch in self.log.batches(offset):
+            if batches and (records + batch.last_offset_delta + 1 > max_records or size + batch.size > READ_MAX_BYTES):
+                break
+            batches.append(raft_batch(batch))
+            records += batch.last_offset_delta + 1
+            size += batch.size
+        return batches
+
+    def flush(self) -> None:
+        self.log.flush()
+
+    def close(self) -> None:
+        self.log.close()
