@@ -8,35 +8,33 @@ the leader's log end; appends that keep a leader's offsets on a follower) live i
 
 On a single node the ISR is this broker alone, so the high watermark follows the log end offset as
 soon as an append returns. Long-poll fetches park a future here; an append (or a DeleteRecords, or
-the partition going away) wakes them: no polling.
+the partition going away) wakes them: no polling. The log's read-only views are
+partition_log_view.py's, KIP-890's verification guards verification_guards.py's, the parked fetches
+parked_fetches.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
+from grete.broker.parked_fetches import ParkedFetches
+from grete.broker.partition_log_view import PartitionLogView
+from grete.broker.verification_guards import VerificationGuard, VerificationGuards
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
-from grete.protocol.records.record import decode_records
 from grete.storage.config import LogConfig
-from grete.storage.log import AppendResult, Log, ReadResult
-from grete.storage.producer_state import ProducerStateEntry
-from grete.storage.segment import LogSegment
-from grete.storage.txnindex import AbortedTxn
-
-LOG_APPEND_TIME = 1
+from grete.storage.log import AppendResult, Log
 
 
-class Partition:
-    __slots__ = ("topic", "index", "topic_id", "_log", "leader_epoch", "_waiters", "_replica_waiters", "online",
+class Partition(PartitionLogView):
+    __slots__ = ("topic", "index", "topic_id", "leader_epoch", "_parked", "online",
                  "is_leader",
                  "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
                  "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed",
-                 "direct_watch", "_verifying", "replica_push", "replica_alive", "_recheck_expansion")
+                 "direct_watch", "_guards", "replica_push", "replica_alive", "_recheck_expansion")
 
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, leader_epoch: int, *,
                  is_leader: bool = True, leader_id: int = -1, partition_epoch: int = 0,
@@ -44,12 +42,9 @@ class Partition:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
-        self._log = log
+        super().__init__(log)
         self.leader_epoch = leader_epoch
-        # Parked fetches, by what can complete them (Kafka's DelayedFetch): a consumer's reads up to
-        # the high watermark or last stable offset, a follower's up to the log end.
-        self._waiters: list[asyncio.Future[None]] = []
-        self._replica_waiters: list[asyncio.Future[None]] = []
+        self._parked = ParkedFetches()
         self.online = True
         # In a cluster, what the controller's last LeaderAndIsr said (a single node always leads).
         self.is_leader = is_leader
@@ -79,7 +74,7 @@ class Partition:
         self.direct_watch: Callable[[Partition], None] | None = None
         # KIP-890 verification guards: producer id -> (epoch, guard, created ms), while a leader
         # waits for a coordinator on another broker to confirm the producer's transaction.
-        self._verifying: dict[int, tuple[int, VerificationGuard, int]] = {}
+        self._guards = VerificationGuards()
         # The direct path's replication pusher (grete/broker/direct/push.py), while this
         # leader pushes to a follower: appends and high-watermark moves are what it sends.
         self.replica_push: Callable[[Partition], None] | None = None
@@ -92,28 +87,7 @@ class Partition:
         # stop short of data that was acknowledged, including offset commits and transaction state.)
         self._set_high_watermark(log.log_end_offset)
 
-    # --- offsets -----------------------------------------------------------------------------
-    @property
-    def high_watermark(self) -> int:
-        return int(self._log.high_watermark)
-
-    @property
-    def log_start_offset(self) -> int:
-        return int(self._log.log_start_offset)
-
-    @property
-    def log_end_offset(self) -> int:
-        return int(self._log.log_end_offset)
-
-    @property
-    def last_stable_offset(self) -> int:
-        return int(self._log.last_stable_offset)
-
-    def offsets(self) -> tuple[int, int, int, int]:
-        """(high watermark, last stable, log start, log end): what an empty Fetch answer depends on."""
-        log = self._log
-        return (log.high_watermark, log.last_stable_offset, log.log_start_offset, log.log_end_offset)
-
+    # --- the client's leader epoch (KIP-320) ------------------------------------------------------
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fetch/ListOffsets/OffsetForLeaderEpoch fencing (KIP-320); -1 means the client has none."""
         if current_leader_epoch == -1 or current_leader_epoch == self.leader_epoch:
@@ -122,20 +96,7 @@ class Partition:
             raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
         raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
-    # --- the log's settings and state, read-only ---------------------------------------------
-    @property
-    def config(self) -> LogConfig:
-        return self._log.config
-
-    @property
-    def size_bytes(self) -> int:
-        return int(self._log.size_bytes)
-
-    @property
-    def log_dir(self) -> Path:
-        """The log directory (one of ``log.dirs``) this partition's files live in."""
-        return self._log.dir.parent
-
+    # --- the log ----------------------------------------------------------------------------------
     def replace_log(self, moved: Log) -> None:
         """AlterReplicaLogDirs finished: the partition's log now lives in another dir (same offsets,
         the same bytes); the high watermark carries over."""
@@ -144,7 +105,7 @@ class Partition:
         self._set_high_watermark(high_watermark)
         self.wake()
 
-    # --- leadership (LeaderAndIsr) --------------------------------------------------------------
+    # --- leadership (LeaderAndIsr) ----------------------------------------------------------------
     def make_leader(self, leader_epoch: int, partition_epoch: int, leader_id: int,
                     replicas: tuple[int, ...] = (), isr: list[int] | None = None, now_ms: int = 0) -> None:
         """Kafka's Partition.makeLeader: a new leader epoch starts at the log end offset; the
@@ -181,11 +142,11 @@ class Partition:
         self._followers = {}
         self._pending_isr = None
         self._recheck_expansion = False
-        self._verifying.clear()  # a verification in flight now ends in NOT_LEADER_OR_FOLLOWER
+        self._guards.clear_all()  # a verification in flight now ends in NOT_LEADER_OR_FOLLOWER
         self._complete_produce_waiters()
         self.wake()
 
-    # --- the leader's view of its followers (Kafka's Partition/Replica fetch state) -------------
+    # --- the leader's view of its followers (Kafka's Partition/Replica fetch state) ---------------
     def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
         """A follower fetched from ``fetch_offset``: its log end offset. It is caught up if it asked
         for the leader's log end (or for the log end of its previous fetch, at that fetch's time);
@@ -318,10 +279,7 @@ class Partition:
         """Where this leader's epoch began (its log end when it became leader)."""
         return self._epoch_start_offset
 
-    # --- the follower's side --------------------------------------------------------------------
-    def latest_epoch(self) -> int:
-        return int(self._log.epochs.latest_epoch)
-
+    # --- the follower's side ----------------------------------------------------------------------
     def follower_append(self, records: bytes | bytearray | memoryview, leader_high_watermark: int, leader_log_start: int,
                         now_ms: int) -> None:
         """Append what the leader sent (offsets and epochs kept), then take its high watermark as
@@ -348,17 +306,7 @@ class Partition:
     def update_config(self, config: LogConfig) -> None:
         self._log.update_config(config)
 
-    def producers(self) -> list[ProducerStateEntry]:
-        return list(self._log.producer_state.producers.values())
-
-    def epoch_of_log_start(self) -> int:
-        """The leader epoch of the first offset in the log (ListOffsets EARLIEST answers it)."""
-        return int(self._log.epochs.epoch_for_offset(self._log.log_start_offset))
-
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        return self._log.end_offset_for_epoch(epoch)
-
-    # --- writes ------------------------------------------------------------------------------
+    # --- writes -----------------------------------------------------------------------------------
     def append(self, batch: RecordBatch, now_ms: int, verification: VerificationGuard | None = None, *,
                transaction_version: int = 0) -> AppendResult:
         """Append as leader: the log assigns offsets and stamps this partition's leader epoch.
@@ -376,8 +324,8 @@ class Partition:
         if transaction_version >= 2 and batch.is_control:
             self._check_tv2_marker(batch)
         result = self._log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
-        if self._verifying and batch.is_transactional:
-            self._clear_verification(batch, transaction_version)
+        if self._guards.by_producer and batch.is_transactional:
+            self._guards.clear(batch, transaction_version)
         self._advance_high_watermark(appended=True, control=batch.is_control)
         return result
 
@@ -388,48 +336,19 @@ class Partition:
                              f"Epoch of producer {batch.producer_id} is {batch.producer_epoch}, which is <= the "
                              f"last seen epoch {entry.epoch} (TV2)")
 
-    def _clear_verification(self, batch: RecordBatch, transaction_version: int) -> None:
-        """A transaction's first batch or its marker: either it is ongoing now or it is over, and in
-        both cases an earlier verification no longer speaks for it (Kafka clears it). Except a
-        transaction version 2 marker with the guard's epoch: that guard is the next transaction's,
-        begun under the epoch this marker's bump handed out."""
-        found = self._verifying.get(batch.producer_id)
-        if found is None:
-            return
-        if transaction_version >= 2 and batch.is_control and found[0] == batch.producer_epoch:
-            return
-        del self._verifying[batch.producer_id]
-
-    # --- KIP-890 part 1: verification guards (Kafka's VerificationStateEntry) -----------------
-    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
-        entry = self._log.producer(producer_id)
-        return entry is not None and entry.current_txn_first_offset >= 0 and entry.epoch == producer_epoch
-
+    # --- KIP-890 part 1: verification guards (Kafka's VerificationStateEntry) ---------------------
     def start_verification(self, producer_id: int, producer_epoch: int, now_ms: int) -> VerificationGuard | None:
         """Kafka's maybeStartTransactionVerification: None if the producer's transaction is already
         ongoing here (nothing to ask), else the guard its first batch must be appended under. A
         guard of the same or a newer epoch is shared; an older one is replaced."""
         if self.has_ongoing_transaction(producer_id, producer_epoch):
             return None
-        found = self._verifying.get(producer_id)
-        if found is None or found[0] < producer_epoch:
-            self._expire_verifications(now_ms)
-            found = self._verifying[producer_id] = (producer_epoch, VerificationGuard(), now_ms)
-        return found[1]
+        return self._guards.start(producer_id, producer_epoch, now_ms, self._log.config.producer_id_expiration_ms)
 
     def _check_verification(self, batch: RecordBatch, guard: VerificationGuard) -> None:
         if not batch.is_transactional or self.has_ongoing_transaction(batch.producer_id, batch.producer_epoch):
             return
-        found = self._verifying.get(batch.producer_id)
-        if found is None or found[1] is not guard:
-            raise KafkaError(ErrorCode.INVALID_TXN_STATE, "Record was not part of an ongoing transaction")
-
-    def _expire_verifications(self, now_ms: int) -> None:
-        """Guards of producers that never came back (their verification failed) go after
-        producer.id.expiration.ms, as Kafka expires its verification entries."""
-        limit = self._log.config.producer_id_expiration_ms
-        for pid in [p for p, (_, _, created) in self._verifying.items() if now_ms - created >= limit]:
-            del self._verifying[pid]
+        self._guards.check(batch.producer_id, guard)
 
     def append_as_follower(self, records: RecordBatch | bytes | bytearray | memoryview, now_ms: int) -> None:
         """Append a leader's batches as they are (offsets, epochs, timestamps kept); the high
@@ -468,12 +387,10 @@ class Partition:
         consumers = control or log.high_watermark != high_watermark
         if (appended or consumers) and (self.direct_watch is not None or self.replica_push is not None):
             self._changed()
-        if appended and self._replica_waiters:
-            waiters, self._replica_waiters = self._replica_waiters, []
-            _complete(waiters)
-        if consumers and self._waiters:
-            waiters, self._waiters = self._waiters, []
-            _complete(waiters)
+        if appended and self._parked.replicas:
+            self._parked.wake_replicas()
+        if consumers and self._parked.consumers:
+            self._parked.wake_consumers()
 
     def _set_high_watermark(self, offset: int) -> None:
         self._log.high_watermark = offset
@@ -484,85 +401,18 @@ class Partition:
         self.wake()
         return low_watermark
 
-    # --- reads -------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, *, upper_bound: int, min_one: bool) -> ReadResult:
-        return self._log.read(offset, max_bytes, upper_bound=upper_bound, min_one=min_one)
-
-    def batches(self, start: int, end: int | None = None) -> Iterator[RecordBatch]:
-        return self._log.batches(start, end)
-
-    def coordinator_batches(self) -> Iterator[RecordBatch]:
-        """Every batch from the log start to the log end: what a coordinator loads when it becomes
-        leader of its internal partition. As Kafka's coordinators read (FetchIsolation.LOG_END), not
-        to the high watermark: a new leader may not yet know the watermark covers its last writes,
-        and its log is the one the followers now truncate to."""
-        return self._log.batches(self._log.log_start_offset, self._log.log_end_offset)
-
-    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[tuple[int, int]]:
-        return self._log.aborted_transactions(start_offset, end_offset)
-
-    def aborted_txns(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
-        return self._log.aborted_txns(start_offset, end_offset)
-
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        return self._log.offset_for_timestamp(timestamp)
-
-    def offset_of_max_timestamp(self) -> tuple[int, int]:
-        """(offset, timestamp) of the first record carrying the log's largest timestamp, exact to the
-        record as Kafka 3.7+ answers ListOffsets MAX_TIMESTAMP (KAFKA-16310), not the batch's last
-        offset that the segment tracks: the batch holding it is decoded (once per such request)."""
-        offset, timestamp = self._log.offset_of_max_timestamp()
-        if offset < 0:
-            return offset, timestamp
-        for batch in self._log.batches(offset, offset + 1):
-            if batch.is_control or batch.base_offset > offset or batch.last_offset < offset:
-                break
-            if batch.timestamp_type == LOG_APPEND_TIME:
-                return batch.base_offset, timestamp  # every record carries the append time
-            for record in decode_records(batch):
-                if batch.base_timestamp + record.timestamp_delta == timestamp:
-                    return batch.base_offset + record.offset_delta, timestamp
-            break
-        return offset, timestamp
-
-    # --- the direct path's view of the files -------------------------------------------------
-    def segment_for(self, offset: int) -> LogSegment | None:
-        """The segment holding ``offset`` (the active one for the log end), or None if below the
-        log start (deleted) or beyond the end."""
-        log = self._log
-        if offset < log.log_start_offset or offset > log.log_end_offset:
-            return None
-        found = None
-        for seg in log.segments:
-            if seg.base_offset > offset:
-                break
-            found = seg
-        return found
-
-    def segment_state(self, seg: LogSegment) -> tuple[bool, bool]:
-        """(still in the log, still the active segment) of a segment found by ``segment_for``."""
-        segments = self._log.segments
-        if segments[-1] is seg:
-            return True, True
-        return any(s is seg for s in segments), False
-
-    # --- parked fetches ----------------------------------------------------------------------
+    # --- parked fetches ---------------------------------------------------------------------------
     def waiter(self, *, replica: bool = False) -> asyncio.Future[None]:
         """A future for a parked fetch, done when this partition may have something new for it:
         for a follower (``replica``) records past the log end it saw, for a consumer a moved high
         watermark, last stable offset or log start; for both, any change of state (leadership,
         truncation, deletion)."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        (self._replica_waiters if replica else self._waiters).append(future)
-        return future
+        return self._parked.park(replica)
 
     def wake(self) -> None:
         """A change every parked fetch must see (leadership, truncation, log start, going away)."""
         self._changed()
-        waiters, replica_waiters = self._waiters, self._replica_waiters
-        self._waiters, self._replica_waiters = [], []
-        _complete(waiters)
-        _complete(replica_waiters)
+        self._parked.wake_all()
 
     def _changed(self) -> None:
         if self.direct_watch is not None:
@@ -571,25 +421,13 @@ class Partition:
             self.replica_push(self)  # pushed followers get what changed (coalesced per loop step)
 
     def discard_waiter(self, future: asyncio.Future[None]) -> None:
-        for waiters in (self._waiters, self._replica_waiters):
-            try:
-                waiters.remove(future)
-                return
-            except ValueError:
-                pass
+        self._parked.discard(future)
 
     def go_offline(self) -> None:
         """The partition stops serving (deleted, or its log dir failed): parked fetches answer now."""
         self.online = False
         self._complete_produce_waiters()
         self.wake()
-
-
-class VerificationGuard:
-    """An identity: a batch verified under a guard may be appended only while it is still the
-    partition's guard for its producer."""
-
-    __slots__ = ()
 
 
 @dataclass(slots=True)
@@ -600,9 +438,3 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = -1
-
-
-def _complete(waiters: list[asyncio.Future[None]]) -> None:
-    for future in waiters:
-        if not future.done():
-            future.set_result(None)

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
-from grete.broker.share_groups import PartitionKey
+from grete.broker.share_sessions import PartitionKey
 from grete.protocol.errors import ErrorCode, KafkaError
 
 

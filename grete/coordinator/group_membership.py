@@ -14,6 +14,8 @@ The flow follows Kafka's classic GroupCoordinator:
 * Each member has one session timer (``loop.call_later``) that heartbeats, joins, syncs and commits
   push back. It removes the member when it fires, except while the member is parked in a join or a
   sync (a brand-new member is removed after ``new_member_join_timeout_ms`` even then).
+
+The requests are answered here; the rebalance state machine and its timers are group_rebalance.py's.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Awaitable
 
 from grete.coordinator.consumer_records import tombstones
 from grete.coordinator.group_context import GROUP_WRITE_ERRORS, GroupContext, cancel, log
+from grete.coordinator.group_rebalance import Rebalance
 from grete.coordinator.group_state import Group, GroupState, Member
 from grete.coordinator.group_types import UNKNOWN_MEMBER_ID, JoinResult, LeaveMember, SyncResult
 from grete.protocol.errors import ErrorCode
@@ -43,9 +46,9 @@ class Membership:
 
     def __init__(self, ctx: GroupContext) -> None:
         self.ctx = ctx
+        self.rebalance = Rebalance(ctx)
 
-    # ============================================================================ JoinGroup
-
+    # --- JoinGroup --------------------------------------------------------------------------------
     async def join_group(self, *, group_id: str, member_id: str, group_instance_id: str | None,
                          client_id: str, client_host: str, session_timeout_ms: int,
                          rebalance_timeout_ms: int, protocol_type: str, protocols: Protocols,
@@ -79,8 +82,8 @@ class Membership:
             if records:
                 self.ctx.spawn(self.ctx.append(self.ctx.partition_for(group_id), records, GROUP_WRITE_ERRORS))
         if not self._accept_joining_member(group, member_id):
-            self._drop_member(group, member_id)
-            self._try_complete_join(group)
+            self.rebalance.drop_member(group, member_id)
+            self.rebalance.try_complete_join(group)
             return JoinResult.failed(UNKNOWN_MEMBER_ID, ErrorCode.GROUP_MAX_SIZE_REACHED)
         request = _JoinRequest(group_instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
                                protocol_type, list(protocols), reason or "not provided", supports_skip_assignment)
@@ -89,7 +92,7 @@ class Membership:
         else:
             outcome = self._join_current_member(group, member_id, request)
         if group.is_(PREPARING):
-            self._try_complete_join(group)
+            self.rebalance.try_complete_join(group)
         if isinstance(outcome, JoinResult):
             return outcome
         # shield: a handler cancelled because its client went away must not cancel the parked
@@ -122,7 +125,7 @@ class Membership:
         if require_known_member_id:
             # KIP-394: hand out the id first; the member is counted (and holds the rebalance) only
             # once it rejoins with it, within its session timeout.
-            self._add_pending_member(group, new_member_id, req.session_timeout_ms)
+            self.rebalance.add_pending_member(group, new_member_id, req.session_timeout_ms)
             return JoinResult.failed(new_member_id, ErrorCode.MEMBER_ID_REQUIRED)
         return self._add_member_and_rebalance(group, new_member_id, req)
 
@@ -183,15 +186,15 @@ class Membership:
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.add(member, future)
         # A new member cannot heartbeat while its JoinGroup is parked, so bound the wait instead.
-        self.schedule_session(group, member, self.ctx.config.new_member_join_timeout_ms)
-        self._maybe_prepare_rebalance(group, f"adding new member {member_id} ({req.reason})")
+        self.rebalance.schedule_session(group, member, self.ctx.config.new_member_join_timeout_ms)
+        self.rebalance.maybe_prepare_rebalance(group, f"adding new member {member_id} ({req.reason})")
         return future
 
     def _update_member_and_rebalance(self, group: Group, member: Member, req: _JoinRequest,
                                      why: str) -> JoinOutcome:
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, future)
-        self._maybe_prepare_rebalance(group, f"{why} ({req.reason})")
+        self.rebalance.maybe_prepare_rebalance(group, f"{why} ({req.reason})")
         return future
 
     def _replace_static_member(self, group: Group, old_id: str, new_id: str, req: _JoinRequest) -> JoinOutcome:
@@ -201,7 +204,7 @@ class Membership:
         assert req.group_instance_id is not None
         old_leader = group.leader_id
         member = group.replace_static_member(req.group_instance_id, old_id, new_id)
-        self.schedule_session(group, member, member.session_timeout_ms)
+        self.rebalance.schedule_session(group, member, member.session_timeout_ms)
         previous = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, future)
@@ -213,10 +216,10 @@ class Membership:
                 self.ctx.spawn(self._finish_static_replacement(group, member, old_id, old_leader, previous, write,
                                                            req.supports_skip_assignment))
             else:
-                self._maybe_prepare_rebalance(group, why)
+                self.rebalance.maybe_prepare_rebalance(group, why)
         elif group.is_(COMPLETING):
             # The leader may already be assigning to the old id: start over so nobody is left out.
-            self._prepare_rebalance(group, why)
+            self.rebalance.prepare_rebalance(group, why)
         return future
 
     async def _finish_static_replacement(self, group: Group, member: Member, old_id: str, old_leader: str | None,
@@ -233,7 +236,7 @@ class Membership:
             group.update_member(member, protocols, rebalance_timeout, session_timeout, None)
             assert member.group_instance_id is not None
             group.replace_static_member(member.group_instance_id, new_id, old_id)
-            self.schedule_session(group, member, member.session_timeout_ms)
+            self.rebalance.schedule_session(group, member, member.session_timeout_ms)
             return
         is_leader = group.is_leader(new_id)
         if supports_skip_assignment:
@@ -248,199 +251,7 @@ class Membership:
                                 old_leader or "", new_id, False, [])
         group.complete_join(member, result)
 
-    # ----------------------------------------------------------------- pending (KIP-394)
-
-    def _add_pending_member(self, group: Group, member_id: str, session_timeout_ms: int) -> None:
-        group.pending_members[member_id] = self.ctx.call_later(
-            session_timeout_ms, self._on_pending_member_expired, group, member_id)
-
-    def _on_pending_member_expired(self, group: Group, member_id: str) -> None:
-        if self.ctx.live_group(group) and member_id in group.pending_members:
-            log.info("group %s: pending member %s expired", group.group_id, member_id)
-            self._remove_pending_member(group, member_id)
-
-    def _remove_pending_member(self, group: Group, member_id: str) -> None:
-        cancel(group.pending_members.pop(member_id, None))
-        if group.is_(PREPARING):
-            self._try_complete_join(group)
-
-    # ---------------------------------------------------------------- rebalance machinery
-
-    def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
-        if group.can_rebalance():
-            self._prepare_rebalance(group, reason)
-
-    def _prepare_rebalance(self, group: Group, reason: str) -> None:
-        if group.is_(COMPLETING):
-            # Members parked in SyncGroup must rejoin instead.
-            self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
-        cancel(group.sync_timer)
-        group.sync_timer = None
-        was_empty = group.is_(EMPTY)
-        group.transition_to(PREPARING, self.ctx.now_ms())
-        group.last_rebalance_reason = reason
-        log.info("group %s: preparing to rebalance in generation %d: %s", group.group_id, group.generation_id, reason)
-        if was_empty:
-            delay = self.ctx.config.group_initial_rebalance_delay_ms
-            self._schedule_initial_join(group, delay, max(group.rebalance_timeout_ms() - delay, 0))
-        else:
-            self._schedule_join_deadline(group, group.rebalance_timeout_ms())
-            self._try_complete_join(group)
-
-    def _schedule_initial_join(self, group: Group, delay_ms: int, remaining_ms: int) -> None:
-        cancel(group.join_timer)
-        group.initial_delay_active = True
-        group.join_timer = self.ctx.call_later(delay_ms, self._on_initial_delay, group, delay_ms, remaining_ms)
-
-    def _on_initial_delay(self, group: Group, delay_ms: int, remaining_ms: int) -> None:
-        group.join_timer = None
-        if not self.ctx.live_group(group) or not group.is_(PREPARING):
-            return
-        if group.new_member_added and remaining_ms != 0:
-            # Kafka's InitialDelayedJoin: wait another delay while members keep arriving, but never
-            # beyond the rebalance timeout in total.
-            group.new_member_added = False
-            next_delay = min(self.ctx.config.group_initial_rebalance_delay_ms, remaining_ms)
-            self._schedule_initial_join(group, next_delay, max(remaining_ms - delay_ms, 0))
-            return
-        group.initial_delay_active = False
-        self._complete_join(group)
-
-    def _schedule_join_deadline(self, group: Group, timeout_ms: int) -> None:
-        cancel(group.join_timer)
-        group.initial_delay_active = False
-        group.join_timer = self.ctx.call_later(timeout_ms, self._on_join_deadline, group)
-
-    def _on_join_deadline(self, group: Group) -> None:
-        group.join_timer = None
-        if self.ctx.live_group(group) and group.is_(PREPARING):
-            self._complete_join(group)
-
-    def _try_complete_join(self, group: Group) -> None:
-        if group.is_(PREPARING) and not group.initial_delay_active and group.has_all_members_joined():
-            cancel(group.join_timer)
-            group.join_timer = None
-            self._complete_join(group)
-
-    def _complete_join(self, group: Group) -> None:
-        """End of the join phase: evict dynamic members that did not rejoin, start the next
-        generation and answer every parked JoinGroup (the leader gets all members' metadata)."""
-        for member in group.not_yet_rejoined():
-            if not member.is_static:
-                log.info("group %s: removing member %s, which did not rejoin in time", group.group_id, member.member_id)
-                self._drop_member(group, member.member_id)
-        if not group.maybe_elect_new_joined_leader() and group.members:
-            # Only static members that have not rejoined are left: give them another round.
-            log.warning("group %s: no member rejoined; waiting another rebalance timeout", group.group_id)
-            self._schedule_join_deadline(group, group.rebalance_timeout_ms())
-            return
-        group.init_next_generation(self.ctx.now_ms())
-        if group.is_(EMPTY):
-            log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
-            self.ctx.spawn(self._log_write_failure(group, self.ctx.store_group(group, {})))
-            return
-        log.info("group %s: generation %d with %d members, protocol %s", group.group_id,
-                 group.generation_id, len(group.members), group.protocol_name)
-        everyone = group.current_member_metadata()
-        for member in group.members.values():
-            leads = group.is_leader(member.member_id)
-            result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_type, group.protocol_name,
-                                group.leader_id or "", member.member_id, False, everyone if leads else [])
-            group.complete_join(member, result)
-            self.schedule_session(group, member, member.session_timeout_ms)
-            member.is_new = False
-        self._schedule_pending_sync(group)
-
-    async def _log_write_failure(self, group: Group, write: Awaitable[ErrorCode]) -> None:
-        error = await write
-        if error is not ErrorCode.NONE:
-            # Safe to only warn: the previous generation on disk has members that will time out.
-            log.warning("group %s: could not write empty generation %d: %s", group.group_id,
-                        group.generation_id, error.name)
-
-    def _schedule_pending_sync(self, group: Group) -> None:
-        cancel(group.sync_timer)
-        group.sync_timer = self.ctx.call_later(group.rebalance_timeout_ms(), self._on_sync_deadline, group,
-                                           group.generation_id)
-
-    def _on_sync_deadline(self, group: Group, generation_id: int) -> None:
-        group.sync_timer = None
-        if not self.ctx.live_group(group) or generation_id != group.generation_id:
-            return
-        if group.state in (COMPLETING, STABLE) and group.pending_sync:
-            missing = sorted(group.pending_sync)
-            log.info("group %s: removing %s, which did not send SyncGroup in time", group.group_id, missing)
-            group.pending_sync.clear()
-            for member_id in missing:
-                self._drop_member(group, member_id)
-            self._prepare_rebalance(group, f"removing {missing} on pending sync expiration")
-
-    def _drop_member(self, group: Group, member_id: str) -> Member | None:
-        """Take a member out without touching the group's state; answer anything it has parked."""
-        member = group.members.get(member_id)
-        if member is None:
-            return None
-        group.complete_join(member, JoinResult.failed(UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID))
-        group.complete_sync(member, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
-        group.remove(member_id)
-        cancel(member.session_timer)
-        member.session_timer = None
-        return member
-
-    def remove_member_and_update_group(self, group: Group, member: Member, reason: str) -> None:
-        self._drop_member(group, member.member_id)
-        if group.state in (STABLE, COMPLETING):
-            self._maybe_prepare_rebalance(group, reason)
-        elif group.is_(PREPARING):
-            self._try_complete_join(group)
-
-    # --------------------------------------------------------------------- session timers
-
-    def downgraded(self, group: Group) -> None:
-        """A consumer group just became this classic group (online downgrade): its members' sessions
-        start and a rebalance begins, which they learn of from their next heartbeat."""
-        for member in group.members.values():
-            self.schedule_session(group, member, member.session_timeout_ms)
-        self._prepare_rebalance(group, "downgrade from the consumer protocol")
-
-    def schedule_session(self, group: Group, member: Member, timeout_ms: int) -> None:
-        cancel(member.session_timer)
-        member.session_timer = self.ctx.call_later(timeout_ms, self._on_session_expired, group, member)
-
-    def _on_session_expired(self, group: Group, member: Member) -> None:
-        member.session_timer = None
-        if not self.ctx.live_group(group) or group.members.get(member.member_id) is not member:
-            return
-        if not member.is_new and (member.awaiting_join or member.awaiting_sync):
-            return  # parked in a rebalance: the timer restarts when the rebalance step completes
-        log.info("group %s: member %s session expired", group.group_id, member.member_id)
-        self.remove_member_and_update_group(group, member, f"member {member.member_id} session expired")
-
-    def unload_group(self, group: Group) -> None:
-        """The group is no longer served here: stop its timers and answer whatever its members have
-        parked with NOT_COORDINATOR, which sends them to look for the new coordinator."""
-        cancel(group.join_timer)
-        cancel(group.sync_timer)
-        group.join_timer = group.sync_timer = None
-        for m in group.consumer.members.values() if group.consumer is not None else ():
-            for timer in (m.session_timer, m.rebalance_timer, m.sync_timer, m.join_timer):
-                cancel(timer)
-        for handle in group.pending_members.values():
-            cancel(handle)
-        for member in group.members.values():
-            cancel(member.session_timer)
-            member.session_timer = None
-            group.complete_join(member, JoinResult.failed(member.member_id, ErrorCode.NOT_COORDINATOR))
-            group.complete_sync(member, SyncResult(ErrorCode.NOT_COORDINATOR))
-
-    def touch_member(self, group: Group, member_id: str) -> None:
-        """A sign of life from the member: restart its session timer."""
-        member = group.members.get(member_id)
-        if member is not None:
-            self.schedule_session(group, member, member.session_timeout_ms)
-
-    # ============================================================================ SyncGroup
-
+    # --- SyncGroup --------------------------------------------------------------------------------
     async def sync_group(self, *, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                          protocol_type: str | None, protocol_name: str | None,
                          assignments: list[tuple[str, bytes]]) -> SyncResult:
@@ -464,7 +275,7 @@ class Membership:
         member = group.members[member_id]
         group.pending_sync.discard(member_id)
         if group.is_(STABLE):
-            self.schedule_session(group, member, member.session_timeout_ms)
+            self.rebalance.schedule_session(group, member, member.session_timeout_ms)
             return SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment)
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         group.complete_sync(member, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))  # a duplicate SyncGroup
@@ -502,7 +313,7 @@ class Membership:
             return
         for member in group.members.values():
             member.assignment = assignment[member.member_id]
-        self._propagate_assignment(group, ErrorCode.NONE)
+        self.rebalance.propagate_assignment(group, ErrorCode.NONE)
         group.transition_to(STABLE, self.ctx.now_ms())
 
     def _keep_generation_after_write_error(self, group: Group, error: ErrorCode) -> None:
@@ -514,26 +325,11 @@ class Membership:
         Members that do not sync again in time are removed as after any rebalance."""
         log.info("group %s: could not write the assignment of generation %d: %s; members must sync again",
                  group.group_id, group.generation_id, error.name)
-        self._reset_and_propagate_assignment_error(group, error)
+        self.rebalance.reset_and_propagate_assignment_error(group, error)
         group.pending_sync = set(group.members)
-        self._schedule_pending_sync(group)
+        self.rebalance.schedule_pending_sync(group)
 
-    def _reset_and_propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
-        for member in group.members.values():
-            member.assignment = b""
-        self._propagate_assignment(group, error)
-
-    def _propagate_assignment(self, group: Group, error: ErrorCode) -> None:
-        ok = error is ErrorCode.NONE
-        for member in group.members.values():
-            result = SyncResult(error, group.protocol_type if ok else None, group.protocol_name if ok else None,
-                                member.assignment)
-            if group.complete_sync(member, result):
-                # Sessions did not run down while parked; start the clock again now.
-                self.schedule_session(group, member, member.session_timeout_ms)
-
-    # ============================================================================ Heartbeat
-
+    # --- Heartbeat --------------------------------------------------------------------------------
     async def heartbeat(self, *, group_id: str, generation_id: int, member_id: str,
                         group_instance_id: str | None) -> ErrorCode:
         error = self.ctx.status_error(group_id)
@@ -553,11 +349,10 @@ class Membership:
             return ErrorCode.ILLEGAL_GENERATION
         if group.is_(EMPTY):
             return ErrorCode.UNKNOWN_MEMBER_ID
-        self.touch_member(group, member_id)
+        self.rebalance.touch_member(group, member_id)
         return ErrorCode.REBALANCE_IN_PROGRESS if group.is_(PREPARING) else ErrorCode.NONE
 
-    # =========================================================================== LeaveGroup
-
+    # --- LeaveGroup -------------------------------------------------------------------------------
     async def leave_group(self, *, group_id: str,
                           members: list[LeaveMember]) -> tuple[ErrorCode, list[tuple[LeaveMember, ErrorCode]]]:
         """LeaveGroup (batch, v3+). Before v3 the handler sends one member and answers with that
@@ -582,7 +377,7 @@ class Membership:
             self._leave(group, group.members[current], reason)
             return ErrorCode.NONE
         if leaving.member_id in group.pending_members:
-            self._remove_pending_member(group, leaving.member_id)
+            self.rebalance.remove_pending_member(group, leaving.member_id)
             return ErrorCode.NONE
         error = self.validate_current_member(group, leaving.member_id, leaving.group_instance_id)
         if error is not None:
@@ -592,7 +387,23 @@ class Membership:
 
     def _leave(self, group: Group, member: Member, reason: str) -> None:
         log.info("group %s: member %s left (%s)", group.group_id, member.member_id, reason)
-        self.remove_member_and_update_group(group, member, f"member {member.member_id} left ({reason})")
+        self.rebalance.remove_member_and_update_group(group, member, f"member {member.member_id} left ({reason})")
+
+    # ====================================================================== the rebalance's parts
+    def downgraded(self, group: Group) -> None:
+        self.rebalance.downgraded(group)
+
+    def schedule_session(self, group: Group, member: Member, timeout_ms: int) -> None:
+        self.rebalance.schedule_session(group, member, timeout_ms)
+
+    def touch_member(self, group: Group, member_id: str) -> None:
+        self.rebalance.touch_member(group, member_id)
+
+    def unload_group(self, group: Group) -> None:
+        self.rebalance.unload_group(group)
+
+    def remove_member_and_update_group(self, group: Group, member: Member, reason: str) -> None:
+        self.rebalance.remove_member_and_update_group(group, member, reason)
 
 
 class _JoinRequest:

@@ -13,6 +13,9 @@ other request: that is how each transactional id has exactly one owner at a time
 
 Time-outs are timers per transaction (not a polling loop): an Ongoing transaction older than its
 ``transaction.timeout.ms`` is aborted with a bumped epoch, which fences the producer that opened it.
+
+The partitions served here and their state table are txn_state_manager.py's (Kafka's
+TransactionStateManager); ending a transaction (prepare, markers, complete) is txn_commit.py's.
 """
 
 from __future__ import annotations
@@ -23,17 +26,9 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
-from grete.coordinator.offsets_format import partition_for
-from grete.coordinator.txn_format import (
-    FormatError,
-    TxnState,
-    decode_key,
-    decode_value,
-    encode_key,
-    encode_value,
-)
+from grete.coordinator.txn_commit import TV2, MarkerWriter, TxnCommit, epoch_exhausted
+from grete.coordinator.txn_format import TxnState, encode_key
 from grete.coordinator.txn_state import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
@@ -42,34 +37,10 @@ from grete.coordinator.txn_state import (
     TxnConfig,
     TxnMetadata,
 )
+from grete.coordinator.txn_state_manager import NO_EPOCH, TxnStateManager, TxnStore
 from grete.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("grete.coordinator.txn")
-
-
-class TxnStore(Protocol):
-    """``__transaction_state`` as the coordinator sees it (the broker implements it over its log)."""
-
-    def append(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Write one record durably; raise KafkaError on failure."""
-        ...
-
-    def read(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
-        ...
-
-    def coordinator_epoch(self, partition: int) -> int:
-        """The leader epoch of the state partition: stamped into markers to fence old coordinators."""
-        ...
-
-
-class MarkerWriter(Protocol):
-    def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                      partitions: Iterable[TopicPartition], *,
-                      transaction_version: int = 0) -> asyncio.Future[None] | None:
-        """Write the markers; None when all are written now, else a future done once every leader
-        has them (in a cluster, those led elsewhere go out as WriteTxnMarkers).
-        ``transaction_version`` 2: the marker carries a bumped epoch (KIP-890 part 2, KIP-1228)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -81,9 +52,6 @@ class EndResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
-TV2 = 2  # transaction version 2 (KIP-890 part 2): an epoch bump at every end of a transaction
-
-
 @dataclass(frozen=True)
 class InitResult:
     error: ErrorCode
@@ -91,17 +59,11 @@ class InitResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
-NO_EPOCH = -1
-# Records replayed between two yields to the event loop while a partition loads.
-LOAD_CHUNK = 1000
-
-
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def epoch_exhausted(epoch: int) -> bool:
-    return epoch >= MAX_PRODUCER_EPOCH - 1
+__all__ = ["TV2", "EndResult", "InitResult", "MarkerWriter", "TransactionCoordinator", "TxnStore"]
 
 
 class TransactionCoordinator:
@@ -109,33 +71,28 @@ class TransactionCoordinator:
                  next_producer_id: Callable[[], int], *, now_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.config = config
         self.store = store
-        self.markers = markers
         self.next_producer_id = next_producer_id
         self.now_ms = now_ms
-        self.txns: dict[str, TxnMetadata] = {}
-        self._by_pid: dict[int, str] = {}
+        self.state_manager = TxnStateManager(config, store)
+        self.commit = TxnCommit(self.state_manager, markers, next_producer_id, now_ms, self._cancel_timeout)
+        self.txns = self.state_manager.txns
+        self.owned_partitions = self.state_manager.owned_partitions
         self._timeouts: dict[str, asyncio.TimerHandle] = {}
         self._expiry_timer: asyncio.TimerHandle | None = None
         self.active = False  # started and not shut down: the timers run
-        # Kafka's TransactionStateManager: the __transaction_state partitions served here, those
-        # being loaded (a resignation replaces the token and so abandons the load), and the leader
-        # epoch each was elected in.
-        self.owned_partitions: set[int] = set()
-        self._loads: dict[int, object] = {}
-        self._epochs: dict[int, int] = {}
 
     # ================================================================== lifecycle
 
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.config.num_partitions)
+        return self.state_manager.partition_for(transactional_id)
 
     def load(self) -> None:
         """Serve every __transaction_state partition (a single node leads them all), synchronously:
         nothing is answered before this returns."""
         self.startup()
         for partition in range(self.config.num_partitions):
-            if partition not in self.owned_partitions and partition not in self._loads:
-                self._serve(partition, self._replay(self.store.read(partition)))
+            if partition not in self.owned_partitions and partition not in self.state_manager.loading_partitions:
+                self._serve(partition, self.state_manager.read(partition))
         log.info("loaded %d transactional ids from __transaction_state", len(self.txns))
 
     def startup(self) -> None:
@@ -149,44 +106,21 @@ class TransactionCoordinator:
         time, so other requests are served meanwhile); then the commits and aborts the previous
         coordinator (or a crash) left half done are finished. A stale election changes nothing."""
         self.startup()
-        if epoch != NO_EPOCH and epoch < self._epochs.get(partition, NO_EPOCH):
-            log.info("ignoring election for __transaction_state-%d in stale epoch %d", partition, epoch)
-            return
-        self._epochs[partition] = epoch
-        if partition in self.owned_partitions or partition in self._loads:
-            return
-        load = self._loads[partition] = object()
-        try:
-            found: dict[str, TxnMetadata] = {}
-            for n, record in enumerate(self.store.read(partition), 1):
-                self._replay_one(found, record)
-                if n % LOAD_CHUNK == 0:
-                    await asyncio.sleep(0)
-                    if self._loads.get(partition) is not load:
-                        return  # resigned meanwhile
-            await asyncio.sleep(0)  # other requests see LOAD_IN_PROGRESS meanwhile
-            if self._loads.get(partition) is not load:
-                return
-        finally:
-            if self._loads.get(partition) is load:
-                del self._loads[partition]
-        self._serve(partition, found)
+        found = await self.state_manager.load(partition, epoch)
+        if found is not None:
+            self._serve(partition, found)
 
     @property
     def loading_partitions(self) -> set[int]:
-        return set(self._loads)
+        return self.state_manager.loading_partitions
 
     def _serve(self, partition: int, found: dict[str, TxnMetadata]) -> None:
-        loaded = list(found.values())
-        for meta in loaded:
-            self._install(meta)
-        self.owned_partitions.add(partition)
-        for meta in loaded:
+        for meta in self.state_manager.serve(partition, found):
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 log.info("completing %s of %s interrupted by a restart", meta.state.kafka_name,
                          meta.transactional_id)
                 try:
-                    self._write_markers_and_complete(meta)
+                    self.commit.write_markers_and_complete(meta)
                 except KafkaError as exc:
                     # Stays prepared: clients get CONCURRENT_TRANSACTIONS until a new election retries.
                     log.warning("could not complete %s of %s: %s", meta.state.kafka_name,
@@ -198,55 +132,12 @@ class TransactionCoordinator:
         """Kafka's onResignation: forget the partition's ids (their requests now answer
         NOT_COORDINATOR) and their timers; the new coordinator finishes what they had begun. A
         resignation older than the last election is ignored."""
-        current = self._epochs.get(partition, NO_EPOCH)
-        if epoch != NO_EPOCH and current != NO_EPOCH and epoch < current:
-            log.info("ignoring resignation of __transaction_state-%d in stale epoch %d", partition, epoch)
-            return
-        self._loads.pop(partition, None)
-        self._epochs.pop(partition, None)
-        self.owned_partitions.discard(partition)
-        for meta in [m for t, m in self.txns.items() if self.partition_for(t) == partition]:
-            self._remove(meta)  # cancels its timeout too
-
-    def _coordinator_error(self, transactional_id: str) -> ErrorCode | None:
-        """Kafka's TransactionStateManager.getTransactionState: COORDINATOR_LOAD_IN_PROGRESS while the
-        id's partition loads, NOT_COORDINATOR unless it is served here."""
-        partition = self.partition_for(transactional_id)
-        if partition in self._loads:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if partition not in self.owned_partitions:
-            return ErrorCode.NOT_COORDINATOR
-        return None
-
-    def coordinator_epoch(self, partition: int) -> int:
-        """The epoch stamped into markers, which fences markers of an older coordinator: the one this
-        partition was elected in, else the store's."""
-        epoch = self._epochs.get(partition, NO_EPOCH)
-        return epoch if epoch != NO_EPOCH else self.store.coordinator_epoch(partition)
-
-    @classmethod
-    def _replay(cls, records: Iterable[tuple[bytes, bytes | None]]) -> dict[str, TxnMetadata]:
-        found: dict[str, TxnMetadata] = {}
-        for record in records:
-            cls._replay_one(found, record)
-        return found
-
-    @staticmethod
-    def _replay_one(found: dict[str, TxnMetadata], record: tuple[bytes, bytes | None]) -> None:
-        key, value = record
-        try:
-            txn_id = decode_key(key)
-            if value is None:
-                found.pop(txn_id, None)
-            else:
-                found[txn_id] = TxnMetadata.from_log(txn_id, decode_value(value))
-        except FormatError as exc:
-            log.error("skipping unreadable __transaction_state record: %s", exc)
+        for meta in self.state_manager.resign(partition, epoch):
+            self._cancel_timeout(meta.transactional_id)
 
     def shutdown(self) -> None:
         self.active = False
-        self.owned_partitions.clear()
-        self._loads.clear()
+        self.state_manager.clear()
         for handle in self._timeouts.values():
             handle.cancel()
         self._timeouts.clear()
@@ -254,22 +145,21 @@ class TransactionCoordinator:
             self._expiry_timer.cancel()
             self._expiry_timer = None
 
-    # ================================================================== InitProducerId
-
+    # --- InitProducerId ---------------------------------------------------------------------------
     def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_pid: int = NO_PRODUCER_ID,
                          expected_epoch: int = NO_PRODUCER_EPOCH) -> InitResult:
         if not transactional_id:
             return InitResult(ErrorCode.INVALID_REQUEST)
         if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
             return InitResult(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        if (error := self._coordinator_error(transactional_id)) is not None:
+        if (error := self.state_manager.coordinator_error(transactional_id)) is not None:
             return InitResult(error)
         meta = self.txns.get(transactional_id)
         try:
             if meta is None:
                 meta = TxnMetadata(transactional_id, self.next_producer_id(), 0, timeout_ms, TxnState.EMPTY,
                                    self.now_ms())
-                self._persist(meta)
+                self.state_manager.persist(meta)
                 return InitResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
             return self._reinit(meta, timeout_ms, expected_pid, expected_epoch)
         except KafkaError as exc:
@@ -291,12 +181,12 @@ class TransactionCoordinator:
         if meta.state is TxnState.ONGOING:
             # A new instance takes over: the old one's transaction is aborted with a bumped epoch,
             # so any write it still has in flight is rejected as fenced.
-            meta = self._abort(meta, fence=True)
+            meta = self.commit.abort(meta, fence=True)
         pid, epoch = self._bumped(meta)
         renewed = meta.transit(TxnState.EMPTY, self.now_ms(), producer_id=pid, producer_epoch=epoch,
                                timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,
                                last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch)
-        self._persist(renewed)
+        self.state_manager.persist(renewed)
         return InitResult(ErrorCode.NONE, renewed.producer_id, renewed.producer_epoch)
 
     def _bumped(self, meta: TxnMetadata) -> tuple[int, int]:
@@ -304,8 +194,7 @@ class TransactionCoordinator:
             return self.next_producer_id(), 0
         return meta.producer_id, meta.producer_epoch + 1
 
-    # ================================================================== AddPartitionsToTxn
-
+    # --- AddPartitionsToTxn -----------------------------------------------------------------------
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: Iterable[TopicPartition], client_transaction_version: int = 0) -> ErrorCode:
         """``client_transaction_version`` 2: a partition leader adding for a transaction version 2
@@ -325,7 +214,7 @@ class TransactionCoordinator:
                                start_ms=now if starting else meta.start_ms,
                                client_transaction_version=client_transaction_version)
         try:
-            self._persist(updated)
+            self.state_manager.persist(updated)
         except KafkaError as exc:
             return exc.code
         if starting:
@@ -337,7 +226,7 @@ class TransactionCoordinator:
         """The transaction of this producer, or the error Kafka answers for a stranger or a zombie."""
         if not transactional_id:
             return None, ErrorCode.INVALID_REQUEST
-        if (error := self._coordinator_error(transactional_id)) is not None:
+        if (error := self.state_manager.coordinator_error(transactional_id)) is not None:
             return None, error
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
@@ -346,8 +235,7 @@ class TransactionCoordinator:
             return None, ErrorCode.PRODUCER_FENCED
         return meta, ErrorCode.NONE
 
-    # ================================================================== EndTxn
-
+    # --- EndTxn -----------------------------------------------------------------------------------
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                 client_transaction_version: int = 0) -> EndResult:
         if client_transaction_version >= TV2:
@@ -360,7 +248,7 @@ class TransactionCoordinator:
             try:
                 # The request's version decides, as in Kafka: a client ending with EndTxn < 5 does
                 # not expect a bump, even if a leader added for it at Produce 12+.
-                self._end(meta, commit, client_transaction_version=0)
+                self.commit.end(meta, commit, client_transaction_version=0)
             except KafkaError as exc:
                 return EndResult(exc.code)
             return EndResult(ErrorCode.NONE)
@@ -380,7 +268,7 @@ class TransactionCoordinator:
         transaction an abort with it is a new (empty) transaction's abort."""
         if not transactional_id:
             return EndResult(ErrorCode.INVALID_REQUEST)
-        if (error := self._coordinator_error(transactional_id)) is not None:
+        if (error := self.state_manager.coordinator_error(transactional_id)) is not None:
             return EndResult(error)
         meta = self.txns.get(transactional_id)
         if meta is None:
@@ -409,7 +297,7 @@ class TransactionCoordinator:
         if state is TxnState.ONGOING or (not commit and not retry and state in (
                 TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)):
             try:
-                ended = self._end(meta, commit, client_transaction_version=TV2)
+                ended = self.commit.end(meta, commit, client_transaction_version=TV2)
             except KafkaError as exc:
                 return EndResult(exc.code)
             return EndResult(ErrorCode.NONE, *self._next_producer(ended))
@@ -423,81 +311,14 @@ class TransactionCoordinator:
             return ended.next_producer_id, 0
         return ended.producer_id, ended.producer_epoch
 
-    def _end(self, meta: TxnMetadata, commit: bool, *, client_transaction_version: int | None = None) -> TxnMetadata:
-        """PrepareCommit/PrepareAbort, then the markers. Transaction version 2 bumps the epoch here
-        (the markers carry the new one, which fences every write of the ended transaction), and
-        moves to a fresh producer id at completion when the epoch is exhausted."""
-        version = meta.client_transaction_version if client_transaction_version is None else client_transaction_version
-        now = self.now_ms()
-        state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        if version < TV2:
-            prepared = meta.transit(state, now, client_transaction_version=version)
-        else:
-            # An abort with nothing added (from Empty or Complete*) has no start of its own.
-            empty = meta.state not in (TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE)
-            epoch = meta.producer_epoch
-            next_pid = self.next_producer_id() if epoch_exhausted(epoch) else NO_PRODUCER_ID
-            prepared = meta.transit(state, now, producer_epoch=min(epoch + 1, MAX_PRODUCER_EPOCH),
-                                    last_producer_epoch=epoch, next_producer_id=next_pid,
-                                    client_transaction_version=version, start_ms=now if empty else meta.start_ms)
-        self._persist(prepared)
-        return self._write_markers_and_complete(prepared)
-
-    def _abort(self, meta: TxnMetadata, *, fence: bool) -> TxnMetadata:
-        """Abort an Ongoing transaction; ``fence`` bumps the epoch first (time-outs, takeovers)."""
-        if fence and meta.producer_epoch < MAX_PRODUCER_EPOCH:
-            fenced = meta.transit(TxnState.PREPARE_EPOCH_FENCE, self.now_ms(),
-                                  producer_epoch=meta.producer_epoch + 1)
-            meta = fenced  # not persisted on its own: Kafka logs it as the PrepareAbort below
-        return self._end(meta, commit=False)
-
-    def _write_markers_and_complete(self, prepared: TxnMetadata) -> TxnMetadata:
-        """Write the markers, then the Complete state. With markers still on their way to other
-        brokers the transaction stays prepared (its producer gets CONCURRENT_TRANSACTIONS meanwhile,
-        as Kafka's does) and completes when the last leader has answered."""
-        commit = prepared.state is TxnState.PREPARE_COMMIT
-        partition = self.partition_for(prepared.transactional_id)
-        pending = self.markers.write_markers(prepared.producer_id, prepared.producer_epoch, commit,
-                                             self.coordinator_epoch(partition), prepared.partitions,
-                                             transaction_version=prepared.client_transaction_version)
-        if pending is not None:
-            pending.add_done_callback(lambda _: self._complete_later(prepared))
-            return prepared
-        return self._complete(prepared)
-
-    def _complete(self, prepared: TxnMetadata) -> TxnMetadata:
-        commit = prepared.state is TxnState.PREPARE_COMMIT
-        state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        if prepared.bumps_epoch and prepared.next_producer_id != NO_PRODUCER_ID:
-            # The epoch overflowed: the next transaction runs under the new producer id.
-            done = prepared.transit(state, self.now_ms(), partitions=frozenset(),
-                                    producer_id=prepared.next_producer_id, producer_epoch=0,
-                                    previous_producer_id=prepared.producer_id, next_producer_id=NO_PRODUCER_ID,
-                                    last_producer_epoch=MAX_PRODUCER_EPOCH - 1)
-        else:
-            done = prepared.transit(state, self.now_ms(), partitions=frozenset())
-        self._persist(done)
-        self._cancel_timeout(done.transactional_id)
-        return done
-
-    def _complete_later(self, prepared: TxnMetadata) -> None:
-        current = self.txns.get(prepared.transactional_id)
-        if current is None or current.state is not prepared.state or current.producer_epoch != prepared.producer_epoch:
-            return  # resigned or fenced meanwhile: the next coordinator completes it
-        try:
-            self._complete(current)
-        except KafkaError as exc:
-            log.warning("could not complete %s of %s: %s", current.state.kafka_name, current.transactional_id, exc)
-
-    # ================================================================== checks for other APIs
-
+    # --- checks for other APIs --------------------------------------------------------------------
     def verify_partition(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> ErrorCode:
         """KIP-890 part 1 for Produce and TxnOffsetCommit: a transactional write is accepted only for
         a partition its producer added to its Ongoing transaction; this is what stops a late write
         after an abort from opening a transaction nobody will ever end (a hanging transaction)."""
         if not self.config.verify_partitions:
             return ErrorCode.NONE
-        txn_id = self._by_pid.get(producer_id)
+        txn_id = self.state_manager.by_pid.get(producer_id)
         meta = self.txns.get(txn_id) if txn_id is not None else None
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
@@ -523,8 +344,7 @@ class TransactionCoordinator:
             return dict.fromkeys(wanted, ErrorCode.CONCURRENT_TRANSACTIONS)
         return {tp: ErrorCode.NONE if tp in meta.partitions else ErrorCode.TRANSACTION_ABORTABLE for tp in wanted}
 
-    # ================================================================== admin
-
+    # --- admin ------------------------------------------------------------------------------------
     def describe(self, transactional_id: str) -> TxnMetadata | None:
         return self.txns.get(transactional_id)
 
@@ -547,8 +367,7 @@ class TransactionCoordinator:
                  and (regex is None or regex.fullmatch(m.transactional_id) is not None)]
         return found, unknown
 
-    # ================================================================== timers
-
+    # --- timers -----------------------------------------------------------------------------------
     def _schedule_timeout(self, meta: TxnMetadata) -> None:
         self._cancel_timeout(meta.transactional_id)
         delay = max(meta.start_ms + meta.timeout_ms - self.now_ms(), 0) / 1000
@@ -569,7 +388,7 @@ class TransactionCoordinator:
         log.info("aborting transaction of %s (producer %d): older than transaction.timeout.ms=%d",
                  transactional_id, producer_id, meta.timeout_ms)
         try:
-            self._abort(meta, fence=True)
+            self.commit.abort(meta, fence=True)
         except KafkaError as exc:
             log.warning("could not abort timed-out transaction %s: %s", transactional_id, exc)
             self._schedule_timeout(meta)
@@ -596,26 +415,6 @@ class TransactionCoordinator:
             except KafkaError as exc:
                 log.warning("could not expire transactional id %s: %s", meta.transactional_id, exc)
                 continue
-            self._remove(meta)
+            self._cancel_timeout(meta.transactional_id)
+            self.state_manager.forget(meta)
         return len(expired)
-
-    # ================================================================== state table
-
-    def _persist(self, meta: TxnMetadata) -> None:
-        """Write the new state first; install it in memory only once it is in the log."""
-        self.store.append(self.partition_for(meta.transactional_id), encode_key(meta.transactional_id),
-                          encode_value(meta.to_log()))
-        self._install(meta)
-
-    def _install(self, meta: TxnMetadata) -> None:
-        old = self.txns.get(meta.transactional_id)
-        if old is not None and old.producer_id != meta.producer_id:
-            self._by_pid.pop(old.producer_id, None)
-        self.txns[meta.transactional_id] = meta
-        self._by_pid[meta.producer_id] = meta.transactional_id
-
-    def _remove(self, meta: TxnMetadata) -> None:
-        self._cancel_timeout(meta.transactional_id)
-        self.txns.pop(meta.transactional_id, None)
-        if self._by_pid.get(meta.producer_id) == meta.transactional_id:
-            del self._by_pid[meta.producer_id]

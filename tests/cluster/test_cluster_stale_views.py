@@ -89,7 +89,7 @@ def test_a_stale_deletions_event_handles_every_topic(grete_cluster: GreteCluster
             controller.ctx = ControllerContext(epoch=1, epoch_zk_version=fence, controller_id=1)
             controller.ctx.assignments["c-real"] = zkl.TopicAssignment({0: [2]}, new_topic_id())
             controller.active = True
-            await controller._on_deletions(["a-gone", "b-unknown", "c-real"])
+            await controller.deletion.on_deletions(["a-gone", "b-unknown", "c-real"])
             return controller.ctx.deleting
         finally:
             await client.close()

@@ -279,7 +279,7 @@ def test_a_deposed_controller_cannot_write(grete_cluster: GreteCluster, zk: Kazo
         try:
             zombie = Controller(client, ControllerSettings(99, "PLAINTEXT"))
             zombie.ctx = ControllerContext(epoch=0, epoch_zk_version=fence_version, controller_id=99)
-            await zombie._fenced([Op("create", "/grete-fence-probe", b"zombie")])
+            await zombie.core.fenced([Op("create", "/grete-fence-probe", b"zombie")])
         finally:
             await client.close()
     with pytest.raises(ControllerMoved):

@@ -79,7 +79,7 @@ async def test_an_exhausted_epoch_moves_to_a_new_producer_id() -> None:
     meta = c.describe("tx")
     assert meta is not None
     last = MAX_PRODUCER_EPOCH - 1
-    c._install(meta.transit(TxnState.EMPTY, 0, producer_epoch=last))  # as after 32766 transactions
+    c.state_manager.install(meta.transit(TxnState.EMPTY, 0, producer_epoch=last))  # as after 32766 transactions
     assert c.add_partitions("tx", pid, last, [TP], TV2) is ErrorCode.NONE
     ended = c.end_txn("tx", pid, last, True, TV2)
     new_pid = ended.producer_id

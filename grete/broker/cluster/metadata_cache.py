@@ -4,18 +4,19 @@ Reads come from what the controller sent in UpdateMetadata (the only way a ZooKe
 learns leaders, ISRs and live brokers) plus topic, broker and group configs read from ``/config/*``
 and refreshed on ``/config/changes`` notifications. Changes go to ZooKeeper the way Kafka's
 AdminZkClient writes them, and return once this broker's cache shows them (CreateTopics waits for
-leaders, DeleteTopics for the topic to be gone), as Kafka's purgatories do.
+leaders, DeleteTopics for the topic to be gone), as Kafka's purgatories do. SCRAM credentials, ACLs,
+client quotas and delegation tokens are security_cache.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import logging
 import uuid
 from collections.abc import Callable
 
+from grete.broker.cluster.config_znodes import change_sequence, read_config, write_config
+from grete.broker.cluster.security_cache import ZkSecurityCache, ZkTokenCache
 from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import (
     ChangeFeed,
@@ -30,10 +31,9 @@ from grete.coordinator.metadata import (
     TopicExists,
     TopicMeta,
     new_topic_id,
-    quota_entity,
 )
 from grete.coordinator.zk_client import BadVersionError, NodeExistsError, ZkClient
-from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from grete.protocol.acls import AclBinding
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import UpdateMetadataRequest
 from grete.protocol.topics import INTERNAL_TOPICS
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 LEADER_DURING_DELETE = -2
 SECURITY_PROTOCOL_NAMES = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 WAIT_TIMEOUT_S = 30.0
-SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class ZkMetadataCache:
@@ -63,37 +62,27 @@ class ZkMetadataCache:
         self._group_configs: dict[str, dict[str, str]] = {}  # by group id; none empty
         self._last_change = -1
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
-        self._scram: dict[str, dict[str, ScramCredential]] = {}
-        self._acls: dict[tuple[int, str, bool], frozenset[AclBinding]] = {}
-        self._acl_changes_seen: dict[str, int] = {}
-        self._quotas: dict[QuotaEntity, dict[str, float]] = {}
-        self._tokens: dict[str, DelegationTokenInfo] = {}
-        self._token_changes_seen = -1
-        # ACL znodes exist only where an authorizer is configured (Kafka's AclAuthorizer makes them),
-        # the delegation token ones where a secret key is (Kafka's DelegationTokenManagerZk.startup).
-        self._with_acls = acls
+        self.security = ZkSecurityCache(zk_client, self.changes, acls=acls)
+        self.tokens = ZkTokenCache(zk_client, self.changes)
+        # Delegation token znodes exist only where a secret key is (Kafka's DelegationTokenManagerZk.startup).
         self._with_tokens = tokens
 
-    # --- start-up ----------------------------------------------------------------------------
+    # --- start-up ---------------------------------------------------------------------------------
     async def start(self) -> None:
         """Read the broker configs, then follow /config/changes (the topic configs are read when a
         topic first shows up, before any partition of it opens)."""
         for scope, entity in ((str(self.broker_id), str(self.broker_id)), ("", zk.DEFAULT_ENTITY)):
-            self._broker_configs[scope] = await self._read_config("brokers", entity)
+            self._broker_configs[scope] = await read_config(self.zk, "brokers", entity)
         existing = await self.zk.children(zk.CONFIG_CHANGES)
-        self._last_change = max((_sequence(c) for c in existing), default=-1)
+        self._last_change = max((change_sequence(c) for c in existing), default=-1)
         self.zk.watch_children(zk.CONFIG_CHANGES, self._on_config_changes)
         for entity in await self.zk.children(zk.config_root(zk.GROUP_CONFIGS)):
-            self._apply_group_configs(entity, await self._read_config(zk.GROUP_CONFIGS, entity))
-        await self._load_security()
+            self._apply_group_configs(entity, await read_config(self.zk, zk.GROUP_CONFIGS, entity))
+        await self.security.load()
         if self._with_tokens:
-            await self._load_tokens()
+            await self.tokens.load()
 
-    async def _read_config(self, kind: str, entity: str) -> dict[str, str]:
-        found = await self.zk.get(zk.config_path(kind, entity))
-        return zk.decode_config(found[0]) if found and found[0] else {}
-
-    # --- reads -------------------------------------------------------------------------------
+    # --- reads ------------------------------------------------------------------------------------
     def topics(self) -> dict[str, TopicMeta]:
         return self._topics
 
@@ -128,13 +117,13 @@ class ZkMetadataCache:
         """The topic's overrides, read from /config/topics once (LeaderAndIsr needs them before it
         opens a log)."""
         if name not in self._topic_configs:
-            self._topic_configs[name] = await self._read_config("topics", name)
+            self._topic_configs[name] = await read_config(self.zk, "topics", name)
             meta = self._topics.get(name)
             if meta is not None:
                 meta.configs = dict(self._topic_configs[name])
         return self._topic_configs[name]
 
-    # --- UpdateMetadata ----------------------------------------------------------------------
+    # --- UpdateMetadata ---------------------------------------------------------------------------
     def apply(self, request: UpdateMetadataRequest) -> None:
         """Kafka's ZkMetadataCache.updateMetadata: the live brokers and the controller are replaced,
         partition states upserted (leader -2: the topic is being deleted, drop it)."""
@@ -190,7 +179,7 @@ class ZkMetadataCache:
         self._by_id.pop(meta.topic_id, None)
         self._topic_configs.pop(meta.name, None)
 
-    # --- waiting for the controller -------------------------------------------------------------
+    # --- waiting for the controller ---------------------------------------------------------------
     async def _wait_for(self, condition: Callable[[], bool], what: str) -> None:
         if condition():
             return
@@ -215,13 +204,13 @@ class ZkMetadataCache:
         return (meta is not None and meta.topic_id == topic_id and len(meta.partitions) >= count
                 and all(p.leader >= 0 for p in meta.partitions.values()))
 
-    # --- changes (ZooKeeper writes, as AdminZkClient makes them) ---------------------------------
+    # --- changes (ZooKeeper writes, as AdminZkClient makes them) ----------------------------------
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
                            internal: bool = False) -> TopicMeta:
         if await self.zk.exists(zk.topic_path(name)) is not None:
             raise TopicExists(name)
         # The config first, then the topic (Kafka's order: the controller must find the config).
-        await self._write_config("topics", name, configs, notify=False)
+        await write_config(self.zk, "topics", name, configs, notify=False)
         topic_id = new_topic_id()
         try:
             await self.zk.create(zk.topic_path(name), zk.encode_topic(zk.TopicAssignment(assignment, topic_id)))
@@ -265,11 +254,11 @@ class ZkMetadataCache:
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         if name not in self._topics:
             raise NoSuchTopic(name)
-        await self._write_config("topics", name, configs)
+        await write_config(self.zk, "topics", name, configs)
         self._apply_topic_configs(name, dict(configs))
 
     async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
-        await self._write_config("brokers", scope or zk.DEFAULT_ENTITY, configs)
+        await write_config(self.zk, "brokers", scope or zk.DEFAULT_ENTITY, configs)
         self._broker_configs[scope] = dict(configs)
         self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
 
@@ -278,7 +267,7 @@ class ZkMetadataCache:
         change notification, so the group's coordinator and its share partitions' leaders, on any
         broker, follow it."""
         entity = zk.sanitize_entity(group_id)
-        await self._write_config(zk.GROUP_CONFIGS, entity, configs)
+        await write_config(self.zk, zk.GROUP_CONFIGS, entity, configs)
         self._apply_group_configs(entity, dict(configs))
 
     async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
@@ -305,251 +294,11 @@ class ZkMetadataCache:
                 continue
             return first
 
-    async def _write_config(self, kind: str, entity: str, configs: dict[str, str], *, notify: bool = True) -> None:
-        path = zk.config_path(kind, entity)
-        data = zk.encode_config(configs)
-        try:
-            await self.zk.create(path, data, makepath=True)
-        except NodeExistsError:
-            await self.zk.set(path, data)
-        if notify:
-            await self.zk.create(f"{zk.CONFIG_CHANGES}/{zk.CONFIG_CHANGE_PREFIX}",
-                                 zk.encode_config_change(kind, entity), sequence=True)
-
-    # --- SCRAM credentials (/config/users/<user>) and ACLs (/kafka-acl*), as Kafka 3.9 keeps them --
-    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        return self._scram.get(user, {}).get(mechanism)
-
-    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
-        return {user: dict(mechanisms) for user, mechanisms in self._scram.items()}
-
-    async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
-        """The user's entry in /config/users keeps its other keys (quotas live there too)."""
-        configs = await self._read_config("users", user)
-        if credential is None:
-            configs.pop(mechanism, None)
-        else:
-            configs[mechanism] = zk.encode_scram(credential.salt, credential.stored_key, credential.server_key,
-                                                 credential.iterations)
-        await self._write_config("users", user, configs)
-        self._apply_user_configs(user, configs)
-
-    def _apply_user_configs(self, user: str, configs: dict[str, str]) -> None:
-        found = {}
-        for mechanism in SCRAM_MECHANISMS:
-            if mechanism in configs:
-                salt, stored, server, iterations = zk.decode_scram(configs[mechanism])
-                found[mechanism] = ScramCredential(salt, stored, server, iterations)
-        if found:
-            self._scram[user] = found
-        else:
-            self._scram.pop(user, None)
-        self.changes.publish(MetadataChange(ChangeKind.SCRAM_CREDENTIALS_CHANGED))
-
-    def acls(self) -> frozenset[AclBinding]:
-        return frozenset(b for bindings in self._acls.values() for b in bindings)
-
-    async def add_acls(self, acls: list[AclBinding]) -> None:
-        await self._change_acls(acls, add=True)
-
-    async def remove_acls(self, acls: list[AclBinding]) -> None:
-        await self._change_acls(acls, add=False)
-
-    async def _change_acls(self, acls: list[AclBinding], *, add: bool) -> None:
-        """Per resource, a conditional rewrite of its znode (Kafka's AclAuthorizer), then a change
-        notification every broker's authorizer follows."""
-        by_resource: dict[tuple[int, str, bool], list[AclBinding]] = {}
-        for acl in acls:
-            key = (int(acl.resource_type), acl.resource_name, acl.pattern_type == PatternType.PREFIXED)
-            by_resource.setdefault(key, []).append(acl)
-        for (resource_type, name, prefixed), bindings in by_resource.items():
-            path = zk.acl_path(resource_type, name, prefixed)
-            while True:
-                found = await self.zk.get(path)
-                current = zk.decode_acls(found[0]) if found else []
-                entries = [zk.ZkAcl(b.principal, int(b.permission), int(b.operation), b.host) for b in bindings]
-                wanted = ([*current, *(e for e in entries if e not in current)] if add
-                          else [e for e in current if e not in entries])
-                try:
-                    if found is None:
-                        await self.zk.create(path, zk.encode_acls(wanted), makepath=True)
-                    elif wanted:
-                        await self.zk.set(path, zk.encode_acls(wanted), found[1].version)
-                    else:
-                        await self.zk.delete(path, found[1].version)
-                    break
-                except (BadVersionError, NodeExistsError):
-                    continue  # changed under us: read it again
-            root = zk.ACL_EXTENDED_CHANGES if prefixed else zk.ACL_LITERAL_CHANGES
-            await self.zk.create(f"{root}/{zk.ACL_CHANGE_PREFIX}", zk.encode_acl_change(resource_type, name, prefixed),
-                                 sequence=True, makepath=True)
-            self._acls[(resource_type, name, prefixed)] = _bindings(resource_type, name, prefixed, wanted)
-        self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
-
-    # --- client quotas (/config/users, /config/users/<u>/clients, /config/clients, /config/ips) ----
-    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
-        return {entity: dict(values) for entity, values in self._quotas.items()}
-
-    async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None:
-        """Kafka 3.9's ZkAdminManager.alterClientQuotas: the entity's znode keeps its other keys
-        (a user's SCRAM credentials live beside its quotas), then a change notification."""
-        named: dict[str, str | None] = dict(entity)
-        kind, path = zk.quota_location(named.get("user", False), named.get("client-id", False),
-                                       named.get("ip", False))
-        configs = await self._read_config(kind, path)
-        for key, value in changes.items():
-            if value is None:
-                configs.pop(key, None)
-            else:
-                configs[key] = zk.encode_quota_value(key, value)
-        await self._write_config(kind, path, configs)
-        self._apply_quota_configs(kind, path, configs)
-
-    def _apply_quota_configs(self, kind: str, path: str, configs: dict[str, str]) -> None:
-        entity = _quota_entity_of(kind, path)
-        keys = zk.IP_QUOTA_KEYS if kind == "ips" else zk.QUOTA_KEYS
-        values = {key: float(value) for key, value in configs.items() if key in keys}
-        if values == self._quotas.get(entity, {}):
-            return
-        if values:
-            self._quotas[entity] = values
-        else:
-            self._quotas.pop(entity, None)
-        self.changes.publish(MetadataChange(ChangeKind.CLIENT_QUOTAS_CHANGED))
-
-    async def _load_quotas(self, users: list[str]) -> None:
-        for user in users:
-            for client in await self.zk.children(f"/config/users/{user}/clients"):
-                path = f"{user}/clients/{client}"
-                self._apply_quota_configs("users", path, await self._read_config("users", path))
-        for kind in ("clients", "ips"):
-            for name in await self.zk.children(f"/config/{kind}"):
-                self._apply_quota_configs(kind, name, await self._read_config(kind, name))
-
-    async def _load_security(self) -> None:
-        users = await self.zk.children("/config/users")
-        for user in users:
-            configs = await self._read_config("users", user)
-            self._apply_user_configs(user, configs)
-            self._apply_quota_configs("users", user, configs)
-        await self._load_quotas(users)
-        if not self._with_acls:
-            return
-        for prefixed, root in ((False, zk.ACL_LITERAL_ROOT), (True, zk.ACL_PREFIXED_ROOT)):
-            for type_name in await self.zk.children(root):
-                resource_type = zk.ACL_RESOURCE_NAMES.get(type_name)
-                if resource_type is not None:
-                    for name in await self.zk.children(f"{root}/{type_name}"):
-                        await self._reload_acls(resource_type, name, prefixed)
-        for root in (zk.ACL_LITERAL_CHANGES, zk.ACL_EXTENDED_CHANGES):
-            await self.zk.ensure_path(root)
-            self.zk.watch_children(root, functools.partial(self._on_acl_changes, root))
-
-    async def _reload_acls(self, resource_type: int, name: str, prefixed: bool) -> None:
-        found = await self.zk.get(zk.acl_path(resource_type, name, prefixed))
-        entries = zk.decode_acls(found[0]) if found else []
-        if entries:
-            self._acls[(resource_type, name, prefixed)] = _bindings(resource_type, name, prefixed, entries)
-        else:
-            self._acls.pop((resource_type, name, prefixed), None)
-
-    def _on_acl_changes(self, root: str, children: list[str]) -> None:
-        seen = self._acl_changes_seen.setdefault(root, -1)
-        fresh = sorted((c for c in children if _sequence(c) > seen), key=_sequence)
-        if fresh:
-            self._acl_changes_seen[root] = _sequence(fresh[-1])
-            if seen >= 0:  # the first call lists what start-up already loaded
-                asyncio.ensure_future(self._apply_acl_changes(root, fresh))
-
-    async def _apply_acl_changes(self, root: str, names: list[str]) -> None:
-        for child in names:
-            found = await self.zk.get(f"{root}/{child}")
-            if found is None:
-                continue
-            if root == zk.ACL_LITERAL_CHANGES:
-                type_name, _, name = found[0].decode().partition(":")
-                prefixed = False
-            else:
-                raw = json.loads(found[0])
-                type_name, name, prefixed = raw["resourceType"], raw["name"], raw.get("patternType") == "PREFIXED"
-            resource_type = zk.ACL_RESOURCE_NAMES.get(type_name)
-            if resource_type is not None:
-                await self._reload_acls(resource_type, name, prefixed)
-        self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
-
-    # --- delegation tokens (/delegation_token), as Kafka 3.9's DelegationTokenManagerZk --------------
-    def delegation_tokens(self) -> dict[str, DelegationTokenInfo]:
-        return self._tokens
-
-    async def set_delegation_token(self, token: DelegationTokenInfo) -> None:
-        """setOrCreateDelegationToken, then a token_change notification every broker follows."""
-        path, data = zk.delegation_token_path(token.token_id), zk.encode_delegation_token(token)
-        try:
-            await self.zk.create(path, data, makepath=True)
-        except NodeExistsError:
-            await self.zk.set(path, data)
-        self._apply_token(token.token_id, token)
-        await self._notify_token_change(token.token_id)
-
-    async def remove_delegation_token(self, token_id: str) -> None:
-        await self.zk.delete(zk.delegation_token_path(token_id), recursive=True)
-        self._apply_token(token_id, None)
-        await self._notify_token_change(token_id)
-
-    async def _notify_token_change(self, token_id: str) -> None:
-        await self.zk.create(f"{zk.DELEGATION_TOKEN_CHANGES}/{zk.DELEGATION_TOKEN_CHANGE_PREFIX}",
-                             token_id.encode("utf-8"), sequence=True, makepath=True)
-
-    def _apply_token(self, token_id: str, token: DelegationTokenInfo | None) -> None:
-        if token is None:
-            if self._tokens.pop(token_id, None) is None:
-                return
-        elif self._tokens.get(token_id) == token:
-            return
-        else:
-            self._tokens = {**self._tokens, token_id: token}
-        self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
-
-    async def _read_token(self, token_id: str) -> DelegationTokenInfo | None:
-        found = await self.zk.get(zk.delegation_token_path(token_id))
-        try:
-            return zk.decode_delegation_token(found[0]) if found else None
-        except (ValueError, KeyError, TypeError) as exc:
-            log.error("delegation token znode %s cannot be read: %s", token_id, exc)
-            return None
-
-    async def _load_tokens(self) -> None:
-        """Every token, then the notifications after the newest one seen (Kafka's loadCache and its
-        ZkNodeChangeNotificationListener)."""
-        for path in (zk.DELEGATION_TOKENS, zk.DELEGATION_TOKEN_CHANGES):
-            await self.zk.ensure_path(path)
-        existing = await self.zk.children(zk.DELEGATION_TOKEN_CHANGES)
-        self._token_changes_seen = max((_sequence(c) for c in existing), default=-1)
-        for token_id in await self.zk.children(zk.DELEGATION_TOKENS):
-            token = await self._read_token(token_id)
-            if token is not None:
-                self._tokens[token_id] = token
-        self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
-        self.zk.watch_children(zk.DELEGATION_TOKEN_CHANGES, self._on_token_changes)
-
-    def _on_token_changes(self, children: list[str]) -> None:
-        fresh = sorted((c for c in children if _sequence(c) > self._token_changes_seen), key=_sequence)
-        if fresh:
-            self._token_changes_seen = _sequence(fresh[-1])
-            asyncio.ensure_future(self._apply_token_changes(fresh))
-
-    async def _apply_token_changes(self, names: list[str]) -> None:
-        for child in names:
-            found = await self.zk.get(f"{zk.DELEGATION_TOKEN_CHANGES}/{child}")
-            if found is not None:
-                token_id = found[0].decode("utf-8")
-                self._apply_token(token_id, await self._read_token(token_id))
-
-    # --- /config/changes -------------------------------------------------------------------------
+    # --- /config/changes --------------------------------------------------------------------------
     def _on_config_changes(self, children: list[str]) -> None:
-        fresh = sorted((c for c in children if _sequence(c) > self._last_change), key=_sequence)
+        fresh = sorted((c for c in children if change_sequence(c) > self._last_change), key=change_sequence)
         if fresh:
-            self._last_change = _sequence(fresh[-1])
+            self._last_change = change_sequence(fresh[-1])
             asyncio.ensure_future(self._apply_changes(fresh))
 
     async def _apply_changes(self, names: list[str]) -> None:
@@ -558,14 +307,14 @@ class ZkMetadataCache:
             if found is None:
                 continue  # purged already
             kind, entity = zk.decode_config_change(found[0])
-            configs = await self._read_config(kind, entity)
+            configs = await read_config(self.zk, kind, entity)
             if kind == "topics":
                 self._apply_topic_configs(entity, configs)
             elif kind == "users" and "/" not in entity:
-                self._apply_user_configs(entity, configs)
-                self._apply_quota_configs(kind, entity, configs)
+                self.security.apply_user_configs(entity, configs)
+                self.security.apply_quota_configs(kind, entity, configs)
             elif kind in ("users", "clients", "ips"):
-                self._apply_quota_configs(kind, entity, configs)
+                self.security.apply_quota_configs(kind, entity, configs)
             elif kind == zk.GROUP_CONFIGS:
                 self._apply_group_configs(entity, configs)
             elif kind == "brokers" and entity in (str(self.broker_id), zk.DEFAULT_ENTITY):
@@ -589,29 +338,39 @@ class ZkMetadataCache:
             self._group_configs.pop(group_id, None)
         self.changes.publish(MetadataChange(ChangeKind.GROUP_CONFIGS_CHANGED))
 
+    # --- security: SCRAM credentials, ACLs, client quotas, delegation tokens (security_cache.py) ----
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.security.scram_credential(user, mechanism)
 
-def _bindings(resource_type: int, name: str, prefixed: bool, entries: list[zk.ZkAcl]) -> frozenset[AclBinding]:
-    return frozenset(AclBinding(ResourceType(resource_type), name,
-                                PatternType.PREFIXED if prefixed else PatternType.LITERAL, e.principal, e.host,
-                                AclOperation(e.operation), AclPermissionType(e.permission)) for e in entries)
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        return self.security.scram_credentials()
 
+    async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
+        await self.security.set_scram_credential(user, mechanism, credential)
 
-def _quota_entity_of(kind: str, path: str) -> QuotaEntity:
-    """The entity a quota znode holds, from its config type and sanitized path."""
-    if kind == "ips":
-        return quota_entity({"ip": zk.desanitize_entity(path)})
-    if kind == "clients":
-        return quota_entity({"client-id": zk.desanitize_entity(path)})
-    user, _, client = path.partition("/clients/")
-    if client:
-        return quota_entity({"user": zk.desanitize_entity(user), "client-id": zk.desanitize_entity(client)})
-    return quota_entity({"user": zk.desanitize_entity(user)})
+    def acls(self) -> frozenset[AclBinding]:
+        return self.security.acls()
 
+    async def add_acls(self, acls: list[AclBinding]) -> None:
+        await self.security.add_acls(acls)
 
-def _sequence(child: str) -> int:
-    digits = child.rsplit("_", 1)[-1]
-    return int(digits) if digits.isdigit() else -1
+    async def remove_acls(self, acls: list[AclBinding]) -> None:
+        await self.security.remove_acls(acls)
 
+    def client_quotas(self) -> dict[QuotaEntity, dict[str, float]]:
+        return self.security.client_quotas()
+
+    async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None:
+        await self.security.alter_client_quotas(entity, changes)
+
+    def delegation_tokens(self) -> dict[str, DelegationTokenInfo]:
+        return self.tokens.delegation_tokens()
+
+    async def set_delegation_token(self, token: DelegationTokenInfo) -> None:
+        await self.tokens.set_delegation_token(token)
+
+    async def remove_delegation_token(self, token_id: str) -> None:
+        await self.tokens.remove_delegation_token(token_id)
 
 
 def as_store(cache: ZkMetadataCache) -> MetadataStore:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-from grete.broker.cluster.controller import IsrChange
+from grete.broker.cluster.isr_changes import IsrChange
 from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.context import RequestContext
 from grete.broker.registry import api

@@ -18,9 +18,10 @@ from grete.broker.broker import Broker
 from grete.broker.config import LONG_MAX
 from grete.broker.context import CloseConnection, RequestContext
 from grete.broker.leader_hints import current_leader
-from grete.broker.partition import Partition, VerificationGuard
+from grete.broker.partition import Partition
 from grete.broker.registry import api
 from grete.broker.txn_verification import produce_error
+from grete.broker.verification_guards import VerificationGuard
 from grete.coordinator.txn import TV2
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceRequest, ProduceResponse

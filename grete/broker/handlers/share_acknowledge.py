@@ -8,8 +8,8 @@ import uuid
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
-from grete.broker.share_groups import FINAL_EPOCH
 from grete.broker.share_requests import acks_of, apply_acks, leader_of
+from grete.broker.share_sessions import FINAL_EPOCH
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 
