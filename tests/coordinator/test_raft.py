@@ -243,6 +243,32 @@ def test_a_follower_whose_leader_goes_quiet_stands_without_bumping_its_epoch() -
     assert (follower.role, follower.epoch) == ("Prospective", 4) and out.quorum_state is None
 
 
+def test_a_follower_whose_leader_is_gone_stands_at_once() -> None:
+    """The leader's process is gone (the driver saw its connection reset and its port refuse): no
+    waiting out the fetch timeout, a pre-vote round at once; the other voter grants it once it has
+    seen the same (it no longer follows a leader it hears from)."""
+    follower = node(2, log_of(4), stored=QuorumState(3, 4, -1))
+    only(follower.tick(0), FetchRequest)
+    out = follower.leader_gone(3, 10)
+    assert (follower.role, follower.epoch) == ("Prospective", 4)
+    request = dict(sent(out, VoteRequest))[1]
+    assert isinstance(request, VoteRequest) and request.pre_vote and request.candidate_epoch == 5
+    other = node(1, log_of(4), stored=QuorumState(3, 4, -1))
+    other.leader_gone(3, 10)
+    answer = only(other.receive(2, request, 11), VoteResponse)
+    assert isinstance(answer, VoteResponse) and answer.vote_granted
+
+
+def test_news_of_another_voter_or_of_a_leader_not_followed_changes_nothing() -> None:
+    follower = node(2, stored=QuorumState(3, 4, -1))
+    follower.tick(0)
+    assert not follower.leader_gone(1, 10).messages and follower.role == "Follower"
+    leader = node(1)
+    elect(leader)
+    leader.leader_gone(2, 10)
+    assert leader.role == "Leader"
+
+
 def test_appending_on_a_replica_that_does_not_lead_is_refused() -> None:
     with pytest.raises(KafkaError) as error:
         node(2).append([b"x"], 0)

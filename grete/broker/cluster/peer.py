@@ -24,7 +24,12 @@ _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST,
 
 
 class PeerError(Exception):
-    """The peer could not be reached, or closed the connection before answering."""
+    """The peer could not be reached, or closed the connection before answering. ``timed_out``: it
+    did not answer in time (a slow or silent peer), as opposed to a refused or reset connection."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class PeerConnection:
@@ -44,7 +49,8 @@ class PeerConnection:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
         except (TimeoutError, OSError) as exc:
-            raise PeerError(f"cannot connect to {self.host}:{self.port}: {exc}") from None
+            raise PeerError(f"cannot connect to {self.host}:{self.port}: {exc}",
+                            timed_out=isinstance(exc, TimeoutError)) from None
         self._reader, self._writer = reader, writer
         return reader, writer
 
@@ -57,7 +63,7 @@ class PeerConnection:
             except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
                 self.abort()
                 raise PeerError(f"{type(request).__name__} to {self.host}:{self.port} failed: "
-                                f"{exc or type(exc).__name__}") from None
+                                f"{exc or type(exc).__name__}", timed_out=isinstance(exc, TimeoutError)) from None
 
     async def _call(self, request: Message, version: int) -> Any:
         reader, writer = await self._connect()

@@ -37,6 +37,7 @@ from grete.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
+PROBE_TIMEOUT_S = 0.5  # a connection probe of a voter whose connection ended
 # The versions this voter sends (Kafka 4.3.1's; Vote v2 carries KIP-996's pre-vote).
 REQUEST_VERSIONS = {core.VoteRequest: 2, core.BeginQuorumEpochRequest: 1, core.EndQuorumEpochRequest: 1,
                     core.FetchRequest: 17}
@@ -61,6 +62,19 @@ def parse_voters(entries: list[str]) -> dict[int, VoterAddress]:
             raise ValueError(f"controller.quorum.voters: {entry!r} is not of the form id@host:port") from None
         voters[voter.node_id] = voter
     return voters
+
+
+async def _refuses(peer: PeerConnection) -> bool:
+    """Whether the peer's port refuses a new connection now: its process is gone (a live process,
+    even a paused one, has the kernel accept for it; a silent host times out instead)."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(peer.host, peer.port), PROBE_TIMEOUT_S)
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return False
 
 
 def _now_ms() -> int:
@@ -88,6 +102,7 @@ class RaftDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._reported_gone: tuple[int, int] | None = None  # (leader, epoch) last seen gone
 
     # --- inputs ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -203,7 +218,16 @@ class RaftDriver:
             response = await peer.call(request, version)
         except PeerError as exc:
             log.debug("metadata quorum: %s", exc)
-            return  # unanswered: the core retries after its request timeout
+            gone = (destination, self.raft.epoch)
+            if (not exc.timed_out and destination == self.raft.leader_id and gone != self._reported_gone
+                    and await _refuses(peer)):
+                # Once per leader and epoch: if the pre-vote fails (another voter still hears from
+                # it), the fetch timeout decides, as without this.
+                self._reported_gone = gone
+                log.info("metadata quorum: leader %d's connection ended and its port refuses connections: "
+                         "electing a new leader now", destination)
+                self._run(self.raft.leader_gone(destination, _now_ms()))
+            return  # else unanswered: the core retries after its request timeout
         if self._closed:
             return
         assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest

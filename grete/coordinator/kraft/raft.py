@@ -116,6 +116,17 @@ class RaftNode(LeaderRole):
         self._poll(now_ms)
         return self.drain()
 
+    def leader_gone(self, voter: int, now_ms: int) -> RaftOutput:
+        """The driver saw the leader's process gone (its connection reset and its port refusing new
+        ones: not a timeout, which a paused process or a slow network gives too). A voter following
+        it starts a pre-vote round at once instead of waiting out controller.quorum.fetch.timeout.ms.
+        Safe as the timeout is: a voter that still hears from a live leader refuses the pre-vote."""
+        state = self.state
+        if isinstance(state, Follower) and state.leader_id == voter and self.node_id in self.voters:
+            self._election_due(now_ms)
+            self._poll(now_ms)
+        return self.drain()
+
     def resign(self, now_ms: int) -> RaftOutput:
         """Step down gracefully: EndQuorumEpoch to the voters, most caught-up successors first."""
         if isinstance(self.state, Leader):

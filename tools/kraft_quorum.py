@@ -1,0 +1,161 @@
+"""KRaft controller quorums of several voters on this machine, grete's and Apache Kafka 4.3.1's, for
+tests and benchmarks: each voter a process (``grete serve`` or Kafka's ``kafka-server-start``) with
+``process.roles=controller`` and static ``controller.quorum.voters``, every voter's storage formatted
+by Kafka's own ``kafka-storage format``; the quorum read through DescribeQuorum as Kafka's tools read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+from grete.protocol.records.batch import iter_batches
+from grete.protocol.topics import METADATA_TOPIC
+from grete.storage.files import uuid_to_kafka
+from grete.testing.cluster import free_port
+from grete.testing.process import spawn
+from tools import kafka_dist
+
+KAFKA = "4.3.1"
+
+
+@dataclass
+class Voter:
+    node_id: int
+    kind: str  # "grete" or "kafka"
+    port: int
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def data(self) -> Path:
+        return self.workdir / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "server.log"
+
+    def properties(self, voters: str) -> str:
+        props = {"process.roles": "controller", "node.id": str(self.node_id),
+                 "listeners": f"CONTROLLER://127.0.0.1:{self.port}", "controller.listener.names": "CONTROLLER",
+                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT", "controller.quorum.voters": voters,
+                 "log.dirs": str(self.data), **self.extra}
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def start(self) -> None:
+        config = self.workdir / "controller.properties"
+        if self.kind == "grete":
+            self.process = spawn([sys.executable, "-m", "grete.cli", "serve", str(config)], self.log)
+        else:
+            self.process = spawn(kafka_dist.java_cmd(KAFKA, "kafka-server-start", str(config), log_level="INFO",
+                                                     quick_start=False), self.log)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+        self.process = None
+
+
+@dataclass
+class Quorum:
+    voters: dict[int, Voter]
+
+    def describe(self, via: Voter) -> DescribeQuorumResponse.PartitionData | None:
+        """The quorum as ``via`` answers DescribeQuorum (None when it cannot be asked)."""
+        async def ask() -> DescribeQuorumResponse:
+            peer = PeerConnection("127.0.0.1", via.port, "test", timeout_s=5)
+            try:
+                request = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+                    topic_name=METADATA_TOPIC, partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
+                response: DescribeQuorumResponse = await peer.call(request, 2)
+                return response
+            finally:
+                peer.close()
+        try:
+            response = asyncio.run(ask())
+        except PeerError:
+            return None
+        if not response.topics or not response.topics[0].partitions:
+            return None
+        return response.topics[0].partitions[0]
+
+    def leader_view(self, timeout: float = 60) -> DescribeQuorumResponse.PartitionData:
+        """DescribeQuorum answered by the leader (the others answer NOT_LEADER_OR_FOLLOWER)."""
+        view: DescribeQuorumResponse.PartitionData = wait_for(
+            lambda: next((d for v in self.live() if (d := self.describe(v)) is not None
+                          and d.error_code == 0 and d.leader_id == v.node_id), None),
+            timeout, "a leader answering DescribeQuorum")
+        return view
+
+    def caught_up(self, timeout: float = 60, expected: set[int] | None = None) -> DescribeQuorumResponse.PartitionData:
+        """The leader's view once every live voter (or ``expected``) has fetched up to its high watermark."""
+        ids = expected if expected is not None else {v.node_id for v in self.live()}
+
+        def ready() -> DescribeQuorumResponse.PartitionData | None:
+            view = self.leader_view()
+            ends = {r.replica_id: r.log_end_offset for r in view.current_voters}
+            return view if view.high_watermark > 0 and all(ends.get(i) == view.high_watermark for i in ids) else None
+        view: DescribeQuorumResponse.PartitionData = wait_for(ready, timeout, f"voters {sorted(ids)} caught up")
+        return view
+
+    def live(self) -> list[Voter]:
+        return [v for v in self.voters.values() if v.process is not None]
+
+    def stop(self) -> None:
+        for voter in self.voters.values():
+            if voter.process is not None:
+                voter.process.kill()
+                voter.process.wait(30)
+
+
+def wait_for(probe: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found is not None and found is not False:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+
+def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[str, str]] | None = None) -> Quorum:
+    """Voters 1..n of the kinds given ("grete", "kafka"), formatted and started (not yet waited for)."""
+    if "kafka" in kinds:
+        kafka_dist.fetch(KAFKA)
+    voters = {i + 1: Voter(i + 1, kind, free_port(), workdir / f"voter{i + 1}",
+                           extra=extra(kind) if extra is not None else {})
+              for i, kind in enumerate(kinds)}
+    line = ",".join(f"{v.node_id}@127.0.0.1:{v.port}" for v in voters.values())
+    cluster_id = uuid_to_kafka(uuid.uuid4())
+    for voter in voters.values():
+        voter.workdir.mkdir(parents=True)
+        config = voter.workdir / "controller.properties"
+        config.write_text(voter.properties(line))
+        # Kafka's own format step for every voter: grete reads what kafka-storage writes.
+        kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", cluster_id, "-c", str(config), check=True)
+    quorum = Quorum(voters)
+    for voter in voters.values():
+        voter.start()
+    return quorum
+
+
+def metadata_batches(voter: Voter, below: int) -> list[bytes]:
+    """The voter's metadata log batches below ``below``, as bytes on disk."""
+    partition = voter.data / f"{METADATA_TOPIC}-0"
+    found: list[bytes] = []
+    for segment in sorted(partition.glob("*.log")):
+        found += [bytes(b.bytes_view()) for b in iter_batches(segment.read_bytes()) if b.base_offset < below]
+    return found
