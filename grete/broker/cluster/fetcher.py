@@ -6,6 +6,10 @@ Truncation follows KIP-320's truncate-on-fetch: each fetch names the epoch of th
 replica holds; a leader whose log went elsewhere after that epoch answers with a diverging epoch,
 and the follower cuts its log back to where the two agree, then fetches again.
 
+Each fetcher keeps a fetch session with its leader (fetcher_session.py, as Kafka's fetchers do):
+after the first full fetch, a fetch names only the partitions whose fetch position moved, and the
+answer only the partitions with news, so an idle follower's fetches carry no partitions.
+
 With the direct path's replication push (``direct.replication.enable``, docs/direct.md) a partition
 whose fetch came back clean (no error, no diverging epoch) is registered with its leader, which then
 pushes its appends from this replica's log end on; the
@@ -21,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from grete.broker.cluster.fetcher_session import FollowerSession
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.config import BrokerConfig
 from grete.broker.direct.base import PushReceiver
@@ -34,6 +39,7 @@ log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12  # replica id in the body, last fetched epoch and diverging epochs (KIP-320)
 LIST_OFFSETS_VERSION = 7
+SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 EARLIEST, LATEST = -2, -1
 PartitionKey = tuple[str, int]
 PushSource = Callable[[], PushReceiver | None]
@@ -57,6 +63,7 @@ class ReplicaFetcher:
     partitions: dict[PartitionKey, _Followed] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    session: FollowerSession = field(default_factory=FollowerSession)
 
     def start(self) -> None:
         self.peer = PeerConnection(self.host, self.port, f"replica-fetcher-{self.broker_id}-{self.leader_id}",
@@ -96,13 +103,18 @@ class ReplicaFetcher:
             try:
                 response = await self.peer.call(self._request(ready), FETCH_VERSION)
             except PeerError as exc:
+                self.session.failed(None)
                 log.info("fetching from broker %d failed: %s", self.leader_id, exc)
                 await asyncio.sleep(backoff_s)
                 continue
             if response.error_code != 0:
+                self.session.failed(ErrorCode(response.error_code))
+                if response.error_code in SESSION_ERRORS:
+                    continue  # the next fetch is full and opens a new session: nothing to wait for
                 log.info("broker %d refused the fetch: %s", self.leader_id, ErrorCode(response.error_code).name)
                 await asyncio.sleep(backoff_s)
                 continue
+            self.session.answered(response.session_id)
             clean: list[Partition] = []
             for topic in response.responses:
                 for data in topic.partitions:
@@ -123,20 +135,25 @@ class ReplicaFetcher:
             await receiver.register(self.leader_id, self.peer, self.broker_id, wanted, self._wake.set)
 
     def _request(self, ready: dict[PartitionKey, _Followed]) -> FetchRequest:
-        by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
         max_bytes = self.config.get_int("replica.fetch.max.bytes")
-        for (topic, index), followed in sorted(ready.items()):
-            p = followed.partition
-            by_topic.setdefault(topic, []).append(FetchRequest.FetchPartition(
-                partition=index, current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
-                last_fetched_epoch=p.latest_epoch(), log_start_offset=p.log_start_offset,
-                partition_max_bytes=max_bytes))
+        wanted = {(topic, index): FetchRequest.FetchPartition(
+            partition=index, current_leader_epoch=f.partition.leader_epoch, fetch_offset=f.partition.log_end_offset,
+            last_fetched_epoch=f.partition.latest_epoch(), log_start_offset=f.partition.log_start_offset,
+            partition_max_bytes=max_bytes) for (topic, index), f in ready.items()}
+        send, forget = self.session.select(wanted)
+        by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
+        for (topic, _), fetch_partition in sorted(send.items()):
+            by_topic.setdefault(topic, []).append(fetch_partition)
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in sorted(forget):
+            forgotten.setdefault(topic, []).append(index)
         return FetchRequest(
             replica_id=self.broker_id, max_wait_ms=self.config.get_int("replica.fetch.wait.max.ms"),
             min_bytes=self.config.get_int("replica.fetch.min.bytes"),
             max_bytes=self.config.get_int("replica.fetch.response.max.bytes"), isolation_level=0,
-            session_id=0, session_epoch=-1,
-            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()])
+            session_id=self.session.session_id, session_epoch=self.session.epoch,
+            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()])
 
     async def _process(self, followed: _Followed, data: FetchResponse.PartitionData, backoff_s: float) -> bool:
         """Apply one partition's fetch answer; True if it came back clean (appended, nothing to
