@@ -3,17 +3,23 @@
 Layering between the packages is import-linter's job (``lint-imports``, contracts in pyproject.toml);
 this checks what a layers contract cannot see, circles inside one package, and counts imports made
 under ``TYPE_CHECKING`` and inside functions too (grimp reads every import statement). It also holds
-grete/ to small modules: none over 600 lines, no class over 400.
+grete/ to small modules: none over 600 lines, no class over 400. And no request handler asks whether
+it runs on the embedded node or in a cluster: that is decided once, as the node is assembled, by the
+cluster view the broker gets (grete/broker/cluster_view.py).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import grimp
 
 GRETE = Path(__file__).resolve().parent.parent / "grete"
+HANDLERS = GRETE / "broker" / "handlers"
+# A branch on the cluster's absence, or on whether a partition has a replication path.
+MODE_BRANCH = re.compile(r"cluster is None|cluster is not None|\.replicated\b")
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
 GENERATED = ("protocol/messages/", "protocol/metadata/")  # codecs generated from Kafka's JSON specs
@@ -115,3 +121,21 @@ def test_the_size_check_sees_a_large_module_and_class(tmp_path: Path) -> None:
 
 def test_grete_modules_and_classes_are_small() -> None:
     assert _oversized(GRETE) == []
+
+
+def _mode_branches(root: Path) -> list[str]:
+    return [f"{path.relative_to(root)}:{number}: {line.strip()}"
+            for path in sorted(root.rglob("*.py"))
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if MODE_BRANCH.search(line)]
+
+
+def test_the_mode_check_sees_a_branch(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("if ctx.broker.cluster.replicates:\n    pass\n")
+    assert _mode_branches(tmp_path) == []
+    (tmp_path / "bad.py").write_text("a = broker.cluster is None\nb = p.replicated and 1\n")
+    assert _mode_branches(tmp_path) == ["bad.py:1: a = broker.cluster is None", "bad.py:2: b = p.replicated and 1"]
+
+
+def test_no_handler_branches_on_the_cluster_mode() -> None:
+    assert _mode_branches(HANDLERS) == []

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.broker.client_telemetry import ClientTelemetry
 from grete.broker.cluster.placement import assign_replicas
+from grete.broker.cluster_view import ClusterView
 from grete.broker.config import (
     BrokerConfig,
     ConfigError,
@@ -32,7 +33,8 @@ from grete.broker.delegation_tokens import DelegationTokenManager
 from grete.broker.direct.base import DirectPath
 from grete.broker.features import Features
 from grete.broker.fetch_sessions import FetchSessionCache
-from grete.broker.listeners import Listener, parse_listeners, security_protocol
+from grete.broker.listeners import Listener, parse_listeners
+from grete.broker.local_cluster import LocalCluster
 from grete.broker.log_limit import LimitedWarnings
 from grete.broker.metrics import BrokerMetrics
 from grete.broker.partition import Partition
@@ -67,6 +69,7 @@ from grete.storage.manager import LogManager
 
 if TYPE_CHECKING:
     from grete.broker.authorizer import AclAuthorizer
+    from grete.broker.quorum.brokers import BrokerRegistry
     from grete.broker.quorum.driver import RaftDriver
     from grete.coordinator.txn import TransactionCoordinator
 
@@ -87,16 +90,6 @@ class ReloadableTls(Protocol):
 
     def check(self, config: BrokerConfig, proposed: BrokerConfig) -> None: ...
     def reload(self, config: BrokerConfig) -> bool: ...
-
-
-class ClusterView(Protocol):
-    """The cluster around this broker, as its metadata cache knows it (a ZooKeeper cluster's
-    ``grete.broker.cluster.zk_broker.ZkBroker``)."""
-
-    broker_epoch: int
-
-    def live_brokers(self) -> list[BrokerInfo]: ...
-    def controller_id(self) -> int: ...
 
 
 def _local_store(config: BrokerConfig) -> MetadataStore:
@@ -129,8 +122,9 @@ class Broker:
         self.advertised = parse_listeners(advertised) if advertised else list(self.listeners)
         self.bound: list[Listener] = []
         self.log_dirs = config.log_dirs
-        # None on the embedded single node, which is the whole cluster.
-        self.cluster = cluster
+        # Chosen here, once: a ZooKeeper cluster's view (grete.broker.cluster.zk_cluster), or the
+        # embedded node's, a cluster of one.
+        self.cluster: ClusterView = cluster if cluster is not None else LocalCluster(self)
         self.metadata: MetadataStore = metadata or _local_store(config)
         self._apply_dynamic_configs()
         # Kafka's ACL authorizer when authorizer.class.name names it; None: every request allowed.
@@ -140,7 +134,7 @@ class Broker:
         self.log_manager.retention_check_interval_ms = config.get_int("log.retention.check.interval.ms")
         self.log_manager.cordoned = cordoned_dirs(config)
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config,
-                                       cluster=cluster is not None)
+                                       cluster=self.cluster.replicates)
         self.connections: set[OpenConnection] = set()
         self.client_telemetry = ClientTelemetry()
         self.connection_quotas = ConnectionQuotas(config, self.metadata)
@@ -149,7 +143,7 @@ class Broker:
         self.quotas = ClientQuotas(config, self.metadata)
         # In a cluster only the controller sweeps expired tokens (Kafka 3.9's KafkaController).
         self.delegation_tokens = DelegationTokenManager(
-            config, self.metadata, sweeps=lambda: cluster is None or cluster.controller_id() == self.node_id)
+            config, self.metadata, sweeps=lambda: self.cluster.controller_id() == self.node_id)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
         self.bad_input = LimitedWarnings()  # closes for bad input: logged, then counted
@@ -159,13 +153,12 @@ class Broker:
         self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
-        self.features = Features(self.metadata if isinstance(self.metadata, KRaftMetadataStore) and cluster is None
-                                 else None, self.node_id)
+        self.features = Features(self.metadata if isinstance(self.metadata, KRaftMetadataStore) else None, self.node_id)
         self.share_groups = ShareGroups(config, self.metadata, self.partition)
         # The share coordinator of the __share_group_state partitions this broker leads; share-partition
         # leaders read and write through it (a cluster's from other brokers too: zk_broker wires that).
         self.share_coordinator = ShareCoordinator(config, self.replicas)
-        if cluster is None:
+        if not self.cluster.replicates:  # a cluster's brokers reach each other's: zk_broker wires that
             self.share_groups.persister = LocalSharePersister(self.share_coordinator, self.ensure_share_state_topic)
         # Set by the node before it listens (their stores write through this broker's partitions).
         self._group_coordinator: GroupCoordinator | None = None
@@ -181,6 +174,8 @@ class Broker:
         self.quorum: RaftDriver | None = None
         # process.roles=controller: this node serves the quorum's APIs alone, as a Kafka controller.
         self.controller_only = False
+        # The KRaft brokers registered with that quorum (its leader takes their heartbeats).
+        self.kraft_brokers: BrokerRegistry | None = None
         self.started_at = time.monotonic()
 
     # --- dynamic broker configs ------------------------------------------------------------------
@@ -235,14 +230,10 @@ class Broker:
     # --- the cluster -------------------------------------------------------------------------
     def live_brokers(self) -> list[BrokerInfo]:
         """Every live broker with its advertised endpoints and rack (this node alone when embedded)."""
-        if self.cluster is not None:
-            return self.cluster.live_brokers()
-        endpoints = tuple(EndPoint(a.name, a.host, a.port, security_protocol(self.config, a.name))
-                          for a in self.advertised)
-        return [BrokerInfo(self.node_id, endpoints, self.config.get_str("broker.rack") or None)]
+        return self.cluster.live_brokers()
 
     def controller_id(self) -> int:
-        return self.cluster.controller_id() if self.cluster is not None else self.node_id
+        return self.cluster.controller_id()
 
     def broker_endpoint(self, broker_id: int, listener: str) -> EndPoint | None:
         """Where clients on ``listener`` reach ``broker_id``: None if it is not live or has no such
@@ -255,7 +246,7 @@ class Broker:
         """Replica placement over the live brokers. Raises INVALID_REPLICATION_FACTOR when there are
         fewer live brokers than replicas, with Kafka's message."""
         brokers = self.live_brokers()
-        if self.cluster is None and self.log_manager.cordoned >= set(self.log_dirs):
+        if not self.cluster.replicates and self.log_manager.cordoned >= set(self.log_dirs):
             # Kafka 4.3's controller places no replica on a cordoned dir (KIP-1066).
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication} time(s): All brokers are currently "
@@ -295,7 +286,7 @@ class Broker:
             return coordinator
 
         self._start_txn_coordinator = start
-        if self.cluster is not None or self.metadata.topic(TRANSACTION_STATE_TOPIC) is not None:
+        if self.cluster.replicates or self.metadata.topic(TRANSACTION_STATE_TOPIC) is not None:
             self._txn_coordinator = start()
 
     @property
@@ -314,7 +305,7 @@ class Broker:
         """Whether this broker's transaction coordinator owns ``transactional_id`` (always on the
         single node): a transactional write is then checked against it directly. Otherwise the
         partition leader asks the coordinator's broker (``txn_coordinator_node``)."""
-        if self.cluster is None:
+        if not self.cluster.replicates:
             return True
         if transactional_id is None or self._txn_coordinator is None:
             return False
@@ -340,11 +331,11 @@ class Broker:
         coordinator that fails over must find an acknowledged commit). NONE on the single node;
         NOT_COORDINATOR if leadership moved meanwhile, COORDINATOR_NOT_AVAILABLE if the ISR could
         not take it in time (Kafka's mapping for these appends)."""
-        if self.cluster is None or self._txn_coordinator is None:
+        if self._txn_coordinator is None:
             return ErrorCode.NONE
         index = self._txn_coordinator.partition_for(transactional_id)
         partition = self.replicas.partitions.get((TRANSACTION_STATE_TOPIC, index))
-        if partition is None or not partition.replicated or len(partition.replicas) < 2:
+        if partition is None or not partition.has_followers:
             return ErrorCode.NONE
         outcome = await partition.wait_for_replication(partition.log_end_offset,
                                                        self.config.get_int("request.timeout.ms"))
@@ -457,7 +448,7 @@ class Broker:
                                     replication_key: str = "offsets.topic.replication.factor") -> TopicMeta:
         meta = self.metadata.topic(name)
         if meta is None:
-            replication = 1 if self.cluster is None else self.config.get_int(replication_key)
+            replication = self.config.get_int(replication_key) if self.cluster.replicates else 1
             try:
                 created = await self.create_topic(name, partitions, replication, configs, internal=True)
             except KafkaError as exc:

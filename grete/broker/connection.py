@@ -275,14 +275,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
         header, body_pos = decode_request_header(frame)
         handler = self._handlers.get(header.api_key)
-        if header.api_key in ZK_BROKER_APIS and self.broker.cluster is None:
-            handler = None
-        if header.api_key in KRAFT_APIS and self.broker.cluster is not None:
-            handler = None
-        if header.api_key in DIRECT_APIS and self.broker.direct is None:
-            handler = None
-        if (header.api_key in RAFT_APIS and self.broker.quorum is None) or (
-                self.broker.controller_only and header.api_key not in CONTROLLER_APIS):
+        if self.broker.controller_only:  # a KRaft controller serves its own APIs alone
+            if header.api_key not in CONTROLLER_APIS:
+                handler = None
+        elif ((header.api_key in ZK_BROKER_APIS and not self.broker.cluster.zk_broker_apis)
+              or (header.api_key in KRAFT_APIS and self.broker.cluster.zk_broker_apis)
+              or (header.api_key in DIRECT_APIS and self.broker.direct is None)
+              or header.api_key in RAFT_APIS):
             handler = None
         version = header.api_version
         if handler is None or not handler.min_version <= version <= handler.max_version:

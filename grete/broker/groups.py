@@ -57,7 +57,7 @@ class LogOffsetsStore:
                                    base_sequence=-1, transactional=transactional)
         leader = self.broker.partition(OFFSETS_TOPIC, partition)
         result = leader.append(RecordBatch(batch), now)
-        if leader.replicated and len(leader.replicas) > 1:
+        if leader.has_followers:
             # As Kafka's coordinator appends: acks=all, and the answer waits for the ISR.
             error = await leader.wait_for_replication(result.last_offset + 1,
                                                       self.broker.config.get_int("offsets.commit.timeout.ms"))
@@ -155,6 +155,6 @@ async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
                                    topic_view=lambda: topic_view(broker),
                                    group_overrides=lambda group_id: broker.metadata.group_configs(group_id))
     broker.share_groups.attach(coordinator)  # before any load: share groups come back with theirs
-    if broker.cluster is None:
+    if not broker.cluster.replicates:
         await coordinator.load()
     return coordinator

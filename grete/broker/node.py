@@ -63,16 +63,16 @@ def _check_quorum_of_one(config: BrokerConfig) -> None:
 
 
 def _new_broker(config: BrokerConfig) -> tuple[Any, Broker]:
-    """The broker, and its ZooKeeper membership in a cluster (a grete.broker.cluster.zk_broker.ZkBroker;
-    None on the embedded node)."""
+    """The broker, and its ZooKeeper membership in a cluster (a grete.broker.cluster.zk_cluster.ZkCluster,
+    which is also the broker's cluster view; None on the embedded node, whose view is a LocalCluster)."""
     if not config.get_str("zookeeper.connect"):
         if is_controller_only(config):
             return None, controller_broker(config)
         _check_quorum_of_one(config)
         return None, Broker(config)
     # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
-    cluster = importlib.import_module("grete.broker.cluster.zk_broker")
-    zk_broker = cluster.ZkBroker(config)
+    cluster = importlib.import_module("grete.broker.cluster.zk_cluster")
+    zk_broker = cluster.ZkCluster(config)
     return zk_broker, Broker(config, metadata=zk_broker.metadata, cluster=zk_broker)
 
 
@@ -119,7 +119,7 @@ class Node:
             await broker.ensure_cluster_min_isr()
         await broker.producer_ids.start(lazily=self.zk_broker is not None)
         broker.group_coordinator = await start_group_coordinator(broker)
-        if broker.cluster is None:
+        if not broker.cluster.replicates:
             broker.share_groups.load(broker.share_coordinator.local_states())
         # After the groups: finishing an interrupted commit may apply transactional offsets.
         broker.start_transactions(self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")

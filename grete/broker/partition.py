@@ -30,9 +30,7 @@ from grete.storage.log import AppendResult, Log
 
 
 class Partition(PartitionLogView):
-    __slots__ = ("topic", "index", "topic_id", "leader_epoch", "_parked", "online",
-                 "is_leader",
-                 "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
+    __slots__ = ("topic", "index", "topic_id", "leader_epoch", "_parked", "online", "is_leader", "leader_id", "partition_epoch", "replicated", "replicas", "isr", "_followers", "_pending_isr",
                  "_produce_waiters", "_epoch_start_offset", "alter_isr", "broker_id", "isr_changed",
                  "direct_watch", "_guards", "replica_push", "replica_alive", "_recheck_expansion")
 
@@ -85,7 +83,7 @@ class Partition(PartitionLogView):
         # The only replica holds everything in its log: the high watermark is the log end at once.
         # (The checkpointed value lags after a crash; left there, reads and coordinator loads would
         # stop short of data that was acknowledged, including offset commits and transaction state.)
-        self._set_high_watermark(log.log_end_offset)
+        self._log.high_watermark = log.log_end_offset
 
     # --- the client's leader epoch (KIP-320) ------------------------------------------------------
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
@@ -102,7 +100,7 @@ class Partition(PartitionLogView):
         the same bytes); the high watermark carries over."""
         high_watermark = self.high_watermark
         self._log = moved
-        self._set_high_watermark(high_watermark)
+        self._log.high_watermark = high_watermark
         self.wake()
 
     # --- leadership (LeaderAndIsr) ----------------------------------------------------------------
@@ -275,9 +273,14 @@ class Partition(PartitionLogView):
             self._produce_waiters.remove(entry)
 
     @property
-    def epoch_start_offset(self) -> int:
-        """Where this leader's epoch began (its log end when it became leader)."""
-        return self._epoch_start_offset
+    def has_followers(self) -> bool:
+        """Whether writes count once other replicas have them (the ISR); the single node is its own ISR."""
+        return self.replicated and len(self.replicas) > 1
+
+    @property
+    def high_watermark_pending(self) -> bool:
+        """A new leader that does not know yet how far its predecessor committed (below its epoch's start)."""
+        return self.replicated and self.high_watermark < self._epoch_start_offset
 
     # --- the follower's side ----------------------------------------------------------------------
     def follower_append(self, records: bytes | bytearray | memoryview, leader_high_watermark: int, leader_log_start: int,
@@ -288,7 +291,7 @@ class Partition(PartitionLogView):
         before = (log.high_watermark, log.log_start_offset, log.log_end_offset)
         if records:
             self.append_as_follower(records, now_ms)
-        self._set_high_watermark(min(leader_high_watermark, log.log_end_offset))
+        self._log.high_watermark = min(leader_high_watermark, log.log_end_offset)
         if log.log_start_offset < leader_log_start <= log.high_watermark:
             log.delete_records_before(leader_log_start)  # the leader's retention or DeleteRecords
         if (log.high_watermark, log.log_start_offset, log.log_end_offset) != before:
@@ -372,7 +375,7 @@ class Partition(PartitionLogView):
         log = self._log
         high_watermark = log.high_watermark
         if not self.replicated:
-            self._set_high_watermark(log.log_end_offset)
+            self._log.high_watermark = log.log_end_offset
         elif self.is_leader:
             if len(self.isr) >= self._min_isr():
                 candidates = [log.log_end_offset]
@@ -382,7 +385,7 @@ class Partition(PartitionLogView):
                         candidates.append(follower.log_end_offset)
                 new = min(candidates)
                 if new > high_watermark:
-                    self._set_high_watermark(new)
+                    self._log.high_watermark = new
             self._complete_produce_waiters()
         consumers = control or log.high_watermark != high_watermark
         if (appended or consumers) and (self.direct_watch is not None or self.replica_push is not None):
@@ -391,9 +394,6 @@ class Partition(PartitionLogView):
             self._parked.wake_replicas()
         if consumers and self._parked.consumers:
             self._parked.wake_consumers()
-
-    def _set_high_watermark(self, offset: int) -> None:
-        self._log.high_watermark = offset
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset``; the new log start offset."""

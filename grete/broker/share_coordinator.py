@@ -197,7 +197,7 @@ class ShareCoordinator:
         return partition.append(RecordBatch(batch), now).last_offset + 1
 
     async def _replicated(self, partition: Partition, offset: int) -> None:
-        if partition.replicated and len(partition.replicas) > 1:
+        if partition.has_followers:
             error = await partition.wait_for_replication(offset, self.config.get_int("share.coordinator.write.timeout.ms"))
             if error != ErrorCode.NONE:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE if error != ErrorCode.NOT_LEADER_OR_FOLLOWER

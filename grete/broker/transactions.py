@@ -116,7 +116,7 @@ def start_txn_coordinator(broker: Broker, listener: str = "PLAINTEXT") -> Transa
     """``listener``: where a cluster's leaders are reached for the markers of partitions led elsewhere."""
     local = LocalMarkerWriter(broker)
     markers: MarkerWriter = local
-    if broker.cluster is not None:
+    if broker.cluster.replicates:
         # Loaded by name and only in a cluster, as the ZooKeeper broker is: a single node neither
         # writes markers to other brokers nor asks them to verify (nor imports those codecs).
         markers = importlib.import_module("grete.broker.cluster.markers").ClusterMarkerWriter(broker, local, listener)
@@ -124,7 +124,7 @@ def start_txn_coordinator(broker: Broker, listener: str = "PLAINTEXT") -> Transa
             broker, listener)
     coordinator = TransactionCoordinator(txn_config(broker), LogTxnStore(broker), markers,
                                          broker.producer_ids.next_id, now_ms=broker.now_ms)
-    if broker.cluster is None:
+    if not broker.cluster.replicates:
         coordinator.load()  # a cluster broker loads a partition when it becomes its leader
     else:
         coordinator.startup()

@@ -74,7 +74,7 @@ def _stub(node_id: int, live: list[int], controller: int, topics: list[TopicMeta
     by_name = {t.name: t for t in topics}
     metadata = SimpleNamespace(cluster_id="c1", topics=lambda: by_name, topic=by_name.get)
     return SimpleNamespace(node_id=node_id, live_brokers=lambda: infos, controller_id=lambda: controller,
-                           partitions={}, metadata=metadata, cluster=object())
+                           partitions={}, metadata=metadata, cluster=SimpleNamespace(replicates=True))
 
 
 def test_cluster_view_shows_dead_brokers_under_replication_and_offline_partitions() -> None:
@@ -139,7 +139,7 @@ def test_share_group_lag_counts_delivered_records_as_consumed() -> None:
 
     stub = _stub(1, [1], 1, [topic])
     stub.metadata.topic_by_id = lambda topic_id: topic if topic_id == topic.topic_id else None
-    stub.cluster = None
+    stub.cluster = SimpleNamespace(replicates=False)  # the embedded node, a cluster of one
     stub.partitions = {("s", 0): SimpleNamespace(high_watermark=10, is_leader=True)}
     stub.coordinators = lambda: (None, None)
     stub.share_groups = SimpleNamespace(groups={"sg": group}, described=described)

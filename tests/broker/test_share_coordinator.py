@@ -31,8 +31,7 @@ class StatePartition:
     """What the coordinator uses of a Partition: appends, batches, leadership."""
     leader_epoch: int = 0
     is_leader: bool = True
-    replicated: bool = False
-    replicas: list[int] = field(default_factory=lambda: [0])
+    has_followers: bool = False
     log: list[RecordBatch] = field(default_factory=list)
     pruned_before: int = 0
 

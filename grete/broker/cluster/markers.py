@@ -52,7 +52,7 @@ class ClusterMarkerWriter:
                                             transaction_version=transaction_version)
         # Kafka writes markers with acks=all: the transaction completes only once they are on
         # their ISRs, so no leader change can lose one behind a CompleteCommit.
-        replicating = [(p, offset) for p, offset in written if p.replicated and len(p.replicas) > 1]
+        replicating = [(p, offset) for p, offset in written if p.has_followers]
         if not theirs and not replicating:
             return None
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()

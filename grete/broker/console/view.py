@@ -254,7 +254,7 @@ def _partitions_text(assigned: list[TopicPartition]) -> str:
 def _local_end(broker: Broker, topic: str, index: int) -> int | None:
     """The high watermark where this broker leads the partition (or hosts it on a single node)."""
     partition = broker.partitions.get((topic, index))
-    if partition is None or (broker.cluster is not None and not partition.is_leader):
+    if partition is None or (broker.cluster.replicates and not partition.is_leader):
         return None
     return partition.high_watermark
 
@@ -263,7 +263,7 @@ async def end_offsets(broker: Broker, keys: Iterable[TopicPartition]) -> dict[To
     """High watermarks of partitions led by other brokers, from their leaders, all at once; what has
     no answer within END_OFFSET_TIMEOUT_S is None (shown as unknown)."""
     wanted = sorted(keys)
-    if broker.cluster is None or not wanted:
+    if not broker.cluster.replicates or not wanted:
         return {}
     tasks = [asyncio.ensure_future(broker.share_groups.end_offset(topic, index)) for topic, index in wanted]
     done, pending = await asyncio.wait(tasks, timeout=END_OFFSET_TIMEOUT_S)
@@ -275,7 +275,7 @@ async def end_offsets(broker: Broker, keys: Iterable[TopicPartition]) -> dict[To
 
 def _elsewhere(broker: Broker) -> dict[int, list[int]]:
     meta = broker.metadata.topic(OFFSETS_TOPIC)
-    if broker.cluster is None or meta is None:
+    if not broker.cluster.replicates or meta is None:
         return {}
     out: dict[int, list[int]] = {}
     for index, p in sorted(meta.partitions.items()):

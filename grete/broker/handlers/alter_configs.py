@@ -87,22 +87,9 @@ async def replace_broker_configs(ctx: RequestContext, name: str, configs: dict[s
         clean = check_dynamic_update(configs, cluster_default=scope == "", current=ctx.broker.config)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
-    if ctx.broker.cluster is None:
-        check_elr_min_isr(scope, ctx.broker.metadata.broker_configs(scope), clean)
+    ctx.broker.cluster.check_broker_configs(scope, ctx.broker.metadata.broker_configs(scope), clean)
     if not validate_only:
         await ctx.broker.set_dynamic_configs(scope, clean)
-
-
-def check_elr_min_isr(scope: str, before: dict[str, str], after: dict[str, str]) -> None:
-    """The single node runs as a Kafka 4.3 KRaft cluster does, with eligible leader replicas on:
-    min.insync.replicas lives at cluster level only and stays there (Kafka's controller rules)."""
-    key = "min.insync.replicas"
-    if scope and key in after:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, "Broker-level min.insync.replicas cannot be altered while "
-                                                   "ELR is enabled.")
-    if not scope and key in before and key not in after:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, "Cluster-level min.insync.replicas cannot be removed while "
-                                                   "ELR is enabled.")
 
 
 async def replace_client_metrics(ctx: RequestContext, name: str, configs: dict[str, str],

@@ -21,7 +21,7 @@ ALL_FEATURES_VERSION = 4  # supported features with a minimum level of 0 are lis
 @api(18, 0, 4)
 def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
-            for key, lo, hi in advertised_versions(zk_broker=ctx.broker.cluster is not None,
+            for key, lo, hi in advertised_versions(zk_broker=ctx.broker.cluster.zk_broker_apis,
                                                    direct=ctx.broker.direct is not None,
                                                    controller_only=ctx.broker.controller_only)]
     features = ctx.broker.features

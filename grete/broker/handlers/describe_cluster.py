@@ -44,16 +44,10 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
         brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=v.node_id, host=v.host, port=v.port,
                                                                  rack=None) for v in broker.quorum.voters.values()]
         controller_id = broker.quorum.describe()[0]
-    elif broker.cluster is None:
-        # This node, at the address of the listener asked: its broker endpoint, or on a controller
-        # listener its controller endpoint (the quorum is this node alone).
-        listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
-        brokers = [DescribeClusterResponse.DescribeClusterBroker(
-            broker_id=broker.node_id, host=listener.host, port=listener.port, rack=None)]
-    else:  # every live broker with an endpoint on this listener, as Metadata lists them
-        brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=info.id, host=e.host, port=e.port,
-                                                                 rack=info.rack)
-                   for info in broker.live_brokers() if (e := info.endpoint(ctx.listener)) is not None]
+    else:  # as Metadata lists them (the embedded node: on a controller listener, its controller endpoint)
+        brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
+                                                                 rack=b.rack)
+                   for b in broker.cluster.listed_brokers(ctx.listener)]
     return DescribeClusterResponse(
         error_code=0, error_message=None, endpoint_type=served,
         cluster_id=broker.metadata.cluster_id, controller_id=controller_id,
@@ -68,7 +62,7 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
 def _controller_listener(ctx: RequestContext) -> bool:
     """A listener of ``controller.listener.names`` on a node that is its own quorum: a controller
     endpoint (KIP-919's ``--bootstrap-controller``)."""
-    return ctx.broker.cluster is None and ctx.listener in ctx.broker.config.get_list("controller.listener.names")
+    return ctx.listener in ctx.broker.cluster.controller_listeners()
 
 
 def _error(code: ErrorCode, message: str) -> DescribeClusterResponse:

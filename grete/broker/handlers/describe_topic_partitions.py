@@ -90,7 +90,7 @@ def _add_topic(ctx: RequestContext, page: _Page, name: str, first: int) -> bool:
     taken = indexes[:page.room]
     page.room -= len(taken)
     page.topics.append(Topic(error_code=0, name=name, topic_id=meta.topic_id, is_internal=meta.internal,
-                             partitions=[_partition(ctx, meta, i) for i in taken],
+                             partitions=_partitions(ctx, meta, taken),
                              topic_authorized_operations=_operations(ctx, name)))
     if len(taken) < len(indexes):
         page.next_cursor = Cursor(topic_name=name, partition_index=indexes[len(taken)])
@@ -98,30 +98,15 @@ def _add_topic(ctx: RequestContext, page: _Page, name: str, first: int) -> bool:
     return False
 
 
-def _partition(ctx: RequestContext, meta: TopicMeta, index: int) -> Partition:
-    """As Metadata describes it: a cluster broker from its metadata cache (a leader that is not live,
-    or lacks this listener, is none); the single node from its replica (offline when its dir failed)."""
-    broker = ctx.broker
-    pmeta = meta.partitions[index]
-    error, leader, epoch = ErrorCode.NONE, pmeta.leader, pmeta.leader_epoch
-    isr, offline = list(pmeta.isr), list(pmeta.offline_replicas)
-    if broker.cluster is not None:
-        live = {b.id: b for b in broker.live_brokers()}
-        info = live.get(pmeta.leader)
-        if info is None or info.endpoint(ctx.listener) is None:
-            error, leader = ErrorCode.LEADER_NOT_AVAILABLE, -1
-    else:
-        partition = broker.replicas.partitions.get((meta.name, index))
-        if partition is not None:
-            epoch = partition.leader_epoch
-        if broker.replicas.is_offline(meta.name, index):
-            error, leader = ErrorCode.LEADER_NOT_AVAILABLE, -1
-            isr, offline = [r for r in isr if r != broker.node_id], [broker.node_id]
-        elif partition is None or not partition.online:
-            error = ErrorCode.LEADER_NOT_AVAILABLE
-    return Partition(error_code=error, partition_index=index, leader_id=leader, leader_epoch=epoch,
-                     replica_nodes=list(pmeta.replicas), isr_nodes=isr, eligible_leader_replicas=[],
-                     last_known_elr=[], offline_replicas=offline)
+def _partitions(ctx: RequestContext, meta: TopicMeta, indexes: list[int]) -> list[Partition]:
+    """As Metadata describes them (the cluster view's answer; a leader not reachable on this listener
+    is none, LEADER_NOT_AVAILABLE)."""
+    states = ctx.broker.cluster.partition_states(meta, indexes, ctx.listener, listener_not_found=False)
+    return [Partition(error_code=state.error, partition_index=index, leader_id=state.leader,
+                      leader_epoch=state.leader_epoch, replica_nodes=list(meta.partitions[index].replicas),
+                      isr_nodes=state.isr, eligible_leader_replicas=[], last_known_elr=[],
+                      offline_replicas=state.offline)
+            for index, state in zip(indexes, states, strict=True)]
 
 
 def _operations(ctx: RequestContext, name: str) -> int:

@@ -12,7 +12,6 @@ from collections.abc import Coroutine
 from typing import Any
 
 from grete.broker.authz import Op, cluster_allowed
-from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode
@@ -32,35 +31,21 @@ MESSAGES = {
 @api(43, 0, 2)
 def handle(ctx: RequestContext,
            request: ElectLeadersRequest) -> ElectLeadersResponse | Coroutine[Any, Any, ElectLeadersResponse]:
-    results = []
     if not cluster_allowed(ctx, Op.ALTER):
         return ElectLeadersResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, replica_election_results=[
             Result(topic=w.topic, partition_result=[ElectLeadersResponse.PartitionResult(
                 partition_id=i, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None)
                 for i in w.partitions]) for w in request.topic_partitions or []])
-    if ctx.broker.cluster is not None:
-        return _elect_in_cluster(ctx, request)
-    for wanted in request.topic_partitions or []:
-        partitions = []
-        for index in wanted.partitions:
-            known = (wanted.topic, index) in ctx.broker.partitions
-            partitions.append(ElectLeadersResponse.PartitionResult(
-                partition_id=index,
-                error_code=ErrorCode.ELECTION_NOT_NEEDED if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                error_message=None if known else "The partition does not exist."))
-        results.append(Result(topic=wanted.topic, partition_result=partitions))
-    return ElectLeadersResponse(error_code=ErrorCode.NONE, replica_election_results=results)
+    return _elect(ctx, request)
 
 
-async def _elect_in_cluster(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
-    cluster = ctx.broker.cluster
-    assert isinstance(cluster, ZkBroker)
+async def _elect(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     preferred = ctx.version == 0 or request.election_type == PREFERRED
     wanted = (None if request.topic_partitions is None
               else [(w.topic, i) for w in request.topic_partitions for i in w.partitions])
-    outcome = await cluster.controller.elect_leaders(preferred, wanted)
+    outcome = await ctx.broker.cluster.elect_leaders(preferred, wanted)
     by_topic: dict[str, list[ElectLeadersResponse.PartitionResult]] = {}
-    for (topic, index), code in sorted(outcome.items()):
+    for (topic, index), code in outcome.items():
         by_topic.setdefault(topic, []).append(ElectLeadersResponse.PartitionResult(
             partition_id=index, error_code=code, error_message=MESSAGES.get(code)))
     return ElectLeadersResponse(error_code=ErrorCode.NONE, replica_election_results=[

@@ -355,7 +355,7 @@ def _preferred_read_replica(ctx: RequestContext, request: FetchRequest, partitio
     (``client.rack``, Fetch v11+): the leader itself if it is in that rack (or no replica is),
     else the in-sync follower there that holds the fetch offset and has the most of the log.
     -1: read here."""
-    if (ctx.version < 11 or not request.rack_id or not partition.is_leader or not partition.replicated
+    if (ctx.version < 11 or not request.rack_id or not partition.is_leader or not partition.has_followers
             or ctx.broker.config.get_str("replica.selector.class") != RACK_AWARE_SELECTOR):
         return -1
     racks = {b.id: b.rack for b in ctx.broker.live_brokers()}

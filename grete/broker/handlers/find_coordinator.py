@@ -93,16 +93,7 @@ def _available(ctx: RequestContext, topic: str, partition: int) -> tuple[int, st
     """COORDINATOR_NOT_AVAILABLE while the key's internal partition has no leader (its log dir failed,
     or it could not be created, or its leader is down), as Kafka answers: clients back off and ask
     again instead of joining a coordinator that cannot write."""
-    broker = ctx.broker
-    if broker.cluster is not None:
-        meta = broker.metadata.topic(topic)
-        leader = meta.partitions[partition].leader if meta is not None and partition in meta.partitions else -1
-        if leader < 0:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{topic}-{partition} has no leader", -1
-        return 0, None, leader
-    if broker.replicas.is_offline(topic, partition) or (topic, partition) not in broker.partitions:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the coordinator's partition {topic}-{partition} is offline", -1
-    return 0, None, broker.node_id
+    return ctx.broker.cluster.coordinator_for(topic, partition)
 
 
 async def _ensured(creating: Awaitable[object]) -> bool:

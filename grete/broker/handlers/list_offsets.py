@@ -51,9 +51,7 @@ def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffs
         # high watermark (or the last stable offset).
         fetchable = (partition.log_end_offset if replica_id >= 0
                      else partition.last_stable_offset if isolation_level == 1 else partition.high_watermark)
-        if (replica_id < 0 and ctx.version >= 2 and partition.replicated
-                and partition.high_watermark < partition.epoch_start_offset):
-            # A new leader that does not know yet how far its predecessor committed (Kafka's rule).
+        if replica_id < 0 and ctx.version >= 2 and partition.high_watermark_pending:
             raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE)
         epoch = partition.leader_epoch if ctx.version >= 4 else -1  # LeaderEpoch is v4+ only
         if ctx.version < SINCE.get(wanted.timestamp, 0):

@@ -5,10 +5,9 @@ has one in progress."""
 from __future__ import annotations
 
 from grete.broker.authz import Op, cluster_allowed
-from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
-from grete.protocol.errors import ErrorCode
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
 
 
@@ -16,14 +15,10 @@ from grete.protocol.messages import ListPartitionReassignmentsRequest, ListParti
 def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         return ListPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
-    cluster = ctx.broker.cluster
-    if not isinstance(cluster, ZkBroker):
-        return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE, topics=[])
-    if not cluster.controller.active:
-        return ListPartitionReassignmentsResponse(error_code=ErrorCode.NOT_CONTROLLER,
-                                                  error_message="This is not the correct controller for this cluster.",
-                                                  topics=[])
-    ongoing = cluster.controller.reassignments()
+    try:
+        ongoing = ctx.broker.cluster.reassignments()
+    except KafkaError as exc:  # NOT_CONTROLLER: this broker is not the one to ask
+        return ListPartitionReassignmentsResponse(error_code=exc.code, error_message=exc.message, topics=[])
     wanted = (None if request.topics is None
               else {(t.name, p) for t in request.topics for p in t.partition_indexes})
     by_topic: dict[str, list[Ongoing]] = {}

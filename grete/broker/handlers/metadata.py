@@ -29,8 +29,6 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.protocol.topics import INTERNAL_TOPICS
 
-# READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: no authorizer.
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 # CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE: the seven
 # operations Kafka reports on the cluster resource (WRITE is not one of them).
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
@@ -79,13 +77,11 @@ async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, res
     failed: dict[str, int] = dict(refused)
     # Kafka answers a topic its Metadata call auto-creates as not there yet (KRaft:
     # UNKNOWN_TOPIC_OR_PARTITION; ZooKeeper mode: LEADER_NOT_AVAILABLE); clients ask again.
-    created = ErrorCode.LEADER_NOT_AVAILABLE if ctx.broker.cluster is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    # In a cluster the answer goes out once the topic is in ZooKeeper, as Kafka's AutoTopicCreationManager
-    # answers: the controller elects the leaders meanwhile. A single node opens its partitions first.
-    in_cluster = ctx.broker.cluster is not None
+    cluster = ctx.broker.cluster
+    created = cluster.auto_create_error
     for name in dict.fromkeys(missing):
         try:
-            await ctx.broker.create_topic(name, wait_open=not in_cluster)
+            await ctx.broker.create_topic(name, wait_open=cluster.auto_create_waits_open)
             failed[name] = created
         except KafkaError as exc:
             failed[name] = created if exc.code in NOT_THERE_YET else exc.code
@@ -123,64 +119,21 @@ def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, w
 def _brokers(ctx: RequestContext) -> list[MetadataResponse.MetadataResponseBroker]:
     """Every live broker with an endpoint on the listener the request came in on (Kafka lists only
     those); on the embedded node, this node at the address advertised for that listener."""
-    broker = ctx.broker
-    if broker.cluster is None:
-        listener = next((a for a in broker.advertised if a.name == ctx.listener), broker.advertised[0])
-        return [MetadataResponse.MetadataResponseBroker(node_id=broker.node_id, host=listener.host,
-                                                        port=listener.port, rack=None)]
-    found = []
-    for info in broker.live_brokers():
-        endpoint = info.endpoint(ctx.listener)
-        if endpoint is not None:
-            found.append(MetadataResponse.MetadataResponseBroker(node_id=info.id, host=endpoint.host,
-                                                                port=endpoint.port, rack=info.rack))
-    return found
-
-
-def _cluster_partitions(ctx: RequestContext, meta: TopicMeta) -> list[MetadataResponse.MetadataResponsePartition]:
-    """A cluster broker answers from its metadata cache (Kafka's ZkMetadataCache): a leader that is
-    not live, or has no endpoint on this listener, is reported as none (LEADER_NOT_AVAILABLE;
-    LISTENER_NOT_FOUND from v6 when the leader lives but lacks the listener)."""
-    partitions = []
-    live = {b.id: b for b in ctx.broker.live_brokers()}
-    for index, pmeta in sorted(meta.partitions.items()):
-        leader = live.get(pmeta.leader)
-        error, leader_id = ErrorCode.NONE, pmeta.leader
-        if leader is None or leader.endpoint(ctx.listener) is None:
-            error = (ErrorCode.LISTENER_NOT_FOUND if leader is not None and ctx.version >= 6
-                     else ErrorCode.LEADER_NOT_AVAILABLE)
-            leader_id = -1
-        partitions.append(MetadataResponse.MetadataResponsePartition(
-            error_code=error, partition_index=index, leader_id=leader_id, leader_epoch=pmeta.leader_epoch,
-            replica_nodes=list(pmeta.replicas), isr_nodes=list(pmeta.isr),
-            offline_replicas=list(pmeta.offline_replicas)))
-    return partitions
+    return [MetadataResponse.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in ctx.broker.cluster.listed_brokers(ctx.listener)]
 
 
 def _describe(ctx: RequestContext, meta: TopicMeta, with_ops: bool) -> MetadataResponse.MetadataResponseTopic:
-    if ctx.broker.cluster is not None:
-        return MetadataResponse.MetadataResponseTopic(
-            error_code=0, name=meta.name, topic_id=meta.topic_id, is_internal=meta.internal,
-            partitions=_cluster_partitions(ctx, meta),
-            topic_authorized_operations=TOPIC_OPERATIONS if with_ops else OPERATIONS_NOT_REQUESTED)
-    partitions = []
-    replicas = ctx.broker.replicas
-    node = ctx.broker.node_id
-    for index, pmeta in sorted(meta.partitions.items()):
-        partition = replicas.partitions.get((meta.name, index))
-        epoch = partition.leader_epoch if partition is not None else pmeta.leader_epoch
-        if replicas.is_offline(meta.name, index):
-            # Its log dir failed and no other replica can lead: no leader, this replica offline.
-            partitions.append(MetadataResponse.MetadataResponsePartition(
-                error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1,
-                leader_epoch=epoch, replica_nodes=list(pmeta.replicas),
-                isr_nodes=[r for r in pmeta.isr if r != node], offline_replicas=[node]))
-            continue
-        partitions.append(MetadataResponse.MetadataResponsePartition(
-            error_code=0 if partition is not None and partition.online
-            else ErrorCode.LEADER_NOT_AVAILABLE,
-            partition_index=index, leader_id=pmeta.leader, leader_epoch=epoch,
-            replica_nodes=list(pmeta.replicas), isr_nodes=list(pmeta.isr), offline_replicas=[]))
+    """A cluster broker answers from its metadata cache (Kafka's ZkMetadataCache): a leader that is
+    not live, or has no endpoint on this listener, is reported as none (LEADER_NOT_AVAILABLE;
+    LISTENER_NOT_FOUND from v6 when the leader lives but lacks the listener). The embedded node
+    answers from its replicas: one whose log dir failed has no leader and is offline."""
+    indexes = sorted(meta.partitions)
+    states = ctx.broker.cluster.partition_states(meta, indexes, ctx.listener, listener_not_found=ctx.version >= 6)
+    partitions = [MetadataResponse.MetadataResponsePartition(
+        error_code=state.error, partition_index=index, leader_id=state.leader, leader_epoch=state.leader_epoch,
+        replica_nodes=list(meta.partitions[index].replicas), isr_nodes=state.isr, offline_replicas=state.offline)
+        for index, state in zip(indexes, states, strict=True)]
     return MetadataResponse.MetadataResponseTopic(
         error_code=0, name=meta.name, topic_id=meta.topic_id, is_internal=meta.internal,
         partitions=partitions,

@@ -212,7 +212,7 @@ def append_records(broker: Broker, version: int, topic: str, index: int, records
     answer = PartitionResponse(index=index, error_code=0, base_offset=result.base_offset,
                                log_append_time_ms=result.log_append_time,
                                log_start_offset=result.log_start_offset)
-    if acks == -1 and partition.replicated and len(partition.replicas) > 1:
+    if acks == -1 and partition.has_followers:
         replicating.append((answer, partition, result.last_offset + 1))
     return answer
 
@@ -245,7 +245,7 @@ async def _verify_then_append(ctx: RequestContext, request: ProduceRequest, name
         broker.metrics.produced(partition.topic, parked.batch.records_count, parked.batch.size)
         answer.base_offset, answer.log_append_time_ms = result.base_offset, result.log_append_time
         answer.log_start_offset = result.log_start_offset
-        if request.acks == -1 and partition.replicated and len(partition.replicas) > 1:
+        if request.acks == -1 and partition.has_followers:
             replicating.append((answer, partition, result.last_offset + 1))
         else:
             errors[0] = errors.get(0, 0) + 1

@@ -81,6 +81,6 @@ def _write(ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker
         return exc.code
     if topic == OFFSETS_TOPIC:
         broker.group_coordinator.complete_txn(index, marker.producer_id, marker.transaction_result)
-    if partition.replicated and len(partition.replicas) > 1:
+    if partition.has_followers:
         replicating.append((answer, partition, result.last_offset + 1))
     return ErrorCode.NONE

@@ -1,0 +1,72 @@
+"""The cluster around a broker, as its handlers ask about it. Two implementations, one chosen when the
+node is assembled (``grete.broker.node``): the embedded node's ``grete.broker.local_cluster.LocalCluster``
+(a cluster of one: this node is every live broker and the controller) and a ZooKeeper cluster's
+``grete.broker.cluster.zk_cluster.ZkCluster``. What differs between the two lives behind this view, so
+no handler asks which one it is talking to."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+from grete.coordinator.metadata import TopicMeta
+from grete.coordinator.zk_layout import BrokerInfo
+from grete.protocol.errors import ErrorCode
+
+TopicPartition = tuple[str, int]
+# A reassignment in progress: the partition's replicas, those being added, those being removed.
+Reassignment = tuple[list[int], list[int], list[int]]
+
+
+class PartitionState(NamedTuple):
+    """A partition as Metadata and DescribeTopicPartitions describe it."""
+
+    error: ErrorCode
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    offline: list[int]
+
+
+class ListedBroker(NamedTuple):
+    """A broker as Metadata and DescribeCluster list it, at its address on one listener."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+def replica_list_error(replicas: list[int]) -> tuple[ErrorCode, str] | None:
+    """Kafka's refusal of a reassignment's replica list that is empty or names a broker twice."""
+    if not replicas:
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The replica list cannot be empty."
+    if len(set(replicas)) != len(replicas):
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The replica list contains duplicates."
+    return None
+
+
+class ClusterView(Protocol):
+    broker_epoch: int
+    # Whether the controller-to-broker APIs of a ZooKeeper cluster are served and advertised (and the
+    # metadata quorum's APIs are not: the node is not its own quorum).
+    zk_broker_apis: bool
+    # Whether partitions replicate (followers fetch, the ISR moves the high watermark).
+    replicates: bool
+    # How Metadata answers a topic it auto-creates (KRaft: UNKNOWN_TOPIC_OR_PARTITION; ZooKeeper
+    # mode: LEADER_NOT_AVAILABLE), and whether it waits for the new partitions to open first.
+    auto_create_error: ErrorCode
+    auto_create_waits_open: bool
+
+    def live_brokers(self) -> list[BrokerInfo]: ...
+    def controller_id(self) -> int: ...
+    def controller_listeners(self) -> list[str]: ...
+    def listed_brokers(self, listener: str) -> list[ListedBroker]: ...
+    def partition_states(self, meta: TopicMeta, indexes: list[int], listener: str,
+                         listener_not_found: bool) -> list[PartitionState]: ...
+    def coordinator_for(self, topic: str, index: int) -> tuple[int, str | None, int]: ...
+    def check_broker_configs(self, scope: str, before: dict[str, str], after: dict[str, str]) -> None: ...
+    async def elect_leaders(self, preferred: bool,
+                            partitions: list[TopicPartition] | None) -> dict[TopicPartition, ErrorCode]: ...
+    def reassignments(self) -> dict[TopicPartition, Reassignment]: ...
+    async def reassign(self, wanted: dict[TopicPartition, list[int] | None]
+                       ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]: ...
