@@ -71,6 +71,8 @@ class Voter:
 @dataclass
 class Quorum:
     voters: dict[int, Voter]
+    cluster_id: str = ""
+    voters_line: str = ""  # controller.quorum.voters
 
     def describe(self, via: Voter) -> DescribeQuorumResponse.PartitionData | None:
         """The quorum as ``via`` answers DescribeQuorum (None when it cannot be asked)."""
@@ -146,7 +148,7 @@ def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[st
         config.write_text(voter.properties(line))
         # Kafka's own format step for every voter: grete reads what kafka-storage writes.
         kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", cluster_id, "-c", str(config), check=True)
-    quorum = Quorum(voters)
+    quorum = Quorum(voters, cluster_id, line)
     for voter in voters.values():
         voter.start()
     return quorum
@@ -159,3 +161,55 @@ def metadata_batches(voter: Voter, below: int) -> list[bytes]:
     for segment in sorted(partition.glob("*.log")):
         found += [bytes(b.bytes_view()) for b in iter_batches(segment.read_bytes()) if b.base_offset < below]
     return found
+
+
+@dataclass
+class KafkaBroker:
+    """An Apache Kafka 4.3.1 broker (``process.roles=broker``) of a quorum's cluster."""
+
+    node_id: int
+    port: int
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "server.log"
+
+    def start(self) -> None:
+        self.process = spawn(kafka_dist.java_cmd(KAFKA, "kafka-server-start", str(self.workdir / "broker.properties"),
+                                                 log_level="INFO", quick_start=False), self.log)
+
+    def started(self) -> bool:
+        return self.log.exists() and "Kafka Server started" in self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(30)
+            self.process = None
+
+
+def start_kafka_broker(quorum: Quorum, node_id: int, workdir: Path) -> KafkaBroker:
+    """A Kafka 4.3.1 broker registered with ``quorum``, formatted with its cluster id, started."""
+    kafka_dist.fetch(KAFKA)
+    broker = KafkaBroker(node_id, free_port(), workdir)
+    workdir.mkdir(parents=True)
+    props = {"process.roles": "broker", "node.id": str(node_id),
+             "listeners": f"PLAINTEXT://127.0.0.1:{broker.port}",
+             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker.port}",
+             "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+             "controller.quorum.voters": quorum.voters_line, "log.dirs": str(workdir / "data"),
+             "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+             "transaction.state.log.min.isr": "1", "group.initial.rebalance.delay.ms": "0",
+             "num.network.threads": "2", "num.io.threads": "2", "background.threads": "2"}
+    config = workdir / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", quorum.cluster_id, "-c", str(config), check=True)
+    broker.start()
+    return broker

@@ -224,6 +224,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
        "elections", minimum=0),
     _d("controller.quorum.request.timeout.ms", INT, "2000", "The configuration controls the maximum amount of "
        "time the client will wait for the response of a request.", minimum=0),
+    _d("broker.session.timeout.ms", INT, "9000", "The length of time in milliseconds that a broker lease lasts "
+       "if no heartbeats are made. Used when running in KRaft mode.", minimum=0),
     _d("controller.quorum.retry.backoff.ms", INT, "20", "The amount of time to wait before attempting to retry "
        "a failed request to a given topic partition.", minimum=0),
     _d("log.dirs", LIST, None),

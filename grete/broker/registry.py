@@ -107,12 +107,17 @@ ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56, 67})
 # The metadata quorum's APIs a client may send: served and advertised by a node that runs a quorum
 # (the embedded node), never by a ZooKeeper-mode broker, which closes the connection as Kafka 3.9's.
 KRAFT_APIS = frozenset({55})
-# The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch): served and advertised only by a voter of a
-# quorum of several controllers (process.roles=controller); a quorum of one has no peer to answer.
-RAFT_APIS = frozenset({52, 53, 54})
-# What a controller-only node serves and advertises: the quorum's APIs, and what a client needs to
-# reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller).
-CONTROLLER_APIS = frozenset({1, 17, 18, 36, 55, 60}) | RAFT_APIS
+# The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch) and the KRaft brokers' (Envelope,
+# BrokerRegistration, BrokerHeartbeat): served and advertised only by a voter of a quorum of several
+# controllers (process.roles=controller); a quorum of one has no peer and no broker to answer.
+RAFT_APIS = frozenset({52, 53, 54, 58, 62, 63})
+# The admin requests a KRaft controller carries out for its brokers, sent in an Envelope (Kafka's
+# ForwardingManager) or directly by tools with --bootstrap-controller.
+FORWARDED_APIS = frozenset({19, 20, 37, 55})
+# What a controller-only node serves and advertises: the quorum's APIs, what a client needs to
+# reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), Envelope and the
+# requests it carries, and the brokers' AllocateProducerIds.
+CONTROLLER_APIS = frozenset({1, 17, 18, 36, 58, 60, 67}) | RAFT_APIS | FORWARDED_APIS
 # Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
 # advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
 UNADVERTISED_APIS = frozenset({71, 72})
@@ -126,11 +131,12 @@ DIRECT_APIS = frozenset({32000, 32001, 32002})
 def advertised_versions(zk_broker: bool = False, direct: bool = False,
                         controller_only: bool = False) -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
+    if controller_only:
+        return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items()) if key in CONTROLLER_APIS]
     return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
             if (zk_broker or key not in ZK_BROKER_APIS) and not (zk_broker and key in KRAFT_APIS)
             and key not in UNADVERTISED_APIS
-            and (direct or key not in DIRECT_APIS)
-            and (key in CONTROLLER_APIS if controller_only else key not in RAFT_APIS)]
+            and (direct or key not in DIRECT_APIS) and key not in RAFT_APIS]
 
 
 def declared_handlers() -> dict[int, Handler]:

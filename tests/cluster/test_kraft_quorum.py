@@ -12,10 +12,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from tools.kraft_quorum import Quorum, metadata_batches, start_quorum
+from tools.kraft_quorum import (
+    KafkaBroker,
+    Quorum,
+    metadata_batches,
+    start_kafka_broker,
+    start_quorum,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -87,3 +97,64 @@ def test_a_quorum_mixing_grete_and_kafka_controllers(quorums: Callable[[list[str
     assert led_by == {"grete", "kafka"}, f"only {led_by} led in ten rounds"
     for voter in quorum.live():
         assert voter.process is not None and voter.process.poll() is None, voter.log.read_text()[-3000:]
+
+
+def test_kafka_brokers_under_a_grete_controller_quorum(quorums: Callable[[list[str]], Quorum], tmp_path: Path) -> None:
+    """Apache Kafka 4.3.1 brokers (process.roles=broker) register with three grete controllers, are
+    unfenced, host a topic created through them (CreateTopics forwarded in an Envelope, placed by the
+    grete leader), take writes and serve them back; the grete leader is SIGKILLed and the brokers
+    carry on with the next one, which knows them from the log."""
+    quorum = quorums(["grete", "grete", "grete"])
+    quorum.caught_up()
+    brokers: list[KafkaBroker] = []
+    try:
+        brokers = [start_kafka_broker(quorum, node_id, tmp_path / f"broker{node_id}") for node_id in (4, 5)]
+        wait_for(lambda: all(b.started() for b in brokers), 120, "the Kafka brokers unfenced and started")
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("under-grete", 2, 2)])["under-grete"].result(30)
+        # The brokers learn of the topic from the metadata log, a moment after the controller
+        # committed it (as under Kafka's controllers).
+        described = wait_for(lambda: _described(admin, "under-grete"), 30, "the topic on the brokers")
+        assert sorted(len(p.replicas) for p in described.partitions) == [2, 2]
+        sent = produce(bootstrap, "under-grete", 0, 200)
+        view = quorum.leader_view()
+        quorum.voters[view.leader_id].kill()
+        quorum.leader_view(timeout=30)
+        sent += produce(bootstrap, "under-grete", 200, 200)
+        assert sorted(consume(bootstrap, "under-grete", len(sent))) == sorted(sent)
+        for broker in brokers:
+            assert broker.process is not None and broker.process.poll() is None, broker.log.read_text()[-3000:]
+    finally:
+        for broker in brokers:
+            broker.kill()
+
+
+def _described(admin: AdminClient, topic: str) -> Any:
+    try:
+        return admin.describe_topics(TopicCollection([topic]))[topic].result(10)
+    except KafkaException:
+        return None
+
+
+def produce(bootstrap: str, topic: str, first: int, count: int) -> list[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    values = [b"v%d" % i for i in range(first, first + count)]
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(60) == 0
+    return values
+
+
+def consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        value = message.value() if message is not None and message.error() is None else None
+        if value is not None:
+            got.append(value)
+    consumer.close()
+    return got

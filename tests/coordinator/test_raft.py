@@ -269,6 +269,26 @@ def test_news_of_another_voter_or_of_a_leader_not_followed_changes_nothing() -> 
     assert leader.role == "Leader"
 
 
+def test_a_new_leader_reports_no_high_watermark_until_its_epoch_commits() -> None:
+    """What a new leader learned as a follower may be below what another replica was told by the
+    old leader; Kafka's replicas refuse a high watermark that goes back (and stop), so a leader
+    reports -1 until a record of its own epoch is committed, as Kafka's LeaderState does."""
+    leader = node(1, log_of(1, 1, 1))
+    leader.high_watermark = 2  # learned as a follower; another replica may have seen 3
+    elect(leader, now=0)
+    assert leader.role == "Leader"
+    fetch = FetchRequest(correlation_id=5, replica_id=9, current_leader_epoch=leader.epoch, fetch_offset=0,
+                         last_fetched_epoch=0)
+    answer = only(leader.receive(9, fetch, 1), FetchResponse)
+    assert isinstance(answer, FetchResponse) and answer.high_watermark == -1
+    end = leader.log.end_offset
+    leader.receive(2, FetchRequest(correlation_id=6, replica_id=2, current_leader_epoch=leader.epoch,
+                                   fetch_offset=end, last_fetched_epoch=leader.epoch), 2)
+    answer = only(leader.receive(9, FetchRequest(correlation_id=7, replica_id=9, current_leader_epoch=leader.epoch,
+                                                 fetch_offset=0, last_fetched_epoch=0), 3), FetchResponse)
+    assert isinstance(answer, FetchResponse) and answer.high_watermark == end
+
+
 def test_appending_on_a_replica_that_does_not_lead_is_refused() -> None:
     with pytest.raises(KafkaError) as error:
         node(2).append([b"x"], 0)

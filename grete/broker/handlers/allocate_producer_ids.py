@@ -3,7 +3,9 @@ producer ids (KIP-730; Kafka 3.9's brokers use it from inter.broker.protocol.ver
 Kafka broker in a grete cluster gets its ids here). The controller takes the next block from
 ``/latest_producer_id_block`` with a conditional write, as Kafka's ZkProducerIdManager does, and
 answers NOT_CONTROLLER, BROKER_ID_NOT_REGISTERED or STALE_BROKER_EPOCH as Kafka's controller does.
-grete's own brokers take their blocks from ZooKeeper directly (the pre-3.0 way, still valid)."""
+grete's own brokers take their blocks from ZooKeeper directly (the pre-3.0 way, still valid). A
+controller of a KRaft quorum grants blocks to its KRaft brokers as ProducerIdsRecords
+(grete/broker/quorum/brokers.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ Response = AllocateProducerIdsResponse
 
 @api(67, 0, 0)
 async def handle(ctx: RequestContext, request: AllocateProducerIdsRequest) -> Response:
+    if ctx.broker.kraft_brokers is not None:  # a controller of a KRaft quorum, for its brokers
+        return await ctx.broker.kraft_brokers.allocate_producer_ids(request)
     cluster = ctx.broker.cluster
     assert isinstance(cluster, ZkBroker)
     error = cluster.controller.producer_id_asker_error(request.broker_id, request.broker_epoch)

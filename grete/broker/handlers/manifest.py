@@ -62,8 +62,11 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     55: ("describe_quorum", 0, 2, 0),  # DescribeQuorum
     56: ("alter_partition", 0, 3, 0),  # AlterPartition
     57: ("update_features", 0, 2, 0),  # UpdateFeatures
+    58: ("envelope", 0, 0, 0),  # Envelope
     60: ("describe_cluster", 0, 2, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
+    62: ("broker_registration", 0, 4, 0),  # BrokerRegistration
+    63: ("broker_heartbeat", 0, 2, 0),  # BrokerHeartbeat
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
     66: ("list_transactions", 0, 2, 0),  # ListTransactions
     67: ("allocate_producer_ids", 0, 0, 0),  # AllocateProducerIds

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig, StartupError
+from grete.broker.quorum.brokers import BrokerRegistry
+from grete.broker.quorum.cluster import QuorumCluster
 from grete.broker.quorum.driver import RaftDriver, parse_voters
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
@@ -71,13 +73,22 @@ def controller_broker(config: BrokerConfig) -> Broker:
     broker = Broker(config, metadata=store)
     boot = _Bootstrap(store, directory / BOOTSTRAP_CHECKPOINT)
 
+    registry = BrokerRegistry(meta.cluster_id, config.get_int("broker.session.timeout.ms"), store.commit,
+                              lambda: driver_ref[0].log.end_offset, lambda: driver_ref[0].leads,
+                              lambda: store.next_producer_id)
+
     def committed(batch: RaftBatch) -> None:
-        store.apply_batch(batch)
+        for record, offset in store.apply_batch(batch):
+            registry.apply(record, offset)
         boot.committed(broker, batch)
     driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, meta.cluster_id,
                         raft_config(config), committed, listener=names[0] if names else "CONTROLLER")
+    driver.leadership_listeners.append(registry.leadership_changed)
+    store.directory_of = registry.directory_of
     driver_ref.append(driver)
     broker.quorum = driver
+    broker.kraft_brokers = registry
+    broker.cluster = QuorumCluster(broker, registry, driver)
     broker.controller_only = True
     return broker
 

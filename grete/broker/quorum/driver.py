@@ -103,6 +103,7 @@ class RaftDriver:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._reported_gone: tuple[int, int] | None = None  # (leader, epoch) last seen gone
+        self.leadership_listeners: list[Callable[[bool], None]] = []  # told whether this voter leads
 
     # --- inputs ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -155,6 +156,8 @@ class RaftDriver:
             log.info("metadata quorum: epoch %d, leader %s, this node %s", self.raft.epoch,
                      self.raft.leader_id, self.raft.role)
             self._fail_commits()
+            for listener in self.leadership_listeners:
+                listener(self.leads)
         for destination, message in out.messages:
             if isinstance(message, core.VoteResponse | core.BeginQuorumEpochResponse
                           | core.EndQuorumEpochResponse | core.FetchResponse):
@@ -235,6 +238,10 @@ class RaftDriver:
         self._run(self.raft.receive(destination, from_wire(response, message.correlation_id), _now_ms()))
 
     # --- state ------------------------------------------------------------------------------------
+    @property
+    def leads(self) -> bool:
+        return self.raft.role == "Leader"
+
     def describe(self) -> tuple[int, int, int]:
         """(leader id or -1, epoch, high watermark) as this voter knows them."""
         return self.raft.leader_or_none(), self.raft.epoch, self.raft.high_watermark

@@ -9,36 +9,59 @@ back committed, like everyone else's.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.protocol.codec import Message
-from grete.protocol.metadata import BeginTransactionRecord, EndTransactionRecord
+from grete.protocol.metadata import BeginTransactionRecord, EndTransactionRecord, PartitionRecord
 from grete.protocol.metadata_frame import decode_metadata_record, encode_metadata_record
 
 # What Kafka's first active controller names the transaction around the bootstrap records.
 BOOTSTRAP_TRANSACTION = "Bootstrap records"
 
 Append = Callable[[list[bytes]], Awaitable[int]]
+# Kafka's DirectoryId.UNASSIGNED: a replica whose broker has not said which log dir holds it.
+UNASSIGNED_DIRECTORY = uuid.UUID(int=0)
 
 
 class QuorumMetadataStore(KRaftMetadataStore):
     def __init__(self, cluster_id: str, append: Append) -> None:  # noqa: D107 - the module says it
         self._init_state(cluster_id)
         self._append = append
+        # broker id -> the log dir its replicas go to (set by the controller from registrations)
+        self.directory_of: Callable[[int], uuid.UUID] = lambda _broker: UNASSIGNED_DIRECTORY
 
-    def apply_batch(self, batch: RaftBatch) -> None:
-        """A committed batch: its metadata records applied (control batches are the quorum's own)."""
+    def _partition_records(self, topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> list[Message]:
+        """As Kafka's controller places them: each replica in its broker's log dir when the broker
+        registered exactly one, else unassigned (the broker then picks one and says which)."""
+        records = super()._partition_records(topic_id, assignment)
+        for record in records:
+            assert isinstance(record, PartitionRecord)
+            record.directories = [self.directory_of(replica) for replica in record.replicas]
+        return records
+
+    def apply_batch(self, batch: RaftBatch) -> list[tuple[Message, int]]:
+        """A committed batch: its metadata records applied (control batches are the quorum's own);
+        the records with their offsets, for the controller's other parts."""
         if batch.control:
-            return
+            return []
+        applied = []
         for index, value in enumerate(batch.records):
             record, _version = decode_metadata_record(value)
             self._apply(record, batch.base_offset + index)
+            applied.append((record, batch.base_offset + index))
+        return applied
 
     async def _commit(self, records: Sequence[Message]) -> None:
         if records:
             await self._append([encode_metadata_record(record) for record in records])
+
+    async def commit(self, records: Sequence[Message]) -> None:
+        """Append ``records`` as one batch through the quorum's leader; done once committed (they
+        are applied then, as everyone's)."""
+        await self._commit(records)
 
     async def bootstrap(self, records: Sequence[Message]) -> None:
         """A new quorum's first records, as Kafka's first active controller writes them: the format

@@ -242,7 +242,10 @@ class LeaderRole(ABC):
         this epoch: a leader exposes nothing before one record of its own epoch is committed."""
         offsets = sorted(state.voter_offsets.values(), reverse=True)
         majority_offset = offsets[len(offsets) // 2]
-        if majority_offset <= state.epoch_start_offset or not self.advance_high_watermark(majority_offset):
+        if majority_offset <= state.epoch_start_offset:
+            return False
+        state.high_watermark_known = True
+        if not self.advance_high_watermark(majority_offset):
             return False
         self._answer_parked(state, now_ms, expired_only=False)
         return True
@@ -258,7 +261,12 @@ class LeaderRole(ABC):
         batches: tuple[RaftBatch, ...] = ()
         if error is ErrorCode.NONE and diverging is None:
             batches = tuple(self.log.read(request.fetch_offset, self.config.fetch_max_records))
+        state = self.state
+        # A new leader's high watermark is unknown (-1, as Kafka's LeaderState answers) until a
+        # record of its epoch is committed: Kafka's replicas refuse a high watermark that goes back.
+        known = not isinstance(state, Leader) or state.high_watermark_known
         return FetchResponse(correlation_id=request.correlation_id, error_code=error,
                              leader_id=self.leader_or_none(), leader_epoch=self.epoch,
-                             high_watermark=self.high_watermark, batches=batches, diverging_epoch=diverging)
+                             high_watermark=self.high_watermark if known else -1, batches=batches,
+                             diverging_epoch=diverging)
 

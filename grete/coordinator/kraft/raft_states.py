@@ -126,6 +126,9 @@ class Leader:
     fetched_voters: set[int] = field(default_factory=set)
     parked: dict[int, ParkedFetch] = field(default_factory=dict)
     progress: dict[int, ReplicaProgress] = field(default_factory=dict)
+    # Whether a record of this epoch is committed: until then the leader does not know the high
+    # watermark (what it learned as a follower may be below what others have seen) and reports -1.
+    high_watermark_known: bool = False
 
 
 @dataclass(slots=True)

@@ -224,7 +224,7 @@ class KRaftMetadataStore(MetadataState):
         topic_id = new_topic_id()
         records: list[Message] = [TopicRecord(name=name, topic_id=topic_id)]
         records += _config_records(TOPIC_RESOURCE, name, {}, configs)
-        records += _partition_records(topic_id, assignment)
+        records += self._partition_records(topic_id, assignment)
         await self._commit(records)
         meta = self._topics[name]
         meta.internal = internal or meta.internal
@@ -239,7 +239,7 @@ class KRaftMetadataStore(MetadataState):
 
     async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta:
         meta = self._existing(name)
-        await self._commit(_partition_records(meta.topic_id, assignment))
+        await self._commit(self._partition_records(meta.topic_id, assignment))
         self.changes.publish(MetadataChange(ChangeKind.PARTITIONS_ADDED, meta, tuple(sorted(assignment))))
         return meta
 
@@ -247,6 +247,10 @@ class KRaftMetadataStore(MetadataState):
         meta = self._existing(name)
         await self._commit(_config_records(TOPIC_RESOURCE, name, meta.configs, configs))
         self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
+
+    def _partition_records(self, topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> list[Message]:
+        """The PartitionRecords of new partitions (the single node leaves their directories out)."""
+        return _partition_records(topic_id, assignment)
 
     def _existing(self, name: str) -> TopicMeta:
         meta = self._topics.get(name)

@@ -1,0 +1,19 @@
+"""BrokerRegistration (62): v0-4, a KRaft broker to the active controller of its quorum.
+
+Served only by a controller of a quorum of several voters (grete/broker/quorum/brokers.py); every
+other node closes the connection, as a Kafka broker listener does. A voter that does not lead
+answers NOT_CONTROLLER, as Kafka's controllers do.
+"""
+
+from __future__ import annotations
+
+from grete.broker.context import RequestContext
+from grete.broker.registry import api
+from grete.protocol.messages import BrokerRegistrationRequest, BrokerRegistrationResponse
+
+
+@api(62, 0, 4)
+async def handle(ctx: RequestContext, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
+    registry = ctx.broker.kraft_brokers
+    assert registry is not None  # the connection refuses the API without one
+    return await registry.register(request)

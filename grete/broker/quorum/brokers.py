@@ -1,0 +1,254 @@
+"""KRaft brokers as a controller quorum knows them: registration, heartbeats, fencing (Kafka's
+ClusterControlManager and BrokerHeartbeatManager).
+
+Every voter keeps the registrations from committed records (RegisterBrokerRecord,
+BrokerRegistrationChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, UnregisterBrokerRecord), so a
+new leader knows every broker. Only the leader takes BrokerRegistration and BrokerHeartbeat, and only
+it keeps heartbeat times: a broker silent for ``broker.session.timeout.ms`` is fenced by a record.
+
+- A registration writes a RegisterBrokerRecord, fenced; the broker's epoch is the record's offset.
+  Another incarnation of an id whose broker is still heartbeating is DUPLICATE_BROKER_REGISTRATION.
+- A heartbeat from a registered broker of the current epoch is caught up once the broker has
+  replayed the log up to its own registration; a fenced broker that is caught up and does not ask to
+  stay fenced is unfenced (BrokerRegistrationChangeRecord, fenced -1), answered once committed.
+- A broker asking to shut down is fenced and told to shut down (it leads no partition: partitions
+  under a grete quorum are not implemented yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from grete.coordinator.zk_layout import BrokerInfo, EndPoint
+from grete.protocol.codec import Message
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+)
+from grete.protocol.metadata import (
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+# Kafka's SecurityProtocol ids, as registrations carry them.
+SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
+# BrokerRegistrationChangeRecord's Fenced: Kafka's BrokerRegistrationFencingChange.
+FENCE, UNFENCE = 1, -1
+
+Commit = Callable[[Sequence[Message]], Awaitable[None]]
+
+
+@dataclass
+class Registration:
+    broker_id: int
+    epoch: int  # the offset of its RegisterBrokerRecord
+    incarnation: uuid.UUID
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    endpoints: list[tuple[str, str, int, int]] = field(default_factory=list)  # name, host, port, protocol
+    rack: str | None = None
+    log_dirs: list[uuid.UUID] = field(default_factory=list)
+
+
+class BrokerRegistry:
+    def __init__(self, cluster_id: str, session_timeout_ms: int, commit: Commit,
+                 next_offset: Callable[[], int], leads: Callable[[], bool],
+                 next_producer_id: Callable[[], int]) -> None:
+        self.cluster_id = cluster_id
+        self.session_timeout_ms = session_timeout_ms
+        self._commit = commit
+        self._next_offset = next_offset  # where the next appended record lands (the leader's log end)
+        self._leads = leads
+        self.next_producer_id = next_producer_id  # the first id of the next block (from the records)
+        self._allocating = asyncio.Lock()
+        self.brokers: dict[int, Registration] = {}
+        self._last_heartbeat: dict[int, float] = {}  # monotonic seconds, the leader's only
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+
+    # --- from committed records ---------------------------------------------------------------
+    def apply(self, record: Message, offset: int) -> None:
+        if isinstance(record, RegisterBrokerRecord):
+            self.brokers[record.broker_id] = Registration(
+                record.broker_id, record.broker_epoch, record.incarnation_id, record.fenced,
+                record.in_controlled_shutdown,
+                [(e.name, e.host, e.port, e.security_protocol) for e in record.end_points], record.rack,
+                list(record.log_dirs))
+        elif isinstance(record, BrokerRegistrationChangeRecord):
+            found = self._current(record.broker_id, record.broker_epoch)
+            if found is not None and record.fenced:
+                found.fenced = record.fenced == FENCE
+            if found is not None and record.in_controlled_shutdown:
+                found.in_controlled_shutdown = record.in_controlled_shutdown == 1
+        elif isinstance(record, FenceBrokerRecord | UnfenceBrokerRecord):
+            found = self._current(record.id, record.epoch)
+            if found is not None:
+                found.fenced = isinstance(record, FenceBrokerRecord)
+        elif isinstance(record, UnregisterBrokerRecord):
+            found = self._current(record.broker_id, record.broker_epoch)
+            if found is not None:
+                del self.brokers[record.broker_id]
+
+    def _current(self, broker_id: int, epoch: int) -> Registration | None:
+        found = self.brokers.get(broker_id)
+        return found if found is not None and found.epoch == epoch else None
+
+    def directory_of(self, broker_id: int) -> uuid.UUID:
+        """Where the controller places a new replica on ``broker_id``: its log dir if it registered
+        exactly one (Kafka's ClusterControlManager.defaultDir), else unassigned."""
+        found = self.brokers.get(broker_id)
+        return found.log_dirs[0] if found is not None and len(found.log_dirs) == 1 else uuid.UUID(int=0)
+
+    def live(self) -> list[BrokerInfo]:
+        """The unfenced brokers, where partitions may be placed (Kafka's usable brokers)."""
+        return [BrokerInfo(r.broker_id, tuple(EndPoint(name, host, port, SECURITY_PROTOCOLS.get(code, "PLAINTEXT"))
+                                              for name, host, port, code in r.endpoints), r.rack, r.epoch)
+                for r in sorted(self.brokers.values(), key=lambda r: r.broker_id) if not r.fenced]
+
+    # --- requests (the leader) -----------------------------------------------------------------
+    async def register(self, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
+        try:
+            return await self._register(request)
+        except KafkaError as exc:  # the leadership lost while writing: the broker asks the next one
+            return BrokerRegistrationResponse(error_code=exc.code, broker_epoch=-1)
+
+    async def _register(self, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
+        def refused(error: ErrorCode) -> BrokerRegistrationResponse:
+            return BrokerRegistrationResponse(error_code=error, broker_epoch=-1)
+        if not self._leads():
+            return refused(ErrorCode.NOT_CONTROLLER)
+        if request.cluster_id != self.cluster_id:
+            return refused(ErrorCode.INCONSISTENT_CLUSTER_ID)
+        existing = self.brokers.get(request.broker_id)
+        if existing is not None and existing.incarnation != request.incarnation_id and self._alive(request.broker_id):
+            return refused(ErrorCode.DUPLICATE_BROKER_REGISTRATION)
+        epoch = self._next_offset()
+        record = RegisterBrokerRecord(
+            broker_id=request.broker_id, is_migrating_zk_broker=False, incarnation_id=request.incarnation_id,
+            broker_epoch=epoch, rack=request.rack, fenced=True, in_controlled_shutdown=False,
+            log_dirs=list(request.log_dirs),
+            end_points=[RegisterBrokerRecord.BrokerEndpoint(name=lst.name, host=lst.host, port=lst.port,
+                                                            security_protocol=lst.security_protocol)
+                        for lst in request.listeners],
+            features=[RegisterBrokerRecord.BrokerFeature(name=f.name, min_supported_version=f.min_supported_version,
+                                                         max_supported_version=f.max_supported_version)
+                      for f in request.features])
+        await self._commit([record])
+        self._heard(request.broker_id)
+        log.info("broker %d registered (epoch %d, incarnation %s)", request.broker_id, epoch, request.incarnation_id)
+        return BrokerRegistrationResponse(error_code=ErrorCode.NONE, broker_epoch=epoch)
+
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
+        try:
+            return await self._heartbeat(request)
+        except KafkaError as exc:  # the leadership lost while writing: the broker asks the next one
+            return BrokerHeartbeatResponse(error_code=exc.code, is_fenced=True)
+
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+        """A block of producer ids for a registered broker of the current epoch (Kafka's
+        ProducerIdControlManager): a ProducerIdsRecord holding the next free id, one at a time."""
+        def refused(error: ErrorCode) -> AllocateProducerIdsResponse:
+            return AllocateProducerIdsResponse(error_code=error, producer_id_start=-1, producer_id_len=-1)
+        if not self._leads():
+            return refused(ErrorCode.NOT_CONTROLLER)
+        found = self.brokers.get(request.broker_id)
+        if found is None:
+            return refused(ErrorCode.BROKER_ID_NOT_REGISTERED)
+        if found.epoch != request.broker_epoch:
+            return refused(ErrorCode.STALE_BROKER_EPOCH)
+        async with self._allocating:  # the next block is read after the previous one is applied
+            first = self.next_producer_id()
+            try:
+                await self._commit([ProducerIdsRecord(broker_id=request.broker_id, broker_epoch=request.broker_epoch,
+                                                      next_producer_id=first + PRODUCER_ID_BLOCK)])
+            except KafkaError as exc:
+                return refused(exc.code)
+        return AllocateProducerIdsResponse(error_code=ErrorCode.NONE, producer_id_start=first,
+                                           producer_id_len=PRODUCER_ID_BLOCK)
+
+    async def _heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
+        def answer(error: ErrorCode, found: Registration | None = None, caught_up: bool = False,
+                   shut_down: bool = False) -> BrokerHeartbeatResponse:
+            return BrokerHeartbeatResponse(error_code=error, is_caught_up=caught_up,
+                                           is_fenced=found.fenced if found is not None else True,
+                                           should_shut_down=shut_down)
+        if not self._leads():
+            return answer(ErrorCode.NOT_CONTROLLER)
+        found = self.brokers.get(request.broker_id)
+        if found is None:
+            return answer(ErrorCode.BROKER_ID_NOT_REGISTERED)
+        if found.epoch != request.broker_epoch:
+            return answer(ErrorCode.STALE_BROKER_EPOCH)
+        self._heard(request.broker_id)
+        caught_up = request.current_metadata_offset >= found.epoch
+        if request.want_shut_down:
+            if not found.fenced:
+                await self._fence(found)
+            return answer(ErrorCode.NONE, found, caught_up, shut_down=True)
+        if found.fenced and caught_up and not request.want_fence:
+            await self._commit([BrokerRegistrationChangeRecord(broker_id=found.broker_id, broker_epoch=found.epoch,
+                                                               fenced=UNFENCE)])
+            log.info("broker %d unfenced (epoch %d)", found.broker_id, found.epoch)
+        elif not found.fenced and request.want_fence:
+            await self._fence(found)
+        return answer(ErrorCode.NONE, self.brokers.get(found.broker_id), caught_up)
+
+    # --- sessions (the leader) -------------------------------------------------------------------
+    def _alive(self, broker_id: int) -> bool:
+        heard = self._last_heartbeat.get(broker_id)
+        return heard is not None and time.monotonic() - heard < self.session_timeout_ms / 1000
+
+    def _heard(self, broker_id: int) -> None:
+        self._last_heartbeat[broker_id] = time.monotonic()
+        timer = self._timers.pop(broker_id, None)
+        if timer is not None:
+            timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[broker_id] = loop.call_later(self.session_timeout_ms / 1000, self._expired, broker_id)
+
+    def _expired(self, broker_id: int) -> None:
+        self._timers.pop(broker_id, None)
+        found = self.brokers.get(broker_id)
+        if found is not None and not found.fenced and self._leads():
+            log.info("broker %d: no heartbeat for broker.session.timeout.ms=%d: fencing it", broker_id,
+                     self.session_timeout_ms)
+            asyncio.ensure_future(self._fence_quietly(found))
+
+    async def _fence_quietly(self, found: Registration) -> None:
+        try:
+            await self._fence(found)
+        except KafkaError as exc:  # a leadership lost on the way: the next leader fences
+            log.warning("broker %d not fenced: %s", found.broker_id, exc)
+
+    async def _fence(self, found: Registration) -> None:
+        await self._commit([BrokerRegistrationChangeRecord(broker_id=found.broker_id, broker_epoch=found.epoch,
+                                                           fenced=FENCE)])
+
+    def leadership_changed(self, leads: bool) -> None:
+        """A new leader counts every unfenced broker as heard from now (Kafka's active controller
+        does the same), so none is fenced for the time the election took; a voter that no longer
+        leads forgets its heartbeat times."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._last_heartbeat.clear()
+        if leads:
+            for registration in self.brokers.values():
+                if not registration.fenced:
+                    self._heard(registration.broker_id)
