@@ -72,6 +72,7 @@ def test_three_grete_controllers_elect_replicate_and_fail_over(quorums: Callable
     print(f"leader {first_leader} killed: leader {after.leader_id} in epoch {after.leader_epoch} after {failover:.2f} s")
 
 
+@pytest.mark.long  # two to four minutes of Kafka controllers: by hand (-m long), as docs/cluster.md says
 @pytest.mark.parametrize("kinds", [["kafka", "kafka", "grete"], ["kafka", "grete", "grete"]],
                          ids=["two-kafka-one-grete", "one-kafka-two-grete"])
 def test_a_quorum_mixing_grete_and_kafka_controllers(quorums: Callable[[list[str]], Quorum],
