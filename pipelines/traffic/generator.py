@@ -9,7 +9,8 @@ start, as in OSPBench) that second's traffic is replaced by a burst of 10 copies
 volume iterations x 19 lanes x 2 messages, sent back to back with no pacing (OSPBench's DATA_VOLUME
 100 means a volume of 34, 12,920 messages per burst).
 
-Deadlines are absolute (perf_counter), so a late slot does not push every later slot back.
+Deadlines are absolute (perf_counter), so a late slot does not push every later slot back, and
+the n-th second of a run is event second start + n however late it is sent.
 
 The producer is idempotent with acks=all: a batch retried after a leader change is written once, so
 a broker's loss neither loses nor duplicates events. ``end_input`` ends a bounded run with one
@@ -77,13 +78,15 @@ def run(plan: Plan, send: Send, stop: Callable[[], bool] = lambda: False) -> Sta
     slot = 2.0 / plan.rate
     slots_per_second = max(1, math.floor(1.0 / slot))
     _sleep_until(time.perf_counter() + (1.0 - time.time() % 1.0))  # start on a whole second
-    t0 = time.perf_counter()
+    t0, first_s = time.perf_counter(), round(time.time())
     for second in range(math.ceil(plan.duration)):
         if stop():
             break
         begin = t0 + second
         _sleep_until(begin)
-        event_s = round(time.time())  # begin is on a whole wall-clock second
+        # By the schedule, not the clock: a second begun 0.5 s late would otherwise take the next
+        # one's event time, and the two would share every window key.
+        event_s = first_s + second
         stats.last_second = event_s
         if is_burst_second(plan, second):
             _burst(plan, lanes, readings, send, stats, event_s)
