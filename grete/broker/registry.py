@@ -116,8 +116,8 @@ RAFT_APIS = frozenset({52, 53, 54, 58, 62, 63})
 FORWARDED_APIS = frozenset({19, 20, 37, 55})
 # What a controller-only node serves and advertises: the quorum's APIs, what a client needs to
 # reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), Envelope and the
-# requests it carries, and the brokers' AllocateProducerIds.
-CONTROLLER_APIS = frozenset({1, 17, 18, 36, 58, 60, 67}) | RAFT_APIS | FORWARDED_APIS
+# requests it carries, and the brokers' AlterPartition and AllocateProducerIds.
+CONTROLLER_APIS = frozenset({1, 17, 18, 36, 56, 58, 60, 67}) | RAFT_APIS | FORWARDED_APIS
 # Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
 # advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
 UNADVERTISED_APIS = frozenset({71, 72})

@@ -104,7 +104,8 @@ def test_kafka_brokers_under_a_grete_controller_quorum(quorums: Callable[[list[s
     """Apache Kafka 4.3.1 brokers (process.roles=broker) register with three grete controllers, are
     unfenced, host a topic created through them (CreateTopics forwarded in an Envelope, placed by the
     grete leader), take writes and serve them back; the grete leader is SIGKILLed and the brokers
-    carry on with the next one, which knows them from the log."""
+    carry on with the next one, which knows them from the log; then a broker is SIGKILLed, and the
+    controller fences it and moves its leaderships to the other."""
     quorum = quorums(["grete", "grete", "grete"])
     quorum.caught_up()
     brokers: list[KafkaBroker] = []
@@ -123,9 +124,14 @@ def test_kafka_brokers_under_a_grete_controller_quorum(quorums: Callable[[list[s
         quorum.voters[view.leader_id].kill()
         quorum.leader_view(timeout=30)
         sent += produce(bootstrap, "under-grete", 200, 200)
-        assert sorted(consume(bootstrap, "under-grete", len(sent))) == sorted(sent)
-        for broker in brokers:
-            assert broker.process is not None and broker.process.poll() is None, broker.log.read_text()[-3000:]
+        # A broker dies: its session expires, the controller fences it and gives its partitions the
+        # other ISR member as leader; nothing acknowledged is lost.
+        brokers[0].kill()
+        survivor = brokers[1].bootstrap
+        sent += produce(survivor, "under-grete", 400, 200)
+        assert sorted(consume(survivor, "under-grete", len(sent))) == sorted(sent)
+        survivor_process = brokers[1].process
+        assert survivor_process is not None and survivor_process.poll() is None, brokers[1].log.read_text()[-3000:]
     finally:
         for broker in brokers:
             broker.kill()

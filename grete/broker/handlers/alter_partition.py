@@ -1,6 +1,7 @@
 """AlterPartition (56), a partition leader proposing a new ISR to the controller of a ZooKeeper
 cluster (KIP-497; Kafka's KafkaController.processAlterPartition). v0-1 name topics, v2+ give their
 ids; v3 lists ISR members with broker epochs, which a ZooKeeper controller ignores, as Kafka's does.
+A controller of a KRaft quorum takes it from its KRaft brokers (grete/broker/quorum/partitions.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ Response = AlterPartitionResponse
 
 @api(56, 0, 3)
 async def handle(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPartitionResponse:
+    registry = ctx.broker.kraft_brokers
+    if registry is not None and registry.partitions is not None:  # a controller of a KRaft quorum
+        return await registry.partitions.alter_partition(request, ctx.version)
     cluster = ctx.broker.cluster
     assert isinstance(cluster, ZkBroker)
     controller = cluster.controller

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import Message
@@ -43,6 +44,9 @@ from grete.protocol.metadata import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
+
+if TYPE_CHECKING:
+    from grete.broker.quorum.partitions import PartitionControl
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,10 @@ class BrokerRegistry:
         self._leads = leads
         self.next_producer_id = next_producer_id  # the first id of the next block (from the records)
         self._allocating = asyncio.Lock()
+        # Told the id of a broker once its fencing is committed (its partitions' leaders move).
+        self.fenced_listeners: list[Callable[[int], Awaitable[None]]] = []
+        # The partition control (AlterPartition), set by the node; grete/broker/quorum/partitions.py.
+        self.partitions: PartitionControl | None = None
         self.brokers: dict[int, Registration] = {}
         self._last_heartbeat: dict[int, float] = {}  # monotonic seconds, the leader's only
         self._timers: dict[int, asyncio.TimerHandle] = {}
@@ -239,6 +247,9 @@ class BrokerRegistry:
     async def _fence(self, found: Registration) -> None:
         await self._commit([BrokerRegistrationChangeRecord(broker_id=found.broker_id, broker_epoch=found.epoch,
                                                            fenced=FENCE)])
+        log.info("broker %d fenced (epoch %d)", found.broker_id, found.epoch)
+        for listener in self.fenced_listeners:
+            await listener(found.broker_id)
 
     def leadership_changed(self, leads: bool) -> None:
         """A new leader counts every unfenced broker as heard from now (Kafka's active controller

@@ -19,6 +19,7 @@ from grete.broker.config import BrokerConfig, StartupError
 from grete.broker.quorum.brokers import BrokerRegistry
 from grete.broker.quorum.cluster import QuorumCluster
 from grete.broker.quorum.driver import RaftDriver, parse_voters
+from grete.broker.quorum.partitions import PartitionControl
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft import RaftConfig
@@ -84,6 +85,9 @@ def controller_broker(config: BrokerConfig) -> Broker:
     driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, meta.cluster_id,
                         raft_config(config), committed, listener=names[0] if names else "CONTROLLER")
     driver.leadership_listeners.append(registry.leadership_changed)
+    partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads)
+    registry.partitions = partitions
+    registry.fenced_listeners.append(partitions.broker_fenced)
     store.directory_of = registry.directory_of
     driver_ref.append(driver)
     broker.quorum = driver

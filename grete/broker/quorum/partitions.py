@@ -1,0 +1,103 @@
+"""Partition leadership as a KRaft quorum's active controller changes it (Kafka's
+ReplicationControlManager), as PartitionChangeRecords:
+
+- AlterPartition from a partition's leader: the new ISR is taken if the request carries the
+  partition's current leader epoch and partition epoch (else FENCED_LEADER_EPOCH /
+  INVALID_UPDATE_VERSION), comes from the leader (NOT_LEADER_OR_FOLLOWER), and names only unfenced
+  registered brokers of their current epochs (INELIGIBLE_REPLICA);
+- a broker fenced (session expired, or asked to shut down): every partition it leads gets the first
+  other ISR member that is unfenced as leader (none: leader -1, the partition offline until one
+  comes back, as Kafka without unclean election), and it leaves every ISR it is in but the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from grete.broker.quorum.brokers import BrokerRegistry
+from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
+from grete.protocol.codec import Message
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
+from grete.protocol.metadata import PartitionChangeRecord
+
+Commit = Callable[[Sequence[Message]], Awaitable[None]]
+NO_LEADER = -1
+NO_CHANGE = -2  # PartitionChangeRecord's Leader: unchanged
+
+
+class PartitionControl:
+    def __init__(self, store: QuorumMetadataStore, registry: BrokerRegistry, commit: Commit,
+                 leads: Callable[[], bool]) -> None:
+        self._store = store
+        self._registry = registry
+        self._commit = commit
+        self._leads = leads
+
+    async def alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse:
+        Response = AlterPartitionResponse
+        if not self._leads():
+            return Response(error_code=ErrorCode.NOT_CONTROLLER)
+        sender = self._registry.brokers.get(request.broker_id)
+        if sender is None or sender.epoch != request.broker_epoch:
+            return Response(error_code=ErrorCode.STALE_BROKER_EPOCH)
+        records: list[Message] = []
+        answers: list[AlterPartitionResponse.TopicData] = []
+        for topic in request.topics:
+            meta = self._store.topic_by_id(topic.topic_id)
+            answer = Response.TopicData(topic_name=topic.topic_name, topic_id=topic.topic_id)
+            answers.append(answer)
+            for wanted in topic.partitions:
+                isr = wanted.new_isr if version < 3 else [b.broker_id for b in wanted.new_isr_with_epochs]
+                part = meta.partitions.get(wanted.partition_index) if meta is not None else None
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if part is None else self._refusal(
+                    request.broker_id, part.leader, part.leader_epoch, part.partition_epoch, wanted, isr)
+                if part is None or error is not ErrorCode.NONE:
+                    answer.partitions.append(Response.PartitionData(partition_index=wanted.partition_index,
+                                                                    error_code=error))
+                    continue
+                assert meta is not None
+                records.append(PartitionChangeRecord(partition_id=wanted.partition_index, topic_id=meta.topic_id,
+                                                     isr=list(isr), leader=NO_CHANGE))
+                answer.partitions.append(Response.PartitionData(
+                    partition_index=wanted.partition_index, error_code=ErrorCode.NONE, leader_id=part.leader,
+                    leader_epoch=part.leader_epoch, isr=list(isr), partition_epoch=part.partition_epoch + 1))
+        if records:
+            try:
+                await self._commit(records)
+            except KafkaError as exc:
+                return Response(error_code=exc.code)
+        return Response(error_code=ErrorCode.NONE, topics=answers)
+
+    def _refusal(self, sender: int, leader: int, leader_epoch: int, partition_epoch: int,
+                 wanted: AlterPartitionRequest.PartitionData, isr: list[int]) -> ErrorCode:
+        if sender != leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if wanted.leader_epoch != leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if wanted.partition_epoch != partition_epoch:
+            return ErrorCode.INVALID_UPDATE_VERSION
+        usable = {b.id for b in self._registry.live()}
+        if any(member not in usable for member in isr):
+            return ErrorCode.INELIGIBLE_REPLICA
+        return ErrorCode.NONE
+
+    async def broker_fenced(self, broker_id: int) -> None:
+        """Move leadership and ISR membership away from a fenced broker, one batch of records."""
+        if not self._leads():
+            return
+        usable = {b.id for b in self._registry.live()} - {broker_id}
+        records: list[Message] = []
+        for meta in self._store.topics().values():
+            for index, part in sorted(meta.partitions.items()):
+                if broker_id not in part.isr and part.leader != broker_id:
+                    continue
+                isr = [r for r in part.isr if r != broker_id] or list(part.isr)
+                leader = NO_CHANGE
+                if part.leader == broker_id:
+                    leader = next((r for r in isr if r in usable), NO_LEADER)
+                records.append(PartitionChangeRecord(partition_id=index, topic_id=meta.topic_id,
+                                                     isr=isr if isr != part.isr else None, leader=leader))
+        if records:
+            await self._commit(records)
+

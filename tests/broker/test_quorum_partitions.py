@@ -1,0 +1,93 @@
+"""The KRaft controller's partition rules (grete/broker/quorum/partitions.py) on a real metadata
+store whose appends commit at once: AlterPartition's refusals and its ISR change, and leadership
+moved off a fenced broker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from grete.broker.quorum.brokers import BrokerRegistry
+from grete.broker.quorum.partitions import PartitionControl
+from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
+from grete.coordinator.kraft.raft_log import RaftBatch
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import AlterPartitionRequest
+from grete.protocol.metadata import BrokerRegistrationChangeRecord, RegisterBrokerRecord
+
+
+class Quorum:
+    """A store and registry whose every append is committed and applied at once."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.store = QuorumMetadataStore("cluster", self.append)
+        self.registry = BrokerRegistry("cluster", 9000, self.store.commit, lambda: self.offset, lambda: True,
+                                       lambda: self.store.next_producer_id)
+        self.control = PartitionControl(self.store, self.registry, self.store.commit, lambda: True)
+
+    async def append(self, values: list[bytes]) -> int:
+        batch = RaftBatch(self.offset, 1, tuple(values))
+        self.offset += len(values)
+        for record, offset in self.store.apply_batch(batch):
+            self.registry.apply(record, offset)
+        return self.offset - 1
+
+    async def broker(self, broker_id: int, fenced: bool = False) -> None:
+        epoch = self.offset
+        await self.store.commit([RegisterBrokerRecord(broker_id=broker_id, broker_epoch=epoch, fenced=True,
+                                                      incarnation_id=uuid.uuid4())])
+        if not fenced:
+            await self.store.commit([BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=epoch,
+                                                                    fenced=-1)])
+
+
+def alter(topic_id: uuid.UUID, broker: int, epoch: int, isr: list[int], leader_epoch: int = 0,
+          partition_epoch: int = 0) -> AlterPartitionRequest:
+    return AlterPartitionRequest(broker_id=broker, broker_epoch=epoch, topics=[AlterPartitionRequest.TopicData(
+        topic_id=topic_id, partitions=[AlterPartitionRequest.PartitionData(
+            partition_index=0, leader_epoch=leader_epoch, partition_epoch=partition_epoch,
+            new_isr_with_epochs=[AlterPartitionRequest.BrokerState(broker_id=b) for b in isr])])])
+
+
+def test_alter_partition_takes_a_current_leader_s_isr_and_refuses_the_rest() -> None:
+    async def run() -> None:
+        q = Quorum()
+        for broker in (1, 2, 3):
+            await q.broker(broker)
+        await q.broker(4, fenced=True)
+        meta = await q.store.create_topic("t", {0: [1, 2, 3]}, {})
+        epoch_of = {b: r.epoch for b, r in q.registry.brokers.items()}
+
+        async def error(request: AlterPartitionRequest) -> int:
+            answer = await q.control.alter_partition(request, 3)
+            return answer.error_code or answer.topics[0].partitions[0].error_code
+        assert await error(alter(meta.topic_id, 2, epoch_of[2], [1, 2])) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert await error(alter(meta.topic_id, 1, epoch_of[1], [1, 2], leader_epoch=5)) == ErrorCode.FENCED_LEADER_EPOCH
+        assert await error(alter(meta.topic_id, 1, epoch_of[1], [1, 2], partition_epoch=3)) == \
+            ErrorCode.INVALID_UPDATE_VERSION
+        assert await error(alter(meta.topic_id, 1, epoch_of[1], [1, 4])) == ErrorCode.INELIGIBLE_REPLICA
+        assert await error(alter(meta.topic_id, 1, epoch_of[1] + 1, [1, 2])) == ErrorCode.STALE_BROKER_EPOCH
+        answer = await q.control.alter_partition(alter(meta.topic_id, 1, epoch_of[1], [1, 2]), 3)
+        assert answer.topics[0].partitions[0].error_code == 0 and answer.topics[0].partitions[0].partition_epoch == 1
+        part = meta.partitions[0]
+        assert (part.isr, part.leader, part.leader_epoch, part.partition_epoch) == ([1, 2], 1, 0, 1)
+    asyncio.run(run())
+
+
+def test_a_fenced_broker_s_leaderships_go_to_the_next_live_isr_member() -> None:
+    async def run() -> None:
+        q = Quorum()
+        for broker in (1, 2, 3):
+            await q.broker(broker)
+        led = await q.store.create_topic("led", {0: [1, 2, 3]}, {})
+        followed = await q.store.create_topic("followed", {0: [2, 1]}, {})
+        alone = await q.store.create_topic("alone", {0: [1]}, {})
+        registration = q.registry.brokers[1]
+        registration.fenced = True  # as the fencing record just committed
+        await q.control.broker_fenced(1)
+        assert (led.partitions[0].leader, led.partitions[0].isr, led.partitions[0].leader_epoch) == (2, [2, 3], 1)
+        assert (followed.partitions[0].leader, followed.partitions[0].isr) == (2, [2])
+        # The last ISR member stays in it; with no one else the partition has no leader.
+        assert (alone.partitions[0].leader, alone.partitions[0].isr) == (-1, [1])
+    asyncio.run(run())
