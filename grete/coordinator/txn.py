@@ -182,6 +182,10 @@ class TransactionCoordinator:
             # A new instance takes over: the old one's transaction is aborted with a bumped epoch,
             # so any write it still has in flight is rejected as fenced.
             meta = self.commit.abort(meta, fence=True)
+            if meta.in_flight:
+                # Its markers are still on their way to other brokers: the new instance retries
+                # until the abort is complete, as Kafka's coordinator answers it.
+                return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         pid, epoch = self._bumped(meta)
         renewed = meta.transit(TxnState.EMPTY, self.now_ms(), producer_id=pid, producer_epoch=epoch,
                                timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,

@@ -121,3 +121,40 @@ async def test_the_state_reloads_with_its_transaction_version() -> None:
     assert reloaded.describe("tx").producer_epoch == init.producer_epoch + 2  # type: ignore[union-attr]
     await asyncio.sleep(0)
     reloaded.shutdown()
+
+
+class _RemoteMarkers(_Markers):
+    """Markers that other brokers still have to acknowledge: the end waits on this future."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: asyncio.Future[None] | None = None
+
+    def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                      partitions: Iterable[TopicPartition], *, transaction_version: int = 0) -> asyncio.Future[None]:
+        super().write_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions,
+                              transaction_version=transaction_version)
+        self.pending = asyncio.get_running_loop().create_future()
+        return self.pending
+
+
+@async_test
+async def test_a_takeover_while_the_abort_s_markers_travel_is_asked_to_retry() -> None:
+    """A new producer instance takes over a transactional id whose transaction is open: the
+    coordinator aborts it (fencing the old epoch); while its markers are still on their way to other
+    brokers the new instance gets CONCURRENT_TRANSACTIONS and retries, as Kafka's coordinator
+    answers, and gets a bumped epoch once the abort is complete."""
+    markers = _RemoteMarkers()
+    c = _coordinator(markers=markers)
+    init = c.init_producer_id("tx", 60000)
+    pid, e = init.producer_id, init.producer_epoch
+    assert c.add_partitions("tx", pid, e, [TP]) is ErrorCode.NONE
+    assert c.init_producer_id("tx", 60000).error is ErrorCode.CONCURRENT_TRANSACTIONS
+    assert c.describe("tx").state is TxnState.PREPARE_ABORT  # type: ignore[union-attr]
+    assert c.init_producer_id("tx", 60000).error is ErrorCode.CONCURRENT_TRANSACTIONS
+    assert markers.pending is not None
+    markers.pending.set_result(None)
+    await asyncio.sleep(0)  # the completion runs in the marker future's callback
+    again = c.init_producer_id("tx", 60000)
+    assert again.error is ErrorCode.NONE and again.producer_id == pid and again.producer_epoch > e + 1
+    c.shutdown()
