@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import Message
@@ -31,6 +31,8 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -45,9 +47,6 @@ from grete.protocol.metadata import (
     UnregisterBrokerRecord,
 )
 
-if TYPE_CHECKING:
-    from grete.broker.quorum.partitions import PartitionControl
-
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
@@ -57,6 +56,10 @@ SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SS
 FENCE, UNFENCE = 1, -1
 
 Commit = Callable[[Sequence[Message]], Awaitable[None]]
+
+
+class AlterPartitionTaker(Protocol):
+    async def alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse: ...
 
 
 @dataclass
@@ -85,7 +88,7 @@ class BrokerRegistry:
         # Told the id of a broker once its fencing is committed (its partitions' leaders move).
         self.fenced_listeners: list[Callable[[int], Awaitable[None]]] = []
         # The partition control (AlterPartition), set by the node; grete/broker/quorum/partitions.py.
-        self.partitions: PartitionControl | None = None
+        self.partitions: AlterPartitionTaker | None = None
         self.brokers: dict[int, Registration] = {}
         self._last_heartbeat: dict[int, float] = {}  # monotonic seconds, the leader's only
         self._timers: dict[int, asyncio.TimerHandle] = {}
