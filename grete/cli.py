@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="override a property (repeatable)")
     serve.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
-    local = sub.add_parser("cluster", help="run ZooKeeper and N brokers on this machine until Ctrl-C; "
-                           "status, restart N, stop [N] ask the running one (docs/cluster.md)")
+    local = sub.add_parser("cluster", help="run a KRaft controller quorum (or ZooKeeper) and N brokers on this "
+                           "machine until Ctrl-C; status, restart N, stop [N] ask the running one (docs/cluster.md)")
     local.add_argument("action", nargs="?", choices=["status", "restart", "stop"],
                        help="ask the cluster running in --dir: list its brokers, restart or stop one "
                             "(or, with no N, stop everything); without it, run the cluster")
@@ -29,7 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--dir", default="./grete-cluster", help="data directory (default ./grete-cluster)")
     local.add_argument("--port", type=int, default=0,
                        help="first broker port; broker i listens on PORT+i-1 (default: free ports)")
-    local.add_argument("--zookeeper-port", type=int, default=0, help="ZooKeeper's port (default: a free one)")
+    local.add_argument("--controllers", type=int, default=3,
+                       help="KRaft controllers, ids 1001.. (default 3; one process each)")
+    local.add_argument("--controller-port", type=int, default=0,
+                       help="first controller port; controller 1000+i listens on PORT+i-1 (default: free ports)")
+    local.add_argument("--zookeeper", action="store_true",
+                       help="coordinate through ZooKeeper, as Kafka 3.9 (default: a KRaft controller quorum)")
+    local.add_argument("--zookeeper-port", type=int, default=0,
+                       help="ZooKeeper's port, with --zookeeper (default: a free one)")
     local.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="a broker property for every broker (repeatable)")
     scram = sub.add_parser("scram", help="write SCRAM credentials before the first start (no PLAIN login needed)")
@@ -82,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_cluster(args: argparse.Namespace) -> int:
-    """``grete cluster``: ZooKeeper and N brokers, the bootstrap servers printed, supervised until
-    Ctrl-C (or SIGTERM, or ``grete cluster stop``), which stops every broker it runs and ZooKeeper.
-    The data stays in --dir, so the same command starts the cluster again."""
+    """``grete cluster``: a KRaft controller quorum (or, with --zookeeper, ZooKeeper) and N brokers,
+    the bootstrap servers printed, supervised until Ctrl-C (or SIGTERM, or ``grete cluster stop``),
+    which stops every process it runs. The data stays in --dir, so the same command starts the
+    cluster again."""
     import asyncio
     import signal
     from concurrent.futures import ThreadPoolExecutor
@@ -100,6 +108,9 @@ def run_cluster(args: argparse.Namespace) -> int:
     overrides.setdefault("transaction.state.log.replication.factor", replication)
     overrides.setdefault("transaction.state.log.min.isr", str(min(2, args.brokers)))
     ports = {i: args.port + i - 1 for i in range(1, args.brokers + 1)} if args.port else None
+    controllers = 0 if args.zookeeper else max(1, args.controllers)
+    controller_ports = ({1000 + i: args.controller_port + i - 1 for i in range(1, controllers + 1)}
+                        if args.controller_port else None)
     directory = Path(args.dir)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -113,10 +124,16 @@ def run_cluster(args: argparse.Namespace) -> int:
         # The lifecycle thread outlives the cluster: brokers it restarted die with it.
         with ThreadPoolExecutor(1, thread_name_prefix="lifecycle") as lifecycle, \
                 cluster(args.brokers, directory=directory, overrides=overrides, ports=ports,
-                        zookeeper_port=args.zookeeper_port or None) as running:
-            print(f"ZooKeeper: {running.zookeeper.connect}", flush=True)
+                        zookeeper_port=args.zookeeper_port or None, controllers=controllers,
+                        controller_ports=controller_ports) as running:
+            if running.zookeeper is not None:
+                print(f"ZooKeeper: {running.zookeeper.connect}", flush=True)
+            if running.quorum is not None:
+                print(f"controllers (KRaft, cluster id {running.quorum.cluster_id}): {running.quorum.voters}",
+                      flush=True)
             print(f"bootstrap servers: {running.bootstrap_servers}", flush=True)
-            print(f"data and logs (broker-<id>.log, zookeeper.log): {running.directory}", flush=True)
+            logs = "zookeeper.log" if running.zookeeper is not None else "controller-<id>.log"
+            print(f"data and logs (broker-<id>.log, {logs}): {running.directory}", flush=True)
             print(f"grete cluster status|restart N|stop [N] --dir {args.dir}; Ctrl-C stops every process",
                   flush=True)
             asyncio.run(ClusterSupervisor(running, lifecycle).run(control))

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, Producer
+
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from grete.protocol.records.batch import iter_batches
@@ -156,7 +158,12 @@ def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[st
 
 def metadata_batches(voter: Voter, below: int) -> list[bytes]:
     """The voter's metadata log batches below ``below``, as bytes on disk."""
-    partition = voter.data / f"{METADATA_TOPIC}-0"
+    return metadata_log_batches(voter.data, below)
+
+
+def metadata_log_batches(data: Path, below: int) -> list[bytes]:
+    """The metadata log batches below ``below`` in the log dir ``data``, as bytes on disk."""
+    partition = data / f"{METADATA_TOPIC}-0"
     found: list[bytes] = []
     for segment in sorted(partition.glob("*.log")):
         found += [bytes(b.bytes_view()) for b in iter_batches(segment.read_bytes()) if b.base_offset < below]
@@ -164,8 +171,8 @@ def metadata_batches(voter: Voter, below: int) -> list[bytes]:
 
 
 @dataclass
-class KafkaBroker:
-    """An Apache Kafka 4.3.1 broker (``process.roles=broker``) of a quorum's cluster."""
+class BrokerOfQuorum:
+    """A broker (``process.roles=broker``) of a quorum's cluster, its data and log in ``workdir``."""
 
     node_id: int
     port: int
@@ -180,12 +187,12 @@ class KafkaBroker:
     def log(self) -> Path:
         return self.workdir / "server.log"
 
-    def start(self) -> None:
-        self.process = spawn(kafka_dist.java_cmd(KAFKA, "kafka-server-start", str(self.workdir / "broker.properties"),
-                                                 log_level="INFO", quick_start=False), self.log)
+    @property
+    def data(self) -> Path:
+        return self.workdir / "data"
 
-    def started(self) -> bool:
-        return self.log.exists() and "Kafka Server started" in self.log.read_text(errors="replace")
+    def start(self) -> None:
+        raise NotImplementedError
 
     def kill(self) -> None:
         if self.process is not None:
@@ -194,22 +201,80 @@ class KafkaBroker:
             self.process = None
 
 
-def start_kafka_broker(quorum: Quorum, node_id: int, workdir: Path) -> KafkaBroker:
-    """A Kafka 4.3.1 broker registered with ``quorum``, formatted with its cluster id, started."""
-    kafka_dist.fetch(KAFKA)
-    broker = KafkaBroker(node_id, free_port(), workdir)
-    workdir.mkdir(parents=True)
-    props = {"process.roles": "broker", "node.id": str(node_id),
+class KafkaBroker(BrokerOfQuorum):
+    """An Apache Kafka 4.3.1 broker."""
+
+    def start(self) -> None:
+        self.process = spawn(kafka_dist.java_cmd(KAFKA, "kafka-server-start", str(self.workdir / "broker.properties"),
+                                                 log_level="INFO", quick_start=False), self.log)
+
+    def started(self) -> bool:
+        return self.log.exists() and "Kafka Server started" in self.log.read_text(errors="replace")
+
+
+class GreteBroker(BrokerOfQuorum):
+    """A grete broker."""
+
+    def start(self) -> None:
+        self.process = spawn([sys.executable, "-m", "grete.cli", "serve", str(self.workdir / "broker.properties")],
+                             self.log)
+
+
+def _formatted(broker: BrokerOfQuorum, quorum: Quorum, extra: dict[str, str]) -> None:
+    """The broker's properties written and its storage formatted with the quorum's cluster id by
+    Kafka's own format step (for a grete broker too: it reads what kafka-storage writes)."""
+    broker.workdir.mkdir(parents=True)
+    props = {"process.roles": "broker", "node.id": str(broker.node_id),
              "listeners": f"PLAINTEXT://127.0.0.1:{broker.port}",
              "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker.port}",
              "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-             "controller.quorum.voters": quorum.voters_line, "log.dirs": str(workdir / "data"),
-             "offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
-             "transaction.state.log.min.isr": "1", "group.initial.rebalance.delay.ms": "0",
-             "num.network.threads": "2", "num.io.threads": "2", "background.threads": "2"}
-    config = workdir / "broker.properties"
+             "controller.quorum.voters": quorum.voters_line, "log.dirs": str(broker.data),
+             "group.initial.rebalance.delay.ms": "0", **extra}
+    config = broker.workdir / "broker.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", quorum.cluster_id, "-c", str(config), check=True)
+
+
+def start_kafka_broker(quorum: Quorum, node_id: int, workdir: Path) -> KafkaBroker:
+    """A Kafka 4.3.1 broker registered with ``quorum``, formatted with its cluster id, started."""
+    kafka_dist.fetch(KAFKA)
+    broker = KafkaBroker(node_id, free_port(), workdir)
+    _formatted(broker, quorum, {"offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
+                                "transaction.state.log.min.isr": "1", "num.network.threads": "2",
+                                "num.io.threads": "2", "background.threads": "2"})
     broker.start()
     return broker
+
+
+def start_grete_broker(quorum: Quorum, node_id: int, workdir: Path, extra: dict[str, str] | None = None) -> GreteBroker:
+    """A grete broker of ``quorum``'s cluster, formatted, started."""
+    broker = GreteBroker(node_id, free_port(), workdir)
+    _formatted(broker, quorum, extra or {})
+    broker.start()
+    return broker
+
+
+def produce(bootstrap: str, topic: str, first: int, count: int) -> list[bytes]:
+    """``count`` values written by an idempotent acks=all producer, each acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    values = [b"v%d" % i for i in range(first, first + count)]
+    for value in values:
+        producer.produce(topic, value)
+    assert producer.flush(60) == 0
+    return values
+
+
+def consume(bootstrap: str, topic: str, count: int, group: str = "reader") -> list[bytes]:
+    """Up to ``count`` values read by a consumer of ``group`` from its committed offsets (or the start)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        value = message.value() if message is not None and message.error() is None else None
+        if value is not None:
+            got.append(value)
+    consumer.close()
+    return got

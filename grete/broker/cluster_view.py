@@ -10,6 +10,7 @@ from typing import NamedTuple, Protocol
 
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.zk_layout import BrokerInfo
+from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
 
 TopicPartition = tuple[str, int]
@@ -46,7 +47,8 @@ def replica_list_error(replicas: list[int]) -> tuple[ErrorCode, str] | None:
 
 
 class ClusterView(Protocol):
-    broker_epoch: int
+    @property
+    def broker_epoch(self) -> int: ...
     # Whether the controller-to-broker APIs of a ZooKeeper cluster are served and advertised (and the
     # metadata quorum's APIs are not: the node is not its own quorum).
     zk_broker_apis: bool
@@ -70,3 +72,51 @@ class ClusterView(Protocol):
     def reassignments(self) -> dict[TopicPartition, Reassignment]: ...
     async def reassign(self, wanted: dict[TopicPartition, list[int] | None]
                        ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]: ...
+    # A request about the metadata quorum (DescribeQuorum) as the active controller answers it, on a
+    # node that is not in the quorum (a KRaft broker forwards it, as Kafka's); None where this node
+    # answers itself.
+    async def forwarded(self, request: Message, version: int) -> Message | None: ...
+
+
+class BrokersFromMetadata:
+    """What a broker of a cluster of several answers from its metadata (a ZooKeeper broker's cache,
+    a KRaft broker's image): the live brokers, the partitions' leaders, the coordinators."""
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        raise NotImplementedError
+
+    def known_topic(self, name: str) -> TopicMeta | None:
+        """The topic as this broker's metadata knows it."""
+        raise NotImplementedError
+
+    def listed_brokers(self, listener: str) -> list[ListedBroker]:
+        """Every live broker with an endpoint on ``listener`` (Kafka lists only those)."""
+        return [ListedBroker(info.id, e.host, e.port, info.rack)
+                for info in self.live_brokers() if (e := info.endpoint(listener)) is not None]
+
+    def partition_states(self, meta: TopicMeta, indexes: list[int], listener: str,
+                         listener_not_found: bool) -> list[PartitionState]:
+        """A leader that is not live, or has no endpoint on ``listener``, is reported as none:
+        LEADER_NOT_AVAILABLE, or LISTENER_NOT_FOUND (if ``listener_not_found``) when the leader lives
+        but lacks the listener."""
+        live = {b.id: b for b in self.live_brokers()}
+        states = []
+        for index in indexes:
+            pmeta = meta.partitions[index]
+            leader = live.get(pmeta.leader)
+            error, leader_id = ErrorCode.NONE, pmeta.leader
+            if leader is None or leader.endpoint(listener) is None:
+                error = (ErrorCode.LISTENER_NOT_FOUND if leader is not None and listener_not_found
+                         else ErrorCode.LEADER_NOT_AVAILABLE)
+                leader_id = -1
+            states.append(PartitionState(error, leader_id, pmeta.leader_epoch, list(pmeta.isr),
+                                         list(pmeta.offline_replicas)))
+        return states
+
+    def coordinator_for(self, topic: str, index: int) -> tuple[int, str | None, int]:
+        """The leader of the coordinator's partition, as the metadata cache knows it."""
+        meta = self.known_topic(topic)
+        leader = meta.partitions[index].leader if meta is not None and index in meta.partitions else -1
+        if leader < 0:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{topic}-{index} has no leader", -1
+        return ErrorCode.NONE, None, leader

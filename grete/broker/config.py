@@ -226,6 +226,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
        "time the client will wait for the response of a request.", minimum=0),
     _d("broker.session.timeout.ms", INT, "9000", "The length of time in milliseconds that a broker lease lasts "
        "if no heartbeats are made. Used when running in KRaft mode.", minimum=0),
+    _d("broker.heartbeat.interval.ms", INT, "2000", "The length of time in milliseconds between broker heartbeats. "
+       "Used when running in KRaft mode.", minimum=0),
     _d("controller.quorum.retry.backoff.ms", INT, "20", "The amount of time to wait before attempting to retry "
        "a failed request to a given topic partition.", minimum=0),
     _d("log.dirs", LIST, None),

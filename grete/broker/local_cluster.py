@@ -18,6 +18,7 @@ from grete.broker.listeners import Listener, security_protocol
 from grete.broker.replica_manager import ReplicaManager
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
+from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 
 MIN_ISR = "min.insync.replicas"
@@ -105,6 +106,9 @@ class LocalCluster:
 
     def reassignments(self) -> dict[TopicPartition, Reassignment]:
         return {}  # never one in progress
+
+    async def forwarded(self, request: Message, version: int) -> Message | None:
+        return None  # answered here
 
     async def reassign(self, wanted: dict[TopicPartition, list[int] | None]
                        ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:

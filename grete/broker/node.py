@@ -26,6 +26,7 @@ from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener, security_protocol
 from grete.broker.pipeline import Pipeline
 from grete.broker.quorum.controller_node import controller_broker, is_controller_only
+from grete.broker.quorum.kraft_broker import KRaftBroker, is_kraft_broker
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from grete.storage.dir_lock import DirLock, LogDirLockedError, lock_log_dirs, release_all
 
@@ -53,9 +54,8 @@ def _check_quorum_of_one(config: BrokerConfig) -> None:
     roles = set(config.get_list("process.roles"))
     if roles != {"broker", "controller"}:
         raise ConfigError(f"process.roles={','.join(sorted(roles))}: grete runs KRaft as a combined node that is "
-                          "its own quorum (process.roles=broker,controller) or as a controller of a quorum "
-                          "(process.roles=controller); brokers of a KRaft cluster are not supported yet "
-                          "(use zookeeper.connect for a cluster)")
+                          "its own quorum (process.roles=broker,controller), as a controller of a quorum "
+                          "(process.roles=controller) or as a broker of one (process.roles=broker)")
     voters = {entry.partition("@")[0].strip() for entry in config.get_list("controller.quorum.voters")}
     if voters - {str(config.node_id)}:
         raise ConfigError(f"controller.quorum.voters names {','.join(sorted(voters))}: grete's KRaft quorum is this "
@@ -63,11 +63,16 @@ def _check_quorum_of_one(config: BrokerConfig) -> None:
 
 
 def _new_broker(config: BrokerConfig) -> tuple[Any, Broker]:
-    """The broker, and its ZooKeeper membership in a cluster (a grete.broker.cluster.zk_cluster.ZkCluster,
-    which is also the broker's cluster view; None on the embedded node, whose view is a LocalCluster)."""
+    """The broker, and its membership of a cluster of several (a ZooKeeper cluster's
+    grete.broker.cluster.zk_cluster.ZkCluster, a KRaft cluster's grete.broker.quorum.kraft_broker.KRaftBroker;
+    each is also the broker's cluster view). None on the embedded node, whose view is a LocalCluster,
+    and on a controller."""
     if not config.get_str("zookeeper.connect"):
         if is_controller_only(config):
             return None, controller_broker(config)
+        if is_kraft_broker(config):
+            kraft = KRaftBroker(config)
+            return kraft, Broker(config, metadata=kraft.metadata, cluster=kraft)
         _check_quorum_of_one(config)
         return None, Broker(config)
     # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
@@ -83,7 +88,7 @@ class Node:
         # First of all: the broker reads its log dirs as it is built (the metadata file is in the first).
         self.dir_locks = _lock_log_dirs(config)
         try:
-            self.zk_broker, self.broker = _new_broker(config)
+            self.membership, self.broker = _new_broker(config)
         except BaseException:
             release_all(self.dir_locks)
             raise
@@ -108,21 +113,21 @@ class Node:
                 await self._listen(listener)
             broker.quorum.start()
             return
-        if self.zk_broker is not None:
-            await self.zk_broker.connect()  # the cluster id comes from ZooKeeper
+        if self.membership is not None:
+            await self.membership.connect()  # the cluster id comes from ZooKeeper (KRaft: the format step)
             broker.replicas.on_leadership = self._leadership_changed
-            self.zk_broker.serve_replication(broker)
+            self.membership.serve_replication(broker)
         broker.log_manager.startup(cluster_id=broker.metadata.cluster_id, node_id=broker.node_id)
         broker.replicas.on_all_offline = self._all_dirs_offline
         broker.replicas.start()
-        if self.zk_broker is None:
+        if self.membership is None:
             await broker.ensure_cluster_min_isr()
-        await broker.producer_ids.start(lazily=self.zk_broker is not None)
+        await broker.producer_ids.start(lazily=self.membership is not None)
         broker.group_coordinator = await start_group_coordinator(broker)
         if not broker.cluster.replicates:
             broker.share_groups.load(broker.share_coordinator.local_states())
         # After the groups: finishing an interrupted commit may apply transactional offsets.
-        broker.start_transactions(self.zk_broker.listener if self.zk_broker is not None else "PLAINTEXT")
+        broker.start_transactions(self.membership.listener if self.membership is not None else "PLAINTEXT")
         broker.delegation_tokens.start()
         for listener in broker.listeners:
             await self._listen(listener)
@@ -142,14 +147,14 @@ class Node:
             await service.start()
             broker.direct = service
         self._tasks.append(asyncio.ensure_future(self._maintenance_loop()))
-        if self.zk_broker is not None:
-            await self.zk_broker.register(broker)  # last: the registration names the bound ports
+        if self.membership is not None:
+            await self.membership.register(broker)  # last: the registration names the bound ports
 
     async def stop(self) -> None:
         broker = self.broker
-        if self.zk_broker is not None:
+        if self.membership is not None:
             # While the listeners still serve: the controller moves leadership away first.
-            await self.zk_broker.controlled_shutdown()
+            await self.membership.controlled_shutdown()
         for server in self.servers:
             server.close()
         if self.metrics_server is not None:
@@ -182,8 +187,8 @@ class Node:
         broker.log_manager.shutdown()
         broker.close_metadata()
         release_all(self.dir_locks)
-        if self.zk_broker is not None:
-            await self.zk_broker.stop()  # the session ends: our registration vanishes at once
+        if self.membership is not None:
+            await self.membership.stop()  # the session ends: our registration vanishes at once
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
@@ -258,7 +263,7 @@ class Node:
             quiet_since = loop.time() - MAINTENANCE_INTERVAL_S
             for conn in list(self.broker.connections):
                 conn.trim(quiet_since)
-            if self.zk_broker is not None:
+            if self.membership is not None:
                 self.broker.replicas.shrink_isrs(int(time.time() * 1000),
                                                  self.config.get_int("replica.lag.time.max.ms"))
             try:

@@ -24,7 +24,8 @@ from kazoo.client import KazooClient
 
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.testing import _wire
-from grete.testing.common import BrokerStartError, scratch_root
+from grete.testing.common import BrokerStartError, free_port, scratch_root
+from grete.testing.kraft import ControllerQuorum, format_storage, write_properties
 from grete.testing.process import BrokerProcess, await_start, serve_command, spawn
 
 ZOOKEEPER_JAR = Path(os.environ.get("GRETE_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
@@ -34,13 +35,6 @@ START_TIMEOUT_S = 60.0
 
 class ZooKeeperUnavailable(RuntimeError):
     """Debian's zookeeper package (or java) is not installed: ./scripts/install-test-deps installs it."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def zookeeper_available() -> str | None:
@@ -105,13 +99,17 @@ class ZooKeeperProcess:
 
 
 class GreteCluster:
-    """ZooKeeper and brokers 1..N (``brokers[id]``), each broker's data in ``<dir>/broker-<id>``."""
+    """Brokers 1..N (``brokers[id]``), each broker's data in ``<dir>/broker-<id>``, coordinated by
+    ZooKeeper (``zookeeper``) or by a KRaft controller quorum of grete controllers (``quorum``)."""
 
-    def __init__(self, directory: Path, zookeeper: ZooKeeperProcess, overrides: Mapping[str, str] | None = None,
-                 ports: Mapping[int, int] | None = None,
-                 broker_overrides: Mapping[int, Mapping[str, str]] | None = None) -> None:
+    def __init__(self, directory: Path, zookeeper: ZooKeeperProcess | None,
+                 overrides: Mapping[str, str] | None = None, ports: Mapping[int, int] | None = None,
+                 broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
+                 quorum: ControllerQuorum | None = None) -> None:
+        assert (zookeeper is None) != (quorum is None), "ZooKeeper or a controller quorum"
         self.directory = directory
         self.zookeeper = zookeeper
+        self.quorum = quorum
         self.overrides = dict(overrides or {})
         self.broker_overrides = {b: dict(o) for b, o in (broker_overrides or {}).items()}
         self.ports = dict(ports or {})
@@ -131,21 +129,28 @@ class GreteCluster:
     def broker_items(self, broker_id: int) -> dict[str, str]:
         port = self.ports.get(broker_id, 0)
         items = {
-            "broker.id": str(broker_id),
-            "zookeeper.connect": self.zookeeper.connect,
             "listeners": f"PLAINTEXT://{self.host_of(broker_id)}:{port}",
             "log.dirs": str(self.directory / f"broker-{broker_id}"),
             "group.initial.rebalance.delay.ms": "0",
-            # Quick failure detection for local clusters (Kafka's default is 18 s).
-            "zookeeper.session.timeout.ms": "6000",
-            "controlled.shutdown.retry.backoff.ms": "500",
         }
+        if self.zookeeper is not None:
+            items.update({
+                "broker.id": str(broker_id),
+                "zookeeper.connect": self.zookeeper.connect,
+                # Quick failure detection for local clusters (Kafka's default is 18 s).
+                "zookeeper.session.timeout.ms": "6000",
+                "controlled.shutdown.retry.backoff.ms": "500",
+            })
+        else:
+            assert self.quorum is not None
+            items.update(self.quorum.broker_items(broker_id))
         items.update(self.overrides)
         items.update(self.broker_overrides.get(broker_id, {}))
         return items
 
     def registered(self) -> list[int]:
         """The broker ids registered in ZooKeeper now."""
+        assert self.zookeeper is not None
         client = KazooClient(hosts=self.zookeeper.connect)
         client.start(10)
         try:
@@ -159,7 +164,11 @@ class GreteCluster:
         """Start (or restart) a broker. A killed broker's registration lives until its session
         expires, and a broker cannot register over it (Kafka's rule too): wait for that first."""
         items = self.broker_items(broker_id)
-        if broker_id in self.brokers:
+        if self.quorum is not None:
+            properties = self.directory / f"broker-{broker_id}.properties"
+            write_properties(properties, items)
+            format_storage(properties, self.quorum.cluster_id)
+        elif broker_id in self.brokers:
             deadline = time.monotonic() + int(items["zookeeper.session.timeout.ms"]) / 1000 + 10
             while broker_id in self.registered() and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -217,7 +226,10 @@ class GreteCluster:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)
                 self.brokers[broker_id].stop(30.0)
-        self.zookeeper.stop()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+        if self.quorum is not None:
+            self.quorum.stop()
 
 
 def _stopped(pid: int) -> bool:
@@ -232,17 +244,23 @@ def _stopped(pid: int) -> bool:
 def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides: Mapping[str, str] | None = None,
             ports: Mapping[int, int] | None = None, zookeeper_port: int | None = None,
             keep: bool = False,
-            broker_overrides: Mapping[int, Mapping[str, str]] | None = None) -> Iterator[GreteCluster]:
-    """ZooKeeper and ``brokers`` grete brokers (ids 1..N), stopped (and, unless ``keep`` or a
-    ``directory`` was given, removed) on exit. ``broker_overrides``: properties of single brokers
-    (e.g. ``{1: {"broker.rack": "a"}}``)."""
+            broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
+            controllers: int = 0, controller_ports: Mapping[int, int] | None = None) -> Iterator[GreteCluster]:
+    """``brokers`` grete brokers (ids 1..N) and ZooKeeper, or with ``controllers`` a KRaft quorum of
+    that many grete controllers (ids 1001..); stopped (and, unless ``keep`` or a ``directory`` was
+    given, removed) on exit. ``broker_overrides``: properties of single brokers (e.g.
+    ``{1: {"broker.rack": "a"}}``)."""
     scratch = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="grete-cluster-",
                                                                                   dir=scratch_root()))
     scratch.mkdir(parents=True, exist_ok=True)
-    zookeeper = ZooKeeperProcess(scratch, zookeeper_port)
-    running = GreteCluster(scratch, zookeeper, overrides, ports, broker_overrides)
+    zookeeper = ZooKeeperProcess(scratch, zookeeper_port) if not controllers else None
+    quorum = ControllerQuorum(scratch, controllers, controller_ports) if controllers else None
+    running = GreteCluster(scratch, zookeeper, overrides, ports, broker_overrides, quorum)
     try:
-        zookeeper.start()
+        if zookeeper is not None:
+            zookeeper.start()
+        if quorum is not None:
+            quorum.start()
         for broker_id in range(1, brokers + 1):
             running.start_broker(broker_id, wait_metadata=False)
         running.await_metadata()

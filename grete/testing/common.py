@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 # A test broker differs from ``grete serve``'s embedded defaults in one respect: one partition for
 # __consumer_offsets and for __transaction_state instead of 50, so a test's first consumer group or
@@ -28,3 +29,11 @@ def scratch_root() -> str | None:
 
 class BrokerStartError(RuntimeError):
     """The broker did not come up (port in use, unusable data dir, ...); the cause is chained."""
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (for a process that binds it a moment later)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

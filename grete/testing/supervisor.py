@@ -19,7 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -128,17 +128,21 @@ class ClusterSupervisor:
         self.condition: dict[int, str] = {}
         self.closing = False
         self.done = asyncio.Event()
-        self._zk = KazooClient(hosts=running.zookeeper.connect)
+        zookeeper = running.zookeeper
+        self._zk = KazooClient(hosts=zookeeper.connect) if zookeeper is not None else None
         self._watches: set[asyncio.Task[None]] = set()
 
     async def run(self, path: Path) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.shut_down)
-        await asyncio.to_thread(self._zk.start, 10)
+        if self._zk is not None:
+            await asyncio.to_thread(self._zk.start, 10)
+            self._keep(self._watch_zookeeper())
         for broker_id, broker in self.running.brokers.items():
             self._keep(self._watch(broker_id, broker))
-        self._keep(self._watch_zookeeper())
+        for node_id, controller in self._controllers().items():
+            self._keep(self._watch(node_id, controller, "controller"))
         server = await asyncio.start_unix_server(self._serve, str(path))
         try:
             await self.done.wait()
@@ -148,8 +152,9 @@ class ClusterSupervisor:
             server.close()
             for watch in list(self._watches):
                 watch.cancel()
-            await asyncio.to_thread(self._zk.stop)  # before ZooKeeper goes, or kazoo complains
-            self._zk.close()
+            if self._zk is not None:
+                await asyncio.to_thread(self._zk.stop)  # before ZooKeeper goes, or kazoo complains
+                self._zk.close()
             await self._in_lifecycle(self.running.stop)
             path.unlink(missing_ok=True)
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -170,12 +175,19 @@ class ClusterSupervisor:
         return await asyncio.get_running_loop().run_in_executor(self.lifecycle, call)
 
     # --- deaths ------------------------------------------------------------------------------
-    async def _watch(self, broker_id: int, broker: BrokerProcess) -> None:
+    def _controllers(self) -> dict[int, BrokerProcess]:
+        quorum = self.running.quorum
+        return quorum.controllers if quorum is not None else {}
+
+    def _process(self, node_id: int) -> BrokerProcess | None:
+        return self.running.brokers.get(node_id) or self._controllers().get(node_id)
+
+    async def _watch(self, broker_id: int, broker: BrokerProcess, kind: str = "broker") -> None:
         code = await exited(broker.process)
         if self.closing or broker_id in self.condition:
             return  # stopped on request: the request reports it
         self.condition[broker_id] = f"dead: {describe_exit(code)}"
-        lines = [f"grete cluster: broker {broker_id} (pid {broker.pid}, port {broker.port}) died: "
+        lines = [f"grete cluster: {kind} {broker_id} (pid {broker.pid}, port {broker.port}) died: "
                  f"{describe_exit(code)}; last lines of {broker.log_path}:"]
         lines += [f"    {line}" for line in tail(broker.log_path)]
         lines.append(f"restart it with: grete cluster restart {broker_id} --dir {self.running.directory}")
@@ -183,7 +195,7 @@ class ClusterSupervisor:
 
     async def _watch_zookeeper(self) -> None:
         zookeeper = self.running.zookeeper
-        assert zookeeper.process is not None
+        assert zookeeper is not None and zookeeper.process is not None
         code = await exited(zookeeper.process)
         if self.closing:
             return
@@ -209,11 +221,12 @@ class ClusterSupervisor:
             return 0, await self.status()
         if words == ["stop"]:
             self.shut_down()
-            return 0, "stopping every broker and ZooKeeper\n"
+            return 0, "stopping every broker and " + ("ZooKeeper\n" if self._zk is not None else "controller\n")
         if len(words) == 2 and words[0] in ("restart", "stop") and words[1].isdigit():
             broker_id = int(words[1])
-            if broker_id not in self.running.brokers:
-                return 1, f"no broker {broker_id}: brokers are {sorted(self.running.brokers)}\n"
+            if self._process(broker_id) is None:
+                return 1, f"no broker {broker_id}: brokers are {sorted(self.running.brokers)}" + (
+                    f", controllers {sorted(self._controllers())}\n" if self._controllers() else "\n")
             if self.condition.get(broker_id) in ("starting", "stopping"):
                 return 1, f"broker {broker_id} is {self.condition[broker_id]} already\n"
             if words[0] == "stop":
@@ -222,27 +235,39 @@ class ClusterSupervisor:
         return 1, "requests: status | restart N | stop [N]\n"
 
     async def stop_broker(self, broker_id: int) -> tuple[int, str]:
-        broker = self.running.brokers[broker_id]
+        broker = self._process(broker_id)
+        kind = "broker" if broker_id in self.running.brokers else "controller"
+        assert broker is not None
         if broker.process.poll() is not None:
-            return 0, f"broker {broker_id} is not running ({self.condition.get(broker_id, 'stopped')})\n"
+            return 0, f"{kind} {broker_id} is not running ({self.condition.get(broker_id, 'stopped')})\n"
         self.condition[broker_id] = "stopping"
-        code = await self._in_lifecycle(lambda: self.running.stop_broker(broker_id))
+        code = await self._in_lifecycle(lambda: broker.stop())
         self.condition[broker_id] = "stopped" if code == 0 else f"stopped ({describe_exit(code)})"
-        return 0, f"broker {broker_id} {self.condition[broker_id]}\n"
+        return 0, f"{kind} {broker_id} {self.condition[broker_id]}\n"
 
     async def restart_broker(self, broker_id: int) -> tuple[int, str]:
         """A controlled shutdown first if it runs; then started again with its data and port."""
-        if self.running.brokers[broker_id].process.poll() is None:
+        found = self._process(broker_id)
+        assert found is not None
+        kind = "broker" if broker_id in self.running.brokers else "controller"
+        if found.process.poll() is None:
             await self.stop_broker(broker_id)
         self.condition[broker_id] = "starting"
         try:
-            broker = await self._in_lifecycle(lambda: self.running.start_broker(broker_id))
+            broker = await self._in_lifecycle(lambda: self._start(broker_id))
         except BrokerStartError as exc:
             self.condition[broker_id] = "failed to start"
-            return 1, f"broker {broker_id} did not start: {exc}\n"
+            return 1, f"{kind} {broker_id} did not start: {exc}\n"
         del self.condition[broker_id]
-        self._keep(self._watch(broker_id, broker))
-        return 0, f"broker {broker_id} restarted: pid {broker.pid}, port {broker.port}\n"
+        self._keep(self._watch(broker_id, broker, kind))
+        return 0, f"{kind} {broker_id} restarted: pid {broker.pid}, port {broker.port}\n"
+
+    def _start(self, node_id: int) -> BrokerProcess:
+        quorum = self.running.quorum
+        if node_id in self.running.brokers or quorum is None:
+            return self.running.start_broker(node_id)
+        quorum.start_controller(node_id)
+        return quorum.controllers[node_id]
 
     async def status(self) -> str:
         controller, registered = await asyncio.to_thread(self._registrations)
@@ -252,17 +277,28 @@ class ClusterSupervisor:
             health = await self._health(broker_id, broker, broker_id in registered)
             rows.append((str(broker_id), str(broker.pid), str(broker.port), role, health))
         zookeeper = self.running.zookeeper
-        assert zookeeper.process is not None
-        alive = zookeeper.process.poll() is None and await asyncio.to_thread(zookeeper.ready)
-        rows.append(("zookeeper", str(zookeeper.process.pid), str(zookeeper.port), "-",
-                     "healthy" if alive else "dead"))
+        if zookeeper is not None:
+            assert zookeeper.process is not None
+            alive = zookeeper.process.poll() is None and await asyncio.to_thread(zookeeper.ready)
+            rows.append(("zookeeper", str(zookeeper.process.pid), str(zookeeper.port), "-",
+                         "healthy" if alive else "dead"))
+        for node_id, process in sorted(self._controllers().items()):
+            role = "leader" if node_id == controller else "voter"
+            health = self.condition.get(node_id) or (
+                "healthy" if process.process.poll() is None else f"dead: {describe_exit(process.process.returncode)}")
+            rows.append((str(node_id), str(process.pid), str(process.port), role, health))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
                        for row in rows)
 
     def _registrations(self) -> tuple[int, set[int]]:
         """(the controller's id, or -1; the broker ids registered) from /controller and /brokers/ids;
-        nothing while ZooKeeper does not answer (its own line then says so)."""
+        nothing while ZooKeeper does not answer (its own line then says so). In KRaft: the quorum's
+        leader, and the brokers a running broker lists (registered and unfenced)."""
+        quorum = self.running.quorum
+        if quorum is not None:
+            return quorum.leader(), _listed(self.running.brokers.values())
+        assert self._zk is not None
         controller, registered = -1, set()
         try:
             registered = {int(child) for child in self._zk.get_children(zk.BROKER_IDS)}
@@ -283,6 +319,20 @@ class ClusterSupervisor:
             return "running, not registered"
         answers = await asyncio.to_thread(_answers_metadata, broker)
         return "healthy" if answers else "running, not answering"
+
+
+def _listed(brokers: Iterable[BrokerProcess]) -> set[int]:
+    """The brokers a running broker's Metadata lists (in KRaft: registered and unfenced)."""
+    for broker in brokers:
+        if broker.process.poll() is not None:
+            continue
+        try:
+            answer = _wire.call(broker.host, broker.port, MetadataRequest(topics=[]), MetadataResponse, 9,
+                                timeout=PROBE_TIMEOUT_S)
+        except OSError:
+            continue
+        return {b.node_id for b in answer.brokers}
+    return set()
 
 
 def _answers_metadata(broker: BrokerProcess) -> bool:

@@ -1,6 +1,7 @@
 """``grete cluster`` as an operator runs it: a subprocess that reports a broker's death, restarts it on
 ``grete cluster restart N``, lists its brokers with ``grete cluster status`` and stops every process
-it runs (restarted ones included) on SIGINT."""
+it runs (restarted ones included) on SIGINT; with ZooKeeper (``--zookeeper``) and with its default,
+a KRaft controller quorum, whose controllers are watched and restarted the same way."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ START_TIMEOUT_S = 120
 class Supervisor:
     """The ``grete cluster`` process and its output, line by line (stdout and stderr together)."""
 
-    def __init__(self, directory: Path, brokers: int) -> None:
+    def __init__(self, directory: Path, brokers: int, *mode: str) -> None:
         self.directory = directory
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "grete.cli", "cluster", "--brokers", str(brokers), "--dir", str(directory)],
+            [sys.executable, "-m", "grete.cli", "cluster", "--brokers", str(brokers), "--dir", str(directory), *mode],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -71,7 +72,15 @@ class Supervisor:
 @pytest.fixture
 def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
     need_zookeeper()
-    running = Supervisor(tmp_path / "cluster", brokers=2)
+    yield from _supervised(Supervisor(tmp_path / "cluster", 2, "--zookeeper"))
+
+
+@pytest.fixture
+def kraft_supervisor(tmp_path: Path) -> Iterator[Supervisor]:
+    yield from _supervised(Supervisor(tmp_path / "cluster", 2, "--controllers", "3"))
+
+
+def _supervised(running: Supervisor) -> Iterator[Supervisor]:
     try:
         yield running
     finally:
@@ -142,3 +151,38 @@ def test_stop_one_broker_then_the_cluster(supervisor: Supervisor) -> None:
     assert supervisor.process.wait(90) == 0
     assert not any(_alive(int(first[name]["pid"])) for name in ("2", "zookeeper"))
     assert supervisor.command("status").returncode == 1  # nothing answers any more
+
+
+def test_a_kraft_cluster_by_default_controllers_watched_and_restarted(kraft_supervisor: Supervisor) -> None:
+    """Three controllers and two brokers; the quorum's leader is SIGKILLed: reported, another leads,
+    the brokers stay healthy and take writes; ``restart`` brings the controller back as a voter."""
+    supervisor = kraft_supervisor
+    banner = supervisor.await_line("Ctrl-C stops every process", timeout=START_TIMEOUT_S)
+    assert any(line.startswith("controllers (KRaft") for line in banner), banner
+    before = supervisor.status()
+    assert [before[b]["health"] for b in ("1", "2", "1001", "1002", "1003")] == ["healthy"] * 5
+    assert sorted(before[c]["role"] for c in ("1001", "1002", "1003")) == ["leader", "voter", "voter"]
+    leader = next(c for c in ("1001", "1002", "1003") if before[c]["role"] == "leader")
+    os.kill(int(before[leader]["pid"]), signal.SIGKILL)
+    supervisor.await_line(f"controller {leader} (pid {before[leader]['pid']}, port {before[leader]['port']}) died")
+    supervisor.await_line(f"restart it with: grete cluster restart {leader}")
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    _wire.create_topic("127.0.0.1", int(before["1"]["port"]), topic, 2, {})  # through the new leader
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{before['2']['port']}", "acks": "all"})
+    delivered: list[object] = []
+    for partition in (0, 1):
+        producer.produce(topic, b"v", partition=partition, on_delivery=lambda err, _msg: delivered.append(err))
+    assert producer.flush(60) == 0
+    assert delivered == [None, None]
+    during = supervisor.status()
+    assert during[leader]["health"] == "dead: killed by SIGKILL"
+    assert [during[c]["role"] for c in ("1001", "1002", "1003") if c != leader].count("leader") == 1
+
+    restarted = supervisor.command("restart", leader)
+    assert restarted.returncode == 0, restarted.stderr
+    after = supervisor.status()
+    assert [after[b]["health"] for b in ("1", "2", "1001", "1002", "1003")] == ["healthy"] * 5
+    pids = [int(after[name]["pid"]) for name in after]
+    supervisor.process.send_signal(signal.SIGINT)
+    assert supervisor.process.wait(90) == 0
+    assert [pid for pid in pids if _alive(pid)] == []

@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tools.kraft_quorum import (
     KafkaBroker,
     Quorum,
+    consume,
     metadata_batches,
+    produce,
     start_kafka_broker,
     start_quorum,
     wait_for,
@@ -142,26 +144,3 @@ def _described(admin: AdminClient, topic: str) -> Any:
         return admin.describe_topics(TopicCollection([topic]))[topic].result(10)
     except KafkaException:
         return None
-
-
-def produce(bootstrap: str, topic: str, first: int, count: int) -> list[bytes]:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-    values = [b"v%d" % i for i in range(first, first + count)]
-    for value in values:
-        producer.produce(topic, value)
-    assert producer.flush(60) == 0
-    return values
-
-
-def consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(got) < count and time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        value = message.value() if message is not None and message.error() is None else None
-        if value is not None:
-            got.append(value)
-    consumer.close()
-    return got

@@ -5,7 +5,9 @@ and always its leader. As Kafka's KafkaApis and KafkaRaftClient: DESCRIBE on the
 (else CLUSTER_AUTHORIZATION_FAILED for the whole request), then the request must name exactly
 ``__cluster_metadata`` partition 0 (else UNKNOWN_TOPIC_OR_PARTITION on each partition it names).
 The leader reports itself as caught up now; v2 adds the voters' directory ids and their endpoints.
-A ZooKeeper-mode broker has no quorum, neither advertises nor serves this API (as Kafka 3.9's).
+A broker of a KRaft cluster forwards it to the active controller and relays the answer (Kafka's
+brokers forward it, so ``kafka-metadata-quorum --bootstrap-server`` works). A ZooKeeper-mode broker
+has no quorum, neither advertises nor serves this API (as Kafka 3.9's).
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ Response = DescribeQuorumResponse
 
 
 @api(55, 0, 2)
-def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+async def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
     if not cluster_allowed(ctx, AclOperation.DESCRIBE):
         return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
+    forwarded = await ctx.broker.cluster.forwarded(request, ctx.version)
+    if forwarded is not None:
+        assert isinstance(forwarded, DescribeQuorumResponse)
+        return forwarded
     store = ctx.broker.metadata
     asked = [(t.topic_name, p.partition_index) for t in request.topics for p in t.partitions]
     if asked != [(METADATA_TOPIC, 0)] or not isinstance(store, KRaftMetadataStore):

@@ -11,8 +11,11 @@ it keeps heartbeat times: a broker silent for ``broker.session.timeout.ms`` is f
 - A heartbeat from a registered broker of the current epoch is caught up once the broker has
   replayed the log up to its own registration; a fenced broker that is caught up and does not ask to
   stay fenced is unfenced (BrokerRegistrationChangeRecord, fenced -1), answered once committed.
-- A broker asking to shut down is fenced and told to shut down (it leads no partition: partitions
-  under a grete quorum are not implemented yet).
+- A broker asking to shut down is fenced (its leaderships move) and told to shut down.
+- With ``grete.fast.failover.enable``, the leader also watches every unfenced broker's process
+  (grete/broker/cluster/liveness.py): a broker whose connection ends and whose port then refuses
+  connections is dead, not silent, and is fenced at once rather than after the session timeout. A
+  paused or unreachable broker leaves no such evidence and waits for the timeout, as in Kafka.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from grete.broker.cluster.liveness import ProcessWatch
 from grete.coordinator.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -77,8 +81,9 @@ class Registration:
 class BrokerRegistry:
     def __init__(self, cluster_id: str, session_timeout_ms: int, commit: Commit,
                  next_offset: Callable[[], int], leads: Callable[[], bool],
-                 next_producer_id: Callable[[], int]) -> None:
+                 next_producer_id: Callable[[], int], fast_failover: bool = False) -> None:
         self.cluster_id = cluster_id
+        self.fast_failover = fast_failover
         self.session_timeout_ms = session_timeout_ms
         self._commit = commit
         self._next_offset = next_offset  # where the next appended record lands (the leader's log end)
@@ -92,6 +97,7 @@ class BrokerRegistry:
         self.brokers: dict[int, Registration] = {}
         self._last_heartbeat: dict[int, float] = {}  # monotonic seconds, the leader's only
         self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._watches: dict[int, tuple[int, ProcessWatch]] = {}  # broker id -> (epoch, watch), the leader's
 
     # --- from committed records ---------------------------------------------------------------
     def apply(self, record: Message, offset: int) -> None:
@@ -216,6 +222,7 @@ class BrokerRegistry:
             await self._commit([BrokerRegistrationChangeRecord(broker_id=found.broker_id, broker_epoch=found.epoch,
                                                                fenced=UNFENCE)])
             log.info("broker %d unfenced (epoch %d)", found.broker_id, found.epoch)
+            self._watch(found)
         elif not found.fenced and request.want_fence:
             await self._fence(found)
         return answer(ErrorCode.NONE, self.brokers.get(found.broker_id), caught_up)
@@ -232,6 +239,29 @@ class BrokerRegistry:
             timer.cancel()
         loop = asyncio.get_running_loop()
         self._timers[broker_id] = loop.call_later(self.session_timeout_ms / 1000, self._expired, broker_id)
+
+    def _watch(self, found: Registration) -> None:
+        """The leader's watch of an unfenced broker's process (one per registration)."""
+        current = self._watches.get(found.broker_id)
+        if not self.fast_failover or not found.endpoints or (current is not None and current[0] == found.epoch):
+            return
+        if current is not None:
+            current[1].close()
+        _name, host, port, _protocol = found.endpoints[0]
+        self._watches[found.broker_id] = (found.epoch, ProcessWatch(
+            host, port, lambda: self._dead(found.broker_id, found.epoch), lambda: None))
+
+    def _dead(self, broker_id: int, epoch: int) -> None:
+        """The broker's process is gone: fenced now if this registration still stands unfenced."""
+        found = self._current(broker_id, epoch)
+        if found is not None and not found.fenced and self._leads():
+            log.info("broker %d: its connection ended and its port refuses connections: fencing it now", broker_id)
+            asyncio.ensure_future(self._fence_quietly(found))
+
+    def _unwatch_all(self) -> None:
+        for _epoch, watch in self._watches.values():
+            watch.close()
+        self._watches.clear()
 
     def _expired(self, broker_id: int) -> None:
         self._timers.pop(broker_id, None)
@@ -262,7 +292,9 @@ class BrokerRegistry:
             timer.cancel()
         self._timers.clear()
         self._last_heartbeat.clear()
+        self._unwatch_all()
         if leads:
             for registration in self.brokers.values():
                 if not registration.fenced:
                     self._heard(registration.broker_id)
+                    self._watch(registration)

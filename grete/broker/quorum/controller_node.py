@@ -76,7 +76,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
 
     registry = BrokerRegistry(meta.cluster_id, config.get_int("broker.session.timeout.ms"), store.commit,
                               lambda: driver_ref[0].log.end_offset, lambda: driver_ref[0].leads,
-                              lambda: store.next_producer_id)
+                              lambda: store.next_producer_id, config.get_bool("grete.fast.failover.enable"))
 
     def committed(batch: RaftBatch) -> None:
         for record, offset in store.apply_batch(batch):

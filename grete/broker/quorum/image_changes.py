@@ -1,0 +1,107 @@
+"""What a KRaft broker's metadata image changed, published once per committed batch.
+
+A broker's image moves with the records the controller commits, whoever asked for the change: this
+broker's handlers, another broker's, a tool talking to the controller. The broker's parts that
+follow the metadata (dynamic configs, log configs, the authorizer, quotas, SCRAM logins, partitions
+waiting for a follower to come back) learn of it here, as they learn of a single node's own writes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from grete.coordinator.kraft.store import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
+from grete.coordinator.metadata import ChangeFeed, ChangeKind, MetadataChange, TopicMeta
+from grete.protocol.codec import Message
+from grete.protocol.metadata import (
+    AccessControlEntryRecord,
+    BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
+    ConfigRecord,
+    DelegationTokenRecord,
+    PartitionRecord,
+    RemoveAccessControlEntryRecord,
+    RemoveDelegationTokenRecord,
+    RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    UserScramCredentialRecord,
+)
+
+_SIMPLE: dict[type[Message], ChangeKind] = {
+    UserScramCredentialRecord: ChangeKind.SCRAM_CREDENTIALS_CHANGED,
+    RemoveUserScramCredentialRecord: ChangeKind.SCRAM_CREDENTIALS_CHANGED,
+    AccessControlEntryRecord: ChangeKind.ACLS_CHANGED,
+    RemoveAccessControlEntryRecord: ChangeKind.ACLS_CHANGED,
+    ClientQuotaRecord: ChangeKind.CLIENT_QUOTAS_CHANGED,
+    DelegationTokenRecord: ChangeKind.DELEGATION_TOKENS_CHANGED,
+    RemoveDelegationTokenRecord: ChangeKind.DELEGATION_TOKENS_CHANGED,
+}
+_CONFIGS = {BROKER_RESOURCE: ChangeKind.BROKER_CONFIGS_CHANGED, GROUP_RESOURCE: ChangeKind.GROUP_CONFIGS_CHANGED}
+
+
+class ImageChanges:
+    def __init__(self, changes: ChangeFeed, topic_by_id: Callable[[uuid.UUID], TopicMeta | None],
+                 topic: Callable[[str], TopicMeta | None]) -> None:
+        self._changes = changes
+        self._topic_by_id = topic_by_id
+        self._topic = topic
+        self._known: dict[uuid.UUID, TopicMeta] = {}  # every topic of the image, kept for its deletion
+        self._created: set[uuid.UUID] = set()
+        self._added: dict[uuid.UUID, set[int]] = {}
+        self._deleted: list[TopicMeta] = []
+        self._configured: set[str] = set()  # topics whose configs changed
+        self._kinds: set[ChangeKind] = set()
+        self._joined: set[int] = set()
+
+    def applied(self, record: Message) -> None:
+        """A record of the batch, applied to the image."""
+        if isinstance(record, RemoveTopicRecord):
+            # The image has dropped it; the last state it was published in still stands here.
+            self._created.discard(record.topic_id)
+            found = self._known.pop(record.topic_id, None)
+            if found is not None:
+                self._deleted.append(found)
+        elif isinstance(record, TopicRecord):
+            self._created.add(record.topic_id)
+        elif isinstance(record, PartitionRecord) and record.topic_id not in self._created:
+            self._added.setdefault(record.topic_id, set()).add(record.partition_id)
+        elif isinstance(record, ConfigRecord):
+            if record.resource_type == TOPIC_RESOURCE:
+                self._configured.add(record.resource_name)
+            elif record.resource_type in _CONFIGS:
+                self._kinds.add(_CONFIGS[record.resource_type])
+        elif isinstance(record, UnfenceBrokerRecord):
+            self._joined.add(record.id)
+        elif isinstance(record, BrokerRegistrationChangeRecord) and record.fenced == -1:
+            self._joined.add(record.broker_id)
+        elif type(record) in _SIMPLE:
+            self._kinds.add(_SIMPLE[type(record)])
+
+    def publish(self) -> None:
+        """After the batch is applied: each change once."""
+        for gone in self._deleted:
+            self._changes.publish(MetadataChange(ChangeKind.TOPIC_DELETED, gone, tuple(sorted(gone.partitions))))
+        for topic_id in sorted(self._created):
+            created = self._topic_by_id(topic_id)
+            if created is not None:
+                self._known[topic_id] = created
+                self._changes.publish(MetadataChange(ChangeKind.TOPIC_CREATED, created,
+                                                     tuple(sorted(created.partitions))))
+        for topic_id, indexes in sorted(self._added.items()):
+            grown = self._topic_by_id(topic_id)
+            if grown is not None:
+                self._changes.publish(MetadataChange(ChangeKind.PARTITIONS_ADDED, grown, tuple(sorted(indexes))))
+        for name in sorted(self._configured):
+            configured = self._topic(name)
+            if configured is not None and configured.topic_id not in self._created:
+                self._changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, configured,
+                                                     tuple(sorted(configured.partitions))))
+        for kind in sorted(self._kinds, key=lambda k: k.value):
+            self._changes.publish(MetadataChange(kind))
+        if self._joined:
+            self._changes.publish(MetadataChange(ChangeKind.BROKERS_JOINED, brokers=tuple(sorted(self._joined))))
+        self._created, self._added, self._deleted = set(), {}, []
+        self._configured, self._kinds, self._joined = set(), set(), set()

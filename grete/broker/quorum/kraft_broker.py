@@ -1,0 +1,327 @@
+"""A broker of a KRaft cluster (``process.roles=broker``), as Kafka 4.3's BrokerServer runs one.
+
+It is not a voter: it follows ``__cluster_metadata`` as an observer of the controller quorum named by
+``controller.quorum.voters`` (the Raft driver of grete/broker/quorum/driver.py, fetching from the
+quorum's leader), and its metadata is the image replayed from the committed records
+(grete/broker/quorum/broker_store.py). What the image says of this broker's partitions is acted on
+as it arrives, with no LeaderAndIsr or UpdateMetadata: a partition whose leader epoch moved is led or
+followed, one whose partition epoch moved under the same leader takes its new ISR, one removed or
+moved away is deleted here (Kafka's ReplicaManager.applyDelta). The broker registers and heartbeats
+(grete/broker/quorum/broker_lifecycle.py), sends its ISR changes to the active controller
+(AlterPartition) and its metadata changes there too (the store). It is also the broker's cluster
+view: the live brokers are the registered, unfenced ones, as Kafka's KRaft metadata cache lists them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from grete.broker import features as feature_specs
+from grete.broker import release_versions as rv
+from grete.broker.cluster.alter_partition import AlterPartitionManager
+from grete.broker.cluster.fetcher import ReplicaFetcherManager
+from grete.broker.cluster.share_persister import ClusterSharePersister
+from grete.broker.cluster.zk_broker import inter_broker_listener
+from grete.broker.cluster_view import BrokersFromMetadata, Reassignment, TopicPartition
+from grete.broker.config import BrokerConfig, StartupError
+from grete.broker.listeners import security_protocol
+from grete.broker.quorum.broker_lifecycle import BrokerLifecycle, Registration
+from grete.broker.quorum.broker_store import BrokerMetadataStore
+from grete.broker.quorum.brokers import SECURITY_PROTOCOLS, BrokerRegistry
+from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLeader
+from grete.broker.quorum.controller_node import raft_config
+from grete.broker.quorum.driver import RaftDriver, VoterAddress, parse_voters
+from grete.broker.quorum.image_changes import ImageChanges
+from grete.broker.replica_manager import PartitionOrder
+from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
+from grete.coordinator.kraft.raft_log import RaftBatch
+from grete.coordinator.metadata import TopicMeta
+from grete.coordinator.zk_layout import BrokerInfo, EndPoint
+from grete.protocol.codec import Message
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import BrokerRegistrationRequest, ElectLeadersRequest, ElectLeadersResponse
+from grete.protocol.metadata import PartitionChangeRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
+from grete.storage.meta_properties import MetaPropertiesError, read_meta_properties
+
+if TYPE_CHECKING:
+    from grete.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
+ELECT_LEADERS_VERSION = 2
+REASSIGNMENTS_UNSUPPORTED = "reassignments through a grete KRaft broker are not supported yet"
+_PROTOCOL_IDS = {name: code for code, name in SECURITY_PROTOCOLS.items()}
+
+
+def is_kraft_broker(config: BrokerConfig) -> bool:
+    return set(config.get_list("process.roles")) == {"broker"}
+
+
+def supported_features() -> list[BrokerRegistrationRequest.Feature]:
+    """The feature levels this broker can run, as it registers them: every metadata.version from
+    Kafka's minimum to the latest production one, and each KRaft feature's range."""
+    def feature(name: str, low: int, high: int) -> BrokerRegistrationRequest.Feature:
+        return BrokerRegistrationRequest.Feature(name=name, min_supported_version=low, max_supported_version=high)
+    found = [feature(rv.METADATA_VERSION, rv.METADATA_VERSIONS[0].level, rv.LATEST_PRODUCTION.level),
+             feature(rv.KRAFT_VERSION, 0, max(rv.FEATURE_LEVELS[rv.KRAFT_VERSION]))]
+    found += [feature(spec.name, spec.min_level, spec.max_level) for spec in feature_specs.SUPPORTED]
+    return found
+
+
+class KRaftBroker(BrokersFromMetadata):
+    zk_broker_apis = False
+    replicates = True
+    # Kafka 4's AutoTopicCreationManager: the topic is asked of the controller, the answer is
+    # UNKNOWN_TOPIC_OR_PARTITION until this broker's image has it (clients retry).
+    auto_create_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    auto_create_waits_open = False
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.node_id
+        self.cluster_id = _formatted_cluster_id(config)
+        voters_config = config.get_list("controller.quorum.voters")
+        if not voters_config:
+            raise StartupError("process.roles=broker needs controller.quorum.voters (id@host:port of every "
+                               "controller); grete's brokers do not join a dynamic quorum "
+                               "(controller.quorum.bootstrap.servers) yet")
+        try:
+            self.voters = parse_voters(voters_config)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        names = config.get_list("controller.listener.names")
+        if not names:
+            raise StartupError("process.roles=broker needs controller.listener.names (the controllers' listener)")
+        self.controller_listener = names[0]
+        self.listener = inter_broker_listener(config)
+        self.driver = RaftDriver(self.broker_id, self.voters, config.metadata_log_dir / METADATA_PARTITION_DIR,
+                                 self.cluster_id, raft_config(config), self._committed,
+                                 listener=self.controller_listener)
+        request_timeout_s = config.get_int("controller.quorum.request.timeout.ms") / 1000
+        self.channel = ControllerChannel(self.broker_id, QuorumLeader(self.driver),
+                                         timeout_s=max(30.0, request_timeout_s))
+        self.lifecycle: BrokerLifecycle | None = None
+        self._heartbeats: ControllerChannel | None = None
+        self.metadata = BrokerMetadataStore(self.cluster_id, self.channel, lambda: self.broker_epoch)
+        self._changes = ImageChanges(self.metadata.changes, self.metadata.topic_by_id, self.metadata.topic)
+        self.registry = BrokerRegistry(self.cluster_id, config.get_int("broker.session.timeout.ms"),
+                                       _no_commit, lambda: -1, lambda: False, lambda: -1)
+        self.applied_offset = -1
+        self.alter_partitions: AlterPartitionManager | None = None
+        self._broker: Broker | None = None
+        self._touched: set[uuid.UUID] = set()  # topics whose partitions changed since the last delta
+        self._removed: set[uuid.UUID] = set()
+        self._delta_due = False
+        # What this broker acts on per hosted partition: (leader epoch, partition epoch), by topic id.
+        self._hosted: dict[uuid.UUID, dict[int, tuple[int, int]]] = {}
+        self._names: dict[uuid.UUID, str] = {}
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+
+    # --- the cluster view ---------------------------------------------------------------------------
+    def live_brokers(self) -> list[BrokerInfo]:
+        return self.registry.live()
+
+    def known_topic(self, name: str) -> TopicMeta | None:
+        return self.metadata.topic(name)
+
+    def controller_id(self) -> int:
+        """A KRaft broker does not expose the controllers: Kafka's brokers name a live broker."""
+        live = [b.id for b in self.live_brokers()]
+        return self.broker_id if self.broker_id in live else (live[0] if live else -1)
+
+    def controller_listeners(self) -> list[str]:
+        return []
+
+    def check_broker_configs(self, scope: str, before: dict[str, str], after: dict[str, str]) -> None:
+        """The controller checks what it is sent (eligible leader replicas' rules included)."""
+
+    async def elect_leaders(self, preferred: bool,
+                            partitions: list[TopicPartition] | None) -> dict[TopicPartition, ErrorCode]:
+        """Asked of the active controller, as Kafka's brokers forward ElectLeaders."""
+        topics: dict[str, list[int]] = {}
+        for topic, index in partitions or []:
+            topics.setdefault(topic, []).append(index)
+        request = ElectLeadersRequest(
+            election_type=0 if preferred else 1, timeout_ms=30000,
+            topic_partitions=None if partitions is None else [
+                ElectLeadersRequest.TopicPartitions(topic=t, partitions=sorted(p)) for t, p in sorted(topics.items())])
+        response = await self.channel.call(request, ELECT_LEADERS_VERSION)
+        assert isinstance(response, ElectLeadersResponse)
+        if response.error_code != ErrorCode.NONE:
+            raise KafkaError(ErrorCode(response.error_code), "the controller refused the election")
+        return {(r.topic, p.partition_id): ErrorCode(p.error_code)
+                for r in response.replica_election_results for p in r.partition_result}
+
+    async def forwarded(self, request: Message, version: int) -> Message | None:
+        """Asked of the active controller, as Kafka's brokers forward DescribeQuorum."""
+        return await self.channel.call(request, version)
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, REASSIGNMENTS_UNSUPPORTED)
+
+    async def reassign(self, wanted: dict[TopicPartition, list[int] | None]
+                       ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, REASSIGNMENTS_UNSUPPORTED)
+
+    # --- start (the node's order) -----------------------------------------------------------------------
+    async def connect(self) -> str:
+        return self.cluster_id
+
+    def serve_replication(self, broker: Broker) -> None:
+        """Followers fetch from their leaders; leaders send their ISR changes to the active controller."""
+        self._broker = broker
+        fetchers = ReplicaFetcherManager(self.broker_id, self.config, broker.metrics,
+                                         lambda: broker.direct.push_receiver() if broker.direct is not None else None)
+        self.alter_partitions = AlterPartitionManager(self.broker_id, lambda: self.broker_epoch,
+                                                      self._controller_info, self.controller_listener)
+        broker.replicas.followers = fetchers
+        broker.replicas.alter_isr = self.alter_partitions.submit
+        broker.replicas.replica_alive = lambda replica: any(b.id == replica for b in self.live_brokers())
+        broker.share_groups.persister = ClusterSharePersister(broker, self.listener)
+
+    async def register(self, broker: Broker) -> None:
+        """Follow the metadata log, then register with the controller quorum (after the listeners are
+        bound: the registration names their ports)."""
+        endpoints = [BrokerRegistrationRequest.Listener(
+            name=a.name, host=a.host, port=a.port,
+            security_protocol=_PROTOCOL_IDS.get(security_protocol(self.config, a.name), 0)) for a in broker.advertised]
+        if not any(e.name == self.listener for e in endpoints):
+            raise StartupError(f"inter.broker.listener.name {self.listener} is not one of the advertised listeners "
+                               f"{[e.name for e in endpoints]}")
+        registration = Registration(self.broker_id, self.cluster_id, uuid.uuid4(), endpoints, supported_features(),
+                                    self.config.get_str("broker.rack") or None,
+                                    list(broker.log_manager.dir_ids.values()))
+        # Heartbeats on a channel of their own, so a write waiting on the controller never delays one.
+        self._heartbeats = ControllerChannel(self.broker_id, QuorumLeader(self.driver), self.channel.timeout_s)
+        self.lifecycle = BrokerLifecycle(registration, self._heartbeats.call, lambda: self.applied_offset,
+                                         self.config.get_int("broker.heartbeat.interval.ms"))
+        self.driver.start()
+        await self.lifecycle.register()
+
+    # --- the metadata log -------------------------------------------------------------------------------
+    def _leader_address(self) -> VoterAddress | None:
+        leader = self.driver.raft.leader_id
+        return self.voters.get(leader) if leader is not None else None
+
+    def _controller_info(self) -> BrokerInfo | None:
+        found = self._leader_address()
+        if found is None:
+            return None
+        return BrokerInfo(found.node_id, (EndPoint(self.controller_listener, found.host, found.port,
+                                                   security_protocol(self.config, self.controller_listener)),), None)
+
+    def _committed(self, batch: RaftBatch) -> None:
+        for record, offset in self.metadata.apply_batch(batch):
+            self.registry.apply(record, offset)
+            self._changes.applied(record)
+            self._note(record)
+        self.applied_offset = batch.next_offset - 1
+        self._changes.publish()
+        if not self._delta_due and (self._touched or self._removed):
+            self._delta_due = True
+            asyncio.get_running_loop().call_soon(self._apply_delta)
+        if self.lifecycle is not None:
+            self.lifecycle.metadata_advanced()
+
+    def _note(self, record: Message) -> None:
+        if isinstance(record, PartitionRecord | PartitionChangeRecord):
+            self._touched.add(record.topic_id)
+        elif isinstance(record, TopicRecord):
+            self._names[record.topic_id] = record.name
+        elif isinstance(record, RemoveTopicRecord):
+            self._removed.add(record.topic_id)
+            self._touched.discard(record.topic_id)
+
+    # --- acting on the image (Kafka's ReplicaManager.applyDelta) -----------------------------------------
+    def _apply_delta(self) -> None:
+        self._delta_due = False
+        broker = self._broker
+        if broker is None:
+            return
+        removed, self._removed = self._removed, set()
+        touched, self._touched = self._touched, set()
+        for topic_id in removed:
+            self._stop_all(broker, topic_id)
+        leaders = {b.id: (e.host, e.port) for b in self.live_brokers() if (e := b.endpoint(self.listener)) is not None}
+        now_ms = int(time.time() * 1000)
+        for topic_id in touched:
+            meta = self.metadata.topic_by_id(topic_id)
+            if meta is not None:
+                self._apply_topic(broker, meta, leaders, now_ms)
+
+    def _apply_topic(self, broker: Broker, meta: TopicMeta, leaders: dict[int, tuple[str, int]], now_ms: int) -> None:
+        hosted = self._hosted.setdefault(meta.topic_id, {})
+        self._names[meta.topic_id] = meta.name
+        orders = []
+        for index, pmeta in sorted(meta.partitions.items()):
+            known = hosted.get(index)
+            if self.broker_id not in pmeta.replicas:
+                if known is not None:  # moved away by a reassignment
+                    del hosted[index]
+                    broker.replicas.stop_replica(meta.name, index, -2, delete=True)
+                continue
+            now = (pmeta.leader_epoch, pmeta.partition_epoch)
+            if known == now:
+                continue
+            hosted[index] = now
+            partition = broker.replicas.partitions.get((meta.name, index))
+            if (known is not None and known[0] == pmeta.leader_epoch and partition is not None
+                    and partition.is_leader and pmeta.leader == self.broker_id):
+                # The same leadership with a new ISR (the controller removed a fenced follower).
+                partition.make_leader(pmeta.leader_epoch, pmeta.partition_epoch, self.broker_id,
+                                      tuple(pmeta.replicas), list(pmeta.isr), now_ms)
+                continue
+            orders.append(PartitionOrder(index, pmeta.leader, pmeta.leader_epoch, pmeta.partition_epoch,
+                                         tuple(pmeta.replicas), tuple(pmeta.isr)))
+        if orders:
+            errors = broker.replicas.become_leader_or_follower(meta, orders, leaders, now_ms)
+            failed = {i: e.name for i, e in errors.items() if e not in (ErrorCode.NONE, ErrorCode.STALE_CONTROLLER_EPOCH)}
+            if failed:
+                log.warning("%s: partitions not opened: %s", meta.name, failed)
+
+    def _stop_all(self, broker: Broker, topic_id: uuid.UUID) -> None:
+        name = self._names.pop(topic_id, None)
+        for index in sorted(self._hosted.pop(topic_id, {})):
+            if name is not None:
+                broker.replicas.stop_replica(name, index, -2, delete=True)
+
+    # --- stop ---------------------------------------------------------------------------------------------
+    async def controlled_shutdown(self) -> bool:
+        if self.lifecycle is None or not self.config.get_bool("controlled.shutdown.enable"):
+            return False
+        return await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+
+    async def stop(self) -> None:
+        if self.lifecycle is not None:
+            self.lifecycle.close()
+        if self.alter_partitions is not None:
+            self.alter_partitions.shutdown()
+        self.channel.close()
+        if self._heartbeats is not None:
+            self._heartbeats.close()
+        await self.driver.close()
+
+
+async def _no_commit(_records: object) -> None:
+    raise KafkaError(ErrorCode.NOT_CONTROLLER, "a broker does not write the metadata log")
+
+
+def _formatted_cluster_id(config: BrokerConfig) -> str:
+    """The cluster id of the formatted metadata log dir (Kafka's brokers must be formatted too)."""
+    directory = config.metadata_log_dir
+    try:
+        meta = read_meta_properties(directory)
+    except (MetaPropertiesError, OSError) as exc:
+        raise StartupError(str(exc)) from None
+    if meta is None or not meta.cluster_id:
+        raise StartupError(f"No readable meta.properties files found in {directory}: format the broker's storage "
+                           "first (grete storage format --cluster-id <id> --config <file>)")
+    return meta.cluster_id
