@@ -3,6 +3,7 @@
     pytest compat-tests --target=grete        (default; or GRETE_TEST_TARGET=grete)
     pytest compat-tests --target=kafka-3.9    Apache Kafka 3.9.x from Maven Central, KRaft single node
     pytest compat-tests --target=kafka-4      Apache Kafka 4.x
+    pytest compat-tests --target=grete-kraft  a grete KRaft cluster: 3 brokers under one grete controller
 
 The same test body runs against every target, which makes the reference runs the oracle for what
 grete must do. Every test under compat-tests/ is marked ``compat``; against a reference Kafka it is
@@ -30,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # tools/ is not an installed package
     sys.path.insert(0, str(REPO))
 
+from grete.testing.cluster import cluster  # noqa: E402
 from tools import kafka_dist  # noqa: E402
 from tools.kafka_admin import create_topic  # noqa: E402,F401  (re-exported for the compat tests)
 from tools.reference_kafka import (  # noqa: E402
@@ -40,7 +42,7 @@ from tools.reference_kafka import (  # noqa: E402
     stop_process,
 )
 
-TARGETS = ("grete", "kafka-3.9", "kafka-4")
+TARGETS = ("grete", "grete-kraft", "kafka-3.9", "kafka-4")
 COMPAT_DIR = Path(__file__).resolve().parent
 
 
@@ -58,7 +60,7 @@ def target_of(config: pytest.Config) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so the added marks count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    reference = target_of(config) != "grete"
+    reference = not target_of(config).startswith("grete")
     for item in items:
         if COMPAT_DIR not in Path(str(item.path)).parents:
             continue
@@ -79,6 +81,7 @@ class Broker:
     kind: str  # "grete" or "kafka-<full version>"
     log_dir: Path
     reference: ReferenceKafka | None = field(default=None, repr=False)
+    nodes: int = 1  # brokers behind ``bootstrap``
 
     @property
     def is_grete(self) -> bool:
@@ -178,6 +181,11 @@ def broker(target: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Br
             yield Broker(bootstrap=f"127.0.0.1:{proc.port}", kind="grete", log_dir=data)
         finally:
             proc.stop()
+        return
+    if target == "grete-kraft":
+        with cluster(3, directory=tmp_path_factory.mktemp("grete-kraft"), controllers=1) as running:
+            yield Broker(bootstrap=running.bootstrap_servers, kind="grete", log_dir=running.brokers[1].data_dir,
+                         nodes=len(running.brokers))
         return
     version = target.removeprefix("kafka-")
     try:

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.coordinator.metadata import new_topic_id
 from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from grete.protocol.records.batch import iter_batches
 from grete.protocol.topics import METADATA_TOPIC
@@ -135,15 +135,17 @@ def wait_for(probe: Callable[[], Any], timeout: float, what: str, every: float =
 
 
 
-def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[str, str]] | None = None) -> Quorum:
-    """Voters 1..n of the kinds given ("grete", "kafka"), formatted and started (not yet waited for)."""
+def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[str, str]] | None = None,
+                 start: bool = True) -> Quorum:
+    """Voters 1..n of the kinds given ("grete", "kafka"), formatted and (unless not ``start``)
+    started, not yet waited for."""
     if "kafka" in kinds:
         kafka_dist.fetch(KAFKA)
     voters = {i + 1: Voter(i + 1, kind, free_port(), workdir / f"voter{i + 1}",
                            extra=extra(kind) if extra is not None else {})
               for i, kind in enumerate(kinds)}
     line = ",".join(f"{v.node_id}@127.0.0.1:{v.port}" for v in voters.values())
-    cluster_id = uuid_to_kafka(uuid.uuid4())
+    cluster_id = uuid_to_kafka(new_topic_id())  # never starting with "-", as Kafka's Uuid.randomUuid
     for voter in voters.values():
         voter.workdir.mkdir(parents=True)
         config = voter.workdir / "controller.properties"
@@ -152,7 +154,8 @@ def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[st
         kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", cluster_id, "-c", str(config), check=True)
     quorum = Quorum(voters, cluster_id, line)
     for voter in voters.values():
-        voter.start()
+        if start:
+            voter.start()
     return quorum
 
 
@@ -186,6 +189,10 @@ class BrokerOfQuorum:
     @property
     def log(self) -> Path:
         return self.workdir / "server.log"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.bootstrap
 
     @property
     def data(self) -> Path:
@@ -236,14 +243,17 @@ def _formatted(broker: BrokerOfQuorum, quorum: Quorum, extra: dict[str, str]) ->
     kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", quorum.cluster_id, "-c", str(config), check=True)
 
 
-def start_kafka_broker(quorum: Quorum, node_id: int, workdir: Path) -> KafkaBroker:
-    """A Kafka 4.3.1 broker registered with ``quorum``, formatted with its cluster id, started."""
+def start_kafka_broker(quorum: Quorum, node_id: int, workdir: Path, extra: dict[str, str] | None = None,
+                       start: bool = True) -> KafkaBroker:
+    """A Kafka 4.3.1 broker registered with ``quorum``, formatted with its cluster id, and (unless
+    not ``start``) started."""
     kafka_dist.fetch(KAFKA)
     broker = KafkaBroker(node_id, free_port(), workdir)
     _formatted(broker, quorum, {"offsets.topic.replication.factor": "1", "transaction.state.log.replication.factor": "1",
                                 "transaction.state.log.min.isr": "1", "num.network.threads": "2",
-                                "num.io.threads": "2", "background.threads": "2"})
-    broker.start()
+                                "num.io.threads": "2", "background.threads": "2", **(extra or {})})
+    if start:
+        broker.start()
     return broker
 
 

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tools import kafka_dist
+from tools.grete_target import grete_target
 from tools.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -28,11 +29,9 @@ FAST_HEARTBEATS = {"group.consumer.min.heartbeat.interval.ms": "1000",
 
 @pytest.fixture(scope="module")
 def bootstrap(target: str) -> Iterator[str]:
-    if target == "grete":
-        from grete.testing import broker
-
-        with broker(FAST_HEARTBEATS, subprocess=True) as b:
-            yield b.bootstrap_servers
+    if target.startswith("grete"):
+        with grete_target(target, FAST_HEARTBEATS) as servers:
+            yield servers
         return
     version = target.removeprefix("kafka-")
     if kafka_dist.major(kafka_dist.resolve_version(version)) < 4:

@@ -26,6 +26,7 @@ from grete.coordinator.group import GroupCoordinator
 from grete.coordinator.group_store import InMemoryOffsetsStore
 from grete.coordinator.group_types import GroupConfig
 from tools import kafka_dist
+from tools.grete_target import grete_target
 from tools.reference_kafka import ReferenceKafka
 
 FAST_HEARTBEATS = {"group.consumer.min.heartbeat.interval.ms": "1000",
@@ -39,11 +40,9 @@ def bootstrap(target: str) -> Iterator[str]:
         kafka_dist.harness_classes(CLIENT)
     except Exception as exc:
         pytest.skip(f"Java harness for kafka-clients {CLIENT} unavailable: {exc}")
-    if target == "grete":
-        from grete.testing import broker
-
-        with broker(FAST_HEARTBEATS, subprocess=True) as b:
-            yield b.bootstrap_servers
+    if target.startswith("grete"):
+        with grete_target(target, FAST_HEARTBEATS) as servers:
+            yield servers
         return
     version = target.removeprefix("kafka-")
     if kafka_dist.major(kafka_dist.resolve_version(version)) < 4:

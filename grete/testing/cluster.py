@@ -163,6 +163,23 @@ class GreteCluster:
                      wait_metadata: bool = True) -> BrokerProcess:
         """Start (or restart) a broker. A killed broker's registration lives until its session
         expires, and a broker cannot register over it (Kafka's rule too): wait for that first."""
+        return self.start_brokers([broker_id], timeout, wait_metadata=wait_metadata)[0]
+
+    def start_brokers(self, broker_ids: list[int], timeout: float = START_TIMEOUT_S, *,
+                      wait_metadata: bool = True) -> list[BrokerProcess]:
+        """Start the brokers side by side (each launched before any is waited for)."""
+        launched = [self._launch(broker_id) for broker_id in broker_ids]
+        started = []
+        for broker_id, (process, data_dir, log_path, skip) in zip(broker_ids, launched, strict=True):
+            running = await_start(process, data_dir, log_path, timeout, skip)
+            self.brokers[broker_id] = running
+            self.ports.setdefault(broker_id, running.port)  # it keeps its port across restarts
+            started.append(running)
+        if wait_metadata:
+            self.await_metadata()
+        return started
+
+    def _launch(self, broker_id: int) -> tuple[subprocess.Popen[bytes], Path, Path, int]:
         items = self.broker_items(broker_id)
         if self.quorum is not None:
             properties = self.directory / f"broker-{broker_id}.properties"
@@ -175,12 +192,7 @@ class GreteCluster:
         log_path = self.directory / f"broker-{broker_id}.log"
         skip = log_path.stat().st_size if log_path.exists() else 0
         process = spawn(self.launch_prefix(broker_id) + serve_command(items), log_path)
-        running = await_start(process, Path(items["log.dirs"]), log_path, timeout, skip)
-        self.brokers[broker_id] = running
-        self.ports.setdefault(broker_id, running.port)  # it keeps its port across restarts
-        if wait_metadata:
-            self.await_metadata()
-        return running
+        return process, Path(items["log.dirs"]), log_path, skip
 
     def await_metadata(self, timeout: float = 30.0) -> None:
         """Until every running broker's Metadata lists every running broker and a controller: a
@@ -261,9 +273,12 @@ def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides:
             zookeeper.start()
         if quorum is not None:
             quorum.start()
-        for broker_id in range(1, brokers + 1):
-            running.start_broker(broker_id, wait_metadata=False)
-        running.await_metadata()
+        if quorum is not None:  # side by side: nothing in a KRaft cluster depends on who starts first
+            running.start_brokers(list(range(1, brokers + 1)))
+        else:  # one by one, as before: the first broker becomes the controller
+            for broker_id in range(1, brokers + 1):
+                running.start_broker(broker_id, wait_metadata=False)
+            running.await_metadata()
         yield running
     finally:
         running.stop()

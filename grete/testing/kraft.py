@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import io
 import signal
+import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
 from grete.broker import storage_tool
+from grete.coordinator.metadata import new_topic_id
 from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from grete.protocol.topics import METADATA_TOPIC
 from grete.storage.files import uuid_to_kafka
@@ -34,7 +35,7 @@ def format_storage(properties: Path, cluster_id: str) -> None:
     """``grete storage format --ignore-formatted`` of the node configured in ``properties``."""
     parser = argparse.ArgumentParser()
     storage_tool.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["storage", "format", "--ignore-formatted", "-t", cluster_id, "-c", str(properties)])
+    args = parser.parse_args(["storage", "format", "--ignore-formatted", f"--cluster-id={cluster_id}", "-c", str(properties)])
     out, err = io.StringIO(), io.StringIO()
     if storage_tool.run(args, out, err) != 0:
         raise BrokerStartError(f"formatting {properties} failed: {err.getvalue().strip()}")
@@ -60,7 +61,7 @@ class ControllerQuorum:
         path = self.directory / CLUSTER_ID_FILE
         if path.exists():
             return path.read_text().strip()
-        cluster_id = uuid_to_kafka(uuid.uuid4())
+        cluster_id = uuid_to_kafka(new_topic_id())  # never starting with "-", as Kafka's Uuid.randomUuid
         path.write_text(cluster_id + "\n")
         return cluster_id
 
@@ -87,22 +88,27 @@ class ControllerQuorum:
 
     # --- processes -------------------------------------------------------------------------------
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Every controller started (formatted first if new), then until one leads."""
-        for node_id in self.ids:
-            self.start_controller(node_id, timeout, wait_leader=False)
+        """Every controller started side by side (formatted first if new), then until one leads."""
+        launched = [(node_id, *self._launch(node_id)) for node_id in self.ids]
+        for node_id, process, log_path, skip in launched:
+            self.controllers[node_id] = await_start(process, self.directory / f"controller-{node_id}", log_path,
+                                                    timeout, skip)
         self.await_leader(timeout)
 
     def start_controller(self, node_id: int, timeout: float = START_TIMEOUT_S, *, wait_leader: bool = True) -> None:
+        process, log_path, skip = self._launch(node_id)
+        self.controllers[node_id] = await_start(process, self.directory / f"controller-{node_id}", log_path,
+                                                timeout, skip)
+        if wait_leader:
+            self.await_leader(timeout)
+
+    def _launch(self, node_id: int) -> tuple[subprocess.Popen[bytes], Path, int]:
         properties = self.directory / f"controller-{node_id}.properties"
         write_properties(properties, self.items(node_id))
         format_storage(properties, self.cluster_id)
         log_path = self.log_path(node_id)
         skip = log_path.stat().st_size if log_path.exists() else 0
-        process = spawn(storage_serve(properties), log_path)
-        self.controllers[node_id] = await_start(process, self.directory / f"controller-{node_id}", log_path,
-                                                timeout, skip)
-        if wait_leader:
-            self.await_leader(timeout)
+        return spawn(storage_serve(properties), log_path), log_path, skip
 
     def running(self) -> dict[int, BrokerProcess]:
         return {i: c for i, c in self.controllers.items() if c.process.poll() is None}

@@ -196,3 +196,26 @@ def test_a_paused_broker_waits_for_its_session_timeout(started: list[Any], tmp_p
     finally:
         paused.process.send_signal(signal.SIGCONT)
     wait_for(lambda: _listed_brokers(brokers[1]) == {10, 11}, 30, "the resumed broker unfenced again")
+
+
+@pytest.mark.long
+def test_feature_levels_through_a_broker(started: list[Any], tmp_path: Path) -> None:
+    """kafka-features through a grete broker: the finalized levels read from its image, and a
+    downgrade sent on to the Kafka 4.3.1 controller (UpdateFeatures), seen in the image after."""
+    quorum = start_quorum(["kafka"], tmp_path / "quorum")
+    started.append(quorum)
+    quorum.leader_view()
+    broker = start_grete_broker(quorum, 10, tmp_path / "broker10")
+    started.append(broker)
+    wait_for(lambda: _listed_brokers(broker) == {10}, 120, "the broker listed")
+
+    def streams_level() -> str:
+        described = kafka_dist.run_tool(KAFKA, "kafka-features", "--bootstrap-server", broker.bootstrap, "describe")
+        assert described.returncode == 0, described.stderr
+        line = next(line for line in described.stdout.splitlines() if "streams.version" in line)
+        return line.split("FinalizedVersionLevel:")[1].split()[0]
+    assert streams_level() == "1"
+    downgraded = kafka_dist.run_tool(KAFKA, "kafka-features", "--bootstrap-server", broker.bootstrap, "downgrade",
+                                     "--feature", "streams.version=0")
+    assert downgraded.returncode == 0 and "streams.version was downgraded to 0." in downgraded.stdout, downgraded
+    assert streams_level() == "0"

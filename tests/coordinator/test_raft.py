@@ -259,6 +259,16 @@ def test_a_follower_whose_leader_is_gone_stands_at_once() -> None:
     assert isinstance(answer, VoteResponse) and answer.vote_granted
 
 
+def test_an_observer_whose_leader_is_gone_asks_the_voters_at_once() -> None:
+    """A broker (an observer) that saw the leader's process gone forgets it at once and fetches from
+    a voter, whose answer names the next leader; it does not wait out the fetch timeout."""
+    observer = node(9, stored=QuorumState(3, 4, -1))
+    assert [d for d, _ in sent(observer.tick(0), FetchRequest)] == [3]
+    out = observer.leader_gone(3, 10)
+    assert observer.role == "Unattached" and observer.leader_id is None and observer.epoch == 4
+    assert [d for d, _ in sent(out, FetchRequest)] in ([1], [2])
+
+
 def test_news_of_another_voter_or_of_a_leader_not_followed_changes_nothing() -> None:
     follower = node(2, stored=QuorumState(3, 4, -1))
     follower.tick(0)

@@ -29,6 +29,8 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
+from grete.broker.features import SAFE_DOWNGRADE, UPGRADE
+from grete.broker.features import SUPPORTED as SUPPORTED_FEATURES
 from grete.broker.quorum.controller_channel import ControllerChannel
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft_log import RaftBatch
@@ -69,11 +71,14 @@ from grete.protocol.messages import (
     DeleteTopicsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
 )
 
 # The versions a Kafka 4.3.1 broker sends (the newest its controller accepts, ak-4.3 specs).
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 7, 6, 3, 1
 ALLOCATE_PRODUCER_IDS, ALTER_SCRAM, CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS = 0, 0, 3, 3, 1
+UPDATE_FEATURES = 1  # v1: per-feature upgrade types and results
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' OpType
 MISSING_TOPIC = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
 R = TypeVar("R", bound=Message)
@@ -292,3 +297,23 @@ class BrokerMetadataStore(QuorumMetadataStore):
     async def remove_delegation_token(self, token_id: str) -> None:
         raise KafkaError(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED, "a KRaft broker does not write delegation "
                          "tokens: ExpireDelegationToken is carried out by the controller")
+
+    # --- finalized features: UpdateFeatures -------------------------------------------------------
+    async def set_finalized_features(self, levels: dict[str, int]) -> int:
+        """The levels of the features grete manages become ``levels`` (one left out goes to 0), as
+        UpdateFeatures to the controller; the epoch once the image shows them. metadata.version and
+        kraft.version, which the broker's feature checks do not manage, are left as they are."""
+        current = self._features or {}
+        managed = {spec.name for spec in SUPPORTED_FEATURES}
+        updates = [UpdateFeaturesRequest.FeatureUpdateKey(
+            feature=name, max_version_level=levels.get(name, 0),
+            upgrade_type=UPGRADE if levels.get(name, 0) > current.get(name, 0) else SAFE_DOWNGRADE)
+            for name in sorted(set(levels) | (set(current) & managed)) if levels.get(name, 0) != current.get(name, 0)]
+        if updates:
+            request = UpdateFeaturesRequest(timeout_ms=self._timeout_ms(), feature_updates=updates)
+            response = await self._ask(request, UPDATE_FEATURES, UpdateFeaturesResponse)
+            _raise_first([(response.error_code, response.error_message)]
+                         + [(r.error_code, r.error_message) for r in response.results])
+            await self.until(lambda: all((self._features or {}).get(u.feature, 0) == u.max_version_level
+                                         for u in updates), "the feature levels")
+        return self._features_epoch

@@ -94,6 +94,10 @@ class KRaftBroker(BrokersFromMetadata):
             self.voters = parse_voters(voters_config)
         except ValueError as exc:
             raise StartupError(str(exc)) from None
+        if self.broker_id in self.voters:  # Kafka's KafkaConfig refuses it too, in these words
+            raise StartupError(f"If process.roles contains just the 'broker' role, the node id {self.broker_id} must "
+                               f"not be included in the set of voters controller.quorum.voters="
+                               f"{{{', '.join(str(v) for v in sorted(self.voters))}}}")
         names = config.get_list("controller.listener.names")
         if not names:
             raise StartupError("process.roles=broker needs controller.listener.names (the controllers' listener)")

@@ -119,10 +119,12 @@ class RaftNode(LeaderRole):
     def leader_gone(self, voter: int, now_ms: int) -> RaftOutput:
         """The driver saw the leader's process gone (its connection reset and its port refusing new
         ones: not a timeout, which a paused process or a slow network gives too). A voter following
-        it starts a pre-vote round at once instead of waiting out controller.quorum.fetch.timeout.ms.
+        it starts a pre-vote round at once instead of waiting out controller.quorum.fetch.timeout.ms;
+        an observer (a broker) forgets it and asks the voters, whose answers name the next leader.
         Safe as the timeout is: a voter that still hears from a live leader refuses the pre-vote."""
         state = self.state
-        if isinstance(state, Follower) and state.leader_id == voter and self.node_id in self.voters:
+        if isinstance(state, Follower) and state.leader_id == voter:
+            self.requests.lost(voter, now_ms)
             self._election_due(now_ms)
             self._poll(now_ms)
         return self.drain()

@@ -200,6 +200,12 @@ class RequestManager:
             self._backoff[destination] = now_ms + self.retry_backoff_ms
         return True
 
+    def lost(self, destination: int, now_ms: int) -> None:
+        """The connection to ``destination`` ended: what was in flight there will not be answered;
+        tried again after the retry backoff."""
+        if self._inflight.pop(destination, None) is not None:
+            self._backoff[destination] = now_ms + self.retry_backoff_ms
+
     def reset(self) -> None:
         self._inflight.clear()
         self._backoff.clear()
