@@ -4,7 +4,8 @@
 A cluster of 3 brokers, ``--partitions`` partitions of replication factor 3, and ``--consumers`` idle
 librdkafka consumers (``fetch.wait.max.ms`` 500, each assigned every partition, nothing produced). Over
 ``--seconds`` it reports each broker's CPU (user + system time of its process, in % of one core) and
-the consumers' Fetch requests per second per broker, from librdkafka's own statistics. An idle consumer
+the consumers' Fetch requests per second per broker, from librdkafka's own statistics
+(``--consumers 0``: what the brokers and their replication cost alone). An idle consumer
 on Kafka sends one Fetch per ``fetch.wait.max.ms`` to each broker it reads from: 2 a second.
 
     python -m benchmarks.bench_idle_cluster [--partitions 100] [--consumers 10] [--seconds 60]
@@ -111,10 +112,10 @@ def measure(target: str, partitions: int, consumers: int, seconds: float) -> dic
         cpu = {i: round(100 * (cpu_seconds(pid) - cpu_before[i]) / elapsed, 2) for i, pid in pids.items()}
         fetch_after = [c.snapshot() for c in idle]
     rates = [sum(after.values()) - sum(before.values()) for before, after in zip(fetch_before, fetch_after, strict=True)]
-    brokers_read = max(len(after) for after in fetch_after) or 1
+    brokers_read = max((len(after) for after in fetch_after), default=0) or 1
     return {"target": target, "partitions": partitions, "consumers": consumers, "seconds": round(elapsed, 1),
             "broker_cpu_pct": cpu, "fetch_per_s_per_consumer_per_broker":
-            round(sum(rates) / len(rates) / elapsed / brokers_read, 2),
+            round(sum(rates) / len(rates) / elapsed / brokers_read, 2) if rates else None,
             "expected_fetch_per_s_per_broker": round(1000 / FETCH_WAIT_MS, 2)}
 
 

@@ -16,8 +16,10 @@ Repeated empty fetches (idle consumers) take a short cut: the last Fetch whose a
 read is kept with its encoded answer (``_FetchMemo``); a request identical to it apart from the
 correlation id is answered by asking the answer's snapshot (a hook the Fetch handler leaves on its
 response) whether the partitions' state still holds, and patching the correlation id, with no
-decode, handler pass or encode. Any change in that state falls back to the full path, so the short
-cut can only repeat an answer that is still true.
+decode, handler pass or encode. One asking the same partitions in another order (librdkafka rotates
+them) gets the answer in its order, which the hook builds once per order without a read. Any change
+in that state falls back to the full path, so the short cut can only repeat an answer that is still
+true.
 """
 
 from __future__ import annotations
@@ -68,18 +70,23 @@ class AnswerSnapshot(Protocol):
     for going on after a change. The connection knows no handler; it only calls these."""
 
     def unchanged(self) -> bool: ...
+    def reordered(self, first: bytes, repeat: bytes) -> bytes | None: ...
     def wait(self, max_wait_ms: int) -> tuple[float, asyncio.Future[bool]]: ...
     def resume(self, ctx: RequestContext, request: Any, deadline: float) -> Any: ...
 
 
 MemoKey = tuple[bytes, Any, str | None]
+# The orders of one request remembered (librdkafka's: one per partition it fetches), in bytes of
+# request and answer; past this they start over.
+MAX_REORDER_BYTES = 256 * 1024
 
 
 class _FetchMemo:
     """The last Fetch with nothing to read: its frame, decoded request, the state it was answered
     from and the answer's bytes after the correlation id."""
 
-    __slots__ = ("head", "tail", "request", "snapshot", "body", "version", "client_id")
+    __slots__ = ("head", "tail", "request", "snapshot", "body", "version", "client_id", "reorders",
+                 "reorder_bytes")
 
     def __init__(self, frame: bytes, request: Any, snapshot: AnswerSnapshot, encoded: bytes,
                  version: int, client_id: str | None) -> None:
@@ -90,12 +97,31 @@ class _FetchMemo:
         self.body = encoded[8:]      # response header tagged fields + body
         self.version = version
         self.client_id = client_id
+        self.reorders: dict[bytes, bytes] = {}  # the answer to this request in other orders, by frame tail
+        self.reorder_bytes = 0
 
-    def matches(self, frame: bytes) -> bool:
-        return frame[8:] == self.tail and frame[:4] == self.head
+    def body_for(self, frame: bytes) -> bytes | None:
+        """The answer's body for ``frame`` if it asks what this request asked (librdkafka rotates
+        the order of partitions from one Fetch to the next); None: not a repeat."""
+        if frame[:4] != self.head:
+            return None
+        tail = frame[8:]
+        if tail == self.tail:
+            return self.body
+        body = self.reorders.get(tail)
+        if body is None:
+            body = self.snapshot.reordered(self.head + frame[4:8] + self.tail, frame)
+            if body is None:
+                return None
+            if self.reorder_bytes >= MAX_REORDER_BYTES:
+                self.reorders.clear()
+                self.reorder_bytes = 0
+            self.reorders[tail] = body
+            self.reorder_bytes += len(tail) + len(body)
+        return body
 
-    def answer(self, correlation_id: int) -> bytes:
-        return _SIZE_AND_ID.pack(len(self.body) + 4, correlation_id) + self.body
+    def answer(self, correlation_id: int, body: bytes) -> bytes:
+        return _SIZE_AND_ID.pack(len(body) + 4, correlation_id) + body
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -271,7 +297,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # Fault injection sees every request, so the short cut is off while faults are installed.
             frame_bytes = bytes(frame)
             memo = self._fetch_memo
-            if memo is not None and memo.matches(frame_bytes) and self._answer_from_memo(memo, frame_bytes):
+            if memo is not None and self._answer_from_memo(memo, frame_bytes):
                 return
         header, body_pos = decode_request_header(frame)
         handler = self._handlers.get(header.api_key)
@@ -358,6 +384,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # --- repeated empty fetches -------------------------------------------------------------
     def _answer_from_memo(self, memo: _FetchMemo, frame: bytes) -> bool:
         """Answer a repeat of ``memo``'s request if its state still holds; False: take the full path."""
+        body = memo.body_for(frame)
+        if body is None:
+            return False
         if not memo.snapshot.unchanged():
             self._fetch_memo = None
             return False
@@ -366,33 +395,37 @@ class KafkaConnection(asyncio.BufferedProtocol):
         slot = self._new_slot()
         max_wait_ms = memo.request.max_wait_ms
         if max_wait_ms <= 0:
-            slot.parts = [memo.answer(correlation_id)]
+            slot.parts = [memo.answer(correlation_id, body)]
             self._flush()
             return True
         deadline, waited = memo.snapshot.wait(max_wait_ms)
-        waited.add_done_callback(lambda f: self._memo_waited(f, slot, memo, correlation_id, deadline))
+        waited.add_done_callback(lambda f: self._memo_waited(f, slot, memo, frame, body, deadline))
         return True
 
-    def _memo_waited(self, waited: asyncio.Future[bool], slot: Slot, memo: _FetchMemo,
-                     correlation_id: int, deadline: float) -> None:
+    def _memo_waited(self, waited: asyncio.Future[bool], slot: Slot, memo: _FetchMemo, frame: bytes,
+                     body: bytes, deadline: float) -> None:
         if self._closed:
             return
+        correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
         if waited.result():
-            slot.parts = [memo.answer(correlation_id)]
+            slot.parts = [memo.answer(correlation_id, body)]
             self._flush()
             return
         # Something changed while parked: the full handler's rules from here (min_bytes, the rest
         # of max_wait_ms), through the hook the Fetch handler left on its snapshot.
         handler = self._handlers[FETCH_KEY]
         ctx = RequestContext(self.broker, FETCH_KEY, memo.version, correlation_id, memo.client_id, self.session)
-        frame = memo.head + correlation_id.to_bytes(4, "big", signed=True) + memo.tail
-        memo_key = (frame, memo.request, memo.client_id)
+        request = memo.request
         try:
-            result = memo.snapshot.resume(ctx, memo.request, deadline)
+            if frame[8:] != memo.tail:  # the same fetch in another order: answered in its own order
+                request = handler.request_cls.decode(  # type: ignore[attr-defined]
+                    Reader(frame, decode_request_header(frame)[1]), memo.version)
+            result = memo.snapshot.resume(ctx, request, deadline)
         except Exception:
             log.exception("Fetch v%d failed; closing connection from %s", memo.version, self.peer)
             self._close()
             return
+        memo_key = (frame, request, memo.client_id)
         if asyncio.iscoroutine(result):
             asyncio.ensure_future(result).add_done_callback(
                 lambda f: self._complete_async(f, slot, handler, memo.version, correlation_id, memo_key))

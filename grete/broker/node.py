@@ -26,7 +26,6 @@ from grete.broker.groups import start_group_coordinator
 from grete.broker.listeners import Listener, security_protocol
 from grete.broker.pipeline import Pipeline
 from grete.broker.quorum.controller_node import controller_broker, is_controller_only
-from grete.broker.quorum.kraft_broker import KRaftBroker, is_kraft_broker
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from grete.storage.dir_lock import DirLock, LogDirLockedError, lock_log_dirs, release_all
 
@@ -70,8 +69,10 @@ def _new_broker(config: BrokerConfig) -> tuple[Any, Broker]:
     if not config.get_str("zookeeper.connect"):
         if is_controller_only(config):
             return None, controller_broker(config)
-        if is_kraft_broker(config):
-            kraft = KRaftBroker(config)
+        if set(config.get_list("process.roles")) == {"broker"}:
+            # Loaded by name and only for a KRaft broker, as ZooKeeper's below (the Raft observer,
+            # the fetch codec, the authorizer's parts the embedded node does not load at start).
+            kraft = importlib.import_module("grete.broker.quorum.kraft_broker").KRaftBroker(config)
             return kraft, Broker(config, metadata=kraft.metadata, cluster=kraft)
         _check_quorum_of_one(config)
         return None, Broker(config)

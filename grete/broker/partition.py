@@ -402,12 +402,12 @@ class Partition(PartitionLogView):
         return low_watermark
 
     # --- parked fetches ---------------------------------------------------------------------------
-    def waiter(self, *, replica: bool = False) -> asyncio.Future[None]:
+    def waiter(self, *, replica: bool = False, future: asyncio.Future[None] | None = None) -> asyncio.Future[None]:
         """A future for a parked fetch, done when this partition may have something new for it:
         for a follower (``replica``) records past the log end it saw, for a consumer a moved high
         watermark, last stable offset or log start; for both, any change of state (leadership,
-        truncation, deletion)."""
-        return self._parked.park(replica)
+        truncation, deletion). ``future``: one a fetch parks on each of its partitions."""
+        return self._parked.park(replica, future)
 
     def wake(self) -> None:
         """A change every parked fetch must see (leadership, truncation, log start, going away)."""

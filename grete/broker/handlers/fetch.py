@@ -2,15 +2,16 @@
 
 The records of each partition are the storage layer's file slices, written to the socket with
 sendfile (large) or pread (small) by the connection; nothing here touches record bytes. A fetch
-that finds fewer than ``min_bytes`` parks one future per partition and is woken by the next append
-(or by its ``max_wait_ms`` timer). Fetch sessions (KIP-227) are in fetch_sessions.py: the plan says
+that finds fewer than ``min_bytes`` parks one future on all its partitions and is woken by the first
+that has something for it (or by its ``max_wait_ms`` timer). Fetch sessions (KIP-227) are in fetch_sessions.py: the plan says
 which partitions a request reads, and the session filters the answer.
 
 Idle consumers repeat the same Fetch, byte for byte apart from the correlation id, and get the same
 empty answer. A response with nothing to read in any partition is an :class:`EmptyFetchResponse`
 carrying a :class:`Snapshot` of the state it was built from, taken in the same loop step as the read;
 the connection keeps the encoded answer and, for the next identical request, asks
-:meth:`Snapshot.unchanged` instead of decoding, reading and encoding again (see connection.py).
+:meth:`Snapshot.unchanged` instead of decoding, reading and encoding again (see connection.py); for
+the same request in another order of partitions, :meth:`Snapshot.reordered` (fetch_repeats.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from grete.broker import fetch_repeats as repeats
 from grete.broker import fetch_sessions as sessions
 from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.context import RequestContext
@@ -117,7 +119,7 @@ def _read(ctx: RequestContext, request: FetchRequest,
                                                            partitions=partitions))  # type: ignore[arg-type]
     if nothing_to_read and waitable:
         empty = EmptyFetchResponse(error_code=0, session_id=0, responses=topics)
-        empty.snapshot = Snapshot(ctx.broker, waitable)
+        empty.snapshot = Snapshot(ctx.broker, waitable, ctx.version, empty)
         return empty, total, waitable
     return FetchResponse(error_code=0, session_id=0, responses=topics), total, waitable
 
@@ -129,21 +131,20 @@ QuietCheck = Callable[[str | None, uuid.UUID, FetchRequest.FetchPartition, sessi
 def _quiet_check(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
                  replica_id: int) -> QuietCheck | None:
     """For an incremental fetch: a check that finds a session partition with nothing new for its
-    fetcher without reading it (the cost of an idle partition in a session is this check). Only for
-    a consumer of a leader, without an authorizer or a rack to consider; None: read every partition."""
-    if (fetch_plan.cached is None or replica_id >= 0 or ctx.broker.authorizer is not None or request.rack_id):
+    fetcher without reading it (the cost of an idle partition in a session is this check). Only on
+    a leader, without an authorizer or a rack to consider; None: read every partition."""
+    if fetch_plan.cached is None or ctx.broker.authorizer is not None or request.rack_id:
         return None
+    if replica_id >= 0:
+        return _quiet_follower(ctx, replica_id)
     hosted = ctx.broker.partitions
     by_id = ctx.version >= sessions.TOPIC_IDS_VERSION
     committed = request.isolation_level == READ_COMMITTED
 
     def quiet(name: str | None, topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition,
               cp: sessions.CachedPartition) -> Partition | None:
-        partition = hosted.get((name, wanted.partition)) if name is not None else None
-        if partition is None or not partition.is_leader or not partition.online:
-            return None
-        epoch = wanted.current_leader_epoch
-        if (epoch != -1 and epoch != partition.leader_epoch) or (by_id and partition.topic_id != topic_id):
+        partition = _served(hosted, by_id, name, topic_id, wanted)
+        if partition is None:
             return None
         high_watermark, stable, start, end = partition.offsets()
         offset = wanted.fetch_offset
@@ -153,6 +154,46 @@ def _quiet_check(ctx: RequestContext, request: FetchRequest, fetch_plan: session
         return partition
 
     return quiet
+
+
+def _quiet_follower(ctx: RequestContext, replica_id: int) -> QuietCheck:
+    """A follower's partition is quiet if it asks for the log end, the epoch it last fetched has
+    not diverged, and the high watermark and log start are what it was last told (also after its
+    fetch state moved, which must happen on every fetch: its caught-up time keeps it in the ISR)."""
+    hosted = ctx.broker.partitions
+    by_id = ctx.version >= sessions.TOPIC_IDS_VERSION
+    now_ms = ctx.broker.now_ms()
+
+    def quiet(name: str | None, topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition,
+              cp: sessions.CachedPartition) -> Partition | None:
+        partition = _served(hosted, by_id, name, topic_id, wanted)
+        if partition is None or replica_id not in partition.replicas:
+            return None
+        high_watermark, _, start, end = partition.offsets()
+        offset = wanted.fetch_offset
+        if offset != end or cp.high_watermark != high_watermark or cp.log_start_offset != start:
+            return None
+        if wanted.last_fetched_epoch >= 0:
+            epoch, epoch_end = partition.end_offset_for_epoch(wanted.last_fetched_epoch)
+            if epoch < wanted.last_fetched_epoch or epoch_end < offset:
+                return None  # the read answers it (a diverging epoch, or out of range)
+        partition.update_follower(replica_id, offset, now_ms)
+        return partition if partition.high_watermark == high_watermark else None
+
+    return quiet
+
+
+def _served(hosted: dict[tuple[str, int], Partition], by_id: bool, name: str | None, topic_id: uuid.UUID,
+            wanted: FetchRequest.FetchPartition) -> Partition | None:
+    """The partition a session asks for, if this broker leads it and the request's leader epoch and
+    topic id are right; None: the read answers (with the error)."""
+    partition = hosted.get((name, wanted.partition)) if name is not None else None
+    if partition is None or not partition.is_leader or not partition.online:
+        return None
+    epoch = wanted.current_leader_epoch
+    if (epoch != -1 and epoch != partition.leader_epoch) or (by_id and partition.topic_id != topic_id):
+        return None
+    return partition
 
 
 def _answer(ctx: RequestContext, fetch_plan: sessions.FetchPlan, response: FetchResponse) -> FetchResponse:
@@ -200,12 +241,29 @@ class Snapshot:
     Records cannot appear below an unchanged upper bound, so while all of this is unchanged an
     identical request gets a byte-identical answer."""
 
-    __slots__ = ("_broker", "partitions", "_state")
+    __slots__ = ("_broker", "partitions", "_keys", "_state", "_version", "_response", "_layout")
 
-    def __init__(self, broker: Broker, partitions: list[Partition]) -> None:
+    def __init__(self, broker: Broker, partitions: list[Partition], version: int, response: FetchResponse) -> None:
         self._broker = broker
         self.partitions = partitions
-        self._state = [_state(p) for p in partitions]
+        self._keys = [(p.topic, p.index) for p in partitions]
+        self._state = list(map(_state, partitions))
+        self._version = version
+        self._response = response
+        self._layout: repeats.Layout | None | bool = False  # False: not read yet
+
+    def reordered(self, first: bytes, repeat: bytes) -> bytes | None:
+        """The answer for ``repeat`` (a frame, size prefix stripped) if it asks what ``first``, the
+        request this answer was read for, asked, in another order of partitions; None if it does not.
+        From the response header's tagged fields on, as the connection's memo keeps an answer."""
+        if self._layout is False:
+            self._layout = repeats.layout(first, self._version)
+        if not isinstance(self._layout, repeats.Layout):
+            return None
+        other = repeats.layout(repeat, self._version)
+        if other is None or not self._layout.same_fetch(other):
+            return None
+        return repeats.reordered_body(self._response, self._version, self._layout, other)
 
     def wait(self, max_wait_ms: int) -> tuple[float, asyncio.Future[bool]]:
         """Park a repeat that arrives now: (its deadline, the future of :func:`wait_for_change`)."""
@@ -219,11 +277,9 @@ class Snapshot:
         return resume(ctx, request, deadline)
 
     def unchanged(self) -> bool:
-        index = self._broker.partitions  # read each time: the live (topic, partition) -> Partition map
-        for partition, state in zip(self.partitions, self._state, strict=True):
-            if index.get((partition.topic, partition.index)) is not partition or _state(partition) != state:
-                return False
-        return True
+        # The live (topic, partition) -> Partition map, read each time; Partition compares by identity.
+        return (list(map(self._broker.partitions.get, self._keys)) == self.partitions
+                and list(map(_state, self.partitions)) == self._state)
 
 
 def _state(p: Partition) -> tuple[Any, ...]:
@@ -254,38 +310,46 @@ def wait_for_change(snapshot: Snapshot, deadline: float) -> asyncio.Future[bool]
     time) with whether the snapshot still holds. A wake that left the snapshot as it was parks
     again: the repeat is answered only when it can say something new, or when its time is up.
 
-    Lighter than ``_long_poll``: one future, a timer and a callback per partition; no task."""
+    Lighter than ``_long_poll``: one future parked on every partition, a timer; no task."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[bool] = loop.create_future()
-    waiters: list[asyncio.Future[None]] = []
 
-    def park() -> None:
-        waiters[:] = [p.waiter() for p in snapshot.partitions]
-        for waiter in waiters:
-            waiter.add_done_callback(woken)
+    def park() -> asyncio.Future[None]:
+        parked = park_on(snapshot.partitions, replica=False)
+        parked.add_done_callback(woken)
+        return parked
 
-    def unpark() -> None:
-        for partition, waiter in zip(snapshot.partitions, waiters, strict=True):
-            partition.discard_waiter(waiter)
-
-    def woken(waiter: asyncio.Future[None]) -> None:
-        if done.done() or waiter not in waiters:
-            return  # answered already, or one of several woken at once after the first re-parked
-        unpark()
+    def woken(parked: asyncio.Future[None]) -> None:
+        if done.done() or parked.cancelled():
+            return  # answered already (the timer, in the same loop step)
         if snapshot.unchanged():
-            park()
+            current[0] = park()
             return
         timer.cancel()
         done.set_result(False)
 
     def expired() -> None:
         if not done.done():
-            unpark()
+            current[0].cancel()  # left in the partitions' lists, swept later
             done.set_result(snapshot.unchanged())
 
     timer = loop.call_at(deadline, expired)
-    park()
+    current = [park()]
     return done
+
+
+def _time_up(parked: asyncio.Future[None]) -> None:
+    """A long poll's max wait: its future is done (and swept from the partitions' lists later)."""
+    if not parked.done():
+        parked.set_exception(TimeoutError())
+
+
+def park_on(partitions: list[Partition], *, replica: bool) -> asyncio.Future[None]:
+    """One future parked on every partition of a fetch: done when the first of them has news."""
+    parked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for partition in partitions:
+        partition.waiter(replica=replica, future=parked)
+    return parked
 
 
 def _read_partition(ctx: RequestContext, request: FetchRequest, name: str | None, topic_id: uuid.UUID,
@@ -432,17 +496,15 @@ async def _long_poll(ctx: RequestContext, request: FetchRequest, fetch_plan: ses
     if deadline is None:
         deadline = expiry(request.max_wait_ms)
     replica = _replica_id(ctx, request) >= 0
-    while True:
-        timeout = deadline - loop.time()
-        if timeout <= 0:
+    while loop.time() < deadline:
+        woken = park_on(parked, replica=replica)
+        timer = loop.call_at(deadline, _time_up, woken)
+        try:
+            await woken
+        except TimeoutError:
             break
-        waiters = [(p, p.waiter(replica=replica)) for p in parked]
-        done, _ = await asyncio.wait([w for _, w in waiters], timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        for partition, waiter in waiters:
-            partition.discard_waiter(waiter)
-        if not done:
-            break
+        finally:
+            timer.cancel()
         response, total, parked = _read(ctx, request, fetch_plan)
         if total >= request.min_bytes or not parked:
             return _answer(ctx, fetch_plan, response)

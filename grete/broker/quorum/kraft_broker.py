@@ -58,10 +58,6 @@ REASSIGNMENTS_UNSUPPORTED = "reassignments through a grete KRaft broker are not 
 _PROTOCOL_IDS = {name: code for code, name in SECURITY_PROTOCOLS.items()}
 
 
-def is_kraft_broker(config: BrokerConfig) -> bool:
-    return set(config.get_list("process.roles")) == {"broker"}
-
-
 def supported_features() -> list[BrokerRegistrationRequest.Feature]:
     """The feature levels this broker can run, as it registers them: every metadata.version from
     Kafka's minimum to the latest production one, and each KRaft feature's range."""

@@ -1,0 +1,93 @@
+"""A follower's incremental fetch (KIP-227) on its leader: a session partition with nothing new is not
+read, yet the follower's fetch state moves as on a read (its caught-up time keeps it in the ISR), and
+whatever the follower must hear (records, a high watermark its own fetch moved) still reaches it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from grete.broker import fetch_sessions as sessions
+from grete.broker.handlers import fetch as fetch_handler
+from grete.broker.metrics import BrokerMetrics
+from grete.broker.partition import Partition
+from grete.protocol.messages import FetchRequest, FetchResponse
+from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.record import Record, build_batch
+from grete.storage.config import LogConfig
+from grete.storage.log import Log
+from tests.broker._calls import counted
+
+VERSION = 12
+TOPIC_ID = uuid.uuid4()
+
+
+class Broker(SimpleNamespace):
+    """What the Fetch handler asks of a broker, for one leader partition ``t-0``."""
+
+    def __init__(self, partition: Partition) -> None:
+        super().__init__(quorum=None, authorizer=None, fetch_sessions=sessions.FetchSessionCache(1000),
+                         metrics=BrokerMetrics(), partitions={("t", 0): partition}, clock=[1000])
+
+    def now_ms(self) -> int:
+        return int(self.clock[0])
+
+    def topic_name_for(self, topic_id: uuid.UUID) -> str | None:
+        return "t" if topic_id == TOPIC_ID else None
+
+    def partition(self, topic: str, index: int) -> Partition:
+        return self.partitions[(topic, index)]
+
+
+def _fetch(broker: Broker, replica: int, offset: int | None, session_id: int = 0, epoch: int = 0) -> FetchResponse:
+    named = [] if offset is None else [FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchPartition(
+        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20, current_leader_epoch=0)])]
+    request = FetchRequest(replica_id=replica, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                           session_id=session_id, session_epoch=epoch, topics=named)
+    ctx: Any = SimpleNamespace(broker=broker, version=VERSION, api_version=VERSION)
+    response = fetch_handler.handle(ctx, request)
+    assert isinstance(response, FetchResponse)
+    return response
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    return counted(monkeypatch, fetch_handler, "_read_for_follower")
+
+
+def test_an_idle_session_partition_is_not_read_but_the_follower_state_moves(tmp_path: Path, reads) -> None:
+    asyncio.run(_idle_partition(tmp_path, reads))
+
+
+async def _idle_partition(tmp_path: Path, reads: list[int]) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
+    partition = Partition("t", 0, TOPIC_ID, log, -1, is_leader=False, replicated=True, broker_id=1)
+    partition.make_leader(0, 0, 1, (1, 2, 3), [1, 2, 3], now_ms=1000)
+    broker = Broker(partition)
+    full = _fetch(broker, 2, 0)                                    # opens follower 2's session
+    session = full.session_id
+    assert session and reads[0] == 1
+    _fetch(broker, 3, 0)
+    reads[0] = 0
+
+    broker.clock[0] = 5000
+    idle = _fetch(broker, 2, None, session, 1)
+    assert idle.error_code == 0 and idle.responses == []
+    assert reads[0] == 0, "an idle session partition was read"
+    follower = partition._followers[2]
+    assert follower.last_fetch_ms == 5000 and follower.last_caught_up_ms == 5000
+
+    partition.append(RecordBatch(build_batch([Record(0, 0, None, b"v")])), 5000)
+    news = _fetch(broker, 2, None, session, 2)                     # records at the offset it asks for
+    assert [p.records.size > 0 for t in news.responses for p in t.partitions] == [True]
+    _fetch(broker, 3, 1)                                           # follower 3 has it: 2 holds the HW back
+    assert partition.high_watermark == 0
+    moved = _fetch(broker, 2, 1, session, 3)                       # 2's own fetch moves it: 2 must hear
+    assert [p.high_watermark for t in moved.responses for p in t.partitions] == [1]
+    assert _fetch(broker, 2, None, session, 4).responses == []
+    assert reads[0] == 3  # the append, follower 3's full fetch, the moved high watermark
