@@ -9,7 +9,10 @@ the consumers' Fetch requests per second per broker, from librdkafka's own stati
 on Kafka sends one Fetch per ``fetch.wait.max.ms`` to each broker it reads from: 2 a second.
 
     python -m benchmarks.bench_idle_cluster [--partitions 100] [--consumers 10] [--seconds 60]
-                                            [--targets grete,kafka-3.9]
+                                            [--targets grete,kafka-3.9,grete-kraft]
+
+``grete`` is a ZooKeeper cluster, ``grete-kraft`` a KRaft one (3 grete controllers, whose CPU is
+reported too, beside the brokers').
 
 Prints one JSON line per target; writes benchmarks/results/idle-cluster.json.
 """
@@ -42,6 +45,8 @@ STATS_MS = 1000
 def start(target: str) -> AbstractContextManager[Any]:
     if target == "grete":
         return cluster(3, overrides=OVERRIDES)
+    if target == "grete-kraft":
+        return cluster(3, overrides=OVERRIDES, controllers=3)
     return kafka_zk_cluster(3, overrides=OVERRIDES)
 
 
@@ -104,6 +109,9 @@ def measure(target: str, partitions: int, consumers: int, seconds: float) -> dic
             stack.callback(c.consumer.close)
         poll_all(idle, 5.0)  # connected, fetching, settled
         pids = {i: b.pid for i, b in running.brokers.items()}
+        quorum = getattr(running, "quorum", None)
+        if quorum is not None:  # a KRaft cluster's controllers, by their ids (1001..)
+            pids.update({i: c.pid for i, c in quorum.controllers.items()})
         cpu_before = {i: cpu_seconds(pid) for i, pid in pids.items()}
         fetch_before = [c.snapshot() for c in idle]
         started = time.monotonic()

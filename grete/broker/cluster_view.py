@@ -58,6 +58,9 @@ class ClusterView(Protocol):
     # mode: LEADER_NOT_AVAILABLE), and whether it waits for the new partitions to open first.
     auto_create_error: ErrorCode
     auto_create_waits_open: bool
+    # Whether a BROKER config resource may name any broker id (a KRaft controller keeps every broker's
+    # dynamic configs) or only this node's, as a Kafka broker alters its own.
+    configures_every_broker: bool
 
     def live_brokers(self) -> list[BrokerInfo]: ...
     def controller_id(self) -> int: ...
@@ -81,6 +84,8 @@ class ClusterView(Protocol):
 class BrokersFromMetadata:
     """What a broker of a cluster of several answers from its metadata (a ZooKeeper broker's cache,
     a KRaft broker's image): the live brokers, the partitions' leaders, the coordinators."""
+
+    configures_every_broker = False
 
     def live_brokers(self) -> list[BrokerInfo]:
         raise NotImplementedError

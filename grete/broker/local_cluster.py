@@ -38,6 +38,7 @@ class LocalCluster:
     replicates = False
     auto_create_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     auto_create_waits_open = True  # the answer goes out once the new partitions take writes
+    configures_every_broker = False
 
     def __init__(self, broker: Node) -> None:
         self._broker = broker

@@ -112,12 +112,20 @@ KRAFT_APIS = frozenset({55})
 # controllers (process.roles=controller); a quorum of one has no peer and no broker to answer.
 RAFT_APIS = frozenset({52, 53, 54, 58, 62, 63})
 # The admin requests a KRaft controller carries out for its brokers, sent in an Envelope (Kafka's
-# ForwardingManager) or directly by tools with --bootstrap-controller.
-FORWARDED_APIS = frozenset({19, 20, 37, 55})
+# ForwardingManager) or directly by tools with --bootstrap-controller: CreateTopics, DeleteTopics,
+# CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs,
+# AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum (all "forwardable" in Kafka's ApiKeys
+# and served by its ControllerApis).
+FORWARDED_APIS = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 49, 51, 55})
 # What a controller-only node serves and advertises: the quorum's APIs, what a client needs to
-# reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), Envelope and the
-# requests it carries, and the brokers' AlterPartition and AllocateProducerIds.
-CONTROLLER_APIS = frozenset({1, 17, 18, 36, 56, 58, 60, 67}) | RAFT_APIS | FORWARDED_APIS
+# reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), DescribeAcls (which
+# kafka-acls --bootstrap-controller lists with), Envelope and the requests it carries, and the
+# brokers' AlterPartition and AllocateProducerIds.
+CONTROLLER_APIS = frozenset({1, 17, 18, 29, 36, 56, 58, 60, 67}) | RAFT_APIS | FORWARDED_APIS
+# A controller advertises from Kafka 4.3.1's oldest version where grete's handler, shared with the
+# ZooKeeper-mode broker (Kafka 3.9's range), serves older ones: the ACL APIs' v0 are gone from
+# Kafka 4 (KIP-896).
+CONTROLLER_MIN_VERSIONS = {29: 1, 30: 1, 31: 1}
 # Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
 # advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
 UNADVERTISED_APIS = frozenset({71, 72})
@@ -132,7 +140,8 @@ def advertised_versions(zk_broker: bool = False, direct: bool = False,
                         controller_only: bool = False) -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
     if controller_only:
-        return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items()) if key in CONTROLLER_APIS]
+        return [(key, max(adv_min, CONTROLLER_MIN_VERSIONS.get(key, 0)), hi)
+                for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items()) if key in CONTROLLER_APIS]
     return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
             if (zk_broker or key not in ZK_BROKER_APIS) and not (zk_broker and key in KRAFT_APIS)
             and key not in UNADVERTISED_APIS

@@ -36,10 +36,10 @@ BROKER_ID = 100
 TIMEOUT_S = 30.0
 # One heartbeat unfences the broker; no session expires during the test.
 CONTROLLER_CONFIG = {"broker.session.timeout.ms": "600000"}
-# Kafka's controller takes CreateAcls only with an authorizer; with no ACL on the cluster, the broker's
+# A controller takes CreateAcls only with an authorizer; with no ACL on the cluster, the broker's
 # requests stay allowed.
-KAFKA_AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                    "allow.everyone.if.no.acl.found": "true"}
+AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "allow.everyone.if.no.acl.found": "true"}
 ACL = AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:alice", "*", AclOperation.READ,
                  AclPermissionType.ALLOW)
 
@@ -47,7 +47,7 @@ ACL = AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:alice", "*"
 @pytest.fixture(params=["grete", "kafka"])
 def quorum(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quorum]:
     started = start_quorum([request.param], tmp_path / "quorum",
-                           lambda kind: {**CONTROLLER_CONFIG, **(KAFKA_AUTHORIZER if kind == "kafka" else {})})
+                           lambda _kind: {**CONTROLLER_CONFIG, **AUTHORIZER})
     try:
         started.caught_up(timeout=120)
         yield started
@@ -112,8 +112,6 @@ class Broker:
 
 @pytest.mark.slow
 def test_writes_go_to_the_controller_and_are_seen_in_the_image(quorum: Quorum, tmp_path: Path) -> None:
-    kafka = quorum.voters[1].kind == "kafka"
-
     async def run() -> None:
         broker = Broker(quorum, tmp_path / "broker")
         store = broker.store
@@ -134,8 +132,8 @@ def test_writes_go_to_the_controller_and_are_seen_in_the_image(quorum: Quorum, t
             assert await store.allocate_producer_ids(1000) == first + 1000
             assert store.next_producer_id == first + 2000
 
-            await _configs_and_quotas(store, kafka)
-            await _acls(store, kafka)
+            await _configs_and_quotas(store)
+            await _acls(store)
 
             assert await store.delete_topic("t") is meta
             assert store.topic("t") is None and store.topic_by_id(meta.topic_id) is None
@@ -146,17 +144,9 @@ def test_writes_go_to_the_controller_and_are_seen_in_the_image(quorum: Quorum, t
     asyncio.run(run())
 
 
-async def _configs_and_quotas(store: BrokerMetadataStore, kafka: bool) -> None:
-    """Kafka's controller takes IncrementalAlterConfigs and AlterClientQuotas; grete's does not serve
-    them, and the store says so at once."""
+async def _configs_and_quotas(store: BrokerMetadataStore) -> None:
+    """IncrementalAlterConfigs (topic, cluster default, this broker, a group) and AlterClientQuotas."""
     entity = (("user", "alice"),)
-    if not kafka:
-        for write in (store.set_topic_configs("t", {"cleanup.policy": "compact"}),
-                      store.alter_client_quotas(entity, {"producer_byte_rate": 1024.0})):
-            with pytest.raises(KafkaError) as refused:
-                await write
-            assert refused.value.code == ErrorCode.UNSUPPORTED_VERSION
-        return
     await store.set_topic_configs("t", {"cleanup.policy": "compact"})  # SET one key, DELETE the other
     topic = store.topic("t")
     assert topic is not None and topic.configs == {"cleanup.policy": "compact"}
@@ -165,6 +155,11 @@ async def _configs_and_quotas(store: BrokerMetadataStore, kafka: bool) -> None:
     cluster = {**store.broker_configs(""), "log.cleaner.threads": "2"}
     await store.set_broker_configs("", cluster)
     assert store.broker_configs("") == cluster
+    # The broker's own configs: the controller takes any broker's id, not only its own.
+    await store.set_broker_configs(str(BROKER_ID), {"log.cleaner.threads": "3"})
+    assert store.broker_configs(str(BROKER_ID)) == {"log.cleaner.threads": "3"}
+    await store.set_group_configs("g", {"share.auto.offset.reset": "earliest"})
+    assert store.group_configs("g") == {"share.auto.offset.reset": "earliest"}
     await store.alter_client_quotas(entity, {"producer_byte_rate": 1024.0})
     assert store.client_quotas() == {entity: {"producer_byte_rate": 1024.0}}
     await store.alter_client_quotas(entity, {"producer_byte_rate": None})
@@ -173,13 +168,7 @@ async def _configs_and_quotas(store: BrokerMetadataStore, kafka: bool) -> None:
         await store.set_topic_configs("missing", {"cleanup.policy": "compact"})
 
 
-async def _acls(store: BrokerMetadataStore, kafka: bool) -> None:
-    """CreateAcls and DeleteAcls, which grete's controller does not serve."""
-    if not kafka:
-        with pytest.raises(KafkaError) as refused:
-            await store.add_acls([ACL])
-        assert refused.value.code == ErrorCode.UNSUPPORTED_VERSION
-        return
+async def _acls(store: BrokerMetadataStore) -> None:
     await store.add_acls([ACL])
     assert store.acls() == {ACL}
     await store.remove_acls([ACL])

@@ -91,3 +91,26 @@ def test_a_fenced_broker_s_leaderships_go_to_the_next_live_isr_member() -> None:
         # The last ISR member stays in it; with no one else the partition has no leader.
         assert (alone.partitions[0].leader, alone.partitions[0].isr) == (-1, [1])
     asyncio.run(run())
+
+
+class SlowQuorum(Quorum):
+    """Appends commit one turn of the event loop later, as a quorum's do: a second change can be
+    decided while the first is on its way."""
+
+    async def append(self, values: list[bytes]) -> int:
+        await asyncio.sleep(0)
+        return await super().append(values)
+
+
+def test_two_brokers_fenced_at_once_leave_the_isr_and_the_leadership_both() -> None:
+    async def run() -> None:
+        q = SlowQuorum()
+        for broker in (1, 2, 3):
+            await q.broker(broker)
+        meta = await q.store.create_topic("t", {0: [1, 2, 3]}, {})
+        for broker in (1, 2):
+            q.registry.brokers[broker].fenced = True  # both sessions expired together
+        await asyncio.gather(q.control.broker_fenced(1), q.control.broker_fenced(2))
+        # Each change is decided on the other's outcome: not two changes of the same old state.
+        assert (meta.partitions[0].leader, meta.partitions[0].isr) == (3, [3])
+    asyncio.run(run())

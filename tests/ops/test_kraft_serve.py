@@ -85,7 +85,6 @@ def test_tools_reach_the_quorum_through_the_controller_listener(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("overrides", "reason"), [
-    ({"process.roles": "broker"}, "process.roles=broker"),
     ({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094"}, "controller.quorum.voters names 1,2"),
 ])
 def test_what_a_quorum_of_one_cannot_be_is_refused(tmp_path: Path, overrides: dict[str, str], reason: str) -> None:
@@ -94,6 +93,21 @@ def test_what_a_quorum_of_one_cannot_be_is_refused(tmp_path: Path, overrides: di
     with pytest.raises(ConfigError) as refused:
         Node(config)
     assert reason in str(refused.value)
+
+
+def test_a_broker_of_a_kraft_cluster_needs_formatted_storage_and_an_id_of_its_own(tmp_path: Path) -> None:
+    """As Kafka's: a broker (process.roles=broker) does not format itself, and its id must not be a
+    voter's (Kafka's KafkaConfig refuses that in the same words)."""
+    base = [f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0", "process.roles=broker",
+            "controller.listener.names=CONTROLLER", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
+    with pytest.raises(StartupError) as refused:
+        Node(embedded_config([*base, "node.id=5", "controller.quorum.voters=1@127.0.0.1:9093"]))
+    assert str(tmp_path) in str(refused.value) and "grete storage format" in str(refused.value)
+    (tmp_path / "meta.properties").write_text("version=1\ncluster.id=KvFjOHmGQ7SXaNwGLU8dPQ\nnode.id=1\n"
+                                              "directory.id=Zv9UPwjyTpiHb0z28NVLmA\n")
+    with pytest.raises(StartupError) as refused:
+        Node(embedded_config([*base, "node.id=1", "controller.quorum.voters=1@127.0.0.1:9093"]))
+    assert "the node id 1 must not be included in the set of voters" in str(refused.value)
 
 
 def test_a_controller_needs_formatted_storage(tmp_path: Path) -> None:

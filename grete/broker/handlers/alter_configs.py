@@ -66,13 +66,14 @@ def check_keys(names: list[str], null_names: list[str]) -> None:
 
 
 def check_broker_resource(ctx: RequestContext, name: str) -> str:
-    """This node's id or "" (the cluster-wide default): the scope its dynamic configs are kept under."""
+    """This node's id (on a KRaft controller, any broker's) or "" (the cluster-wide default): the
+    scope the dynamic configs are kept under."""
     if name:
         try:
             requested = int(name)
         except ValueError:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
-        if requested != ctx.broker.node_id:
+        if requested != ctx.broker.node_id and not ctx.broker.cluster.configures_every_broker:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              f"Unexpected broker id, expected {ctx.broker.node_id}, but received {name}")
     return name
@@ -83,13 +84,18 @@ async def replace_broker_configs(ctx: RequestContext, name: str, configs: dict[s
     """Kafka's DynamicBrokerConfig: ``configs`` become the resource's complete dynamic set (this
     broker's, or the cluster default's); keys that cannot change at run time are refused."""
     scope = check_broker_resource(ctx, name)
-    try:
-        clean = check_dynamic_update(configs, cluster_default=scope == "", current=ctx.broker.config)
+    own = scope in ("", str(ctx.broker.node_id))
+    try:  # another broker's configs are checked against its own configs there, not this node's
+        clean = check_dynamic_update(configs, cluster_default=scope == "", current=ctx.broker.config if own else None)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
     ctx.broker.cluster.check_broker_configs(scope, ctx.broker.metadata.broker_configs(scope), clean)
-    if not validate_only:
+    if validate_only:
+        return
+    if own:
         await ctx.broker.set_dynamic_configs(scope, clean)
+    else:  # kept for the broker named, which applies them; nothing of this node's changes
+        await ctx.broker.metadata.set_broker_configs(scope, clean)
 
 
 async def replace_client_metrics(ctx: RequestContext, name: str, configs: dict[str, str],

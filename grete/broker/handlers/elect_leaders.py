@@ -14,7 +14,7 @@ from typing import Any
 from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
-from grete.protocol.errors import ErrorCode
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ElectLeadersRequest, ElectLeadersResponse
 
 Result = ElectLeadersResponse.ReplicaElectionResult
@@ -43,7 +43,10 @@ async def _elect(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLead
     preferred = ctx.version == 0 or request.election_type == PREFERRED
     wanted = (None if request.topic_partitions is None
               else [(w.topic, i) for w in request.topic_partitions for i in w.partitions])
-    outcome = await ctx.broker.cluster.elect_leaders(preferred, wanted)
+    try:
+        outcome = await ctx.broker.cluster.elect_leaders(preferred, wanted)
+    except KafkaError as exc:  # NOT_CONTROLLER from a voter that does not lead, or the controller's refusal
+        return ElectLeadersResponse(error_code=exc.code, replica_election_results=[])
     by_topic: dict[str, list[ElectLeadersResponse.PartitionResult]] = {}
     for (topic, index), code in outcome.items():
         by_topic.setdefault(topic, []).append(ElectLeadersResponse.PartitionResult(

@@ -6,11 +6,11 @@ broker writes nothing to the log itself: each change becomes the request a Kafka
 the controller (CreateTopics with an explicit assignment and the configs, DeleteTopics by topic id,
 CreatePartitions, IncrementalAlterConfigs with SET/DELETE computed against the image,
 AllocateProducerIds with this broker's id and epoch, AlterUserScramCredentials, CreateAcls/DeleteAcls,
-AlterClientQuotas) over a ``ControllerChannel``. The answer's errors are raised as the local stores
-raise them; then the call waits until the image shows the change (a waiter checked after each
-applied batch), so a handler that reads back at once sees it, as under ZooKeeper. A grete controller
-serves CreateTopics, DeleteTopics, CreatePartitions and AllocateProducerIds of these: the others are
-UNSUPPORTED_VERSION from the channel when a grete controller leads.
+AlterClientQuotas, UpdateFeatures) over a ``ControllerChannel``. The answer's errors are raised as the
+local stores raise them; then the call waits until the image shows the change (a waiter checked
+after each applied batch), so a handler that reads back at once sees it, as under ZooKeeper. A grete
+controller serves all of these but UpdateFeatures, which is UNSUPPORTED_VERSION from the channel when
+a grete controller leads.
 
 What no controller request carries is refused before anything is sent:
 - a SCRAM credential's upsertion, UNSUPPORTED_VERSION: AlterUserScramCredentials carries the salted

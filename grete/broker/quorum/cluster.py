@@ -1,28 +1,51 @@
 """The cluster as a controller of a KRaft quorum sees it: the brokers are the KRaft brokers
 registered with the quorum and unfenced (where CreateTopics places replicas), and the controller
-is the quorum's leader. The rest is the single node's view (grete.broker.local_cluster)."""
+is the quorum's leader, which elects leaders (grete/broker/quorum/elections.py) and keeps every
+broker's dynamic configs. The rest is the single node's view (grete.broker.local_cluster)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from grete.broker.local_cluster import LocalCluster
+from grete.broker.quorum.elections import elect
 from grete.coordinator.zk_layout import BrokerInfo
+from grete.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
+    from grete.broker.cluster_view import TopicPartition
     from grete.broker.quorum.brokers import BrokerRegistry
     from grete.broker.quorum.driver import RaftDriver
+    from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 
 
 class QuorumCluster(LocalCluster):
-    def __init__(self, broker: Broker, registry: BrokerRegistry, driver: RaftDriver) -> None:
+    # A BROKER config resource may name any broker: the controller keeps them all, as Kafka's takes
+    # any broker id (ControllerConfigurationValidator).
+    configures_every_broker = True
+
+    def __init__(self, broker: Broker, registry: BrokerRegistry, driver: RaftDriver,
+                 store: QuorumMetadataStore) -> None:
         super().__init__(broker)
         self._registry = registry
         self._driver = driver
+        self._store = store
 
     def live_brokers(self) -> list[BrokerInfo]:
         return self._registry.live()
 
     def controller_id(self) -> int:
         return self._driver.describe()[0]
+
+    async def elect_leaders(self, preferred: bool,
+                            partitions: list[TopicPartition] | None) -> dict[TopicPartition, ErrorCode]:
+        """Elected among the unfenced brokers and committed as one batch; NOT_CONTROLLER (raised)
+        on a voter that does not lead, so the caller asks the leader."""
+        if not self._driver.leads:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum")
+        usable = {b.id for b in self._registry.live()}
+        results, records = elect(self._store.topics(), usable, preferred, partitions)
+        if records:
+            await self._store.commit(records)
+        return results

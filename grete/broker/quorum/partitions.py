@@ -12,6 +12,7 @@ ReplicationControlManager), as PartitionChangeRecords:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from grete.broker.quorum.brokers import BrokerRegistry
@@ -33,8 +34,21 @@ class PartitionControl:
         self._registry = registry
         self._commit = commit
         self._leads = leads
+        # One change at a time, each decided on the state the one before left: a change is read
+        # from the committed records, so two decided together (two brokers fenced at once, an
+        # AlterPartition meanwhile) would each undo the other's part (Kafka's controller has one queue).
+        self._changing = asyncio.Lock()
 
     async def alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse:
+        async with self._changing:
+            return await self._alter_partition(request, version)
+
+    async def broker_fenced(self, broker_id: int) -> None:
+        """Move leadership and ISR membership away from a fenced broker, one batch of records."""
+        async with self._changing:
+            await self._broker_fenced(broker_id)
+
+    async def _alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse:
         Response = AlterPartitionResponse
         if not self._leads():
             return Response(error_code=ErrorCode.NOT_CONTROLLER)
@@ -82,8 +96,7 @@ class PartitionControl:
             return ErrorCode.INELIGIBLE_REPLICA
         return ErrorCode.NONE
 
-    async def broker_fenced(self, broker_id: int) -> None:
-        """Move leadership and ISR membership away from a fenced broker, one batch of records."""
+    async def _broker_fenced(self, broker_id: int) -> None:
         if not self._leads():
             return
         usable = {b.id for b in self._registry.live()} - {broker_id}
