@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -267,7 +268,14 @@ def cli_versions() -> list[str]:
     return list(kafka_dist.PINNED)
 
 
-@pytest.fixture(params=cli_versions(), ids=lambda v: f"cli-{v}")
+def tool_versions() -> list[Any]:
+    """The CLI tools' versions: the newest pinned in the default run, the older ones in the ``long``
+    tier (run by hand with -m long), which keeps the suite in its time budget."""
+    newest = cli_versions()[-1]
+    return [v if v == newest else pytest.param(v, marks=pytest.mark.long) for v in cli_versions()]
+
+
+@pytest.fixture(params=tool_versions(), ids=lambda v: f"cli-{v}")
 def kafka_cli(request: pytest.FixtureRequest, broker: Broker) -> KafkaCli:
     version = str(request.param)
     try:

@@ -18,6 +18,7 @@ SECONDS = 4
 WINDOWS_PER_SECOND = 128  # 200 pairs/s over 19 lanes: copies 0-9 of the 12 sites, copy 10 of 8 sites
 
 
+@pytest.mark.long  # two minutes of Spark: by hand (-m long); tests/pipelines runs the pipeline by default
 def test_run_writes_every_input_window_once_and_right(spark: Any, broker: Any, tmp_path: Path) -> None:
     run_id = uuid.uuid4().hex[:8]
     names = [f"traffic-{kind}-{run_id}" for kind in ("flow", "speed", "out")]

@@ -102,6 +102,7 @@ def test_a_quorum_mixing_grete_and_kafka_controllers(quorums: Callable[[list[str
         assert voter.process is not None and voter.process.poll() is None, voter.log.read_text()[-3000:]
 
 
+@pytest.mark.long  # by hand (-m long): test_kraft_controller_admin.py runs a Kafka broker under a grete controller by default
 def test_kafka_brokers_under_a_grete_controller_quorum(quorums: Callable[[list[str]], Quorum], tmp_path: Path) -> None:
     """Apache Kafka 4.3.1 brokers (process.roles=broker) register with three grete controllers, are
     unfenced, host a topic created through them (CreateTopics forwarded in an Envelope, placed by the

@@ -245,18 +245,21 @@ def test_a_follower_whose_leader_goes_quiet_stands_without_bumping_its_epoch() -
 
 def test_a_follower_whose_leader_is_gone_stands_at_once() -> None:
     """The leader's process is gone (the driver saw its connection reset and its port refuse): no
-    waiting out the fetch timeout, a pre-vote round at once; the other voter grants it once it has
-    seen the same (it no longer follows a leader it hears from)."""
-    follower = node(2, log_of(4), stored=QuorumState(3, 4, -1))
+    waiting out the fetch timeout. The first of the other voters stands at once; the next waits its
+    turn (no split vote when both see it at the same moment) and grants the first its pre-vote, since
+    it no longer follows a leader it hears from."""
+    follower = node(1, log_of(4), stored=QuorumState(3, 4, -1))
     only(follower.tick(0), FetchRequest)
     out = follower.leader_gone(3, 10)
     assert (follower.role, follower.epoch) == ("Prospective", 4)
-    request = dict(sent(out, VoteRequest))[1]
+    request = dict(sent(out, VoteRequest))[2]
     assert isinstance(request, VoteRequest) and request.pre_vote and request.candidate_epoch == 5
-    other = node(1, log_of(4), stored=QuorumState(3, 4, -1))
-    other.leader_gone(3, 10)
-    answer = only(other.receive(2, request, 11), VoteResponse)
+    other = node(2, log_of(4), stored=QuorumState(3, 4, -1))
+    only(other.tick(0), FetchRequest)
+    assert not sent(other.leader_gone(3, 10), VoteRequest) and other.role == "Follower"
+    answer = only(other.receive(1, request, 11), VoteResponse)
     assert isinstance(answer, VoteResponse) and answer.vote_granted
+    assert sent(other.tick(10 + CONFIG.election_backoff_max_ms // 2), VoteRequest)  # its own turn, if needed
 
 
 def test_an_observer_whose_leader_is_gone_asks_the_voters_at_once() -> None:
@@ -267,6 +270,19 @@ def test_an_observer_whose_leader_is_gone_asks_the_voters_at_once() -> None:
     out = observer.leader_gone(3, 10)
     assert observer.role == "Unattached" and observer.leader_id is None and observer.epoch == 4
     assert [d for d, _ in sent(out, FetchRequest)] in ([1], [2])
+
+
+def test_an_observer_asks_another_voter_when_one_cannot_be_reached() -> None:
+    """An observer looking for the leader whose request cannot even be sent (the voter it picked is
+    down) asks again after the retry backoff, not after the request timeout; a voter does not."""
+    observer = node(9)
+    (first, _), = sent(observer.tick(0), FetchRequest)
+    assert not sent(observer.tick(CONFIG.retry_backoff_ms), FetchRequest)  # still in flight
+    observer.connection_failed(first, 5)
+    assert sent(observer.tick(5 + CONFIG.retry_backoff_ms), FetchRequest)
+    voter = node(2, stored=QuorumState(3, 4, -1))
+    only(voter.tick(0), FetchRequest)
+    assert not voter.connection_failed(3, 5).messages and not sent(voter.tick(30), FetchRequest)
 
 
 def test_news_of_another_voter_or_of_a_leader_not_followed_changes_nothing() -> None:

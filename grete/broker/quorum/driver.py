@@ -230,6 +230,8 @@ class RaftDriver:
                 log.info("metadata quorum: leader %d's connection ended and its port refuses connections: "
                          "electing a new leader now", destination)
                 self._run(self.raft.leader_gone(destination, _now_ms()))
+            elif not exc.timed_out and not self._closed:
+                self._run(self.raft.connection_failed(destination, _now_ms()))
             return  # else unanswered: the core retries after its request timeout
         if self._closed:
             return

@@ -125,7 +125,26 @@ class RaftNode(LeaderRole):
         state = self.state
         if isinstance(state, Follower) and state.leader_id == voter:
             self.requests.lost(voter, now_ms)
-            self._election_due(now_ms)
+            if self.node_id in self.voters:
+                # Every voter sees the same evidence at about the same moment: standing all at once
+                # splits the vote (each a candidate for itself, another round after the backoff). So
+                # as after the leader's EndQuorumEpoch: the first of the others stands at once, the
+                # next ones later and later, and by then grant the first its votes.
+                successors = tuple(sorted(v for v in self.voters if v != voter))
+                state.fetch_deadline = now_ms + self._successor_backoff(successors)
+                state.has_fetched = False
+            else:
+                self._election_due(now_ms)
+            self._poll(now_ms)
+        return self.drain()
+
+    def connection_failed(self, destination: int, now_ms: int) -> RaftOutput:
+        """A request could not be sent (the connection was refused or ended before an answer). An
+        observer asking the voters for the leader tries the next one after the retry backoff rather
+        than waiting out the request timeout: when the leader has just died, the voter it asked may
+        be that leader. A voter keeps the request timeout (its peers are retried at that pace)."""
+        if self.node_id not in self.voters:
+            self.requests.lost(destination, now_ms)
             self._poll(now_ms)
         return self.drain()
 
