@@ -113,6 +113,8 @@ class RaftDriver:
         """The core's answer to a request from another replica."""
         if self._closed:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "the metadata quorum is shutting down")
+        if isinstance(request, core.VoteRequest) and request.pre_vote:
+            self._check_leader(sender)
         key = (sender, request.correlation_id)
         stale = self._answers.pop(key, None)
         if stale is not None:
@@ -222,14 +224,13 @@ class RaftDriver:
         except PeerError as exc:
             log.debug("metadata quorum: %s", exc)
             gone = (destination, self.raft.epoch)
-            if (not exc.timed_out and destination == self.raft.leader_id and gone != self._reported_gone
+            # A voter reports a leader once per epoch: if its pre-vote fails (another voter still
+            # hears from it), the fetch timeout decides, as without this. An observer reports it each
+            # time: a voter that has not noticed yet may send it back to the dead leader.
+            observer = self.node_id not in self.voters
+            if (not exc.timed_out and destination == self.raft.leader_id and (observer or gone != self._reported_gone)
                     and await _refuses(peer)):
-                # Once per leader and epoch: if the pre-vote fails (another voter still hears from
-                # it), the fetch timeout decides, as without this.
-                self._reported_gone = gone
-                log.info("metadata quorum: leader %d's connection ended and its port refuses connections: "
-                         "electing a new leader now", destination)
-                self._run(self.raft.leader_gone(destination, _now_ms()))
+                self._leader_gone(destination, gone)
             elif not exc.timed_out and not self._closed:
                 self._run(self.raft.connection_failed(destination, _now_ms()))
             return  # else unanswered: the core retries after its request timeout
@@ -238,6 +239,30 @@ class RaftDriver:
         assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest
                           | core.FetchRequest)
         self._run(self.raft.receive(destination, from_wire(response, message.correlation_id), _now_ms()))
+
+    def _leader_gone(self, leader: int, gone: tuple[int, int]) -> None:
+        self._reported_gone = gone
+        log.info("metadata quorum: leader %d's connection ended and its port refuses connections: "
+                 "electing a new leader now", leader)
+        self._run(self.raft.leader_gone(leader, _now_ms()))
+
+    def _check_leader(self, asker: int) -> None:
+        """Another voter asks for a pre-vote while this one follows a leader: that voter has seen the
+        leader's process gone, or lost touch with it. This one looks too (its port refusing is the
+        evidence), rather than refusing until its own fetch times out."""
+        leader, epoch = self.raft.leader_id, self.raft.epoch
+        if leader is None or leader == asker or self.raft.role != "Follower" or (leader, epoch) == self._reported_gone:
+            return
+        peer = self._peers.get(leader)
+        if peer is None:
+            return
+
+        async def look() -> None:
+            if await _refuses(peer) and not self._closed and (self.raft.leader_id, self.raft.epoch) == (leader, epoch):
+                self._leader_gone(leader, (leader, epoch))
+        task = asyncio.ensure_future(look())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # --- state ------------------------------------------------------------------------------------
     @property
