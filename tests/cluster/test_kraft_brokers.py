@@ -198,11 +198,11 @@ def test_a_paused_broker_waits_for_its_session_timeout(started: list[Any], tmp_p
     wait_for(lambda: _listed_brokers(brokers[1]) == {10, 11}, 30, "the resumed broker unfenced again")
 
 
-@pytest.mark.long
-def test_feature_levels_through_a_broker(started: list[Any], tmp_path: Path) -> None:
+@pytest.mark.parametrize("controller", ["grete", pytest.param("kafka", marks=pytest.mark.long)])
+def test_feature_levels_through_a_broker(started: list[Any], tmp_path: Path, controller: str) -> None:
     """kafka-features through a grete broker: the finalized levels read from its image, and a
-    downgrade sent on to the Kafka 4.3.1 controller (UpdateFeatures), seen in the image after."""
-    quorum = start_quorum(["kafka"], tmp_path / "quorum")
+    downgrade sent on to the controller (UpdateFeatures), seen in the image after."""
+    quorum = start_quorum([controller], tmp_path / "quorum")
     started.append(quorum)
     quorum.leader_view()
     broker = start_grete_broker(quorum, 10, tmp_path / "broker10")

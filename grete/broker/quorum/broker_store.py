@@ -9,8 +9,7 @@ AllocateProducerIds with this broker's id and epoch, AlterUserScramCredentials, 
 AlterClientQuotas, UpdateFeatures) over a ``ControllerChannel``. The answer's errors are raised as the
 local stores raise them; then the call waits until the image shows the change (a waiter checked
 after each applied batch), so a handler that reads back at once sees it, as under ZooKeeper. A grete
-controller serves all of these but UpdateFeatures, which is UNSUPPORTED_VERSION from the channel when
-a grete controller leads.
+controller serves all of these, as Kafka 4.3.1's does.
 
 What no controller request carries is refused before anything is sent:
 - a SCRAM credential's upsertion, UNSUPPORTED_VERSION: AlterUserScramCredentials carries the salted
