@@ -114,3 +114,27 @@ def test_two_brokers_fenced_at_once_leave_the_isr_and_the_leadership_both() -> N
         # Each change is decided on the other's outcome: not two changes of the same old state.
         assert (meta.partitions[0].leader, meta.partitions[0].isr) == (3, [3])
     asyncio.run(run())
+
+
+def test_a_broker_unfenced_leads_again_where_it_is_the_last_isr_member() -> None:
+    """Every broker fenced at once (a new controller that heard from none of them in time): the
+    partitions keep their last ISR member and no leader; when that broker is unfenced, it leads
+    them again (as Kafka's controller elects on unfencing). Another broker unfenced changes nothing."""
+    async def run() -> None:
+        q = Quorum()
+        for broker in (1, 2, 3):
+            await q.broker(broker)
+        meta = await q.store.create_topic("t", {0: [1, 2, 3], 1: [2, 3, 1]}, {})
+        for broker in (1, 2, 3):
+            q.registry.brokers[broker].fenced = True
+            await q.control.broker_fenced(broker)
+        assert [(p.leader, p.isr) for _, p in sorted(meta.partitions.items())] == [(-1, [3]), (-1, [3])]
+        epoch = meta.partitions[0].leader_epoch
+        q.registry.brokers[1].fenced = False
+        await q.control.broker_unfenced(1)
+        assert meta.partitions[0].leader == -1
+        q.registry.brokers[3].fenced = False
+        await q.control.broker_unfenced(3)
+        assert [(p.leader, p.isr) for _, p in sorted(meta.partitions.items())] == [(3, [3]), (3, [3])]
+        assert meta.partitions[0].leader_epoch == epoch + 1
+    asyncio.run(run())

@@ -1,6 +1,9 @@
 """The clusters under test: grete (grete.testing.cluster) or Apache Kafka 3.9.2 in ZooKeeper mode
 (tools.reference_kafka_zk), three brokers, each reaching ZooKeeper through its own proxy
-(tests/jepsen/proxy.py) so a broker can be cut off from ZooKeeper."""
+(tests/jepsen/proxy.py) so a broker can be cut off from ZooKeeper; or grete in KRaft mode
+(``grete-kraft``): three grete controllers and three brokers, each broker reaching each controller
+through a proxy of its own (its ``controller.quorum.voters`` names them), so a broker can be cut
+off from the controllers."""
 
 from __future__ import annotations
 
@@ -14,13 +17,18 @@ from typing import Any
 
 from grete.testing.cluster import GreteCluster, ZooKeeperProcess, free_port
 from grete.testing.common import scratch_root
+from grete.testing.kraft import ControllerQuorum
 from grete.testing.process import serve_command
 from tests.jepsen.netns import Network
 from tests.jepsen.proxy import Proxy
 from tools import kafka_dist
 
-TARGETS = ("grete", "kafka-3.9")
+TARGETS = ("grete", "kafka-3.9", "grete-kraft")
 SESSION_TIMEOUT_MS = 6000
+CONTROLLERS = 3
+# KRaft's session (broker.session.timeout.ms, a controller's setting: Kafka's default 9 s) as
+# ZooKeeper's, so that the faults timed against it fit both.
+KRAFT_CONTROLLER_OVERRIDES = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}
 
 # Both targets get the same broker settings (Kafka's names; grete reads the same ones).
 OVERRIDES = {
@@ -45,6 +53,7 @@ def _proxied(base: type, network: Network | None) -> type:
         broker N also runs in its own network namespace (tests/jepsen/netns.py)."""
 
         zk_proxies: dict[int, Proxy]
+        controller_proxies: dict[int, dict[int, Proxy]]
 
         def launch_prefix(self, broker_id: int) -> list[str]:
             return network.prefix(broker_id) if network is not None else []
@@ -54,8 +63,13 @@ def _proxied(base: type, network: Network | None) -> type:
 
         def broker_items(self, broker_id: int) -> dict[str, str]:
             items: dict[str, str] = super().broker_items(broker_id)
+            bind = network.root_address(broker_id) if network is not None else "127.0.0.1"
+            if self.zookeeper is None:  # KRaft: a proxy to each controller
+                proxies = self.controller_proxies.setdefault(
+                    broker_id, {c: Proxy(port, bind_host=bind) for c, port in sorted(self.quorum.ports.items())})
+                items["controller.quorum.voters"] = ",".join(f"{c}@{p.address}" for c, p in proxies.items())
+                return items
             if broker_id not in self.zk_proxies:
-                bind = network.root_address(broker_id) if network is not None else "127.0.0.1"
                 self.zk_proxies[broker_id] = Proxy(self.zookeeper.port, bind_host=bind)
             items["zookeeper.connect"] = self.zk_proxies[broker_id].address
             return items
@@ -66,7 +80,8 @@ def _proxied(base: type, network: Network | None) -> type:
 @contextmanager
 def open_cluster(target: str, brokers: int = 3, overrides: Mapping[str, str] | None = None,
                  keep: bool = False, namespaces: bool = False) -> Iterator[Any]:
-    """A running cluster of ``target`` with ``.zk_proxies[broker_id]`` and, with ``namespaces``,
+    """A running cluster of ``target`` with ``.zk_proxies[broker_id]`` (ZooKeeper) or
+    ``.controller_proxies[broker_id][controller_id]`` (KRaft) and, with ``namespaces``,
     ``.network`` (each broker in its own network namespace, for partitions between brokers);
     removed on exit unless ``keep``."""
     items = {**OVERRIDES, **(overrides or {})}
@@ -88,6 +103,12 @@ def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, netwo
         scratch = Path(tempfile.mkdtemp(prefix="jepsen-grete-", dir=scratch_root()))
         zookeeper = ZooKeeperProcess(scratch)
         running = _proxied(GreteCluster, network)(scratch, zookeeper, items)
+    elif target == "grete-kraft":
+        scratch = Path(tempfile.mkdtemp(prefix="jepsen-grete-kraft-", dir=scratch_root()))
+        zookeeper = None
+        quorum = ControllerQuorum(scratch, CONTROLLERS, overrides=KRAFT_CONTROLLER_OVERRIDES)
+        items = {k: v for k, v in items.items() if not k.startswith("zookeeper.")}
+        running = _proxied(GreteCluster, network)(scratch, None, items, quorum=quorum)
     elif target == "kafka-3.9":
         from tools.reference_kafka_zk import VERSION, KafkaZkCluster
 
@@ -98,22 +119,32 @@ def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, netwo
     else:
         raise ValueError(f"unknown target {target!r} (one of {TARGETS})")
     running.zk_proxies = {}
+    running.controller_proxies = {}
     running.network = network
     try:
-        zookeeper.start()
+        if zookeeper is not None:
+            zookeeper.start()
+        else:
+            running.quorum.start()
         for broker_id in range(1, brokers + 1):
             running.start_broker(broker_id)
         if hasattr(running, "await_metadata"):
             running.await_metadata()
         yield running
     finally:
-        for proxy in running.zk_proxies.values():
+        proxies = all_proxies(running)
+        for proxy in proxies:
             proxy.heal()
         running.stop()
-        for proxy in running.zk_proxies.values():
+        for proxy in proxies:
             proxy.close()
         if not keep and not os.environ.get("GRETE_KEEP_TMP"):
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def all_proxies(cluster: Any) -> list[Proxy]:
+    """Every broker's proxies: to ZooKeeper, or one to each controller."""
+    return [*cluster.zk_proxies.values(), *(p for per in cluster.controller_proxies.values() for p in per.values())]
 
 
 def second_process_command(cluster: Any, broker_id: int) -> list[str]:

@@ -1,6 +1,7 @@
-"""Rounds of workload + fault + heal + catch-up read + check, against grete or Kafka 3.9.2.
+"""Rounds of workload + fault + heal + catch-up read + check, against grete (ZooKeeper or KRaft) or
+Kafka 3.9.2.
 
-    python -m tests.jepsen.run --rounds 100 --seed 1 [--target grete|kafka-3.9] [--unclean]
+    python -m tests.jepsen.run --rounds 100 --seed 1 [--target grete|kafka-3.9|grete-kraft] [--unclean]
                                [--faults kill-leader,pause-leader,...] [--out result.json]
 
 The seed fixes the sequence of faults and their parameters (victims are chosen by role, e.g. "the
@@ -25,14 +26,15 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from kazoo.client import KazooClient
 
 from tests.jepsen import checker, firewall, logfiles, nemesis
 from tests.jepsen.clusters import TARGETS, open_cluster
+from tests.jepsen.views import KraftView, View, ZkView
 from tests.jepsen.workload import IdempotentWriter, TransactionalWriter, read_topic
 
 PARTITIONS = 3
-ALL_FAULTS = {**nemesis.FAULTS, **nemesis.FIREWALL_FAULTS, **nemesis.EXTRA_FAULTS, **nemesis.NETWORK_FAULTS}
+ALL_FAULTS = {**nemesis.FAULTS, **nemesis.FIREWALL_FAULTS, **nemesis.EXTRA_FAULTS, **nemesis.NETWORK_FAULTS,
+              **nemesis.KRAFT_FAULTS}
 WRITERS = 3
 WARMUP_S = 2.0
 RECOVERY_S = 4.0
@@ -73,15 +75,15 @@ def replica_logs(cluster: Any, topic: str) -> dict[int, dict[int, checker.Read]]
     return out
 
 
-def run_round(cluster: Any, zk: KazooClient, number: int, fault: str, rng: random.Random, unclean: bool,
+def run_round(cluster: Any, view: View, number: int, fault: str, rng: random.Random, unclean: bool,
               say: Callable[[str], None]) -> checker.RoundResult:
     result = checker.RoundResult(number, fault)
     log = nemesis.Events()
     topic, txn_topic = f"jepsen-{number}", f"jepsen-tx-{number}"
     config = {"min.insync.replicas": "2", "unclean.leader.election.enable": "true" if unclean else "false"}
-    nemesis.registered(zk, sorted(cluster.brokers), 60, log)  # the round's topics need every broker
+    nemesis.registered(view, sorted(cluster.brokers), 60, log)  # the round's topics need every broker
     create_topics(cluster, [topic, txn_topic], config)
-    nemesis.full_isr(zk, [topic, txn_topic], 60, log)
+    nemesis.full_isr(view, [topic, txn_topic], 60, log)
     bootstrap = cluster.bootstrap_servers
     writes: dict[str, checker.Write] = {}
     ack_times: list[float] = []
@@ -96,7 +98,7 @@ def run_round(cluster: Any, zk: KazooClient, number: int, fault: str, rng: rando
     time.sleep(WARMUP_S)
     fault_start = time.monotonic()
     try:
-        ALL_FAULTS[fault](cluster, zk, topic, rng, log)
+        ALL_FAULTS[fault](cluster, view, topic, rng, log)
     except nemesis.Finding as exc:
         log(f"finding: {exc}")
         result.error = f"fault: {exc}"
@@ -109,7 +111,7 @@ def run_round(cluster: Any, zk: KazooClient, number: int, fault: str, rng: rando
     for thread in [*writers, txn_writer]:
         thread.join(120)
     result.unavailable_s = round(checker.unavailable(ack_times, fault_start, writes_end), 2)
-    healed = nemesis.heal(cluster, zk, [topic, txn_topic], log)
+    healed = nemesis.heal(cluster, view, [topic, txn_topic], log)
     if not healed:
         result.notes.append("heal: ISR not full")
     reads, ends, problems = read_topic(bootstrap, topic, PARTITIONS, "read_uncommitted")
@@ -174,14 +176,22 @@ def summarize(results: Sequence[checker.RoundResult]) -> dict[str, Any]:
             "txns_aborted": sum(r.txns_aborted for r in results), "anomalies": totals, "per_fault": per_fault}
 
 
+def default_faults(target: str, netns: bool) -> list[str]:
+    """Every fault of ``target`` this machine can inflict: iptables ones when usable, partitions
+    between brokers with ``netns``."""
+    kraft = target == "grete-kraft"
+    return ([*(nemesis.KRAFT_FAULTS if kraft else nemesis.FAULTS)]
+            + ([*nemesis.FIREWALL_FAULTS] if firewall.available() is None else [])
+            + ([*(nemesis.KRAFT_NETWORK_FAULTS if kraft else nemesis.NETWORK_FAULTS)] if netns else []))
+
+
 def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = False,
         faults: Sequence[str] | None = None, out: str | Path | None = None, keep: bool = False,
         say: Callable[[str], None] = print, netns: bool = False) -> dict[str, Any]:
     """Run ``rounds`` rounds; returns (and writes to ``out``) the JSON result. ``netns``: each broker
     in its own network namespace, which the partition faults need (and then join the default mix)."""
     rng = random.Random(seed)
-    chosen = list(faults or (list(nemesis.FAULTS) + (list(nemesis.FIREWALL_FAULTS) if firewall.available() is None else [])
-                             + (list(nemesis.NETWORK_FAULTS) if netns else [])))
+    chosen = list(faults or default_faults(target, netns))
     netns = netns or any(f in nemesis.NETWORK_FAULTS for f in chosen)
     say(f"jepsen: target {target}, seed {seed}, {rounds} rounds, faults {chosen}, unclean={unclean}, "
         f"netns={netns}")
@@ -193,8 +203,7 @@ def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = F
     document: dict[str, Any] = {}
     with open_cluster(target, overrides=overrides, keep=keep, namespaces=netns) as cluster:
         say(f"cluster up in {time.monotonic() - t0:.0f}s: {cluster.bootstrap_servers} (data in {cluster.directory})")
-        zk = KazooClient(hosts=cluster.zookeeper.connect)
-        zk.start(10)
+        view: View = ZkView(cluster.zookeeper.connect) if cluster.zookeeper is not None else KraftView(cluster)
         say(HEADER)
         try:
             for number in range(1, rounds + 1):
@@ -202,11 +211,11 @@ def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = F
                 round_rng = random.Random(rng.random())
                 started = time.monotonic()
                 try:
-                    result = run_round(cluster, zk, number, fault, round_rng, unclean, say)
+                    result = run_round(cluster, view, number, fault, round_rng, unclean, say)
                 except Exception as exc:  # recorded; the next round starts from a healed cluster
                     result = checker.RoundResult(number, fault, error=repr(exc), notes=[traceback.format_exc()])
                     say(f"round {number} ({fault}) failed: {exc!r}")
-                    nemesis.heal(cluster, zk, [], nemesis.Events())
+                    nemesis.heal(cluster, view, [], nemesis.Events())
                 result.notes.insert(0, f"round took {time.monotonic() - started:.0f}s")
                 results.append(result)
                 say(row(result) + ("  <-- " + ", ".join(f"{k} {v}" for k, v in result.anomalies().items())
@@ -218,8 +227,7 @@ def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = F
                     Path(out).parent.mkdir(parents=True, exist_ok=True)
                     Path(out).write_text(json.dumps(document, indent=1))
         finally:
-            zk.stop()
-            zk.close()
+            view.close()
     summary = summarize(results)
     say(f"total: {summary['rounds']} rounds, {summary['acked']} acked writes, "
         f"{summary['txns_committed']} committed / {summary['txns_aborted']} aborted transactions, "

@@ -67,3 +67,16 @@ def test_unclean_leader_election_loses_acknowledged_writes(unclean: bool) -> Non
     else:
         assert {k: anomalies[k] for k in IDEMPOTENT} == dict.fromkeys(IDEMPOTENT, 0), \
             "\n".join(said + document["rounds"][0]["notes"])
+
+
+@pytest.mark.skipif(not os.environ.get("GRETE_JEPSEN_LONG"),
+                    reason="~80 s: run by hand with GRETE_JEPSEN_LONG=1 (tests/jepsen/README.md)")
+def test_kraft_faults_lose_no_acknowledged_write() -> None:
+    """grete controllers and brokers: the quorum leader killed, a leader cut off from the controllers."""
+    said: list[str] = []
+    document = run("grete-kraft", rounds=2, seed=2, faults=["kill-quorum-leader", "quorum-cut-leader"],
+                   say=said.append)
+    summary = document["summary"]
+    assert summary["rounds"] == 2 and summary["errors"] == 0 and summary["acked"] > 1000
+    assert summary["per_fault"].keys() == {"kill-quorum-leader", "quorum-cut-leader"}
+    assert summary["anomalies"] == dict.fromkeys(IDEMPOTENT + TRANSACTIONAL, 0), report(document, said)

@@ -90,8 +90,10 @@ class BrokerRegistry:
         self._leads = leads
         self.next_producer_id = next_producer_id  # the first id of the next block (from the records)
         self._allocating = asyncio.Lock()
-        # Told the id of a broker once its fencing is committed (its partitions' leaders move).
+        # Told the id of a broker once its fencing is committed (its partitions' leaders move), and
+        # once its unfencing is (leaderless partitions it can lead get it as leader).
         self.fenced_listeners: list[Callable[[int], Awaitable[None]]] = []
+        self.unfenced_listeners: list[Callable[[int], Awaitable[None]]] = []
         # The partition control (AlterPartition), set by the node; grete/broker/quorum/partitions.py.
         self.partitions: AlterPartitionTaker | None = None
         self.brokers: dict[int, Registration] = {}
@@ -223,6 +225,8 @@ class BrokerRegistry:
                                                                fenced=UNFENCE)])
             log.info("broker %d unfenced (epoch %d)", found.broker_id, found.epoch)
             self._watch(found)
+            for listener in self.unfenced_listeners:
+                await listener(found.broker_id)
         elif not found.fenced and request.want_fence:
             await self._fence(found)
         return answer(ErrorCode.NONE, self.brokers.get(found.broker_id), caught_up)

@@ -90,6 +90,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
     partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads)
     registry.partitions = partitions
     registry.fenced_listeners.append(partitions.broker_fenced)
+    registry.unfenced_listeners.append(partitions.broker_unfenced)
     store.directory_of = registry.directory_of
     driver_ref.append(driver)
     broker.quorum = driver

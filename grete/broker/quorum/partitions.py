@@ -7,7 +7,9 @@ ReplicationControlManager), as PartitionChangeRecords:
   registered brokers of their current epochs (INELIGIBLE_REPLICA);
 - a broker fenced (session expired, or asked to shut down): every partition it leads gets the first
   other ISR member that is unfenced as leader (none: leader -1, the partition offline until one
-  comes back, as Kafka without unclean election), and it leaves every ISR it is in but the last.
+  comes back, as Kafka without unclean election), and it leaves every ISR it is in but the last;
+- a broker unfenced: every partition without a leader whose ISR it is in gets a leader again, the
+  first replica in assignment order that is in the ISR and unfenced (Kafka's handleBrokerUnfenced).
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ class PartitionControl:
         """Move leadership and ISR membership away from a fenced broker, one batch of records."""
         async with self._changing:
             await self._broker_fenced(broker_id)
+
+    async def broker_unfenced(self, broker_id: int) -> None:
+        """Partitions left without a leader that the unfenced broker can lead get one, one batch."""
+        async with self._changing:
+            await self._broker_unfenced(broker_id)
 
     async def _alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse:
         Response = AlterPartitionResponse
@@ -114,3 +121,18 @@ class PartitionControl:
         if records:
             await self._commit(records)
 
+
+    async def _broker_unfenced(self, broker_id: int) -> None:
+        if not self._leads():
+            return
+        usable = {b.id for b in self._registry.live()} | {broker_id}
+        records: list[Message] = []
+        for meta in self._store.topics().values():
+            for index, part in sorted(meta.partitions.items()):
+                if part.leader != NO_LEADER or broker_id not in part.isr:
+                    continue
+                leader = next((r for r in part.replicas if r in part.isr and r in usable), NO_LEADER)
+                if leader != NO_LEADER:
+                    records.append(PartitionChangeRecord(partition_id=index, topic_id=meta.topic_id, leader=leader))
+        if records:
+            await self._commit(records)
