@@ -46,16 +46,24 @@ def is_controller_only(config: BrokerConfig) -> bool:
     return set(config.get_list("process.roles")) == {"controller"}
 
 
-def controller_broker(config: BrokerConfig) -> Broker:
-    """The node's state, with its Raft driver (started by ``start_controller``)."""
+def formatted_cluster_id(config: BrokerConfig, role: str) -> str:
+    """The cluster id of the formatted metadata log dir: a controller or a broker of a quorum of
+    several does not format itself (every node must share the cluster id the operator chose)."""
     directory = config.metadata_log_dir
     try:
         meta = read_meta_properties(directory)
     except (MetaPropertiesError, OSError) as exc:
         raise StartupError(str(exc)) from None
     if meta is None or not meta.cluster_id:
-        raise StartupError(f"No readable meta.properties files found in {directory}: format the controller's "
+        raise StartupError(f"No readable meta.properties files found in {directory}: format the {role}'s "
                            "storage first (grete storage format --cluster-id <id> --config <file>)")
+    return meta.cluster_id
+
+
+def controller_broker(config: BrokerConfig) -> Broker:
+    """The node's state, with its Raft driver (started by ``start_controller``)."""
+    directory = config.metadata_log_dir
+    cluster_id = formatted_cluster_id(config, "controller")
     voters_config = config.get_list("controller.quorum.voters")
     if not voters_config:
         raise StartupError("process.roles=controller needs controller.quorum.voters (id@host:port of every voter); "
@@ -72,11 +80,11 @@ def controller_broker(config: BrokerConfig) -> Broker:
 
     async def append(values: list[bytes]) -> int:
         return await driver_ref[0].append(values)
-    store = QuorumMetadataStore(meta.cluster_id, append)
+    store = QuorumMetadataStore(cluster_id, append)
     broker = Broker(config, metadata=store)
     boot = _Bootstrap(store, directory / BOOTSTRAP_CHECKPOINT)
 
-    registry = BrokerRegistry(meta.cluster_id, config.get_int("broker.session.timeout.ms"), store.commit,
+    registry = BrokerRegistry(cluster_id, config.get_int("broker.session.timeout.ms"), store.commit,
                               lambda: driver_ref[0].log.end_offset, lambda: driver_ref[0].leads,
                               lambda: store.next_producer_id, config.get_bool("grete.fast.failover.enable"))
 
@@ -84,7 +92,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
         for record, offset in store.apply_batch(batch):
             registry.apply(record, offset)
         boot.committed(broker, batch)
-    driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, meta.cluster_id,
+    driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, cluster_id,
                         raft_config(config), committed, listener=names[0] if names else "CONTROLLER")
     driver.leadership_listeners.append(registry.leadership_changed)
     partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads)

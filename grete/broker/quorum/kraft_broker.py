@@ -33,7 +33,7 @@ from grete.broker.quorum.broker_lifecycle import BrokerLifecycle, Registration
 from grete.broker.quorum.broker_store import BrokerMetadataStore
 from grete.broker.quorum.brokers import SECURITY_PROTOCOLS, BrokerRegistry
 from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLeader
-from grete.broker.quorum.controller_node import raft_config
+from grete.broker.quorum.controller_node import formatted_cluster_id, raft_config
 from grete.broker.quorum.driver import RaftDriver, VoterAddress, parse_voters
 from grete.broker.quorum.image_changes import ImageChanges
 from grete.broker.replica_manager import PartitionOrder
@@ -45,7 +45,6 @@ from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import BrokerRegistrationRequest, ElectLeadersRequest, ElectLeadersResponse
 from grete.protocol.metadata import PartitionChangeRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
-from grete.storage.meta_properties import MetaPropertiesError, read_meta_properties
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
@@ -80,7 +79,7 @@ class KRaftBroker(BrokersFromMetadata):
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.node_id
-        self.cluster_id = _formatted_cluster_id(config)
+        self.cluster_id = formatted_cluster_id(config, "broker")
         voters_config = config.get_list("controller.quorum.voters")
         if not voters_config:
             raise StartupError("process.roles=broker needs controller.quorum.voters (id@host:port of every "
@@ -312,16 +311,3 @@ class KRaftBroker(BrokersFromMetadata):
 
 async def _no_commit(_records: object) -> None:
     raise KafkaError(ErrorCode.NOT_CONTROLLER, "a broker does not write the metadata log")
-
-
-def _formatted_cluster_id(config: BrokerConfig) -> str:
-    """The cluster id of the formatted metadata log dir (Kafka's brokers must be formatted too)."""
-    directory = config.metadata_log_dir
-    try:
-        meta = read_meta_properties(directory)
-    except (MetaPropertiesError, OSError) as exc:
-        raise StartupError(str(exc)) from None
-    if meta is None or not meta.cluster_id:
-        raise StartupError(f"No readable meta.properties files found in {directory}: format the broker's storage "
-                           "first (grete storage format --cluster-id <id> --config <file>)")
-    return meta.cluster_id
