@@ -131,7 +131,7 @@ class RaftNode(LeaderRole):
                 # as after the leader's EndQuorumEpoch: the first of the others stands at once, the
                 # next ones later and later, and by then grant the first its votes.
                 successors = tuple(sorted(v for v in self.voters if v != voter))
-                state.fetch_deadline = now_ms + self._successor_backoff(successors)
+                state.fetch_deadline = now_ms + successor_backoff(self.node_id, successors, self.config.election_backoff_max_ms)
                 state.has_fetched = False
             else:
                 self._election_due(now_ms)
@@ -247,22 +247,12 @@ class RaftNode(LeaderRole):
             state = self.state
             if isinstance(state, Follower) and state.leader_id == request.leader_id:
                 # The most caught-up successor stands at once, the others later and later.
-                backoff = self._successor_backoff(request.preferred_successors)
+                backoff = successor_backoff(self.node_id, request.preferred_successors,
+                                            self.config.election_backoff_max_ms)
                 state.fetch_deadline = now_ms + backoff
                 state.has_fetched = False
         self.send(sender, EndQuorumEpochResponse(correlation_id=request.correlation_id, error_code=error,
                                                  leader_id=self.leader_or_none(), leader_epoch=self.epoch))
-
-    def _successor_backoff(self, successors: tuple[int, ...]) -> int:
-        """Kafka's strict exponential backoff by rank among the preferred successors."""
-        maximum = self.config.election_backoff_max_ms
-        if self.node_id not in successors:
-            return maximum
-        position = successors.index(self.node_id)
-        if position == 0:
-            return 0
-        base = maximum >> (len(successors) - 1)
-        return min(maximum, base << (position - 1))
 
     # --- responses --------------------------------------------------------------------------------
     def _on_response(self, sender: int, response: RaftMessage, now_ms: int) -> None:
@@ -303,7 +293,7 @@ class RaftNode(LeaderRole):
             if state.tally.won:
                 self._become_leader(state, now_ms)
             elif state.tally.lost:
-                state.backoff_until = now_ms + self._election_backoff(state.retries)
+                state.backoff_until = now_ms + election_backoff(self._rng, state.retries, self.config.election_backoff_max_ms)
 
     def _on_fetch_response(self, state: Follower, response: FetchResponse, now_ms: int) -> None:
         state.fetch_deadline = now_ms + self.config.fetch_timeout_ms
@@ -364,7 +354,7 @@ class RaftNode(LeaderRole):
             if now_ms >= state.backoff_until:
                 self._become_prospective(state.retries + 1, now_ms)
         elif now_ms >= state.election_deadline:
-            state.backoff_until = now_ms + self._election_backoff(state.retries)
+            state.backoff_until = now_ms + election_backoff(self._rng, state.retries, self.config.election_backoff_max_ms)
         else:
             self._send_votes(state, now_ms)
 
@@ -413,11 +403,6 @@ class RaftNode(LeaderRole):
         """Kafka randomizes the election timeout between once and twice the configured value."""
         timeout = self.config.election_timeout_ms
         return now_ms + timeout + self._rng.randrange(timeout)
-
-    def _election_backoff(self, retries: int) -> int:
-        """Binary exponential backoff with jitter, capped at controller.quorum.election.backoff.max.ms."""
-        jitter = self._rng.randrange(2 << min(20, retries - 1))
-        return min(RETRY_BACKOFF_BASE_MS * jitter, self.config.election_backoff_max_ms)
 
     # --- transitions ------------------------------------------------------------------------------
     def _follow(self, leader: int | None, epoch: int, now_ms: int, from_leader: bool) -> bool:
@@ -478,3 +463,20 @@ class RaftNode(LeaderRole):
 
     def resign_after_check_quorum(self, state: Leader, now_ms: int) -> None:
         self._become_resigned(state, now_ms)
+
+
+def successor_backoff(node_id: int, successors: tuple[int, ...], maximum: int) -> int:
+    """Kafka's strict exponential backoff by rank among the preferred successors."""
+    if node_id not in successors:
+        return maximum
+    position = successors.index(node_id)
+    if position == 0:
+        return 0
+    base = maximum >> (len(successors) - 1)
+    return min(maximum, base << (position - 1))
+
+
+def election_backoff(rng: random.Random, retries: int, maximum: int) -> int:
+    """Binary exponential backoff with jitter, capped at controller.quorum.election.backoff.max.ms."""
+    jitter = rng.randrange(2 << min(20, retries - 1))
+    return min(RETRY_BACKOFF_BASE_MS * jitter, maximum)
