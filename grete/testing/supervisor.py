@@ -221,7 +221,7 @@ class ClusterSupervisor:
             return 0, await self.status()
         if words == ["stop"]:
             self.shut_down()
-            return 0, "stopping every broker and " + ("ZooKeeper\n" if self._zk is not None else "controller\n")
+            return 0, "stopping every broker and " + ("ZooKeeper\n" if self._zk is not None else "the controllers\n")
         if len(words) == 2 and words[0] in ("restart", "stop") and words[1].isdigit():
             broker_id = int(words[1])
             if self._process(broker_id) is None:
