@@ -86,7 +86,8 @@ def test_transaction_version_2_bumps_the_epoch_at_every_end(java_client, make_to
     repo = str(Path(__file__).resolve().parents[2])
     if repo not in sys.path:
         sys.path.insert(0, repo)
-    from grete.testing._wire import Wire
+    from grete.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+    from grete.testing._wire import Wire, call
     from tests.broker._txn import describe
 
     topic = make_topic()
@@ -95,8 +96,10 @@ def test_transaction_version_2_bumps_the_epoch_at_every_end(java_client, make_to
     assert [s["step"] for s in steps] == ["c2", "a1", "c1"]
     committed, _ = read(java_client, topic, "read_committed")
     assert committed == [f"v{i}-{topic}" for i in (0, 1, 3)]
-    host, port = broker.bootstrap.rsplit(":", 1)
-    wire = Wire(host, int(port))
+    # Asked of the transaction coordinator (in a cluster, not necessarily the first bootstrap address).
+    host, port = broker.bootstrap.split(",")[0].rsplit(":", 1)
+    found = call(host, int(port), FindCoordinatorRequest(key=transactional_id, key_type=1), FindCoordinatorResponse, 3)
+    wire = Wire(found.host, found.port)
     try:
         state = describe(wire, transactional_id)
     finally:
