@@ -78,30 +78,13 @@ class Registration:
     log_dirs: list[uuid.UUID] = field(default_factory=list)
 
 
-class BrokerRegistry:
-    def __init__(self, cluster_id: str, session_timeout_ms: int, commit: Commit,
-                 next_offset: Callable[[], int], leads: Callable[[], bool],
-                 next_producer_id: Callable[[], int], fast_failover: bool = False) -> None:
-        self.cluster_id = cluster_id
-        self.fast_failover = fast_failover
-        self.session_timeout_ms = session_timeout_ms
-        self._commit = commit
-        self._next_offset = next_offset  # where the next appended record lands (the leader's log end)
-        self._leads = leads
-        self.next_producer_id = next_producer_id  # the first id of the next block (from the records)
-        self._allocating = asyncio.Lock()
-        # Told the id of a broker once its fencing is committed (its partitions' leaders move), and
-        # once its unfencing is (leaderless partitions it can lead get it as leader).
-        self.fenced_listeners: list[Callable[[int], Awaitable[None]]] = []
-        self.unfenced_listeners: list[Callable[[int], Awaitable[None]]] = []
-        # The partition control (AlterPartition), set by the node; grete/broker/quorum/partitions.py.
-        self.partitions: AlterPartitionTaker | None = None
-        self.brokers: dict[int, Registration] = {}
-        self._last_heartbeat: dict[int, float] = {}  # monotonic seconds, the leader's only
-        self._timers: dict[int, asyncio.TimerHandle] = {}
-        self._watches: dict[int, tuple[int, ProcessWatch]] = {}  # broker id -> (epoch, watch), the leader's
+class Registrations:
+    """The brokers' registrations as the committed records leave them: what every voter keeps, and
+    a KRaft broker too (its image of which brokers are live, where their listeners are)."""
 
-    # --- from committed records ---------------------------------------------------------------
+    def __init__(self) -> None:
+        self.brokers: dict[int, Registration] = {}
+
     def apply(self, record: Message, offset: int) -> None:
         if isinstance(record, RegisterBrokerRecord):
             self.brokers[record.broker_id] = Registration(
@@ -139,6 +122,32 @@ class BrokerRegistry:
         return [BrokerInfo(r.broker_id, tuple(EndPoint(name, host, port, SECURITY_PROTOCOLS.get(code, "PLAINTEXT"))
                                               for name, host, port, code in r.endpoints), r.rack, r.epoch)
                 for r in sorted(self.brokers.values(), key=lambda r: r.broker_id) if not r.fenced]
+
+
+class BrokerRegistry(Registrations):
+    """The registrations, and the active controller's part: registration, heartbeats, fencing."""
+
+    def __init__(self, cluster_id: str, session_timeout_ms: int, commit: Commit,
+                 next_offset: Callable[[], int], leads: Callable[[], bool],
+                 next_producer_id: Callable[[], int], fast_failover: bool = False) -> None:
+        super().__init__()
+        self.cluster_id = cluster_id
+        self.fast_failover = fast_failover
+        self.session_timeout_ms = session_timeout_ms
+        self._commit = commit
+        self._next_offset = next_offset  # where the next appended record lands (the leader's log end)
+        self._leads = leads
+        self.next_producer_id = next_producer_id  # the first id of the next block (from the records)
+        self._allocating = asyncio.Lock()
+        # Told the id of a broker once its fencing is committed (its partitions' leaders move), and
+        # once its unfencing is (leaderless partitions it can lead get it as leader).
+        self.fenced_listeners: list[Callable[[int], Awaitable[None]]] = []
+        self.unfenced_listeners: list[Callable[[int], Awaitable[None]]] = []
+        # The partition control (AlterPartition), set by the node; grete/broker/quorum/partitions.py.
+        self.partitions: AlterPartitionTaker | None = None
+        self._last_heartbeat: dict[int, float] = {}  # monotonic seconds, the leader's only
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._watches: dict[int, tuple[int, ProcessWatch]] = {}  # broker id -> (epoch, watch), the leader's
 
     # --- requests (the leader) -----------------------------------------------------------------
     async def register(self, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:

@@ -31,7 +31,7 @@ from grete.broker.config import BrokerConfig, StartupError
 from grete.broker.listeners import security_protocol
 from grete.broker.quorum.broker_lifecycle import BrokerLifecycle, Registration
 from grete.broker.quorum.broker_store import BrokerMetadataStore
-from grete.broker.quorum.brokers import SECURITY_PROTOCOLS, BrokerRegistry
+from grete.broker.quorum.brokers import SECURITY_PROTOCOLS, Registrations
 from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLeader
 from grete.broker.quorum.controller_node import formatted_cluster_id, raft_config
 from grete.broker.quorum.driver import RaftDriver, VoterAddress, parse_voters
@@ -108,8 +108,7 @@ class KRaftBroker(BrokersFromMetadata):
         self._heartbeats: ControllerChannel | None = None
         self.metadata = BrokerMetadataStore(self.cluster_id, self.channel, lambda: self.broker_epoch)
         self._changes = ImageChanges(self.metadata.changes, self.metadata.topic_by_id, self.metadata.topic)
-        self.registry = BrokerRegistry(self.cluster_id, config.get_int("broker.session.timeout.ms"),
-                                       _no_commit, lambda: -1, lambda: False, lambda: -1)
+        self.registry = Registrations()  # the brokers' registrations, from the log
         self.applied_offset = -1
         self.alter_partitions: AlterPartitionManager | None = None
         self._broker: Broker | None = None
@@ -307,7 +306,3 @@ class KRaftBroker(BrokersFromMetadata):
         if self._heartbeats is not None:
             self._heartbeats.close()
         await self.driver.close()
-
-
-async def _no_commit(_records: object) -> None:
-    raise KafkaError(ErrorCode.NOT_CONTROLLER, "a broker does not write the metadata log")
