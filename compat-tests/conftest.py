@@ -320,7 +320,7 @@ class JavaClient:
 
     def run(self, command: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         cmd = kafka_dist.harness_cmd(self.version, command, self.broker.bootstrap, *args)
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return kafka_dist.run_java(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
     def ok(self, command: str, *args: str, timeout: float = 120.0) -> list[dict[str, object]]:
         import json

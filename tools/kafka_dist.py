@@ -33,8 +33,9 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tools import kafka_dist_files
+from tools import class_archive, kafka_dist_files
 
 # The two pinned releases. 4.4.0 was only partly on Central when this was written (no kafka-tools).
 PINNED: tuple[str, ...] = ("3.9.2", "4.3.1")
@@ -351,15 +352,19 @@ def log_config(version: str) -> Path:
 
 
 def java_cmd(version: str, main: str, *args: str, log_level: str = "WARN",
-             heap: str = JAVA_HEAP, quick_start: bool = True, jvm: tuple[str, ...] | None = None) -> list[str]:
-    """The java command line that runs ``main`` (a class or a tool name) from the version's jars.
+             heap: str = JAVA_HEAP, quick_start: bool = True, jvm: tuple[str, ...] | None = None,
+             classpath_first: str | None = None) -> list[str]:
+    """The java command line that runs ``main`` (a class or a tool name) from the version's jars
+    (``classpath_first`` ahead of them).
 
     ``quick_start`` (for short-lived CLI tools) stops the JIT at C1: a tool then starts in about half
     the time, but a long-running broker wants the full JIT. ``jvm`` replaces the heap and collector
-    options (``heap`` plus the serial collector), e.g. with :data:`KAFKA_SERVER_JVM`.
+    options (``heap`` plus the serial collector), e.g. with :data:`KAFKA_SERVER_JVM`. The classpath's
+    class-data archive is used when one exists (tools/class_archive.py; :func:`run_java` writes it).
     """
     v = resolve_version(version)
     cls = main_class(v, main)
+    classpath = kafka_classpath(v) if classpath_first is None else f"{classpath_first}{os.pathsep}{kafka_classpath(v)}"
     logging = (
         [f"-Dlog4j2.configurationFile={log_config(v)}"] if major(v) >= 4
         else [f"-Dlog4j.configuration=file:{log_config(v)}"]
@@ -367,30 +372,44 @@ def java_cmd(version: str, main: str, *args: str, log_level: str = "WARN",
     jit = ["-XX:TieredStopAtLevel=1"] if quick_start else []
     return [
         "java", *(jvm if jvm is not None else (heap, "-XX:+UseSerialGC")), *jit, "-Xshare:auto",
+        *class_archive.options(cache_root(), classpath, cls),
         "-Djava.awt.headless=true", "-Djava.net.preferIPv4Stack=true",
         f"-Dgrete.kafka.loglevel={log_level}", *logging,
-        "-cp", kafka_classpath(v), cls, *args,
+        "-cp", classpath, cls, *args,
     ]
 
 
+def run_java(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` of a :func:`java_cmd` line; the first run of its classpath writes the
+    classpath's class-data archive, which later JVMs map (their start in half the time)."""
+    return class_archive.run(cmd, cache_root(), **kwargs)
+
+
 HARNESS_SOURCES = Path(__file__).resolve().parent / "java"
+HARNESS_JAR = "grete-harness.jar"
 
 
 def harness_classes(version: str) -> Path:
-    """tools/java/*.java compiled against this version's jars (once per source change), into the cache."""
+    """tools/java/*.java compiled against this version's jars (once per source change), into a jar in
+    the cache (a jar, not a folder of classes: a class-data archive takes classes from jars only)."""
     sources = sorted(HARNESS_SOURCES.glob("*.java"))
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     out = dist_dir(version) / f"harness-{digest}"
-    if (out / ".done").is_file():
-        return out
+    if (out / ".done").is_file() and (out / HARNESS_JAR).is_file():
+        return out / HARNESS_JAR
     if shutil.which("javac") is None:
         raise RuntimeError("javac is not installed (a JDK is needed for the Java client harness)")
     staging = Path(tempfile.mkdtemp(prefix="harness.", dir=dist_dir(version)))
     try:
-        done = subprocess.run(["javac", "-nowarn", "-d", str(staging), "-cp", kafka_classpath(version),
+        classes = staging / "classes"
+        done = subprocess.run(["javac", "-nowarn", "-d", str(classes), "-cp", kafka_classpath(version),
                                *map(str, sources)], capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"javac failed against Kafka {version}:\n{done.stderr[-4000:]}")
+        with zipfile.ZipFile(staging / HARNESS_JAR, "w") as jar:
+            for path in sorted(classes.rglob("*.class")):
+                jar.write(path, path.relative_to(classes).as_posix())
+        shutil.rmtree(classes)
         (staging / ".done").write_text(digest + "\n")
         if out.exists():
             shutil.rmtree(out)
@@ -401,23 +420,20 @@ def harness_classes(version: str) -> Path:
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    return out
+    return out / HARNESS_JAR
 
 
 def harness_cmd(version: str, *args: str) -> list[str]:
     """java command line for tools/java/GreteJavaClient with this version's kafka-clients."""
-    cmd = java_cmd(version, "GreteJavaClient", *args)
-    i = cmd.index("-cp") + 1
-    cmd[i] = f"{harness_classes(version)}{os.pathsep}{cmd[i]}"
-    return cmd
+    return java_cmd(version, "GreteJavaClient", *args, classpath_first=str(harness_classes(version)))
 
 
 def run_tool(version: str, tool: str, *args: str, timeout: float = 120.0, check: bool = False,
              input: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run a Kafka CLI tool to completion and capture its output."""
-    return subprocess.run(java_cmd(version, tool, *args), capture_output=True, text=True,
-                          timeout=timeout, check=check, input=input,
-                          stdin=None if input is not None else subprocess.DEVNULL)
+    return run_java(java_cmd(version, tool, *args), capture_output=True, text=True,
+                    timeout=timeout, check=check, input=input,
+                    stdin=None if input is not None else subprocess.DEVNULL)
 
 
 # --- a laid-out distribution -------------------------------------------------------------------

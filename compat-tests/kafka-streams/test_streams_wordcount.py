@@ -79,9 +79,8 @@ class WordCountApp:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        cmd = kafka_dist.java_cmd(self.version, "StreamsWordCount", *self.args, log_level="WARN")
-        i = cmd.index("-cp") + 1
-        cmd[i] = f"{kafka_dist.harness_classes(self.version)}{os.pathsep}{cmd[i]}"
+        cmd = kafka_dist.java_cmd(self.version, "StreamsWordCount", *self.args, log_level="WARN",
+                                  classpath_first=str(kafka_dist.harness_classes(self.version)))
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          start_new_session=True)

@@ -129,6 +129,7 @@ def test_broker_connection_creation_rate(broker: Any, admin: Admin) -> None:
     results = burst(broker, admin, broker_rate, 1)
     assert all(ok for ok, _ in results), results
     # The broker's rate counts the connections made before the limit was set (the fixture's, the
-    # previous tests'): how many of the first ten are delayed depends on them; the rest always are.
+    # previous tests'), so which of them are delayed depends on those: from a fresh window, all but
+    # ten; from a full one, each until the rate falls to 1/s, then one in a while goes through at once.
     assert all(took < 3.5 for _, took in results), results
-    assert all(0.5 < took for _, took in results[10:]), results
+    assert sum(took > 0.5 for _, took in results) >= BURST - 10, results
