@@ -141,9 +141,11 @@ class Broker:
         # SSL listeners' reloadable contexts (grete.broker.tls.ListenerTls), set by the node as it listens.
         self.listener_tls: dict[str, ReloadableTls] = {}
         self.quotas = ClientQuotas(config, self.metadata)
-        # In a cluster only the controller sweeps expired tokens (Kafka 3.9's KafkaController).
+        # In a cluster only the controller sweeps expired tokens (Kafka 3.9's KafkaController, Kafka 4's
+        # active controller).
         self.delegation_tokens = DelegationTokenManager(
-            config, self.metadata, sweeps=lambda: self.cluster.controller_id() == self.node_id)
+            config, self.metadata,
+            sweeps=lambda: self.cluster.sweeps_tokens and self.cluster.controller_id() == self.node_id)
         self.buffer_pool = BufferPool()
         self.memory_pool = MemoryPool(config.get_int("queued.max.request.bytes"))
         self.bad_input = LimitedWarnings()  # closes for bad input: logged, then counted

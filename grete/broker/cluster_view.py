@@ -61,6 +61,9 @@ class ClusterView(Protocol):
     # Whether a BROKER config resource may name any broker id (a KRaft controller keeps every broker's
     # dynamic configs) or only this node's, as a Kafka broker alters its own.
     configures_every_broker: bool
+    # Whether this node removes expired delegation tokens when it is the controller (a KRaft broker
+    # never: its quorum's active controller does, as Kafka 4's).
+    sweeps_tokens: bool
 
     def live_brokers(self) -> list[BrokerInfo]: ...
     def controller_id(self) -> int: ...
@@ -86,6 +89,7 @@ class BrokersFromMetadata:
     a KRaft broker's image): the live brokers, the partitions' leaders, the coordinators."""
 
     configures_every_broker = False
+    sweeps_tokens = True
 
     def live_brokers(self) -> list[BrokerInfo]:
         raise NotImplementedError

@@ -27,6 +27,7 @@ class Session:
     principal: str = ANONYMOUS
     authenticated: bool = True
     token_authenticated: bool = False  # SCRAM with a delegation token (KafkaPrincipal.tokenAuthenticated)
+    forwarded: bool = False  # carried in a KRaft broker's Envelope (Kafka's RequestChannel.Request.isForwarded)
     client_software_name: str | None = None
     client_software_version: str | None = None
     sasl: SaslAuthenticator | None = None

@@ -245,9 +245,13 @@ def _with_expiry(token: DelegationTokenInfo, expiry_ms: int) -> DelegationTokenI
 ANONYMOUS = "User:ANONYMOUS"
 
 
-def token_requests_allowed(security_protocol: str, principal: str, token_authenticated: bool) -> bool:
+def token_requests_allowed(security_protocol: str, principal: str, token_authenticated: bool,
+                           forwarded: bool = False) -> bool:
     """Kafka's allowTokenRequests: not over PLAINTEXT, not over SSL without a client certificate,
-    not on a connection that authenticated with a delegation token."""
-    if token_authenticated or security_protocol == "PLAINTEXT":
+    not on a connection that authenticated with a delegation token. A request a KRaft broker
+    forwarded is judged by its principal alone (Kafka's ControllerApis: the protocol is the hop's)."""
+    if token_authenticated:
         return False
-    return not (security_protocol == "SSL" and principal == ANONYMOUS)
+    if forwarded:
+        return True
+    return security_protocol != "PLAINTEXT" and not (security_protocol == "SSL" and principal == ANONYMOUS)

@@ -39,6 +39,7 @@ class LocalCluster:
     auto_create_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     auto_create_waits_open = True  # the answer goes out once the new partitions take writes
     configures_every_broker = False
+    sweeps_tokens = True
 
     def __init__(self, broker: Node) -> None:
         self._broker = broker

@@ -121,8 +121,9 @@ class Partition(PartitionLogView):
         self._recheck_expansion = False
         if new_epoch:
             self._epoch_start_offset = self._log.log_end_offset
-            self._followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
-                               for r in self.replicas if r != leader_id}
+        kept = {} if new_epoch else self._followers  # the same epoch: replicas a reassignment adds join them
+        self._followers = {r: kept.get(r) or FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+                           for r in self.replicas if r != leader_id}
         self._advance_high_watermark()
         self.wake()  # a new leader epoch: parked fetches answer (their epochs may be fenced now)
 

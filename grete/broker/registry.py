@@ -114,9 +114,9 @@ RAFT_APIS = frozenset({52, 53, 54, 58, 62, 63})
 # The admin requests a KRaft controller carries out for its brokers, sent in an Envelope (Kafka's
 # ForwardingManager) or directly by tools with --bootstrap-controller: CreateTopics, DeleteTopics,
 # CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs,
-# AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum, UpdateFeatures (all "forwardable" in
-# Kafka's ApiKeys and served by its ControllerApis).
-FORWARDED_APIS = frozenset({19, 20, 30, 31, 33, 37, 43, 44, 49, 51, 55, 57})
+# AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum, UpdateFeatures, Alter/List-
+# PartitionReassignments (all "forwardable" in Kafka's ApiKeys and served by its ControllerApis).
+FORWARDED_APIS = frozenset({19, 20, 30, 31, 33, 37, 38, 39, 40, 43, 44, 45, 46, 49, 51, 55, 57})  # 38-40: tokens
 # What a controller-only node serves and advertises: the quorum's APIs, what a client needs to
 # reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), DescribeAcls (which
 # kafka-acls --bootstrap-controller lists with), Envelope and the requests it carries, and the

@@ -1,14 +1,17 @@
 """The admin requests a grete KRaft controller carries out, on a real cluster: one grete controller,
 two grete brokers and one Apache Kafka 4.3.1 broker. A grete broker sends its metadata changes to the
 controller as requests (IncrementalAlterConfigs, CreateAcls, DeleteAcls, AlterClientQuotas,
-AlterUserScramCredentials, ElectLeaders); the Kafka broker forwards its clients' in an Envelope;
-kafka-acls reaches the controller directly with --bootstrap-controller. Each change is asked of one
-named broker (a request on a connection to it, not an admin client's choice of broker) and read back
-through another.
+AlterUserScramCredentials, ElectLeaders) and forwards its clients' delegation token requests in an
+Envelope; the Kafka broker forwards its clients' in an Envelope; kafka-acls reaches the controller
+directly with --bootstrap-controller. Each change is asked of one named broker (a request on a
+connection to it, not an admin client's choice of broker) and read back through another.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +26,25 @@ from grete.protocol.messages import (
     AlterClientQuotasRequest,
     AlterUserScramCredentialsRequest,
     CreateAclsRequest,
+    CreateDelegationTokenRequest,
+    CreateDelegationTokenResponse,
     DeleteAclsRequest,
     DescribeAclsRequest,
     DescribeConfigsRequest,
     DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
+    ExpireDelegationTokenRequest,
+    ExpireDelegationTokenResponse,
     IncrementalAlterConfigsRequest,
+    RenewDelegationTokenRequest,
+    RenewDelegationTokenResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
 )
+from grete.testing._wire import Wire
+from grete.testing.common import free_port
 from tools import kafka_admin, kafka_dist
 from tools.kraft_quorum import (
     KAFKA,
@@ -49,8 +64,13 @@ pytestmark = pytest.mark.slow
 # cluster itself, every request stays allowed.
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "allow.everyone.if.no.acl.found": "true"}
+# Delegation tokens on, with one secret key on every node (the controller derives the HMACs); a
+# broker takes token requests on its SASL_PLAINTEXT listener only (PLAIN: alice).
+TOKEN_SECRET = "token-secret"
+TOKENS = {**AUTHORIZER, "delegation.token.secret.key": TOKEN_SECRET}
+ALICE = ("alice", "alice-secret")
 # The controller fences a killed grete broker at once (its port refuses); no session expires meanwhile.
-CONTROLLER = {**AUTHORIZER, "broker.session.timeout.ms": "30000"}
+CONTROLLER = {**TOKENS, "broker.session.timeout.ms": "30000"}
 GRETE_IDS, KAFKA_ID = (10, 11), 12
 TOPIC_ACL, LITERAL, READ, ALLOW, SCRAM_SHA_256 = 2, 3, 3, 3, 1  # Kafka's codes
 ACL_FIELDS = ("resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission_type")
@@ -61,6 +81,7 @@ class Cluster:
     quorum: Quorum
     grete: list[GreteBroker]
     kafka: KafkaBroker
+    sasl_ports: dict[int, int]  # broker id -> its SASL_PLAINTEXT port
 
     @property
     def controller(self) -> str:
@@ -74,16 +95,42 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     started: list[Any] = [quorum]
     try:
         quorum.leader_view()
-        grete = [start_grete_broker(quorum, i, workdir / f"broker{i}", AUTHORIZER) for i in GRETE_IDS]
+        ports = {i: (free_port(), free_port()) for i in (*GRETE_IDS, KAFKA_ID)}
+        grete = []
+        for i in GRETE_IDS:
+            grete.append(start_grete_broker(quorum, i, workdir / f"broker{i}", _listeners(*ports[i])))
+            grete[-1].port = ports[i][0]
         started += grete
-        kafka = start_kafka_broker(quorum, KAFKA_ID, workdir / f"broker{KAFKA_ID}", AUTHORIZER)
+        kafka = start_kafka_broker(quorum, KAFKA_ID, workdir / f"broker{KAFKA_ID}", _listeners(*ports[KAFKA_ID]),
+                                   start=False)
+        kafka.port = ports[KAFKA_ID][0]
+        kafka.start()
         started.append(kafka)
         for broker in [*grete, kafka]:
             wait_for(lambda b=broker: _listed(b) == {*GRETE_IDS, KAFKA_ID}, 120, f"broker {broker.node_id} listing all")
-        yield Cluster(quorum, grete, kafka)
+        yield Cluster(quorum, grete, kafka, {i: sasl for i, (_plain, sasl) in ports.items()})
     finally:
         for thing in reversed(started):
             thing.stop() if isinstance(thing, Quorum) else thing.kill()
+
+
+def _listeners(plain: int, sasl: int) -> dict[str, str]:
+    """A broker's properties: PLAINTEXT (the tests' admin requests) and SASL_PLAINTEXT (token requests)."""
+    listeners = f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}"
+    return {**TOKENS, "listeners": listeners, "advertised.listeners": listeners,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{ALICE[0]}="{ALICE[1]}";'}
+
+
+def _login(sasl_port: int) -> Wire:
+    """A connection to a broker's SASL_PLAINTEXT listener as alice (SASL/PLAIN)."""
+    wire = Wire("127.0.0.1", sasl_port, timeout=30)
+    assert wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, 1).error_code == 0
+    done = wire.call(SaslAuthenticateRequest(auth_bytes=f"\0{ALICE[0]}\0{ALICE[1]}".encode()),
+                     SaslAuthenticateResponse, 1)
+    assert done.error_code == 0, done
+    return wire
 
 
 def _listed(broker: BrokerOfQuorum) -> set[int] | None:
@@ -205,15 +252,102 @@ def test_a_scram_credential_forwarded_by_kafka_and_deleted_through_grete(cluster
     upsert = Request(upsertions=[Request.ScramCredentialUpsertion(
         name="scram-user", mechanism=SCRAM_SHA_256, iterations=4096, salt=b"salt", salted_password=b"\x01" * 32)])
     assert [r.error_code for r in _ask(kafka, upsert, 0).results] == [ErrorCode.NONE]
-
-    def iterations() -> list[int]:
-        described = _ask(grete, DescribeUserScramCredentialsRequest(
-            users=[DescribeUserScramCredentialsRequest.UserName(name="scram-user")]), 0).results[0]
-        return [i.iterations for i in described.credential_infos]
-    _until(lambda: iterations() == [4096], "the credential on the grete broker")
+    _until(lambda: _scram_iterations(grete, "scram-user") == [4096], "the credential on the grete broker")
     delete = Request(deletions=[Request.ScramCredentialDeletion(name="scram-user", mechanism=SCRAM_SHA_256)])
     assert [r.error_code for r in _ask(grete, delete, 0).results] == [ErrorCode.NONE]
-    assert iterations() == []
+    assert _scram_iterations(grete, "scram-user") == []
+
+
+def test_a_scram_credential_upserted_through_grete_and_deleted_through_kafka(cluster: Cluster) -> None:
+    """A grete broker sends the upsertion as it came (the salted password) and answers once its own
+    image shows the credential; the other brokers see it, and the Kafka broker's deletion reaches all."""
+    first, second = cluster.grete
+    _upsert(first, "upserted")
+    for broker in (second, cluster.kafka):
+        _until(lambda b=broker: _scram_iterations(b, "upserted") == [8192], f"the credential on broker {broker.node_id}")
+    Request = AlterUserScramCredentialsRequest
+    delete = Request(deletions=[Request.ScramCredentialDeletion(name="upserted", mechanism=SCRAM_SHA_256)])
+    assert [r.error_code for r in _ask(cluster.kafka, delete, 0).results] == [ErrorCode.NONE]
+    _until(lambda: _scram_iterations(first, "upserted") == [], "the credential gone from the grete broker")
+
+
+def _upsert(broker: BrokerOfQuorum, user: str) -> None:
+    """A SCRAM-SHA-256 credential of 8192 iterations, which the broker's own image shows once answered."""
+    Request = AlterUserScramCredentialsRequest
+    upsert = Request(upsertions=[Request.ScramCredentialUpsertion(
+        name=user, mechanism=SCRAM_SHA_256, iterations=8192, salt=b"salt", salted_password=b"\x02" * 32)])
+    assert [(r.error_code, r.error_message) for r in _ask(broker, upsert, 0).results] == [(ErrorCode.NONE, None)]
+    assert _scram_iterations(broker, user) == [8192]
+
+
+def _scram_iterations(broker: BrokerOfQuorum, user: str) -> list[int]:
+    described = _ask(broker, DescribeUserScramCredentialsRequest(
+        users=[DescribeUserScramCredentialsRequest.UserName(name=user)]), 0).results[0]
+    return [i.iterations for i in described.credential_infos]
+
+
+def test_delegation_tokens_are_forwarded_to_the_controller(cluster: Cluster) -> None:
+    """Create, renew and expire through any broker go to the controller in an Envelope with the
+    caller's principal (the token's owner); the answers come back as the controller gave them, and a
+    token created through one broker is renewed and expired through the others."""
+    first, second = cluster.grete
+    _token_round(cluster.sasl_ports, first, second, cluster.kafka)
+    _token_round(cluster.sasl_ports, cluster.kafka, first, second)
+
+
+def _token_round(sasl_ports: dict[int, int], creator: BrokerOfQuorum, renewer: BrokerOfQuorum,
+                 expirer: BrokerOfQuorum, kafka_controller: bool = False) -> None:
+    """A token created, renewed and expired, each through the broker named (logged in as alice)."""
+    wires = {b.node_id: _login(sasl_ports[b.node_id]) for b in (creator, renewer, expirer)}
+    try:
+        create = CreateDelegationTokenRequest(owner_principal_type=None, owner_principal_name=None, renewers=[],
+                                              max_lifetime_ms=-1)
+        created = wires[creator.node_id].call(create, CreateDelegationTokenResponse, 3)
+        assert (created.error_code, created.principal_type, created.principal_name) == (0, "User", ALICE[0])
+        assert created.hmac == hmac.new(TOKEN_SECRET.encode(), created.token_id.encode(), hashlib.sha512).digest()
+        renew = RenewDelegationTokenRequest(hmac=created.hmac, renew_period_ms=60000)
+        renewed = _renewed(wires[renewer.node_id], renew, ErrorCode.NONE, kafka_controller)
+        assert renewed.error_code == ErrorCode.NONE
+        assert created.issue_timestamp_ms < renewed.expiry_timestamp_ms <= created.max_timestamp_ms
+        expire = ExpireDelegationTokenRequest(hmac=created.hmac, expiry_time_period_ms=-1)
+        assert wires[expirer.node_id].call(expire, ExpireDelegationTokenResponse, 2).error_code == ErrorCode.NONE
+        gone = _renewed(wires[creator.node_id], renew, ErrorCode.DELEGATION_TOKEN_NOT_FOUND, kafka_controller)
+        assert gone.error_code == ErrorCode.DELEGATION_TOKEN_NOT_FOUND
+    finally:
+        for wire in wires.values():
+            wire.close()
+
+
+def _renewed(wire: Wire, renew: RenewDelegationTokenRequest, expected: int, kafka_controller: bool) -> Any:
+    """The renewal's answer. Kafka's controller finds a token by its HMAC in a cache its metadata
+    publisher fills after the commit, with nothing to wait on from outside: under it, the renewal is
+    asked again (for up to 5 s) until the answer is the one expected."""
+    answer = wire.call(renew, RenewDelegationTokenResponse, 2)
+    for _attempt in range(50 if kafka_controller else 0):
+        if answer.error_code == expected:
+            break
+        time.sleep(0.1)
+        answer = wire.call(renew, RenewDelegationTokenResponse, 2)
+    return answer
+
+
+@pytest.mark.long
+def test_upserts_and_tokens_through_a_grete_broker_under_a_kafka_controller(tmp_path: Path) -> None:
+    """The same requests, forwarded by a grete broker to an Apache Kafka 4.3.1 controller."""
+    quorum = start_quorum(["kafka"], tmp_path / "quorum", lambda _kind: CONTROLLER)
+    ports = (free_port(), free_port())
+    broker: GreteBroker | None = None
+    try:
+        quorum.leader_view()
+        broker = start_grete_broker(quorum, GRETE_IDS[0], tmp_path / "broker", _listeners(*ports))
+        broker.port = ports[0]
+        wait_for(lambda: _listed(broker) == {GRETE_IDS[0]}, 120, "the broker registered")
+        _upsert(broker, "upserted")
+        _token_round({broker.node_id: ports[1]}, broker, broker, broker, kafka_controller=True)
+    finally:
+        if broker is not None:
+            broker.kill()
+        quorum.stop()
 
 
 def test_kafka_acls_adds_an_acl_through_the_controller_listener(cluster: Cluster) -> None:

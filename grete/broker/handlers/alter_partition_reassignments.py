@@ -1,7 +1,7 @@
 """AlterPartitionReassignments (45) with Kafka's validation. In a cluster the controller starts the
 reassignment (new replicas join and catch up, then the target becomes the replica set and the rest
 are deleted) or cancels it; other brokers answer NOT_CONTROLLER, as Kafka's ZooKeeper-mode brokers
-do. On one node the only valid target is the current replica list (this broker), which completes at
+do; a KRaft broker forwards the request to its active controller. On one node the only valid target is the current replica list (this broker), which completes at
 once; cancelling finds nothing to cancel."""
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ async def _reassign(ctx: RequestContext,
     wanted = {(t.name, p.partition_index): list(p.replicas) if p.replicas is not None else None
               for t in request.topics for p in t.partitions}
     try:
+        forwarded = await ctx.broker.cluster.forwarded(request, ctx.version)  # a KRaft broker's controller answers
+        if isinstance(forwarded, AlterPartitionReassignmentsResponse):
+            return forwarded
         outcome = await ctx.broker.cluster.reassign(wanted)
     except KafkaError as exc:  # NOT_CONTROLLER: this broker is not the one to ask
         return AlterPartitionReassignmentsResponse(error_code=exc.code, error_message=exc.message, responses=[])

@@ -1,8 +1,9 @@
 """AlterUserScramCredentials (51): upsert and delete users' SCRAM credentials. The client sends the
 salt and the salted password; the broker stores what Kafka stores (salt, StoredKey, ServerKey,
-iterations). Needs ALTER on the cluster. Per-user errors as Kafka's ScramControlManager:
-DUPLICATE_RESOURCE (a user twice in one request), UNACCEPTABLE_CREDENTIAL (empty name, iterations
-outside 4096..16384), UNSUPPORTED_SASL_MECHANISM, RESOURCE_NOT_FOUND (deleting what is not there)."""
+iterations), and a KRaft broker sends the salted password on to its controller (ScramUpsertion).
+Needs ALTER on the cluster. Per-user errors as Kafka's ScramControlManager: DUPLICATE_RESOURCE (a
+user twice in one request), UNACCEPTABLE_CREDENTIAL (empty name, iterations outside 4096..16384),
+UNSUPPORTED_SASL_MECHANISM, RESOURCE_NOT_FOUND (deleting what is not there)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from typing import Any
 from grete.broker.authz import Op, cluster_allowed
 from grete.broker.context import RequestContext
 from grete.broker.registry import api
-from grete.broker.sasl import scram_keys
-from grete.coordinator.metadata import ScramCredential
+from grete.broker.scram_upsertion import ScramUpsertion
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
 
@@ -72,9 +72,8 @@ async def handle(ctx: RequestContext, request: AlterUserScramCredentialsRequest)
                 await store.set_scram_credential(name, MECHANISMS[deletion.mechanism], None)
             for upsertion in (u for u in request.upsertions if u.name == name):
                 mechanism = MECHANISMS[upsertion.mechanism]
-                stored_key, server_key = scram_keys(mechanism, bytes(upsertion.salted_password))
-                await store.set_scram_credential(name, mechanism, ScramCredential(
-                    bytes(upsertion.salt), stored_key, server_key, upsertion.iterations))
+                await store.set_scram_credential(name, mechanism, ScramUpsertion.derive(
+                    mechanism, bytes(upsertion.salt), bytes(upsertion.salted_password), upsertion.iterations))
         except KafkaError as exc:
             results.append(Result(user=name, error_code=exc.code, error_message=str(exc)))
             continue

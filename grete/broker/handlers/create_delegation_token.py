@@ -2,13 +2,16 @@
 token-authenticated connections (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED); a token for another owner
 (v3's OwnerPrincipal) needs CREATE_TOKENS on that USER (else DELEGATION_TOKEN_AUTHORIZATION_FAILED);
 renewers must be User principals (INVALID_PRINCIPAL_TYPE); without a secret key,
-DELEGATION_TOKEN_AUTH_DISABLED. The error answers carry the owner and requester and nothing else."""
+DELEGATION_TOKEN_AUTH_DISABLED. The error answers carry the owner and requester and nothing else.
+A KRaft broker checks as much, then forwards it to the controller, which checks the caller the
+Envelope names again and answers the rest (grete/broker/quorum/forwarded_tokens.py)."""
 
 from __future__ import annotations
 
 from grete.broker.authz import Op, Res, allowed
 from grete.broker.context import RequestContext
 from grete.broker.delegation_tokens import token_requests_allowed
+from grete.broker.quorum import forwarded_tokens
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import CreateDelegationTokenRequest, CreateDelegationTokenResponse
@@ -32,14 +35,18 @@ async def handle(ctx: RequestContext, request: CreateDelegationTokenRequest) -> 
     owner = (f"{request.owner_principal_type}:{request.owner_principal_name}"
              if request.owner_principal_name else requester)
     session = ctx.session
-    if not token_requests_allowed(session.security_protocol, requester, session.token_authenticated):
+    if not token_requests_allowed(session.security_protocol, requester, session.token_authenticated,
+                                  session.forwarded):
         return _answer(owner, requester, ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
     if owner != requester and not allowed(ctx, Op.CREATE_TOKENS, Res.USER, owner):
         return _answer(owner, requester, ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED)
     if any(r.principal_type != "User" for r in request.renewers):
         return _answer(owner, requester, ErrorCode.INVALID_PRINCIPAL_TYPE)
     renewers = [f"{r.principal_type}:{r.principal_name}" for r in request.renewers]
+    store = forwarded_tokens.kraft_broker_store(ctx)
     try:
+        if store is not None:
+            return await forwarded_tokens.create(ctx, store, request)
         created = await ctx.broker.delegation_tokens.create(owner, requester, renewers, request.max_lifetime_ms)
     except KafkaError as exc:
         return _answer(owner, requester, exc.code, issue=0, expiry=0, max_ms=0)

@@ -34,9 +34,10 @@ async def handle(ctx: RequestContext, request: EnvelopeRequest) -> EnvelopeRespo
             return EnvelopeResponse(error_code=ErrorCode.INVALID_REQUEST)
         inner_request = handler.request_cls.decode(Reader(request.request_data, pos),  # type: ignore[attr-defined]
                                                    header.api_version)
+        principal, token_authenticated = _principal(request.request_principal)
         session = Session(listener=ctx.listener, security_protocol=ctx.session.security_protocol,
-                          client_host=_address(request.client_host_address),
-                          principal=_principal(request.request_principal))
+                          client_host=_address(request.client_host_address), principal=principal,
+                          token_authenticated=token_authenticated, forwarded=True)
     except (KafkaError, ValueError, IndexError) as exc:
         return EnvelopeResponse(error_code=exc.code if isinstance(exc, KafkaError) else ErrorCode.INVALID_REQUEST)
     inner = RequestContext(broker=ctx.broker, api_key=header.api_key, api_version=header.api_version,
@@ -73,13 +74,13 @@ def _address(raw: bytes) -> str:
         return ""
 
 
-def _principal(raw: bytes | None) -> str:
+def _principal(raw: bytes | None) -> tuple[str, bool]:
     """Kafka's DefaultKafkaPrincipalBuilder serde: DefaultPrincipalData v0 (flexible): type and name
     as compact strings, then tokenAuthenticated; ``User:ANONYMOUS`` when absent."""
     if not raw:
-        return "User:ANONYMOUS"
+        return "User:ANONYMOUS", False
     r = Reader(raw, 0)
     r.int16()  # the version
     kind = r.string(True)
     name = r.string(True)
-    return f"{kind}:{name}"
+    return f"{kind}:{name}", r.boolean()

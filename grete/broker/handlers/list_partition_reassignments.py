@@ -1,6 +1,6 @@
 """ListPartitionReassignments (46): the controller's reassignments in progress (replicas, adding,
-removing), all or those asked for; other cluster brokers answer NOT_CONTROLLER. A single node never
-has one in progress."""
+removing), all or those asked for; other ZooKeeper-mode brokers answer NOT_CONTROLLER, a KRaft broker
+asks its active controller. A single node never has one in progress."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from grete.protocol.messages import ListPartitionReassignmentsRequest, ListParti
 
 
 @api(46, 0, 0)
-def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
+async def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         return ListPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
     try:
+        forwarded = await ctx.broker.cluster.forwarded(request, ctx.version)  # a KRaft broker's controller answers
+        if isinstance(forwarded, ListPartitionReassignmentsResponse):
+            return forwarded
         ongoing = ctx.broker.cluster.reassignments()
     except KafkaError as exc:  # NOT_CONTROLLER: this broker is not the one to ask
         return ListPartitionReassignmentsResponse(error_code=exc.code, error_message=exc.message, topics=[])

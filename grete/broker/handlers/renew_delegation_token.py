@@ -1,12 +1,14 @@
 """RenewDelegationToken (39) v1-2, as Kafka 4.3: by the owner or a renewer, the new expiry capped by
 ``delegation.token.expiry.time.ms`` and the token's max lifetime. Errors: REQUEST_NOT_ALLOWED (with
 expiry -1, answered by the broker), then AUTH_DISABLED, NOT_FOUND, EXPIRED, OWNER_MISMATCH (expiry 0,
-as Kafka's controller answers them)."""
+as Kafka's controller answers them). A KRaft broker forwards it, once allowed, to the controller
+(grete/broker/quorum/forwarded_tokens.py)."""
 
 from __future__ import annotations
 
 from grete.broker.context import RequestContext
 from grete.broker.delegation_tokens import token_requests_allowed
+from grete.broker.quorum import forwarded_tokens
 from grete.broker.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import RenewDelegationTokenRequest, RenewDelegationTokenResponse
@@ -17,9 +19,13 @@ Response = RenewDelegationTokenResponse
 @api(39, 1, 2)
 async def handle(ctx: RequestContext, request: RenewDelegationTokenRequest) -> Response:
     session = ctx.session
-    if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated):
+    if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated,
+                                  session.forwarded):
         return Response(error_code=ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, expiry_timestamp_ms=-1)
+    store = forwarded_tokens.kraft_broker_store(ctx)
     try:
+        if store is not None:
+            return await forwarded_tokens.renew(ctx, store, request)
         error, expiry = await ctx.broker.delegation_tokens.renew(ctx.principal, bytes(request.hmac),
                                                                  request.renew_period_ms)
     except KafkaError as exc:

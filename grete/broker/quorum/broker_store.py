@@ -6,18 +6,23 @@ broker writes nothing to the log itself: each change becomes the request a Kafka
 the controller (CreateTopics with an explicit assignment and the configs, DeleteTopics by topic id,
 CreatePartitions, IncrementalAlterConfigs with SET/DELETE computed against the image,
 AllocateProducerIds with this broker's id and epoch, AlterUserScramCredentials, CreateAcls/DeleteAcls,
-AlterClientQuotas, UpdateFeatures) over a ``ControllerChannel``. The answer's errors are raised as the
-local stores raise them; then the call waits until the image shows the change (a waiter checked
-after each applied batch), so a handler that reads back at once sees it, as under ZooKeeper. A grete
-controller serves all of these, as Kafka 4.3.1's does.
+AlterClientQuotas, UpdateFeatures, a client's own request in an Envelope) over a ``ControllerChannel``.
+The answer's errors are raised as the local stores raise them; then the call waits until the image
+shows the change (a waiter checked after each applied batch), so a handler that reads back at once
+sees it, as under ZooKeeper. A grete controller serves all of these, as Kafka 4.3.1's does.
 
-What no controller request carries is refused before anything is sent:
-- a SCRAM credential's upsertion, UNSUPPORTED_VERSION: AlterUserScramCredentials carries the salted
-  password, and a store is given only the stored and server keys (the request is to be forwarded as
-  it came); a deletion is sent;
-- delegation tokens: the controller creates and expires them itself (CreateDelegationToken,
-  ExpireDelegationToken, forwarded), from the token's HMAC, which a store never holds:
-  DELEGATION_TOKEN_AUTH_DISABLED, as a broker without delegation tokens answers.
+A SCRAM credential is sent as AlterUserScramCredentials carries it: an upsertion with the salt and
+the salted password (``ScramUpsertion``), from which the controller derives the keys it stores, as
+Kafka's does; a credential given as stored keys alone is refused (UNSUPPORTED_VERSION), since no
+controller request carries those.
+
+Delegation tokens are not written through the store: the controller creates, renews and expires
+them itself, from the client's own CreateDelegationToken, RenewDelegationToken and
+ExpireDelegationToken, which the broker forwards in an Envelope with the caller's principal
+(``forward``; grete/broker/quorum/forwarded_tokens.py). ``set_delegation_token`` and
+``remove_delegation_token``, which carry neither the caller nor the HMAC, are refused before anything
+is sent: DELEGATION_TOKEN_AUTH_DISABLED.
+
 Changes are not published on ``changes`` here: the application of the image publishes every
 change, whichever broker asked for it, once.
 """
@@ -31,6 +36,8 @@ from typing import TypeVar
 from grete.broker.features import SAFE_DOWNGRADE, UPGRADE
 from grete.broker.features import SUPPORTED as SUPPORTED_FEATURES
 from grete.broker.quorum.controller_channel import ControllerChannel
+from grete.broker.quorum.forwarding import envelope, unwrap
+from grete.broker.scram_upsertion import ScramUpsertion
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.store import (
@@ -68,6 +75,7 @@ from grete.protocol.messages import (
     DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    EnvelopeResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     UpdateFeaturesRequest,
@@ -78,6 +86,7 @@ from grete.protocol.messages import (
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 7, 6, 3, 1
 ALLOCATE_PRODUCER_IDS, ALTER_SCRAM, CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS = 0, 0, 3, 3, 1
 UPDATE_FEATURES = 1  # v1: per-feature upgrade types and results
+ENVELOPE = 0
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' OpType
 MISSING_TOPIC = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
 R = TypeVar("R", bound=Message)
@@ -196,6 +205,17 @@ class BrokerMetadataStore(QuorumMetadataStore):
             raise NoSuchTopic(name)
         return meta
 
+    async def forward(self, request: Message, answer: type[R], version: int, client_id: str | None,
+                      principal: str, token_authenticated: bool, client_host: str) -> R:
+        """A client's request in an Envelope, carried out by the controller as the caller's own (Kafka's
+        ForwardingManager); the controller's answer. The Envelope's error is raised."""
+        wrapped = envelope(request, version, client_id, principal, token_authenticated, client_host)
+        response = await self._ask(wrapped, ENVELOPE, EnvelopeResponse)
+        _raise_first([(response.error_code, "the active controller did not carry out the forwarded request")])
+        unwrapped = unwrap(response, type(request).API_KEY, version)
+        assert isinstance(unwrapped, answer)
+        return unwrapped
+
     def _timeout_ms(self) -> int:
         return int(self.channel.timeout_s * 1000)
 
@@ -243,16 +263,33 @@ class BrokerMetadataStore(QuorumMetadataStore):
 
     # --- security ---------------------------------------------------------------------------------
     async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
-        if credential is not None:
+        """As AlterUserScramCredentials to the controller: an upsertion with the salted password it
+        derives the keys from (Kafka's ScramControlManager), or a deletion; done once the image shows it."""
+        if credential is None:
+            await self._delete_scram_credential(user, mechanism)
+            return
+        if not isinstance(credential, ScramUpsertion):
             raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "a KRaft broker sends the controller a SCRAM credential "
                              "as AlterUserScramCredentials carries it (the salted password), not as stored keys")
+        request = AlterUserScramCredentialsRequest(upsertions=[
+            AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+                name=user, mechanism=SCRAM_MECHANISM_TYPES[mechanism], iterations=credential.iterations,
+                salt=credential.salt, salted_password=credential.salted_password)])
+        await self._alter_scram(request)
+        stored = credential.stored()
+        await self.until(lambda: self.scram_credential(user, mechanism) == stored, f"{mechanism} of {user} upserted")
+
+    async def _delete_scram_credential(self, user: str, mechanism: str) -> None:
         if self.scram_credential(user, mechanism) is None:
             return
-        request = AlterUserScramCredentialsRequest(deletions=[AlterUserScramCredentialsRequest.ScramCredentialDeletion(
-            name=user, mechanism=SCRAM_MECHANISM_TYPES[mechanism])])
+        await self._alter_scram(AlterUserScramCredentialsRequest(deletions=[
+            AlterUserScramCredentialsRequest.ScramCredentialDeletion(name=user,
+                                                                     mechanism=SCRAM_MECHANISM_TYPES[mechanism])]))
+        await self.until(lambda: self.scram_credential(user, mechanism) is None, f"{mechanism} of {user} deleted")
+
+    async def _alter_scram(self, request: AlterUserScramCredentialsRequest) -> None:
         response = await self._ask(request, ALTER_SCRAM, AlterUserScramCredentialsResponse)
         _raise_first([(r.error_code, r.error_message) for r in response.results])
-        await self.until(lambda: self.scram_credential(user, mechanism) is None, f"{mechanism} of {user} deleted")
 
     async def add_acls(self, acls: list[AclBinding]) -> None:
         new = [a for a in dict.fromkeys(acls) if a not in self._acls]

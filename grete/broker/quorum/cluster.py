@@ -1,7 +1,7 @@
 """The cluster as a controller of a KRaft quorum sees it: the brokers are the KRaft brokers
 registered with the quorum and unfenced (where CreateTopics places replicas), and the controller
-is the quorum's leader, which elects leaders (grete/broker/quorum/elections.py) and keeps every
-broker's dynamic configs. The rest is the single node's view (grete.broker.local_cluster)."""
+is the quorum's leader, which elects leaders (grete/broker/quorum/elections.py), reassigns partitions
+(grete/broker/quorum/reassignments.py) and keeps every broker's dynamic configs. The rest is the single node's view (grete.broker.local_cluster)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from grete.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
-    from grete.broker.cluster_view import TopicPartition
+    from grete.broker.cluster_view import Reassignment, TopicPartition
     from grete.broker.quorum.brokers import BrokerRegistry
     from grete.broker.quorum.driver import RaftDriver
+    from grete.broker.quorum.partitions import PartitionControl
     from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 
 
@@ -26,11 +27,12 @@ class QuorumCluster(LocalCluster):
     configures_every_broker = True
 
     def __init__(self, broker: Broker, registry: BrokerRegistry, driver: RaftDriver,
-                 store: QuorumMetadataStore) -> None:
+                 store: QuorumMetadataStore, partitions: PartitionControl) -> None:
         super().__init__(broker)
         self._registry = registry
         self._driver = driver
         self._store = store
+        self._partitions = partitions
 
     def live_brokers(self) -> list[BrokerInfo]:
         return self._registry.live()
@@ -49,3 +51,10 @@ class QuorumCluster(LocalCluster):
         if records:
             await self._store.commit(records)
         return results
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        return self._partitions.reassignments()
+
+    async def reassign(self, wanted: dict[TopicPartition, list[int] | None]
+                       ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
+        return await self._partitions.reassign(wanted)

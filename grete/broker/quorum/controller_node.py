@@ -91,6 +91,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
     def committed(batch: RaftBatch) -> None:
         for record, offset in store.apply_batch(batch):
             registry.apply(record, offset)
+            partitions.applied(record)
         boot.committed(broker, batch)
     driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, cluster_id,
                         raft_config(config), committed, listener=names[0] if names else "CONTROLLER")
@@ -103,7 +104,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
     driver_ref.append(driver)
     broker.quorum = driver
     broker.kraft_brokers = registry
-    broker.cluster = QuorumCluster(broker, registry, driver, store)
+    broker.cluster = QuorumCluster(broker, registry, driver, store, partitions)
     broker.controller_only = True
     return broker
 

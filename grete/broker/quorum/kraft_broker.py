@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 ELECT_LEADERS_VERSION = 2
-REASSIGNMENTS_UNSUPPORTED = "reassignments through a grete KRaft broker are not supported yet"
+REASSIGNMENTS_FORWARDED = "reassignments are the active controller's: the request is forwarded to it whole"
 _PROTOCOL_IDS = {name: code for code, name in SECURITY_PROTOCOLS.items()}
 
 
@@ -75,6 +75,7 @@ class KRaftBroker(BrokersFromMetadata):
     # UNKNOWN_TOPIC_OR_PARTITION until this broker's image has it (clients retry).
     auto_create_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     auto_create_waits_open = False
+    sweeps_tokens = False  # the active controller removes expired tokens (Kafka 4's QuorumController)
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -159,15 +160,17 @@ class KRaftBroker(BrokersFromMetadata):
                 for r in response.replica_election_results for p in r.partition_result}
 
     async def forwarded(self, request: Message, version: int) -> Message | None:
-        """Asked of the active controller, as Kafka's brokers forward DescribeQuorum."""
+        """Asked of the active controller as it came, as Kafka's brokers forward DescribeQuorum,
+        AlterPartitionReassignments and ListPartitionReassignments: the controller records the
+        reassignment, this broker acts on the records (new replicas follow, removed ones are deleted)."""
         return await self.channel.call(request, version)
 
     def reassignments(self) -> dict[TopicPartition, Reassignment]:
-        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, REASSIGNMENTS_UNSUPPORTED)
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, REASSIGNMENTS_FORWARDED)
 
     async def reassign(self, wanted: dict[TopicPartition, list[int] | None]
                        ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
-        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, REASSIGNMENTS_UNSUPPORTED)
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, REASSIGNMENTS_FORWARDED)
 
     # --- start (the node's order) -----------------------------------------------------------------------
     async def connect(self) -> str:

@@ -9,7 +9,10 @@ ReplicationControlManager), as PartitionChangeRecords:
   other ISR member that is unfenced as leader (none: leader -1, the partition offline until one
   comes back, as Kafka without unclean election), and it leaves every ISR it is in but the last;
 - a broker unfenced: every partition without a leader whose ISR it is in gets a leader again, the
-  first replica in assignment order that is in the ISR and unfenced (Kafka's handleBrokerUnfenced).
+  first replica in assignment order that is in the ISR and unfenced (Kafka's handleBrokerUnfenced);
+- reassignments (grete/broker/quorum/reassignments.py): started and cancelled here, completed by the
+  AlterPartition whose ISR holds the whole target; one that moves the leader away answers the sender
+  NEW_LEADER_ELECTED, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from grete.broker.cluster_view import Reassignment, TopicPartition
 from grete.broker.quorum.brokers import BrokerRegistry
+from grete.broker.quorum.reassignments import Outcome, Planner, ReassignmentLists
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
+from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
@@ -40,6 +46,31 @@ class PartitionControl:
         # from the committed records, so two decided together (two brokers fenced at once, an
         # AlterPartition meanwhile) would each undo the other's part (Kafka's controller has one queue).
         self._changing = asyncio.Lock()
+        self.reassigning = ReassignmentLists()
+
+    def applied(self, record: Message) -> None:
+        """A committed record (what is being reassigned is kept from them)."""
+        self.reassigning.applied(record)
+
+    def _planner(self) -> Planner:
+        return Planner(self._store.topics(), self.reassigning, set(self._registry.brokers),
+                       {b.id for b in self._registry.live()}, self._registry.directory_of)
+
+    async def reassign(self, wanted: dict[TopicPartition, list[int] | None]) -> Outcome:
+        """Start (a target) or cancel (None) reassignments, one batch; NOT_CONTROLLER (raised) on a
+        voter that does not lead."""
+        async with self._changing:
+            if not self._leads():
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum")
+            outcome, records = self._planner().reassign(wanted)
+            if records:
+                await self._commit(records)
+            return outcome
+
+    def reassignments(self) -> dict[TopicPartition, Reassignment]:
+        if not self._leads():
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum")
+        return self.reassigning.listed(self._store.topic_by_id)
 
     async def alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse:
         async with self._changing:
@@ -64,6 +95,7 @@ class PartitionControl:
             return Response(error_code=ErrorCode.STALE_BROKER_EPOCH)
         records: list[Message] = []
         answers: list[AlterPartitionResponse.TopicData] = []
+        planner = self._planner()
         for topic in request.topics:
             meta = self._store.topic_by_id(topic.topic_id)
             answer = Response.TopicData(topic_name=topic.topic_name, topic_id=topic.topic_id)
@@ -78,17 +110,33 @@ class PartitionControl:
                                                                     error_code=error))
                     continue
                 assert meta is not None
-                records.append(PartitionChangeRecord(partition_id=wanted.partition_index, topic_id=meta.topic_id,
-                                                     isr=list(isr), leader=NO_CHANGE))
+                record = self._isr_change(planner, meta, wanted.partition_index, part, isr)
+                records.append(record)
+                if record.leader not in (NO_CHANGE, request.broker_id):  # a reassignment moved it away
+                    answer.partitions.append(Response.PartitionData(partition_index=wanted.partition_index,
+                                                                    error_code=ErrorCode.NEW_LEADER_ELECTED))
+                    continue
                 answer.partitions.append(Response.PartitionData(
                     partition_index=wanted.partition_index, error_code=ErrorCode.NONE, leader_id=part.leader,
-                    leader_epoch=part.leader_epoch, isr=list(isr), partition_epoch=part.partition_epoch + 1))
+                    leader_epoch=part.leader_epoch + int(record.leader != NO_CHANGE), isr=list(record.isr or isr),
+                    partition_epoch=part.partition_epoch + 1))
         if records:
             try:
                 await self._commit(records)
             except KafkaError as exc:
                 return Response(error_code=exc.code)
         return Response(error_code=ErrorCode.NONE, topics=answers)
+
+    def _isr_change(self, planner: Planner, meta: TopicMeta, index: int, part: PartitionMeta,
+                    isr: list[int]) -> PartitionChangeRecord:
+        """The new ISR, completing the partition's reassignment if it holds the whole target."""
+        moving = self.reassigning.of(meta.topic_id, index)
+        record = planner.change(meta, index, part, moving, (list(part.replicas), list(isr), *moving)) if moving else None
+        if record is None:
+            return PartitionChangeRecord(partition_id=index, topic_id=meta.topic_id, isr=list(isr), leader=NO_CHANGE)
+        if record.isr is None:
+            record.isr = list(isr)
+        return record
 
     def _refusal(self, sender: int, leader: int, leader_epoch: int, partition_epoch: int,
                  wanted: AlterPartitionRequest.PartitionData, isr: list[int]) -> ErrorCode:
