@@ -78,9 +78,9 @@ class ClusterView(Protocol):
     def reassignments(self) -> dict[TopicPartition, Reassignment]: ...
     async def reassign(self, wanted: dict[TopicPartition, list[int] | None]
                        ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]: ...
-    # A request about the metadata quorum (DescribeQuorum) as the active controller answers it, on a
-    # node that is not in the quorum (a KRaft broker forwards it, as Kafka's); None where this node
-    # answers itself.
+    # A request the active controller answers whole (DescribeQuorum, Alter/ListPartitionReassignments),
+    # as it answers it, on a node that is not in the quorum (a KRaft broker forwards it, as Kafka's);
+    # None where this node answers itself.
     async def forwarded(self, request: Message, version: int) -> Message | None: ...
 
 
