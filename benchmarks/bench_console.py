@@ -21,7 +21,7 @@ from typing import Any
 
 from grete.broker.console.samples import CAPACITY, SampleRing
 from grete.broker.console.server import render_page
-from grete.coordinator.group_types import OffsetCommit
+from grete.coordinator.groups.group_types import OffsetCommit
 from grete.testing import broker
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from time import perf_counter, process_time
 
 from benchmarks.bench_request_cpu import cpu_seconds
-from grete.broker.metrics import BrokerMetrics
+from grete.broker.metrics.broker_metrics import BrokerMetrics
 from grete.testing import _wire
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@ PLAIN login, so TLS is the only difference), on grete and on Apache Kafka 4.3.1,
 run (docs/benchmarks.md, "TLS").
 
 grete answers Fetch with ``sendfile`` on a plaintext socket (zero-copy); under TLS its own record
-layer (grete/broker/tls_offload.py) reads the slices and encrypts them on worker threads. Kafka copies
+layer (grete/broker/network/tls_offload.py) reads the slices and encrypts them on worker threads. Kafka copies
 under TLS too. The ratio TLS / plaintext is the figure to compare; on a shared machine the broker's
 CPU time per MB (utime + stime from /proc, grete only) moves far less than throughput does.
 

@@ -170,7 +170,7 @@ def control_cluster(args: argparse.Namespace) -> int:
 def add_scram(args: argparse.Namespace) -> int:
     """``grete scram add``: credentials written where the broker keeps them, before it starts."""
     from grete.broker.config import BrokerConfig, ConfigError
-    from grete.broker.scram_bootstrap import (
+    from grete.broker.security.scram_bootstrap import (
         BrokerRunning,
         ScramUser,
         add_credentials,

@@ -28,7 +28,7 @@ MODULE_EXCEPTIONS = {
     "broker/config.py": "BROKER_CONFIGS and TOPIC_CONFIGS are a table of definitions; the rest is ~400 lines",
 }
 CLASS_EXCEPTIONS = {
-    "broker/connection.py:KafkaConnection": "not yet split: the connection is being reworked",
+    "broker/network/connection.py:KafkaConnection": "not yet split: the connection is being reworked",
 }
 
 

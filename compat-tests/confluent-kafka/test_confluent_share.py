@@ -27,7 +27,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from grete.coordinator.share_format import SNAPSHOT, ShareKey, decode_key, decode_value, partition_for
+from grete.coordinator.share.share_format import SNAPSHOT, ShareKey, decode_key, decode_value, partition_for
 from grete.protocol.topics import SHARE_GROUP_STATE_TOPIC
 
 pytestmark = pytest.mark.usefixtures("needs_share_groups")

@@ -21,10 +21,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from test_java_scenarios import check_phase
 
-from grete.coordinator.consumer_requests import ConsumerHeartbeat
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import GroupConfig
+from grete.coordinator.groups.consumer_requests import ConsumerHeartbeat
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import GroupConfig
 from tools import kafka_dist
 from tools.grete_target import grete_target
 from tools.reference_kafka import ReferenceKafka

@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from grete.coordinator.group import GroupCoordinator  # noqa: E402
-from grete.coordinator.group_store import InMemoryOffsetsStore  # noqa: E402
-from grete.coordinator.streams_requests import StreamsHeartbeat  # noqa: E402
+from grete.coordinator.groups.group import GroupCoordinator  # noqa: E402
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore  # noqa: E402
+from grete.coordinator.groups.streams_requests import StreamsHeartbeat  # noqa: E402
 from grete.storage import Log, LogConfig  # noqa: E402
 from tests.coordinator._support import config  # noqa: E402
 from tests.coordinator.test_streams_groups import ALL_TOPICS, WORD_COUNT  # noqa: E402

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from grete.coordinator.txn_format import TxnState, decode_key, decode_value  # noqa: E402
+from grete.coordinator.transactions.txn_format import TxnState, decode_key, decode_value  # noqa: E402
 from grete.protocol.messages import DescribeTransactionsRequest, DescribeTransactionsResponse  # noqa: E402
 from grete.protocol.records.record import decode_records  # noqa: E402
 from grete.storage import Log, LogConfig  # noqa: E402

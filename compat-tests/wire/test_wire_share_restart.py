@@ -20,9 +20,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from wire_share_helpers import call, describe_offsets, heartbeat, join
 
-from grete.coordinator import share_records
-from grete.coordinator.offsets_format import partition_for
-from grete.coordinator.share_group import ShareGroup
+from grete.coordinator.groups.offsets_format import partition_for
+from grete.coordinator.share import share_records
+from grete.coordinator.share.share_group import ShareGroup
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     DescribeShareGroupOffsetsRequest,

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from grete.broker.client_telemetry import subscription_id  # noqa: E402
+from grete.broker.metrics.client_telemetry import subscription_id  # noqa: E402
 from grete.protocol.errors import ErrorCode  # noqa: E402
 from grete.protocol.messages import (  # noqa: E402
     ApiVersionsRequest,

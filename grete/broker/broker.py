@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from grete.broker.client_telemetry import ClientTelemetry
 from grete.broker.cluster.placement import assign_replicas
 from grete.broker.cluster_view import ClusterView
 from grete.broker.config import (
@@ -28,23 +27,24 @@ from grete.broker.config import (
     cordoned_dirs,
     validate_topic_configs,
 )
-from grete.broker.connection_quotas import ConnectionQuotas
-from grete.broker.delegation_tokens import DelegationTokenManager
 from grete.broker.direct.base import DirectPath
-from grete.broker.features import Features
-from grete.broker.fetch_sessions import FetchSessionCache
-from grete.broker.listeners import Listener, parse_listeners
+from grete.broker.groups.producer_ids import ProducerIdManager
+from grete.broker.groups.share_coordinator import LocalSharePersister, ShareCoordinator
+from grete.broker.groups.share_groups import ShareGroups
 from grete.broker.local_cluster import LocalCluster
-from grete.broker.log_limit import LimitedWarnings
-from grete.broker.metrics import BrokerMetrics
-from grete.broker.partition import Partition
-from grete.broker.producer_ids import ProducerIdManager
-from grete.broker.quotas import ClientQuotas
-from grete.broker.replica_manager import ReplicaManager
-from grete.broker.share_coordinator import LocalSharePersister, ShareCoordinator
-from grete.broker.share_groups import ShareGroups
-from grete.broker.txn_verification import TxnVerifier
-from grete.coordinator.group import GroupCoordinator
+from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.broker.metrics.client_telemetry import ClientTelemetry
+from grete.broker.network.listeners import Listener, parse_listeners
+from grete.broker.network.log_limit import LimitedWarnings
+from grete.broker.quotas.client_quotas import ClientQuotas
+from grete.broker.quotas.connection_quotas import ConnectionQuotas
+from grete.broker.replica.fetch_sessions import FetchSessionCache
+from grete.broker.replica.partition import Partition
+from grete.broker.replica.replica_manager import ReplicaManager
+from grete.broker.replica.txn_verification import TxnVerifier
+from grete.broker.requests.features import Features
+from grete.broker.security.delegation_tokens import DelegationTokenManager
+from grete.coordinator.groups.group import GroupCoordinator
 from grete.coordinator.kraft.local import open_local_store
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.coordinator.metadata import (
@@ -54,7 +54,7 @@ from grete.coordinator.metadata import (
     TopicExists,
     TopicMeta,
 )
-from grete.coordinator.zk_layout import BrokerInfo, EndPoint
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.framing import BufferPool, MemoryPool
 from grete.protocol.topics import (
@@ -68,10 +68,10 @@ from grete.storage.config import LogConfig
 from grete.storage.manager import LogManager
 
 if TYPE_CHECKING:
-    from grete.broker.authorizer import AclAuthorizer
     from grete.broker.quorum.brokers import BrokerRegistry
     from grete.broker.quorum.driver import RaftDriver
-    from grete.coordinator.txn import TransactionCoordinator
+    from grete.broker.security.authorizer import AclAuthorizer
+    from grete.coordinator.transactions.txn import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class OpenConnection(Protocol):
 
 
 class ReloadableTls(Protocol):
-    """An SSL listener's stores, as the broker checks and reloads them (``grete.broker.tls.ListenerTls``,
+    """An SSL listener's stores, as the broker checks and reloads them (``grete.broker.network.tls.ListenerTls``,
     loaded only for TLS listeners)."""
 
     def check(self, config: BrokerConfig, proposed: BrokerConfig) -> None: ...
@@ -105,7 +105,7 @@ def _acl_authorizer(config: BrokerConfig, metadata: MetadataStore) -> AclAuthori
     key is set: a broker without ACLs does not import them (nor their codecs) at start-up."""
     if not config.get_str("authorizer.class.name").strip():
         return None
-    module = importlib.import_module("grete.broker.authorizer")
+    module = importlib.import_module("grete.broker.security.authorizer")
     if not module.configured(config):  # ConfigError for a class grete does not have
         return None
     authorizer: AclAuthorizer = module.AclAuthorizer(config, metadata)
@@ -138,7 +138,7 @@ class Broker:
         self.connections: set[OpenConnection] = set()
         self.client_telemetry = ClientTelemetry()
         self.connection_quotas = ConnectionQuotas(config, self.metadata)
-        # SSL listeners' reloadable contexts (grete.broker.tls.ListenerTls), set by the node as it listens.
+        # SSL listeners' reloadable contexts (grete.broker.network.tls.ListenerTls), set by the node as it listens.
         self.listener_tls: dict[str, ReloadableTls] = {}
         self.quotas = ClientQuotas(config, self.metadata)
         # In a cluster only the controller sweeps expired tokens (Kafka 3.9's KafkaController, Kafka 4's
@@ -277,13 +277,13 @@ class Broker:
         self._group_coordinator = coordinator
 
     def start_transactions(self, listener: str) -> None:
-        """The transaction coordinator (``grete.broker.transactions``, loaded by name): started now in a
+        """The transaction coordinator (``grete.broker.groups.transactions``, loaded by name): started now in a
         cluster (leadership changes load its partitions) or when ``__transaction_state`` has state to
         load, otherwise by the first request that uses it (nothing to load then, so it starts the same):
         no start-up import of it, and no coordinator or timers on a broker no transaction reaches.
         ``listener``: where a cluster's leaders are reached for markers."""
         def start() -> TransactionCoordinator:
-            transactions = importlib.import_module("grete.broker.transactions")
+            transactions = importlib.import_module("grete.broker.groups.transactions")
             coordinator: TransactionCoordinator = transactions.start_txn_coordinator(self, listener)
             return coordinator
 

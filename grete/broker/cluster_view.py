@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 from grete.coordinator.metadata import TopicMeta
-from grete.coordinator.zk_layout import BrokerInfo
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
 

@@ -249,7 +249,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("max.connections", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip", INT, "2147483647", minimum=0),
     _d("max.connections.per.ip.overrides", STR, ""),
-    # Client quotas (grete/broker/quotas.py): the sliding window their rates are measured over.
+    # Client quotas (grete/broker/quotas/client_quotas.py): the sliding window their rates are measured over.
     _d("quota.window.num", INT, "11", minimum=1),
     _d("quota.window.size.seconds", INT, "1", minimum=1),
     _d("controller.quota.window.num", INT, "11", minimum=1),
@@ -334,12 +334,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("sasl.jaas.config", PASSWORD, None),
     _d("sasl.server.max.receive.size", INT, "524288", minimum=1),
     _d("connections.max.reauth.ms", LONG, "0", minimum=0),
-    # Authorization: the ACL authorizer (grete/broker/authorizer.py) when authorizer.class.name names
+    # Authorization: the ACL authorizer (grete/broker/security/authorizer.py) when authorizer.class.name names
     # one of Kafka's two.
     _d("authorizer.class.name", STR, ""),
     _d("super.users", STR, ""),
     _d("allow.everyone.if.no.acl.found", BOOL, "false"),
-    # Delegation tokens (grete/broker/delegation_tokens.py): without a secret key the token APIs
+    # Delegation tokens (grete/broker/security/delegation_tokens.py): without a secret key the token APIs
     # answer DELEGATION_TOKEN_AUTH_DISABLED, as Kafka's.
     _d("delegation.token.secret.key", PASSWORD, None,
        "HMAC-SHA512 key of delegation tokens, the same on every broker; unset or empty: tokens disabled"),
@@ -348,7 +348,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("delegation.token.max.lifetime.ms", LONG, "604800000", minimum=1),
     _d("delegation.token.expiry.time.ms", LONG, "86400000", minimum=1),
     _d("delegation.token.expiry.check.interval.ms", LONG, "3600000", minimum=1),
-    # Kafka 4's group protocols: the defaults and bounds of per-group configs (grete/broker/group_configs.py).
+    # Kafka 4's group protocols: the defaults and bounds of per-group configs (grete/broker/groups/group_configs.py).
     _d("group.consumer.assignment.interval.ms", INT, "1000", minimum=1),
     _d("group.consumer.heartbeat.interval.ms", INT, "5000", minimum=1),
     _d("group.consumer.min.heartbeat.interval.ms", INT, "5000", minimum=1),

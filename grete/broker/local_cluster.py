@@ -14,10 +14,10 @@ from grete.broker.cluster_view import (
     replica_list_error,
 )
 from grete.broker.config import BrokerConfig
-from grete.broker.listeners import Listener, security_protocol
-from grete.broker.replica_manager import ReplicaManager
+from grete.broker.network.listeners import Listener, security_protocol
+from grete.broker.replica.replica_manager import ReplicaManager
 from grete.coordinator.metadata import TopicMeta
-from grete.coordinator.zk_layout import BrokerInfo, EndPoint
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 

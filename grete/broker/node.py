@@ -20,12 +20,12 @@ from typing import Any
 
 from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig, ConfigError, StartupError
-from grete.broker.connection import KafkaConnection
-from grete.broker.connection_quotas import LISTEN_BACKLOG
-from grete.broker.groups import start_group_coordinator
-from grete.broker.listeners import Listener, security_protocol
-from grete.broker.pipeline import Pipeline
+from grete.broker.groups.coordinators import start_group_coordinator
+from grete.broker.network.connection import KafkaConnection
+from grete.broker.network.listeners import Listener, security_protocol
 from grete.broker.quorum.controller_node import controller_broker, is_controller_only
+from grete.broker.quotas.connection_quotas import LISTEN_BACKLOG
+from grete.broker.requests.pipeline import Pipeline
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from grete.storage.dir_lock import DirLock, LogDirLockedError, lock_log_dirs, release_all
 
@@ -95,7 +95,7 @@ class Node:
             raise
         # The steps around every handler; the security, quota and metrics work plugs in here.
         self.pipeline = Pipeline(self.broker.metrics, quotas=self.broker.quotas)
-        self.metrics_server: Any = None  # grete.broker.metrics_http.MetricsServer when configured
+        self.metrics_server: Any = None  # grete.broker.metrics.metrics_http.MetricsServer when configured
         self.console: Any = None  # grete.broker.console.server.ConsoleServer when configured
         self.servers: list[asyncio.base_events.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -135,7 +135,7 @@ class Node:
         if broker.config.get_str("metrics.listener"):
             # Loaded by name and only when configured: prometheus-client costs ~40 ms and ~3 MB at
             # start-up, which the embedded node (start <= 0.3 s, idle RSS <= 40 MB) does not pay.
-            exposition = importlib.import_module("grete.broker.metrics_http")
+            exposition = importlib.import_module("grete.broker.metrics.metrics_http")
             host, port = exposition.parse_metrics_listener(broker.config.get_str("metrics.listener"))
             self.metrics_server = exposition.MetricsServer(exposition.new_registry(broker), host, port)
             await self.metrics_server.start()
@@ -224,15 +224,15 @@ class Node:
         tls_layer, principal_of, sasl = None, None, None
         if protocol in ("SSL", "SASL_SSL"):
             # Loaded by name and only for a TLS listener: `cryptography` costs ~90 ms at start-up.
-            tls = importlib.import_module("grete.broker.tls")
+            tls = importlib.import_module("grete.broker.network.tls")
             reloadable = tls.ListenerTls(broker.config, listener.name)
             broker.listener_tls[listener.name] = reloadable
-            tls_layer = reloadable.protocol_factory  # grete.broker.tls_offload: crypto off the loop
+            tls_layer = reloadable.protocol_factory  # grete.broker.network.tls_offload: crypto off the loop
             # Under SASL_SSL the principal is the SASL one, as in Kafka.
             principal_of = reloadable.principal_of if protocol == "SSL" else None
         if protocol.startswith("SASL_"):
             # Loaded by name and only for a SASL listener (scramp).
-            sasl_module = importlib.import_module("grete.broker.sasl")
+            sasl_module = importlib.import_module("grete.broker.security.sasl")
             sasl = sasl_module.listener_sasl(broker.config, listener.name, broker.metadata.scram_credential,
                                              tokens=broker.delegation_tokens.scram_credential)
         def connection() -> KafkaConnection:

@@ -8,7 +8,7 @@ import signal
 import time
 
 from grete.broker.config import BrokerConfig
-from grete.broker.eventloop import new_event_loop
+from grete.broker.network.eventloop import new_event_loop
 from grete.broker.node import Node
 
 log = logging.getLogger("grete")

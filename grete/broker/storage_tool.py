@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from grete.broker import release_versions as rv
 from grete.broker.config import BrokerConfig, ConfigError
-from grete.broker.delegation_tokens import scram_credential_for
-from grete.broker.scram_bootstrap import ScramUser, parse_add_scram
+from grete.broker.requests import release_versions as rv
+from grete.broker.security.delegation_tokens import scram_credential_for
+from grete.broker.security.scram_bootstrap import ScramUser, parse_add_scram
 from grete.coordinator.kraft.store import SCRAM_MECHANISM_TYPES
 from grete.coordinator.metadata import new_topic_id
 from grete.protocol.codec import Message

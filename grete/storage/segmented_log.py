@@ -80,7 +80,7 @@ class SegmentedLog:
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
-        # Moved by the partition's one rule (grete/broker/partition.py: the ISR's log ends, a single
+        # Moved by the partition's one rule (grete/broker/replica/partition.py: the ISR's log ends, a single
         # replica's own log end), never by an append here.
         self._high_watermark = 0
         self.recovery_point = 0

@@ -25,15 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from grete.broker.context import CloseConnection, RequestContext
+from grete.broker.requests.context import CloseConnection, RequestContext
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import APIS
 from grete.protocol.shapes import detach, error_response, merge, split
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
-    from grete.broker.connection import KafkaConnection
-    from grete.broker.registry import Handler
+    from grete.broker.network.connection import KafkaConnection
+    from grete.broker.requests.registry import Handler
 
 PRODUCE = 0
 _BY_NAME = {info.name.lower(): key for key, info in APIS.items()}

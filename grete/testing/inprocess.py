@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from grete.broker.broker import Broker
-from grete.broker.eventloop import new_event_loop
+from grete.broker.network.eventloop import new_event_loop
 from grete.broker.node import Node
 from grete.broker.server import embedded_config
 from grete.testing.common import TEST_DEFAULTS, BrokerStartError, scratch_root

@@ -27,7 +27,7 @@ from typing import TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
-from grete.coordinator import zk_layout as zk
+from grete.coordinator.zookeeper import zk_layout as zk
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.testing import _wire
 from grete.testing.cluster import GreteCluster

@@ -8,7 +8,7 @@ import re
 import socket
 import threading
 
-from grete.broker.log_limit import FIRST
+from grete.broker.network.log_limit import FIRST
 
 BAD_FRAMES = 200
 SUMMARY = re.compile(r"\.\.\. and ([\d,]+) more malformed requests from 127\.0\.0\.1 in the last \d+ s")
@@ -34,7 +34,7 @@ def test_repeated_malformed_requests_are_counted_not_logged_each(grete_broker):
     limiter = grete_broker.broker.bad_input
     limiter.window_s = 1.0  # Kafka has no setting for it; 10 s by default, shorter to keep the test short
     lines = _Lines()
-    logger = logging.getLogger("grete.broker.connection")
+    logger = logging.getLogger("grete.broker.network.connection")
     logger.addHandler(lines)
     try:
         for _ in range(BAD_FRAMES):

@@ -18,7 +18,7 @@ import pytest
 from grete.broker.quorum.broker_store import BrokerMetadataStore
 from grete.broker.quorum.controller_channel import Address, ControllerChannel, QuorumLeader, not_controller
 from grete.broker.quorum.driver import RaftDriver, parse_voters
-from grete.broker.scram_upsertion import ScramUpsertion
+from grete.broker.security.scram_upsertion import ScramUpsertion
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.raft import RaftConfig
 from grete.coordinator.kraft.raft_log import RaftBatch

@@ -16,10 +16,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from grete.broker.channel import ResponseQueue
 from grete.broker.config import BrokerConfig, ConfigError
-from grete.broker.connection_quotas import ConnectionQuotas, parse_overrides
-from grete.broker.writers import CopyWriter, ZeroCopyWriter, writer_for
+from grete.broker.network.channel import ResponseQueue
+from grete.broker.quotas.connection_quotas import ConnectionQuotas, parse_overrides
+from grete.broker.replica.writers import CopyWriter, ZeroCopyWriter, writer_for
 from grete.protocol.errors import ProtocolError
 from grete.protocol.framing import BASE_BUFFER, BufferPool, FrameReader, MemoryPool
 

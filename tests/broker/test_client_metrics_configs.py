@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grete.broker.client_metrics_configs import validate
+from grete.broker.metrics.client_metrics_configs import validate
 from grete.coordinator.kraft.local import open_local_store
 from grete.protocol.errors import ErrorCode, KafkaError
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from grete.broker import client_telemetry
-from grete.broker.client_telemetry import PUSH_INTERVAL_MS, ClientTelemetry
+from grete.broker.metrics import client_telemetry
+from grete.broker.metrics.client_telemetry import PUSH_INTERVAL_MS, ClientTelemetry
 from grete.protocol.errors import ErrorCode, KafkaError
 
 

@@ -21,11 +21,11 @@ from grete.broker.console.charts import svg_chart
 from grete.broker.console.samples import SampleRing
 from grete.broker.console.server import parse_console_listener
 from grete.broker.console.view import _elsewhere, cluster_view, groups_view, log_dirs_view
-from grete.broker.delegation_tokens import scram_credential_for
-from grete.broker.listeners import parse_listeners
-from grete.broker.metrics import BrokerMetrics
+from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.broker.network.listeners import parse_listeners
+from grete.broker.security.delegation_tokens import scram_credential_for
 from grete.coordinator.metadata import PartitionMeta, TopicMeta
-from grete.coordinator.zk_layout import BrokerInfo, EndPoint
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
 from grete.testing import broker
 
 

@@ -3,7 +3,7 @@ Kafka 4.3.1's ControllerApis advertises (its ak-4.3 specs with the "controller" 
 
 from __future__ import annotations
 
-from grete.broker.registry import advertised_versions
+from grete.broker.requests.registry import advertised_versions
 
 KAFKA_4_3_CONTROLLER = {29: (1, 3), 30: (1, 3), 31: (1, 3), 33: (0, 2), 43: (0, 2), 44: (0, 1), 49: (0, 1), 51: (0, 0)}
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from grete.broker.eventloop import FineEpollSelector, new_event_loop
 from grete.broker.handlers.fetch import expiry
+from grete.broker.network.eventloop import FineEpollSelector, new_event_loop
 
 pytestmark = pytest.mark.skipif(not hasattr(selectors, "EpollSelector"), reason="epoll only")
 

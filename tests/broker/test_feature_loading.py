@@ -12,12 +12,12 @@ from grete.testing._wire import Wire
 from tests.broker._txn import Txn
 
 # Modules a single node uses only for a feature it is not asked for at start.
-OPTIONAL = ("grete.broker.authorizer", "grete.broker.transactions", "grete.coordinator.txn",
+OPTIONAL = ("grete.broker.security.authorizer", "grete.broker.groups.transactions", "grete.coordinator.transactions.txn",
             "grete.broker.cluster.markers", "grete.broker.cluster.txn_verifier", "grete.protocol.messages.fetch")
 
 START_AND_LIST = """
 import asyncio, sys
-from grete.broker.eventloop import new_event_loop
+from grete.broker.network.eventloop import new_event_loop
 from grete.broker.node import Node
 from grete.broker.server import embedded_config
 
@@ -41,7 +41,7 @@ def _loaded_after_start(data: Path, *overrides: str) -> set[str]:
 def test_a_node_imports_only_the_features_its_configuration_uses(tmp_path: Path) -> None:
     assert _loaded_after_start(tmp_path / "plain") == set()
     with_acls = _loaded_after_start(tmp_path / "acls", "authorizer.class.name=kafka.security.authorizer.AclAuthorizer")
-    assert with_acls == {"grete.broker.authorizer"}
+    assert with_acls == {"grete.broker.security.authorizer"}
 
 
 def test_the_transaction_coordinator_starts_on_first_use_or_with_state_to_load(tmp_path: Path) -> None:

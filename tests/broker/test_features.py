@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grete.broker.features import SAFE_DOWNGRADE, UPGRADE, Features, FeatureUpdate
+from grete.broker.requests.features import SAFE_DOWNGRADE, UPGRADE, Features, FeatureUpdate
 from grete.coordinator.kraft.local import open_local_store
 from grete.protocol.errors import ErrorCode, KafkaError
 

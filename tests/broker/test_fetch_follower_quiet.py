@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from grete.broker import fetch_sessions as sessions
 from grete.broker.handlers import fetch as fetch_handler
-from grete.broker.metrics import BrokerMetrics
-from grete.broker.partition import Partition
+from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.broker.replica import fetch_sessions as sessions
+from grete.broker.replica.partition import Partition
 from grete.protocol.messages import FetchRequest, FetchResponse
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch

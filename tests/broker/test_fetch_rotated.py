@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from grete.broker.handlers import fetch as fetch_handler
-from grete.broker.parked_fetches import SWEEP_MIN, ParkedFetches
+from grete.broker.replica.parked_fetches import SWEEP_MIN, ParkedFetches
 from grete.protocol.codec import Reader
 from grete.protocol.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
 from grete.protocol.records.record import Record, build_batch

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from grete.broker.fetch_sessions import (
+from grete.broker.replica.fetch_sessions import (
     EVICTION_MS,
     INVALID_SESSION_ID,
     SHARDS,

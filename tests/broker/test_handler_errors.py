@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from grete.broker import registry
+from grete.broker.requests import registry
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     ApiVersionsRequest,

@@ -12,8 +12,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from grete.broker.config import ConfigError
-from grete.broker.metrics import Histogram
-from grete.broker.metrics_http import parse_metrics_listener
+from grete.broker.metrics.broker_metrics import Histogram
+from grete.broker.metrics.metrics_http import parse_metrics_listener
 from grete.protocol.messages import FetchRequest, FetchResponse
 from grete.testing import _wire, broker
 

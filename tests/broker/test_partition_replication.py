@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grete.broker.partition import Partition
+from grete.broker.replica.partition import Partition
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch

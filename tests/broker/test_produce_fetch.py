@@ -235,7 +235,7 @@ def test_a_segment_shorter_than_its_answer_closes_the_connection_and_names_the_f
     (segment,) = (grete_broker.data_dir / f"{topic_name}-0").glob("*.log")
     os.truncate(segment, 100 * 1024)  # inside the second batch
     reader = Wire(grete_broker.host, grete_broker.port)
-    with caplog.at_level(logging.WARNING, logger="grete.broker.connection"):
+    with caplog.at_level(logging.WARNING, logger="grete.broker.network.connection"):
         reader.send(FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
                                  topics=[FetchRequest.FetchTopic(topic=topic_name, partitions=[
                                      FetchRequest.FetchPartition(partition=0, fetch_offset=0,

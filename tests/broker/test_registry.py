@@ -4,7 +4,7 @@ the handler modules' own ``@api`` declarations say: nothing advertised that is n
 from __future__ import annotations
 
 from grete.broker.handlers.manifest import HANDLERS
-from grete.broker.registry import advertised_versions, declared_handlers, render_manifest
+from grete.broker.requests.registry import advertised_versions, declared_handlers, render_manifest
 
 
 def test_manifest_matches_the_handler_declarations():
@@ -12,7 +12,7 @@ def test_manifest_matches_the_handler_declarations():
     expected = render_manifest(declared)
     import grete.broker.handlers.manifest as manifest
     with open(manifest.__file__, encoding="utf-8") as f:
-        assert f.read() == expected, "run: python -m grete.broker.registry"
+        assert f.read() == expected, "run: python -m grete.broker.requests.registry"
     assert {k: (v.min_version, v.max_version) for k, v in declared.items()} == \
         {k: (lo, hi) for k, (_, lo, hi, _) in HANDLERS.items()}
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from grete.broker.cluster.fetcher import ReplicaFetcher
 from grete.broker.config import BrokerConfig
-from grete.broker.metrics import BrokerMetrics
-from grete.broker.partition import Partition
+from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.broker.replica.partition import Partition
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import FetchRequest, FetchResponse
 from grete.protocol.records.record import Record, build_batch

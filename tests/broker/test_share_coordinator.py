@@ -1,4 +1,4 @@
-"""The share coordinator (grete.broker.share_coordinator) over a stand-in for its state partition:
+"""The share coordinator (grete.broker.groups.share_coordinator) over a stand-in for its state partition:
 writes become ShareUpdate records with a ShareSnapshot every N, a new leader epoch of the state
 partition reloads them from the log, share-partition leader epochs fence old leaders, summaries
 count the records whose delivery is complete."""
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from grete.broker.config import BrokerConfig
-from grete.broker.share_coordinator import ShareCoordinator
-from grete.coordinator.share_format import SNAPSHOT, UPDATE, ShareKey, StateBatch, decode_key
-from grete.coordinator.share_partition import ACKNOWLEDGED, ARCHIVED, AVAILABLE
+from grete.broker.groups.share_coordinator import ShareCoordinator
+from grete.coordinator.share.share_format import SNAPSHOT, UPDATE, ShareKey, StateBatch, decode_key
+from grete.coordinator.share.share_partition import ACKNOWLEDGED, ARCHIVED, AVAILABLE
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import decode_records

@@ -1,4 +1,4 @@
-"""TLS with the record crypto off the event loop (grete.broker.tls_offload): megabytes each way
+"""TLS with the record crypto off the event loop (grete.broker.network.tls_offload): megabytes each way
 byte for byte, file slices read and encrypted on the crypto threads, a client that leaves
 mid-transfer, the kernel TLS detection, and large Produce and Fetch through a broker's SSL listener."""
 
@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from grete.broker import tls_offload
-from grete.broker.tls_offload import (
+from grete.broker.network import tls_offload
+from grete.broker.network.tls_offload import (
     CRYPTO_THREADS,
     OFFLOAD_MIN_BYTES,
     TlsProtocol,
     TlsTransport,
     ktls_unavailable,
 )
-from grete.broker.writers import FileRange
+from grete.broker.replica.writers import FileRange
 from grete.testing import broker
 from tests.broker._tls import Certs, make_certs
 
@@ -200,7 +200,7 @@ def test_ktls_detection_falls_back_when_absent(monkeypatch: pytest.MonkeyPatch) 
 def test_listener_names_why_kernel_tls_is_not_used(certs: Certs, caplog: pytest.LogCaptureFixture) -> None:
     overrides = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
                  "ssl.keystore.location": str(certs.server)}
-    with caplog.at_level(logging.INFO, logger="grete.broker.tls"), broker(overrides):
+    with caplog.at_level(logging.INFO, logger="grete.broker.network.tls"), broker(overrides):
         pass
     lines = [r.getMessage() for r in caplog.records if "kernel TLS not used" in r.getMessage()]
     assert lines == [f"listener SSL: TLS records encrypted by OpenSSL off the event loop; kernel TLS not used: "

@@ -261,7 +261,7 @@ def test_state_survives_a_restart_and_an_open_transaction_can_still_commit(tmp_p
 
 def test_a_commit_interrupted_after_prepare_is_finished_on_start(tmp_path: Path):
     """A crash between writing PrepareCommit and the markers: the next start writes them."""
-    from grete.coordinator.txn_format import TxnState, encode_key, encode_value
+    from grete.coordinator.transactions.txn_format import TxnState, encode_key, encode_value
 
     topic = "interrupted"
     with broker(data_dir=tmp_path, topics={topic: 1}) as first:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grete.broker.partition import Partition
+from grete.broker.replica.partition import Partition
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.control import build_end_txn_marker

@@ -11,8 +11,8 @@ from typing import Any, cast
 from grete.broker.broker import Broker
 from grete.broker.cluster.peer import PeerError
 from grete.broker.cluster.txn_verifier import ClusterTxnVerifier
-from grete.broker.metrics import BrokerMetrics
-from grete.coordinator.zk_layout import EndPoint
+from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.coordinator.zookeeper.zk_layout import EndPoint
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 from tests.coordinator._support import async_test

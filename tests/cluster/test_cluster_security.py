@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 )
 from kazoo.client import KazooClient
 
-from grete.coordinator import zk_layout as zkl
+from grete.coordinator.zookeeper import zk_layout as zkl
 from grete.testing.cluster import GreteCluster, cluster
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 

@@ -20,9 +20,9 @@ from kazoo.client import KazooClient
 
 from grete.broker.cluster.controller import Controller, ControllerSettings
 from grete.broker.cluster.state import ControllerContext
-from grete.coordinator import zk_layout as zkl
 from grete.coordinator.metadata import new_topic_id
-from grete.coordinator.zk_client import ZkClient
+from grete.coordinator.zookeeper import zk_layout as zkl
+from grete.coordinator.zookeeper.zk_client import ZkClient
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.testing import _wire

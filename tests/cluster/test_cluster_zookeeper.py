@@ -12,8 +12,8 @@ from kazoo.client import KazooClient
 
 from grete.broker.cluster.controller import Controller, ControllerMoved, ControllerSettings
 from grete.broker.cluster.state import ControllerContext
-from grete.coordinator import zk_layout as zkl
-from grete.coordinator.zk_client import Op, ZkClient
+from grete.coordinator.zookeeper import zk_layout as zkl
+from grete.coordinator.zookeeper.zk_client import Op, ZkClient
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     AllocateProducerIdsRequest,

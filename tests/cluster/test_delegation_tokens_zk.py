@@ -21,10 +21,10 @@ from kazoo.client import KazooClient
 
 from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.config import BrokerConfig
-from grete.broker.delegation_tokens import DelegationTokenManager
-from grete.coordinator import zk_layout as zk
+from grete.broker.security.delegation_tokens import DelegationTokenManager
 from grete.coordinator.metadata import DelegationTokenInfo
-from grete.coordinator.zk_client import ZkClient
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import ZkClient
 from grete.protocol.messages import (
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from grete.coordinator import zk_layout as zk
+from grete.coordinator.zookeeper import zk_layout as zk
 
 
 def test_broker_registration_has_kafkas_v5_fields() -> None:

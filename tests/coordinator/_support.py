@@ -8,9 +8,9 @@ import struct
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import GroupConfig, JoinResult, SyncResult
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import GroupConfig, JoinResult, SyncResult
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages.consumer_protocol import ConsumerProtocolSubscription
 

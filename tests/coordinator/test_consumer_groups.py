@@ -7,12 +7,12 @@ import asyncio
 import uuid
 from typing import Any
 
-from grete.coordinator.consumer_assignors import AssignorMember, assign
-from grete.coordinator.consumer_requests import ConsumerHeartbeat, HeartbeatResult
-from grete.coordinator.consumer_state import MemberState
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import OffsetCommit
+from grete.coordinator.groups.consumer_assignors import AssignorMember, assign
+from grete.coordinator.groups.consumer_requests import ConsumerHeartbeat, HeartbeatResult
+from grete.coordinator.groups.consumer_state import MemberState
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import OffsetCommit
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import async_test, config, join, sync
 

@@ -8,12 +8,12 @@ import struct
 import uuid
 from typing import Any
 
-from grete.coordinator.consumer_classic import decode_assignment, encode_assignment
-from grete.coordinator.consumer_requests import ConsumerHeartbeat, HeartbeatResult
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_state import GroupState
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import LeaveMember
+from grete.coordinator.groups.consumer_classic import decode_assignment, encode_assignment
+from grete.coordinator.groups.consumer_requests import ConsumerHeartbeat, HeartbeatResult
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_state import GroupState
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import LeaveMember
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages.consumer_protocol import ConsumerProtocolSubscription
 from tests.coordinator._support import async_test, config, heartbeat, join, sync

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grete.coordinator.group_types import OffsetCommit
+from grete.coordinator.groups.group_types import OffsetCommit
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import async_test, join, settle, stable_group, started, task
 

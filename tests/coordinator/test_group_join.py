@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import re
 
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import LeaveMember
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import LeaveMember
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import (
     async_test,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from grete.coordinator.group_types import OffsetCommit
+from grete.coordinator.groups.group_types import OffsetCommit
 from grete.testing import broker
 from tests.coordinator._support import join, protos, sync
 from tools import kafka_dist

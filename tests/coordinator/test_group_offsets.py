@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import LeaveMember, OffsetAndMetadata, OffsetCommit
-from grete.coordinator.offsets_format import decode_key, decode_offset_value
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import LeaveMember, OffsetAndMetadata, OffsetCommit
+from grete.coordinator.groups.offsets_format import decode_key, decode_offset_value
 from grete.protocol.errors import ErrorCode, KafkaError
 from tests.coordinator._support import (
     async_test,

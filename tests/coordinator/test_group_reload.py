@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import LeaveMember, OffsetCommit
-from grete.coordinator.offsets_format import (
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import LeaveMember, OffsetCommit
+from grete.coordinator.groups.offsets_format import (
     GroupValue,
     MemberValue,
     decode_group_value,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_types import JoinResult, LeaveMember
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_types import JoinResult, LeaveMember
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import (
     async_test,

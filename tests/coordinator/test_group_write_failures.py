@@ -10,9 +10,9 @@ from collections.abc import Iterable
 
 import pytest
 
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_store import InMemoryOffsetsStore, OffsetsStore, Record
-from grete.coordinator.group_types import JoinResult
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore, OffsetsStore, Record
+from grete.coordinator.groups.group_types import JoinResult
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.testing.inprocess import broker
 from tests.coordinator._support import async_test, join, join_all, settle, started, sync, task

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grete.coordinator.offsets_format import (
+from grete.coordinator.groups.offsets_format import (
     FormatError,
     GroupKey,
     GroupValue,

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import LeaveMember, OffsetCommit
-from grete.coordinator.offsets_format import OffsetValue, encode_offset_key, encode_offset_value
-from grete.coordinator.txn import TransactionCoordinator
-from grete.coordinator.txn_state import TopicPartition, TxnConfig
-from grete.coordinator.txn_state_manager import LOAD_CHUNK
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import LeaveMember, OffsetCommit
+from grete.coordinator.groups.offsets_format import OffsetValue, encode_offset_key, encode_offset_value
+from grete.coordinator.transactions.txn import TransactionCoordinator
+from grete.coordinator.transactions.txn_state import TopicPartition, TxnConfig
+from grete.coordinator.transactions.txn_state_manager import LOAD_CHUNK
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import async_test, config, heartbeat, join, settle, stable_group, sync, task
 

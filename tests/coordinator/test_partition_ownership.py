@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import GroupConfig, OffsetCommit
-from grete.coordinator.txn import TransactionCoordinator
-from grete.coordinator.txn_state import TxnConfig
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import GroupConfig, OffsetCommit
+from grete.coordinator.transactions.txn import TransactionCoordinator
+from grete.coordinator.transactions.txn_state import TxnConfig
 from grete.protocol.errors import ErrorCode
 
 PARTITIONS = 4

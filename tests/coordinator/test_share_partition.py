@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from grete.coordinator.share_group import ShareGroup, ShareMember, simple_assign
-from grete.coordinator.share_partition import (
+from grete.coordinator.share.share_group import ShareGroup, ShareMember, simple_assign
+from grete.coordinator.share.share_partition import (
     ACCEPT,
     ACKNOWLEDGED,
     ACQUIRED,
@@ -119,8 +119,8 @@ def test_simple_assignor_spreads_partitions() -> None:
 
 
 def test_share_snapshot_records_round_trip_and_updates_overlay() -> None:
-    from grete.broker.share_store import overlay
-    from grete.coordinator.share_format import (
+    from grete.broker.groups.share_store import overlay
+    from grete.coordinator.share.share_format import (
         SNAPSHOT,
         UPDATE,
         ShareKey,
@@ -160,7 +160,7 @@ def test_delivery_complete_count_is_what_the_lag_leaves_out() -> None:
 
 
 def test_share_coordinator_keys() -> None:
-    from grete.coordinator.share_format import ShareKey, parse_coordinator_key
+    from grete.coordinator.share.share_format import ShareKey, parse_coordinator_key
     from grete.storage.files import uuid_to_kafka
     topic_id = uuid.UUID(int=12345)
     text = uuid_to_kafka(topic_id)
@@ -174,7 +174,7 @@ def test_share_coordinator_keys() -> None:
 
 
 def test_share_auto_offset_reset_values() -> None:
-    from grete.coordinator.share_reset import parse_reset
+    from grete.coordinator.share.share_reset import parse_reset
     assert parse_reset("earliest") == ("earliest", 0) and parse_reset("latest") == ("latest", 0)
     assert parse_reset("by_duration:PT1H") == ("by_duration", 3_600_000)
     assert parse_reset("by_duration:p1dt2h3m4.5s") == ("by_duration", 93_784_500)  # Java's Duration.parse

@@ -1,4 +1,4 @@
-"""Share groups' records in __consumer_offsets (grete.coordinator.share_records): what a group writes
+"""Share groups' records in __consumer_offsets (grete.coordinator.share.share_records): what a group writes
 loads back as the same group; members that leave are tombstoned before the group epoch; a deleted
 group is gone; a half-written member is dropped; a reloaded group keeps its epoch unless its topics
 changed meanwhile. The byte layout against Kafka 4.3.1 is checked in
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import uuid
 
-from grete.coordinator import share_records
-from grete.coordinator.coordinator_records import Record, key
-from grete.coordinator.share_group import ShareGroup
-from grete.coordinator.share_records import (
+from grete.coordinator.groups.coordinator_records import Record, key
+from grete.coordinator.share import share_records
+from grete.coordinator.share.share_group import ShareGroup
+from grete.coordinator.share.share_records import (
     CURRENT_MEMBER_ASSIGNMENT,
     GROUP_METADATA,
     MEMBER_METADATA,

@@ -9,14 +9,14 @@ import asyncio
 import uuid
 from typing import Any
 
-from grete.coordinator.consumer_requests import ConsumerHeartbeat
-from grete.coordinator.group import GroupCoordinator
-from grete.coordinator.group_store import InMemoryOffsetsStore
-from grete.coordinator.group_types import OffsetCommit
-from grete.coordinator.streams_records import decode_key
-from grete.coordinator.streams_requests import StreamsHeartbeat, StreamsResult
-from grete.coordinator.streams_state import MemberState, Tasks, assign_active
-from grete.coordinator.streams_topology import (
+from grete.coordinator.groups.consumer_requests import ConsumerHeartbeat
+from grete.coordinator.groups.group import GroupCoordinator
+from grete.coordinator.groups.group_store import InMemoryOffsetsStore
+from grete.coordinator.groups.group_types import OffsetCommit
+from grete.coordinator.groups.streams_records import decode_key
+from grete.coordinator.groups.streams_requests import StreamsHeartbeat, StreamsResult
+from grete.coordinator.groups.streams_state import MemberState, Tasks, assign_active
+from grete.coordinator.groups.streams_topology import (
     ASSIGNMENT_DELAYED,
     INCORRECTLY_PARTITIONED_TOPICS,
     MISSING_INTERNAL_TOPICS,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grete.coordinator.txn_format import (
+from grete.coordinator.transactions.txn_format import (
     FormatError,
     TxnLogValue,
     TxnState,

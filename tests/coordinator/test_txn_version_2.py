@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from grete.coordinator.txn import TV2, EndResult, TransactionCoordinator
-from grete.coordinator.txn_format import TxnState, decode_value
-from grete.coordinator.txn_state import MAX_PRODUCER_EPOCH, TopicPartition, TxnConfig
+from grete.coordinator.transactions.txn import TV2, EndResult, TransactionCoordinator
+from grete.coordinator.transactions.txn_format import TxnState, decode_value
+from grete.coordinator.transactions.txn_state import MAX_PRODUCER_EPOCH, TopicPartition, TxnConfig
 from grete.protocol.errors import ErrorCode
 from tests.coordinator._support import async_test
 

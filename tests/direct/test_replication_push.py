@@ -33,9 +33,9 @@ from grete.broker.direct.rdma_push import RdmaPushTransport
 from grete.broker.direct.receive import Receiver
 from grete.broker.direct.replication import CREDIT, HEADER, HEADER_BYTES, PUSH
 from grete.broker.direct.service import push_transport
-from grete.broker.metrics import BrokerMetrics
+from grete.broker.metrics.broker_metrics import BrokerMetrics
 from grete.broker.node import Node
-from grete.broker.partition import Partition
+from grete.broker.replica.partition import Partition
 from grete.direct.layout import FRAME
 from grete.direct.rdma import RdmaConnection, load_verbs, parse_region
 from grete.direct.shm import ShmRegion

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from grete.broker.config import BrokerConfig, read_properties
-from grete.broker.listeners import parse_listeners, security_protocol
+from grete.broker.network.listeners import parse_listeners, security_protocol
 from grete.testing.cluster import ZooKeeperProcess, zookeeper_available
 from grete.testing.process import await_start, spawn
 

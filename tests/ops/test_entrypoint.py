@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grete.broker.config import BrokerConfig, read_properties
-from grete.broker.listeners import parse_listeners, security_protocol
+from grete.broker.network.listeners import parse_listeners, security_protocol
 
 from ._support import DOCKER, REPO, entrypoint, free_port, round_trip, wait_serving
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grete.broker.authorizer import AclAuthorizer, configured
 from grete.broker.config import BrokerConfig, ConfigError
+from grete.broker.security.authorizer import AclAuthorizer, configured
 from grete.coordinator.kraft.local import open_local_store
 from grete.coordinator.metadata import ScramCredential
 from grete.protocol.acls import (

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from grete.broker.config import BrokerConfig
-from grete.broker.delegation_tokens import DelegationTokenManager
-from grete.coordinator import zk_layout as zk
+from grete.broker.security.delegation_tokens import DelegationTokenManager
 from grete.coordinator.kraft.local import open_local_store
 from grete.coordinator.metadata import DelegationTokenInfo
+from grete.coordinator.zookeeper import zk_layout as zk
 from grete.protocol.acls import AclOperation, AclPermissionType, PatternType, ResourceType
 from grete.protocol.errors import ErrorCode as E
 from grete.protocol.messages import (

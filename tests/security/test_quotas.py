@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from grete.broker.config import BrokerConfig
-from grete.broker.quotas import FETCH_RATE, PRODUCE_RATE, ClientQuotas, Rate
+from grete.broker.quotas.client_quotas import FETCH_RATE, PRODUCE_RATE, ClientQuotas, Rate
 from grete.coordinator.kraft.local import open_local_store
 from grete.coordinator.metadata import quota_entity
 from grete.protocol.errors import ErrorCode

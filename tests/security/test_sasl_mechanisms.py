@@ -1,4 +1,4 @@
-"""The SASL mechanisms and the per-connection state machine, sans I/O (grete/broker/sasl.py)."""
+"""The SASL mechanisms and the per-connection state machine, sans I/O (grete/broker/security/sasl.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from scramp import ScramClient, ScramMechanism
 
 from grete.broker.config import BrokerConfig, ConfigError
-from grete.broker.sasl import (
+from grete.broker.security.sasl import (
     API_VERSIONS_KEY,
     SASL_AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY,

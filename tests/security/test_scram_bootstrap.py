@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
 from grete.cli import main
-from grete.coordinator import zk_layout as zkl
+from grete.coordinator.zookeeper import zk_layout as zkl
 from grete.testing import broker
 from grete.testing.cluster import GreteCluster, ZooKeeperProcess, free_port
 from tests.cluster.conftest import need_zookeeper, wait_until

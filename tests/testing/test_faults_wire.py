@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from grete.broker.registry import handlers
+from grete.broker.requests.registry import handlers
 from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable
 
 from grete.broker.cluster.peer import PeerConnection, PeerError
-from grete.broker.partition import Partition
-from grete.coordinator.zk_layout import BrokerInfo
+from grete.broker.replica.partition import Partition
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 

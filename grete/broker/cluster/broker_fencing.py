@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 from grete.broker.cluster.controller_core import ControllerCore
 from grete.broker.cluster.liveness import ProcessWatch
 from grete.broker.cluster.state import ControllerContext
-from grete.coordinator import zk_layout as zk
-from grete.coordinator.zk_client import MultiOpError, Op
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import MultiOpError, Op
 
 log = logging.getLogger(__name__)
 

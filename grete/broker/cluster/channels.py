@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grete.broker.cluster.peer import PeerConnection, PeerError
-from grete.coordinator.zk_layout import BrokerInfo
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo
 from grete.protocol.codec import Message
 
 log = logging.getLogger(__name__)

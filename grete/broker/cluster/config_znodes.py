@@ -3,8 +3,8 @@ AdminZkClient writes them (shared by the metadata cache and its security part)."
 
 from __future__ import annotations
 
-from grete.coordinator import zk_layout as zk
-from grete.coordinator.zk_client import NodeExistsError, ZkClient
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import NodeExistsError, ZkClient
 
 
 async def read_config(client: ZkClient, kind: str, entity: str) -> dict[str, str]:

@@ -30,9 +30,9 @@ from grete.broker.cluster.leader_election import LeaderElection
 from grete.broker.cluster.reassignment import Reassignments
 from grete.broker.cluster.state import ControllerContext, TopicPartition
 from grete.broker.cluster.topic_deletion import TopicDeletion
-from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import new_topic_id
-from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, ZkClient, ZookeeperError
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import MultiOpError, NodeExistsError, Op, ZkClient, ZookeeperError
 from grete.protocol.errors import ErrorCode
 
 __all__ = ["Controller", "ControllerMoved", "ControllerSettings"]

@@ -18,8 +18,8 @@ from typing import TypeVar
 from grete.broker.cluster import requests as build
 from grete.broker.cluster.channels import ControllerChannels
 from grete.broker.cluster.state import ControllerContext, TopicPartition
-from grete.coordinator import zk_layout as zk
-from grete.coordinator.zk_client import MultiOpError, Op, ZkClient, ZookeeperError
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import MultiOpError, Op, ZkClient, ZookeeperError
 
 log = logging.getLogger(__name__)
 

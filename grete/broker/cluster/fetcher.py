@@ -29,8 +29,8 @@ from grete.broker.cluster.fetcher_session import FollowerSession
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.config import BrokerConfig
 from grete.broker.direct.base import PushReceiver
-from grete.broker.metrics import BrokerMetrics
-from grete.broker.partition import Partition
+from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.broker.replica.partition import Partition
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from grete.storage import KafkaStorageException

@@ -15,7 +15,7 @@ session: the next fetch is full again and asks for a new one, closing the old on
 
 from __future__ import annotations
 
-from grete.broker.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
+from grete.broker.replica.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import FetchRequest
 

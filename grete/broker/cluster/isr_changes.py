@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from grete.broker.cluster.controller_core import ControllerCore
 from grete.broker.cluster.reassignment import Reassignments
 from grete.broker.cluster.state import ControllerContext, TopicPartition
-from grete.coordinator import zk_layout as zk
+from grete.coordinator.zookeeper import zk_layout as zk
 from grete.protocol.errors import ErrorCode
 
 

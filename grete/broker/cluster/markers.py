@@ -14,7 +14,7 @@ from typing import Protocol
 
 from grete.broker.broker import Broker
 from grete.broker.cluster.peer import PeerConnection, PeerError
-from grete.broker.partition import Partition
+from grete.broker.replica.partition import Partition
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from grete.broker.cluster.config_znodes import change_sequence, read_config, write_config
 from grete.broker.cluster.security_cache import ZkSecurityCache, ZkTokenCache
-from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import (
     ChangeFeed,
     ChangeKind,
@@ -32,7 +31,8 @@ from grete.coordinator.metadata import (
     TopicMeta,
     new_topic_id,
 )
-from grete.coordinator.zk_client import BadVersionError, NodeExistsError, ZkClient
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import BadVersionError, NodeExistsError, ZkClient
 from grete.protocol.acls import AclBinding
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import UpdateMetadataRequest

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from grete.coordinator.zk_layout import BrokerInfo
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo
 
 
 def rack_alternated(brokers: list[BrokerInfo]) -> list[int]:

@@ -8,8 +8,8 @@ import logging
 
 from grete.broker.cluster.controller_core import NO_LEADER, ControllerCore
 from grete.broker.cluster.state import ControllerContext, TopicPartition
-from grete.coordinator import zk_layout as zk
-from grete.coordinator.zk_client import Op
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import Op
 from grete.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)

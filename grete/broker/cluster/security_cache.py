@@ -11,7 +11,6 @@ import json
 import logging
 
 from grete.broker.cluster.config_znodes import change_sequence, read_config, write_config
-from grete.coordinator import zk_layout as zk
 from grete.coordinator.metadata import (
     ChangeFeed,
     ChangeKind,
@@ -21,7 +20,8 @@ from grete.coordinator.metadata import (
     ScramCredential,
     quota_entity,
 )
-from grete.coordinator.zk_client import BadVersionError, NodeExistsError, ZkClient
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import BadVersionError, NodeExistsError, ZkClient
 from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from grete.broker.broker import Broker
 from grete.broker.cluster.peer import PeerConnection, PeerError
-from grete.coordinator.share_format import SNAPSHOT, ShareKey, ShareState, StateBatch, partition_for
+from grete.coordinator.share.share_format import SNAPSHOT, ShareKey, ShareState, StateBatch, partition_for
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (
     DeleteShareGroupStateRequest,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grete.coordinator import zk_layout as zk
+from grete.coordinator.zookeeper import zk_layout as zk
 
 TopicPartition = tuple[str, int]
 

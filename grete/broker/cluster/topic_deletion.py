@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from grete.broker.cluster.controller_core import ControllerCore, ControllerMoved
 from grete.broker.cluster.state import ControllerContext, TopicPartition
-from grete.coordinator import zk_layout as zk
-from grete.coordinator.zk_client import MultiOpError, NoNodeError, Op, ZookeeperError
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import MultiOpError, NoNodeError, Op, ZookeeperError
 
 log = logging.getLogger(__name__)
 

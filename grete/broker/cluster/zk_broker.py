@@ -11,7 +11,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from grete.broker.authorizer import configured
 from grete.broker.cluster.alter_partition import AlterPartitionManager
 from grete.broker.cluster.controller import Controller, ControllerSettings
 from grete.broker.cluster.fetcher import ReplicaFetcherManager
@@ -19,11 +18,12 @@ from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.cluster.share_persister import ClusterSharePersister
 from grete.broker.config import BrokerConfig, ConfigError, StartupError
-from grete.broker.delegation_tokens import tokens_enabled
-from grete.broker.listeners import security_protocol
-from grete.coordinator import zk_layout as zk
+from grete.broker.network.listeners import security_protocol
+from grete.broker.security.authorizer import configured
+from grete.broker.security.delegation_tokens import tokens_enabled
 from grete.coordinator.metadata import new_topic_id
-from grete.coordinator.zk_client import MultiOpError, NodeExistsError, Op, SessionState, ZkClient
+from grete.coordinator.zookeeper import zk_layout as zk
+from grete.coordinator.zookeeper.zk_client import MultiOpError, NodeExistsError, Op, SessionState, ZkClient
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ControlledShutdownRequest, ControlledShutdownResponse
 from grete.storage.files import uuid_to_kafka

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from grete.broker.broker import Broker
 from grete.broker.config import ConfigError
-from grete.broker.delegation_tokens import scram_credential_for
-from grete.broker.listeners import security_protocol
-from grete.broker.sasl import PLAIN, SCRAM_MECHANISMS, SaslFailure, listener_sasl
+from grete.broker.network.listeners import security_protocol
+from grete.broker.security.delegation_tokens import scram_credential_for
+from grete.broker.security.sasl import PLAIN, SCRAM_MECHANISMS, SaslFailure, listener_sasl
 from grete.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 REALM = 'Basic realm="grete console", charset="UTF-8"'

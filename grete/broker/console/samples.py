@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from grete.broker.metrics import BrokerMetrics
+from grete.broker.metrics.broker_metrics import BrokerMetrics
 
 CAPACITY = 600
 MIN_INTERVAL_S = 1.0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grete.broker.broker import Broker
-from grete.coordinator.group_state import Group, GroupState
+from grete.coordinator.groups.group_state import Group, GroupState
 from grete.protocol.codec import Reader
 from grete.protocol.errors import ProtocolError
 from grete.protocol.messages.consumer_protocol import ConsumerProtocolAssignment

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from grete.broker.cluster.peer import PeerConnection
-    from grete.broker.partition import Partition
+    from grete.broker.replica.partition import Partition
 
 
 class PushReceiver(Protocol):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grete.broker.partition import Partition
+from grete.broker.replica.partition import Partition
 from grete.direct.layout import DELETED, FREE, REVOKED, SEALED, SLOT_BYTES
 from grete.direct.shm import ShmRegion
 from grete.storage.segment import LogSegment

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Protocol
 
 from grete.broker.direct.replication import CREDIT, FALLBACK, HEADER, HEADER_BYTES, PUSH, STOP
-from grete.broker.metrics import BrokerMetrics
-from grete.broker.partition import Partition
+from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.broker.replica.partition import Partition
 from grete.direct.transport import Channel
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DirectReplicaRegisterRequest, DirectReplicaRegisterResponse

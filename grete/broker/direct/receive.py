@@ -30,8 +30,8 @@ from grete.broker.direct.replication import (
     STOP,
     PartitionKey,
 )
-from grete.broker.metrics import BrokerMetrics
-from grete.broker.partition import Partition
+from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.broker.replica.partition import Partition
 from grete.direct.layout import FRAME, HELLO
 from grete.direct.shm import ShmRegion
 from grete.protocol.errors import ErrorCode, KafkaError

@@ -27,7 +27,7 @@ from grete.broker.direct.rdma import Hooks, RdmaEndpoint
 from grete.broker.direct.rdma_push import RdmaPushTransport
 from grete.broker.direct.receive import Receiver
 from grete.broker.handlers.produce import append_records
-from grete.broker.partition import Partition
+from grete.broker.replica.partition import Partition
 from grete.direct.layout import FRAME, HELLO, NOTIFY
 from grete.direct.rdma import RdmaUnavailable, load_verbs
 from grete.direct.shm import ShmTransport

@@ -5,10 +5,10 @@ the same answers as v3 (measured on Kafka 4.3.1)."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.broker.transactions import fenced_error
+from grete.broker.groups.transactions import fenced_error
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
 from grete.protocol.topics import OFFSETS_TOPIC

@@ -10,9 +10,9 @@ controller of a KRaft quorum grants blocks to its KRaft brokers as ProducerIdsRe
 from __future__ import annotations
 
 from grete.broker.cluster.zk_broker import ZkBroker
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.zk_layout import PRODUCER_ID_BLOCK_SIZE
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.coordinator.zookeeper.zk_layout import PRODUCER_ID_BLOCK_SIZE
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AllocateProducerIdsRequest, AllocateProducerIdsResponse
 

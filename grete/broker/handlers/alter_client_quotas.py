@@ -8,11 +8,11 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator import zk_layout as zk
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.metadata import QuotaEntity, quota_entity
+from grete.coordinator.zookeeper import zk_layout as zk
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterClientQuotasRequest, AlterClientQuotasResponse
 

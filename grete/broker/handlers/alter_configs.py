@@ -6,8 +6,8 @@ broker's (or, with an empty name, the cluster default's) dynamic set, checked as
 it (grete/broker/config.py ``check_dynamic_update``): static keys are INVALID_REQUEST "Cannot update
 these configs dynamically: [...]"; on the single node min.insync.replicas follows KRaft's ELR rules.
 Client-metrics resources (KIP-714): the configs become the subscription's whole set
-(grete/broker/client_metrics_configs.py). Group resources (Kafka 4): the configs become the group's
-whole override set (grete/broker/group_configs.py), as Kafka 4.3's controller takes them from this
+(grete/broker/metrics/client_metrics_configs.py). Group resources (Kafka 4): the configs become the group's
+whole override set (grete/broker/groups/group_configs.py), as Kafka 4.3's controller takes them from this
 legacy request too; in a ZooKeeper cluster they are kept under ``/config/groups``.
 
 The checks shared with IncrementalAlterConfigs live here, in Kafka's order: a resource named twice,
@@ -20,13 +20,13 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from grete.broker.client_metrics_configs import CLIENT_METRICS, check_name
-from grete.broker.client_metrics_configs import validate as validate_client_metrics
 from grete.broker.config import ConfigError, check_dynamic_update, validate_topic_configs
-from grete.broker.context import RequestContext
-from grete.broker.group_configs import validate_group_configs
+from grete.broker.groups.group_configs import validate_group_configs
 from grete.broker.handlers.describe_configs import BROKER, GROUP, TOPIC, authorize_config_resource
-from grete.broker.registry import api
+from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS, check_name
+from grete.broker.metrics.client_metrics_configs import validate as validate_client_metrics
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterConfigsRequest, AlterConfigsResponse

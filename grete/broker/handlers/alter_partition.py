@@ -10,8 +10,8 @@ import uuid
 
 from grete.broker.cluster.isr_changes import IsrChange
 from grete.broker.cluster.zk_broker import ZkBroker
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 

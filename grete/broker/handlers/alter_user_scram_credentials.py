@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.broker.scram_upsertion import ScramUpsertion
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
+from grete.broker.security.sasl import SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS
+from grete.broker.security.scram_upsertion import ScramUpsertion
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
 
 MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
-MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
 
 Response = AlterUserScramCredentialsResponse
 Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
@@ -57,9 +57,9 @@ async def handle(ctx: RequestContext, request: AlterUserScramCredentialsRequest)
             errors[upsertion.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
         elif upsertion.mechanism not in MECHANISMS:
             errors[upsertion.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-        elif upsertion.iterations < MIN_ITERATIONS:
+        elif upsertion.iterations < SCRAM_MIN_ITERATIONS:
             errors[upsertion.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
-        elif upsertion.iterations > MAX_ITERATIONS:
+        elif upsertion.iterations > SCRAM_MAX_ITERATIONS:
             errors[upsertion.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
     results = []
     for name in dict.fromkeys(c.name for c in changes):

@@ -2,7 +2,7 @@
 
 The response header is always v0 (handled by the codecs' response_header_version). Client software
 name/version are not validated: librdkafka falls back to v0 on INVALID_REQUEST, so leniency is safer.
-From v3 on it carries the supported and finalized feature levels (``grete.broker.features``): the
+From v3 on it carries the supported and finalized feature levels (``grete.broker.requests.features``): the
 single node's, or none in a ZooKeeper cluster, as a Kafka 3.9 ZooKeeper-mode broker answers. A
 finalized ``transaction.version`` 2 makes 4.x clients use transaction version 2 (KIP-890 part 2).
 As in Kafka 4.3.1, a v3 answer leaves out supported features whose minimum level is 0 (clients of
@@ -11,8 +11,8 @@ that version reject them); they are still finalized there.
 
 from __future__ import annotations
 
-from grete.broker.context import RequestContext
-from grete.broker.registry import advertised_versions, api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import advertised_versions, api
 from grete.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 
 ALL_FEATURES_VERSION = 4  # supported features with a minimum level of 0 are listed from here on

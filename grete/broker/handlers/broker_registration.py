@@ -7,8 +7,8 @@ answers NOT_CONTROLLER, as Kafka's controllers do.
 
 from __future__ import annotations
 
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.messages import BrokerRegistrationRequest, BrokerRegistrationResponse
 
 

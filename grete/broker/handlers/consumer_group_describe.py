@@ -7,11 +7,11 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 
-from grete.broker.authz import Op, Res, allowed, operations
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.consumer_assignors import Assignment
-from grete.coordinator.consumer_state import ConsumerGroup, ConsumerMember
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, operations
+from grete.coordinator.groups.consumer_assignors import Assignment
+from grete.coordinator.groups.consumer_state import ConsumerGroup, ConsumerMember
 from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse

@@ -6,11 +6,11 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.consumer_assignors import Assignment
-from grete.coordinator.consumer_requests import ConsumerHeartbeat
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.coordinator.groups.consumer_assignors import Assignment
+from grete.coordinator.groups.consumer_requests import ConsumerHeartbeat
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 

@@ -8,11 +8,11 @@ Envelope names again and answers the rest (grete/broker/quorum/forwarded_tokens.
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.delegation_tokens import token_requests_allowed
 from grete.broker.quorum import forwarded_tokens
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import CreateDelegationTokenRequest, CreateDelegationTokenResponse
 

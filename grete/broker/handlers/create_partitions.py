@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
 from grete.broker.handlers.create_topics import check_replica_list, live_broker_ids
-from grete.broker.quotas import MutationQuota, throttle_for_mutations
-from grete.broker.registry import api
+from grete.broker.quotas.client_quotas import MutationQuota, throttle_for_mutations
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import CreatePartitionsRequest, CreatePartitionsResponse
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from grete.broker.authz import Op, Res, allowed, cluster_allowed
 from grete.broker.broker import Broker
 from grete.broker.config import ConfigError, validate_topic_configs
-from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import topic_config_entries
-from grete.broker.quotas import MutationQuota, throttle_for_mutations
-from grete.broker.registry import api
+from grete.broker.quotas.client_quotas import MutationQuota, throttle_for_mutations
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError

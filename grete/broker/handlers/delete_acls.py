@@ -4,10 +4,10 @@ Kafka."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_acls import NO_AUTHORIZER, filter_of, matching
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.acls import AclBinding, InvalidAcl, PatternType
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DeleteAclsRequest, DeleteAclsResponse

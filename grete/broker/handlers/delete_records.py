@@ -8,9 +8,9 @@ Long-poll fetches parked on the partition are woken: their position may now be o
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
 from grete.protocol.topics import INTERNAL_TOPICS

@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.quotas import MutationQuota, throttle_for_mutations
-from grete.broker.registry import api
+from grete.broker.quotas.client_quotas import MutationQuota, throttle_for_mutations
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DeleteTopicsRequest, DeleteTopicsResponse

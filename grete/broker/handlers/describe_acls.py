@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.acls import (
     AclBinding,
     AclFilter,

@@ -6,9 +6,9 @@ message; an unknown entity type UNSUPPORTED_VERSION."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.metadata import QuotaEntity
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DescribeClientQuotasRequest, DescribeClientQuotasResponse

@@ -13,11 +13,11 @@ a gone one is absent), so every broker listed has ``is_fenced`` false and the fl
 
 from __future__ import annotations
 
-from grete.broker.authorizer import CLUSTER_OPERATIONS
-from grete.broker.authz import Op, Res, cluster_allowed, operations
-from grete.broker.context import RequestContext
 from grete.broker.handlers.metadata import OPERATIONS_NOT_REQUESTED
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authorizer import CLUSTER_OPERATIONS
+from grete.broker.security.authz import Op, Res, cluster_allowed, operations
 from grete.protocol.acls import CLUSTER_NAME
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DescribeClusterRequest, DescribeClusterResponse

@@ -17,9 +17,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from grete.broker.authz import Op, Res, allowed, cluster_allowed
-from grete.broker.client_metrics_configs import CLIENT_METRICS
-from grete.broker.client_metrics_configs import describe as describe_client_metrics
 from grete.broker.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
@@ -30,9 +27,12 @@ from grete.broker.config import (
     ConfigType,
     broker_synonyms,
 )
-from grete.broker.context import RequestContext
-from grete.broker.group_configs import GROUP_CONFIGS
-from grete.broker.registry import api
+from grete.broker.groups.group_configs import GROUP_CONFIGS
+from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
+from grete.broker.metrics.client_metrics_configs import describe as describe_client_metrics
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
 from grete.protocol.topics import validate_topic_name

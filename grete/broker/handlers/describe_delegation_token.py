@@ -6,10 +6,10 @@ owner USER (DelegationTokenManager.filterToken). Tokens past their expiry are li
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.delegation_tokens import token_requests_allowed
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.coordinator.metadata import DelegationTokenInfo
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DescribeDelegationTokenRequest, DescribeDelegationTokenResponse

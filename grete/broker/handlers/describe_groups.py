@@ -4,10 +4,10 @@ not a classic group, is GROUP_ID_NOT_FOUND with Kafka's message instead of a Dea
 
 from __future__ import annotations
 
-from grete.broker.authorizer import GROUP_OPERATIONS as GROUP_OPS
-from grete.broker.authz import Op, Res, allowed, operations
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authorizer import GROUP_OPERATIONS as GROUP_OPS
+from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DescribeGroupsRequest, DescribeGroupsResponse
 

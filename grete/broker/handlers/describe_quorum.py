@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import time
 
-from grete.broker.authz import cluster_allowed
-from grete.broker.context import RequestContext
 from grete.broker.quorum.driver import RaftDriver
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import cluster_allowed
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode

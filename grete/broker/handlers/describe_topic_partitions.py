@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grete.broker.authorizer import TOPIC_OPERATIONS as TOPIC_OPS
-from grete.broker.authz import Op, Res, allowed, operations
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authorizer import TOPIC_OPERATIONS as TOPIC_OPS
+from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.txn_format import TxnState
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.coordinator.transactions.txn_format import TxnState
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DescribeTransactionsRequest, DescribeTransactionsResponse
 

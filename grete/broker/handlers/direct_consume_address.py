@@ -8,11 +8,11 @@ transactions from the offset up to the last stable offset, as Fetch gives them.
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
 from grete.broker.direct.consume import position_of
 from grete.broker.direct.service import DirectService
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DirectConsumeAddressRequest, DirectConsumeAddressResponse
 

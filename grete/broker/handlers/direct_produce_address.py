@@ -8,10 +8,10 @@ with fetch-and-add on its ordering word.
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
 from grete.broker.direct.service import DirectService
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.direct.layout import HEADER_BYTES
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import DirectProduceAddressRequest, DirectProduceAddressResponse

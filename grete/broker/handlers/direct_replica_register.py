@@ -9,11 +9,11 @@ end on; otherwise the follower keeps fetching it.
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
 from grete.broker.direct.service import DirectService
-from grete.broker.partition import Partition
-from grete.broker.registry import api
+from grete.broker.replica.partition import Partition
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DirectReplicaRegisterRequest, DirectReplicaRegisterResponse
 

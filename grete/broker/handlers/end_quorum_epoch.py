@@ -6,9 +6,9 @@ grete/broker/quorum); every other node closes the connection, as a Kafka broker 
 
 from __future__ import annotations
 
-from grete.broker.context import RequestContext
 from grete.broker.quorum.rpc import answer
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.codec import Message
 from grete.protocol.messages import EndQuorumEpochRequest
 

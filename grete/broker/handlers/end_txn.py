@@ -7,11 +7,11 @@ the client continues with; a retry is recognised by the epoch one below (docs/tr
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.broker.transactions import fenced_error
-from grete.coordinator.txn import TV2
+from grete.broker.groups.transactions import fenced_error
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import EndTxnRequest, EndTxnResponse
 

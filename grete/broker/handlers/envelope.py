@@ -13,8 +13,8 @@ from __future__ import annotations
 import inspect
 import ipaddress
 
-from grete.broker.context import RequestContext, Session
-from grete.broker.registry import FORWARDED_APIS, api, handlers
+from grete.broker.requests.context import RequestContext, Session
+from grete.broker.requests.registry import FORWARDED_APIS, api, handlers
 from grete.protocol.codec import Message, Reader, Writer
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.headers import decode_request_header, encode_response_header

@@ -6,10 +6,10 @@ OWNER_MISMATCH, EXPIRED (expiry 0). A KRaft broker forwards it, once allowed, to
 
 from __future__ import annotations
 
-from grete.broker.context import RequestContext
-from grete.broker.delegation_tokens import token_requests_allowed
 from grete.broker.quorum import forwarded_tokens
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ExpireDelegationTokenRequest, ExpireDelegationTokenResponse
 

@@ -22,14 +22,14 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from grete.broker import fetch_repeats as repeats
-from grete.broker import fetch_sessions as sessions
-from grete.broker.authz import Op, Res, allowed, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.leader_hints import current_leader
-from grete.broker.partition import Partition
 from grete.broker.quorum.rpc import answer, is_metadata_fetch
-from grete.broker.registry import api
+from grete.broker.replica import fetch_repeats as repeats
+from grete.broker.replica import fetch_sessions as sessions
+from grete.broker.replica.partition import Partition
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.leader_hints import current_leader
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchRequest, FetchResponse
 

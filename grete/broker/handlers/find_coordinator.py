@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from grete.broker.authz import Op, Res, allowed, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.broker.transactions import ensure_transaction_state_topic
-from grete.coordinator.share_format import parse_coordinator_key
-from grete.coordinator.share_format import partition_for as share_partition_for
+from grete.broker.groups.transactions import ensure_transaction_state_topic
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
+from grete.coordinator.share.share_format import parse_coordinator_key
+from grete.coordinator.share.share_format import partition_for as share_partition_for
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
 from grete.protocol.topics import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC

@@ -1,13 +1,13 @@
 """GetTelemetrySubscriptions (71): v0, answered as Kafka 4.3.1 answers it without client-metrics
-subscriptions (grete/broker/client_telemetry.py): the default subscription, no metrics requested.
+subscriptions (grete/broker/metrics/client_telemetry.py): the default subscription, no metrics requested.
 Not advertised in ApiVersions, as Kafka 4.3.1 does not advertise it without a telemetry reporter,
 so stock clients do not ask; one that asks anyway gets Kafka's answer."""
 
 from __future__ import annotations
 
-from grete.broker.client_telemetry import ACCEPTED_COMPRESSION_TYPES, PUSH_INTERVAL_MS
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.metrics.client_telemetry import ACCEPTED_COMPRESSION_TYPES, PUSH_INTERVAL_MS
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.errors import KafkaError
 from grete.protocol.messages import GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse
 

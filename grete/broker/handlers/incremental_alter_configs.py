@@ -14,9 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from grete.broker.client_metrics_configs import CLIENT_METRICS
 from grete.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigType
-from grete.broker.context import RequestContext
 from grete.broker.handlers.alter_configs import (
     AlterResource,
     answer_each,
@@ -36,7 +34,9 @@ from grete.broker.handlers.describe_configs import (
     TOPIC,
     check_broker_id,
 )
-from grete.broker.registry import api
+from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 

@@ -10,10 +10,10 @@ v6 (two-phase commit, KIP-939) is not offered.
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed, allowed_any, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.broker.transactions import ensure_transaction_state_topic, fenced_error
+from grete.broker.groups.transactions import ensure_transaction_state_topic, fenced_error
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, allowed_any, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import InitProducerIdRequest, InitProducerIdResponse
 

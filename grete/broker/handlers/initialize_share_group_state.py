@@ -1,12 +1,12 @@
 """InitializeShareGroupState (83): a share partition's first state (state epoch and start offset, nothing
-in flight), written by its share coordinator (grete.broker.share_coordinator)."""
+in flight), written by its share coordinator (grete.broker.groups.share_coordinator)."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.share_format import ShareKey
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
+from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import InitializeShareGroupStateRequest, InitializeShareGroupStateResponse
 

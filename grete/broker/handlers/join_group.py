@@ -1,10 +1,10 @@
-"""JoinGroup (11): parked until the rebalance completes (grete.coordinator.group)."""
+"""JoinGroup (11): parked until the rebalance completes (grete.coordinator.groups.group)."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import JoinGroupRequest, JoinGroupResponse
 

@@ -8,9 +8,9 @@ does). v5+ carry topic ids and answer per topic id; v2-4 are grouped by topic na
 from __future__ import annotations
 
 from grete.broker.cluster.zk_broker import ZkBroker
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.broker.replica_manager import PartitionOrder
+from grete.broker.replica.replica_manager import PartitionOrder
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import LeaderAndIsrRequest, LeaderAndIsrResponse

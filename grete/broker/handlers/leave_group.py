@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.group_types import LeaveMember
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.coordinator.groups.group_types import LeaveMember
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import LeaveGroupRequest, LeaveGroupResponse
 

@@ -1,7 +1,7 @@
 """ListConfigResources (74): v0-1, the resources DescribeConfigs can describe (KIP-1142).
 
 v0 is KIP-714's ListClientMetricsResources: the client-metrics subscriptions
-(grete/broker/client_metrics_configs.py). v1 takes resource types; an empty list means all of
+(grete/broker/metrics/client_metrics_configs.py). v1 takes resource types; an empty list means all of
 them. As Kafka 4.3.1 answers (measured): TOPIC lists every topic, internal ones too; BROKER and
 BROKER_LOGGER the live brokers with an endpoint on the request's listener; GROUP the groups with
 config overrides (not every group); CLIENT_METRICS the subscriptions. Types come in Kafka's fixed order (GROUP,
@@ -12,11 +12,11 @@ fails the request with UNSUPPORTED_VERSION. The principal needs DESCRIBE_CONFIGS
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.client_metrics_configs import CLIENT_METRICS
-from grete.broker.context import RequestContext
 from grete.broker.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
-from grete.broker.registry import api
+from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ListConfigResourcesRequest, ListConfigResourcesResponse
 

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.group_types import GroupListing
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
+from grete.coordinator.groups.group_types import GroupListing
 from grete.protocol.messages import ListGroupsRequest, ListGroupsResponse
 
 SHARE = "share"

@@ -9,9 +9,9 @@ lookup (KIP-1075); there is none here."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 

@@ -1,6 +1,6 @@
 """API key -> (handler module, min version, max version, advertised min).
 
-Written by ``python -m grete.broker.registry`` from the ``@api`` declaration of each module;
+Written by ``python -m grete.broker.requests.registry`` from the ``@api`` declaration of each module;
 a test fails when it is out of date. Do not edit by hand."""
 
 HANDLERS: dict[int, tuple[str, int, int, int]] = {

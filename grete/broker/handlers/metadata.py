@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from grete.broker.authorizer import CLUSTER_OPERATIONS as CLUSTER_OPS
-from grete.broker.authorizer import TOPIC_OPERATIONS as TOPIC_OPS
-from grete.broker.authz import Op, Res, allowed, cluster_allowed, operations
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authorizer import CLUSTER_OPERATIONS as CLUSTER_OPS
+from grete.broker.security.authorizer import TOPIC_OPERATIONS as TOPIC_OPS
+from grete.broker.security.authz import Op, Res, allowed, cluster_allowed, operations
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.acls import CLUSTER_NAME
 from grete.protocol.codec import ZERO_UUID

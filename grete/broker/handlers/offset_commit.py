@@ -4,10 +4,10 @@ member id), stored in ``__consumer_offsets``. v10 names topics by id."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.group_types import OffsetCommit
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.coordinator.groups.group_types import OffsetCommit
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 

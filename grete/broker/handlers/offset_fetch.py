@@ -7,9 +7,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import OffsetFetchRequest, OffsetFetchResponse

@@ -4,9 +4,9 @@ librdkafka sends exactly v2; Java validates positions only when v3+ is advertise
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 

@@ -13,16 +13,16 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from grete.broker.authz import Op, Res, allowed
 from grete.broker.broker import Broker
 from grete.broker.config import LONG_MAX
-from grete.broker.context import CloseConnection, RequestContext
-from grete.broker.leader_hints import current_leader
-from grete.broker.partition import Partition
-from grete.broker.registry import api
-from grete.broker.txn_verification import produce_error
-from grete.broker.verification_guards import VerificationGuard
-from grete.coordinator.txn import TV2
+from grete.broker.replica.partition import Partition
+from grete.broker.replica.txn_verification import produce_error
+from grete.broker.replica.verification_guards import VerificationGuard
+from grete.broker.requests.context import CloseConnection, RequestContext
+from grete.broker.requests.leader_hints import current_leader
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceRequest, ProduceResponse
 from grete.protocol.records.batch import RecordBatch

@@ -1,11 +1,11 @@
-"""PushTelemetry (72): v0, checked as Kafka 4.3.1 checks a push (grete/broker/client_telemetry.py)
+"""PushTelemetry (72): v0, checked as Kafka 4.3.1 checks a push (grete/broker/metrics/client_telemetry.py)
 and then dropped: with no client-metrics subscriptions there is no exporter to hand metrics to.
 Not advertised, as on Kafka 4.3.1 without a telemetry reporter."""
 
 from __future__ import annotations
 
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.errors import KafkaError
 from grete.protocol.messages import PushTelemetryRequest, PushTelemetryResponse
 

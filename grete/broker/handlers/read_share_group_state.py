@@ -1,13 +1,13 @@
 """ReadShareGroupState (84): a new share-partition leader reads the state it starts from (its share
-coordinator: grete.broker.share_coordinator). A share partition never initialized answers start
+coordinator: grete.broker.groups.share_coordinator). A share partition never initialized answers start
 offset -1 and state epoch 0; an older leader epoch than the coordinator has seen is FENCED_LEADER_EPOCH."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.share_format import ShareKey
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
+from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ReadShareGroupStateRequest, ReadShareGroupStateResponse
 

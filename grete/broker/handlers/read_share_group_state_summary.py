@@ -4,10 +4,10 @@ one never initialized."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.share_format import ShareKey
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
+from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ReadShareGroupStateSummaryRequest, ReadShareGroupStateSummaryResponse
 

@@ -4,8 +4,8 @@ then the connection is closed; on a listener without SASL, ILLEGAL_SASL_STATE as
 
 from __future__ import annotations
 
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import SaslAuthenticateRequest, SaslAuthenticateResponse
 

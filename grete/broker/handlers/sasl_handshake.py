@@ -6,8 +6,8 @@ authenticated SASL connection a handshake starts a re-authentication (KIP-368)."
 
 from __future__ import annotations
 
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import SaslHandshakeRequest, SaslHandshakeResponse
 

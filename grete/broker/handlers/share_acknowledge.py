@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import uuid
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.broker.share_requests import acks_of, apply_acks, leader_of
-from grete.broker.share_sessions import FINAL_EPOCH
+from grete.broker.groups.share_requests import acks_of, apply_acks, leader_of
+from grete.broker.groups.share_sessions import FINAL_EPOCH
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 

@@ -15,13 +15,13 @@ import asyncio
 import time
 import uuid
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
-from grete.broker.partition import Partition
-from grete.broker.registry import api
-from grete.broker.share_groups import Grant
-from grete.broker.share_requests import acks_of, apply_acks, leader_of, topic_readable
-from grete.broker.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, PartitionKey, ShareSession
+from grete.broker.groups.share_groups import Grant
+from grete.broker.groups.share_requests import acks_of, apply_acks, leader_of, topic_readable
+from grete.broker.groups.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, PartitionKey, ShareSession
+from grete.broker.replica.partition import Partition
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ShareFetchRequest, ShareFetchResponse
 

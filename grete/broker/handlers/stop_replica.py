@@ -4,8 +4,8 @@ them when their topic is being deleted (Kafka's ReplicaManager.stopReplicas)."""
 from __future__ import annotations
 
 from grete.broker.cluster.zk_broker import ZkBroker
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import StopReplicaRequest, StopReplicaResponse
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from grete.broker.authz import Op, Res, allowed, operations
-from grete.broker.context import RequestContext
 from grete.broker.handlers.consumer_group_describe import GROUP_OPERATIONS, NO_OPERATIONS
-from grete.broker.registry import api
-from grete.coordinator.streams_state import StreamsGroup, StreamsMember, Tasks
-from grete.coordinator.streams_topology import TopicInfo
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, operations
+from grete.coordinator.groups.streams_state import StreamsGroup, StreamsMember, Tasks
+from grete.coordinator.groups.streams_topology import TopicInfo
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import StreamsGroupDescribeRequest, StreamsGroupDescribeResponse
 

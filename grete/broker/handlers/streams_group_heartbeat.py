@@ -13,17 +13,17 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from grete.broker.authz import Op, Res, allowed, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.streams_requests import (
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
+from grete.coordinator.groups.streams_requests import (
     ACCEPTABLE_RECOVERY_LAG,
     TASK_OFFSET_INTERVAL_MS,
     EndpointPartitions,
     StreamsHeartbeat,
 )
-from grete.coordinator.streams_state import Tasks
-from grete.coordinator.streams_topology import CopartitionGroup, Subtopology, TopicInfo, Topology
+from grete.coordinator.groups.streams_state import Tasks
+from grete.coordinator.groups.streams_topology import CopartitionGroup, Subtopology, TopicInfo, Topology
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse
 from grete.protocol.topics import INTERNAL_TOPICS

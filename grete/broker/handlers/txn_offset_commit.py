@@ -10,12 +10,12 @@ on this broker or through AddPartitionsToTxn v5 to another)."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, Res, allowed
-from grete.broker.context import RequestContext
 from grete.broker.handlers.offset_commit import split_unknown
-from grete.broker.registry import api
-from grete.coordinator.group_types import OffsetCommit
-from grete.coordinator.txn import TV2
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, Res, allowed
+from grete.coordinator.groups.group_types import OffsetCommit
+from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from grete.protocol.topics import OFFSETS_TOPIC

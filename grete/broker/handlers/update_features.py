@@ -1,7 +1,7 @@
 """UpdateFeatures (57): finalize feature levels (KIP-584). Needs ALTER on the cluster.
 
 The single node checks and applies the updates as Kafka 4.3's controller does: all or nothing, the
-first failing feature named in a top-level INVALID_UPDATE_VERSION (``grete.broker.features``).
+first failing feature named in a top-level INVALID_UPDATE_VERSION (``grete.broker.requests.features``).
 v0 can only upgrade (see below); v2 answers without per-feature results, as
 its schema has none. In a ZooKeeper cluster the answer is Kafka 3.9's: NOT_CONTROLLER from a broker
 that is not the controller, else INVALID_REQUEST for every feature (none is supported).
@@ -9,10 +9,10 @@ that is not the controller, else INVALID_REQUEST for every feature (none is supp
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.features import UPGRADE, FeatureUpdate
-from grete.broker.registry import api
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.features import UPGRADE, FeatureUpdate
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import UpdateFeaturesRequest, UpdateFeaturesResponse
 

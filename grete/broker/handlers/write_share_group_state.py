@@ -1,13 +1,13 @@
 """WriteShareGroupState (85): a share-partition leader writes a share partition's state to its share
-coordinator (grete.broker.share_coordinator), answered once the state partition's ISR has it.
+coordinator (grete.broker.groups.share_coordinator), answered once the state partition's ISR has it.
 v1 adds the delivery-complete count (KIP-1226), which the coordinator derives from the batches."""
 
 from __future__ import annotations
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.registry import api
-from grete.coordinator.share_format import ShareKey, StateBatch
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
+from grete.coordinator.share.share_format import ShareKey, StateBatch
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import WriteShareGroupStateRequest, WriteShareGroupStateResponse
 

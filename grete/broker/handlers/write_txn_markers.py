@@ -15,10 +15,10 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from grete.broker.authz import Op, cluster_allowed
-from grete.broker.context import RequestContext
-from grete.broker.partition import Partition
-from grete.broker.registry import api
+from grete.broker.replica.partition import Partition
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from grete.protocol.records.batch import RecordBatch

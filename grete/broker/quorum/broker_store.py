@@ -33,11 +33,11 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
-from grete.broker.features import SAFE_DOWNGRADE, UPGRADE
-from grete.broker.features import SUPPORTED as SUPPORTED_FEATURES
 from grete.broker.quorum.controller_channel import ControllerChannel
 from grete.broker.quorum.forwarding import envelope, unwrap
-from grete.broker.scram_upsertion import ScramUpsertion
+from grete.broker.requests.features import SAFE_DOWNGRADE, UPGRADE
+from grete.broker.requests.features import SUPPORTED as SUPPORTED_FEATURES
+from grete.broker.security.scram_upsertion import ScramUpsertion
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.store import (

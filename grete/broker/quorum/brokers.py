@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from grete.broker.cluster.liveness import ProcessWatch
-from grete.coordinator.zk_layout import BrokerInfo, EndPoint
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from grete.broker.local_cluster import LocalCluster
 from grete.broker.quorum.elections import elect
-from grete.coordinator.zk_layout import BrokerInfo
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo
 from grete.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:

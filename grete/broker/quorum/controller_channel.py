@@ -6,7 +6,7 @@
 - One connection, moved when the leader's address changes. A new connection first asks ApiVersions,
   as Kafka's NetworkClient does, so a request whose API or version the controller does not serve is
   UNSUPPORTED_VERSION at once rather than a closed connection retried until the timeout (a grete
-  controller serves a few APIs fewer than Kafka's: grete/broker/registry.py CONTROLLER_APIS).
+  controller serves a few APIs fewer than Kafka's: grete/broker/requests/registry.py CONTROLLER_APIS).
 - A lost connection, or an answer of NOT_CONTROLLER (the answer's own error, or every item's), means
   the leadership moved: the leader is asked for again and the request sent again after
   ``controller.quorum.retry.backoff.ms``, until ``timeout_s`` has passed: then REQUEST_TIMED_OUT.

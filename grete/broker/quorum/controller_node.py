@@ -3,7 +3,7 @@
 It keeps the metadata log and serves the quorum's APIs on its listeners (Vote, BeginQuorumEpoch,
 EndQuorumEpoch, Fetch of ``__cluster_metadata``, DescribeQuorum, DescribeCluster for
 ``--bootstrap-controller``), its brokers' (registration, heartbeats, AlterPartition) and the admin
-requests Kafka's controller carries out (grete/broker/registry.py FORWARDED_APIS: topics, configs,
+requests Kafka's controller carries out (grete/broker/requests/registry.py FORWARDED_APIS: topics, configs,
 ACLs, quotas, SCRAM credentials, delegation tokens, elections, reassignments), with the handlers a broker uses on a store that commits
 through the quorum; nothing a client of topics would ask: Kafka's controllers answer those on brokers. Its storage must be formatted first, as Kafka's (``grete storage format`` or
 ``kafka-storage format``, the same cluster id on every voter). The first leader of a new quorum writes

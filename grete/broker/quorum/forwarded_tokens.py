@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from grete.broker.context import RequestContext
 from grete.broker.quorum.broker_store import BrokerMetadataStore
+from grete.broker.requests.context import RequestContext
 from grete.coordinator.metadata import DelegationTokenInfo
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode

@@ -20,15 +20,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from grete.broker import features as feature_specs
-from grete.broker import release_versions as rv
 from grete.broker.cluster.alter_partition import AlterPartitionManager
 from grete.broker.cluster.fetcher import ReplicaFetcherManager
 from grete.broker.cluster.share_persister import ClusterSharePersister
 from grete.broker.cluster.zk_broker import inter_broker_listener
 from grete.broker.cluster_view import BrokersFromMetadata, Reassignment, TopicPartition
 from grete.broker.config import BrokerConfig, StartupError
-from grete.broker.listeners import security_protocol
+from grete.broker.network.listeners import security_protocol
 from grete.broker.quorum.broker_lifecycle import BrokerLifecycle, Registration
 from grete.broker.quorum.broker_store import BrokerMetadataStore
 from grete.broker.quorum.brokers import SECURITY_PROTOCOLS, Registrations
@@ -36,11 +34,13 @@ from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLead
 from grete.broker.quorum.controller_node import formatted_cluster_id, raft_config
 from grete.broker.quorum.driver import RaftDriver, VoterAddress, parse_voters
 from grete.broker.quorum.image_changes import ImageChanges
-from grete.broker.replica_manager import PartitionOrder
+from grete.broker.replica.replica_manager import PartitionOrder
+from grete.broker.requests import features as feature_specs
+from grete.broker.requests import release_versions as rv
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.metadata import TopicMeta
-from grete.coordinator.zk_layout import BrokerInfo, EndPoint
+from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import BrokerRegistrationRequest, ElectLeadersRequest, ElectLeadersResponse

@@ -18,8 +18,8 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.topics import METADATA_TOPIC
 
 if TYPE_CHECKING:
-    from grete.broker.context import RequestContext
     from grete.broker.quorum.driver import RaftDriver
+    from grete.broker.requests.context import RequestContext
 
 QuorumRequest = wire.VoteRequest | wire.BeginQuorumEpochRequest | wire.EndQuorumEpochRequest | wire.FetchRequest
 

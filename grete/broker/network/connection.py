@@ -1,0 +1,596 @@
+"""One client connection: the asyncio protocol that joins a transport to the sans-IO parts.
+
+Bytes in go to the :class:`~grete.protocol.framing.FrameReader` (receive buffer, frame limits); each
+frame is decoded and run through the :class:`~grete.broker.requests.pipeline.Pipeline` with the connection's
+:class:`~grete.broker.requests.context.Session`; answers take their place in the
+:class:`~grete.broker.network.channel.ResponseQueue` and leave, in request order, through the writer
+:func:`~grete.broker.replica.writers.writer_for` chose for this transport (zero-copy on plain TCP, a copy
+under TLS).
+
+Why ``asyncio.BufferedProtocol`` (see docs/benchmarks.md): receiving into a reused bytearray costs a
+fraction of Streams per small request and avoids fresh-page faults on large ones. Handlers keep no
+reference to the request's bytes after they return (the buffer is reused): the only zero-copy field
+is Produce's ``records``, which is appended synchronously.
+
+Repeated empty fetches (idle consumers) take a short cut: the last Fetch whose answer had nothing to
+read is kept with its encoded answer (``_FetchMemo``); a request identical to it apart from the
+correlation id is answered by asking the answer's snapshot (a hook the Fetch handler leaves on its
+response) whether the partitions' state still holds, and patching the correlation id, with no
+decode, handler pass or encode. One asking the same partitions in another order (librdkafka rotates
+them) gets the answer in its order, which the hook builds once per order without a read. Any change
+in that state falls back to the full path, so the short cut can only repeat an answer that is still
+true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections.abc import Callable
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Protocol
+
+from grete.broker.metrics.broker_metrics import FETCH_CONSUMER, FETCH_FOLLOWER
+from grete.broker.network.channel import IdleClock, ResponseQueue, Slot
+from grete.broker.replica.writers import Writer, writer_for
+from grete.broker.requests.context import CloseConnection, RequestContext, Session
+from grete.broker.requests.pipeline import NotAuthenticated, Pipeline
+from grete.broker.requests.registry import (
+    CONTROLLER_APIS,
+    DIRECT_APIS,
+    KRAFT_APIS,
+    RAFT_APIS,
+    ZK_BROKER_APIS,
+    Handler,
+    handlers,
+)
+from grete.protocol.codec import Message, Reader
+from grete.protocol.codec import Writer as Encoder
+from grete.protocol.errors import ErrorCode, FrameTooLarge, ProtocolError
+from grete.protocol.framing import FrameReader
+from grete.protocol.headers import decode_request_header, encode_response_header
+from grete.protocol.messages import APIS, response_header_version
+
+if TYPE_CHECKING:
+    from grete.broker.broker import Broker
+    from grete.broker.security.sasl import ListenerSasl, SaslAuthenticator
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_KEY = 18
+FETCH_KEY = 1
+_SIZE_AND_ID = struct.Struct(">ii")
+
+
+class AnswerSnapshot(Protocol):
+    """The hook an empty answer leaves for its repeats (the Fetch handler's ``Snapshot``): whether the
+    state it was read from still holds, a way to park until it changes, and the handler's own rules
+    for going on after a change. The connection knows no handler; it only calls these."""
+
+    def unchanged(self) -> bool: ...
+    def reordered(self, first: bytes, repeat: bytes) -> bytes | None: ...
+    def wait(self, max_wait_ms: int) -> tuple[float, asyncio.Future[bool]]: ...
+    def resume(self, ctx: RequestContext, request: Any, deadline: float) -> Any: ...
+
+
+MemoKey = tuple[bytes, Any, str | None]
+# The orders of one request remembered (librdkafka's: one per partition it fetches), in bytes of
+# request and answer; past this they start over.
+MAX_REORDER_BYTES = 256 * 1024
+
+
+class _FetchMemo:
+    """The last Fetch with nothing to read: its frame, decoded request, the state it was answered
+    from and the answer's bytes after the correlation id."""
+
+    __slots__ = ("head", "tail", "request", "snapshot", "body", "version", "client_id", "reorders",
+                 "reorder_bytes")
+
+    def __init__(self, frame: bytes, request: Any, snapshot: AnswerSnapshot, encoded: bytes,
+                 version: int, client_id: str | None) -> None:
+        self.head = frame[:4]        # api key + version
+        self.tail = frame[8:]        # client id onwards
+        self.request = request
+        self.snapshot = snapshot
+        self.body = encoded[8:]      # response header tagged fields + body
+        self.version = version
+        self.client_id = client_id
+        self.reorders: dict[bytes, bytes] = {}  # the answer to this request in other orders, by frame tail
+        self.reorder_bytes = 0
+
+    def body_for(self, frame: bytes) -> bytes | None:
+        """The answer's body for ``frame`` if it asks what this request asked (librdkafka rotates
+        the order of partitions from one Fetch to the next); None: not a repeat."""
+        if frame[:4] != self.head:
+            return None
+        tail = frame[8:]
+        if tail == self.tail:
+            return self.body
+        body = self.reorders.get(tail)
+        if body is None:
+            body = self.snapshot.reordered(self.head + frame[4:8] + self.tail, frame)
+            if body is None:
+                return None
+            if self.reorder_bytes >= MAX_REORDER_BYTES:
+                self.reorders.clear()
+                self.reorder_bytes = 0
+            self.reorders[tail] = body
+            self.reorder_bytes += len(tail) + len(body)
+        return body
+
+    def answer(self, correlation_id: int, body: bytes) -> bytes:
+        return _SIZE_AND_ID.pack(len(body) + 4, correlation_id) + body
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    def __init__(self, broker: Broker, pipeline: Pipeline, listener: str = "PLAINTEXT",
+                 security_protocol: str = "PLAINTEXT",
+                 principal_of: Callable[[Any], str] | None = None,
+                 sasl: ListenerSasl | None = None) -> None:
+        self.broker = broker
+        self.listener = listener
+        self._security_protocol = security_protocol
+        self._principal_of = principal_of  # TLS: the client certificate's principal
+        self._handlers = handlers()
+        self._pipeline = pipeline
+        self._metrics = broker.metrics
+        self._reader = FrameReader(broker.config.get_int("socket.request.max.bytes"), broker.buffer_pool,
+                                   broker.memory_pool)
+        self._responses = ResponseQueue()
+        self._idle = IdleClock(broker.config.get_int("connections.max.idle.ms"))
+        self._fetch_memo: _FetchMemo | None = None
+        self._sending = False
+        self._paused_reading = False
+        self._paused_writing = False
+        self._waiting_for_memory = False
+        self._throttled: asyncio.TimerHandle | None = None  # KIP-219: muted until this fires
+        self._held = False  # accepted, not yet admitted by the connection quotas
+        self._closed = False
+        self.transport: asyncio.Transport | None = None
+        self._writer: Writer | None = None
+        self.peer = "unknown"
+        self.session = Session(listener, security_protocol, self.peer)
+        if sasl is not None:
+            # Until authenticated: only the SASL exchange, in frames of sasl.server.max.receive.size.
+            self.session.sasl = sasl.authenticator(self.session, self._sasl_complete)
+            self._reader.max_frame = min(self._reader.max_frame, sasl.max_receive_size)
+        self._idle_handle: asyncio.TimerHandle | None = None
+        self._sndbuf = broker.config.get_int("socket.send.buffer.bytes")
+        self._loop = asyncio.get_running_loop()
+
+    # --- asyncio callbacks ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self._sndbuf != -1:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if peer else "unknown"
+        self.session.client_host = self.peer
+        if self._principal_of is not None:
+            try:
+                self.session.principal = self._principal_of(transport.get_extra_info("ssl_object"))
+            except Exception as exc:  # no ssl.principal.mapping.rules rule maps it: authentication fails
+                log.info("closing connection from %s: %s", self.peer, exc)
+                self._closed = True
+                transport.abort()
+                return
+        self.broker.connection_quotas.arrive(self)
+
+    # --- connection quotas (grete.broker.quotas.connection_quotas.Arrival) ---------------------------
+    def hold(self) -> None:
+        assert self.transport is not None
+        self._held = True
+        self.transport.pause_reading()
+
+    def admitted(self) -> None:
+        assert self.transport is not None
+        self._writer = writer_for(self.transport)
+        self.broker.connections.add(self)
+        if self._held:
+            self._held = False
+            self.transport.resume_reading()
+        self._touch()
+
+    def refuse(self) -> None:
+        assert self.transport is not None
+        self._closed = True
+        self.transport.abort()
+
+    def throttled(self, delay_s: float) -> None:
+        assert self.transport is not None
+        self._closed = True
+        if not self._held:
+            self.hold()
+        self._throttled = self._loop.call_later(delay_s, self.transport.abort)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None and self in self.broker.connections:
+            self.broker.connections.discard(self)
+            self.broker.connection_quotas.release(self.peer, self.listener)
+            self.broker.client_telemetry.connection_closed(id(self.session))
+        elif self._held:
+            self.broker.connection_quotas.depart(self)
+        self._closed = True
+        if self._waiting_for_memory:
+            self._waiting_for_memory = False
+            self._reader.forget_waiting()
+        self._reader.close()
+        self.broker.share_groups.connection_closed(id(self.session))  # KIP-932: its share sessions end
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        if self._throttled is not None:
+            self._throttled.cancel()
+
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        self._maybe_resume_reading()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reader.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._reader.received(nbytes)
+        self._touch()
+        self._process_frames()
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    # --- frames -----------------------------------------------------------------------------
+    def _process_frames(self) -> None:
+        reader = self._reader
+        try:
+            while not self._closed and not self._paused_reading:
+                frame = reader.next_frame()
+                if frame is None:
+                    break
+                self._dispatch(frame)
+        except FrameTooLarge as exc:
+            self._protocol_violation(str(exc), "requests over socket.request.max.bytes")
+            return
+        except ProtocolError as exc:
+            self._protocol_violation(str(exc))
+            return
+        reader.settle()
+        if reader.starved:
+            self._wait_for_memory()
+
+    def trim(self, quiet_since: float) -> None:
+        """Give back a grown receive buffer if nothing arrived since ``quiet_since`` (loop time)."""
+        if self._idle.last_active < quiet_since:
+            self._reader.trim()
+
+    def _wait_for_memory(self) -> None:
+        """A request's size is read and queued.max.request.bytes is used up: read no more (Kafka
+        mutes the channel) until the pool, in turn, reserves this request's memory."""
+        self._pause_reading()
+        if not self._waiting_for_memory:
+            self._waiting_for_memory = True
+            self._reader.when_memory_released(self._memory_released)
+
+    def _memory_released(self) -> None:
+        self._waiting_for_memory = False
+        self._maybe_resume_reading()
+
+    # --- dispatch ---------------------------------------------------------------------------
+    def _dispatch(self, frame: memoryview) -> None:
+        if not self.session.authenticated:
+            sasl = self.session.sasl
+            if sasl is not None and sasl.raw_tokens:
+                self._raw_sasl_token(sasl, bytes(frame))
+                return
+        frame_bytes: bytes | None = None
+        if len(frame) > 8 and frame[1] == FETCH_KEY and frame[0] == 0 and self.broker.faults is None:
+            # Fault injection sees every request, so the short cut is off while faults are installed.
+            frame_bytes = bytes(frame)
+            memo = self._fetch_memo
+            if memo is not None and self._answer_from_memo(memo, frame_bytes):
+                return
+        header, body_pos = decode_request_header(frame)
+        handler = self._handlers.get(header.api_key)
+        if self.broker.controller_only:  # a KRaft controller serves its own APIs alone
+            if header.api_key not in CONTROLLER_APIS:
+                handler = None
+        elif ((header.api_key in ZK_BROKER_APIS and not self.broker.cluster.zk_broker_apis)
+              or (header.api_key in KRAFT_APIS and self.broker.cluster.zk_broker_apis)
+              or (header.api_key in DIRECT_APIS and self.broker.direct is None)
+              or header.api_key in RAFT_APIS):
+            handler = None
+        version = header.api_version
+        if handler is None or not handler.min_version <= version <= handler.max_version:
+            if header.api_key == API_VERSIONS_KEY:
+                self._answer_unsupported_api_versions(header.correlation_id)
+                return
+            # Kafka cannot parse such a request and closes the connection.
+            self._protocol_violation(f"unsupported API {header.api_key} v{version} "
+                                     f"from client {header.client_id!r}", "requests for unsupported APIs")
+            return
+        request = handler.request_cls.decode(Reader(frame, body_pos), version)  # type: ignore[attr-defined]
+        if header.api_key == API_VERSIONS_KEY and version >= 3:
+            self.session.client_software_name = request.client_software_name
+            self.session.client_software_version = request.client_software_version
+        ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id,
+                             self.session, len(frame))
+        key = header.api_key
+        if key == FETCH_KEY:
+            key = FETCH_FOLLOWER if (request.replica_id if version < 15 else request.replica_state.replica_id) >= 0 \
+                else FETCH_CONSUMER
+        counters = self._metrics.request(key, version)
+        started = perf_counter()
+        try:
+            result = self._pipeline.run(self, ctx, handler, request)
+        except (CloseConnection, NotAuthenticated) as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self._close()
+            return
+        except Exception:
+            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
+            self._close()
+            return
+        local_done = perf_counter()
+        if ctx.throttle_ms:
+            self._throttle(ctx.throttle_ms)
+        if result is None:
+            return  # acks=0 produce: no response at all
+        slot = self._new_slot()
+        slot.timing = [counters, started, local_done, local_done]
+        memo_key = None if frame_bytes is None else (frame_bytes, request, header.client_id)
+        if isinstance(result, Message):
+            slot.parts = self._encode(result, handler, version, header.correlation_id, memo_key)
+            self._flush()
+            if self.session.close_after_response:  # a failed authentication: answered, then closed
+                log.info("closing connection from %s: authentication failed", self.peer)
+                self._close()
+        else:  # a coroutine or future of the answer
+            future = asyncio.ensure_future(result)
+            future.add_done_callback(
+                lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key, ctx))
+
+    # --- SASL ---------------------------------------------------------------------------------
+    def _raw_sasl_token(self, sasl: SaslAuthenticator, token: bytes) -> None:
+        """After SaslHandshake v0: a SASL token without a Kafka header, answered by a raw
+        size-prefixed frame; a failure closes the connection (v0 has no error answer)."""
+        result = sasl.authenticate(token)
+        if result.error_code:
+            log.info("closing connection from %s: %s", self.peer, result.error_message)
+            self._close()
+            return
+        slot = self._new_slot()
+        slot.parts = [len(result.auth_bytes).to_bytes(4, "big") + result.auth_bytes]
+        self._flush()
+
+    def _sasl_complete(self) -> None:
+        self._reader.max_frame = self.broker.config.get_int("socket.request.max.bytes")
+
+    def _new_slot(self) -> Slot:
+        slot = self._responses.reserve()
+        if self._responses.full:
+            self._pause_reading()
+        return slot
+
+    # --- repeated empty fetches -------------------------------------------------------------
+    def _answer_from_memo(self, memo: _FetchMemo, frame: bytes) -> bool:
+        """Answer a repeat of ``memo``'s request if its state still holds; False: take the full path."""
+        body = memo.body_for(frame)
+        if body is None:
+            return False
+        if not memo.snapshot.unchanged():
+            self._fetch_memo = None
+            return False
+        correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
+        self._metrics.request(FETCH_CONSUMER, memo.version)  # only a consumer's fetch is memoized
+        slot = self._new_slot()
+        max_wait_ms = memo.request.max_wait_ms
+        if max_wait_ms <= 0:
+            slot.parts = [memo.answer(correlation_id, body)]
+            self._flush()
+            return True
+        deadline, waited = memo.snapshot.wait(max_wait_ms)
+        waited.add_done_callback(lambda f: self._memo_waited(f, slot, memo, frame, body, deadline))
+        return True
+
+    def _memo_waited(self, waited: asyncio.Future[bool], slot: Slot, memo: _FetchMemo, frame: bytes,
+                     body: bytes, deadline: float) -> None:
+        if self._closed:
+            return
+        correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
+        if waited.result():
+            slot.parts = [memo.answer(correlation_id, body)]
+            self._flush()
+            return
+        # Something changed while parked: the full handler's rules from here (min_bytes, the rest
+        # of max_wait_ms), through the hook the Fetch handler left on its snapshot.
+        handler = self._handlers[FETCH_KEY]
+        ctx = RequestContext(self.broker, FETCH_KEY, memo.version, correlation_id, memo.client_id, self.session)
+        request = memo.request
+        try:
+            if frame[8:] != memo.tail:  # the same fetch in another order: answered in its own order
+                request = handler.request_cls.decode(  # type: ignore[attr-defined]
+                    Reader(frame, decode_request_header(frame)[1]), memo.version)
+            result = memo.snapshot.resume(ctx, request, deadline)
+        except Exception:
+            log.exception("Fetch v%d failed; closing connection from %s", memo.version, self.peer)
+            self._close()
+            return
+        memo_key = (frame, request, memo.client_id)
+        if asyncio.iscoroutine(result):
+            asyncio.ensure_future(result).add_done_callback(
+                lambda f: self._complete_async(f, slot, handler, memo.version, correlation_id, memo_key))
+            return
+        slot.parts = self._encode(result, handler, memo.version, correlation_id, memo_key)
+        self._flush()
+
+    def _complete_async(self, future: asyncio.Future[Any], slot: Slot, handler: Handler,
+                        version: int, correlation_id: int, memo_key: MemoKey | None,
+                        ctx: RequestContext | None = None) -> None:
+        if self._closed:
+            return
+        try:
+            response = future.result()
+        except CloseConnection as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self._close()
+            return
+        except Exception:
+            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
+            self._close()
+            return
+        if ctx is not None and ctx.throttle_ms:
+            self._throttle(ctx.throttle_ms)
+        if slot.timing is not None:
+            slot.timing[3] = perf_counter()
+        if response is None:
+            slot.parts = []
+        else:
+            slot.parts = self._encode(response, handler, version, correlation_id, memo_key)
+        self._flush()
+
+    def _encode(self, response: Any, handler: Handler, version: int, correlation_id: int,
+                memo_key: MemoKey | None = None) -> list[Any]:
+        w = Encoder()
+        size_pos = w.reserve_int32()
+        encode_response_header(w, correlation_id, response_header_version(handler.api_key, version))
+        response.encode(w, version)
+        w.patch_int32(size_pos, w.nbytes - 4)
+        if memo_key is None:
+            return w.parts()
+        # The Fetch handler's EmptyFetchResponse carries its snapshot (looked up by attribute: the
+        # connection imports no handler).
+        snapshot = getattr(response, "snapshot", None)
+        if snapshot is None:
+            self._fetch_memo = None
+            return w.parts()
+        encoded = w.getvalue()
+        frame, request, client_id = memo_key
+        self._fetch_memo = _FetchMemo(frame, request, snapshot, encoded, version, client_id)
+        return [encoded]
+
+    def _answer_unsupported_api_versions(self, correlation_id: int) -> None:
+        """KIP-511: a v0-format body with UNSUPPORTED_VERSION and our ApiVersions range."""
+        info = APIS[API_VERSIONS_KEY]
+        handler = self._handlers[API_VERSIONS_KEY]
+        response_cls: Any = info.response
+        response = response_cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
+            response_cls.ApiVersion(api_key=API_VERSIONS_KEY, min_version=handler.min_version,
+                                    max_version=handler.max_version)])
+        slot = self._responses.reserve()
+        slot.parts = self._encode(response, handler, 0, correlation_id)
+        self._flush()
+
+    # --- writing ----------------------------------------------------------------------------
+    def _flush(self) -> None:
+        writer = self._writer
+        if self._sending or writer is None or self._closed:
+            return
+        for slot in self._responses.ready():
+            assert slot.parts is not None
+            try:
+                rest = writer.send(slot.parts)
+            except OSError as exc:  # includes ConnectionError and a segment shorter than its index
+                log.debug("writing to %s failed: %s", self.peer, exc)
+                self._close()
+                return
+            if slot.timing is not None:
+                _observe(slot.timing)
+            if rest:
+                self._sending = True
+                asyncio.ensure_future(self._send_rest(writer, rest))
+                return
+        self._maybe_resume_reading()
+
+    async def _send_rest(self, writer: Writer, parts: list[Any]) -> None:
+        try:
+            await writer.send_rest(parts)
+        except (ConnectionError, OSError) as exc:
+            log.debug("sendfile to %s failed: %s", self.peer, exc)
+            self._close()
+            return
+        finally:
+            self._sending = False
+        self._flush()
+
+    # --- flow control and closing -----------------------------------------------------------
+    def _pause_reading(self) -> None:
+        if not self._paused_reading and self.transport is not None and not self._closed:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def _throttle(self, throttle_ms: int) -> None:
+        """KIP-219: the answer goes out now; nothing more is read from this client for
+        ``throttle_ms`` (a later, longer throttle extends the pause)."""
+        until = self._loop.time() + throttle_ms / 1000
+        current = self._throttled
+        if current is not None:
+            if current.when() >= until:
+                return
+            current.cancel()
+        self._throttled = self._loop.call_at(until, self._end_throttle)
+        self._pause_reading()
+
+    def _end_throttle(self) -> None:
+        self._throttled = None
+        self._maybe_resume_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        if (self._paused_reading and not self._paused_writing and not self._closed and self._throttled is None
+                and not self._waiting_for_memory and self._responses.drained and self.transport is not None):
+            self._paused_reading = False
+            self.transport.resume_reading()
+            if self._reader.pending:  # frames that arrived before the pause
+                self._loop.call_soon(self._process_frames)
+
+    def _touch(self) -> None:
+        idle = self._idle
+        idle.touch(self._loop.time())
+        if idle.enabled and self._idle_handle is None:
+            self._idle_handle = self._loop.call_at(idle.deadline(), self._idle_timeout)
+
+    def _idle_timeout(self) -> None:
+        self._idle_handle = None
+        if self._closed:
+            return
+        now = self._loop.time()
+        if len(self._responses):  # still answering: not idle
+            self._idle.touch(now)
+        deadline = self._idle.deadline()
+        if deadline > now:  # active since the timer was set: wait out the rest
+            self._idle_handle = self._loop.call_at(deadline, self._idle_timeout)
+            return
+        log.debug("closing idle connection from %s (connections.max.idle.ms)", self.peer)
+        self._close()
+
+    def _protocol_violation(self, why: str, kind: str = "malformed requests") -> None:
+        self.broker.bad_input.warning(log, kind, self.peer, "closing connection from %s: %s", self.peer, why)
+        self._close()
+
+    def _close(self) -> None:
+        if not self._closed and self.transport is not None:
+            self._closed = True
+            self.transport.close()
+
+    def close(self) -> None:
+        self._close()
+
+
+def _observe(timing: list[Any]) -> None:
+    """Kafka's per-phase request times, at the moment the answer's bytes went to the transport."""
+    counters, started, local_done, ready = timing
+    sent = perf_counter()
+    phases = counters.phases
+    phases["localtimems"].observe((local_done - started) * 1000)
+    phases["remotetimems"].observe((ready - local_done) * 1000)
+    phases["responsesendtimems"].observe((sent - ready) * 1000)
+    phases["totaltimems"].observe((sent - started) * 1000)

@@ -1,0 +1,179 @@
+"""One registry of API handlers; it also builds the ApiVersions advertisement.
+
+A handler module declares the versions it implements with ``@api(key, min, max)``. Nothing is
+advertised that no module implements, and the advertised range is exactly the implemented one,
+except where Kafka itself advertises more for client feature checks (Produce advertises min 0, as
+Apache Kafka 4.x does for librdkafka; v0-2 are then answered by up-converting legacy message sets).
+
+Start-up speed: importing every handler module (and its generated codecs) costs ~150 ms, so the
+broker answers ApiVersions from ``handlers/manifest.py`` (key -> module and versions) and imports a
+handler module on the first request of its API. ``python -m grete.broker.requests.registry`` rewrites the
+manifest from the modules' own ``@api`` declarations; a test fails when the two disagree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grete.broker.handlers as handler_package
+from grete.broker.handlers.manifest import HANDLERS
+from grete.protocol.messages import APIS
+
+if TYPE_CHECKING:
+    from grete.broker.requests.context import RequestContext
+
+HandlerFn = Callable[["RequestContext", Any], Any | Awaitable[Any] | None]
+PACKAGE = "grete.broker.handlers"
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    advertised_min: int
+    fn: HandlerFn
+    request_cls: type
+    response_cls: type
+    module: str
+
+
+_HANDLERS: dict[int, Handler] = {}
+
+
+def api(api_key: int, min_version: int, max_version: int, *,
+        advertised_min: int | None = None) -> Callable[[HandlerFn], HandlerFn]:
+    """Register the decorated function as the handler of ``api_key`` for these versions."""
+    info = APIS[api_key]
+    if min_version < info.min_version or max_version > info.max_version:
+        raise ValueError(f"{info.name}: codecs cover v{info.min_version}-{info.max_version}, "
+                         f"handler claims v{min_version}-{max_version}")
+
+    def register(fn: HandlerFn) -> HandlerFn:
+        if api_key in _HANDLERS and _HANDLERS[api_key].fn is not fn:
+            raise ValueError(f"{info.name} registered twice")
+        _HANDLERS[api_key] = Handler(api_key, info.name, min_version, max_version,
+                                     min_version if advertised_min is None else advertised_min,
+                                     fn, info.request, info.response, fn.__module__)
+        return fn
+
+    return register
+
+
+class Handlers:
+    """API key -> Handler, importing a handler module the first time its API is asked for."""
+
+    def __init__(self, manifest: dict[int, tuple[str, int, int, int]]) -> None:
+        self._manifest = manifest
+
+    def get(self, api_key: int) -> Handler | None:
+        handler = _HANDLERS.get(api_key)
+        if handler is None and api_key in self._manifest:
+            importlib.import_module(f"{PACKAGE}.{self._manifest[api_key][0]}")
+            handler = _HANDLERS.get(api_key)
+        return handler
+
+    def __getitem__(self, api_key: int) -> Handler:
+        handler = self.get(api_key)
+        if handler is None:
+            raise KeyError(api_key)
+        return handler
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._manifest))
+
+    def __len__(self) -> int:
+        return len(self._manifest)
+
+    def __contains__(self, api_key: object) -> bool:
+        return api_key in self._manifest
+
+
+def handlers() -> Handlers:
+    return Handlers(HANDLERS)
+
+
+# The controller-to-broker APIs of a ZooKeeper cluster (Kafka's "zkBroker" listener APIs): served
+# and advertised only by a broker in one; elsewhere a request for them closes the connection, as a
+# KRaft broker's does.
+ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56, 67})
+# The metadata quorum's APIs a client may send: served and advertised by a node that runs a quorum
+# (the embedded node), never by a ZooKeeper-mode broker, which closes the connection as Kafka 3.9's.
+KRAFT_APIS = frozenset({55})
+# The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch) and the KRaft brokers' (Envelope,
+# BrokerRegistration, BrokerHeartbeat): served and advertised only by a voter of a quorum of several
+# controllers (process.roles=controller); a quorum of one has no peer and no broker to answer.
+RAFT_APIS = frozenset({52, 53, 54, 58, 62, 63})
+# The admin requests a KRaft controller carries out for its brokers, sent in an Envelope (Kafka's
+# ForwardingManager) or directly by tools with --bootstrap-controller: CreateTopics, DeleteTopics,
+# CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs,
+# AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum, UpdateFeatures, Alter/List-
+# PartitionReassignments (all "forwardable" in Kafka's ApiKeys and served by its ControllerApis).
+FORWARDED_APIS = frozenset({19, 20, 30, 31, 33, 37, 38, 39, 40, 43, 44, 45, 46, 49, 51, 55, 57})  # 38-40: tokens
+# What a controller-only node serves and advertises: the quorum's APIs, what a client needs to
+# reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), DescribeAcls (which
+# kafka-acls --bootstrap-controller lists with), Envelope and the requests it carries, and the
+# brokers' AlterPartition and AllocateProducerIds.
+CONTROLLER_APIS = frozenset({1, 17, 18, 29, 36, 56, 58, 60, 67}) | RAFT_APIS | FORWARDED_APIS
+# A controller advertises from Kafka 4.3.1's oldest version where grete's handler, shared with the
+# ZooKeeper-mode broker (Kafka 3.9's range), serves older ones: the ACL APIs' v0 are gone from
+# Kafka 4 (KIP-896).
+CONTROLLER_MIN_VERSIONS = {29: 1, 30: 1, 31: 1}
+# Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
+# advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
+UNADVERTISED_APIS = frozenset({71, 72})
+
+# grete's direct data path control APIs (docs/direct.md, specs/grete/): served and advertised only
+# by a broker started with ``direct.transports`` set; elsewhere a request for them closes the
+# connection as any unknown API key does.
+DIRECT_APIS = frozenset({32000, 32001, 32002})
+
+
+def advertised_versions(zk_broker: bool = False, direct: bool = False,
+                        controller_only: bool = False) -> list[tuple[int, int, int]]:
+    """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
+    if controller_only:
+        return [(key, max(adv_min, CONTROLLER_MIN_VERSIONS.get(key, 0)), hi)
+                for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items()) if key in CONTROLLER_APIS]
+    return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
+            if (zk_broker or key not in ZK_BROKER_APIS) and not (zk_broker and key in KRAFT_APIS)
+            and key not in UNADVERTISED_APIS
+            and (direct or key not in DIRECT_APIS) and key not in RAFT_APIS]
+
+
+def declared_handlers() -> dict[int, Handler]:
+    """Import every handler module and return what their ``@api`` decorators declare."""
+    for module in pkgutil.iter_modules(handler_package.__path__):
+        if module.name != "manifest":
+            importlib.import_module(f"{PACKAGE}.{module.name}")
+    return dict(_HANDLERS)
+
+
+def render_manifest(declared: dict[int, Handler]) -> str:
+    lines = ['"""API key -> (handler module, min version, max version, advertised min).',
+             "",
+             "Written by ``python -m grete.broker.requests.registry`` from the ``@api`` declaration of each module;",
+             'a test fails when it is out of date. Do not edit by hand."""',
+             "",
+             "HANDLERS: dict[int, tuple[str, int, int, int]] = {"]
+    for key, h in sorted(declared.items()):
+        lines.append(f"    {key}: ({h.module.rsplit('.', 1)[1]!r}, {h.min_version}, {h.max_version}, "
+                     f"{h.advertised_min}),  # {h.name}")
+    lines.append("}")
+    return "\n".join(lines).replace("'", '"') + "\n"
+
+
+if __name__ == "__main__":
+    # Run as a script this file is __main__; the handlers register into the imported module.
+    from grete.broker.requests import registry
+
+    target = Path(registry.__file__).with_name("handlers") / "manifest.py"
+    target.write_text(registry.render_manifest(registry.declared_handlers()), encoding="utf-8")
+    print(f"wrote {target}", file=sys.stderr)
