@@ -11,9 +11,6 @@ from scramp import ScramClient, ScramMechanism
 
 from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.security.sasl import (
-    API_VERSIONS_KEY,
-    SASL_AUTHENTICATE_KEY,
-    SASL_HANDSHAKE_KEY,
     OAuthBearerServer,
     PlainServer,
     SaslAuthenticator,
@@ -27,6 +24,7 @@ from grete.broker.security.sasl import (
 )
 from grete.coordinator.metadata import ScramCredential
 from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import ApiKey
 
 METADATA_KEY = 3
 
@@ -220,11 +218,11 @@ def _authenticator(reauth_ms: str = "0") -> tuple[SaslAuthenticator, FakeSession
 def test_state_machine_gate_and_success() -> None:
     auth, session, _ = _authenticator()
     assert not session.authenticated
-    assert auth.admits(API_VERSIONS_KEY) and auth.admits(SASL_HANDSHAKE_KEY)
-    assert not auth.admits(METADATA_KEY) and not auth.admits(SASL_AUTHENTICATE_KEY)
+    assert auth.admits(ApiKey.API_VERSIONS) and auth.admits(ApiKey.SASL_HANDSHAKE)
+    assert not auth.admits(METADATA_KEY) and not auth.admits(ApiKey.SASL_AUTHENTICATE)
     assert auth.handshake("PLAIN", 1) == ErrorCode.NONE
     assert auth.state is State.AUTHENTICATE
-    assert not auth.admits(METADATA_KEY) and not auth.admits(API_VERSIONS_KEY) and auth.admits(SASL_AUTHENTICATE_KEY)
+    assert not auth.admits(METADATA_KEY) and not auth.admits(ApiKey.API_VERSIONS) and auth.admits(ApiKey.SASL_AUTHENTICATE)
     result = auth.authenticate(b"\x00alice\x00secret")
     assert result.error_code == 0 and result.session_lifetime_ms == 0
     assert session.authenticated and session.principal == "User:alice" and session.expires_at is None
@@ -234,7 +232,7 @@ def test_state_machine_gate_and_success() -> None:
 def test_state_machine_failures_close() -> None:
     auth, session, _ = _authenticator()
     assert auth.handshake("GSSAPI", 1) == ErrorCode.UNSUPPORTED_SASL_MECHANISM
-    assert session.close_after_response and not auth.admits(SASL_HANDSHAKE_KEY)
+    assert session.close_after_response and not auth.admits(ApiKey.SASL_HANDSHAKE)
     auth, session, _ = _authenticator()
     auth.handshake("PLAIN", 1)
     result = auth.authenticate(b"\x00alice\x00nope")
@@ -245,7 +243,7 @@ def test_state_machine_failures_close() -> None:
 def test_v0_handshake_means_raw_tokens() -> None:
     auth, session, _ = _authenticator()
     assert auth.handshake("PLAIN", 0) == ErrorCode.NONE
-    assert auth.raw_tokens and not auth.admits(SASL_AUTHENTICATE_KEY)
+    assert auth.raw_tokens and not auth.admits(ApiKey.SASL_AUTHENTICATE)
     assert auth.authenticate(b"\x00alice\x00secret").error_code == 0
     assert not auth.raw_tokens and session.authenticated
 
@@ -257,7 +255,7 @@ def test_session_lifetime_and_reauthentication() -> None:
     assert session.expires_at == clock.now + 10
     clock.now += 11
     assert not auth.admits(METADATA_KEY)          # expired: the connection is closed
-    assert auth.admits(SASL_HANDSHAKE_KEY)        # but a re-authentication may start
+    assert auth.admits(ApiKey.SASL_HANDSHAKE)        # but a re-authentication may start
     assert auth.handshake("PLAIN", 1) == ErrorCode.NONE
     assert auth.authenticate(b"\x00alice\x00secret").error_code == 0
     assert session.expires_at == clock.now + 10 and auth.admits(METADATA_KEY)

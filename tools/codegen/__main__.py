@@ -4,6 +4,7 @@ grete/protocol/metadata/ from specs."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -48,6 +49,11 @@ def select(messages: dict[str, Message]) -> tuple[dict[str, list[Message]], list
     return modules, skipped
 
 
+def upper_snake(name: str) -> str:
+    """``OffsetForLeaderEpoch`` -> ``OFFSET_FOR_LEADER_EPOCH``, as Kafka's generator names ApiKeys."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).upper()
+
+
 def render_init(modules: dict[str, list[Message]]) -> str:
     """The package __init__: API metadata as plain data, message classes imported on first use.
 
@@ -72,6 +78,7 @@ def render_init(modules: dict[str, list[Message]]) -> str:
         "",
         "import importlib",
         "from dataclasses import dataclass",
+        "from enum import IntEnum",
         "from typing import TYPE_CHECKING, Any",
         "",
         "from grete.protocol.codec import Message",
@@ -138,6 +145,13 @@ def render_init(modules: dict[str, list[Message]]) -> str:
     lines += [
         "}",
         "",
+        "",
+        "class ApiKey(IntEnum):",
+        '    """Every API key, named as in Kafka (its ApiKeys enum)."""',
+        "",
+        *[f"    {upper_snake(name)} = {key}" for key, name, _, _ in sorted(apis, key=lambda a: a[0])],
+        "",
+        "",
         "_CONTROLLED_SHUTDOWN = 7",
         "_API_VERSIONS = 18",
         "",
@@ -164,6 +178,7 @@ def render_init(modules: dict[str, list[Message]]) -> str:
         "__all__ = [",
         '    "APIS",',
         '    "ApiInfo",',
+        '    "ApiKey",',
         '    "request_header_version",',
         '    "response_header_version",',
     ]

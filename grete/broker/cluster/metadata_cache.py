@@ -34,6 +34,7 @@ from grete.coordinator.metadata import (
 from grete.coordinator.zookeeper import zk_layout as zk
 from grete.coordinator.zookeeper.zk_client import BadVersionError, NodeExistsError, ZkClient
 from grete.protocol.acls import AclBinding
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import UpdateMetadataRequest
 from grete.protocol.topics import INTERNAL_TOPICS
@@ -147,7 +148,7 @@ class ZkMetadataCache:
                         deleted.setdefault(name, meta)
                         del meta.partitions[p.partition_index]
                     continue
-                if meta is None or (topic_state.topic_id != uuid.UUID(int=0) and meta.topic_id != topic_state.topic_id):
+                if meta is None or (topic_state.topic_id != ZERO_UUID and meta.topic_id != topic_state.topic_id):
                     if meta is not None:  # deleted and created again under the same name
                         self._drop(meta)
                     meta = TopicMeta(name, topic_state.topic_id, {}, dict(self._topic_configs.get(name, {})),
@@ -245,7 +246,7 @@ class ZkMetadataCache:
                 break
             except BadVersionError:
                 continue  # changed under us: read again
-        topic_id = current.topic_id or uuid.UUID(int=0)
+        topic_id = current.topic_id or ZERO_UUID
         total = len(current.partitions)
         await self._wait_for(lambda: self._has_leaders(name, self._topics[name].topic_id if name in self._topics
                                                       else topic_id, total), f"elected leaders for {name}")

@@ -10,11 +10,11 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
+from grete.protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey
 from grete.protocol.topics import OFFSETS_TOPIC
 
 
-@api(25, 0, 4)
+@api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
 async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)

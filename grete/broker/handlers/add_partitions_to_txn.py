@@ -19,7 +19,7 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+from grete.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey
 
 TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
@@ -30,7 +30,7 @@ BROKER_VERSION = 4  # from here on the request comes from a broker
 TV2_VERSION = 5
 
 
-@api(24, 0, 5)
+@api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     if ctx.version >= BROKER_VERSION:
         return await _handle_batch(ctx, request)

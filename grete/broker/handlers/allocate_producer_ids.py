@@ -14,12 +14,12 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.coordinator.zookeeper.zk_layout import PRODUCER_ID_BLOCK_SIZE
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import AllocateProducerIdsRequest, AllocateProducerIdsResponse
+from grete.protocol.messages import AllocateProducerIdsRequest, AllocateProducerIdsResponse, ApiKey
 
 Response = AllocateProducerIdsResponse
 
 
-@api(67, 0, 0)
+@api(ApiKey.ALLOCATE_PRODUCER_IDS, 0, 0)
 async def handle(ctx: RequestContext, request: AllocateProducerIdsRequest) -> Response:
     if ctx.broker.kraft_brokers is not None:  # a controller of a KRaft quorum, for its brokers
         return await ctx.broker.kraft_brokers.allocate_producer_ids(request)

@@ -14,14 +14,14 @@ from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.metadata import QuotaEntity, quota_entity
 from grete.coordinator.zookeeper import zk_layout as zk
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import AlterClientQuotasRequest, AlterClientQuotasResponse
+from grete.protocol.messages import AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey
 
 Response = AlterClientQuotasResponse
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 
 
-@api(49, 0, 1)
+@api(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1)
 async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> Response:
     allowed = cluster_allowed(ctx, Op.ALTER_CONFIGS)
     results = []

@@ -29,7 +29,7 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import AlterConfigsRequest, AlterConfigsResponse
+from grete.protocol.messages import AlterConfigsRequest, AlterConfigsResponse, ApiKey
 from grete.protocol.topics import validate_topic_name
 
 
@@ -137,7 +137,7 @@ async def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[st
         await ctx.broker.set_topic_configs(name, clean)
 
 
-@api(33, 0, 2)
+@api(ApiKey.ALTER_CONFIGS, 0, 2)
 async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
     async def apply(resource: AlterResource) -> None:
         assert isinstance(resource, AlterConfigsRequest.AlterConfigsResource)

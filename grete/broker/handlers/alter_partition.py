@@ -12,13 +12,14 @@ from grete.broker.cluster.isr_changes import IsrChange
 from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
+from grete.protocol.messages import AlterPartitionRequest, AlterPartitionResponse, ApiKey
 
 Response = AlterPartitionResponse
 
 
-@api(56, 0, 3)
+@api(ApiKey.ALTER_PARTITION, 0, 3)
 async def handle(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPartitionResponse:
     registry = ctx.broker.kraft_brokers
     if registry is not None and registry.partitions is not None:  # a controller of a KRaft quorum
@@ -45,7 +46,7 @@ async def handle(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPa
         name = result.change.topic
         assignment = controller.ctx.assignments.get(name)
         data = topics.setdefault(name, Response.TopicData(
-            topic_name=name, topic_id=assignment.topic_id if assignment and assignment.topic_id else uuid.UUID(int=0)))
+            topic_name=name, topic_id=assignment.topic_id if assignment and assignment.topic_id else ZERO_UUID))
         code = result.error
         if code == ErrorCode.INELIGIBLE_REPLICA and ctx.version < 2:
             code = ErrorCode.OPERATION_NOT_ATTEMPTED

@@ -13,13 +13,17 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
+from grete.protocol.messages import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    ApiKey,
+)
 
 TopicResponse = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
 
 
-@api(45, 0, 1)
+@api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
 def handle(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
            ) -> AlterPartitionReassignmentsResponse | Coroutine[Any, Any, AlterPartitionReassignmentsResponse]:
     if not cluster_allowed(ctx, Op.ALTER):

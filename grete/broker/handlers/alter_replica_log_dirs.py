@@ -17,13 +17,13 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse
+from grete.protocol.messages import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, ApiKey
 
 TopicResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
 PartitionResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult
 
 
-@api(34, 1, 2)
+@api(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 2)
 def handle(ctx: RequestContext, request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
     configured = {Path(os.path.abspath(d)): d for d in ctx.broker.log_dirs}
     results: dict[str, list[PartitionResult]] = {}

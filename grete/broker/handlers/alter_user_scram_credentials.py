@@ -16,7 +16,11 @@ from grete.broker.security.authz import Op, cluster_allowed
 from grete.broker.security.sasl import SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS
 from grete.broker.security.scram_upsertion import ScramUpsertion
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
+from grete.protocol.messages import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    ApiKey,
+)
 
 MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 
@@ -24,7 +28,7 @@ Response = AlterUserScramCredentialsResponse
 Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
 
 
-@api(51, 0, 0)
+@api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def handle(ctx: RequestContext, request: AlterUserScramCredentialsRequest) -> Response:
     changes: list[Any] = [*request.deletions, *request.upsertions]
     if not cluster_allowed(ctx, Op.ALTER):

@@ -10,10 +10,10 @@ from grete.broker.quorum.rpc import answer
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.codec import Message
-from grete.protocol.messages import BeginQuorumEpochRequest
+from grete.protocol.messages import ApiKey, BeginQuorumEpochRequest
 
 
-@api(53, 0, 1)
+@api(ApiKey.BEGIN_QUORUM_EPOCH, 0, 1)
 async def handle(ctx: RequestContext, request: BeginQuorumEpochRequest) -> Message:
     driver = ctx.broker.quorum
     assert driver is not None  # the connection refuses the API without one

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
-from grete.protocol.messages import BrokerHeartbeatRequest, BrokerHeartbeatResponse
+from grete.protocol.messages import ApiKey, BrokerHeartbeatRequest, BrokerHeartbeatResponse
 
 
-@api(63, 0, 2)
+@api(ApiKey.BROKER_HEARTBEAT, 0, 2)
 async def handle(ctx: RequestContext, request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
     registry = ctx.broker.kraft_brokers
     assert registry is not None  # the connection refuses the API without one

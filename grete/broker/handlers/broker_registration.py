@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
-from grete.protocol.messages import BrokerRegistrationRequest, BrokerRegistrationResponse
+from grete.protocol.messages import ApiKey, BrokerRegistrationRequest, BrokerRegistrationResponse
 
 
-@api(62, 0, 4)
+@api(ApiKey.BROKER_REGISTRATION, 0, 4)
 async def handle(ctx: RequestContext, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
     registry = ctx.broker.kraft_brokers
     assert registry is not None  # the connection refuses the API without one

@@ -14,7 +14,7 @@ from grete.coordinator.groups.consumer_assignors import Assignment
 from grete.coordinator.groups.consumer_state import ConsumerGroup, ConsumerMember
 from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from grete.protocol.messages import ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 Response = ConsumerGroupDescribeResponse
 NO_OPERATIONS = -2147483648
@@ -24,7 +24,7 @@ GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIB
 CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1  # v1's MemberType: the protocol the member speaks
 
 
-@api(69, 0, 1)
+@api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
 def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> Response:
     names = {meta.topic_id: name for name, meta in ctx.broker.metadata.topics().items()}
     described = []

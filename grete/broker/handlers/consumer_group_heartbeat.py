@@ -12,12 +12,12 @@ from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.groups.consumer_assignors import Assignment
 from grete.coordinator.groups.consumer_requests import ConsumerHeartbeat
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from grete.protocol.messages import ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
 Response = ConsumerGroupHeartbeatResponse
 
 
-@api(68, 0, 1)
+@api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
 async def handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Response:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)

@@ -8,10 +8,10 @@ from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import ControlledShutdownRequest, ControlledShutdownResponse
+from grete.protocol.messages import ApiKey, ControlledShutdownRequest, ControlledShutdownResponse
 
 
-@api(7, 1, 3)
+@api(ApiKey.CONTROLLED_SHUTDOWN, 1, 3)
 async def handle(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
     cluster = ctx.broker.cluster
     assert isinstance(cluster, ZkBroker)

@@ -18,7 +18,7 @@ from grete.protocol.acls import (
     validate_binding,
 )
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import CreateAclsRequest, CreateAclsResponse
+from grete.protocol.messages import ApiKey, CreateAclsRequest, CreateAclsResponse
 
 Result = CreateAclsResponse.AclCreationResult
 
@@ -34,7 +34,7 @@ def _binding(entry: CreateAclsRequest.AclCreation) -> AclBinding:
     return acl
 
 
-@api(30, 0, 3)
+@api(ApiKey.CREATE_ACLS, 0, 3)
 async def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
     if ctx.broker.authorizer is None:
         return CreateAclsResponse(results=[Result(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER)

@@ -14,7 +14,7 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import CreateDelegationTokenRequest, CreateDelegationTokenResponse
+from grete.protocol.messages import ApiKey, CreateDelegationTokenRequest, CreateDelegationTokenResponse
 
 Response = CreateDelegationTokenResponse
 
@@ -29,7 +29,7 @@ def _answer(owner: str, requester: str, error: int, *, issue: int = -1, expiry: 
                     token_id=token_id, hmac=hmac)
 
 
-@api(38, 1, 3)
+@api(ApiKey.CREATE_DELEGATION_TOKEN, 1, 3)
 async def handle(ctx: RequestContext, request: CreateDelegationTokenRequest) -> Response:
     requester = ctx.principal
     owner = (f"{request.owner_principal_type}:{request.owner_principal_name}"

@@ -14,13 +14,13 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import CreatePartitionsRequest, CreatePartitionsResponse
+from grete.protocol.messages import ApiKey, CreatePartitionsRequest, CreatePartitionsResponse
 
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 STRICT_QUOTA_SINCE = 3
 
 
-@api(37, 0, 3)
+@api(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     counts = Counter(topic.name for topic in request.topics)
     # KIP-599: v3+ clients know THROTTLING_QUOTA_EXCEEDED; older ones are throttled afterwards.

@@ -20,7 +20,7 @@ from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import CreateTopicsRequest, CreateTopicsResponse
+from grete.protocol.messages import ApiKey, CreateTopicsRequest, CreateTopicsResponse
 from grete.protocol.topics import validate_topic_name
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
@@ -28,7 +28,7 @@ Result = CreateTopicsResponse.CreatableTopicResult
 STRICT_QUOTA_SINCE = 6
 
 
-@api(19, 2, 7)
+@api(ApiKey.CREATE_TOPICS, 2, 7)
 async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     counts = Counter(topic.name for topic in request.topics)
     created: list[TopicMeta] = []

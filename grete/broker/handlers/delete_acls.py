@@ -10,12 +10,12 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.acls import AclBinding, InvalidAcl, PatternType
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DeleteAclsRequest, DeleteAclsResponse
+from grete.protocol.messages import ApiKey, DeleteAclsRequest, DeleteAclsResponse
 
 FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 
 
-@api(31, 0, 3)
+@api(ApiKey.DELETE_ACLS, 0, 3)
 async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
     if ctx.broker.authorizer is None or not cluster_allowed(ctx, Op.ALTER):
         code, message = ((ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER) if ctx.broker.authorizer is None

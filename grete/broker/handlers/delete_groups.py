@@ -7,10 +7,10 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DeleteGroupsRequest, DeleteGroupsResponse
+from grete.protocol.messages import ApiKey, DeleteGroupsRequest, DeleteGroupsResponse
 
 
-@api(42, 0, 2)
+@api(ApiKey.DELETE_GROUPS, 0, 2)
 async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     permitted = [g for g in request.groups_names if allowed(ctx, Op.DELETE, Res.GROUP, g)]
     results: dict[str, int] = {g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in request.groups_names}

@@ -12,14 +12,14 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
+from grete.protocol.messages import ApiKey, DeleteRecordsRequest, DeleteRecordsResponse
 from grete.protocol.topics import INTERNAL_TOPICS
 
 HIGH_WATERMARK = -1
 PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
 
 
-@api(21, 0, 2)
+@api(ApiKey.DELETE_RECORDS, 0, 2)
 def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
     for topic in request.topics:

@@ -7,13 +7,13 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
+from grete.protocol.messages import ApiKey, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
 
 Request = DeleteShareGroupOffsetsRequest
 Response = DeleteShareGroupOffsetsResponse
 
 
-@api(92, 0, 0)
+@api(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0)
 async def handle(ctx: RequestContext, request: Request) -> Response:
     group_id = request.group_id
     if not allowed(ctx, Op.DELETE, Res.GROUP, group_id):

@@ -8,12 +8,12 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DeleteShareGroupStateRequest, DeleteShareGroupStateResponse
+from grete.protocol.messages import ApiKey, DeleteShareGroupStateRequest, DeleteShareGroupStateResponse
 
 Response = DeleteShareGroupStateResponse
 
 
-@api(86, 0, 0)
+@api(ApiKey.DELETE_SHARE_GROUP_STATE, 0, 0)
 async def handle(ctx: RequestContext, request: DeleteShareGroupStateRequest) -> DeleteShareGroupStateResponse:
     allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
     results = []

@@ -18,7 +18,7 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DeleteTopicsRequest, DeleteTopicsResponse
+from grete.protocol.messages import ApiKey, DeleteTopicsRequest, DeleteTopicsResponse
 
 T = TypeVar("T")
 # Kafka's default messages (Errors.message()) for errors raised without one.
@@ -31,7 +31,7 @@ Result = DeleteTopicsResponse.DeletableTopicResult
 STRICT_QUOTA_SINCE = 5
 
 
-@api(20, 1, 6)
+@api(ApiKey.DELETE_TOPICS, 1, 6)
 async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     results: list[Result] = []
     names, ids = _requested(ctx, request, results)

@@ -20,7 +20,7 @@ from grete.protocol.acls import (
     ResourceType,
 )
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeAclsRequest, DescribeAclsResponse
+from grete.protocol.messages import ApiKey, DescribeAclsRequest, DescribeAclsResponse
 
 NO_AUTHORIZER = "No Authorizer is configured on the broker"
 
@@ -48,7 +48,7 @@ def matching(ctx: RequestContext, acl_filter: AclFilter) -> list[AclBinding]:
     return [acl for acl in ctx.broker.metadata.acls() if acl_filter.matches(acl)]
 
 
-@api(29, 0, 3)
+@api(ApiKey.DESCRIBE_ACLS, 0, 3)
 def handle(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
     if ctx.broker.authorizer is None:
         return DescribeAclsResponse(error_code=ErrorCode.SECURITY_DISABLED,

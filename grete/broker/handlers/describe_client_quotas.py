@@ -11,14 +11,14 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.metadata import QuotaEntity
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DescribeClientQuotasRequest, DescribeClientQuotasResponse
+from grete.protocol.messages import ApiKey, DescribeClientQuotasRequest, DescribeClientQuotasResponse
 
 Response = DescribeClientQuotasResponse
 ENTITY_TYPES = ("user", "client-id", "ip")
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
 
 
-@api(48, 0, 1)
+@api(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
 def handle(ctx: RequestContext, request: DescribeClientQuotasRequest) -> Response:
     if not cluster_allowed(ctx, Op.DESCRIBE_CONFIGS):
         return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

@@ -20,13 +20,13 @@ from grete.broker.security.authorizer import CLUSTER_OPERATIONS
 from grete.broker.security.authz import Op, Res, cluster_allowed, operations
 from grete.protocol.acls import CLUSTER_NAME
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeClusterRequest, DescribeClusterResponse
+from grete.protocol.messages import ApiKey, DescribeClusterRequest, DescribeClusterResponse
 
 BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2
 ENDPOINT_NAMES = {BROKER_ENDPOINTS: "BROKER", CONTROLLER_ENDPOINTS: "CONTROLLER"}
 
 
-@api(60, 0, 2)
+@api(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     broker = ctx.broker
     endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKER_ENDPOINTS

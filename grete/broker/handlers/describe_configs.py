@@ -34,7 +34,7 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
+from grete.protocol.messages import ApiKey, DescribeConfigsRequest, DescribeConfigsResponse
 from grete.protocol.topics import validate_topic_name
 
 # ConfigResource.Type ids
@@ -178,7 +178,7 @@ def _doc(definition: ConfigDef) -> str | None:
 
 
 # --- handler --------------------------------------------------------------------------------
-@api(32, 1, 4)
+@api(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for resource in request.resources:

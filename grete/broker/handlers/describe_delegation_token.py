@@ -12,7 +12,7 @@ from grete.broker.security.authz import Op, Res, allowed
 from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.coordinator.metadata import DelegationTokenInfo
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeDelegationTokenRequest, DescribeDelegationTokenResponse
+from grete.protocol.messages import ApiKey, DescribeDelegationTokenRequest, DescribeDelegationTokenResponse
 
 Response = DescribeDelegationTokenResponse
 Described = DescribeDelegationTokenResponse.DescribedDelegationToken
@@ -38,7 +38,7 @@ def _described(token: DelegationTokenInfo, hmac: bytes) -> Described:
                                for r in token.renewers])
 
 
-@api(41, 1, 3)
+@api(ApiKey.DESCRIBE_DELEGATION_TOKEN, 1, 3)
 def handle(ctx: RequestContext, request: DescribeDelegationTokenRequest) -> Response:
     session = ctx.session
     if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated):

@@ -9,13 +9,13 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authorizer import GROUP_OPERATIONS as GROUP_OPS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeGroupsRequest, DescribeGroupsResponse
+from grete.protocol.messages import ApiKey, DescribeGroupsRequest, DescribeGroupsResponse
 
 # READ, DESCRIBE, DELETE on a group, with no authorizer.
 GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
 
 
-@api(15, 0, 6)
+@api(ApiKey.DESCRIBE_GROUPS, 0, 6)
 def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
     for group_id in request.groups:

@@ -16,12 +16,12 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsResponse
+from grete.protocol.messages import ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse
 
 Result = DescribeLogDirsResponse.DescribeLogDirsResult
 
 
-@api(35, 1, 5)
+@api(ApiKey.DESCRIBE_LOG_DIRS, 1, 5)
 def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         # Kafka: an empty answer (v3+ with CLUSTER_AUTHORIZATION_FAILED).

@@ -7,12 +7,12 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeProducersRequest, DescribeProducersResponse
+from grete.protocol.messages import ApiKey, DescribeProducersRequest, DescribeProducersResponse
 
 Partition = DescribeProducersResponse.PartitionResponse
 
 
-@api(61, 0, 0)
+@api(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
 def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse:
     topics = []
     for topic in request.topics:

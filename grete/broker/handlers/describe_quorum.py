@@ -21,13 +21,13 @@ from grete.broker.security.authz import cluster_allowed
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+from grete.protocol.messages import ApiKey, DescribeQuorumRequest, DescribeQuorumResponse
 from grete.protocol.topics import METADATA_TOPIC
 
 Response = DescribeQuorumResponse
 
 
-@api(55, 0, 2)
+@api(ApiKey.DESCRIBE_QUORUM, 0, 2)
 async def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
     if not cluster_allowed(ctx, AclOperation.DESCRIBE):
         return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])

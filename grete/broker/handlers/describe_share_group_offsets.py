@@ -11,13 +11,17 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse
+from grete.protocol.messages import (
+    ApiKey,
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
+)
 
 Request = DescribeShareGroupOffsetsRequest
 Response = DescribeShareGroupOffsetsResponse
 
 
-@api(90, 0, 1)
+@api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
 async def handle(ctx: RequestContext, request: Request) -> Response:
     return Response(groups=[await _group(ctx, g) for g in request.groups])
 

@@ -25,7 +25,7 @@ from grete.broker.security.authorizer import TOPIC_OPERATIONS as TOPIC_OPS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
+from grete.protocol.messages import ApiKey, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 from grete.protocol.topics import validate_topic_name
 
 Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
@@ -41,7 +41,7 @@ class _Page:
     next_cursor: Cursor | None = None
 
 
-@api(75, 0, 0)
+@api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
 def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
     requested = [t.name for t in request.topics]
     if any(not name for name in requested):

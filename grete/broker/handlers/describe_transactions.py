@@ -7,12 +7,12 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.transactions.txn_format import TxnState
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeTransactionsRequest, DescribeTransactionsResponse
+from grete.protocol.messages import ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse
 
 State = DescribeTransactionsResponse.TransactionState
 
 
-@api(65, 0, 0)
+@api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     coordinator = ctx.broker.txn_coordinator
     states = []

@@ -10,14 +10,18 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse
+from grete.protocol.messages import (
+    ApiKey,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 
 MECHANISM_CODES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 
 Response = DescribeUserScramCredentialsResponse
 
 
-@api(50, 0, 0)
+@api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 def handle(ctx: RequestContext, request: DescribeUserScramCredentialsRequest) -> Response:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,

@@ -14,7 +14,7 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DirectConsumeAddressRequest, DirectConsumeAddressResponse
+from grete.protocol.messages import ApiKey, DirectConsumeAddressRequest, DirectConsumeAddressResponse
 
 Response = DirectConsumeAddressResponse
 Topic = Response.DirectConsumeTopicResponse
@@ -23,7 +23,7 @@ Aborted = Response.AbortedTransaction
 LATEST, EARLIEST = -1, -2
 
 
-@api(32001, 0, 0)
+@api(ApiKey.DIRECT_CONSUME_ADDRESS, 0, 0)
 def handle(ctx: RequestContext, request: DirectConsumeAddressRequest) -> DirectConsumeAddressResponse:
     service = ctx.broker.direct
     assert isinstance(service, DirectService)  # the connection refuses this API when it is off

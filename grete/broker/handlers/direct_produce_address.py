@@ -14,14 +14,14 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.direct.layout import HEADER_BYTES
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import DirectProduceAddressRequest, DirectProduceAddressResponse
+from grete.protocol.messages import ApiKey, DirectProduceAddressRequest, DirectProduceAddressResponse
 from grete.protocol.topics import INTERNAL_TOPICS
 
 Topic = DirectProduceAddressResponse.DirectProduceTopicResponse
 Answer = DirectProduceAddressResponse.DirectProducePartitionResponse
 
 
-@api(32000, 0, 0)
+@api(ApiKey.DIRECT_PRODUCE_ADDRESS, 0, 0)
 def handle(ctx: RequestContext, request: DirectProduceAddressRequest) -> DirectProduceAddressResponse:
     service = ctx.broker.direct
     assert isinstance(service, DirectService)  # the connection refuses this API when it is off

@@ -15,10 +15,10 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import DirectReplicaRegisterRequest, DirectReplicaRegisterResponse
+from grete.protocol.messages import ApiKey, DirectReplicaRegisterRequest, DirectReplicaRegisterResponse
 
 
-@api(32002, 0, 0)
+@api(ApiKey.DIRECT_REPLICA_REGISTER, 0, 0)
 def handle(ctx: RequestContext, request: DirectReplicaRegisterRequest) -> DirectReplicaRegisterResponse:
     service = ctx.broker.direct
     assert isinstance(service, DirectService)  # the connection refuses this API when it is off

@@ -15,7 +15,7 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import ElectLeadersRequest, ElectLeadersResponse
+from grete.protocol.messages import ApiKey, ElectLeadersRequest, ElectLeadersResponse
 
 Result = ElectLeadersResponse.ReplicaElectionResult
 PREFERRED = 0
@@ -28,7 +28,7 @@ MESSAGES = {
 }
 
 
-@api(43, 0, 2)
+@api(ApiKey.ELECT_LEADERS, 0, 2)
 def handle(ctx: RequestContext,
            request: ElectLeadersRequest) -> ElectLeadersResponse | Coroutine[Any, Any, ElectLeadersResponse]:
     if not cluster_allowed(ctx, Op.ALTER):

@@ -10,10 +10,10 @@ from grete.broker.quorum.rpc import answer
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.codec import Message
-from grete.protocol.messages import EndQuorumEpochRequest
+from grete.protocol.messages import ApiKey, EndQuorumEpochRequest
 
 
-@api(54, 0, 1)
+@api(ApiKey.END_QUORUM_EPOCH, 0, 1)
 async def handle(ctx: RequestContext, request: EndQuorumEpochRequest) -> Message:
     driver = ctx.broker.quorum
     assert driver is not None  # the connection refuses the API without one

@@ -13,12 +13,12 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import EndTxnRequest, EndTxnResponse
+from grete.protocol.messages import ApiKey, EndTxnRequest, EndTxnResponse
 
 TV2_VERSION = 5
 
 
-@api(26, 0, 5)
+@api(ApiKey.END_TXN, 0, 5)
 async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)

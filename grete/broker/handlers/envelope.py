@@ -18,10 +18,10 @@ from grete.broker.requests.registry import FORWARDED_APIS, api, handlers
 from grete.protocol.codec import Message, Reader, Writer
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.headers import decode_request_header, encode_response_header
-from grete.protocol.messages import EnvelopeRequest, EnvelopeResponse, response_header_version
+from grete.protocol.messages import ApiKey, EnvelopeRequest, EnvelopeResponse, response_header_version
 
 
-@api(58, 0, 0)
+@api(ApiKey.ENVELOPE, 0, 0)
 async def handle(ctx: RequestContext, request: EnvelopeRequest) -> EnvelopeResponse:
     driver = ctx.broker.quorum
     if driver is None or not driver.leads:

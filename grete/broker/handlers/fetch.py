@@ -31,7 +31,7 @@ from grete.broker.requests.leader_hints import current_leader
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import FetchRequest, FetchResponse
+from grete.protocol.messages import ApiKey, FetchRequest, FetchResponse
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
@@ -42,7 +42,7 @@ LEADER_HINTS_VERSION = 16  # KIP-951: CurrentLeader and NodeEndpoints in the ans
 PartitionData = FetchResponse.PartitionData
 
 
-@api(1, 4, 18)
+@api(ApiKey.FETCH, 4, 18)
 def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
     broker = ctx.broker
     if broker.quorum is not None and is_metadata_fetch(request):

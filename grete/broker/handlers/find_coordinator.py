@@ -19,7 +19,7 @@ from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.share.share_format import parse_coordinator_key
 from grete.coordinator.share.share_format import partition_for as share_partition_for
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
+from grete.protocol.messages import ApiKey, FindCoordinatorRequest, FindCoordinatorResponse
 from grete.protocol.topics import OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2
@@ -28,7 +28,7 @@ INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malf
                         "the message was sent to an incompatible broker. See the broker logs for more details.")
 
 
-@api(10, 0, 6)
+@api(ApiKey.FIND_COORDINATOR, 0, 6)
 async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     coordinators = []

@@ -9,10 +9,14 @@ from grete.broker.metrics.client_telemetry import ACCEPTED_COMPRESSION_TYPES, PU
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.errors import KafkaError
-from grete.protocol.messages import GetTelemetrySubscriptionsRequest, GetTelemetrySubscriptionsResponse
+from grete.protocol.messages import (
+    ApiKey,
+    GetTelemetrySubscriptionsRequest,
+    GetTelemetrySubscriptionsResponse,
+)
 
 
-@api(71, 0, 0)
+@api(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, 0)
 def handle(ctx: RequestContext, request: GetTelemetrySubscriptionsRequest) -> GetTelemetrySubscriptionsResponse:
     try:
         instance_id, instance = ctx.broker.client_telemetry.get_subscription(id(ctx.session),

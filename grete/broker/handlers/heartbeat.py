@@ -6,10 +6,10 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import HeartbeatRequest, HeartbeatResponse
+from grete.protocol.messages import ApiKey, HeartbeatRequest, HeartbeatResponse
 
 
-@api(12, 0, 4)
+@api(ApiKey.HEARTBEAT, 0, 4)
 async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)

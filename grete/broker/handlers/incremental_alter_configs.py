@@ -38,7 +38,7 @@ from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from grete.protocol.messages import ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
@@ -46,7 +46,7 @@ Resource = IncrementalAlterConfigsRequest.AlterConfigsResource
 Op = IncrementalAlterConfigsRequest.AlterableConfig
 
 
-@api(44, 0, 1)
+@api(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def handle(ctx: RequestContext, request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     async def apply(resource: AlterResource) -> None:
         assert isinstance(resource, Resource)

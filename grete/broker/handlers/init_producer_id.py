@@ -15,10 +15,10 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed, allowed_any, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import InitProducerIdRequest, InitProducerIdResponse
+from grete.protocol.messages import ApiKey, InitProducerIdRequest, InitProducerIdResponse
 
 
-@api(22, 0, 5)
+@api(ApiKey.INIT_PRODUCER_ID, 0, 5)
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None and not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID,
                                                             request.transactional_id):

@@ -8,12 +8,16 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import InitializeShareGroupStateRequest, InitializeShareGroupStateResponse
+from grete.protocol.messages import (
+    ApiKey,
+    InitializeShareGroupStateRequest,
+    InitializeShareGroupStateResponse,
+)
 
 Response = InitializeShareGroupStateResponse
 
 
-@api(83, 0, 0)
+@api(ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, 0)
 async def handle(ctx: RequestContext, request: InitializeShareGroupStateRequest) -> InitializeShareGroupStateResponse:
     allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
     results = []

@@ -6,10 +6,10 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import JoinGroupRequest, JoinGroupResponse
+from grete.protocol.messages import ApiKey, JoinGroupRequest, JoinGroupResponse
 
 
-@api(11, 0, 9)
+@api(ApiKey.JOIN_GROUP, 0, 9)
 async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return JoinGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1,

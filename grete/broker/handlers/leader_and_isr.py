@@ -13,13 +13,13 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import LeaderAndIsrRequest, LeaderAndIsrResponse
+from grete.protocol.messages import ApiKey, LeaderAndIsrRequest, LeaderAndIsrResponse
 from grete.protocol.topics import INTERNAL_TOPICS
 
 Response = LeaderAndIsrResponse
 
 
-@api(4, 2, 7)
+@api(ApiKey.LEADER_AND_ISR, 2, 7)
 async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
     broker = ctx.broker
     cluster = broker.cluster

@@ -7,10 +7,10 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.groups.group_types import LeaveMember
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import LeaveGroupRequest, LeaveGroupResponse
+from grete.protocol.messages import ApiKey, LeaveGroupRequest, LeaveGroupResponse
 
 
-@api(13, 0, 5)
+@api(ApiKey.LEAVE_GROUP, 0, 5)
 async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])

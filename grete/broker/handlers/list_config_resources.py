@@ -18,13 +18,13 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import ListConfigResourcesRequest, ListConfigResourcesResponse
+from grete.protocol.messages import ApiKey, ListConfigResourcesRequest, ListConfigResourcesResponse
 
 ALL_TYPES = (GROUP, CLIENT_METRICS, BROKER_LOGGER, BROKER, TOPIC)  # Kafka's answer order
 Resource = ListConfigResourcesResponse.ConfigResource
 
 
-@api(74, 0, 1)
+@api(ApiKey.LIST_CONFIG_RESOURCES, 0, 1)
 def handle(ctx: RequestContext, request: ListConfigResourcesRequest) -> ListConfigResourcesResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE_CONFIGS):
         return ListConfigResourcesResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)

@@ -7,12 +7,12 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.groups.group_types import GroupListing
-from grete.protocol.messages import ListGroupsRequest, ListGroupsResponse
+from grete.protocol.messages import ApiKey, ListGroupsRequest, ListGroupsResponse
 
 SHARE = "share"
 
 
-@api(16, 0, 5)
+@api(ApiKey.LIST_GROUPS, 0, 5)
 def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     states = {s.lower() for s in request.states_filter} or None
     types = {t.lower() for t in request.types_filter} or None

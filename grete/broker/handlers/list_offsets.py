@@ -13,7 +13,7 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+from grete.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -4, -5, -6
@@ -22,7 +22,7 @@ SINCE = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
-@api(2, 1, 11)
+@api(ApiKey.LIST_OFFSETS, 1, 11)
 def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = []
     for topic in request.topics:

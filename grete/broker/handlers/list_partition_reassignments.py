@@ -8,10 +8,14 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
+from grete.protocol.messages import (
+    ApiKey,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 
 
-@api(46, 0, 0)
+@api(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
 async def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         return ListPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])

@@ -8,10 +8,10 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import ListTransactionsRequest, ListTransactionsResponse
+from grete.protocol.messages import ApiKey, ListTransactionsRequest, ListTransactionsResponse
 
 
-@api(66, 0, 2)
+@api(ApiKey.LIST_TRANSACTIONS, 0, 2)
 def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
     pattern = request.transactional_id_pattern if ctx.version >= 2 else None
     if pattern:

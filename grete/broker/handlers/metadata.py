@@ -26,7 +26,7 @@ from grete.coordinator.metadata import TopicMeta
 from grete.protocol.acls import CLUSTER_NAME
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import MetadataRequest, MetadataResponse
+from grete.protocol.messages import ApiKey, MetadataRequest, MetadataResponse
 from grete.protocol.topics import INTERNAL_TOPICS
 
 # CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE: the seven
@@ -37,7 +37,7 @@ OPERATIONS_NOT_REQUESTED = -2147483648
 NOT_THERE_YET = (ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.REQUEST_TIMED_OUT)
 
 
-@api(3, 0, 13)
+@api(ApiKey.METADATA, 0, 13)
 def handle(ctx: RequestContext,
            request: MetadataRequest) -> MetadataResponse | Coroutine[Any, Any, MetadataResponse]:
     broker = ctx.broker

@@ -9,10 +9,10 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.groups.group_types import OffsetCommit
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
+from grete.protocol.messages import ApiKey, OffsetCommitRequest, OffsetCommitResponse
 
 
-@api(8, 2, 10)
+@api(ApiKey.OFFSET_COMMIT, 2, 10)
 async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     unknown_ids = _names_from_ids(ctx, request) if ctx.version >= 10 else set()
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,

@@ -6,10 +6,10 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import OffsetDeleteRequest, OffsetDeleteResponse
+from grete.protocol.messages import ApiKey, OffsetDeleteRequest, OffsetDeleteResponse
 
 
-@api(47, 0, 0)
+@api(ApiKey.OFFSET_DELETE, 0, 0)
 async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     if not allowed(ctx, Op.DELETE, Res.GROUP, request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, topics=[])

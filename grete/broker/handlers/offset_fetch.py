@@ -12,12 +12,12 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import OffsetFetchRequest, OffsetFetchResponse
+from grete.protocol.messages import ApiKey, OffsetFetchRequest, OffsetFetchResponse
 
 Partitions = list[tuple[str, int]] | None
 
 
-@api(9, 1, 10)
+@api(ApiKey.OFFSET_FETCH, 1, 10)
 def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     if ctx.version >= 8:
         groups = []

@@ -8,12 +8,12 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+from grete.protocol.messages import ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
 EpochEndOffset = OffsetForLeaderEpochResponse.EpochEndOffset
 
 
-@api(23, 2, 4)
+@api(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
 def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     topics = []
     # A follower's request needs CLUSTER_ACTION; a client's, DESCRIBE on each topic.

@@ -24,7 +24,7 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import ProduceRequest, ProduceResponse
+from grete.protocol.messages import ApiKey, ProduceRequest, ProduceResponse
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.validate import RecordValidationError, validate_produce_records
 from grete.protocol.topics import INTERNAL_TOPICS
@@ -38,7 +38,7 @@ ADD_PARTITION_VERSION = 12  # KIP-890 part 2: a transactional batch adds its par
 TOPIC_IDS_VERSION = 13  # KIP-516: topics named by id
 
 
-@api(0, 0, 13)
+@api(ApiKey.PRODUCE, 0, 13)
 def handle(ctx: RequestContext,
            request: ProduceRequest) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse | None] | None:
     broker = ctx.broker

@@ -7,10 +7,10 @@ from __future__ import annotations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.errors import KafkaError
-from grete.protocol.messages import PushTelemetryRequest, PushTelemetryResponse
+from grete.protocol.messages import ApiKey, PushTelemetryRequest, PushTelemetryResponse
 
 
-@api(72, 0, 0)
+@api(ApiKey.PUSH_TELEMETRY, 0, 0)
 def handle(ctx: RequestContext, request: PushTelemetryRequest) -> PushTelemetryResponse:
     try:
         ctx.broker.client_telemetry.push(id(ctx.session), request.client_instance_id, request.subscription_id,

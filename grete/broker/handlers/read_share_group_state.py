@@ -9,12 +9,12 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import ReadShareGroupStateRequest, ReadShareGroupStateResponse
+from grete.protocol.messages import ApiKey, ReadShareGroupStateRequest, ReadShareGroupStateResponse
 
 Response = ReadShareGroupStateResponse
 
 
-@api(84, 0, 0)
+@api(ApiKey.READ_SHARE_GROUP_STATE, 0, 0)
 def handle(ctx: RequestContext, request: ReadShareGroupStateRequest) -> ReadShareGroupStateResponse:
     allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
     results = []

@@ -9,12 +9,16 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import ReadShareGroupStateSummaryRequest, ReadShareGroupStateSummaryResponse
+from grete.protocol.messages import (
+    ApiKey,
+    ReadShareGroupStateSummaryRequest,
+    ReadShareGroupStateSummaryResponse,
+)
 
 Response = ReadShareGroupStateSummaryResponse
 
 
-@api(87, 0, 1)
+@api(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1)
 def handle(ctx: RequestContext, request: ReadShareGroupStateSummaryRequest) -> ReadShareGroupStateSummaryResponse:
     allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
     results = []

@@ -11,12 +11,12 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import RenewDelegationTokenRequest, RenewDelegationTokenResponse
+from grete.protocol.messages import ApiKey, RenewDelegationTokenRequest, RenewDelegationTokenResponse
 
 Response = RenewDelegationTokenResponse
 
 
-@api(39, 1, 2)
+@api(ApiKey.RENEW_DELEGATION_TOKEN, 1, 2)
 async def handle(ctx: RequestContext, request: RenewDelegationTokenRequest) -> Response:
     session = ctx.session
     if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated,

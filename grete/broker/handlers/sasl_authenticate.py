@@ -7,10 +7,10 @@ from __future__ import annotations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import SaslAuthenticateRequest, SaslAuthenticateResponse
+from grete.protocol.messages import ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse
 
 
-@api(36, 0, 2)
+@api(ApiKey.SASL_AUTHENTICATE, 0, 2)
 def handle(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     sasl = ctx.session.sasl
     if sasl is None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import SaslHandshakeRequest, SaslHandshakeResponse
+from grete.protocol.messages import ApiKey, SaslHandshakeRequest, SaslHandshakeResponse
 
 
-@api(17, 0, 1)
+@api(ApiKey.SASL_HANDSHAKE, 0, 1)
 def handle(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     sasl = ctx.session.sasl
     if sasl is None:

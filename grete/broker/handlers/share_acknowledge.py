@@ -11,12 +11,12 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import ShareAcknowledgeRequest, ShareAcknowledgeResponse
+from grete.protocol.messages import ApiKey, ShareAcknowledgeRequest, ShareAcknowledgeResponse
 
 Response = ShareAcknowledgeResponse
 
 
-@api(79, 1, 2)
+@api(ApiKey.SHARE_ACKNOWLEDGE, 1, 2)
 async def handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
     group_id, member_id = request.group_id or "", request.member_id
     if not allowed(ctx, Op.READ, Res.GROUP, group_id):

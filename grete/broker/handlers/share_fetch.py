@@ -23,13 +23,13 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import ShareFetchRequest, ShareFetchResponse
+from grete.protocol.messages import ApiKey, ShareFetchRequest, ShareFetchResponse
 
 Response = ShareFetchResponse
 RECORD_LIMIT = 1
 
 
-@api(78, 1, 2)
+@api(ApiKey.SHARE_FETCH, 1, 2)
 async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchResponse:
     group_id, member_id = request.group_id or "", request.member_id
     if not allowed(ctx, Op.READ, Res.GROUP, group_id):

@@ -7,12 +7,12 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authorizer import GROUP_OPERATIONS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import ShareGroupDescribeRequest, ShareGroupDescribeResponse
+from grete.protocol.messages import ApiKey, ShareGroupDescribeRequest, ShareGroupDescribeResponse
 
 Response = ShareGroupDescribeResponse
 
 
-@api(77, 1, 1)
+@api(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1)
 def handle(ctx: RequestContext, request: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:
     return Response(groups=[_describe(ctx, group_id, request.include_authorized_operations)
                             for group_id in request.group_ids])

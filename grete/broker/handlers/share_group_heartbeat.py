@@ -7,12 +7,12 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
+from grete.protocol.messages import ApiKey, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 
 Response = ShareGroupHeartbeatResponse
 
 
-@api(76, 1, 1)
+@api(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
 async def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, member_epoch=-1)

@@ -7,10 +7,10 @@ from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import StopReplicaRequest, StopReplicaResponse
+from grete.protocol.messages import ApiKey, StopReplicaRequest, StopReplicaResponse
 
 
-@api(5, 3, 4)
+@api(ApiKey.STOP_REPLICA, 3, 4)
 def handle(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
     broker = ctx.broker
     cluster = broker.cluster

@@ -13,12 +13,12 @@ from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.coordinator.groups.streams_state import StreamsGroup, StreamsMember, Tasks
 from grete.coordinator.groups.streams_topology import TopicInfo
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import StreamsGroupDescribeRequest, StreamsGroupDescribeResponse
+from grete.protocol.messages import ApiKey, StreamsGroupDescribeRequest, StreamsGroupDescribeResponse
 
 Response = StreamsGroupDescribeResponse
 
 
-@api(89, 0, 0)
+@api(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)
 def handle(ctx: RequestContext, request: StreamsGroupDescribeRequest) -> Response:
     described = []
     for group_id in request.group_ids:

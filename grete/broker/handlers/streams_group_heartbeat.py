@@ -25,7 +25,7 @@ from grete.coordinator.groups.streams_requests import (
 from grete.coordinator.groups.streams_state import Tasks
 from grete.coordinator.groups.streams_topology import CopartitionGroup, Subtopology, TopicInfo, Topology
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse
+from grete.protocol.messages import ApiKey, StreamsGroupHeartbeatRequest, StreamsGroupHeartbeatResponse
 from grete.protocol.topics import INTERNAL_TOPICS
 
 Response = StreamsGroupHeartbeatResponse
@@ -33,7 +33,7 @@ Request = StreamsGroupHeartbeatRequest
 log = logging.getLogger("grete.broker")
 
 
-@api(88, 0, 0)
+@api(ApiKey.STREAMS_GROUP_HEARTBEAT, 0, 0)
 async def handle(ctx: RequestContext, request: Request) -> Response:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, status=[])

@@ -6,10 +6,10 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import SyncGroupRequest, SyncGroupResponse
+from grete.protocol.messages import ApiKey, SyncGroupRequest, SyncGroupResponse
 
 
-@api(14, 0, 5)
+@api(ApiKey.SYNC_GROUP, 0, 5)
 async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")

@@ -17,13 +17,13 @@ from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.groups.group_types import OffsetCommit
 from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from grete.protocol.messages import ApiKey, TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from grete.protocol.topics import OFFSETS_TOPIC
 
 ADD_VERSION = 5  # transaction version 2: the commit adds the group's partition
 
 
-@api(28, 0, 5)
+@api(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
 async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)

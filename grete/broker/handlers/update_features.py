@@ -14,12 +14,12 @@ from grete.broker.requests.features import UPGRADE, FeatureUpdate
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import UpdateFeaturesRequest, UpdateFeaturesResponse
+from grete.protocol.messages import ApiKey, UpdateFeaturesRequest, UpdateFeaturesResponse
 
 Response = UpdateFeaturesResponse
 
 
-@api(57, 0, 2)
+@api(ApiKey.UPDATE_FEATURES, 0, 2)
 async def handle(ctx: RequestContext, request: UpdateFeaturesRequest) -> Response:
     # v0's AllowDowngrade is read by nobody in Kafka 4.3: its controller takes the upgrade type,
     # which a v0 request cannot carry, so a v0 downgrade is refused as an upgrade to a lower level.

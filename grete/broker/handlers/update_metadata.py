@@ -8,10 +8,10 @@ from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import UpdateMetadataRequest, UpdateMetadataResponse
+from grete.protocol.messages import ApiKey, UpdateMetadataRequest, UpdateMetadataResponse
 
 
-@api(6, 5, 8)
+@api(ApiKey.UPDATE_METADATA, 5, 8)
 def handle(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
     cluster = ctx.broker.cluster
     assert isinstance(cluster, ZkBroker)

@@ -10,10 +10,10 @@ from grete.broker.quorum.rpc import answer
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.protocol.codec import Message
-from grete.protocol.messages import VoteRequest
+from grete.protocol.messages import ApiKey, VoteRequest
 
 
-@api(52, 0, 2)
+@api(ApiKey.VOTE, 0, 2)
 async def handle(ctx: RequestContext, request: VoteRequest) -> Message:
     driver = ctx.broker.quorum
     assert driver is not None  # the connection refuses the API without one

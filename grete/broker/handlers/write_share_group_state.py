@@ -9,12 +9,12 @@ from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.share.share_format import ShareKey, StateBatch
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import WriteShareGroupStateRequest, WriteShareGroupStateResponse
+from grete.protocol.messages import ApiKey, WriteShareGroupStateRequest, WriteShareGroupStateResponse
 
 Response = WriteShareGroupStateResponse
 
 
-@api(85, 0, 1)
+@api(ApiKey.WRITE_SHARE_GROUP_STATE, 0, 1)
 async def handle(ctx: RequestContext, request: WriteShareGroupStateRequest) -> WriteShareGroupStateResponse:
     allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
     results = []

@@ -20,7 +20,7 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from grete.protocol.messages import ApiKey, WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.control import build_end_txn_marker
 from grete.protocol.topics import OFFSETS_TOPIC
@@ -34,7 +34,7 @@ MARKER_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms for the coordinator's m
 Replicating = tuple[PartitionResult, Partition, int]
 
 
-@api(27, 0, 2)
+@api(ApiKey.WRITE_TXN_MARKERS, 0, 2)
 def handle(ctx: RequestContext,
            request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse | Coroutine[Any, Any, WriteTxnMarkersResponse]:
     results = []

@@ -51,7 +51,7 @@ from grete.protocol.codec import Writer as Encoder
 from grete.protocol.errors import ErrorCode, FrameTooLarge, ProtocolError
 from grete.protocol.framing import FrameReader
 from grete.protocol.headers import decode_request_header, encode_response_header
-from grete.protocol.messages import APIS, response_header_version
+from grete.protocol.messages import APIS, ApiKey, response_header_version
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
@@ -59,8 +59,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS_KEY = 18
-FETCH_KEY = 1
 _SIZE_AND_ID = struct.Struct(">ii")
 
 
@@ -293,7 +291,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._raw_sasl_token(sasl, bytes(frame))
                 return
         frame_bytes: bytes | None = None
-        if len(frame) > 8 and frame[1] == FETCH_KEY and frame[0] == 0 and self.broker.faults is None:
+        if len(frame) > 8 and frame[1] == ApiKey.FETCH and frame[0] == 0 and self.broker.faults is None:
             # Fault injection sees every request, so the short cut is off while faults are installed.
             frame_bytes = bytes(frame)
             memo = self._fetch_memo
@@ -311,7 +309,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             handler = None
         version = header.api_version
         if handler is None or not handler.min_version <= version <= handler.max_version:
-            if header.api_key == API_VERSIONS_KEY:
+            if header.api_key == ApiKey.API_VERSIONS:
                 self._answer_unsupported_api_versions(header.correlation_id)
                 return
             # Kafka cannot parse such a request and closes the connection.
@@ -319,13 +317,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                      f"from client {header.client_id!r}", "requests for unsupported APIs")
             return
         request = handler.request_cls.decode(Reader(frame, body_pos), version)  # type: ignore[attr-defined]
-        if header.api_key == API_VERSIONS_KEY and version >= 3:
+        if header.api_key == ApiKey.API_VERSIONS and version >= 3:
             self.session.client_software_name = request.client_software_name
             self.session.client_software_version = request.client_software_version
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id,
                              self.session, len(frame))
         key = header.api_key
-        if key == FETCH_KEY:
+        if key == ApiKey.FETCH:
             key = FETCH_FOLLOWER if (request.replica_id if version < 15 else request.replica_state.replica_id) >= 0 \
                 else FETCH_CONSUMER
         counters = self._metrics.request(key, version)
@@ -413,8 +411,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         # Something changed while parked: the full handler's rules from here (min_bytes, the rest
         # of max_wait_ms), through the hook the Fetch handler left on its snapshot.
-        handler = self._handlers[FETCH_KEY]
-        ctx = RequestContext(self.broker, FETCH_KEY, memo.version, correlation_id, memo.client_id, self.session)
+        handler = self._handlers[ApiKey.FETCH]
+        ctx = RequestContext(self.broker, ApiKey.FETCH, memo.version, correlation_id, memo.client_id, self.session)
         request = memo.request
         try:
             if frame[8:] != memo.tail:  # the same fetch in another order: answered in its own order
@@ -480,11 +478,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _answer_unsupported_api_versions(self, correlation_id: int) -> None:
         """KIP-511: a v0-format body with UNSUPPORTED_VERSION and our ApiVersions range."""
-        info = APIS[API_VERSIONS_KEY]
-        handler = self._handlers[API_VERSIONS_KEY]
+        info = APIS[ApiKey.API_VERSIONS]
+        handler = self._handlers[ApiKey.API_VERSIONS]
         response_cls: Any = info.response
         response = response_cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
-            response_cls.ApiVersion(api_key=API_VERSIONS_KEY, min_version=handler.min_version,
+            response_cls.ApiVersion(api_key=ApiKey.API_VERSIONS, min_version=handler.min_version,
                                     max_version=handler.max_version)])
         slot = self._responses.reserve()
         slot.parts = self._encode(response, handler, 0, correlation_id)

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from grete.broker.cluster.liveness import ProcessWatch
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
-from grete.protocol.codec import Message
+from grete.protocol.codec import ZERO_UUID, Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (
     AllocateProducerIdsRequest,
@@ -115,7 +115,7 @@ class Registrations:
         """Where the controller places a new replica on ``broker_id``: its log dir if it registered
         exactly one (Kafka's ClusterControlManager.defaultDir), else unassigned."""
         found = self.brokers.get(broker_id)
-        return found.log_dirs[0] if found is not None and len(found.log_dirs) == 1 else uuid.UUID(int=0)
+        return found.log_dirs[0] if found is not None and len(found.log_dirs) == 1 else ZERO_UUID
 
     def live(self) -> list[BrokerInfo]:
         """The unfenced brokers, where partitions may be placed (Kafka's usable brokers)."""

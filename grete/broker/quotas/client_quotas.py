@@ -25,14 +25,13 @@ from grete.broker.config import BrokerConfig
 from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore
 from grete.protocol import messages  # not the class: the Fetch codec loads with the first Fetch
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import ApiKey
 
 PRODUCE_RATE = "producer_byte_rate"
 FETCH_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 MUTATION_RATE = "controller_mutation_rate"
 
-PRODUCE_KEY = 0
-FETCH_KEY = 1
 FINAL_OR_INITIAL_EPOCH = 0  # a fetch with session epoch <= 0 is a full fetch (KIP-227)
 SENSOR_EXPIRY_MS = 3_600_000  # Kafka's InactiveSensorExpirationTimeSeconds
 
@@ -356,10 +355,10 @@ class ClientQuotas:
             # Kafka caps the request-time throttle at one window.
             request_ms = self.record(REQUEST_PERCENTAGE, user, client, handler_s * 100.0, now_ms)
         api = ctx.api_key
-        if api == PRODUCE_KEY:
+        if api == ApiKey.PRODUCE:
             produced = self.record(PRODUCE_RATE, user, client, ctx.size, now_ms) if PRODUCE_RATE in self._limits else 0
             return max(produced, request_ms), response
-        if api == FETCH_KEY and response is not None and not _from_follower(request):
+        if api == ApiKey.FETCH and response is not None and not _from_follower(request):
             size = fetched_bytes(response) if FETCH_RATE in self._limits else 0
             fetched = self.record(FETCH_RATE, user, client, size, now_ms) if FETCH_RATE in self._limits else 0
             throttle = max(fetched, request_ms)

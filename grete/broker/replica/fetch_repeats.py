@@ -19,9 +19,8 @@ from typing import Any
 from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ProtocolError
 from grete.protocol.headers import decode_request_header, encode_response_header
-from grete.protocol.messages import FetchResponse, response_header_version
+from grete.protocol.messages import ApiKey, FetchResponse, response_header_version
 
-FETCH_KEY = 1
 TOPIC_IDS_VERSION = 13
 REPLICA_STATE_VERSION = 15  # the replica id moves from the body's start to a tagged field
 
@@ -103,7 +102,7 @@ def reordered_body(response: FetchResponse, version: int, first: Layout, repeat:
             last = topic
         grouped[-1].partitions.append(by_entry[topic, _index(entry)])
     w = Writer()
-    encode_response_header(w, 0, response_header_version(FETCH_KEY, version))
+    encode_response_header(w, 0, response_header_version(ApiKey.FETCH, version))
     dataclasses.replace(response, responses=grouped).encode(w, version)
     return w.getvalue()[4:]
 

@@ -25,20 +25,18 @@ from grete.broker.requests.context import CloseConnection, RequestContext
 from grete.broker.requests.features import GATES
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import APIS
+from grete.protocol.messages import APIS, ApiKey
 from grete.protocol.shapes import error_response
 
 log = logging.getLogger(__name__)
 
-PRODUCE_KEY = 0
-API_VERSIONS_KEY = 18
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
-COUNTED_BY_HANDLER = frozenset({0, 1})  # Produce, Fetch
+COUNTED_BY_HANDLER = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
 # Cluster actions (inter-broker requests) and the SASL exchange: never throttled, as in Kafka.
-EXEMPT_APIS = frozenset({4, 5, 6, 7, 17, 27, 36, 56})
+EXEMPT_APIS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA,
+                         ApiKey.CONTROLLED_SHUTDOWN, ApiKey.SASL_HANDSHAKE, ApiKey.WRITE_TXN_MARKERS,
+                         ApiKey.SASL_AUTHENTICATE, ApiKey.ALTER_PARTITION})
 # What an unauthenticated session may send (Kafka's SaslServerAuthenticator state machine).
-BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 class HandlerShape(Protocol):
@@ -154,7 +152,7 @@ class Pipeline:
         """Kafka's RequestHandlerHelper.handleError: log the exception, answer UNKNOWN_SERVER_ERROR."""
         log.exception("Unexpected error handling %s v%d request (correlation id %d) from client %r at %s",
                       handler.name, ctx.api_version, ctx.correlation_id, ctx.client_id, ctx.session.client_host)
-        if ctx.api_key == PRODUCE_KEY and request.acks == 0:
+        if ctx.api_key == ApiKey.PRODUCE and request.acks == 0:
             raise CloseConnection(f"{handler.name} with acks=0 failed") from None
         response = error_response(APIS[ctx.api_key].response, request, ctx.api_version,
                                   ErrorCode.UNKNOWN_SERVER_ERROR, None)

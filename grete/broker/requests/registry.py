@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import grete.broker.handlers as handler_package
 from grete.broker.handlers.manifest import HANDLERS
-from grete.protocol.messages import APIS
+from grete.protocol.messages import APIS, ApiKey
 
 if TYPE_CHECKING:
     from grete.broker.requests.context import RequestContext
@@ -103,37 +103,50 @@ def handlers() -> Handlers:
 # The controller-to-broker APIs of a ZooKeeper cluster (Kafka's "zkBroker" listener APIs): served
 # and advertised only by a broker in one; elsewhere a request for them closes the connection, as a
 # KRaft broker's does.
-ZK_BROKER_APIS = frozenset({4, 5, 6, 7, 56, 67})
+ZK_BROKER_APIS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA,
+                            ApiKey.CONTROLLED_SHUTDOWN, ApiKey.ALTER_PARTITION, ApiKey.ALLOCATE_PRODUCER_IDS})
 # The metadata quorum's APIs a client may send: served and advertised by a node that runs a quorum
 # (the embedded node), never by a ZooKeeper-mode broker, which closes the connection as Kafka 3.9's.
-KRAFT_APIS = frozenset({55})
+KRAFT_APIS = frozenset({ApiKey.DESCRIBE_QUORUM})
 # The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch) and the KRaft brokers' (Envelope,
 # BrokerRegistration, BrokerHeartbeat): served and advertised only by a voter of a quorum of several
 # controllers (process.roles=controller); a quorum of one has no peer and no broker to answer.
-RAFT_APIS = frozenset({52, 53, 54, 58, 62, 63})
+RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.ENVELOPE,
+                       ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT})
 # The admin requests a KRaft controller carries out for its brokers, sent in an Envelope (Kafka's
 # ForwardingManager) or directly by tools with --bootstrap-controller: CreateTopics, DeleteTopics,
 # CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs,
 # AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum, UpdateFeatures, Alter/List-
-# PartitionReassignments (all "forwardable" in Kafka's ApiKeys and served by its ControllerApis).
-FORWARDED_APIS = frozenset({19, 20, 30, 31, 33, 37, 38, 39, 40, 43, 44, 45, 46, 49, 51, 55, 57})  # 38-40: tokens
+# PartitionReassignments, Create/Renew/ExpireDelegationToken (all "forwardable" in Kafka's ApiKeys
+# and served by its ControllerApis).
+FORWARDED_APIS = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_ACLS,
+                            ApiKey.DELETE_ACLS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
+                            ApiKey.CREATE_DELEGATION_TOKEN, ApiKey.RENEW_DELEGATION_TOKEN,
+                            ApiKey.EXPIRE_DELEGATION_TOKEN, ApiKey.ELECT_LEADERS,
+                            ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                            ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ALTER_CLIENT_QUOTAS,
+                            ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_QUORUM,
+                            ApiKey.UPDATE_FEATURES})
 # What a controller-only node serves and advertises: the quorum's APIs, what a client needs to
 # reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), DescribeAcls (which
 # kafka-acls --bootstrap-controller lists with), Envelope and the requests it carries, and the
 # brokers' AlterPartition and AllocateProducerIds.
-CONTROLLER_APIS = frozenset({1, 17, 18, 29, 36, 56, 58, 60, 67}) | RAFT_APIS | FORWARDED_APIS
+CONTROLLER_APIS = frozenset({ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.DESCRIBE_ACLS,
+                             ApiKey.SASL_AUTHENTICATE, ApiKey.ALTER_PARTITION, ApiKey.ENVELOPE,
+                             ApiKey.DESCRIBE_CLUSTER, ApiKey.ALLOCATE_PRODUCER_IDS}) | RAFT_APIS | FORWARDED_APIS
 # A controller advertises from Kafka 4.3.1's oldest version where grete's handler, shared with the
 # ZooKeeper-mode broker (Kafka 3.9's range), serves older ones: the ACL APIs' v0 are gone from
 # Kafka 4 (KIP-896).
-CONTROLLER_MIN_VERSIONS = {29: 1, 30: 1, 31: 1}
+CONTROLLER_MIN_VERSIONS: dict[int, int] = {ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1}
 # Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
 # advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
-UNADVERTISED_APIS = frozenset({71, 72})
+UNADVERTISED_APIS = frozenset({ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY})
 
 # grete's direct data path control APIs (docs/direct.md, specs/grete/): served and advertised only
 # by a broker started with ``direct.transports`` set; elsewhere a request for them closes the
 # connection as any unknown API key does.
-DIRECT_APIS = frozenset({32000, 32001, 32002})
+DIRECT_APIS = frozenset({ApiKey.DIRECT_PRODUCE_ADDRESS, ApiKey.DIRECT_CONSUME_ADDRESS,
+                         ApiKey.DIRECT_REPLICA_REGISTER})
 
 
 def advertised_versions(zk_broker: bool = False, direct: bool = False,

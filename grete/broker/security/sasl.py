@@ -50,6 +50,7 @@ from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.security.delegation_tokens import TokenCredential
 from grete.coordinator.metadata import ScramCredential
 from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import ApiKey
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -61,9 +62,6 @@ SCRAM_MECHANISMS = (SCRAM_SHA_256, SCRAM_SHA_512)
 SCRAM_MIN_ITERATIONS, SCRAM_MAX_ITERATIONS = 4096, 16384  # Kafka's ScramMechanism bounds
 SCRAM_HASHES: dict[str, Callable[..., Any]] = {SCRAM_SHA_256: hashlib.sha256, SCRAM_SHA_512: hashlib.sha512}
 
-API_VERSIONS_KEY = 18
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
 
 
 class SaslFailure(Exception):
@@ -494,13 +492,13 @@ class SaslAuthenticator:
         """May this request be served now? False: Kafka closes the connection without an answer."""
         state = self.state
         if state is State.HANDSHAKE:
-            return api_key in (API_VERSIONS_KEY, SASL_HANDSHAKE_KEY)
+            return api_key in (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE)
         if state is State.AUTHENTICATE:
-            return api_key == SASL_AUTHENTICATE_KEY and not self.raw_tokens
+            return api_key == ApiKey.SASL_AUTHENTICATE and not self.raw_tokens
         if state is State.FAILED:
             return False
         expires = self.session.expires_at
-        if state is State.COMPLETE and expires is not None and api_key != SASL_HANDSHAKE_KEY \
+        if state is State.COMPLETE and expires is not None and api_key != ApiKey.SASL_HANDSHAKE \
                 and self._clock() >= expires:
             return False  # "Disconnecting expired channel"
         return True

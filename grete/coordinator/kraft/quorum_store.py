@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.store import KRaftMetadataStore
-from grete.protocol.codec import Message
+from grete.protocol.codec import ZERO_UUID, Message
 from grete.protocol.metadata import BeginTransactionRecord, EndTransactionRecord, PartitionRecord
 from grete.protocol.metadata_frame import decode_metadata_record, encode_metadata_record
 
@@ -23,7 +23,7 @@ BOOTSTRAP_TRANSACTION = "Bootstrap records"
 
 Append = Callable[[list[bytes]], Awaitable[int]]
 # Kafka's DirectoryId.UNASSIGNED: a replica whose broker has not said which log dir holds it.
-UNASSIGNED_DIRECTORY = uuid.UUID(int=0)
+UNASSIGNED_DIRECTORY = ZERO_UUID  # Kafka's DirectoryId.UNASSIGNED
 
 
 class QuorumMetadataStore(KRaftMetadataStore):
