@@ -660,6 +660,8 @@ class BrokerConfig:
         # win over server.properties: this broker's own, then the cluster-wide default.
         self.dynamic_broker: dict[str, str] = {}
         self.dynamic_default: dict[str, str] = {}
+        # Each key's value parsed once, until a dynamic change (set_dynamic) re-parses on next read.
+        self._parsed: dict[str, object] = {}
         for key, raw in (props or {}).items():
             definition = _definition(key)
             if definition is None:
@@ -693,6 +695,7 @@ class BrokerConfig:
     def set_dynamic(self, per_broker: Mapping[str, str], cluster_default: Mapping[str, str]) -> None:
         self.dynamic_broker = dict(per_broker)
         self.dynamic_default = dict(cluster_default)
+        self._parsed = {}
 
     def raw(self, key: str) -> str | None:
         """The value in force: per layer (this broker's dynamic configs, the cluster default, the
@@ -711,11 +714,15 @@ class BrokerConfig:
         return definition.default if definition else None
 
     def get(self, key: str) -> object:
+        """The value in force, parsed (once: reads on the hot path cost a dict lookup)."""
+        try:
+            return self._parsed[key]
+        except KeyError:
+            pass
         raw = self.raw(key)
-        if raw is None:
-            return None
-        definition = BROKER_CONFIGS.get(key) or TOPIC_CONFIGS[key][0]
-        return definition.parse(raw)
+        value = None if raw is None else (BROKER_CONFIGS.get(key) or TOPIC_CONFIGS[key][0]).parse(raw)
+        self._parsed[key] = value
+        return value
 
     def get_int(self, key: str) -> int:
         value = self.get(key)
