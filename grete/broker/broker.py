@@ -38,6 +38,7 @@ from grete.broker.network.listeners import Listener, parse_listeners
 from grete.broker.network.log_limit import LimitedWarnings
 from grete.broker.quotas.client_quotas import ClientQuotas
 from grete.broker.quotas.connection_quotas import ConnectionQuotas
+from grete.broker.replica.appends import Appends
 from grete.broker.replica.fetch_sessions import FetchSessionCache
 from grete.broker.replica.partition import Partition
 from grete.broker.replica.replica_manager import ReplicaManager
@@ -151,8 +152,9 @@ class Broker:
         self.bad_input = LimitedWarnings()  # closes for bad input: logged, then counted
         self.metrics = BrokerMetrics()
         self.replicas.isr_changed = self.metrics.isr_changed
-        # Static settings read on every request, parsed once.
-        self.full_produce_validation = config.get_str("grete.produce.validation") == "full"
+        # The append path of Produce, WriteTxnMarkers and the direct path; its setting parsed once.
+        self.appends = Appends(self.replicas, self, self.metrics,
+                               full_validation=config.get_str("grete.produce.validation") == "full")
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
         self.features = Features(self.metadata if isinstance(self.metadata, KRaftMetadataStore) else None, self.node_id)

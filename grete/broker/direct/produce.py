@@ -7,9 +7,10 @@ announcements strictly in order, so the data area is consumed as a chain of rese
 starts where order n-1 ended, which is how an announcement outside its reservation is recognised.
 
 Each announced batch is copied out of the region (what is validated is what is appended: the
-region stays writable by its producers) and goes through the produce path TCP Produce uses
-(``append_records``: header, CRC, sequence and size checks, offsets, indexes, high watermark). A
-batch that fails validation never reaches the log, so readers never see it.
+region stays writable by its producers) and goes through the append path TCP Produce uses (the
+replica layer's ``Appends.append_records``: header, CRC, sequence and size checks, offsets,
+indexes, high watermark). A batch that fails validation never reaches the log, so readers never
+see it.
 
 A producer that dies between reservation and announcement leaves a gap in the order chain; after
 ``direct.produce.timeout.ms`` the broker **seals** the region (docs/direct.md explains the choice

@@ -26,7 +26,6 @@ from grete.broker.direct.push import Pusher, PushTransport
 from grete.broker.direct.rdma import Hooks, RdmaEndpoint
 from grete.broker.direct.rdma_push import RdmaPushTransport
 from grete.broker.direct.receive import Receiver
-from grete.broker.handlers.produce import append_records
 from grete.broker.replica.partition import Partition
 from grete.direct.layout import FRAME, HELLO, NOTIFY
 from grete.direct.rdma import RdmaUnavailable, load_verbs
@@ -263,8 +262,7 @@ class DirectService:
         return self.rdma.register_file(str(segment.log_path))
 
     def _append(self, topic: str, index: int, data: bytearray) -> tuple[int, int, int]:
-        answer = append_records(self.broker, PRODUCE_VERSION, topic, index, data, 1, int(time.time() * 1000),
-                                self.broker.full_produce_validation, [])
+        answer = self.broker.appends.append_records(PRODUCE_VERSION, topic, index, data, 1, int(time.time() * 1000), [])
         return answer.error_code, answer.base_offset, answer.log_append_time_ms
 
     # --- produce grants ---------------------------------------------------------------------------

@@ -11,10 +11,10 @@ the producer's next transaction in place."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+from grete.broker.replica.appends import delayed_produce
 from grete.broker.replica.partition import Partition
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
@@ -57,8 +57,7 @@ def handle(ctx: RequestContext,
 
 async def _await_replication(response: WriteTxnMarkersResponse,
                              replicating: list[Replicating]) -> WriteTxnMarkersResponse:
-    outcomes = await asyncio.gather(*(p.wait_for_replication(offset, MARKER_TIMEOUT_MS)
-                                      for _, p, offset in replicating))
+    outcomes = await delayed_produce([(p, offset) for _, p, offset in replicating], MARKER_TIMEOUT_MS)
     for (answer, _, _), outcome in zip(replicating, outcomes, strict=True):
         answer.error_code = outcome
     return response
