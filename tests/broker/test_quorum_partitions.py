@@ -12,7 +12,7 @@ from grete.broker.quorum.partitions import PartitionControl
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import AlterPartitionRequest
+from grete.protocol.messages import AlterPartitionRequest, BrokerRegistrationRequest
 from grete.protocol.metadata import BrokerRegistrationChangeRecord, RegisterBrokerRecord
 
 
@@ -137,4 +137,26 @@ def test_a_broker_unfenced_leads_again_where_it_is_the_last_isr_member() -> None
         await q.control.broker_unfenced(3)
         assert [(p.leader, p.isr) for _, p in sorted(meta.partitions.items())] == [(3, [3]), (3, [3])]
         assert meta.partitions[0].leader_epoch == epoch + 1
+    asyncio.run(run())
+
+
+def test_a_new_incarnation_registers_over_a_fenced_broker_at_once() -> None:
+    """Another process with a live broker's id is refused while that broker is unfenced and within
+    its session; once it is fenced (its process seen dead) the new one registers at once, as Kafka's
+    controller does (a fenced broker has no session)."""
+    async def run() -> None:
+        q = Quorum()
+
+        def registration() -> BrokerRegistrationRequest:
+            return BrokerRegistrationRequest(broker_id=7, cluster_id="cluster", incarnation_id=uuid.uuid4(),
+                                             listeners=[], features=[], rack=None, log_dirs=[])
+        first = await q.registry.register(registration())
+        assert first.error_code == ErrorCode.NONE
+        await q.store.commit([BrokerRegistrationChangeRecord(broker_id=7, broker_epoch=first.broker_epoch,
+                                                             fenced=-1)])
+        assert (await q.registry.register(registration())).error_code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+        await q.store.commit([BrokerRegistrationChangeRecord(broker_id=7, broker_epoch=first.broker_epoch,
+                                                             fenced=1)])
+        again = await q.registry.register(registration())
+        assert again.error_code == ErrorCode.NONE and again.broker_epoch > first.broker_epoch
     asyncio.run(run())

@@ -7,7 +7,8 @@ new leader knows every broker. Only the leader takes BrokerRegistration and Brok
 it keeps heartbeat times: a broker silent for ``broker.session.timeout.ms`` is fenced by a record.
 
 - A registration writes a RegisterBrokerRecord, fenced; the broker's epoch is the record's offset.
-  Another incarnation of an id whose broker is still heartbeating is DUPLICATE_BROKER_REGISTRATION.
+  Another incarnation of an id whose broker is unfenced and still heartbeating is
+  DUPLICATE_BROKER_REGISTRATION (a fenced broker has no session, as in Kafka).
 - A heartbeat from a registered broker of the current epoch is caught up once the broker has
   replayed the log up to its own registration; a fenced broker that is caught up and does not ask to
   stay fenced is unfenced (BrokerRegistrationChangeRecord, fenced -1), answered once committed.
@@ -164,7 +165,10 @@ class BrokerRegistry(Registrations):
         if request.cluster_id != self.cluster_id:
             return refused(ErrorCode.INCONSISTENT_CLUSTER_ID)
         existing = self.brokers.get(request.broker_id)
-        if existing is not None and existing.incarnation != request.incarnation_id and self._alive(request.broker_id):
+        # A fenced broker has no session (Kafka's BrokerHeartbeatManager.hasValidSession): a broker
+        # restarted after its process was seen dead registers at once, not a session timeout later.
+        if (existing is not None and existing.incarnation != request.incarnation_id and not existing.fenced
+                and self._alive(request.broker_id)):
             return refused(ErrorCode.DUPLICATE_BROKER_REGISTRATION)
         epoch = self._next_offset()
         record = RegisterBrokerRecord(
