@@ -269,8 +269,8 @@ def cli_versions() -> list[str]:
 
 
 def tool_versions() -> list[Any]:
-    """The CLI tools' versions: the newest pinned in the default run, the older ones in the ``long``
-    tier (run by hand with -m long), which keeps the suite in its time budget."""
+    """The CLI tools' and Java clients' versions: the newest pinned in the default run, the older
+    ones in the ``long`` tier (run by hand with -m long), which keeps the suite in its time budget."""
     newest = cli_versions()[-1]
     return [v if v == newest else pytest.param(v, marks=pytest.mark.long) for v in cli_versions()]
 
@@ -332,7 +332,7 @@ class JavaClient:
         return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-@pytest.fixture(params=cli_versions(), ids=lambda v: f"java-{v}")
+@pytest.fixture(params=tool_versions(), ids=lambda v: f"java-{v}")
 def java_client(request: pytest.FixtureRequest, broker: Broker) -> JavaClient:
     version = str(request.param)
     try:
