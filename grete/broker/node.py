@@ -23,7 +23,6 @@ from grete.broker.config import BrokerConfig, ConfigError, StartupError
 from grete.broker.groups.coordinators import start_group_coordinator
 from grete.broker.network.connection import KafkaConnection
 from grete.broker.network.listeners import Listener, security_protocol
-from grete.broker.quorum.controller_node import controller_broker, is_controller_only
 from grete.broker.quotas.connection_quotas import LISTEN_BACKLOG
 from grete.broker.requests.pipeline import Pipeline
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -67,9 +66,10 @@ def _new_broker(config: BrokerConfig) -> tuple[Any, Broker]:
     each is also the broker's cluster view). None on the embedded node, whose view is a LocalCluster,
     and on a controller."""
     if not config.get_str("zookeeper.connect"):
-        if is_controller_only(config):
-            return None, controller_broker(config)
-        if set(config.get_list("process.roles")) == {"broker"}:
+        roles = set(config.get_list("process.roles"))
+        if roles == {"controller"}:  # loaded by name: the embedded node runs no quorum of several
+            return None, importlib.import_module("grete.broker.quorum.controller_node").controller_broker(config)
+        if roles == {"broker"}:
             # Loaded by name and only for a KRaft broker, as ZooKeeper's below (the Raft observer,
             # the fetch codec, the authorizer's parts the embedded node does not load at start).
             kraft = importlib.import_module("grete.broker.quorum.kraft_broker").KRaftBroker(config)

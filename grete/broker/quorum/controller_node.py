@@ -42,10 +42,6 @@ def raft_config(config: BrokerConfig) -> RaftConfig:
                       retry_backoff_ms=config.get_int("controller.quorum.retry.backoff.ms"))
 
 
-def is_controller_only(config: BrokerConfig) -> bool:
-    return set(config.get_list("process.roles")) == {"controller"}
-
-
 def formatted_cluster_id(config: BrokerConfig, role: str) -> str:
     """The cluster id of the formatted metadata log dir: a controller or a broker of a quorum of
     several does not format itself (every node must share the cluster id the operator chose)."""
