@@ -7,13 +7,21 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from grete.broker.config import BrokerConfig
 from grete.broker.quorum.brokers import BrokerRegistry
+from grete.broker.quorum.image_changes import publish_entity_changes
 from grete.broker.quorum.partitions import PartitionControl
+from grete.broker.security.delegation_tokens import DelegationTokenManager
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import AlterPartitionRequest, BrokerRegistrationRequest
-from grete.protocol.metadata import BrokerRegistrationChangeRecord, RegisterBrokerRecord
+from grete.protocol.metadata import (
+    BrokerRegistrationChangeRecord,
+    DelegationTokenRecord,
+    RegisterBrokerRecord,
+)
+from grete.protocol.metadata_frame import encode_metadata_record
 
 
 class Quorum:
@@ -160,3 +168,23 @@ def test_a_new_incarnation_registers_over_a_fenced_broker_at_once() -> None:
         again = await q.registry.register(registration())
         assert again.error_code == ErrorCode.NONE and again.broker_epoch > first.broker_epoch
     asyncio.run(run())
+
+
+def test_a_voter_s_token_index_follows_records_another_voter_wrote() -> None:
+    """A follower voter applies a token record it did not write; publishing the batch's entity changes
+    is what brings its delegation-token index (by HMAC) up to date for when it leads."""
+    config = BrokerConfig({"delegation.token.secret.key": "s3cret"})
+    follower = QuorumMetadataStore("cluster", _discard)
+    tokens = DelegationTokenManager(config, follower)
+    record = DelegationTokenRecord(owner="User:alice", requester="User:alice", renewers=[], issue_timestamp=1,
+                                   max_timestamp=2**40, expiration_timestamp=2**40, token_id="t1")
+    batch = RaftBatch(0, 1, (encode_metadata_record(record),))
+    applied = follower.apply_batch(batch)
+    assert tokens.token_for_hmac(tokens.hmac_of("t1")) is None  # applied, not yet published
+    publish_entity_changes(follower.changes, (r for r, _ in applied))
+    found = tokens.token_for_hmac(tokens.hmac_of("t1"))
+    assert found is not None and found.owner == "User:alice"
+
+
+async def _discard(values: list[bytes]) -> int:
+    raise AssertionError("nothing is written here")

@@ -405,3 +405,4 @@ def test_a_voter_that_does_not_lead_answers_not_controller(tmp_path: Path) -> No
         assert _ask(address, election, 2).error_code == ErrorCode.NOT_CONTROLLER
     finally:
         quorum.stop()
+

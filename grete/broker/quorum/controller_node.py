@@ -21,6 +21,7 @@ from grete.broker.config import BrokerConfig, StartupError
 from grete.broker.quorum.brokers import BrokerRegistry
 from grete.broker.quorum.cluster import QuorumCluster
 from grete.broker.quorum.driver import RaftDriver, parse_voters
+from grete.broker.quorum.image_changes import publish_entity_changes
 from grete.broker.quorum.partitions import PartitionControl
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
@@ -85,9 +86,13 @@ def controller_broker(config: BrokerConfig) -> Broker:
                               lambda: store.next_producer_id, config.get_bool("grete.fast.failover.enable"))
 
     def committed(batch: RaftBatch) -> None:
-        for record, offset in store.apply_batch(batch):
+        applied = store.apply_batch(batch)
+        for record, offset in applied:
             registry.apply(record, offset)
             partitions.applied(record)
+        # Every voter's caches (delegation tokens by HMAC, SCRAM logins, quotas, dynamic configs)
+        # follow the log, not only the writer's: a voter that becomes the leader answers from them.
+        publish_entity_changes(store.changes, (record for record, _ in applied))
         boot.committed(broker, batch)
     driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, cluster_id,
                         raft_config(config), committed, listener=names[0] if names else "CONTROLLER")

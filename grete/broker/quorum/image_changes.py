@@ -9,7 +9,7 @@ waiting for a follower to come back) learn of it here, as they learn of a single
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from grete.coordinator.kraft.store import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from grete.coordinator.metadata import ChangeFeed, ChangeKind, MetadataChange, TopicMeta
@@ -42,6 +42,22 @@ _SIMPLE: dict[type[Message], ChangeKind] = {
 _CONFIGS = {BROKER_RESOURCE: ChangeKind.BROKER_CONFIGS_CHANGED, GROUP_RESOURCE: ChangeKind.GROUP_CONFIGS_CHANGED}
 
 
+def entity_change(record: Message) -> ChangeKind | None:
+    """The change a record makes to the cluster's entities (credentials, ACLs, quotas, tokens,
+    broker and group configs), which a node's caches follow; None for topics and brokers."""
+    if isinstance(record, ConfigRecord):
+        return _CONFIGS.get(record.resource_type)
+    return _SIMPLE.get(type(record))
+
+
+def publish_entity_changes(changes: ChangeFeed, records: Iterable[Message]) -> None:
+    """Each entity change the records make, once: what a voter applying a committed batch publishes,
+    so that its caches follow the log whoever wrote it (a voter that becomes leader answers from them)."""
+    kinds = {kind for record in records if (kind := entity_change(record)) is not None}
+    for kind in sorted(kinds, key=lambda k: k.value):
+        changes.publish(MetadataChange(kind))
+
+
 class ImageChanges:
     def __init__(self, changes: ChangeFeed, topic_by_id: Callable[[uuid.UUID], TopicMeta | None],
                  topic: Callable[[str], TopicMeta | None]) -> None:
@@ -68,17 +84,14 @@ class ImageChanges:
             self._created.add(record.topic_id)
         elif isinstance(record, PartitionRecord) and record.topic_id not in self._created:
             self._added.setdefault(record.topic_id, set()).add(record.partition_id)
-        elif isinstance(record, ConfigRecord):
-            if record.resource_type == TOPIC_RESOURCE:
-                self._configured.add(record.resource_name)
-            elif record.resource_type in _CONFIGS:
-                self._kinds.add(_CONFIGS[record.resource_type])
+        elif isinstance(record, ConfigRecord) and record.resource_type == TOPIC_RESOURCE:
+            self._configured.add(record.resource_name)
         elif isinstance(record, UnfenceBrokerRecord):
             self._joined.add(record.id)
         elif isinstance(record, BrokerRegistrationChangeRecord) and record.fenced == -1:
             self._joined.add(record.broker_id)
-        elif type(record) in _SIMPLE:
-            self._kinds.add(_SIMPLE[type(record)])
+        elif (kind := entity_change(record)) is not None:
+            self._kinds.add(kind)
 
     def publish(self) -> None:
         """After the batch is applied: each change once."""
