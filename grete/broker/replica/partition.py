@@ -158,12 +158,14 @@ class Partition(PartitionLogView):
             follower.last_caught_up_ms = now_ms
         elif fetch_offset >= follower.last_fetch_leader_leo >= 0:
             follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        moved = follower.log_end_offset != fetch_offset
         follower.log_end_offset = fetch_offset
         follower.last_fetch_leader_leo = leo
         follower.last_fetch_ms = now_ms
         if replica_id not in self.isr and self._pending_isr is None and self._may_join_isr(replica_id, follower):
             self._propose_isr(self.isr + [replica_id])
-        self._advance_high_watermark()
+        if moved:  # as Kafka's updateFollowerFetchState: an idle follower's fetch cannot move the HW
+            self._advance_high_watermark()
 
     def _may_join_isr(self, replica_id: int, follower: FollowerState) -> bool:
         return (follower.log_end_offset >= self.high_watermark and follower.log_end_offset >= self._epoch_start_offset
