@@ -147,9 +147,8 @@ class Partition(PartitionLogView):
 
     # --- the leader's view of its followers (Kafka's Partition/Replica fetch state) ---------------
     def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
-        """A follower fetched from ``fetch_offset``: its log end offset. It is caught up if it asked
-        for the leader's log end (or for the log end of its previous fetch, at that fetch's time);
-        it may join the ISR; the high watermark may move."""
+        """A follower fetched from ``fetch_offset`` (its log end): caught up if it asked for the leader's
+        log end (or its previous fetch's, then); it may join the ISR; the high watermark may move."""
         follower = self._followers.get(replica_id)
         if follower is None or not self.is_leader:
             return
@@ -158,13 +157,12 @@ class Partition(PartitionLogView):
             follower.last_caught_up_ms = now_ms
         elif fetch_offset >= follower.last_fetch_leader_leo >= 0:
             follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
-        moved = follower.log_end_offset != fetch_offset
-        follower.log_end_offset = fetch_offset
-        follower.last_fetch_leader_leo = leo
-        follower.last_fetch_ms = now_ms
+        # As Kafka's updateFollowerFetchState: an idle follower's fetch cannot move the HW.
+        moved, follower.log_end_offset = follower.log_end_offset != fetch_offset, fetch_offset
+        follower.last_fetch_leader_leo, follower.last_fetch_ms = leo, now_ms
         if replica_id not in self.isr and self._pending_isr is None and self._may_join_isr(replica_id, follower):
             self._propose_isr(self.isr + [replica_id])
-        if moved:  # as Kafka's updateFollowerFetchState: an idle follower's fetch cannot move the HW
+        if moved:
             self._advance_high_watermark()
 
     def _may_join_isr(self, replica_id: int, follower: FollowerState) -> bool:
