@@ -30,6 +30,8 @@ from grete.storage.files import (
     CLEANER_CHECKPOINT,
     LOG_START_CHECKPOINT,
     META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_CHECKPOINT,
     atomic_write,
     future_dir_name,
     is_deleted_dir,
@@ -44,8 +46,6 @@ from grete.storage.files import (
     uuid_to_kafka,
     write_offset_checkpoint,
     write_properties,
-    write_recovery_point_checkpoint,
-    write_replication_offset_checkpoint,
 )
 from grete.storage.future import COPY_CHUNK_BYTES, copy_to_future, promote_orphan_future, swap_in_future
 from grete.storage.loader import LogOffline
@@ -88,6 +88,8 @@ class LogManager:
         self._offline_where: dict[TopicPartition, list[Path]] = {}  # their partition directories
         self.dir_ids: dict[Path, uuid.UUID] = {}
         self.cleaner_offsets: dict[TopicPartition, int] = {}
+        # What each checkpoint file last said: an idle broker does not rewrite unchanged files.
+        self._written: dict[Path, dict[TopicPartition, int]] = {}
         self._last_checkpoint_ms = 0
         # log.retention.check.interval.ms (Kafka: 300 s, first check 30 s after start); 0 = every pass.
         self.retention_check_interval_ms = 0
@@ -359,18 +361,27 @@ class LogManager:
         return self._cleaner
 
     def checkpoint(self) -> None:
-        """The four offset checkpoints of every online dir (a failed write takes its dir offline)."""
+        """The four offset checkpoints of every online dir, each written when its content changed
+        (a failed write takes its dir offline)."""
+        by_dir: dict[Path, dict[TopicPartition, Log]] = {}
+        for k, lg in self.logs.items():
+            by_dir.setdefault(lg.log_dir, {})[k] = lg
         for d in self.online_dirs:
-            mine = {k: lg for k, lg in self.logs.items() if lg.log_dir == d}
+            mine = by_dir.get(d, {})
             try:
-                write_recovery_point_checkpoint(d, {k: lg.recovery_point for k, lg in mine.items()})
-                write_offset_checkpoint(d / LOG_START_CHECKPOINT,
-                                        {k: lg.log_start_offset for k, lg in mine.items() if lg.log_start_offset > 0})
-                write_replication_offset_checkpoint(d, {k: lg.high_watermark for k, lg in mine.items()})
-                write_offset_checkpoint(d / CLEANER_CHECKPOINT,
-                                        {k: o for k, o in self.cleaner_offsets.items() if k in mine})
+                self._write_changed(d / RECOVERY_POINT_CHECKPOINT, {k: lg.recovery_point for k, lg in mine.items()})
+                self._write_changed(d / LOG_START_CHECKPOINT,
+                                    {k: lg.log_start_offset for k, lg in mine.items() if lg.log_start_offset > 0})
+                self._write_changed(d / REPLICATION_CHECKPOINT, {k: lg.high_watermark for k, lg in mine.items()})
+                self._write_changed(d / CLEANER_CHECKPOINT, {k: o for k, o in self.cleaner_offsets.items() if k in mine})
             except OSError as exc:
+                self._written = {p: o for p, o in self._written.items() if p.parent != d}
                 self.dir_failed(d, exc)
+
+    def _write_changed(self, path: Path, offsets: dict[TopicPartition, int]) -> None:
+        if self._written.get(path) != offsets or not path.exists():
+            write_offset_checkpoint(path, offsets)
+            self._written[path] = offsets
 
     def flush(self) -> None:
         for lg in self.logs.values():

@@ -147,3 +147,28 @@ def test_cordoned_dirs_take_no_new_logs_while_another_can(tmp_path: Path) -> Non
     mgr.cordoned = {tmp_path / "d0", tmp_path / "d1", tmp_path / "d2"}
     assert mgr.create_log("fallback", 0).dir.parent in {tmp_path / "d0", tmp_path / "d2"}  # emptiest
     mgr.shutdown()
+
+
+def test_an_unchanged_checkpoint_is_not_rewritten(tmp_path: Path) -> None:
+    """An idle broker does not rewrite its offset checkpoints every few seconds: a file is written
+    again when what it says changed (or when it is missing)."""
+    mgr = manager(tmp_path)
+    mgr.startup(cluster_id="c", node_id=1)
+    lg = mgr.create_log("t", 0)
+    append(lg, [b"a"])
+    lg.high_watermark = 1
+    mgr.checkpoint()
+    hw_file = tmp_path / "d0" / "replication-offset-checkpoint"
+    recovery_file = tmp_path / "d0" / "recovery-point-offset-checkpoint"
+    written = hw_file.stat().st_ino, recovery_file.stat().st_ino  # each write replaces the file
+    mgr.checkpoint()
+    assert (hw_file.stat().st_ino, recovery_file.stat().st_ino) == written
+    append(lg, [b"b"])
+    lg.high_watermark = 2
+    mgr.checkpoint()
+    assert hw_file.stat().st_ino != written[0] and "t 0 2" in hw_file.read_text()
+    assert recovery_file.stat().st_ino == written[1]  # the recovery point did not move
+    recovery_file.unlink()
+    mgr.checkpoint()
+    assert recovery_file.exists()
+    mgr.shutdown()
