@@ -59,7 +59,8 @@ class PeerConnection:
         closed, and the next call reconnects)."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._call(request, version), self.timeout_s)
+                async with asyncio.timeout(self.timeout_s):  # no task per call, as wait_for makes
+                    return await self._call(request, version)
             except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
                 self.abort()
                 raise PeerError(f"{type(request).__name__} to {self.host}:{self.port} failed: "
