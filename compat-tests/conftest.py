@@ -59,14 +59,20 @@ def target_of(config: pytest.Config) -> str:
     return str(chosen)
 
 
+# Folders whose every test starts JVMs (Kafka's tools, the Java clients, Connect) or a 3-broker
+# cluster: in the full run, not in the quick tier.
+SLOW_FOLDERS = frozenset({"kafka-cli", "java", "cluster", "connect", "kafka-streams", "kafka-tools"})
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so the added marks count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reference = not target_of(config).startswith("grete")
     for item in items:
-        if COMPAT_DIR not in Path(str(item.path)).parents:
+        path = Path(str(item.path))
+        if COMPAT_DIR not in path.parents:
             continue
         item.add_marker(pytest.mark.compat)
-        if reference:
+        if reference or path.relative_to(COMPAT_DIR).parts[0] in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
 
 

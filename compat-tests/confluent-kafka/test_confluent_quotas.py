@@ -8,6 +8,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from grete.protocol.errors import ErrorCode
@@ -23,6 +24,7 @@ RUN_S = WARM_UP_S + 22.0
 VALUE = b"q" * 1000
 
 
+@pytest.mark.slow  # half a minute: the quota's 11 s window filled, then 22 s measured
 def test_producer_slowed_to_its_byte_rate(broker, fresh_topic):
     client = f"quota-{uuid.uuid4().hex[:8]}"
     alter_client_quotas(broker.bootstrap, {"client-id": client}, {"producer_byte_rate": QUOTA})

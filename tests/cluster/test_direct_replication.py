@@ -20,6 +20,8 @@ from grete.testing.cluster import GreteCluster, cluster, free_port
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 from tests.cluster.test_replication import consume_all, create, create_away_from_controller, log_bytes, state
 
+pytestmark = pytest.mark.slow  # a 3-broker cluster per module, brokers killed
+
 PUSH_OVERRIDES = {**CLUSTER_OVERRIDES, "direct.transports": "shm", "direct.replication.enable": "true",
                   "replica.lag.time.max.ms": "3000", "replica.fetch.backoff.ms": "200",
                   "replica.fetch.wait.max.ms": "200"}
