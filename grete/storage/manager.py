@@ -361,8 +361,7 @@ class LogManager:
         return self._cleaner
 
     def checkpoint(self) -> None:
-        """The four offset checkpoints of every online dir, each written when its content changed
-        (a failed write takes its dir offline)."""
+        """Each online dir's four offset checkpoints, rewritten when changed (a failed write: dir offline)."""
         by_dir: dict[Path, dict[TopicPartition, Log]] = {}
         for k, lg in self.logs.items():
             by_dir.setdefault(lg.log_dir, {})[k] = lg
@@ -375,11 +374,11 @@ class LogManager:
                 self._write_changed(d / REPLICATION_CHECKPOINT, {k: lg.high_watermark for k, lg in mine.items()})
                 self._write_changed(d / CLEANER_CHECKPOINT, {k: o for k, o in self.cleaner_offsets.items() if k in mine})
             except OSError as exc:
-                self._written = {p: o for p, o in self._written.items() if p.parent != d}
                 self.dir_failed(d, exc)
 
     def _write_changed(self, path: Path, offsets: dict[TopicPartition, int]) -> None:
         if self._written.get(path) != offsets or not path.exists():
+            self._written.pop(path, None)  # until written whole: a failed write is written again
             write_offset_checkpoint(path, offsets)
             self._written[path] = offsets
 
