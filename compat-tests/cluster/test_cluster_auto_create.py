@@ -19,12 +19,15 @@ from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.testing import _wire
 
 METADATA_VERSION = 12  # Kafka 3.9.2's highest
+# Kafka's clients give a request request.timeout.ms, 30 s by default: an answer within that is in time.
+CLIENT_TIMEOUT_S = 25.0
 
 
 def metadata_topic(broker: Any, topic: str, auto_create: bool) -> MetadataResponse.MetadataResponseTopic:
     request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
                               allow_auto_topic_creation=auto_create)
-    answer = _wire.call(broker.host, broker.port, request, MetadataResponse, METADATA_VERSION)
+    answer = _wire.call(broker.host, broker.port, request, MetadataResponse, METADATA_VERSION,
+                        timeout=CLIENT_TIMEOUT_S)
     return answer.topics[0]
 
 
