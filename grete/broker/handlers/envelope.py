@@ -19,6 +19,7 @@ from grete.protocol.codec import Message, Reader, Writer
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.headers import decode_request_header, encode_response_header
 from grete.protocol.messages import ApiKey, EnvelopeRequest, EnvelopeResponse, response_header_version
+from grete.protocol.principal_data import decode_principal_data
 
 
 @api(ApiKey.ENVELOPE, 0, 0)
@@ -34,7 +35,7 @@ async def handle(ctx: RequestContext, request: EnvelopeRequest) -> EnvelopeRespo
             return EnvelopeResponse(error_code=ErrorCode.INVALID_REQUEST)
         inner_request = handler.request_cls.decode(Reader(request.request_data, pos),  # type: ignore[attr-defined]
                                                    header.api_version)
-        principal, token_authenticated = _principal(request.request_principal)
+        principal, token_authenticated = decode_principal_data(request.request_principal)
         session = Session(listener=ctx.listener, security_protocol=ctx.session.security_protocol,
                           client_host=_address(request.client_host_address), principal=principal,
                           token_authenticated=token_authenticated, forwarded=True)
@@ -72,15 +73,3 @@ def _address(raw: bytes) -> str:
         return str(ipaddress.ip_address(raw))
     except ValueError:
         return ""
-
-
-def _principal(raw: bytes | None) -> tuple[str, bool]:
-    """Kafka's DefaultKafkaPrincipalBuilder serde: DefaultPrincipalData v0 (flexible): type and name
-    as compact strings, then tokenAuthenticated; ``User:ANONYMOUS`` when absent."""
-    if not raw:
-        return "User:ANONYMOUS", False
-    r = Reader(raw, 0)
-    r.int16()  # the version
-    kind = r.string(True)
-    name = r.string(True)
-    return f"{kind}:{name}", r.boolean()

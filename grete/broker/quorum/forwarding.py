@@ -17,20 +17,7 @@ from grete.protocol.messages import (
     request_header_version,
     response_header_version,
 )
-
-PRINCIPAL_DATA_VERSION = 0
-
-
-def principal_data(principal: str, token_authenticated: bool) -> bytes:
-    """DefaultPrincipalData v0 (flexible): type, name, tokenAuthenticated."""
-    kind, _, name = principal.partition(":")
-    w = Writer()
-    w.int16(PRINCIPAL_DATA_VERSION)
-    w.string(kind, True)
-    w.string(name, True)
-    w.boolean(token_authenticated)
-    w.tagged_fields((), None)
-    return bytes(w.getvalue())
+from grete.protocol.principal_data import encode_principal_data
 
 
 def envelope(request: Message, version: int, client_id: str | None, principal: str, token_authenticated: bool,
@@ -44,7 +31,7 @@ def envelope(request: Message, version: int, client_id: str | None, principal: s
         address = ipaddress.ip_address(client_host).packed
     except ValueError:
         address = b""
-    return EnvelopeRequest(request_data=bytes(w.getvalue()), request_principal=principal_data(principal,
+    return EnvelopeRequest(request_data=bytes(w.getvalue()), request_principal=encode_principal_data(principal,
                            token_authenticated), client_host_address=address)
 
 
