@@ -371,11 +371,12 @@ class Broker:
 
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False,
-                           internal: bool = False, wait_open: bool = True,
+                           internal: bool = False, wait_open: bool = True, elected: bool = True,
                            assignment: dict[int, list[int]] | None = None) -> TopicMeta | None:
         """CreateTopics semantics; -1 means the broker default. Raises KafkaError. Returns once the
         partitions take writes, unless ``wait_open`` is false (the replica manager opens them as it
-        learns of the topic; see :meth:`ReplicaManager.ready`)."""
+        learns of the topic; see :meth:`ReplicaManager.ready`). With ``elected`` false a ZooKeeper
+        cluster's store returns once the topic is written, leaders or not (None then)."""
         validate_topic_name(name)
         if self.metadata.topic(name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -396,12 +397,12 @@ class Broker:
         if validate_only:
             return None
         try:
-            meta = await self.metadata.create_topic(name, assignment, clean,
+            meta = await self.metadata.create_topic(name, assignment, clean, elected=elected,
                                                     internal=internal or name in INTERNAL_TOPICS)
         except TopicExists:  # created meanwhile, through another broker
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
         log.info("created topic %s with %d partition(s)", name, partitions)
-        if wait_open:
+        if wait_open and meta is not None:
             await self.replicas.ready(meta)
         return meta
 

@@ -207,7 +207,7 @@ class ZkMetadataCache:
 
     # --- changes (ZooKeeper writes, as AdminZkClient makes them) ----------------------------------
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
-                           internal: bool = False) -> TopicMeta:
+                           internal: bool = False, elected: bool = True) -> TopicMeta | None:
         if await self.zk.exists(zk.topic_path(name)) is not None:
             raise TopicExists(name)
         # The config first, then the topic (Kafka's order: the controller must find the config).
@@ -218,6 +218,8 @@ class ZkMetadataCache:
         except NodeExistsError:
             raise TopicExists(name) from None
         self._topic_configs[name] = dict(configs)
+        if not elected:
+            return None  # the controller elects its leaders when it can; nothing here waits for it
         await self._wait_for(lambda: self._has_leaders(name, topic_id, len(assignment)), f"elected leaders for {name}")
         return self._topics[name]
 

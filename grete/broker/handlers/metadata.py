@@ -81,7 +81,7 @@ async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, res
     created = cluster.auto_create_error
     for name in dict.fromkeys(missing):
         try:
-            await ctx.broker.create_topic(name, wait_open=cluster.auto_create_waits_open)
+            await ctx.broker.create_topic(name, wait_open=cluster.auto_create_waits_open, elected=False)
             failed[name] = created
         except KafkaError as exc:
             failed[name] = created if exc.code in NOT_THERE_YET else exc.code

@@ -218,7 +218,7 @@ class KRaftMetadataStore(MetadataState):
 
     # --- topics -----------------------------------------------------------------------------------
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
-                           internal: bool = False) -> TopicMeta:
+                           internal: bool = False, elected: bool = True) -> TopicMeta:
         if name in self._topics:
             raise TopicExists(name)
         topic_id = new_topic_id()
