@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from grete.coordinator.groups.consumer_assignors import Assignment, TopicView
 from grete.coordinator.groups.consumer_groups import ConsumerGroups
 from grete.coordinator.groups.consumer_records import tombstones
-from grete.coordinator.groups.consumer_requests import CONSUMER_PROTOCOL_TYPE, HeartbeatError
+from grete.coordinator.groups.consumer_requests import CONSUMER_PROTOCOL_TYPE
 from grete.coordinator.groups.consumer_state import (
     ClassicMeta,
     ConsumerGroup,
@@ -35,6 +35,7 @@ from grete.coordinator.groups.group_context import GROUP_WRITE_ERRORS, GroupCont
 from grete.coordinator.groups.group_membership import Membership, Protocols
 from grete.coordinator.groups.group_state import Group, GroupState, Member
 from grete.coordinator.groups.group_types import UNKNOWN_MEMBER_ID, JoinResult, LeaveMember, SyncResult
+from grete.coordinator.groups.modern_state import GroupRequestError
 from grete.coordinator.groups.offsets_format import encode_group_key
 from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ErrorCode, ProtocolError
@@ -165,7 +166,7 @@ class ClassicMembers:
             return JoinResult.failed(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         try:
             member, bump = self._member(cg, joining_id, member_id, instance_id)
-        except HeartbeatError as exc:
+        except GroupRequestError as exc:
             return JoinResult.failed(member_id, exc.error)
         before = (member.rack_id, member.subscribed_topic_names)
         member.client_id, member.client_host = client_id, client_host
@@ -208,7 +209,7 @@ class ClassicMembers:
             owner = cg.static_members.get(instance_id)
             if owner is not None and owner != joining_id:
                 if member_id != UNKNOWN_MEMBER_ID:
-                    raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID)
+                    raise GroupRequestError(ErrorCode.FENCED_INSTANCE_ID)
                 return self.consumer.replace_static(cg, cg.members[owner], joining_id), False
         member = cg.members.get(joining_id)
         if member is not None:

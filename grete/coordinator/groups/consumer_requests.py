@@ -10,7 +10,14 @@ import uuid
 from dataclasses import dataclass
 
 from grete.coordinator.groups.consumer_assignors import Assignment
-from grete.coordinator.groups.consumer_state import LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroup
+from grete.coordinator.groups.consumer_state import ConsumerGroup
+from grete.coordinator.groups.modern_state import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    GroupRequestError,
+    check_identity,
+    invalid_request,
+)
 from grete.protocol.errors import ErrorCode
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -43,13 +50,6 @@ class HeartbeatResult:
     member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Assignment | None = None
-
-
-class HeartbeatError(Exception):
-    def __init__(self, error: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
 
 
 _LOOKAROUNDS = ("(?=", "(?!", "(?<=", "(?<!")
@@ -115,42 +115,35 @@ def validate_commit(cg: ConsumerGroup, member_id: str, epoch: int, api_version: 
 
 def validate_request(req: ConsumerHeartbeat, assignors: tuple[str, ...]) -> None:
     """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, with its messages."""
-    def invalid(message: str) -> HeartbeatError:
-        return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
-    if not req.group_id:
-        raise invalid("GroupId can't be empty.")
-    if req.instance_id == "":
-        raise invalid("InstanceId can't be empty.")
-    if req.rack_id == "":
-        raise invalid("RackId can't be empty.")
+    check_identity(req.group_id, req.instance_id, req.rack_id)
     if req.version >= 1 and not req.member_id:
-        raise invalid("MemberId can't be empty.")
+        raise invalid_request("MemberId can't be empty.")
     epoch = req.member_epoch
     if epoch > 0 or epoch == LEAVE_EPOCH:
         if not req.member_id:
-            raise invalid("MemberId can't be empty.")
+            raise invalid_request("MemberId can't be empty.")
     elif epoch == 0:
         if req.rebalance_timeout_ms == -1:
-            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            raise invalid_request("RebalanceTimeoutMs must be provided in first request.")
         if req.owned is None or req.owned:
-            raise invalid("TopicPartitions must be empty when (re-)joining.")
+            raise invalid_request("TopicPartitions must be empty when (re-)joining.")
         if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-            raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+            raise invalid_request("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
                           "(re-)joining.")
     elif epoch == STATIC_LEAVE_EPOCH:
         if not req.member_id:
-            raise invalid("MemberId can't be empty.")
+            raise invalid_request("MemberId can't be empty.")
         if req.instance_id is None:
-            raise invalid("InstanceId can't be null.")
+            raise invalid_request("InstanceId can't be null.")
     else:
-        raise invalid("MemberEpoch is invalid.")
+        raise invalid_request("MemberEpoch is invalid.")
     if req.server_assignor is not None and req.server_assignor not in assignors:
-        raise HeartbeatError(ErrorCode.UNSUPPORTED_ASSIGNOR,
+        raise GroupRequestError(ErrorCode.UNSUPPORTED_ASSIGNOR,
                              f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
                              f"{', '.join(assignors)}.")
     if req.subscribed_topic_regex:
         problem = regex_problem(req.subscribed_topic_regex)
         if problem is not None:
-            raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+            raise GroupRequestError(ErrorCode.INVALID_REGULAR_EXPRESSION,
                                  f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid "
                                  f"regular expression: {problem}.")

@@ -228,9 +228,10 @@ class GroupCoordinator:
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
         group = self.ctx.groups.get(group_id)
-        if group is not None and group.streams is not None:
-            return self.streams.validate_fetch(group, member_id, member_epoch)
-        return self.consumer.validate_fetch(group_id, member_id, member_epoch)
+        if group is None:
+            return None
+        kind = self.streams if group.streams is not None else self.consumer
+        return kind.validate_fetch(group, member_id, member_epoch)
 
     # ===================================================== KIP-1071 streams groups (streams_groups)
 

@@ -15,30 +15,21 @@ Kafka's broker does for a streams group, without holding the answer.
 
 from __future__ import annotations
 
-import functools
+from typing import Any
 
 from grete.coordinator.groups import streams_records
-from grete.coordinator.groups.group_context import (
-    GROUP_WRITE_ERRORS,
-    GroupContext,
-    arm_member_timers,
-    cancel,
-    log,
-)
+from grete.coordinator.groups.coordinator_records import Record
 from grete.coordinator.groups.group_state import Group, GroupState
 from grete.coordinator.groups.group_types import STREAMS_GROUP_TYPE
-from grete.coordinator.groups.offsets_format import encode_group_key
+from grete.coordinator.groups.modern_groups import ModernGroups
+from grete.coordinator.groups.modern_state import JOIN_EPOCH, GroupRequestError
 from grete.coordinator.groups.streams_requests import (
     EndpointPartitions,
-    StreamsError,
     StreamsHeartbeat,
     StreamsResult,
     validate,
 )
 from grete.coordinator.groups.streams_state import (
-    JOIN_EPOCH,
-    STATIC_LEAVE_EPOCH,
-    MemberState,
     StreamsGroup,
     StreamsMember,
     assign_active,
@@ -55,20 +46,55 @@ from grete.coordinator.groups.streams_topology import (
 from grete.protocol.errors import ErrorCode
 
 
-class StreamsGroups:
+class StreamsGroups(ModernGroups[StreamsGroup, StreamsMember, StreamsHeartbeat, StreamsResult]):
     """The streams-protocol part of the group coordinator, over the shared ``GroupContext``."""
 
-    def __init__(self, ctx: GroupContext) -> None:
-        self.ctx = ctx
+    kind = "streams"
+    held = "tasks"
+    session_key = "streams.session.timeout.ms"
+    heartbeat_key = "streams.heartbeat.interval.ms"
+
+    # ===================================================================== the kind's hooks
+
+    def _state(self, group: Group) -> StreamsGroup | None:
+        return group.streams
+
+    def _enabled(self) -> bool:
+        return self.ctx.config.streams_protocol_enabled
+
+    def _answer(self, error: ErrorCode, message: str | None = None) -> StreamsResult:
+        return StreamsResult(error, message)
+
+    def _validate(self, req: StreamsHeartbeat) -> None:
+        validate(req)
+
+    def _changes(self, state: StreamsGroup) -> list[Record]:
+        records = streams_records.changes(state, state.dirty)
+        state.dirty.clear()
+        return records
+
+    def _new_member(self, member_id: str, req: StreamsHeartbeat) -> StreamsMember:
+        return StreamsMember(member_id, instance_id=req.instance_id)
+
+    def _max_size(self) -> int:
+        return self.ctx.config.streams_max_size
+
+    def _reported(self, req: StreamsHeartbeat) -> frozenset[Any] | None:
+        return req.active_tasks
+
+    def _defaults(self) -> tuple[int, int]:
+        return self.ctx.config.streams_session_timeout_ms, self.ctx.config.streams_heartbeat_interval_ms
+
+    def _left(self, member: StreamsMember, req: StreamsHeartbeat) -> StreamsResult:
+        return StreamsResult(ErrorCode.NONE, None, member.member_id, req.member_epoch, 0, statuses=[])
+
+    def _removed(self, group: Group, state: StreamsGroup, member: StreamsMember) -> None:
+        state.target_standby.pop(member.member_id, None)
+        state.endpoint_epoch += 1
+        if not state.members:
+            state.shutdown_requested = False  # the application is gone; a new run starts afresh
 
     # ====================================================================== configuration
-
-    def _setting(self, group_id: str, key: str, default: int) -> int:
-        value = self.ctx.group_overrides(group_id).get(key)
-        return int(value) if value is not None else default
-
-    def session_timeout_ms(self, group_id: str) -> int:
-        return self._setting(group_id, "streams.session.timeout.ms", self.ctx.config.streams_session_timeout_ms)
 
     def initial_delay_ms(self, group_id: str) -> int:
         return self._setting(group_id, "streams.initial.rebalance.delay.ms",
@@ -78,38 +104,9 @@ class StreamsGroups:
         return self._setting(group_id, "streams.num.standby.replicas",
                              self.ctx.config.streams_num_standby_replicas)
 
-    def heartbeat_interval_ms(self, group_id: str) -> int:
-        return self._setting(group_id, "streams.heartbeat.interval.ms",
-                             self.ctx.config.streams_heartbeat_interval_ms)
-
     # ========================================================================== heartbeat
 
-    async def heartbeat(self, req: StreamsHeartbeat) -> StreamsResult:
-        if not self.ctx.config.streams_protocol_enabled:
-            return StreamsResult(ErrorCode.UNSUPPORTED_VERSION,
-                                 "The streams protocol is not in group.coordinator.rebalance.protocols.")
-        try:
-            validate(req)
-            status = self.ctx.status_error(req.group_id)
-            if status is not None:
-                return StreamsResult(status)
-            result = self._heartbeat(req)
-        except StreamsError as exc:
-            return StreamsResult(exc.error, exc.message)
-        error = await self.ctx.detached(self.persist(req.group_id))
-        return result if error is ErrorCode.NONE else StreamsResult(error)
-
-    async def persist(self, group_id: str) -> ErrorCode:
-        """Append the group's changed records in the order the changes were made: each write waits
-        for the one before it on the same partition."""
-        group = self.ctx.groups.get(group_id)
-        records = []
-        if group is not None and group.streams is not None:
-            records = streams_records.changes(group.streams, group.streams.dirty)
-            group.streams.dirty.clear()
-        return await self.ctx.append_in_order(self.ctx.partition_for(group_id), records)
-
-    def _heartbeat(self, req: StreamsHeartbeat) -> StreamsResult:
+    def _beat(self, req: StreamsHeartbeat) -> StreamsResult:
         group = self._group(req)
         sg = group.streams
         assert sg is not None
@@ -118,9 +115,9 @@ class StreamsGroups:
         if req.topology is not None and sg.topology is not None and req.topology != sg.topology:
             # Kafka 4.3.1 refuses any other topology than the group's, whatever its epoch and even in
             # an empty group (measured), before anything changes.
-            raise StreamsError(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+            raise GroupRequestError(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
         if req.member_epoch == JOIN_EPOCH:
-            member, bump = self._join(sg, req)
+            member, bump = self._join(sg, req.member_id, req)
         else:
             member = self._known_member(sg, req)
             bump = False
@@ -137,7 +134,7 @@ class StreamsGroups:
         if changed or member.user_endpoint != endpoint_before:
             sg.endpoint_epoch += 1
         sg.dirty.add(member.member_id)
-        self._arm_timers(group, sg, member)
+        self._arm_timers(group, member)
         full = req.member_epoch == JOIN_EPOCH or changed
         return StreamsResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch, self.heartbeat_interval_ms(sg.group_id),
@@ -169,17 +166,14 @@ class StreamsGroups:
             return group
         if req.member_epoch != JOIN_EPOCH:
             if group is None or group.is_(GroupState.DEAD):
-                raise StreamsError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {req.group_id} not found.")
-            raise StreamsError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a streams group.")
+                raise GroupRequestError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {req.group_id} not found.")
+            raise GroupRequestError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a streams group.")
         if group is None or group.is_(GroupState.DEAD):
             group = self.ctx.new_group(req.group_id)
         elif group.consumer is not None or not group.is_(GroupState.EMPTY):
-            raise StreamsError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a streams group.")
+            raise GroupRequestError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a streams group.")
         else:
-            # An empty classic group (offsets only) becomes a streams group; its classic record goes,
-            # so a restart cannot bring the classic group back.
-            self.ctx.spawn(self.ctx.append(self.ctx.partition_for(req.group_id),
-                                           [(encode_group_key(req.group_id), None)], GROUP_WRITE_ERRORS))
+            self._take_empty_classic(req.group_id)
         group.streams = StreamsGroup(req.group_id)
         group.protocol_type = STREAMS_GROUP_TYPE
         delay = self.initial_delay_ms(req.group_id)
@@ -197,34 +191,7 @@ class StreamsGroups:
             sg.group_epoch += 1
             self.ctx.spawn(self.persist(group.group_id))
 
-    def _join(self, sg: StreamsGroup, req: StreamsHeartbeat) -> tuple[StreamsMember, bool]:
-        if req.instance_id is not None:
-            owner_id = sg.static_members.get(req.instance_id)
-            if owner_id is not None and owner_id != req.member_id:
-                old = sg.members[owner_id]
-                if old.member_epoch != STATIC_LEAVE_EPOCH:
-                    raise StreamsError(
-                        ErrorCode.UNRELEASED_INSTANCE_ID,
-                        f"Static member {req.member_id} with instance id {req.instance_id} cannot join the group "
-                        f"because the instance id is owned by {owner_id} member.")
-                return self._replace_static(sg, old, req.member_id), False
-        member = sg.members.get(req.member_id)
-        if member is not None:
-            # A known member rejoining owns nothing now (its task lists are empty): start it over.
-            sg.release(member)
-            member.member_epoch, member.state = JOIN_EPOCH, MemberState.STABLE
-            return member, False
-        limit = self.ctx.config.streams_max_size
-        if len(sg.members) >= limit:
-            raise StreamsError(ErrorCode.GROUP_MAX_SIZE_REACHED,
-                               f"The streams group has reached its maximum capacity of {limit} members.")
-        member = StreamsMember(req.member_id, instance_id=req.instance_id)
-        sg.members[member.member_id] = member
-        if req.instance_id is not None:
-            sg.static_members[req.instance_id] = member.member_id
-        return member, True
-
-    def _replace_static(self, sg: StreamsGroup, old: StreamsMember, member_id: str) -> StreamsMember:
+    def replace_static(self, sg: StreamsGroup, old: StreamsMember, member_id: str) -> StreamsMember:
         """A static member back within its session: the new member id takes over the old one's tasks
         and target without a rebalance."""
         assigned, pending = old.assigned, old.pending_revocation
@@ -242,30 +209,6 @@ class StreamsGroups:
             sg.static_members[old.instance_id] = member_id
         sg.set_owned(member, assigned, pending)
         member.standby, member.pending_standby_revocation = standby, pending_standby
-        return member
-
-    def _known_member(self, sg: StreamsGroup, req: StreamsHeartbeat) -> StreamsMember:
-        if req.instance_id is not None:
-            owner_id = sg.static_members.get(req.instance_id)
-            if owner_id is not None and owner_id != req.member_id:
-                raise StreamsError(ErrorCode.FENCED_INSTANCE_ID,
-                                   f"Static member {req.member_id} with instance id {req.instance_id} was "
-                                   f"fenced by member {owner_id}.")
-        member = sg.members.get(req.member_id)
-        if member is None:
-            raise StreamsError(ErrorCode.UNKNOWN_MEMBER_ID,
-                               f"Member {req.member_id} is not a member of group {sg.group_id}.")
-        received, known = req.member_epoch, member.member_epoch
-        # An older epoch passes only if it is the previous one and the member owns no more than it
-        # is assigned (its last answer was lost), as for consumer groups.
-        if received > known or (received < known and (
-                received != member.previous_member_epoch or req.active_tasks is None
-                or not req.active_tasks <= member.assigned)):
-            relation = "greater" if received > known else "smaller"
-            raise StreamsError(ErrorCode.FENCED_MEMBER_EPOCH,
-                               f"The streams group member has a {relation} member epoch ({received}) than the one "
-                               f"known by the group coordinator ({known}). The member must abandon all its "
-                               "partitions and rejoin.")
         return member
 
     @staticmethod
@@ -329,73 +272,6 @@ class StreamsGroups:
         return [(m.user_endpoint, partitions(m.assigned), partitions(m.standby))
                 for m in sorted(sg.members.values(), key=lambda m: m.member_id) if m.user_endpoint is not None]
 
-    # ============================================================================= leaving
-
-    def _leave(self, group: Group, sg: StreamsGroup, req: StreamsHeartbeat) -> StreamsResult:
-        member = sg.members.get(req.member_id)
-        if member is None:
-            raise StreamsError(ErrorCode.UNKNOWN_MEMBER_ID,
-                               f"Member {req.member_id} is not a member of group {sg.group_id}.")
-        if req.instance_id is not None and sg.static_members.get(req.instance_id) != member.member_id:
-            raise StreamsError(ErrorCode.FENCED_INSTANCE_ID,
-                               f"Static member {req.member_id} with instance id {req.instance_id} was fenced "
-                               f"by member {sg.static_members.get(req.instance_id)}.")
-        if req.member_epoch == STATIC_LEAVE_EPOCH:
-            # Gone for now, back soon: it keeps its tasks and nothing is rebalanced; the session
-            # timer removes it if it does not come back in time.
-            member.member_epoch = STATIC_LEAVE_EPOCH
-            sg.dirty.add(member.member_id)
-            cancel(member.rebalance_timer)
-            member.rebalance_timer = None
-        else:
-            self.remove_member(group, member, "the member left the group")
-        return StreamsResult(ErrorCode.NONE, None, member.member_id, req.member_epoch, 0, statuses=[])
-
-    def remove_member(self, group: Group, member: StreamsMember, reason: str) -> None:
-        """Fence or remove a member: its tasks are free and the group epoch rises."""
-        sg = group.streams
-        if sg is None or sg.members.get(member.member_id) is not member:
-            return
-        log.info("streams group %s: removing member %s (%s)", sg.group_id, member.member_id, reason)
-        self._drop(sg, member)
-        sg.target.pop(member.member_id, None)
-        sg.target_standby.pop(member.member_id, None)
-        sg.group_epoch += 1
-        sg.endpoint_epoch += 1
-        sg.dirty.add(member.member_id)
-        if not sg.members:
-            sg.shutdown_requested = False  # the application is gone; a new run starts afresh
-
-    @staticmethod
-    def _drop(sg: StreamsGroup, member: StreamsMember) -> None:
-        for timer in (member.session_timer, member.rebalance_timer):
-            cancel(timer)
-        member.session_timer = member.rebalance_timer = None
-        sg.release(member)
-        del sg.members[member.member_id]
-        if member.instance_id is not None and sg.static_members.get(member.instance_id) == member.member_id:
-            del sg.static_members[member.instance_id]
-
-    # ============================================================================== timers
-
-    def _arm_timers(self, group: Group, sg: StreamsGroup, member: StreamsMember) -> None:
-        arm_member_timers(self.ctx, member, self.session_timeout_ms(sg.group_id),
-                          member.state is MemberState.UNREVOKED_TASKS, functools.partial(self._expire, group, member),
-                          "did not revoke tasks in time")
-
-    def _expire(self, group: Group, member: StreamsMember, reason: str) -> None:
-        if self.ctx.live_group(group):
-            self.remove_member(group, member, reason)
-            self.ctx.spawn(self.persist(group.group_id))
-
-    def arm_loaded(self, groups: list[Group]) -> None:
-        """Groups just loaded from the log: their members' sessions start now, as in Kafka."""
-        for group in groups:
-            for member in group.streams.members.values() if group.streams is not None else ():
-                if member.session_timer is None:
-                    member.session_timer = self.ctx.call_later(self.session_timeout_ms(group.group_id),
-                                                               self._expire, group, member, "session timeout")
-
     # ================================================================== target assignment
 
     def _compute_target(self, sg: StreamsGroup) -> None:
@@ -412,28 +288,3 @@ class StreamsGroups:
                                            sg.standby_replicas, sg.target_standby, stateful)
         sg.assignment_epoch = sg.group_epoch
         sg.dirty.update(sg.members)
-
-    # ============================================================================= offsets
-
-    def validate_fetch(self, group: Group, member_id: str | None, epoch: int) -> ErrorCode | None:
-        """OffsetFetch v9+: a member fetching must be one, at its current epoch."""
-        sg = group.streams
-        if sg is None or (member_id is None and epoch < 0):
-            return None
-        member = sg.members.get(member_id or "")
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        return ErrorCode.STALE_MEMBER_EPOCH if epoch != member.member_epoch else None
-
-    # ============================================================================ describe
-
-    def describe(self, group_id: str) -> tuple[ErrorCode, str | None, StreamsGroup | None]:
-        error = self.ctx.status_error(group_id)
-        if error is not None:
-            return error, None, None
-        group = self.ctx.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
-            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
-        if group.streams is None:
-            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.", None
-        return ErrorCode.NONE, None, group.streams

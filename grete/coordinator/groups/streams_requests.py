@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grete.coordinator.groups.streams_state import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, Tasks
+from grete.coordinator.groups.modern_state import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    GroupRequestError,
+    check_identity,
+    invalid_request,
+)
+from grete.coordinator.groups.streams_state import Tasks
 from grete.coordinator.groups.streams_topology import TopicInfo, Topology
 from grete.protocol.errors import ErrorCode
 
@@ -14,13 +22,6 @@ from grete.protocol.errors import ErrorCode
 # offsets: 0 and 0 (measured; it offers no warm-up tasks either).
 ACCEPTABLE_RECOVERY_LAG = 0
 TASK_OFFSET_INTERVAL_MS = 0
-
-
-class StreamsError(Exception):
-    def __init__(self, error: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message or error.name)
-        self.error = error
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -67,35 +68,29 @@ class StreamsResult:
 
 
 def validate(req: StreamsHeartbeat) -> None:
-    def invalid(message: str) -> StreamsError:
-        return StreamsError(ErrorCode.INVALID_REQUEST, message)
-    if not req.group_id:
-        raise invalid("GroupId can't be empty.")
-    if req.instance_id == "":
-        raise invalid("InstanceId can't be empty.")
-    if req.rack_id == "":
-        raise invalid("RackId can't be empty.")
+    """Kafka's throwIfStreamsGroupHeartbeatRequestIsInvalid, with its messages."""
+    check_identity(req.group_id, req.instance_id, req.rack_id)
     if not req.member_id:
-        raise invalid("MemberId can't be empty.")
+        raise invalid_request("MemberId can't be empty.")
     epoch = req.member_epoch
     if epoch == JOIN_EPOCH:
         if req.rebalance_timeout_ms == -1:
-            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            raise invalid_request("RebalanceTimeoutMs must be provided in first request.")
         if req.active_tasks is None or req.active_tasks:
-            raise invalid("ActiveTasks must be empty when (re-)joining.")
+            raise invalid_request("ActiveTasks must be empty when (re-)joining.")
         if req.standby_tasks is None or req.standby_tasks:
-            raise invalid("StandbyTasks must be empty when (re-)joining.")
+            raise invalid_request("StandbyTasks must be empty when (re-)joining.")
         if req.warmup_tasks is None or req.warmup_tasks:
-            raise invalid("WarmupTasks must be empty when (re-)joining.")
+            raise invalid_request("WarmupTasks must be empty when (re-)joining.")
         if req.topology is None:
-            raise invalid("Topology must be non-null when (re-)joining.")
+            raise invalid_request("Topology must be non-null when (re-)joining.")
     elif epoch == STATIC_LEAVE_EPOCH:
         if req.instance_id is None:
-            raise invalid("InstanceId can't be null.")
+            raise invalid_request("InstanceId can't be null.")
     elif epoch < STATIC_LEAVE_EPOCH:
-        raise invalid(f"MemberEpoch is {epoch}, but must be greater than or equal to -2.")
+        raise invalid_request(f"MemberEpoch is {epoch}, but must be greater than or equal to -2.")
     elif epoch != LEAVE_EPOCH and req.topology is not None:
-        raise invalid("Topology can only be provided when (re-)joining.")
+        raise invalid_request("Topology can only be provided when (re-)joining.")
     if req.topology is not None:
         _validate_topology(req.topology)
 
@@ -105,12 +100,12 @@ def _validate_topology(topology: Topology) -> None:
     sinks = {t for sub in topology.subtopologies for t in sub.repartition_sink_topics}
     for sub in topology.subtopologies:
         if sub.source_topic_regex:
-            raise StreamsError(ErrorCode.INVALID_REQUEST, "Regular expressions for source topics are not supported yet.")
+            raise GroupRequestError(ErrorCode.INVALID_REQUEST, "Regular expressions for source topics are not supported yet.")
     for sub in topology.subtopologies:
         if not sub.source_topics and not sub.repartition_source_topics:
-            raise StreamsError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
+            raise GroupRequestError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
                                f"No source topics found for subtopology {sub.subtopology_id}")
         if any(t.partitions <= 0 and t.name not in sinks for t in sub.repartition_source_topics):
-            raise StreamsError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
+            raise GroupRequestError(ErrorCode.STREAMS_INVALID_TOPOLOGY,
                                "Failed to compute number of partitions for all repartition topics, because a "
                                "repartition source topic is never used as a sink topic.")

@@ -15,17 +15,16 @@ like the active ones, sticky and by load. Warm-up tasks are not offered (docs/gr
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from dataclasses import dataclass, field
 
+from grete.coordinator.groups.modern_state import ModernGroupState, ModernMember
 from grete.coordinator.groups.streams_topology import Configured, TopicView, Topology
 from grete.protocol.errors import ErrorCode
 
 Task = tuple[str, int]
 Tasks = frozenset[Task]
 NO_TASKS: Tasks = frozenset()
-JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH = 0, -1, -2
 
 
 class MemberState(enum.IntEnum):
@@ -38,32 +37,16 @@ class MemberState(enum.IntEnum):
 
 
 @dataclass(eq=False)
-class StreamsMember:
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    rebalance_timeout_ms: int = -1
+class StreamsMember(ModernMember[Task]):
     topology_epoch: int = -1
     process_id: str = ""
     user_endpoint: tuple[str, int] | None = None
     client_tags: tuple[tuple[str, str], ...] = ()
-    member_epoch: int = 0
-    previous_member_epoch: int = -1
     state: MemberState = MemberState.STABLE
-    assigned: Tasks = NO_TASKS
-    pending_revocation: Tasks = NO_TASKS
     standby: Tasks = NO_TASKS
     pending_standby_revocation: Tasks = NO_TASKS
     task_offsets: tuple[tuple[str, int, int], ...] = ()
     task_end_offsets: tuple[tuple[str, int, int], ...] = ()
-    session_timer: asyncio.TimerHandle | None = None
-    rebalance_timer: asyncio.TimerHandle | None = None
-
-    def owned(self) -> Tasks:
-        """The active tasks the member may still be running."""
-        return self.assigned | self.pending_revocation
 
     @property
     def process(self) -> str:
@@ -71,17 +54,10 @@ class StreamsMember:
 
 
 @dataclass(eq=False)
-class StreamsGroup:
-    group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: dict[str, StreamsMember] = field(default_factory=dict)
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    target: dict[str, Tasks] = field(default_factory=dict)  # member id -> target active tasks
+class StreamsGroup(ModernGroupState[StreamsMember, Task]):
     target_standby: dict[str, Tasks] = field(default_factory=dict)  # member id -> target standby tasks
     # The number of standby replicas the target assignment was computed with: a change re-assigns.
     standby_replicas: int = 0
-    owners: dict[Task, str] = field(default_factory=dict)  # task -> member holding it
     topology: Topology | None = None
     configured: Configured = field(default_factory=Configured)
     # The sizes of the topics the topology uses, as last configured: a change re-configures.
@@ -92,9 +68,6 @@ class StreamsGroup:
     # group.streams.initial.rebalance.delay.ms: a new group assigns no tasks until this time (wall
     # clock ms), so that the instances starting together are in the first assignment.
     delayed_until_ms: int | None = None
-    # The value of each record as last written (key -> value), so a heartbeat appends only changes.
-    persisted: dict[bytes, bytes] = field(default_factory=dict)
-    dirty: set[str] = field(default_factory=set)  # members whose records may have changed
 
     def state_name(self) -> str:
         """Kafka's StreamsGroupState as ListGroups and StreamsGroupDescribe spell it."""
@@ -102,23 +75,10 @@ class StreamsGroup:
             return "Empty"
         if self.topology is None or not self.configured.ready:
             return "NotReady"
-        if self.group_epoch > self.assignment_epoch:
-            return "Assigning"
-        if any(m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE
-               for m in self.members.values()):
-            return "Reconciling"
-        return "Stable"
-
-    def set_owned(self, member: StreamsMember, assigned: Tasks, pending: Tasks) -> None:
-        for task in member.owned():
-            if self.owners.get(task) == member.member_id:
-                del self.owners[task]
-        member.assigned, member.pending_revocation = assigned, pending
-        for task in member.owned():
-            self.owners[task] = member.member_id
+        return self.moving() or "Stable"
 
     def release(self, member: StreamsMember) -> None:
-        self.set_owned(member, NO_TASKS, NO_TASKS)
+        super().release(member)
         member.standby = member.pending_standby_revocation = NO_TASKS
 
     def used_topics(self, view: TopicView) -> dict[str, int]:
