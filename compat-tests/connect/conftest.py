@@ -17,6 +17,7 @@ CLUSTER_DIR = Path(__file__).resolve().parent.parent / "cluster"
 if str(CLUSTER_DIR) not in sys.path:  # cluster_helpers, cluster_targets
     sys.path.insert(0, str(CLUSTER_DIR))
 
+from grete.testing.cluster import cluster  # noqa: E402
 from grete.testing.process import broker_process  # noqa: E402
 from tools import kafka_dist  # noqa: E402
 from tools.reference_kafka import ReferenceKafka  # noqa: E402
@@ -53,12 +54,17 @@ cluster_target = _cluster_conftest().cluster_target
 
 @pytest.fixture
 def fresh_broker(target: str) -> Callable[[], AbstractContextManager[str]]:
-    """``with fresh_broker() as bootstrap``: a new single node of the session's target each time."""
+    """``with fresh_broker() as bootstrap``: a new single node of the session's target each time (with
+    ``--target=grete-kraft``, a new 3-broker KRaft cluster)."""
     @contextmanager
     def start() -> Iterator[str]:
         if target == "grete":
             with broker_process() as grete:
                 yield grete.bootstrap_servers
+            return
+        if target == "grete-kraft":  # a new 3-broker KRaft cluster under one grete controller
+            with cluster(3, controllers=1) as running:
+                yield running.bootstrap_servers
             return
         with ReferenceKafka(target.removeprefix("kafka-")) as kafka:
             yield kafka.bootstrap

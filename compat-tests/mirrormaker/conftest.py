@@ -1,5 +1,6 @@
-"""Fixtures of compat-tests/mirrormaker: two independent single nodes of the session's target (grete,
-or Kafka with ``--target=kafka-4`` / ``kafka-3.9``) named ``src`` and ``dst``, and one MirrorMaker 2
+"""Fixtures of compat-tests/mirrormaker: two independent brokers of the session's target (a grete node,
+a 3-broker grete KRaft cluster with ``--target=grete-kraft``, or Kafka with ``--target=kafka-4`` /
+``kafka-3.9``) named ``src`` and ``dst``, and one MirrorMaker 2
 (Kafka 4.3.1, dedicated mode) replicating ``src`` -> ``dst`` for the whole test file."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mirror_maker import (
     mm2_properties,
 )
 
+from grete.testing.cluster import cluster
 from grete.testing.process import broker_process
 from tools import kafka_dist
 from tools.kafka_admin import create_topic
@@ -34,6 +36,11 @@ def single_node(target: str) -> Iterator[Node]:
         url = f"http://127.0.0.1:{free_port()}"
         with broker_process({"metrics.listener": url}) as grete:
             yield Node(grete.bootstrap_servers, grete.pid, f"{url}/metrics")
+        return
+    if target == "grete-kraft":  # a 3-broker KRaft cluster; its first broker is the one measured
+        url = f"http://127.0.0.1:{free_port()}"
+        with cluster(3, controllers=1, broker_overrides={1: {"metrics.listener": url}}) as running:
+            yield Node(running.bootstrap_servers, running.brokers[1].process.pid, f"{url}/metrics")
         return
     with ReferenceKafka(target.removeprefix("kafka-")) as kafka:
         assert kafka.proc is not None

@@ -275,9 +275,9 @@ def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides:
             quorum.start()
         if quorum is not None:  # side by side: nothing in a KRaft cluster depends on who starts first
             running.start_brokers(list(range(1, brokers + 1)))
-        else:  # one by one, as before: the first broker becomes the controller
-            for broker_id in range(1, brokers + 1):
-                running.start_broker(broker_id, wait_metadata=False)
+        else:  # the first broker alone, so it becomes the controller; then the others side by side
+            running.start_broker(1, wait_metadata=False)
+            running.start_brokers(list(range(2, brokers + 1)), wait_metadata=False)
             running.await_metadata()
         yield running
     finally:
