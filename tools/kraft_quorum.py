@@ -24,7 +24,7 @@ from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumRespons
 from grete.protocol.records.batch import iter_batches
 from grete.protocol.topics import METADATA_TOPIC
 from grete.storage.files import uuid_to_kafka
-from grete.testing.cluster import free_port
+from grete.testing.common import free_port
 from grete.testing.process import spawn
 from tools import kafka_dist
 
@@ -68,6 +68,28 @@ class Voter:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(30)
         self.process = None
+
+
+@dataclass
+class CombinedNode(Voter):
+    """A node with ``process.roles=broker,controller``: a voter on ``port`` and a broker on
+    ``broker_port``, as Kafka 4's combined mode runs one."""
+
+    broker_port: int = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def properties(self, voters: str) -> str:
+        props = {"process.roles": "broker,controller", "node.id": str(self.node_id),
+                 "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port},CONTROLLER://127.0.0.1:{self.port}",
+                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port}",
+                 "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
+                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                 "controller.quorum.voters": voters, "log.dirs": str(self.data),
+                 "group.initial.rebalance.delay.ms": "0", **self.extra}
+        return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
 @dataclass
@@ -136,14 +158,17 @@ def wait_for(probe: Callable[[], Any], timeout: float, what: str, every: float =
 
 
 def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[str, str]] | None = None,
-                 start: bool = True) -> Quorum:
+                 start: bool = True, combined: bool = False) -> Quorum:
     """Voters 1..n of the kinds given ("grete", "kafka"), formatted and (unless not ``start``)
-    started, not yet waited for."""
+    started, not yet waited for; with ``combined``, each also a broker (``CombinedNode``)."""
     if "kafka" in kinds:
         kafka_dist.fetch(KAFKA)
-    voters = {i + 1: Voter(i + 1, kind, free_port(), workdir / f"voter{i + 1}",
-                           extra=extra(kind) if extra is not None else {})
-              for i, kind in enumerate(kinds)}
+    voters: dict[int, Voter] = {}
+    for i, kind in enumerate(kinds):
+        more = extra(kind) if extra is not None else {}
+        voters[i + 1] = (CombinedNode(i + 1, kind, free_port(), workdir / f"node{i + 1}", extra=more,
+                                      broker_port=free_port()) if combined
+                         else Voter(i + 1, kind, free_port(), workdir / f"voter{i + 1}", extra=more))
     line = ",".join(f"{v.node_id}@127.0.0.1:{v.port}" for v in voters.values())
     cluster_id = uuid_to_kafka(new_topic_id())  # never starting with "-", as Kafka's Uuid.randomUuid
     for voter in voters.values():

@@ -2,7 +2,9 @@
 
 Start: log directories (recovery), the replica manager opens the hosted partitions and follows
 metadata changes, producer ids, the group and transaction coordinators (loading their partitions),
-then the listeners, and last the maintenance loop (retention, checkpoints). Stop: the reverse.
+then the listeners, and last the maintenance loop (retention, checkpoints). Stop: the reverse. A
+voter of a KRaft quorum of several (a controller, or a combined node's controller) starts its
+listeners and its quorum first and stops last.
 
 The broker's state lives in :class:`~grete.broker.broker.Broker`; this module only wires it to the
 outside world, so it is the one place that imports the connection, the coordinators' broker glue
@@ -46,40 +48,47 @@ def _lock_log_dirs(config: BrokerConfig) -> list[DirLock]:
         raise StartupError(str(exc)) from None
 
 
-def _check_quorum_of_one(config: BrokerConfig) -> None:
-    """A node without ZooKeeper runs KRaft as a combined node that is its own quorum; what it cannot
-    be yet is refused at start with the reason, not half-run."""
+def _quorum_of_others(config: BrokerConfig) -> bool:
+    """Whether a node without ZooKeeper is a voter of a quorum with other voters (a combined node of
+    a quorum of several) rather than a quorum of its own; what it cannot be is refused at start with
+    the reason, not half-run."""
     roles = set(config.get_list("process.roles"))
     if roles != {"broker", "controller"}:
-        raise ConfigError(f"process.roles={','.join(sorted(roles))}: grete runs KRaft as a combined node that is "
-                          "its own quorum (process.roles=broker,controller), as a controller of a quorum "
+        raise ConfigError(f"process.roles={','.join(sorted(roles))}: grete runs KRaft as a combined node "
+                          "(process.roles=broker,controller), as a controller of a quorum "
                           "(process.roles=controller) or as a broker of one (process.roles=broker)")
     voters = {entry.partition("@")[0].strip() for entry in config.get_list("controller.quorum.voters")}
-    if voters - {str(config.node_id)}:
-        raise ConfigError(f"controller.quorum.voters names {','.join(sorted(voters))}: grete's KRaft quorum is this "
-                          f"node alone (node.id={config.node_id}); a quorum of several controllers is not supported yet")
+    return bool(voters - {str(config.node_id)})
 
 
-def _new_broker(config: BrokerConfig) -> tuple[Any, Broker]:
-    """The broker, and its membership of a cluster of several (a ZooKeeper cluster's
-    grete.broker.cluster.zk_cluster.ZkCluster, a KRaft cluster's grete.broker.quorum.kraft_broker.KRaftBroker;
-    each is also the broker's cluster view). None on the embedded node, whose view is a LocalCluster,
-    and on a controller."""
+# A node's parts: its membership of a cluster of several (a ZooKeeper cluster's
+# grete.broker.cluster.zk_cluster.ZkCluster, a KRaft cluster's grete.broker.quorum.kraft_broker.KRaftBroker;
+# each is also the broker's cluster view; None on the embedded node, whose view is a LocalCluster, and on
+# a controller), the broker, and the controller of a KRaft quorum of several when the node is one (the
+# broker itself on a controller-only node).
+Parts = tuple[Any, Broker, Broker | None]
+
+
+def _new_parts(config: BrokerConfig) -> Parts:
     if not config.get_str("zookeeper.connect"):
         roles = set(config.get_list("process.roles"))
         if roles == {"controller"}:  # loaded by name: the embedded node runs no quorum of several
-            return None, importlib.import_module("grete.broker.quorum.controller_node").controller_broker(config)
+            controller = importlib.import_module("grete.broker.quorum.controller_node").controller_broker(config)
+            return None, controller, controller
         if roles == {"broker"}:
             # Loaded by name and only for a KRaft broker, as ZooKeeper's below (the Raft observer,
             # the fetch codec, the authorizer's parts the embedded node does not load at start).
             kraft = importlib.import_module("grete.broker.quorum.kraft_broker").KRaftBroker(config)
-            return kraft, Broker(config, metadata=kraft.metadata, cluster=kraft)
-        _check_quorum_of_one(config)
-        return None, Broker(config)
+            return kraft, Broker(config, metadata=kraft.metadata, cluster=kraft), None
+        if _quorum_of_others(config):
+            controller, membership, broker = importlib.import_module(
+                "grete.broker.quorum.combined").combined_node(config)
+            return membership, broker, controller
+        return None, Broker(config), None
     # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
     cluster = importlib.import_module("grete.broker.cluster.zk_cluster")
     zk_broker = cluster.ZkCluster(config)
-    return zk_broker, Broker(config, metadata=zk_broker.metadata, cluster=zk_broker)
+    return zk_broker, Broker(config, metadata=zk_broker.metadata, cluster=zk_broker), None
 
 
 class Node:
@@ -89,12 +98,12 @@ class Node:
         # First of all: the broker reads its log dirs as it is built (the metadata file is in the first).
         self.dir_locks = _lock_log_dirs(config)
         try:
-            self.membership, self.broker = _new_broker(config)
+            self.membership, self.broker, self.controller = _new_parts(config)
         except BaseException:
             release_all(self.dir_locks)
             raise
-        # The steps around every handler; the security, quota and metrics work plugs in here.
-        self.pipeline = Pipeline(self.broker.metrics, quotas=self.broker.quotas)
+        # The steps around every handler, per served broker; the security, quota and metrics work plugs in here.
+        self.pipelines = {id(b): Pipeline(b.metrics, quotas=b.quotas) for b in (self.broker, self.controller) if b}
         self.metrics_server: Any = None  # grete.broker.metrics.metrics_http.MetricsServer when configured
         self.console: Any = None  # grete.broker.console.server.ConsoleServer when configured
         self.servers: list[asyncio.base_events.Server] = []
@@ -109,11 +118,13 @@ class Node:
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         broker = self.broker
-        if broker.quorum is not None:  # a controller-only node: the quorum and its listeners
-            for listener in broker.listeners:
-                await self._listen(listener)
-            broker.quorum.start()
-            return
+        if self.controller is not None:  # a voter of a quorum of several: the quorum and its listeners
+            for listener in self.controller.listeners:
+                await self._listen(self.controller, listener)
+            assert self.controller.quorum is not None
+            self.controller.quorum.start()
+            if self.controller is broker:  # a controller-only node
+                return
         if self.membership is not None:
             await self.membership.connect()  # the cluster id comes from ZooKeeper (KRaft: the format step)
             broker.replicas.on_leadership = self._leadership_changed
@@ -131,7 +142,7 @@ class Node:
         broker.start_transactions(self.membership.listener if self.membership is not None else "PLAINTEXT")
         broker.delegation_tokens.start()
         for listener in broker.listeners:
-            await self._listen(listener)
+            await self._listen(broker, listener)
         if broker.config.get_str("metrics.listener"):
             # Loaded by name and only when configured: prometheus-client costs ~40 ms and ~3 MB at
             # start-up, which the embedded node (start <= 0.3 s, idle RSS <= 40 MB) does not pay.
@@ -164,10 +175,8 @@ class Node:
             self.console.close()
         for conn in list(broker.connections):
             conn.close()
-        if broker.quorum is not None:
-            await broker.quorum.close()
-            release_all(self.dir_locks)
-            self._stopped.set()
+        if self.controller is broker:  # a controller-only node
+            await self._stop_controller()
             return
         if broker.direct is not None:
             await broker.direct.stop()
@@ -187,9 +196,21 @@ class Node:
         broker.replicas.shutdown()
         broker.log_manager.shutdown()
         broker.close_metadata()
-        release_all(self.dir_locks)
         if self.membership is not None:
             await self.membership.stop()  # the session ends: our registration vanishes at once
+        if self.controller is not None:  # a combined node's controller goes last, as in Kafka
+            await self._stop_controller()
+            return
+        release_all(self.dir_locks)
+        self._stopped.set()
+
+    async def _stop_controller(self) -> None:
+        controller = self.controller
+        assert controller is not None and controller.quorum is not None
+        for conn in list(controller.connections):
+            conn.close()
+        await controller.quorum.close()
+        release_all(self.dir_locks)
         self._stopped.set()
 
     async def wait_stopped(self) -> None:
@@ -217,8 +238,8 @@ class Node:
         self._tasks.append(asyncio.ensure_future(self.stop()))
 
     # --- listeners ---------------------------------------------------------------------------
-    async def _listen(self, listener: Listener) -> None:
-        broker = self.broker
+    async def _listen(self, broker: Broker, listener: Listener) -> None:
+        pipeline = self.pipelines[id(broker)]
         loop = asyncio.get_running_loop()
         protocol = security_protocol(broker.config, listener.name)
         tls_layer, principal_of, sasl = None, None, None
@@ -236,7 +257,7 @@ class Node:
             sasl = sasl_module.listener_sasl(broker.config, listener.name, broker.metadata.scram_credential,
                                              tokens=broker.delegation_tokens.scram_credential)
         def connection() -> KafkaConnection:
-            return KafkaConnection(broker, self.pipeline, listener.name, protocol, principal_of, sasl)
+            return KafkaConnection(broker, pipeline, listener.name, protocol, principal_of, sasl)
         server = await loop.create_server(
             connection if tls_layer is None else tls_layer(connection),
             listener.host or None, listener.port, reuse_address=True, backlog=LISTEN_BACKLOG, start_serving=False)

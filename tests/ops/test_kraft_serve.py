@@ -85,9 +85,14 @@ def test_tools_reach_the_quorum_through_the_controller_listener(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("overrides", "reason"), [
-    ({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094"}, "controller.quorum.voters names 1,2"),
+    # A combined node of a quorum of several needs its controller listener (Kafka's words) and one
+    # for its broker.
+    ({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094"},
+     "controller.listener.names must contain at least one value appearing in the 'listeners' configuration"),
+    ({"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094", "controller.listener.names": "PLAINTEXT"},
+     "listeners must include a listener that is not a controller listener"),
 ])
-def test_what_a_quorum_of_one_cannot_be_is_refused(tmp_path: Path, overrides: dict[str, str], reason: str) -> None:
+def test_what_a_combined_node_cannot_be_is_refused(tmp_path: Path, overrides: dict[str, str], reason: str) -> None:
     config = embedded_config([f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0",
                               *[f"{k}={v}" for k, v in overrides.items()]])
     with pytest.raises(ConfigError) as refused:

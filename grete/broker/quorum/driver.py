@@ -92,7 +92,9 @@ class RaftDriver:
         self.log = SegmentRaftLog(partition_dir)
         stored = read_quorum_state(partition_dir / QUORUM_STATE_FILE)
         self.raft = RaftNode(node_id, voters, self.log, stored, _now_ms(), random.Random(), config)
-        self._on_commit = on_commit
+        # Told every committed batch in log order: the controller's state, and on a combined node the
+        # broker's image too (grete/broker/quorum/combined.py).
+        self.commit_listeners: list[Callable[[RaftBatch], None]] = [on_commit]
         self._applied = self.log.start_offset  # the next offset to hand to on_commit
         self._peers = {v.node_id: PeerConnection(v.host, v.port, f"raft-client-{node_id}",
                                                  timeout_s=config.request_timeout_ms / 1000)
@@ -191,7 +193,8 @@ class RaftDriver:
                 if batch.next_offset > high_watermark:
                     break
                 if batch.next_offset > self._applied:
-                    self._on_commit(batch)
+                    for listener in self.commit_listeners:
+                        listener(batch)
                     self._applied = batch.next_offset
                     progressed = True
             if not progressed:

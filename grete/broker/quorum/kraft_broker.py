@@ -77,7 +77,9 @@ class KRaftBroker(BrokersFromMetadata):
     auto_create_waits_open = False
     sweeps_tokens = False  # the active controller removes expired tokens (Kafka 4's QuorumController)
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, voter: RaftDriver | None = None) -> None:
+        """``voter``: a combined node's own Raft voter, whose committed batches feed this broker's
+        image (Kafka's combined node shares its RaftManager); without it the broker is an observer."""
         self.config = config
         self.broker_id = config.node_id
         self.cluster_id = formatted_cluster_id(config, "broker")
@@ -90,7 +92,7 @@ class KRaftBroker(BrokersFromMetadata):
             self.voters = parse_voters(voters_config)
         except ValueError as exc:
             raise StartupError(str(exc)) from None
-        if self.broker_id in self.voters:  # Kafka's KafkaConfig refuses it too, in these words
+        if voter is None and self.broker_id in self.voters:  # Kafka's KafkaConfig refuses it too, in these words
             raise StartupError(f"If process.roles contains just the 'broker' role, the node id {self.broker_id} must "
                                f"not be included in the set of voters controller.quorum.voters="
                                f"{{{', '.join(str(v) for v in sorted(self.voters))}}}")
@@ -99,9 +101,14 @@ class KRaftBroker(BrokersFromMetadata):
             raise StartupError("process.roles=broker needs controller.listener.names (the controllers' listener)")
         self.controller_listener = names[0]
         self.listener = inter_broker_listener(config)
-        self.driver = RaftDriver(self.broker_id, self.voters, config.metadata_log_dir / METADATA_PARTITION_DIR,
-                                 self.cluster_id, raft_config(config), self._committed,
-                                 listener=self.controller_listener)
+        self._observer = voter is None  # the driver is this broker's own, started and closed by it
+        if voter is None:
+            self.driver = RaftDriver(self.broker_id, self.voters, config.metadata_log_dir / METADATA_PARTITION_DIR,
+                                     self.cluster_id, raft_config(config), self._committed,
+                                     listener=self.controller_listener)
+        else:
+            self.driver = voter
+            voter.commit_listeners.append(self._committed)
         request_timeout_s = config.get_int("controller.quorum.request.timeout.ms") / 1000
         self.channel = ControllerChannel(self.broker_id, QuorumLeader(self.driver),
                                          timeout_s=max(30.0, request_timeout_s))
@@ -187,6 +194,10 @@ class KRaftBroker(BrokersFromMetadata):
         broker.replicas.alter_isr = self.alter_partitions.submit
         broker.replicas.replica_alive = lambda replica: any(b.id == replica for b in self.live_brokers())
         broker.share_groups.persister = ClusterSharePersister(broker, self.listener)
+        if (self._touched or self._removed) and not self._delta_due:
+            # A combined node's voter may have committed records before the broker was here to act.
+            self._delta_due = True
+            asyncio.get_running_loop().call_soon(self._apply_delta)
 
     async def register(self, broker: Broker) -> None:
         """Follow the metadata log, then register with the controller quorum (after the listeners are
@@ -204,7 +215,8 @@ class KRaftBroker(BrokersFromMetadata):
         self._heartbeats = ControllerChannel(self.broker_id, QuorumLeader(self.driver), self.channel.timeout_s)
         self.lifecycle = BrokerLifecycle(registration, self._heartbeats.call, lambda: self.applied_offset,
                                          self.config.get_int("broker.heartbeat.interval.ms"))
-        self.driver.start()
+        if self._observer:
+            self.driver.start()
         await self.lifecycle.register()
 
     # --- the metadata log -------------------------------------------------------------------------------
@@ -308,4 +320,5 @@ class KRaftBroker(BrokersFromMetadata):
         self.channel.close()
         if self._heartbeats is not None:
             self._heartbeats.close()
-        await self.driver.close()
+        if self._observer:
+            await self.driver.close()
