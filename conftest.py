@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-CLUSTER_LANE = ("tests/cluster", "compat-tests/cluster", "tests/jepsen", "tests/ops")
+# Folders and modules whose tests start clusters, quorums or ZooKeeper.
+CLUSTER_LANE = ("tests/cluster", "compat-tests/cluster", "tests/jepsen", "tests/ops", "tests/pipelines",
+                "tests/broker/test_broker_store.py", "tests/security/test_scram_bootstrap.py")
 
 
 def _lane(root: Path, item: pytest.Item) -> str | None:
@@ -26,6 +28,7 @@ def _lane(root: Path, item: pytest.Item) -> str | None:
     return relative
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker turns the marks into groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(config.rootpath)
     lanes = {id(item): _lane(root, item) for item in items}
