@@ -103,7 +103,8 @@ class Node:
             release_all(self.dir_locks)
             raise
         # The steps around every handler, per served broker; the security, quota and metrics work plugs in here.
-        self.pipelines = {id(b): Pipeline(b.metrics, quotas=b.quotas) for b in (self.broker, self.controller) if b}
+        self.pipelines = {served: Pipeline(served.metrics, quotas=served.quotas)
+                          for served in (self.broker, self.controller) if served is not None}
         self.metrics_server: Any = None  # grete.broker.metrics.metrics_http.MetricsServer when configured
         self.console: Any = None  # grete.broker.console.server.ConsoleServer when configured
         self.servers: list[asyncio.base_events.Server] = []
@@ -239,7 +240,7 @@ class Node:
 
     # --- listeners ---------------------------------------------------------------------------
     async def _listen(self, broker: Broker, listener: Listener) -> None:
-        pipeline = self.pipelines[id(broker)]
+        pipeline = self.pipelines[broker]
         loop = asyncio.get_running_loop()
         protocol = security_protocol(broker.config, listener.name)
         tls_layer, principal_of, sasl = None, None, None
