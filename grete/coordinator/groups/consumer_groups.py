@@ -31,7 +31,7 @@ from grete.coordinator.groups.consumer_requests import (
     new_member_id,
     validate_request,
 )
-from grete.coordinator.groups.consumer_state import ConsumerGroup, ConsumerMember, reconcile
+from grete.coordinator.groups.consumer_state import ConsumerGroup, ConsumerMember, MemberState, reconcile
 from grete.coordinator.groups.coordinator_records import Record
 from grete.coordinator.groups.group_context import GroupContext, cancel
 from grete.coordinator.groups.group_state import Group, GroupState
@@ -59,6 +59,7 @@ class ConsumerGroups(ModernGroups[ConsumerGroup, ConsumerMember, ConsumerHeartbe
     kind = "consumer"
     held = "partitions"
     session_key = "consumer.session.timeout.ms"
+    stable = MemberState.STABLE
     heartbeat_key = "consumer.heartbeat.interval.ms"
     unknown_instance_refused = True
 

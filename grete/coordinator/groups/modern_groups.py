@@ -11,6 +11,7 @@ for the records of what changed (``persist``), written in the order the changes 
 from __future__ import annotations
 
 import functools
+from enum import IntEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from grete.coordinator.groups.coordinator_records import Record
@@ -25,7 +26,6 @@ from grete.coordinator.groups.group_state import Group, GroupState
 from grete.coordinator.groups.modern_state import (
     JOIN_EPOCH,
     REVOKING,
-    STABLE,
     STATIC_LEAVE_EPOCH,
     GroupRequestError,
     ModernGroupState,
@@ -61,6 +61,7 @@ class ModernGroups(Generic[S, M, Q, R]):
     held: ClassVar[str]  # what a member holds: "partitions" or "tasks"
     session_key: ClassVar[str]  # the group config overriding the session timeout
     heartbeat_key: ClassVar[str]  # the group config overriding the heartbeat interval
+    stable: ClassVar[IntEnum]  # the kind's MemberState.STABLE
     # Kafka's consumer groups refuse a heartbeat naming an instance id the group does not know.
     unknown_instance_refused: ClassVar[bool] = False
 
@@ -180,7 +181,7 @@ class ModernGroups(Generic[S, M, Q, R]):
         if member is not None:
             # A known member rejoining holds nothing now (its heartbeat says so): start it over.
             state.release(member)
-            member.member_epoch, member.state = JOIN_EPOCH, STABLE
+            member.member_epoch, member.state = JOIN_EPOCH, self.stable
             return member, False
         limit = self._max_size()
         if len(state.members) >= limit:

@@ -30,6 +30,7 @@ from grete.coordinator.groups.streams_requests import (
     validate,
 )
 from grete.coordinator.groups.streams_state import (
+    MemberState,
     StreamsGroup,
     StreamsMember,
     assign_active,
@@ -52,6 +53,7 @@ class StreamsGroups(ModernGroups[StreamsGroup, StreamsMember, StreamsHeartbeat, 
     kind = "streams"
     held = "tasks"
     session_key = "streams.session.timeout.ms"
+    stable = MemberState.STABLE
     heartbeat_key = "streams.heartbeat.interval.ms"
 
     # ===================================================================== the kind's hooks
