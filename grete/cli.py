@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="KRaft controllers, ids 1001.. (default 3; one process each)")
     local.add_argument("--controller-port", type=int, default=0,
                        help="first controller port; controller 1000+i listens on PORT+i-1 (default: free ports)")
+    local.add_argument("--combined", action="store_true",
+                       help="every broker is also a controller (process.roles=broker,controller), "
+                            "with --controller-port for broker i's controller listener; no controller processes")
     local.add_argument("--zookeeper", action="store_true",
                        help="coordinate through ZooKeeper, as Kafka 3.9 (default: a KRaft controller quorum)")
     local.add_argument("--zookeeper-port", type=int, default=0,
@@ -108,8 +111,13 @@ def run_cluster(args: argparse.Namespace) -> int:
     overrides.setdefault("transaction.state.log.replication.factor", replication)
     overrides.setdefault("transaction.state.log.min.isr", str(min(2, args.brokers)))
     ports = {i: args.port + i - 1 for i in range(1, args.brokers + 1)} if args.port else None
-    controllers = 0 if args.zookeeper else max(1, args.controllers)
-    controller_ports = ({1000 + i: args.controller_port + i - 1 for i in range(1, controllers + 1)}
+    if args.combined and args.zookeeper:
+        print("grete cluster: --combined is a KRaft cluster; it does not go with --zookeeper", file=sys.stderr)
+        return 2
+    controllers = 0 if args.zookeeper or args.combined else max(1, args.controllers)
+    first_voter = 1 if args.combined else 1001
+    voters = args.brokers if args.combined else controllers
+    controller_ports = ({first_voter + i: args.controller_port + i for i in range(voters)}
                         if args.controller_port else None)
     directory = Path(args.dir)
     try:
@@ -125,14 +133,16 @@ def run_cluster(args: argparse.Namespace) -> int:
         with ThreadPoolExecutor(1, thread_name_prefix="lifecycle") as lifecycle, \
                 cluster(args.brokers, directory=directory, overrides=overrides, ports=ports,
                         zookeeper_port=args.zookeeper_port or None, controllers=controllers,
-                        controller_ports=controller_ports) as running:
+                        controller_ports=controller_ports, combined=args.combined) as running:
             if running.zookeeper is not None:
                 print(f"ZooKeeper: {running.zookeeper.connect}", flush=True)
             if running.quorum is not None:
-                print(f"controllers (KRaft, cluster id {running.quorum.cluster_id}): {running.quorum.voters}",
+                kind = "combined with the brokers" if args.combined else "KRaft"
+                print(f"controllers ({kind}, cluster id {running.quorum.cluster_id}): {running.quorum.voters}",
                       flush=True)
             print(f"bootstrap servers: {running.bootstrap_servers}", flush=True)
-            logs = "zookeeper.log" if running.zookeeper is not None else "controller-<id>.log"
+            logs = ("zookeeper.log" if running.zookeeper is not None
+                    else "each a controller too" if args.combined else "controller-<id>.log")
             print(f"data and logs (broker-<id>.log, {logs}): {running.directory}", flush=True)
             print(f"grete cluster status|restart N|stop [N] --dir {args.dir}; Ctrl-C stops every process",
                   flush=True)

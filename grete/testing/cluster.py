@@ -25,7 +25,7 @@ from kazoo.client import KazooClient
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.testing import _wire
 from grete.testing.common import BrokerStartError, free_port, scratch_root
-from grete.testing.kraft import ControllerQuorum, format_storage, write_properties
+from grete.testing.kraft import CombinedQuorum, ControllerQuorum, format_storage, write_properties
 from grete.testing.process import BrokerProcess, await_start, serve_command, spawn
 
 ZOOKEEPER_JAR = Path(os.environ.get("GRETE_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
@@ -144,6 +144,8 @@ class GreteCluster:
         else:
             assert self.quorum is not None
             items.update(self.quorum.broker_items(broker_id))
+            if isinstance(self.quorum, CombinedQuorum):  # the node is a voter too
+                items["listeners"] += "," + self.quorum.controller_listener(broker_id)
         items.update(self.overrides)
         items.update(self.broker_overrides.get(broker_id, {}))
         return items
@@ -257,16 +259,19 @@ def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides:
             ports: Mapping[int, int] | None = None, zookeeper_port: int | None = None,
             keep: bool = False,
             broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
-            controllers: int = 0, controller_ports: Mapping[int, int] | None = None) -> Iterator[GreteCluster]:
+            controllers: int = 0, controller_ports: Mapping[int, int] | None = None,
+            combined: bool = False) -> Iterator[GreteCluster]:
     """``brokers`` grete brokers (ids 1..N) and ZooKeeper, or with ``controllers`` a KRaft quorum of
-    that many grete controllers (ids 1001..); stopped (and, unless ``keep`` or a ``directory`` was
+    that many grete controllers (ids 1001..), or with ``combined`` brokers that are the quorum's voters
+    themselves (``controller_ports`` by broker id then); stopped (and, unless ``keep`` or a ``directory`` was
     given, removed) on exit. ``broker_overrides``: properties of single brokers (e.g.
     ``{1: {"broker.rack": "a"}}``)."""
     scratch = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="grete-cluster-",
                                                                                   dir=scratch_root()))
     scratch.mkdir(parents=True, exist_ok=True)
-    zookeeper = ZooKeeperProcess(scratch, zookeeper_port) if not controllers else None
-    quorum = ControllerQuorum(scratch, controllers, controller_ports) if controllers else None
+    zookeeper = ZooKeeperProcess(scratch, zookeeper_port) if not controllers and not combined else None
+    quorum = (CombinedQuorum(scratch, brokers, controller_ports) if combined
+              else ControllerQuorum(scratch, controllers, controller_ports) if controllers else None)
     running = GreteCluster(scratch, zookeeper, overrides, ports, broker_overrides, quorum)
     try:
         if zookeeper is not None:

@@ -113,12 +113,15 @@ class ControllerQuorum:
     def running(self) -> dict[int, BrokerProcess]:
         return {i: c for i, c in self.controllers.items() if c.process.poll() is None}
 
+    def addresses(self) -> list[tuple[str, int]]:
+        """Where the running voters answer the quorum's requests."""
+        return [(c.host, c.port) for c in self.running().values()]
+
     def leader(self) -> int:
         """The quorum's leader as a running controller answers DescribeQuorum; -1 when none knows."""
-        for controller in self.running().values():
+        for host, port in self.addresses():
             try:
-                answer = _wire.call(controller.host, controller.port, _describe_quorum(), DescribeQuorumResponse,
-                                    2, timeout=2)
+                answer = _wire.call(host, port, _describe_quorum(), DescribeQuorumResponse, 2, timeout=2)
             except OSError:
                 continue
             partitions = answer.topics[0].partitions if answer.topics else []
@@ -150,6 +153,31 @@ class ControllerQuorum:
             if controller.process.poll() is None:
                 controller.process.send_signal(signal.SIGCONT)
                 controller.stop(30.0)
+
+
+class CombinedQuorum(ControllerQuorum):
+    """The quorum of a cluster of combined nodes (``grete cluster --combined``): brokers 1..N are its
+    voters (``process.roles=broker,controller``), each with a controller listener on a port of its
+    own; there are no controller processes (``controllers`` stays empty)."""
+
+    def __init__(self, directory: Path, count: int = 3, ports: Mapping[int, int] | None = None) -> None:
+        super().__init__(directory, 0, ports)
+        self.ids = list(range(1, count + 1))
+        for node_id in self.ids:
+            self.ports.setdefault(node_id, free_port())
+
+    def broker_items(self, broker_id: int) -> dict[str, str]:
+        return {**super().broker_items(broker_id), "process.roles": "broker,controller",
+                "inter.broker.listener.name": "PLAINTEXT"}
+
+    def controller_listener(self, broker_id: int) -> str:
+        return f"{LISTENER}://127.0.0.1:{self.ports[broker_id]}"
+
+    def addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", self.ports[node_id]) for node_id in self.ids]
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        """The voters start as the cluster's brokers."""
 
 
 def storage_serve(properties: Path) -> list[str]:
