@@ -189,10 +189,11 @@ class FilePipe:
     def sink_group(self) -> str:
         return f"connect-{self.name}-sink"  # Connect's consumer group for a sink connector
 
-    def install(self, worker: Worker) -> None:
+    def install(self, worker: Worker, source: dict[str, str] | None = None) -> None:
+        """Both connectors, running; ``source``: more of the source connector's configuration."""
         worker.put_connector(f"{self.name}-source", {
             "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
-            "tasks.max": "1", "file": str(self.source), "topic": self.topic})
+            "tasks.max": "1", "file": str(self.source), "topic": self.topic, **(source or {})})
         worker.put_connector(f"{self.name}-sink", {
             "connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
             "tasks.max": "1", "file": str(self.sink), "topics": self.topic})
@@ -240,6 +241,32 @@ def _committed_at_end(bootstrap: str, topic: str, group: str) -> int | None:
     finally:
         consumer.close()
     return high if high > 0 and committed == high else None
+
+
+def read_committed(bootstrap: str, topic: str) -> tuple[list[str], int]:
+    """(the values a read_committed reader finds in partition 0 of ``topic``, in order; the partition's
+    end offset, which counts transaction markers too)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    try:
+        _, end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                raise AssertionError(f"reading {topic}: {message.error()}")
+            values.append((message.value() or b"").decode())
+    finally:
+        consumer.close()
+    return values, end
 
 
 def numbered(prefix: str, start: int, count: int) -> list[str]:

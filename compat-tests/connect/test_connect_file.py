@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 from cluster_helpers import wait_until
-from connect_worker import CONNECT_VERSIONS, ConnectGroup, FilePipe, Worker, numbered, running_worker
+from connect_worker import (
+    CONNECT_VERSIONS,
+    ConnectGroup,
+    FilePipe,
+    Worker,
+    numbered,
+    read_committed,
+    running_worker,
+)
 
 from tools.kafka_admin import create_topic
 
@@ -85,6 +93,30 @@ def test_two_workers_share_the_connectors_and_hand_them_over(broker, connect_dis
             pipe.append(lines[2 * LINES:])
             assert pipe.await_sunk(len(lines), second) == lines
             assert_moved_once(pipe, broker.bootstrap, lines)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_exactly_once_source_through_a_restart(broker, connect_dist, tmp_path):
+    """KIP-618: a worker with ``exactly.once.source.support=enabled`` writes the source's records and
+    its offsets in one transaction per poll; stopped and started again, it resumes from the committed
+    offsets. A read_committed reader finds each line once, in order, and the topic holds the
+    transactions' markers besides them."""
+    pipe = pipe_on(broker.bootstrap, tmp_path, name="eos")
+    group = ConnectGroup.new(extra={"exactly.once.source.support": "enabled"})
+    worker = Worker(connect_dist("4.3.1"), group, broker.bootstrap, tmp_path / "connect")
+    lines = numbered("line", 0, LINES)
+    pipe.append(lines)
+    with running_worker(worker):
+        pipe.install(worker, source={"exactly.once.support": "required", "transaction.boundary": "poll"})
+        assert pipe.await_sunk(LINES, worker) == lines
+    lines += numbered("line", LINES, LINES // 2)
+    pipe.append(lines[LINES:])
+    with running_worker(worker):
+        assert pipe.await_sunk(len(lines), worker) == lines
+    committed, end = read_committed(broker.bootstrap, pipe.topic)
+    assert committed == lines
+    assert end > len(lines), f"no transaction markers in {pipe.topic}: end offset {end}"
 
 
 FRESH_STARTS = int(os.environ.get("GRETE_CONNECT_FRESH_STARTS", "10"))

@@ -61,18 +61,28 @@ def produce_orders(bootstrap: str, first: int, count: int) -> None:
     assert producer.flush(30) == 0 and not failures, failures
 
 
-@pytest.fixture(scope="module")
-def mirror(target: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
+# Which clusters MirrorMaker joins, against a grete target: both the target's, or Apache Kafka 4.3.1 on
+# one side (a single node) and the target on the other. Against a Kafka target: Kafka on both sides.
+DIRECTIONS = ["same", "kafka-to-target", "target-to-kafka"]
+
+
+@pytest.fixture(scope="module", params=DIRECTIONS)
+def mirror(request: pytest.FixtureRequest, target: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mirror]:
     """``orders`` (3 partitions, ``retention.ms`` set) on src with half its records, MirrorMaker
     started, the other half produced, and every record on dst's ``src.orders``; the group ``GROUP``
     committed on src at the partitions' ends."""
+    direction = request.param
+    if direction != "same" and not target.startswith("grete"):
+        pytest.skip("Kafka to Kafka is the reference: the mixed directions run against grete")
+    src_kind = "kafka-4" if direction == "kafka-to-target" else target
+    dst_kind = "kafka-4" if direction == "target-to-kafka" else target
     try:
         dist = kafka_dist.layout(MM2_VERSION, tmp_path_factory.mktemp("kafka-dist"))
     except (RuntimeError, OSError) as exc:  # no mvn / no network
         pytest.skip(f"Kafka {MM2_VERSION} with MirrorMaker unavailable: {exc}")
     with ExitStack() as stack:
-        src = stack.enter_context(single_node(target))
-        dst = stack.enter_context(single_node(target))
+        src = stack.enter_context(single_node(src_kind))
+        dst = stack.enter_context(single_node(dst_kind))
         create_topic(src.bootstrap, "orders", PARTITIONS, {"retention.ms": RETENTION_MS})
         produce_orders(src.bootstrap, 0, PER_PARTITION // 2)
         mm2 = MirrorMaker(dist, mm2_properties(src.bootstrap, dst.bootstrap), tmp_path_factory.mktemp("mm2"))
