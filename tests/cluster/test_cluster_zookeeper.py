@@ -159,8 +159,10 @@ def test_partitions_added_and_topic_deleted(grete_cluster: GreteCluster, zk: Kaz
     assert sorted(json.loads(zk.get(f"/brokers/topics/{topic_name}")[0])["partitions"]) == ["0", "1", "2", "3", "4"]
     wait_until(lambda: len(admin(grete_cluster).list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 5,
                what="5 partitions in Metadata")
-    dirs = [d for b in grete_cluster.brokers.values() for d in b.data_dir.glob(f"{topic_name}-*")]
-    assert len(dirs) == 10  # 5 partitions x 2 replicas
+    # Each replica's directory, once its broker has acted on the controller's LeaderAndIsr (which may
+    # come a moment after another broker's Metadata lists the partitions).
+    wait_until(lambda: len([d for b in grete_cluster.brokers.values() for d in b.data_dir.glob(f"{topic_name}-*")])
+               == 10, what="5 partitions x 2 replicas on disk")
     client.delete_topics([topic_name])[topic_name].result(30)
     # Kafka's order: the topic znode, then its config, then the deletion marker, three writes in a row.
     wait_until(lambda: zk.exists(f"/admin/delete_topics/{topic_name}") is None, what="the deletion marker removed")

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from grete.protocol.messages import MetadataRequest, MetadataResponse
+from grete.testing import _wire
 from tools.kraft_quorum import CombinedNode, Quorum, consume, produce, start_quorum, wait_for
 
 pytestmark = pytest.mark.slow
@@ -47,10 +49,12 @@ def _partitions(node: CombinedNode) -> dict[int, Any]:
 
 
 def _listed_brokers(node: CombinedNode) -> set[int] | None:
+    """The brokers ``node`` itself lists (a client library may ask another node once it knows them)."""
     try:
-        return set(AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=5).brokers)
-    except Exception:  # noqa: BLE001 - not up yet
+        answer = _wire.call("127.0.0.1", node.broker_port, MetadataRequest(topics=[]), MetadataResponse, 12, timeout=5)
+    except OSError:  # not up yet
         return None
+    return {b.node_id for b in answer.brokers}
 
 
 def _fully_replicated(nodes: list[CombinedNode]) -> bool:

@@ -401,6 +401,32 @@ def test_an_empty_fetch_is_parked_until_there_is_something_to_say() -> None:
     assert sent(leader.tick(3 + CONFIG.fetch_max_wait_ms), FetchResponse)
 
 
+def test_a_fetcher_behind_the_high_watermark_is_answered_at_once() -> None:
+    """KIP-1166: voter 3 fetched offset 4 before voter 2's fetch moved the high watermark to 4; its
+    next fetch says it knows 0, so it is answered at once with 4 instead of parked until the wait ends.
+    One that knows the high watermark already is parked as before."""
+    leader = leader_at_epoch_3()
+    leader.receive(2, fetch(2, 4, last_epoch=3, epoch=3), 0)  # commits 4
+    request = FetchRequest(correlation_id=2, replica_id=3, current_leader_epoch=3, fetch_offset=4,
+                           last_fetched_epoch=3, high_watermark=0)
+    response = only(leader.receive(3, request, 1), FetchResponse)
+    assert isinstance(response, FetchResponse) and response.high_watermark == 4 and response.batches == ()
+    caught_up = FetchRequest(correlation_id=3, replica_id=3, current_leader_epoch=3, fetch_offset=4,
+                             last_fetched_epoch=3, high_watermark=4)
+    assert not sent(leader.receive(3, caught_up, 2), FetchResponse)
+
+
+def test_a_follower_sends_the_high_watermark_it_knows() -> None:
+    follower = node(2, stored=QuorumState(1, 3, -1))
+    request = only(follower.tick(0), FetchRequest)
+    assert isinstance(request, FetchRequest)
+    batches = (RaftBatch(0, 3, (b"a", b"b")),)
+    out = follower.receive(1, FetchResponse(correlation_id=request.correlation_id, error_code=ErrorCode.NONE,
+                                            leader_id=1, leader_epoch=3, high_watermark=1, batches=batches), 1)
+    following = only(out, FetchRequest)  # the next fetch goes at once
+    assert isinstance(following, FetchRequest) and (following.fetch_offset, following.high_watermark) == (2, 1)
+
+
 def test_a_follower_appends_what_it_fetches_and_learns_the_high_watermark() -> None:
     follower = node(2, stored=QuorumState(1, 3, -1))
     request = only(follower.tick(0), FetchRequest)

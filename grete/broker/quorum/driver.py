@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 0.5  # a connection probe of a voter whose connection ended
 # The versions this voter sends (Kafka 4.3.1's; Vote v2 carries KIP-996's pre-vote).
 REQUEST_VERSIONS = {core.VoteRequest: 2, core.BeginQuorumEpochRequest: 1, core.EndQuorumEpochRequest: 1,
-                    core.FetchRequest: 17}
+                    core.FetchRequest: 18}
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,7 +193,9 @@ class LeaderRole(ABC):
             moved = self._update_leader_high_watermark(state, now_ms)
         else:
             state.observer_offsets[replica] = request.fetch_offset
-        if moved or request.fetch_offset < self.log.end_offset:
+        # KIP-1166: a fetcher behind the high watermark learns it now, not when the fetch would expire.
+        behind = state.high_watermark_known and request.high_watermark < self.high_watermark
+        if moved or behind or request.fetch_offset < self.log.end_offset:
             self.send(sender, self._fetch_answer(request, ErrorCode.NONE))
         else:
             state.parked[replica] = ParkedFetch(sender, request, now_ms + self.config.fetch_max_wait_ms)

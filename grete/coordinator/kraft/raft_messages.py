@@ -19,6 +19,8 @@ from grete.coordinator.kraft.quorum import QuorumState
 from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch
 from grete.protocol.errors import ErrorCode
 
+HW_NOT_SENT = 2**63 - 1  # Fetch v18's HighWatermark default: the feature not supported
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VoteRequest:
@@ -77,6 +79,9 @@ class FetchRequest:
     current_leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int
+    # KIP-1166 (Fetch v18): the high watermark the fetcher knows, so a leader whose own is past it
+    # answers at once instead of parking the fetch; HW_NOT_SENT from a fetcher that does not say.
+    high_watermark: int = HW_NOT_SENT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

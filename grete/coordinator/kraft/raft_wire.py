@@ -76,13 +76,14 @@ def _pre_vote_bump(pre_vote: bool) -> int:
 
 
 def _fetch_request(message: core.FetchRequest, cluster_id: str | None) -> wire.FetchRequest:
-    """Fetch v15+ (the replica in ReplicaState), as Kafka 4's replicas send it."""
+    """Fetch v15+ (the replica in ReplicaState), as Kafka 4's replicas send it; v18 carries the
+    fetcher's high watermark (KIP-1166)."""
     return wire.FetchRequest(
         cluster_id=cluster_id,
         replica_state=wire.FetchRequest.ReplicaState(replica_id=message.replica_id),
         topics=[wire.FetchRequest.FetchTopic(topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[wire.FetchRequest.FetchPartition(
             current_leader_epoch=message.current_leader_epoch, fetch_offset=message.fetch_offset,
-            last_fetched_epoch=message.last_fetched_epoch)])])
+            last_fetched_epoch=message.last_fetched_epoch, high_watermark=message.high_watermark)])])
 
 
 def _fetch_response(message: core.FetchResponse, timestamp_ms: int) -> wire.FetchResponse:
@@ -140,7 +141,7 @@ def from_wire(message: Message, correlation_id: int) -> core.RaftMessage:
             replica = message.replica_state.replica_id if message.replica_state.replica_id >= 0 else message.replica_id
             return core.FetchRequest(correlation_id=cid, replica_id=replica,
                                      current_leader_epoch=f.current_leader_epoch, fetch_offset=f.fetch_offset,
-                                     last_fetched_epoch=f.last_fetched_epoch)
+                                     last_fetched_epoch=f.last_fetched_epoch, high_watermark=f.high_watermark)
         case wire.FetchResponse():
             return _from_fetch_response(message, cid)
     raise TypeError(f"not a KRaft RPC: {type(message).__name__}")
