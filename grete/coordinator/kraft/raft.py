@@ -382,9 +382,8 @@ class RaftNode(LeaderRole):
 
     def _send_fetch(self, destination: int, now_ms: int) -> None:
         self.send_request(destination, now_ms, lambda cid: FetchRequest(
-            correlation_id=cid, replica_id=self.node_id, current_leader_epoch=self.epoch,
-            fetch_offset=self.log.end_offset, last_fetched_epoch=self.log.last_epoch,
-            high_watermark=self.high_watermark))
+            correlation_id=cid, replica_id=self.node_id, current_leader_epoch=self.epoch, fetch_offset=self.log.end_offset,
+            last_fetched_epoch=self.log.last_epoch, high_watermark=self.high_watermark))
 
     def _observer_fetch(self, now_ms: int) -> None:
         """An observer that knows no leader asks a random voter, whose answer names the leader."""
