@@ -94,6 +94,19 @@ def _supervised(running: Supervisor) -> Iterator[Supervisor]:
                 running.process.wait(10)
 
 
+def _create_and_write(create_port: int, write_port: int) -> None:
+    """A new topic of 2 partitions created through one broker, a record written to each partition
+    through another (acks=all), both acknowledged."""
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    _wire.create_topic("127.0.0.1", create_port, topic, 2, {})
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{write_port}", "acks": "all"})
+    delivered: list[object] = []
+    for partition in (0, 1):
+        producer.produce(topic, b"v", partition=partition, on_delivery=lambda err, _msg: delivered.append(err))
+    assert producer.flush(60) == 0
+    assert delivered == [None, None]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -167,14 +180,7 @@ def test_a_kraft_cluster_by_default_controllers_watched_and_restarted(kraft_supe
     os.kill(int(before[leader]["pid"]), signal.SIGKILL)
     supervisor.await_line(f"controller {leader} (pid {before[leader]['pid']}, port {before[leader]['port']}) died")
     supervisor.await_line(f"restart it with: grete cluster restart {leader}")
-    topic = f"t-{uuid.uuid4().hex[:8]}"
-    _wire.create_topic("127.0.0.1", int(before["1"]["port"]), topic, 2, {})  # through the new leader
-    producer = Producer({"bootstrap.servers": f"127.0.0.1:{before['2']['port']}", "acks": "all"})
-    delivered: list[object] = []
-    for partition in (0, 1):
-        producer.produce(topic, b"v", partition=partition, on_delivery=lambda err, _msg: delivered.append(err))
-    assert producer.flush(60) == 0
-    assert delivered == [None, None]
+    _create_and_write(int(before["1"]["port"]), int(before["2"]["port"]))  # through the new leader
     during = supervisor.status()
     assert during[leader]["health"] == "dead: killed by SIGKILL"
     assert [during[c]["role"] for c in ("1001", "1002", "1003") if c != leader].count("leader") == 1
@@ -214,14 +220,7 @@ def test_combined_nodes_lead_the_quorum_in_turn_and_a_restarted_one_rejoins(comb
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{before[other]['port']}"})
     wait_until(lambda: set(admin.list_topics(timeout=5).brokers) == {int(b) for b in "123"} - {int(leader)},
                60, f"broker {leader} fenced")
-    topic = f"t-{uuid.uuid4().hex[:8]}"
-    _wire.create_topic("127.0.0.1", int(before[other]["port"]), topic, 2, {})  # through the new leader
-    producer = Producer({"bootstrap.servers": f"127.0.0.1:{before[other]['port']}", "acks": "all"})
-    delivered: list[object] = []
-    for partition in (0, 1):
-        producer.produce(topic, b"v", partition=partition, on_delivery=lambda err, _msg: delivered.append(err))
-    assert producer.flush(60) == 0
-    assert delivered == [None, None]
+    _create_and_write(int(before[other]["port"]), int(before[other]["port"]))  # through the new leader
     during = supervisor.status()
     assert during[leader]["health"] == "dead: killed by SIGKILL"
     assert [during[b]["role"] for b in "123" if b != leader].count("controller") == 1
