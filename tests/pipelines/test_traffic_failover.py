@@ -1,9 +1,10 @@
-"""The traffic pipeline on three grete brokers with a failure in the middle of the run: the leader of an
+"""The traffic pipeline on three brokers with a failure in the middle of the run: the leader of an
 input topic or of the output topic SIGKILLed, or the Spark job SIGKILLed and restarted from its
 checkpoint. Each run must give exactly the answers of a run without the failure: the reference check
 (pipelines/traffic/reference.py) finds no missing, extra, wrong or duplicated window and no input
 record missing or written twice. The broker kills run the user's own command,
-``python -m pipelines.traffic run``, and kill the leader from outside once the run is under way.
+``python -m pipelines.traffic run``, and kill the leader from outside once the run is under way, on
+grete and, as the reference, on Apache Kafka 3.9.2: the answers must be the same.
 
 Minutes each on a shared box (JVM start, publishing, the job's micro-batches, the check's Spark batch
 reads), so marked ``long``: deselected by default, run with ``-m long``."""
@@ -20,16 +21,19 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from grete.testing.cluster import GreteCluster
+from grete.testing.cluster import GreteCluster, zookeeper_available
 from pipelines.traffic import topics
 from pipelines.traffic.__main__ import create_topics, drain, parser, publish, snapshot, start_job, verify
 from pipelines.traffic.generator import Stats
 from tests.cluster.conftest import wait_until
+from tests.pipelines.conftest import CLUSTER_DEFAULTS
+from tools.reference_kafka_zk import VERSION as KAFKA_ZK_VERSION
+from tools.reference_kafka_zk import kafka_zk_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(1200)]
 
@@ -38,6 +42,30 @@ SECONDS = 10  # of publishing: the kill lands a few seconds in, the rest runs on
 WINDOWS_PER_SECOND = 128  # 200 pairs/s over 19 lanes (compat-tests/spark/test_spark_traffic.py)
 KILL_AFTER_FLOW_RECORDS = 400  # two seconds of flow events
 RUN_TIMEOUT_S = 900.0
+
+
+class Brokers(Protocol):
+    """What a leader-kill run needs of a cluster: grete's and Kafka's test clusters both have it."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    def kill_broker(self, broker_id: int) -> None: ...
+
+
+@pytest.fixture(params=["grete", f"kafka-{KAFKA_ZK_VERSION}"])
+def brokers(request: pytest.FixtureRequest) -> Iterator[Brokers]:
+    """Three brokers of grete or, as the reference, of Apache Kafka 3.9.2 in ZooKeeper mode (its
+    ZooKeeper session timeout 6 s, as grete's test clusters use), with the same topic defaults: the
+    run must give the same answers on both."""
+    if request.param == "grete":
+        yield request.getfixturevalue("three_brokers")
+        return
+    missing = zookeeper_available()
+    if missing:
+        pytest.skip(missing)
+    with kafka_zk_cluster(3, overrides={**CLUSTER_DEFAULTS, "zookeeper.session.timeout.ms": "6000"}) as running:
+        yield running
 
 
 def topic_args(bootstrap: str) -> list[str]:
@@ -56,7 +84,7 @@ def high_watermark(bootstrap: str, topic: str) -> int:
     return sum(hw for _, hw in topics.end_offsets(bootstrap, topic).values())
 
 
-def kill_leader(brokers: GreteCluster, topic: str) -> int:
+def kill_leader(brokers: Brokers, topic: str) -> int:
     """SIGKILL the broker leading ``topic``'s partition 0; returns it once another broker leads."""
     victim = leader(brokers.bootstrap_servers, topic)
     brokers.kill_broker(victim)
@@ -85,7 +113,7 @@ def start(spawned: list[subprocess.Popen[bytes]], argv: list[str], log: Path) ->
     return proc
 
 
-def run_with_leader_killed(brokers: GreteCluster, spawned: list[subprocess.Popen[bytes]], tmp_path: Path,
+def run_with_leader_killed(brokers: Brokers, spawned: list[subprocess.Popen[bytes]], tmp_path: Path,
                            watched: str, threshold: int, victim_topic: str) -> dict[str, Any]:
     """``python -m pipelines.traffic run`` on the cluster; once ``watched`` holds ``threshold``
     records, SIGKILL the leader of ``victim_topic``. Returns the run's report; asserts it exits 0."""
@@ -114,15 +142,15 @@ def assert_no_fault_answers(report: dict[str, Any]) -> None:
     assert report["input_duplicates"] == report["input_missing"] == 0, report
 
 
-def test_input_leader_killed_mid_run(three_brokers: GreteCluster, spawned: list[subprocess.Popen[bytes]],
+def test_input_leader_killed_mid_run(brokers: Brokers, spawned: list[subprocess.Popen[bytes]],
                                      tmp_path: Path) -> None:
-    report = run_with_leader_killed(three_brokers, spawned, tmp_path, "flow", KILL_AFTER_FLOW_RECORDS, "flow")
+    report = run_with_leader_killed(brokers, spawned, tmp_path, "flow", KILL_AFTER_FLOW_RECORDS, "flow")
     assert_no_fault_answers(report)
 
 
-def test_output_leader_killed_mid_run(three_brokers: GreteCluster, spawned: list[subprocess.Popen[bytes]],
+def test_output_leader_killed_mid_run(brokers: Brokers, spawned: list[subprocess.Popen[bytes]],
                                       tmp_path: Path) -> None:
-    report = run_with_leader_killed(three_brokers, spawned, tmp_path, "out", 1, "out")
+    report = run_with_leader_killed(brokers, spawned, tmp_path, "out", 1, "out")
     assert_no_fault_answers(report)
 
 
