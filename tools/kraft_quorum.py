@@ -48,10 +48,11 @@ class Voter:
     def log(self) -> Path:
         return self.workdir / "server.log"
 
-    def properties(self, voters: str) -> str:
+    def properties(self, quorum: dict[str, str]) -> str:
+        """``quorum``: controller.quorum.voters, or a dynamic quorum's controller.quorum.bootstrap.servers."""
         props = {"process.roles": "controller", "node.id": str(self.node_id),
                  "listeners": f"CONTROLLER://127.0.0.1:{self.port}", "controller.listener.names": "CONTROLLER",
-                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT", "controller.quorum.voters": voters,
+                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT", **quorum,
                  "log.dirs": str(self.data), **self.extra}
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -81,13 +82,13 @@ class CombinedNode(Voter):
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
 
-    def properties(self, voters: str) -> str:
+    def properties(self, quorum: dict[str, str]) -> str:
         props = {"process.roles": "broker,controller", "node.id": str(self.node_id),
                  "listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port},CONTROLLER://127.0.0.1:{self.port}",
                  "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.broker_port}",
                  "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
                  "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                 "controller.quorum.voters": voters, "log.dirs": str(self.data),
+                 **quorum, "log.dirs": str(self.data),
                  "group.initial.rebalance.delay.ms": "0", **self.extra}
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -97,6 +98,16 @@ class Quorum:
     voters: dict[int, Voter]
     cluster_id: str = ""
     voters_line: str = ""  # controller.quorum.voters
+    # A dynamic quorum's (KIP-853): the voters' addresses, and each voter's directory id.
+    bootstrap_line: str = ""  # controller.quorum.bootstrap.servers
+    directories: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def config(self) -> dict[str, str]:
+        """How a node of this quorum's cluster names the quorum."""
+        if self.bootstrap_line:
+            return {"controller.quorum.bootstrap.servers": self.bootstrap_line}
+        return {"controller.quorum.voters": self.voters_line}
 
     def describe(self, via: Voter) -> DescribeQuorumResponse.PartitionData | None:
         """The quorum as ``via`` answers DescribeQuorum (None when it cannot be asked)."""
@@ -158,9 +169,11 @@ def wait_for(probe: Callable[[], Any], timeout: float, what: str, every: float =
 
 
 def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[str, str]] | None = None,
-                 start: bool = True, combined: bool = False) -> Quorum:
+                 start: bool = True, combined: bool = False, dynamic: bool = False) -> Quorum:
     """Voters 1..n of the kinds given ("grete", "kafka"), formatted and (unless not ``start``)
-    started, not yet waited for; with ``combined``, each also a broker (``CombinedNode``)."""
+    started, not yet waited for; with ``combined``, each also a broker (``CombinedNode``); with
+    ``dynamic``, a dynamic quorum (KIP-853) as Kafka 4's docs start one: every voter formatted with
+    ``--initial-controllers`` and configured with ``controller.quorum.bootstrap.servers``."""
     if "kafka" in kinds:
         kafka_dist.fetch(KAFKA)
     voters: dict[int, Voter] = {}
@@ -171,13 +184,19 @@ def start_quorum(kinds: list[str], workdir: Path, extra: Callable[[str], dict[st
                          else Voter(i + 1, kind, free_port(), workdir / f"voter{i + 1}", extra=more))
     line = ",".join(f"{v.node_id}@127.0.0.1:{v.port}" for v in voters.values())
     cluster_id = uuid_to_kafka(new_topic_id())  # never starting with "-", as Kafka's Uuid.randomUuid
+    quorum = Quorum(voters, cluster_id, line)
+    if dynamic:
+        quorum.bootstrap_line = ",".join(f"127.0.0.1:{v.port}" for v in voters.values())
+        quorum.directories = {v: uuid_to_kafka(new_topic_id()) for v in voters}
+    initial = ",".join(f"{v.node_id}@127.0.0.1:{v.port}:{d}" for v in voters.values()
+                       if (d := quorum.directories.get(v.node_id)))
     for voter in voters.values():
         voter.workdir.mkdir(parents=True)
         config = voter.workdir / "controller.properties"
-        config.write_text(voter.properties(line))
+        config.write_text(voter.properties(quorum.config))
         # Kafka's own format step for every voter: grete reads what kafka-storage writes.
-        kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", cluster_id, "-c", str(config), check=True)
-    quorum = Quorum(voters, cluster_id, line)
+        flags = ["--initial-controllers", initial] if dynamic else []
+        kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", cluster_id, "-c", str(config), *flags, check=True)
     for voter in voters.values():
         if start:
             voter.start()
@@ -261,7 +280,7 @@ def _formatted(broker: BrokerOfQuorum, quorum: Quorum, extra: dict[str, str]) ->
              "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker.port}",
              "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "PLAINTEXT",
              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-             "controller.quorum.voters": quorum.voters_line, "log.dirs": str(broker.data),
+             **quorum.config, "log.dirs": str(broker.data),
              "group.initial.rebalance.delay.ms": "0", **extra}
     config = broker.workdir / "broker.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))

@@ -71,6 +71,7 @@ from grete.storage.manager import LogManager
 if TYPE_CHECKING:
     from grete.broker.quorum.brokers import BrokerRegistry
     from grete.broker.quorum.driver import RaftDriver
+    from grete.broker.quorum.registration_manager import ControllerRegistrar
     from grete.broker.security.authorizer import AclAuthorizer
     from grete.coordinator.transactions.txn import TransactionCoordinator
 
@@ -180,6 +181,8 @@ class Broker:
         self.controller_only = False
         # The KRaft brokers registered with that quorum (its leader takes their heartbeats).
         self.kraft_brokers: BrokerRegistry | None = None
+        # A controller's own registration with the active controller (Kafka's ControllerRegistrationManager).
+        self.controller_registration: ControllerRegistrar | None = None
         self.started_at = time.monotonic()
 
     # --- dynamic broker configs ------------------------------------------------------------------

@@ -24,7 +24,7 @@ from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig, ConfigError, StartupError
 from grete.broker.groups.coordinators import start_group_coordinator
 from grete.broker.network.connection import KafkaConnection
-from grete.broker.network.listeners import Listener, security_protocol
+from grete.broker.network.listeners import Listener, parse_listeners, security_protocol
 from grete.broker.quotas.connection_quotas import LISTEN_BACKLOG
 from grete.broker.requests.pipeline import Pipeline
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -58,7 +58,14 @@ def _quorum_of_others(config: BrokerConfig) -> bool:
                           "(process.roles=broker,controller), as a controller of a quorum "
                           "(process.roles=controller) or as a broker of one (process.roles=broker)")
     voters = {entry.partition("@")[0].strip() for entry in config.get_list("controller.quorum.voters")}
-    return bool(voters - {str(config.node_id)})
+    if voters:
+        return bool(voters - {str(config.node_id)})
+    # A dynamic quorum: a node whose only bootstrap server is its own controller listener runs its
+    # quorum of one (``kafka-storage format --standalone``); any other server makes it one of several.
+    names = {name.upper() for name in config.get_list("controller.listener.names")}
+    own = {str(listener.port) for listener in parse_listeners(config.get_list("listeners")) if listener.name in names}
+    servers = config.get_list("controller.quorum.bootstrap.servers")
+    return len(servers) > 1 or any(server.rpartition(":")[2].strip() not in own for server in servers)
 
 
 # A node's parts: its membership of a cluster of several (a ZooKeeper cluster's
@@ -124,6 +131,8 @@ class Node:
                 await self._listen(self.controller, listener)
             assert self.controller.quorum is not None
             self.controller.quorum.start()
+            if self.controller.controller_registration is not None:
+                self.controller.controller_registration.start()
             if self.controller is broker:  # a controller-only node
                 return
         if self.membership is not None:
@@ -210,6 +219,8 @@ class Node:
         assert controller is not None and controller.quorum is not None
         for conn in list(controller.connections):
             conn.close()
+        if controller.controller_registration is not None:
+            await controller.controller_registration.close()
         await controller.quorum.close()
         release_all(self.dir_locks)
         self._stopped.set()

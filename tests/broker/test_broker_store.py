@@ -15,9 +15,10 @@ from typing import TypeVar
 
 import pytest
 
+from grete.broker.quorum.addresses import parse_voters
 from grete.broker.quorum.broker_store import BrokerMetadataStore
 from grete.broker.quorum.controller_channel import Address, ControllerChannel, QuorumLeader, not_controller
-from grete.broker.quorum.driver import RaftDriver, parse_voters
+from grete.broker.quorum.driver import RaftDriver
 from grete.broker.security.scram_upsertion import ScramUpsertion
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.raft import RaftConfig
@@ -93,7 +94,8 @@ class Broker:
         known = asyncio.ensure_future(self.leader())
         self.driver.start()
         host, port = await asyncio.wait_for(known, TIMEOUT_S)
-        assert self.driver.voters[self.driver.describe()[0]].port == port
+        address = self.driver.address_of(self.driver.describe()[0])
+        assert address is not None and address.port == port
         store = self.store
         await store.until(lambda: store.finalized_features()[1] is not None, "the bootstrap records")
         _epoch, levels = store.finalized_features()

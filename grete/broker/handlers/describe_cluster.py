@@ -40,9 +40,9 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
                             f"an endpoint of type {ENDPOINT_NAMES[endpoint_type]}")
     controller_id = broker.controller_id()
     if broker.quorum is not None and served == CONTROLLER_ENDPOINTS:
-        # A voter of a quorum of several: the voters (controller.quorum.voters), the leader as controller.
+        # A voter of a quorum of several: the voters (their controller listener), the leader as controller.
         brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=v.node_id, host=v.host, port=v.port,
-                                                                 rack=None) for v in broker.quorum.voters.values()]
+                                                                 rack=None) for v in broker.quorum.voter_addresses()]
         controller_id = broker.quorum.describe()[0]
     else:  # as Metadata lists them (the embedded node: on a controller listener, its controller endpoint)
         brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,

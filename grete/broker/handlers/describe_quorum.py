@@ -65,8 +65,13 @@ def _from_driver(driver: RaftDriver) -> DescribeQuorumResponse:
     """A voter of a quorum of several: the leader's view of every replica (NOT_LEADER_OR_FOLLOWER on
     the others, as Kafka's KafkaRaftClient answers), the voters' controller endpoints."""
     partition = driver.raft.describe_quorum(int(time.time() * 1000))
-    nodes = [Response.Node(node_id=v.node_id, listeners=[Response.Listener(name=driver.listener, host=v.host,
-                                                                           port=v.port)])
-             for v in driver.voters.values()]
+    nodes = []
+    for node in sorted(driver.raft.history.latest.nodes.values(), key=lambda n: n.node_id):
+        # A dynamic quorum's voter set has every voter's endpoints; a static one, the configured address.
+        listeners = [Response.Listener(name=e.listener, host=e.host, port=e.port) for e in node.endpoints]
+        address = driver.address_of(node.node_id)
+        if not listeners and address is not None:
+            listeners = [Response.Listener(name=driver.listener, host=address.host, port=address.port)]
+        nodes.append(Response.Node(node_id=node.node_id, listeners=listeners))
     return Response(error_code=0, topics=[Response.TopicData(topic_name=METADATA_TOPIC, partitions=[partition])],
                     nodes=nodes)

@@ -72,6 +72,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     67: ("allocate_producer_ids", 0, 0, 0),  # AllocateProducerIds
     68: ("consumer_group_heartbeat", 0, 1, 0),  # ConsumerGroupHeartbeat
     69: ("consumer_group_describe", 0, 1, 0),  # ConsumerGroupDescribe
+    70: ("controller_registration", 0, 0, 0),  # ControllerRegistration
     71: ("get_telemetry_subscriptions", 0, 0, 0),  # GetTelemetrySubscriptions
     72: ("push_telemetry", 0, 0, 0),  # PushTelemetry
     74: ("list_config_resources", 0, 1, 0),  # ListConfigResources
@@ -80,6 +81,9 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     77: ("share_group_describe", 1, 1, 1),  # ShareGroupDescribe
     78: ("share_fetch", 1, 2, 1),  # ShareFetch
     79: ("share_acknowledge", 1, 2, 1),  # ShareAcknowledge
+    80: ("add_raft_voter", 0, 1, 0),  # AddRaftVoter
+    81: ("remove_raft_voter", 0, 0, 0),  # RemoveRaftVoter
+    82: ("update_raft_voter", 0, 0, 0),  # UpdateRaftVoter
     83: ("initialize_share_group_state", 0, 0, 0),  # InitializeShareGroupState
     84: ("read_share_group_state", 0, 0, 0),  # ReadShareGroupState
     85: ("write_share_group_state", 0, 1, 0),  # WriteShareGroupState

@@ -45,7 +45,7 @@ class QuorumLeader:
 
     def address(self) -> Address | None:
         leader, _epoch, _high_watermark = self._driver.describe()
-        voter = self._driver.voters.get(leader)
+        voter = self._driver.address_of(leader) if leader >= 0 else None
         return None if voter is None else (voter.host, voter.port)
 
     def _changed(self, _leads: bool) -> None:

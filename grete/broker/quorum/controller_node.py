@@ -18,19 +18,23 @@ from pathlib import Path
 
 from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig, StartupError
+from grete.broker.quorum.addresses import VoterAddress, controller_endpoints, quorum_addresses
 from grete.broker.quorum.brokers import BrokerRegistry
 from grete.broker.quorum.cluster import QuorumCluster
-from grete.broker.quorum.driver import RaftDriver, parse_voters
+from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import publish_entity_changes
 from grete.broker.quorum.partitions import PartitionControl
+from grete.broker.quorum.registration_manager import ControllerRegistrar
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft import RaftConfig
 from grete.coordinator.kraft.raft_log import RaftBatch
+from grete.coordinator.kraft.voters import local_node
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import KafkaError
 from grete.protocol.metadata_frame import decode_metadata_record
 from grete.storage.checkpoint_file import BOOTSTRAP_CHECKPOINT, CheckpointError, read_checkpoint
-from grete.storage.meta_properties import MetaPropertiesError, read_meta_properties
+from grete.storage.meta_properties import MetaProperties, MetaPropertiesError, read_meta_properties
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +47,9 @@ def raft_config(config: BrokerConfig) -> RaftConfig:
                       retry_backoff_ms=config.get_int("controller.quorum.retry.backoff.ms"))
 
 
-def formatted_cluster_id(config: BrokerConfig, role: str) -> str:
-    """The cluster id of the formatted metadata log dir: a controller or a broker of a quorum of
-    several does not format itself (every node must share the cluster id the operator chose)."""
+def formatted_storage(config: BrokerConfig, role: str) -> MetaProperties:
+    """The formatted metadata log dir's properties: a controller or a broker of a quorum of several
+    does not format itself (every node must share the cluster id the operator chose)."""
     directory = config.metadata_log_dir
     try:
         meta = read_meta_properties(directory)
@@ -54,24 +58,36 @@ def formatted_cluster_id(config: BrokerConfig, role: str) -> str:
     if meta is None or not meta.cluster_id:
         raise StartupError(f"No readable meta.properties files found in {directory}: format the {role}'s "
                            "storage first (grete storage format --cluster-id <id> --config <file>)")
-    return meta.cluster_id
+    return meta
+
+
+def formatted_cluster_id(config: BrokerConfig, role: str) -> str:
+    cluster_id = formatted_storage(config, role).cluster_id
+    assert cluster_id is not None
+    return cluster_id
+
+
+def quorum_of(config: BrokerConfig) -> tuple[dict[int, VoterAddress], dict[int, VoterAddress]]:
+    """(static voters, bootstrap servers) from the configuration, or the StartupError Kafka gives."""
+    try:
+        return quorum_addresses(config.get_list("controller.quorum.voters"),
+                                config.get_list("controller.quorum.bootstrap.servers"))
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
 
 
 def controller_broker(config: BrokerConfig) -> Broker:
     """The node's state, with its Raft driver (started by ``start_controller``)."""
     directory = config.metadata_log_dir
+    meta = formatted_storage(config, "controller")
     cluster_id = formatted_cluster_id(config, "controller")
-    voters_config = config.get_list("controller.quorum.voters")
-    if not voters_config:
-        raise StartupError("process.roles=controller needs controller.quorum.voters (id@host:port of every voter); "
-                           "grete's controllers do not run a dynamic quorum (controller.quorum.bootstrap.servers)")
-    try:
-        voters = parse_voters(voters_config)
-    except ValueError as exc:
-        raise StartupError(str(exc)) from None
-    if config.node_id not in voters:
+    voters, bootstrap = quorum_of(config)
+    if voters and config.node_id not in voters:
         raise StartupError(f"node.id {config.node_id} is not among controller.quorum.voters "
                            f"({','.join(str(v) for v in sorted(voters))}): an observer controller is not supported")
+    # A dynamic quorum's controller not (yet) in the voter set fetches as an observer until an
+    # AddRaftVoter (kafka-metadata-quorum add-controller) makes it a voter.
+    local = local_node(config.node_id, meta.directory_id or ZERO_UUID, controller_endpoints(config))
     names = config.get_list("controller.listener.names")
     driver_ref: list[RaftDriver] = []
 
@@ -95,7 +111,8 @@ def controller_broker(config: BrokerConfig) -> Broker:
         publish_entity_changes(store.changes, (record for record, _ in applied))
         boot.committed(broker, batch)
     driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, cluster_id,
-                        raft_config(config), committed, listener=names[0] if names else "CONTROLLER")
+                        raft_config(config), committed, listener=names[0] if names else "CONTROLLER",
+                        bootstrap=bootstrap, local=local)
     driver.leadership_listeners.append(registry.leadership_changed)
     partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads)
     registry.partitions = partitions
@@ -105,6 +122,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
     driver_ref.append(driver)
     broker.quorum = driver
     broker.kraft_brokers = registry
+    broker.controller_registration = ControllerRegistrar(config, driver)
     broker.cluster = QuorumCluster(broker, registry, driver, store, partitions)
     broker.controller_only = True
     return broker

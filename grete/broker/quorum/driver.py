@@ -22,18 +22,21 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from grete.broker.cluster.peer import PeerConnection, PeerError
+from grete.broker.quorum.addresses import AddressBook, VoterAddress
 from grete.coordinator.kraft import raft_messages as core
 from grete.coordinator.kraft.quorum import QUORUM_STATE_FILE, read_quorum_state, write_quorum_state
 from grete.coordinator.kraft.raft import NEVER, RaftConfig, RaftNode
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.raft_segment_log import SegmentRaftLog
-from grete.coordinator.kraft.raft_wire import from_wire, to_wire
+from grete.coordinator.kraft.raft_wire import Addressing, from_wire, node_endpoints, to_wire
+from grete.coordinator.kraft.voters import VoterHistory, VoterNode, VoterSet
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.metadata import KRaftVersionRecord, VotersRecord
+from grete.storage.checkpoint_file import CheckpointError, read_checkpoint, snapshot_file_name
 
 log = logging.getLogger(__name__)
 
@@ -43,25 +46,26 @@ REQUEST_VERSIONS = {core.VoteRequest: 2, core.BeginQuorumEpochRequest: 1, core.E
                     core.FetchRequest: 18}
 
 
-@dataclass(frozen=True, slots=True)
-class VoterAddress:
-    node_id: int
-    host: str
-    port: int
-
-
-def parse_voters(entries: list[str]) -> dict[int, VoterAddress]:
-    """``controller.quorum.voters``: ``id@host:port`` entries (Kafka's QuorumConfig.parseVoterConnections)."""
-    voters: dict[int, VoterAddress] = {}
-    for entry in entries:
-        node, _, address = entry.strip().partition("@")
-        host, _, port = address.rpartition(":")
+def voter_history(partition_dir: Path, static: dict[int, VoterAddress]) -> VoterHistory:
+    """Where the voter sets start: a static quorum's configured voters, or a dynamic quorum's
+    bootstrap snapshot (the format step's ``--standalone`` / ``--initial-controllers``). A replica
+    formatted without one (a broker, a controller to be added) starts with no voters and learns them
+    from the leader's log."""
+    if static:
+        return VoterHistory(VoterSet.of_ids(static))
+    path = partition_dir / snapshot_file_name(0, 0)
+    voters, version = VoterSet({}), 0
+    if path.exists():
         try:
-            voter = VoterAddress(int(node), host.strip("[]"), int(port))
-        except ValueError:
-            raise ValueError(f"controller.quorum.voters: {entry!r} is not of the form id@host:port") from None
-        voters[voter.node_id] = voter
-    return voters
+            controls = read_checkpoint(path).control
+        except (CheckpointError, OSError) as exc:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{path}: {exc}") from None
+        for message in controls:
+            if isinstance(message, VotersRecord):
+                voters = VoterSet.from_record(message)
+            elif isinstance(message, KRaftVersionRecord):
+                version = message.k_raft_version
+    return VoterHistory(voters, version)
 
 
 async def _refuses(peer: PeerConnection) -> bool:
@@ -83,22 +87,27 @@ def _now_ms() -> int:
 
 class RaftDriver:
     def __init__(self, node_id: int, voters: dict[int, VoterAddress], partition_dir: Path, cluster_id: str,
-                 config: RaftConfig, on_commit: Callable[[RaftBatch], None], listener: str = "CONTROLLER") -> None:
+                 config: RaftConfig, on_commit: Callable[[RaftBatch], None], listener: str = "CONTROLLER",
+                 bootstrap: dict[int, VoterAddress] | None = None, local: VoterNode | None = None) -> None:
+        """``voters``: a static quorum's (controller.quorum.voters), empty for a dynamic one, whose
+        replicas start from ``bootstrap`` (controller.quorum.bootstrap.servers) and the voter set
+        of the log. ``local``: this node as a voter set lists it (a controller's key and endpoints)."""
         self.node_id = node_id
         self.listener = listener  # the controller listener's name, as DescribeQuorum names endpoints
-        self.voters = voters
         self.cluster_id = cluster_id
         self.partition_dir = partition_dir
         self.log = SegmentRaftLog(partition_dir)
+        self.addresses = AddressBook(listener, voters, bootstrap or {})
         stored = read_quorum_state(partition_dir / QUORUM_STATE_FILE)
-        self.raft = RaftNode(node_id, voters, self.log, stored, _now_ms(), random.Random(), config)
+        self.raft = RaftNode(node_id, voter_history(partition_dir, voters), self.log, stored, _now_ms(),
+                             random.Random(), config, local=local, bootstrap=sorted(bootstrap or {}, reverse=True))
+        self.addresses.voter_set(self.raft.history.latest)
+        self.request_timeout_s = config.request_timeout_ms / 1000
         # Told every committed batch in log order: the controller's state, and on a combined node the
         # broker's image too (grete/broker/quorum/combined.py).
         self.commit_listeners: list[Callable[[RaftBatch], None]] = [on_commit]
         self._applied = self.log.start_offset  # the next offset to hand to on_commit
-        self._peers = {v.node_id: PeerConnection(v.host, v.port, f"raft-client-{node_id}",
-                                                 timeout_s=config.request_timeout_ms / 1000)
-                       for v in voters.values() if v.node_id != node_id}
+        self._peers: dict[int, PeerConnection] = {}
         self._answers: dict[tuple[int, int], asyncio.Future[core.RaftResponse]] = {}
         self._commits: list[tuple[int, asyncio.Future[None]]] = []  # (offset, committed once past it)
         self._timer: asyncio.TimerHandle | None = None
@@ -136,9 +145,26 @@ class RaftDriver:
             out = self.raft.append(values, _now_ms())
         except KafkaError:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum") from None
+        return await self.committed(out)
+
+    async def change_voters(self, change: Callable[[int], core.RaftOutput], ack_when_committed: bool = True) -> int:
+        """A voter change of the core (raft_reconfig: its refusals raise KafkaError as they are);
+        the offset of what it appended, once committed unless ``ack_when_committed`` is false."""
+        if self._closed:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "the metadata quorum is shutting down")
+        return await self.committed(change(_now_ms()), wait=ack_when_committed)
+
+    async def committed(self, out: core.RaftOutput, wait: bool = True) -> int:
+        """Run the core's output of an append; the appended batch's last offset, once committed."""
         last = self.log.end_offset - 1
+        if not wait:
+            self._run(out)
+            return last
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._commits.append((last, done))
+        if last < self.raft.high_watermark:
+            done.set_result(None)  # nothing new appended (a change that changed nothing)
+        else:
+            self._commits.append((last, done))
         self._run(out)
         await done
         return last
@@ -154,6 +180,7 @@ class RaftDriver:
             write_quorum_state(self.partition_dir / QUORUM_STATE_FILE, out.quorum_state)
         if out.log_changes:
             self.log.flush()
+            self.addresses.voter_set(self.raft.history.latest)
             if any(isinstance(change, core.LogTruncated) for change in out.log_changes):
                 self._applied = min(self._applied, self.log.end_offset)
         if out.leader_changed:
@@ -211,8 +238,39 @@ class RaftDriver:
             if not done.done():
                 done.set_exception(KafkaError(ErrorCode.NOT_CONTROLLER, "the metadata quorum's leader changed"))
 
-    def _send(self, destination: int, message: core.RaftMessage) -> None:
+    def _peer(self, destination: int) -> PeerConnection | None:
+        """The connection to ``destination`` at its current address (a new one if it moved)."""
+        address = self.addresses.get(destination)
+        if address is None or destination == self.node_id:
+            return None
         peer = self._peers.get(destination)
+        if peer is None or (peer.host, peer.port) != (address.host, address.port):
+            if peer is not None:
+                peer.close()
+            peer = PeerConnection(address.host, address.port, f"raft-client-{self.node_id}",
+                                  timeout_s=self.request_timeout_s)
+            self._peers[destination] = peer
+        return peer
+
+    def address_of(self, node_id: int) -> VoterAddress | None:
+        return self.addresses.get(node_id)
+
+    def voter_addresses(self) -> list[VoterAddress]:
+        """The current voters' addresses on this listener, by id."""
+        found = (self.addresses.get(v) for v in sorted(self.raft.voters))
+        return [a for a in found if a is not None]
+
+    def addressing(self, destination: int = -1) -> Addressing:
+        """The wire's extras: the destination's voter key, the leader's address on this listener,
+        this node's own listeners."""
+        leader = self.raft.leader_id
+        found = self.addresses.get(leader) if leader is not None else None
+        return Addressing(destination, self.raft.history.latest.directory_of(destination),
+                          None if found is None else (found.node_id, found.host, found.port),
+                          self.raft.local.endpoints)
+
+    def _send(self, destination: int, message: core.RaftMessage) -> None:
+        peer = self._peer(destination)
         if peer is None:
             return
         task = asyncio.ensure_future(self._call(destination, peer, message))
@@ -221,7 +279,7 @@ class RaftDriver:
 
     async def _call(self, destination: int, peer: PeerConnection, message: core.RaftMessage) -> None:
         version = REQUEST_VERSIONS[type(message)]
-        request: Message = to_wire(message, self.cluster_id, destination=destination)
+        request: Message = to_wire(message, self.cluster_id, addressing=self.addressing(destination))
         try:
             response = await peer.call(request, version)
         except PeerError as exc:
@@ -230,7 +288,7 @@ class RaftDriver:
             # A voter reports a leader once per epoch: if its pre-vote fails (another voter still
             # hears from it), the fetch timeout decides, as without this. An observer reports it each
             # time: a voter that has not noticed yet may send it back to the dead leader.
-            observer = self.node_id not in self.voters
+            observer = self.node_id not in self.raft.voters
             if (not exc.timed_out and destination == self.raft.leader_id and (observer or gone != self._reported_gone)
                     and await _refuses(peer)):
                 self._leader_gone(destination, gone)
@@ -239,6 +297,8 @@ class RaftDriver:
             return  # else unanswered: the core retries after its request timeout
         if self._closed:
             return
+        for node_id, host, port in node_endpoints(response):  # before the core follows the leader named
+            self.addresses.learned(node_id, host, port)
         assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest
                           | core.FetchRequest)
         self._run(self.raft.receive(destination, from_wire(response, message.correlation_id), _now_ms()))
@@ -256,7 +316,7 @@ class RaftDriver:
         leader, epoch = self.raft.leader_id, self.raft.epoch
         if leader is None or leader == asker or self.raft.role != "Follower" or (leader, epoch) == self._reported_gone:
             return
-        peer = self._peers.get(leader)
+        peer = self._peer(leader)
         if peer is None:
             return
 

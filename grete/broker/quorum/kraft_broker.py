@@ -27,21 +27,27 @@ from grete.broker.cluster.zk_broker import inter_broker_listener
 from grete.broker.cluster_view import BrokersFromMetadata, Reassignment, TopicPartition
 from grete.broker.config import BrokerConfig, StartupError
 from grete.broker.network.listeners import security_protocol
+from grete.broker.quorum.addresses import VoterAddress
 from grete.broker.quorum.broker_lifecycle import BrokerLifecycle, Registration
 from grete.broker.quorum.broker_store import BrokerMetadataStore
 from grete.broker.quorum.brokers import SECURITY_PROTOCOLS, Registrations
 from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLeader
-from grete.broker.quorum.controller_node import formatted_cluster_id, raft_config
-from grete.broker.quorum.driver import RaftDriver, VoterAddress, parse_voters
+from grete.broker.quorum.controller_node import (
+    formatted_cluster_id,
+    formatted_storage,
+    quorum_of,
+    raft_config,
+)
+from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import ImageChanges
+from grete.broker.quorum.registration_manager import supported_features
 from grete.broker.replica.replica_manager import PartitionOrder
-from grete.broker.requests import features as feature_specs
-from grete.broker.requests import release_versions as rv
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.raft_log import RaftBatch
+from grete.coordinator.kraft.voters import VoterNode
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
-from grete.protocol.codec import Message
+from grete.protocol.codec import ZERO_UUID, Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import BrokerRegistrationRequest, ElectLeadersRequest, ElectLeadersResponse
 from grete.protocol.metadata import PartitionChangeRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
@@ -55,17 +61,6 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 ELECT_LEADERS_VERSION = 2
 REASSIGNMENTS_FORWARDED = "reassignments are the active controller's: the request is forwarded to it whole"
 _PROTOCOL_IDS = {name: code for code, name in SECURITY_PROTOCOLS.items()}
-
-
-def supported_features() -> list[BrokerRegistrationRequest.Feature]:
-    """The feature levels this broker can run, as it registers them: every metadata.version from
-    Kafka's minimum to the latest production one, and each KRaft feature's range."""
-    def feature(name: str, low: int, high: int) -> BrokerRegistrationRequest.Feature:
-        return BrokerRegistrationRequest.Feature(name=name, min_supported_version=low, max_supported_version=high)
-    found = [feature(rv.METADATA_VERSION, rv.METADATA_VERSIONS[0].level, rv.LATEST_PRODUCTION.level),
-             feature(rv.KRAFT_VERSION, 0, max(rv.FEATURE_LEVELS[rv.KRAFT_VERSION]))]
-    found += [feature(spec.name, spec.min_level, spec.max_level) for spec in feature_specs.SUPPORTED]
-    return found
 
 
 class KRaftBroker(BrokersFromMetadata):
@@ -82,16 +77,9 @@ class KRaftBroker(BrokersFromMetadata):
         image (Kafka's combined node shares its RaftManager); without it the broker is an observer."""
         self.config = config
         self.broker_id = config.node_id
+        meta = formatted_storage(config, "broker")
         self.cluster_id = formatted_cluster_id(config, "broker")
-        voters_config = config.get_list("controller.quorum.voters")
-        if not voters_config:
-            raise StartupError("process.roles=broker needs controller.quorum.voters (id@host:port of every "
-                               "controller); grete's brokers do not join a dynamic quorum "
-                               "(controller.quorum.bootstrap.servers) yet")
-        try:
-            self.voters = parse_voters(voters_config)
-        except ValueError as exc:
-            raise StartupError(str(exc)) from None
+        self.voters, bootstrap = quorum_of(config)
         if voter is None and self.broker_id in self.voters:  # Kafka's KafkaConfig refuses it too, in these words
             raise StartupError(f"If process.roles contains just the 'broker' role, the node id {self.broker_id} must "
                                f"not be included in the set of voters controller.quorum.voters="
@@ -105,7 +93,8 @@ class KRaftBroker(BrokersFromMetadata):
         if voter is None:
             self.driver = RaftDriver(self.broker_id, self.voters, config.metadata_log_dir / METADATA_PARTITION_DIR,
                                      self.cluster_id, raft_config(config), self._committed,
-                                     listener=self.controller_listener)
+                                     listener=self.controller_listener, bootstrap=bootstrap,
+                                     local=VoterNode(self.broker_id, meta.directory_id or ZERO_UUID))
         else:
             self.driver = voter
             voter.commit_listeners.append(self._committed)
@@ -222,7 +211,7 @@ class KRaftBroker(BrokersFromMetadata):
     # --- the metadata log -------------------------------------------------------------------------------
     def _leader_address(self) -> VoterAddress | None:
         leader = self.driver.raft.leader_id
-        return self.voters.get(leader) if leader is not None else None
+        return self.driver.address_of(leader) if leader is not None else None
 
     def _controller_info(self) -> BrokerInfo | None:
         found = self._leader_address()

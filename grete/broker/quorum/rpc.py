@@ -64,4 +64,4 @@ async def answer(ctx: RequestContext, driver: RaftDriver, request: QuorumRequest
     assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest
                       | core.FetchRequest)
     response = await driver.handle(_sender(message), message)
-    return to_wire(response, None, timestamp_ms=ctx.broker.now_ms())
+    return to_wire(response, None, timestamp_ms=ctx.broker.now_ms(), addressing=driver.addressing())

@@ -5,7 +5,8 @@ grete has (``SUPPORTED``), finalizes Kafka 4.3.1's default level for each at its
 lets UpdateFeatures move a level inside the supported range with Kafka's checks and messages. A
 level below a feature's threshold switches its APIs off as Kafka's KafkaApis does (``GATES``: the
 APIs stay advertised and answer UNSUPPORTED_VERSION). ``metadata.version`` and ``kraft.version``
-describe KRaft's metadata log, which grete has not, so they are not offered.
+are not offered here (UpdateFeatures cannot move them); a controller of a quorum of several lists
+kraft.version's range in ApiVersions (grete/broker/handlers/api_versions.py).
 
 A ZooKeeper cluster answers as a Kafka 3.9 ZooKeeper-mode broker: no supported or finalized
 features, and UpdateFeatures refuses every feature (so 4.x clients stay on the protocols a 3.9

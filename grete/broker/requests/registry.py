@@ -108,11 +108,13 @@ ZK_BROKER_APIS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.U
 # The metadata quorum's APIs a client may send: served and advertised by a node that runs a quorum
 # (the embedded node), never by a ZooKeeper-mode broker, which closes the connection as Kafka 3.9's.
 KRAFT_APIS = frozenset({ApiKey.DESCRIBE_QUORUM})
-# The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch) and the KRaft brokers' (Envelope,
-# BrokerRegistration, BrokerHeartbeat): served and advertised only by a voter of a quorum of several
+# The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, a dynamic quorum's Add-, Remove- and
+# UpdateRaftVoter, ControllerRegistration) and the KRaft brokers' (Envelope, BrokerRegistration,
+# BrokerHeartbeat): served and advertised only by a voter of a quorum of several
 # controllers (process.roles=controller); a quorum of one has no peer and no broker to answer.
 RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.ENVELOPE,
-                       ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT})
+                       ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ADD_RAFT_VOTER,
+                       ApiKey.REMOVE_RAFT_VOTER, ApiKey.UPDATE_RAFT_VOTER, ApiKey.CONTROLLER_REGISTRATION})
 # The admin requests a KRaft controller carries out for its brokers, sent in an Envelope (Kafka's
 # ForwardingManager) or directly by tools with --bootstrap-controller: CreateTopics, DeleteTopics,
 # CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs,
@@ -187,6 +189,6 @@ if __name__ == "__main__":
     # Run as a script this file is __main__; the handlers register into the imported module.
     from grete.broker.requests import registry
 
-    target = Path(registry.__file__).with_name("handlers") / "manifest.py"
+    target = Path(registry.__file__).parents[1] / "handlers" / "manifest.py"
     target.write_text(registry.render_manifest(registry.declared_handlers()), encoding="utf-8")
     print(f"wrote {target}", file=sys.stderr)

@@ -19,7 +19,8 @@ Kafka's rules, as KafkaRaftClient applies them:
   answers SNAPSHOT_NOT_FOUND and the follower reports that error in RaftOutput.fetch_error.
 
 Messages are the core's own (raft_messages); raft_wire turns them into Kafka's RPCs and back. The
-voter set is static (controller.quorum.voters): no AddRaftVoter/RemoveRaftVoter, no directory ids.
+voter set is static (controller.quorum.voters) or the dynamic quorum's latest in the log (voters.py,
+KIP-853; raft_reconfig adds and removes voters).
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ import random
 from collections.abc import Iterable, Sequence
 
 from grete.coordinator.kraft.quorum import QuorumState
-from grete.coordinator.kraft.raft_leader import LeaderRole
-from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch, RaftLog, truncation_offset
+from grete.coordinator.kraft.raft_log import RaftBatch, RaftLog, truncation_offset
 from grete.coordinator.kraft.raft_messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -37,13 +37,12 @@ from grete.coordinator.kraft.raft_messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
-    LogAppended,
-    LogTruncated,
     RaftMessage,
     RaftOutput,
     VoteRequest,
     VoteResponse,
 )
+from grete.coordinator.kraft.raft_requests import RequestRole, successor_backoff
 from grete.coordinator.kraft.raft_states import (
     Candidate,
     EpochState,
@@ -55,6 +54,7 @@ from grete.coordinator.kraft.raft_states import (
     Tally,
     Unattached,
 )
+from grete.coordinator.kraft.voters import VoterHistory, VoterNode, VoterSet
 from grete.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["NEVER", "RETRY_BACKOFF_BASE_MS", "RaftConfig", "RaftNode"]
@@ -63,12 +63,19 @@ RETRY_BACKOFF_BASE_MS = 100  # the unit of the binary exponential election backo
 NEVER = 2**62  # next_deadline when no timer runs
 
 
-class RaftNode(LeaderRole):
+class RaftNode(RequestRole):
     """One replica of the metadata quorum; see the module's description."""
 
-    def __init__(self, node_id: int, voters: Iterable[int], log: RaftLog, stored: QuorumState,
-                 now_ms: int, rng: random.Random, config: RaftConfig | None = None) -> None:
-        super().__init__(node_id, frozenset(voters), log, config or RaftConfig())
+    def __init__(self, node_id: int, voters: Iterable[int] | VoterHistory, log: RaftLog, stored: QuorumState,
+                 now_ms: int, rng: random.Random, config: RaftConfig | None = None, local: VoterNode | None = None,
+                 bootstrap: Sequence[int] = ()) -> None:
+        """``voters``: a static quorum's ids, or the history a dynamic quorum's log starts from (its
+        bootstrap snapshot's voter set). ``bootstrap``: the destinations an observer that knows no
+        leader asks (controller.quorum.bootstrap.servers; the voters when empty)."""
+        history = voters if isinstance(voters, VoterHistory) else VoterHistory(VoterSet.of_ids(voters))
+        super().__init__(node_id, history, log, config or RaftConfig(), local)
+        self.load_voter_history()
+        self.bootstrap = tuple(bootstrap)
         self._rng = rng
         self._persisted = (stored.leader_id, stored.leader_epoch, stored.voted_id)
         self.state = self._initial_state(stored, now_ms)
@@ -196,64 +203,6 @@ class RaftNode(LeaderRole):
         return False
 
     # --- requests ---------------------------------------------------------------------------------
-    def _on_vote_request(self, sender: int, request: VoteRequest, now_ms: int) -> None:
-        def answer(error: ErrorCode, granted: bool) -> None:
-            self.send(sender, VoteResponse(correlation_id=request.correlation_id, error_code=error,
-                                           leader_id=self.leader_or_none(), leader_epoch=self.epoch,
-                                           vote_granted=granted))
-        if self.node_id not in self.voters:
-            return answer(ErrorCode.INCONSISTENT_VOTER_SET, False)
-        if not request.pre_vote and request.candidate_epoch > self.epoch:
-            self._become_unattached(request.candidate_epoch, None, now_ms)
-        if request.candidate_epoch < self.epoch:
-            return answer(ErrorCode.FENCED_LEADER_EPOCH, False)
-        theirs = OffsetAndEpoch(request.last_offset_epoch, request.last_offset)
-        up_to_date = theirs >= OffsetAndEpoch(self.log.last_epoch, self.log.end_offset)
-        granted = request.candidate_id in self.voters and self._can_grant(
-            request.candidate_id, up_to_date, request.pre_vote)
-        if granted and not request.pre_vote and self.voted_for() != request.candidate_id:
-            self._become_unattached(self.epoch, request.candidate_id, now_ms)  # persisted before the answer
-        return answer(ErrorCode.NONE, granted)
-
-    def _can_grant(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
-        state = self.state
-        if isinstance(state, Leader):
-            return False
-        if isinstance(state, Candidate):
-            return up_to_date if pre_vote else candidate == self.node_id
-        if isinstance(state, Follower):  # only pre-votes, and only once the leader went quiet
-            return pre_vote and up_to_date and not state.has_fetched
-        if isinstance(state, Resigned):  # a resigning leader helps its successors' pre-votes
-            return pre_vote and up_to_date
-        if pre_vote:
-            return up_to_date
-        if state.voted_id is not None:
-            return state.voted_id == candidate
-        if isinstance(state, Prospective) and state.leader_id is not None:
-            return False
-        return up_to_date
-
-    def _on_begin_epoch_request(self, sender: int, request: BeginQuorumEpochRequest, now_ms: int) -> None:
-        if request.leader_epoch >= self.epoch:
-            self._follow(request.leader_id, request.leader_epoch, now_ms, from_leader=True)
-        error = ErrorCode.FENCED_LEADER_EPOCH if request.leader_epoch < self.epoch else ErrorCode.NONE
-        self.send(sender, BeginQuorumEpochResponse(correlation_id=request.correlation_id, error_code=error,
-                                                   leader_id=self.leader_or_none(), leader_epoch=self.epoch))
-
-    def _on_end_epoch_request(self, sender: int, request: EndQuorumEpochRequest, now_ms: int) -> None:
-        error = ErrorCode.FENCED_LEADER_EPOCH if request.leader_epoch < self.epoch else ErrorCode.NONE
-        if error is ErrorCode.NONE:
-            self._follow(request.leader_id, request.leader_epoch, now_ms, from_leader=True)
-            state = self.state
-            if isinstance(state, Follower) and state.leader_id == request.leader_id:
-                # The most caught-up successor stands at once, the others later and later.
-                backoff = successor_backoff(self.node_id, request.preferred_successors,
-                                            self.config.election_backoff_max_ms)
-                state.fetch_deadline = now_ms + backoff
-                state.has_fetched = False
-        self.send(sender, EndQuorumEpochResponse(correlation_id=request.correlation_id, error_code=error,
-                                                 leader_id=self.leader_or_none(), leader_epoch=self.epoch))
-
     # --- responses --------------------------------------------------------------------------------
     def _on_response(self, sender: int, response: RaftMessage, now_ms: int) -> None:
         assert isinstance(response, VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
@@ -299,9 +248,7 @@ class RaftNode(LeaderRole):
         state.fetch_deadline = now_ms + self.config.fetch_timeout_ms
         state.has_fetched = True
         if response.diverging_epoch is not None:
-            offset = truncation_offset(self.log, response.diverging_epoch)
-            self.log.truncate_to(offset)
-            self.out.log_changes.append(LogTruncated(offset))
+            self.truncated(truncation_offset(self.log, response.diverging_epoch))
             return
         for batch in response.batches:
             end = self.log.end_offset
@@ -311,9 +258,9 @@ class RaftNode(LeaderRole):
                 break  # not contiguous: never from a leader that validated our fetch offset
             skip = end - batch.base_offset
             if skip:
-                batch = RaftBatch(end, batch.epoch, batch.records[skip:], batch.control)
-            self.log.append(batch)
-            self.out.log_changes.append(LogAppended(batch))
+                batch = RaftBatch(end, batch.epoch, batch.records[skip:], batch.control,
+                                  control_types=batch.control_types[skip:])
+            self.appended(batch)
         self.advance_high_watermark(min(response.high_watermark, self.log.end_offset))
 
     # --- timers and sending -----------------------------------------------------------------------
@@ -378,19 +325,23 @@ class RaftNode(LeaderRole):
             if self.requests.ready(voter, now_ms):
                 self.send_request(voter, now_ms, lambda cid: VoteRequest(
                     correlation_id=cid, candidate_epoch=epoch, candidate_id=self.node_id,
+                    candidate_directory_id=self.directory_id,
                     last_offset_epoch=self.log.last_epoch, last_offset=self.log.end_offset, pre_vote=pre_vote))
 
     def _send_fetch(self, destination: int, now_ms: int) -> None:
         self.send_request(destination, now_ms, lambda cid: FetchRequest(
-            correlation_id=cid, replica_id=self.node_id, current_leader_epoch=self.epoch, fetch_offset=self.log.end_offset,
+            correlation_id=cid, replica_id=self.node_id, replica_directory_id=self.directory_id,
+            current_leader_epoch=self.epoch, fetch_offset=self.log.end_offset,
             last_fetched_epoch=self.log.last_epoch, high_watermark=self.high_watermark))
 
     def _observer_fetch(self, now_ms: int) -> None:
-        """An observer that knows no leader asks a random voter, whose answer names the leader."""
-        if not self.requests.any_inflight(now_ms):
-            voter = self._rng.choice(sorted(self.voters))
-            if self.requests.ready(voter, now_ms):
-                self._send_fetch(voter, now_ms)
+        """An observer that knows no leader asks a random bootstrap server (or voter), whose answer
+        names the leader."""
+        candidates = sorted(self.bootstrap or self.voters)
+        if candidates and not self.requests.any_inflight(now_ms):
+            destination = self._rng.choice(candidates)
+            if self.requests.ready(destination, now_ms):
+                self._send_fetch(destination, now_ms)
 
     def _election_due(self, now_ms: int) -> None:
         """A follower's leader went quiet: a voter starts a pre-vote round, an observer forgets it."""
@@ -463,17 +414,6 @@ class RaftNode(LeaderRole):
 
     def resign_after_check_quorum(self, state: Leader, now_ms: int) -> None:
         self._become_resigned(state, now_ms)
-
-
-def successor_backoff(node_id: int, successors: tuple[int, ...], maximum: int) -> int:
-    """Kafka's strict exponential backoff by rank among the preferred successors."""
-    if node_id not in successors:
-        return maximum
-    position = successors.index(node_id)
-    if position == 0:
-        return 0
-    base = maximum >> (len(successors) - 1)
-    return min(maximum, base << (position - 1))
 
 
 def election_backoff(rng: random.Random, retries: int, maximum: int) -> int:

@@ -3,16 +3,18 @@ the bookkeeping every state shares (the current state, outgoing messages, quorum
 
 from __future__ import annotations
 
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from grete.coordinator.kraft.quorum import QuorumState
-from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch, RaftLog
+from grete.coordinator.kraft.raft_log import LEADER_CHANGE, OffsetAndEpoch, RaftBatch, RaftLog
 from grete.coordinator.kraft.raft_messages import (
     BeginQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
     LogAppended,
+    LogTruncated,
     RaftMessage,
     RaftOutput,
     RaftRequest,
@@ -30,10 +32,12 @@ from grete.coordinator.kraft.raft_states import (
     Resigned,
     Unattached,
 )
+from grete.coordinator.kraft.voters import BEFORE_LOG, VoterHistory, VoterNode, updated
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DescribeQuorumResponse
-from grete.protocol.metadata import LeaderChangeMessage
-from grete.protocol.metadata_frame import CONTROL_VALUE_VERSION, encode_control_value
+from grete.protocol.metadata import KRaftVersionRecord, LeaderChangeMessage
+from grete.protocol.metadata_frame import CONTROL_VALUE_VERSION, decode_control_value, encode_control_value
+from grete.protocol.records.control import ControlType
 
 # A leader that has not heard from a majority of voters for 1.5 fetch timeouts resigns (Kafka's).
 CHECK_QUORUM_TIMEOUT_FACTOR = 1.5
@@ -42,9 +46,13 @@ CHECK_QUORUM_TIMEOUT_FACTOR = 1.5
 class LeaderRole(ABC):
     state: EpochState
 
-    def __init__(self, node_id: int, voters: frozenset[int], log: RaftLog, config: RaftConfig) -> None:
+    def __init__(self, node_id: int, history: VoterHistory, log: RaftLog, config: RaftConfig,
+                 local: VoterNode | None = None) -> None:
         self.node_id = node_id
-        self.voters = voters
+        # The voter sets of the log (static, or a dynamic quorum's VotersRecords); the latest applies.
+        self.history = history
+        # This replica as a voter set lists it: its directory id, endpoints and kraft.version range.
+        self.local = local if local is not None else VoterNode(node_id)
         self.log = log
         self.config = config
         self.requests = RequestManager(config.request_timeout_ms, config.retry_backoff_ms)
@@ -55,6 +63,54 @@ class LeaderRole(ABC):
 
     @abstractmethod
     def resign_after_check_quorum(self, state: Leader, now_ms: int) -> None: ...
+
+    @property
+    def voters(self) -> frozenset[int]:
+        return self.history.latest.ids
+
+    @property
+    def directory_id(self) -> uuid.UUID:
+        return self.local.directory_id
+
+    # --- the log and its voter sets ---------------------------------------------------------------
+    def load_voter_history(self) -> None:
+        """Read the voter sets and kraft.version the log holds (its control batches), at start."""
+        for batch in self.log.control_batches():
+            self._track_controls(batch)
+
+    def appended(self, batch: RaftBatch) -> None:
+        """``batch`` goes into the log (a leader's append or a follower's fetch)."""
+        self.log.append(batch)
+        self.out.log_changes.append(LogAppended(batch))
+        if self._track_controls(batch):
+            self.voters_changed()
+
+    def truncated(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.out.log_changes.append(LogTruncated(offset))
+        self.history.truncate(offset)
+        self.voters_changed()
+
+    def _track_controls(self, batch: RaftBatch) -> bool:
+        """Whether ``batch`` holds a voter set or a kraft.version, now in the history."""
+        changed = False
+        for offset, control_type, value in batch.typed_controls():
+            if control_type in (ControlType.KRAFT_VERSION, ControlType.KRAFT_VOTERS):
+                self.history.control_record(offset, control_type, decode_control_value(control_type, value))
+                changed = True
+        return changed
+
+    def voters_changed(self) -> None:
+        """The latest voter set may differ: a leader counts the new set's voters from now on (a new
+        voter from where it fetched as an observer), as Kafka's LeaderState does."""
+        state = self.state
+        if not isinstance(state, Leader):
+            return
+        offsets = state.voter_offsets
+        state.voter_offsets = {v: offsets.get(v, state.observer_offsets.get(v, -1)) for v in self.voters}
+        state.unacked &= self.voters
+        for voter in self.voters:  # a new voter is no observer any more
+            state.observer_offsets.pop(voter, None)
 
     # --- the state ----------------------------------------------------------------------------
     @property
@@ -140,19 +196,33 @@ class LeaderRole(ABC):
             version=CONTROL_VALUE_VERSION, leader_id=self.node_id,
             voters=[LeaderChangeMessage.Voter(voter_id=v) for v in sorted(self.voters)],
             granting_voters=[LeaderChangeMessage.Voter(voter_id=v) for v in granting])
-        self.leader_append(state, (encode_control_value(message),), True, now_ms)
+        values, types = [encode_control_value(message)], [LEADER_CHANGE]
+        voters = self.history.latest
+        # A dynamic quorum's first leader copies the bootstrap snapshot's voter set into the log (a
+        # replica formatted without it learns it there), and any leader whose own endpoints or
+        # kraft.version range the set lacks writes it updated (Kafka's appendStartOfEpochControlRecords).
+        if self.history.dynamic and (self.history.latest_offset == BEFORE_LOG or voters.needs_update(self.local)):
+            if self.local.node_id in voters.nodes:
+                voters = updated(voters, self.local)
+            values += [encode_control_value(KRaftVersionRecord(version=0, k_raft_version=self.history.kraft_version)),
+                       encode_control_value(voters.to_record())]
+            types += [ControlType.KRAFT_VERSION, ControlType.KRAFT_VOTERS]
+        self.leader_append(state, tuple(values), True, now_ms, tuple(types))
 
-    def leader_append(self, state: Leader, records: tuple[bytes, ...], control: bool, now_ms: int) -> None:
-        batch = RaftBatch(self.log.end_offset, state.epoch, records, control)
-        self.log.append(batch)
-        self.out.log_changes.append(LogAppended(batch))
-        state.voter_offsets[self.node_id] = self.log.end_offset
+    def leader_append(self, state: Leader, records: tuple[bytes, ...], control: bool, now_ms: int,
+                      control_types: tuple[int, ...] = ()) -> None:
+        self.appended(RaftBatch(self.log.end_offset, state.epoch, records, control, control_types=control_types))
+        if self.node_id in state.voter_offsets:  # a leader removed from the voters counts no more
+            state.voter_offsets[self.node_id] = self.log.end_offset
         if not self._update_leader_high_watermark(state, now_ms):
             self._answer_parked(state, now_ms, expired_only=False)  # they have records now
 
     def poll_leader(self, state: Leader, now_ms: int) -> None:
         if len(self.voters) > 1 and now_ms >= state.check_quorum_deadline:
             self.resign_after_check_quorum(state, now_ms)
+            return
+        if self.node_id not in self.voters and self.high_watermark > self.history.latest_offset:
+            self.resign_after_check_quorum(state, now_ms)  # removed, and the removal is committed
             return
         self._answer_parked(state, now_ms, expired_only=True)
         if now_ms >= state.begin_epoch_deadline:
@@ -179,7 +249,8 @@ class LeaderRole(ABC):
             self.send(sender, self._fetch_answer(request, error))
             return
         replica = request.replica_id
-        if replica in self.voters:
+        voter = self.history.latest.is_voter(replica, request.replica_directory_id)
+        if voter:
             self._heard_from_voter(state, replica, now_ms)
         diverging = self._diverging(request)
         if diverging is not None:
@@ -187,8 +258,9 @@ class LeaderRole(ABC):
             return
         state.parked.pop(replica, None)
         state.progress.setdefault(replica, ReplicaProgress()).fetched(request.fetch_offset, self.log.end_offset, now_ms)
+        state.progress[replica].directory_id = request.replica_directory_id
         moved = False
-        if replica in self.voters:
+        if voter:
             state.voter_offsets[replica] = request.fetch_offset
             moved = self._update_leader_high_watermark(state, now_ms)
         else:
@@ -211,13 +283,16 @@ class LeaderRole(ABC):
             return answer
 
         def replica(replica_id: int, end: int) -> DescribeQuorumResponse.ReplicaState:
+            progress = state.progress.get(replica_id, ReplicaProgress())
+            fetched, caught_up, directory = progress.last_fetch_ms, progress.last_caught_up_ms, progress.directory_id
             if replica_id == self.node_id:
                 fetched = caught_up = now_ms
-            else:
-                progress = state.progress.get(replica_id, ReplicaProgress())
-                fetched, caught_up = progress.last_fetch_ms, progress.last_caught_up_ms
-            return DescribeQuorumResponse.ReplicaState(replica_id=replica_id, log_end_offset=end,
-                                                       last_fetch_timestamp=fetched, last_caught_up_timestamp=caught_up)
+                directory = self.directory_id
+            elif replica_id in self.voters:
+                directory = self.history.latest.directory_of(replica_id)
+            return DescribeQuorumResponse.ReplicaState(replica_id=replica_id, replica_directory_id=directory,
+                                                       log_end_offset=end, last_fetch_timestamp=fetched,
+                                                       last_caught_up_timestamp=caught_up)
         answer.current_voters = [replica(v, state.voter_offsets[v]) for v in sorted(self.voters)]
         answer.observers = [replica(o, end) for o, end in sorted(state.observer_offsets.items())]
         return answer
@@ -225,7 +300,7 @@ class LeaderRole(ABC):
     def _heard_from_voter(self, state: Leader, voter: int, now_ms: int) -> None:
         state.unacked.discard(voter)
         state.fetched_voters.add(voter)
-        if len(state.fetched_voters | {self.node_id}) > len(self.voters) // 2:
+        if len(state.fetched_voters | ({self.node_id} & self.voters)) > len(self.voters) // 2:
             state.fetched_voters.clear()
             state.check_quorum_deadline = now_ms + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
 

@@ -9,12 +9,14 @@ it (the batch's partition leader epoch), and epochs never decrease along the log
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 # The epoch reported for "no epoch at or below the one asked about": Raft's epochs start at 1.
 NO_EPOCH = 0
+LEADER_CHANGE = 2  # ControlRecordType of a LeaderChangeMessage
+DATA = -1  # InMemoryRaftLog's mark of a record that is not a control record
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -37,10 +39,20 @@ class RaftBatch:
     records: tuple[bytes, ...]
     control: bool = False
     raw: bytes | None = field(default=None, compare=False, repr=False)
+    # The control record type of each record of a control batch (Kafka's ControlRecordType);
+    # empty: every one a LeaderChangeMessage.
+    control_types: tuple[int, ...] = ()
 
     @property
     def next_offset(self) -> int:
         return self.base_offset + len(self.records)
+
+    def typed_controls(self) -> list[tuple[int, int, bytes]]:
+        """(offset, control type, value) of each record of a control batch."""
+        if not self.control:
+            return []
+        types = self.control_types or (LEADER_CHANGE,) * len(self.records)
+        return [(self.base_offset + i, t, v) for i, (t, v) in enumerate(zip(types, self.records, strict=True))]
 
 
 class RaftLog(Protocol):
@@ -78,6 +90,10 @@ class RaftLog(Protocol):
         """Batches holding the records from ``offset`` (at most ``max_records`` of them)."""
         ...
 
+    def control_batches(self) -> Iterator[RaftBatch]:
+        """The log's control batches in order (the voter sets a replica reads at start)."""
+        ...
+
 
 class InMemoryRaftLog:
     """A RaftLog in lists, one entry per record (batches are cut back out by epoch on read)."""
@@ -86,7 +102,7 @@ class InMemoryRaftLog:
         self._start = start_offset
         self._epochs: list[int] = []
         self._values: list[bytes] = []
-        self._controls: list[bool] = []
+        self._controls: list[int] = []  # each record's control type; DATA for a metadata record
 
     @property
     def start_offset(self) -> int:
@@ -113,7 +129,8 @@ class InMemoryRaftLog:
             raise ValueError(f"batch of epoch {batch.epoch} after epoch {self.last_epoch}")
         self._epochs.extend([batch.epoch] * len(batch.records))
         self._values.extend(batch.records)
-        self._controls.extend([batch.control] * len(batch.records))
+        self._controls.extend([t for _offset, t, _value in batch.typed_controls()] if batch.control
+                              else [DATA] * len(batch.records))
 
     def truncate_to(self, offset: int) -> None:
         keep = max(offset - self._start, 0)
@@ -125,13 +142,21 @@ class InMemoryRaftLog:
         batches: list[RaftBatch] = []
         while first < last:
             end = first + 1
-            while end < last and (self._epochs[end], self._controls[end]) == (self._epochs[first],
-                                                                              self._controls[first]):
+            control = self._controls[first] != DATA
+            while (end < last and self._epochs[end] == self._epochs[first]
+                   and (self._controls[end] != DATA) == control):
                 end += 1
-            batches.append(RaftBatch(self._start + first, self._epochs[first],
-                                     tuple(self._values[first:end]), self._controls[first]))
+            types = tuple(self._controls[first:end]) if control else ()
+            batches.append(RaftBatch(self._start + first, self._epochs[first], tuple(self._values[first:end]), control,
+                                     control_types=() if set(types) <= {LEADER_CHANGE} else types))
             first = end
         return batches
+
+    def control_batches(self) -> Iterator[RaftBatch]:
+        offset = self._start
+        while batches := self.read(offset, 1000):
+            yield from (batch for batch in batches if batch.control)
+            offset = batches[-1].next_offset
 
     def entry(self, offset: int) -> tuple[int, bytes]:
         """(epoch, value) of the record at ``offset``."""

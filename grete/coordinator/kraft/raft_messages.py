@@ -13,10 +13,12 @@ Kafka does (the prospective's own, one below ``candidate_epoch``).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from grete.coordinator.kraft.quorum import QuorumState
 from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
 
 HW_NOT_SENT = 2**63 - 1  # Fetch v18's HighWatermark default: the feature not supported
@@ -30,6 +32,7 @@ class VoteRequest:
     last_offset_epoch: int
     last_offset: int  # the candidate's log end offset
     pre_vote: bool = False
+    candidate_directory_id: uuid.UUID = ZERO_UUID  # Vote v1+: with the id, the candidate's voter key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +79,7 @@ class EndQuorumEpochResponse:
 class FetchRequest:
     correlation_id: int
     replica_id: int  # ReplicaState.ReplicaId
+    replica_directory_id: uuid.UUID = ZERO_UUID  # Fetch v17+: a voter's key is its id and directory
     current_leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int

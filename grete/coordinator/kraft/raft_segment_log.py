@@ -11,11 +11,12 @@ keyless metadata records, or one control record, stamped with the leader's epoch
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from grete.coordinator.kraft.raft_log import NO_EPOCH, OffsetAndEpoch, RaftBatch
+from grete.coordinator.kraft.raft_log import LEADER_CHANGE, NO_EPOCH, OffsetAndEpoch, RaftBatch
 from grete.protocol.records.batch import RecordBatch, iter_batches
-from grete.protocol.records.control import ControlType, encode_control_key
+from grete.protocol.records.control import encode_control_key, parse_control_key
 from grete.protocol.records.record import Record, build_batch, decode_records
 from grete.storage.config import LogConfig
 from grete.storage.log import Log
@@ -29,17 +30,23 @@ def encode_raft_batch(batch: RaftBatch, timestamp_ms: int) -> bytes:
     """``batch`` in Kafka's v2 format: its own bytes if it has them, else built as KRaft builds them."""
     if batch.raw is not None:
         return batch.raw
-    key = encode_control_key(ControlType.LEADER_CHANGE) if batch.control else None
-    records = [Record(i, 0, key, value) for i, value in enumerate(batch.records)]
+    records = [Record(i, 0, None, value) for i, value in enumerate(batch.records)]
+    if batch.control:
+        records = [Record(offset - batch.base_offset, 0, encode_control_key(control_type), value)
+                   for offset, control_type, value in batch.typed_controls()]
     return bytes(build_batch(records, base_offset=batch.base_offset, base_timestamp=timestamp_ms,
                              control=batch.control, partition_leader_epoch=batch.epoch))
 
 
 def raft_batch(batch: RecordBatch) -> RaftBatch:
     """A stored or fetched batch for the core, its bytes kept."""
-    values = tuple(record.value or b"" for record in decode_records(batch))
+    records = decode_records(batch)
+    values = tuple(record.value or b"" for record in records)
+    types = tuple(parse_control_key(record.key) for record in records) if batch.is_control else ()
+    if all(t == LEADER_CHANGE for t in types):
+        types = ()  # RaftBatch's default
     return RaftBatch(batch.base_offset, batch.partition_leader_epoch, values, batch.is_control,
-                     raw=bytes(batch.bytes_view()))
+                     raw=bytes(batch.bytes_view()), control_types=types)
 
 
 def raft_batches(data: bytes | bytearray | memoryview | None) -> tuple[RaftBatch, ...]:
@@ -92,6 +99,12 @@ class SegmentRaftLog:
             records += batch.last_offset_delta + 1
             size += batch.size
         return batches
+
+    def control_batches(self) -> Iterator[RaftBatch]:
+        """Only control batches are decoded: the metadata records between them are skipped by header."""
+        for batch in self.log.batches(self.log.log_start_offset):
+            if batch.is_control:
+                yield raft_batch(batch)
 
     def flush(self) -> None:
         self.log.flush()

@@ -15,9 +15,11 @@ A replica is always in exactly one state, for one epoch:
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from grete.coordinator.kraft.raft_messages import FetchRequest
+from grete.protocol.codec import ZERO_UUID
 
 
 @dataclass(slots=True)
@@ -102,6 +104,7 @@ class ReplicaProgress:
     last_fetch_ms: int = -1
     last_fetch_leader_end: int = -1  # the leader's end offset at that fetch
     last_caught_up_ms: int = -1
+    directory_id: uuid.UUID = ZERO_UUID  # the one its last fetch named (AddRaftVoter checks it)
 
     def fetched(self, fetch_offset: int, leader_end: int, now_ms: int) -> None:
         """Caught up now if it fetched from the leader's end; caught up at its previous fetch if it

@@ -12,60 +12,105 @@ LeaderChangeMessage control record of a control batch.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from typing import TypeVar
 
 from grete.coordinator.kraft import raft_messages as core
 from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch
 from grete.coordinator.kraft.raft_segment_log import encode_raft_batch, raft_batches
+from grete.coordinator.kraft.voters import Endpoint
 from grete.protocol import messages as wire
-from grete.protocol.codec import Message
+from grete.protocol.codec import ZERO_UUID, Message
 from grete.protocol.errors import ErrorCode
 from grete.protocol.topics import METADATA_TOPIC
 
 # Kafka's Topic.CLUSTER_METADATA_TOPIC_ID: Fetch v13+ names __cluster_metadata by this id only.
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 
+_Node = TypeVar("_Node", wire.VoteResponse.NodeEndpoint, wire.BeginQuorumEpochResponse.NodeEndpoint,
+                wire.EndQuorumEpochResponse.NodeEndpoint, wire.FetchResponse.NodeEndpoint)
+
+
+@dataclass(frozen=True, slots=True)
+class Addressing:
+    """What the wire carries beyond the core's message: the destination's voter key (Vote and
+    BeginQuorumEpoch v1+ name it: Kafka refuses one naming another voter, INVALID_VOTER_KEY), the
+    leader's endpoints a response names (NodeEndpoints, so a replica that learns the leader from
+    an answer can reach it) and a new leader's own listeners (BeginQuorumEpoch's LeaderEndpoints)."""
+
+    destination: int = -1
+    destination_directory: uuid.UUID = ZERO_UUID
+    leader: tuple[int, str, int] | None = None  # (node id, host, port) on the request's listener
+    listeners: tuple[Endpoint, ...] = ()
+
+
+NO_ADDRESSING = Addressing()
+
 
 def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int = 0,
-            destination: int = -1) -> Message:
-    """The RPC for ``message``; ``timestamp_ms`` stamps the record batches a fetch answer builds, and
-    ``destination`` is the voter a request goes to (Vote and BeginQuorumEpoch v1+ name it: Kafka
-    refuses one naming another voter, INVALID_VOTER_KEY)."""
+            addressing: Addressing = NO_ADDRESSING) -> Message:
+    """The RPC for ``message``; ``timestamp_ms`` stamps the record batches a fetch answer builds."""
+    a = addressing
     match message:
         case core.VoteRequest():
-            return wire.VoteRequest(cluster_id=cluster_id, voter_id=destination, topics=[wire.VoteRequest.TopicData(
+            return wire.VoteRequest(cluster_id=cluster_id, voter_id=a.destination, topics=[wire.VoteRequest.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.VoteRequest.PartitionData(
                     replica_epoch=message.candidate_epoch - _pre_vote_bump(message.pre_vote),
-                    replica_id=message.candidate_id, last_offset_epoch=message.last_offset_epoch,
+                    replica_id=message.candidate_id, replica_directory_id=message.candidate_directory_id,
+                    voter_directory_id=a.destination_directory, last_offset_epoch=message.last_offset_epoch,
                     last_offset=message.last_offset, pre_vote=message.pre_vote)])])
         case core.VoteResponse():
-            return wire.VoteResponse(topics=[wire.VoteResponse.TopicData(
+            return wire.VoteResponse(node_endpoints=_nodes(wire.VoteResponse.NodeEndpoint, a), topics=[wire.VoteResponse.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.VoteResponse.PartitionData(
                     error_code=message.error_code, leader_id=message.leader_id, leader_epoch=message.leader_epoch,
                     vote_granted=message.vote_granted)])])
         case core.BeginQuorumEpochRequest():
-            return wire.BeginQuorumEpochRequest(cluster_id=cluster_id, voter_id=destination, topics=[wire.BeginQuorumEpochRequest.TopicData(
-                topic_name=METADATA_TOPIC, partitions=[wire.BeginQuorumEpochRequest.PartitionData(
-                    leader_id=message.leader_id, leader_epoch=message.leader_epoch)])])
+            return wire.BeginQuorumEpochRequest(
+                cluster_id=cluster_id, voter_id=a.destination,
+                leader_endpoints=[wire.BeginQuorumEpochRequest.LeaderEndpoint(name=e.listener, host=e.host, port=e.port)
+                                  for e in a.listeners],
+                topics=[wire.BeginQuorumEpochRequest.TopicData(
+                    topic_name=METADATA_TOPIC, partitions=[wire.BeginQuorumEpochRequest.PartitionData(
+                        voter_directory_id=a.destination_directory, leader_id=message.leader_id,
+                        leader_epoch=message.leader_epoch)])])
         case core.BeginQuorumEpochResponse():
-            return wire.BeginQuorumEpochResponse(topics=[wire.BeginQuorumEpochResponse.TopicData(
+            return wire.BeginQuorumEpochResponse(node_endpoints=_nodes(wire.BeginQuorumEpochResponse.NodeEndpoint, a), topics=[wire.BeginQuorumEpochResponse.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.BeginQuorumEpochResponse.PartitionData(
                     error_code=message.error_code, leader_id=message.leader_id, leader_epoch=message.leader_epoch)])])
         case core.EndQuorumEpochRequest():
-            return wire.EndQuorumEpochRequest(cluster_id=cluster_id, topics=[wire.EndQuorumEpochRequest.TopicData(
+            return wire.EndQuorumEpochRequest(
+                cluster_id=cluster_id,
+                leader_endpoints=[wire.EndQuorumEpochRequest.LeaderEndpoint(name=e.listener, host=e.host, port=e.port)
+                                  for e in a.listeners],
+                topics=[wire.EndQuorumEpochRequest.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.EndQuorumEpochRequest.PartitionData(
                     leader_id=message.leader_id, leader_epoch=message.leader_epoch,
                     preferred_successors=list(message.preferred_successors),
                     preferred_candidates=[wire.EndQuorumEpochRequest.ReplicaInfo(candidate_id=c)
                                           for c in message.preferred_successors])])])
         case core.EndQuorumEpochResponse():
-            return wire.EndQuorumEpochResponse(topics=[wire.EndQuorumEpochResponse.TopicData(
+            return wire.EndQuorumEpochResponse(node_endpoints=_nodes(wire.EndQuorumEpochResponse.NodeEndpoint, a), topics=[wire.EndQuorumEpochResponse.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[wire.EndQuorumEpochResponse.PartitionData(
                     error_code=message.error_code, leader_id=message.leader_id, leader_epoch=message.leader_epoch)])])
         case core.FetchRequest():
             return _fetch_request(message, cluster_id)
         case core.FetchResponse():
-            return _fetch_response(message, timestamp_ms)
+            response = _fetch_response(message, timestamp_ms)
+            response.node_endpoints = _nodes(wire.FetchResponse.NodeEndpoint, a)
+            return response
     raise TypeError(f"not a Raft message: {message!r}")
+
+
+def _nodes(kind: type[_Node], a: Addressing) -> list[_Node]:
+    if a.leader is None:
+        return []
+    node_id, host, port = a.leader
+    return [kind(node_id=node_id, host=host, port=port)]
+
+
+def node_endpoints(message: Message) -> list[tuple[int, str, int]]:
+    """(node id, host, port) of the NodeEndpoints a response carries, if any."""
+    return [(e.node_id, e.host, e.port) for e in getattr(message, "node_endpoints", ())]
 
 
 def _pre_vote_bump(pre_vote: bool) -> int:
@@ -83,7 +128,8 @@ def _fetch_request(message: core.FetchRequest, cluster_id: str | None) -> wire.F
         replica_state=wire.FetchRequest.ReplicaState(replica_id=message.replica_id),
         topics=[wire.FetchRequest.FetchTopic(topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[wire.FetchRequest.FetchPartition(
             current_leader_epoch=message.current_leader_epoch, fetch_offset=message.fetch_offset,
-            last_fetched_epoch=message.last_fetched_epoch, high_watermark=message.high_watermark)])])
+            last_fetched_epoch=message.last_fetched_epoch, high_watermark=message.high_watermark,
+            replica_directory_id=message.replica_directory_id)])])
 
 
 def _fetch_response(message: core.FetchResponse, timestamp_ms: int) -> wire.FetchResponse:
@@ -114,7 +160,8 @@ def from_wire(message: Message, correlation_id: int) -> core.RaftMessage:
             v = message.topics[0].partitions[0]
             return core.VoteRequest(correlation_id=cid, candidate_epoch=v.replica_epoch + _pre_vote_bump(v.pre_vote),
                                     candidate_id=v.replica_id, last_offset_epoch=v.last_offset_epoch,
-                                    last_offset=v.last_offset, pre_vote=v.pre_vote)
+                                    last_offset=v.last_offset, pre_vote=v.pre_vote,
+                                    candidate_directory_id=v.replica_directory_id)
         case wire.VoteResponse():
             r = message.topics[0].partitions[0] if message.topics else None
             if r is None:
@@ -141,7 +188,8 @@ def from_wire(message: Message, correlation_id: int) -> core.RaftMessage:
             replica = message.replica_state.replica_id if message.replica_state.replica_id >= 0 else message.replica_id
             return core.FetchRequest(correlation_id=cid, replica_id=replica,
                                      current_leader_epoch=f.current_leader_epoch, fetch_offset=f.fetch_offset,
-                                     last_fetched_epoch=f.last_fetched_epoch, high_watermark=f.high_watermark)
+                                     last_fetched_epoch=f.last_fetched_epoch, high_watermark=f.high_watermark,
+                                     replica_directory_id=f.replica_directory_id)
         case wire.FetchResponse():
             return _from_fetch_response(message, cid)
     raise TypeError(f"not a KRaft RPC: {type(message).__name__}")

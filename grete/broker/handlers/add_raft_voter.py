@@ -1,0 +1,32 @@
+"""AddRaftVoter (80): v0-1, add a controller to a dynamic KRaft quorum (``kafka-metadata-quorum
+add-controller``, KIP-853), served by a controller of a quorum of several: the leader answers once
+the new voter set is committed (or appended, v1's AckWhenCommitted=false); grete/broker/quorum/voter_changes.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+from grete.broker.quorum.voter_changes import add_voter, check_request
+from grete.broker.requests.context import RequestContext
+from grete.broker.requests.registry import api
+from grete.coordinator.kraft.voters import Endpoint
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import AddRaftVoterRequest, AddRaftVoterResponse, ApiKey
+
+
+@api(ApiKey.ADD_RAFT_VOTER, 0, 1)
+async def handle(ctx: RequestContext, request: AddRaftVoterRequest) -> AddRaftVoterResponse:
+    driver = ctx.broker.quorum
+    assert driver is not None  # the connection refuses the API without one
+    endpoints = tuple(Endpoint(e.name, e.host, e.port) for e in request.listeners)
+    try:
+        check_request(driver, request.cluster_id, request.voter_directory_id)
+        async with asyncio.timeout(max(request.timeout_ms / 1000, driver.request_timeout_s)):
+            await add_voter(driver, request.voter_id, request.voter_directory_id, endpoints,
+                            request.ack_when_committed or ctx.version == 0)
+    except KafkaError as exc:
+        return AddRaftVoterResponse(error_code=exc.code, error_message=exc.message)
+    except TimeoutError:
+        return AddRaftVoterResponse(error_code=ErrorCode.REQUEST_TIMED_OUT,
+                                    error_message="Timed out waiting for the new voter set to be committed")
+    return AddRaftVoterResponse(error_code=ErrorCode.NONE)
