@@ -7,6 +7,7 @@ registers (and DescribeCluster on its controller listener lists it, which tools 
 
 from __future__ import annotations
 
+from grete.broker.quorum.controller_node import bootstrapped
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
@@ -34,6 +35,9 @@ async def handle(ctx: RequestContext, request: ControllerRegistrationRequest) ->
     assert driver is not None and isinstance(store, QuorumMetadataStore)  # the connection refuses it otherwise
     if not driver.leads:
         return Response(error_code=ErrorCode.NOT_CONTROLLER, error_message="this controller does not lead the quorum")
+    if not bootstrapped(store):  # a record before metadata.version halts a Kafka controller's loader
+        return Response(error_code=ErrorCode.REQUEST_TIMED_OUT,
+                        error_message="the quorum's bootstrap records are not committed yet")
     problem = _incompatible(request, store.finalized_features()[1] or {})
     if problem is not None:
         return Response(error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=problem)

@@ -25,6 +25,7 @@ from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import publish_entity_changes
 from grete.broker.quorum.partitions import PartitionControl
 from grete.broker.quorum.registration_manager import ControllerRegistrar
+from grete.broker.requests import release_versions as rv
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft import RaftConfig
@@ -122,10 +123,15 @@ def controller_broker(config: BrokerConfig) -> Broker:
     driver_ref.append(driver)
     broker.quorum = driver
     broker.kraft_brokers = registry
-    broker.controller_registration = ControllerRegistrar(config, driver)
+    broker.controller_registration = ControllerRegistrar(config, driver, lambda: bootstrapped(store))
     broker.cluster = QuorumCluster(broker, registry, driver, store, partitions)
     broker.controller_only = True
     return broker
+
+
+def bootstrapped(store: QuorumMetadataStore) -> bool:
+    """Whether the quorum's bootstrap records (metadata.version first of all) are applied."""
+    return rv.METADATA_VERSION in (store.finalized_features()[1] or {})
 
 
 class _Bootstrap:

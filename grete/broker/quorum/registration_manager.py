@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 
 from grete.broker.config import BrokerConfig
 from grete.broker.network.listeners import security_protocol
@@ -23,6 +24,7 @@ from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLead
 from grete.broker.quorum.driver import RaftDriver
 from grete.broker.requests import features as feature_specs
 from grete.broker.requests import release_versions as rv
+from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.voters import KRAFT_VERSION_RANGE
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (
@@ -51,7 +53,10 @@ def supported_features() -> list[BrokerRegistrationRequest.Feature]:
 
 
 class ControllerRegistrar:
-    def __init__(self, config: BrokerConfig, driver: RaftDriver) -> None:
+    def __init__(self, config: BrokerConfig, driver: RaftDriver, loaded: Callable[[], bool]) -> None:
+        """``loaded``: whether this node's metadata holds the quorum's bootstrap records (its
+        metadata.version). Kafka's manager registers only then, and a controller must not see a
+        registration before them (a Kafka controller halts on a record ahead of metadata.version)."""
         self.request = ControllerRegistrationRequest(
             controller_id=config.node_id, incarnation_id=uuid.uuid4(), zk_migration_ready=False,
             listeners=[ControllerRegistrationRequest.Listener(
@@ -64,11 +69,20 @@ class ControllerRegistrar:
         self.channel = ControllerChannel(config.node_id, QuorumLeader(driver),
                                          timeout_s=max(30.0, config.get_int("controller.quorum.request.timeout.ms") / 1000))
         self._task: asyncio.Task[None] | None = None
+        self._loaded = loaded
+        self._ready = asyncio.Event()
+        driver.commit_listeners.append(self._committed)
+
+    def _committed(self, _batch: RaftBatch) -> None:
+        if not self._ready.is_set() and self._loaded():
+            self._ready.set()
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._register())
 
     async def _register(self) -> None:
+        if not self._loaded():
+            await self._ready.wait()
         backoff = RETRY_BACKOFF_S
         while True:
             try:
