@@ -148,3 +148,35 @@ def test_a_dynamic_quorum_serves_a_cluster_and_changes_its_voters(quorum: Quorum
         assert sorted(consume(broker.bootstrap, TOPIC, len(written))) == sorted(written)
     finally:
         broker.kill()
+
+
+@pytest.mark.long
+def test_a_kafka_voter_updates_its_endpoints_with_a_grete_leader(tmp_path: Path) -> None:
+    """UpdateRaftVoter: the Kafka 4.3.1 voter's entry was formatted with ``localhost``, its listener is
+    127.0.0.1; as a follower it sends the leader its own endpoints, and the grete leader writes them."""
+    quorum = start_quorum(["grete", "grete", "kafka"], tmp_path, dynamic=True, start=False)
+    initial = ",".join(f"{v.node_id}@{'localhost' if v.kind == 'kafka' else '127.0.0.1'}:{v.port}:"
+                       f"{quorum.directories[v.node_id]}" for v in quorum.voters.values())
+    try:
+        for voter in quorum.voters.values():  # formatted again, with that list
+            for path in sorted(voter.data.rglob("*"), reverse=True):
+                path.unlink() if path.is_file() else path.rmdir()
+            kafka_dist.run_tool(KAFKA, "kafka-storage", "format", "-t", quorum.cluster_id, "-c",
+                                str(voter.workdir / "controller.properties"), "--initial-controllers", initial,
+                                check=True)
+        quorum.voters[1].start()
+        quorum.voters[2].start()
+        quorum.leader_view(60)  # a grete leader, elected by the two grete voters, before Kafka's starts
+        quorum.voters[3].start()
+
+        def kafka_voter_endpoint() -> str | None:
+            view = quorum.leader_view()
+            if quorum.voters[view.leader_id].kind != "grete":
+                return None
+            described = _metadata_quorum("--bootstrap-controller", f"127.0.0.1:{quorum.voters[view.leader_id].port}",
+                                         "describe", "--status")
+            line = next((row for row in described.stdout.splitlines() if row.startswith("CurrentVoters")), "")
+            return line if f'"endpoints": ["CONTROLLER://127.0.0.1:{quorum.voters[3].port}"]' in line else None
+        wait_for(kafka_voter_endpoint, 90, "the Kafka voter's endpoint updated under a grete leader")
+    finally:
+        quorum.stop()
