@@ -404,7 +404,9 @@ class Broker:
                                                     internal=internal or name in INTERNAL_TOPICS)
         except TopicExists:  # created meanwhile, through another broker
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
-        log.info("created topic %s with %d partition(s)", name, partitions)
+        # Logged where it is written: a KRaft broker's controller logs it (a combined node: once).
+        log.log(logging.DEBUG if self.metadata.forwards else logging.INFO, "created topic %s with %d partition(s)",
+                name, partitions)
         if wait_open and meta is not None:
             await self.replicas.ready(meta)
         return meta

@@ -160,6 +160,9 @@ class NoSuchTopic(Exception):
 
 class MetadataStore(Protocol):
     cluster_id: str
+    # Whether changes are sent to another node that writes them (a KRaft broker's store, whose
+    # controller logs them), not written by this one.
+    forwards: bool
 
     changes: ChangeFeed
 
@@ -207,6 +210,8 @@ class MetadataStore(Protocol):
 class MetadataState:
     """The metadata a store holds in memory, and its reads: the part every store shares. Stores
     differ in how a change becomes durable (a JSON file, ZooKeeper, the KRaft metadata log)."""
+
+    forwards = False
 
     def __init__(self) -> None:
         self.cluster_id = ""

@@ -47,6 +47,8 @@ WAIT_TIMEOUT_S = 30.0
 
 
 class ZkMetadataCache:
+    forwards = False  # a ZooKeeper-mode broker writes a new topic to ZooKeeper itself
+
     def __init__(self, zk_client: ZkClient, cluster_id: str, broker_id: int, *, acls: bool = False,
                  tokens: bool = False) -> None:
         self.zk = zk_client

@@ -126,6 +126,8 @@ def _config_ops(before: dict[str, str], after: dict[str, str]) -> list[Increment
 
 
 class BrokerMetadataStore(QuorumMetadataStore):
+    forwards = True  # the active controller writes and logs the changes
+
     def __init__(self, cluster_id: str, channel: ControllerChannel, broker_epoch: Callable[[], int]) -> None:  # noqa: D107
         super().__init__(cluster_id, _no_append)
         self.channel = channel
