@@ -89,6 +89,13 @@ class Broker:
     log_dir: Path
     reference: ReferenceKafka | None = field(default=None, repr=False)
     nodes: int = 1  # brokers behind ``bootstrap``
+    cluster_dirs: tuple[Path, ...] = ()  # a cluster's: every broker's log dir
+
+    @property
+    def log_dirs(self) -> tuple[Path, ...]:
+        """Where partitions live: this broker's log dir, or every broker's of a cluster (a
+        partition's replicas are on some of them: tools/client_drivers.partition_dir finds one)."""
+        return self.cluster_dirs or (self.log_dir,)
 
     @property
     def is_grete(self) -> bool:
@@ -192,7 +199,8 @@ def broker(target: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Br
     if target == "grete-kraft":
         with cluster(3, directory=tmp_path_factory.mktemp("grete-kraft"), controllers=1) as running:
             yield Broker(bootstrap=running.bootstrap_servers, kind="grete", log_dir=running.brokers[1].data_dir,
-                         nodes=len(running.brokers))
+                         nodes=len(running.brokers),
+                         cluster_dirs=tuple(b.data_dir for _, b in sorted(running.brokers.items())))
         return
     version = target.removeprefix("kafka-")
     try:

@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,10 +129,21 @@ class BoundDriver:
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def batch_headers(log_dir: Path, topic: str, partition: int = 0) -> list[dict[str, int]]:
+LogDirs = Path | Sequence[Path]
+
+
+def partition_dir(log_dirs: LogDirs, topic: str, partition: int) -> Path:
+    """The partition's directory: in the one log dir given, or (a cluster's brokers' log dirs) in
+    the first that holds a replica of it (replicas hold the same batches)."""
+    dirs = [Path(log_dirs)] if isinstance(log_dirs, Path | str) else [Path(d) for d in log_dirs]
+    found = [d / f"{topic}-{partition}" for d in dirs if (d / f"{topic}-{partition}").is_dir()]
+    return found[0] if found else dirs[0] / f"{topic}-{partition}"
+
+
+def batch_headers(log_dirs: LogDirs, topic: str, partition: int = 0) -> list[dict[str, int]]:
     """The header of every data batch (control batches skipped) in the partition's first segment on
     disk: base_offset, attributes, codec id, producer_id, producer_epoch, base_sequence, records."""
-    data = (Path(log_dir) / f"{topic}-{partition}" / "00000000000000000000.log").read_bytes()
+    data = (partition_dir(log_dirs, topic, partition) / "00000000000000000000.log").read_bytes()
     out: list[dict[str, int]] = []
     pos = 0
     while pos + 61 <= len(data):
@@ -152,13 +163,13 @@ def batch_headers(log_dir: Path, topic: str, partition: int = 0) -> list[dict[st
     return out
 
 
-def batch_codecs(log_dir: Path, topic: str, partition: int = 0) -> list[str]:
+def batch_codecs(log_dir: LogDirs, topic: str, partition: int = 0) -> list[str]:
     """The compression codec of every record batch in the partition's first segment on disk."""
     names = {v: k for k, v in CODEC_IDS.items()}
     return [names.get(b["codec"], f"codec-{b['codec']}") for b in batch_headers(log_dir, topic, partition)]
 
 
-def check_idempotent_batches(log_dir: Path, topic: str, partitions: int) -> int:
+def check_idempotent_batches(log_dir: LogDirs, topic: str, partitions: int) -> int:
     """Every batch on disk carries one producer id and epoch, and each partition's sequences run
     from 0 without a gap (what an idempotent producer writes); returns that producer id."""
     ids = set()

@@ -85,9 +85,15 @@ func codec(name string) kgo.CompressionCodec {
 	return kgo.NoCompression()
 }
 
+// seeds: every address of -bootstrap (a cluster's are given comma-separated, as Kafka's tools take them).
+func seeds() []string { return strings.Split(bootstrap, ",") }
+
 func newClient(opts ...kgo.Opt) *kgo.Client {
-	base := []kgo.Opt{kgo.SeedBrokers(bootstrap), kgo.FetchMaxWait(200 * time.Millisecond),
+	base := []kgo.Opt{kgo.SeedBrokers(seeds()...), kgo.FetchMaxWait(200 * time.Millisecond),
 		kgo.RetryTimeout(20 * time.Second)}
+	if os.Getenv("FRANZGO_DEBUG") != "" { // the client's own log on stderr, to see what it waits for
+		base = append(base, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, nil)))
+	}
 	cl, err := kgo.NewClient(append(base, opts...)...)
 	if err != nil {
 		die("new client: %v", err)
@@ -609,7 +615,7 @@ func cmdCtp(args []string) {
 	count := fs.Int("count", 10, "")
 	fs.Parse(args)
 
-	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(bootstrap), kgo.FetchMaxWait(200*time.Millisecond),
+	sess, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(seeds()...), kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.TransactionalID(*txid), kgo.DefaultProduceTopic(*out), kgo.ConsumerGroup(*group),
 		kgo.ConsumeTopics(*in), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.SessionTimeout(6*time.Second),

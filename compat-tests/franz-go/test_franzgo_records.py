@@ -19,7 +19,7 @@ def test_franzgo_codec_round_trip(franzgo, broker, make_topic, codec):
     acks = [x for x in franzgo.ok("produce", topic=topic, count=40, codec=codec, prefix=PREFIX) if "offset" in x]
     assert [a["offset"] for a in acks] == list(range(40))
     # The batches on disk carry the codec franz-go was told to use (the broker keeps them as sent).
-    assert set(batch_codecs(broker.log_dir, topic)) == {codec}
+    assert set(batch_codecs(broker.log_dirs, topic)) == {codec}
     got = [x for x in franzgo.ok("consume", topic=topic, count=40) if "value" in x]
     assert [(x["offset"], x["value"]) for x in got] == [(i, f"{PREFIX}{i}") for i in range(40)]
     # Another client decodes the same batches.
@@ -59,7 +59,7 @@ def test_franzgo_idempotent_producer(franzgo, broker, make_topic):
     got = librdkafka_read(broker.bootstrap, topic, 300)
     assert sorted(v for *_x, v in got) == sorted(f"v{i}".encode() for i in range(300))
     # The batches on disk: franz-go's producer id, sequences from 0 without gaps.
-    assert check_idempotent_batches(broker.log_dir, topic, 3) == pid["producer_id"]
+    assert check_idempotent_batches(broker.log_dirs, topic, 3) == pid["producer_id"]
 
 
 def test_franzgo_oversized_record_refused(franzgo, make_topic):

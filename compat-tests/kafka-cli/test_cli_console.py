@@ -7,6 +7,8 @@ import uuid
 
 import pytest
 
+from tools.client_drivers import partition_dir
+
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
@@ -55,7 +57,7 @@ def test_consumer_group_reset_offsets(kafka_cli, fresh_topic, produce):
 def test_dump_log_reads_the_segment(kafka_cli, broker, fresh_topic, produce):
     values = [f"payload-{i}".encode() for i in range(10)]
     produce(fresh_topic, [(f"k{i}".encode(), v) for i, v in enumerate(values)])
-    segment = broker.log_dir / f"{fresh_topic}-0" / "00000000000000000000.log"
+    segment = partition_dir(broker.log_dirs, fresh_topic, 0) / "00000000000000000000.log"
     assert segment.is_file(), sorted(p.name for p in broker.log_dir.iterdir())
     out = kafka_cli.ok("kafka-dump-log", "--files", str(segment), "--print-data-log", bootstrap_flag=False)
     # Record lines start with "| offset: N" (the header line "Log starting offset" must not count).

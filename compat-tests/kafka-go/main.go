@@ -28,6 +28,9 @@ var (
 	outMu     sync.Mutex
 )
 
+// seeds: every address of -bootstrap (a cluster's are given comma-separated, as Kafka's tools take them).
+func seeds() []string { return strings.Split(bootstrap, ",") }
+
 func emit(v map[string]any) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -107,7 +110,7 @@ func recordLine(m kafka.Message) map[string]any {
 // writer returns a Writer that reports every written message (with its offset) to acks.
 func writer(topic string, balancer kafka.Balancer, compression kafka.Compression, acks *[]kafka.Message) *kafka.Writer {
 	var mu sync.Mutex
-	return &kafka.Writer{Addr: kafka.TCP(bootstrap), Topic: topic, Balancer: balancer, Compression: compression,
+	return &kafka.Writer{Addr: kafka.TCP(seeds()...), Topic: topic, Balancer: balancer, Compression: compression,
 		RequiredAcks: kafka.RequireAll, BatchTimeout: 10 * time.Millisecond, BatchSize: 1000,
 		Completion: func(messages []kafka.Message, err error) {
 			if err != nil || acks == nil {
@@ -120,7 +123,7 @@ func writer(topic string, balancer kafka.Balancer, compression kafka.Compression
 }
 
 func partitionsOf(topic string) []int {
-	conn, err := kafka.Dial("tcp", bootstrap)
+	conn, err := kafka.Dial("tcp", seeds()[0])
 	if err != nil {
 		die("dial: %v", err)
 	}
@@ -197,7 +200,7 @@ func cmdConsume(args []string) {
 	ctx, cancel := ctxFor(time.Duration(*timeoutMs) * time.Millisecond)
 	defer cancel()
 	if *group != "" {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{bootstrap}, Topic: *topic, GroupID: *group,
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: seeds(), Topic: *topic, GroupID: *group,
 			StartOffset: kafka.FirstOffset, MaxWait: 200 * time.Millisecond, IsolationLevel: level,
 			HeartbeatInterval: 500 * time.Millisecond, SessionTimeout: 6 * time.Second})
 		got := 0
@@ -220,7 +223,7 @@ func cmdConsume(args []string) {
 	}
 	merged := make(chan kafka.Message)
 	for _, p := range partitionsOf(*topic) {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{bootstrap}, Topic: *topic, Partition: p,
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: seeds(), Topic: *topic, Partition: p,
 			MaxWait: 200 * time.Millisecond, IsolationLevel: level})
 		defer r.Close()
 		go func() {
@@ -288,7 +291,7 @@ func (m *member) set(ps []kafka.PartitionAssignment) {
 }
 
 func joinMember(name, topic, group string) *member {
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{ID: group, Brokers: []string{bootstrap},
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{ID: group, Brokers: seeds(),
 		Topics: []string{topic}, HeartbeatInterval: 500 * time.Millisecond, SessionTimeout: 6 * time.Second,
 		RebalanceTimeout: 10 * time.Second, JoinGroupBackoff: 200 * time.Millisecond,
 		StartOffset: kafka.FirstOffset})
@@ -321,7 +324,7 @@ func joinMember(name, topic, group string) *member {
 }
 
 func (m *member) consume(ctx context.Context, gen *kafka.Generation, topic string, pa kafka.PartitionAssignment) {
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{bootstrap}, Topic: topic, Partition: pa.ID,
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: seeds(), Topic: topic, Partition: pa.ID,
 		MaxWait: 200 * time.Millisecond})
 	defer r.Close()
 	if err := r.SetOffset(pa.Offset); err != nil {
@@ -473,7 +476,7 @@ func cmdAdmin(args []string) {
 	group := fs.String("group", "", "")
 	fs.Parse(args)
 
-	cl := &kafka.Client{Addr: kafka.TCP(bootstrap), Timeout: 20 * time.Second}
+	cl := &kafka.Client{Addr: kafka.TCP(seeds()...), Timeout: 20 * time.Second}
 	ctx, cancel := ctxFor(60 * time.Second)
 	defer cancel()
 	create := func(partitions int, configs []kafka.ConfigEntry) int16 {

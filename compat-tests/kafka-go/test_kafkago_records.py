@@ -18,7 +18,7 @@ def test_kafkago_codec_round_trip(kafkago, broker, make_topic, codec):
     topic = make_topic(partitions=1)
     acks = [x for x in kafkago.ok("produce", topic=topic, count=40, codec=codec, prefix=PREFIX) if "offset" in x]
     assert sorted(a["offset"] for a in acks) == list(range(40))
-    assert set(batch_codecs(broker.log_dir, topic)) == {codec}
+    assert set(batch_codecs(broker.log_dirs, topic)) == {codec}
     got = [x for x in kafkago.ok("consume", topic=topic, count=40) if "value" in x]
     assert [(x["offset"], x["value"]) for x in got] == [(i, f"{PREFIX}{i}") for i in range(40)]
     assert [v for _p, _o, _k, v in librdkafka_read(broker.bootstrap, topic, 40)] == \
@@ -42,7 +42,7 @@ def test_kafkago_keys_headers_timestamps(kafkago, broker, make_topic):
         key_partitions.setdefault(x["key"], set()).add(x["partition"])
     assert all(len(ps) == 1 for ps in key_partitions.values()), key_partitions
     # Not idempotent: kafka-go writes batches without a producer id.
-    assert {b["producer_id"] for p in range(3) for b in batch_headers(broker.log_dir, topic, p)} == {-1}
+    assert {b["producer_id"] for p in range(3) for b in batch_headers(broker.log_dirs, topic, p)} == {-1}
 
 
 def test_kafkago_oversized_record_refused(kafkago, make_topic):

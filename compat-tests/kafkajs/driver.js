@@ -103,7 +103,7 @@ function newKafka (bootstrap) {
   }
   return new Kafka({
     clientId: 'grete-compat-kafkajs',
-    brokers: [bootstrap],
+    brokers: bootstrap.split(','),  // a cluster's addresses, comma-separated
     logLevel: logLevel.WARN,
     logCreator: toStderr,
     retry: { initialRetryTime: 100, retries: 5 }

@@ -22,7 +22,7 @@ def test_kafkajs_codec_round_trip(kafkajs, broker, make_topic, codec):
     topic = make_topic(partitions=1)
     (ack,) = kafkajs.ok("produce", topic=topic, count=40, codec=codec, prefix=PREFIX)
     assert ack == {"partition": 0, "base_offset": 0, "error_code": 0}
-    assert set(batch_codecs(broker.log_dir, topic)) == {codec}
+    assert set(batch_codecs(broker.log_dirs, topic)) == {codec}
     got = records(kafkajs.ok("consume", topic=topic, count=40))
     assert [(x["offset"], x["value"]) for x in got] == [(i, f"{PREFIX}{i}") for i in range(40)]
     assert [v for _p, _o, _k, v in librdkafka_read(broker.bootstrap, topic, 40)] == \
@@ -79,7 +79,7 @@ def test_kafkajs_idempotent_producer(kafkajs, broker, make_topic):
     assert sorted(a["partition"] for a in acks) == [0, 1, 2] and all(a["error_code"] == 0 for a in acks)
     got = librdkafka_read(broker.bootstrap, topic, 300)
     assert sorted(v for *_x, v in got) == sorted(f"v{i}".encode() for i in range(300))
-    check_idempotent_batches(broker.log_dir, topic, 3)  # one producer id, sequences from 0 without gaps
+    check_idempotent_batches(broker.log_dirs, topic, 3)  # one producer id, sequences from 0 without gaps
 
 
 def test_kafkajs_oversized_record_refused(kafkajs, make_topic):

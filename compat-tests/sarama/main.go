@@ -28,6 +28,9 @@ var (
 	outMu     sync.Mutex
 )
 
+// seeds: every address of -bootstrap (a cluster's are given comma-separated, as Kafka's tools take them).
+func seeds() []string { return strings.Split(bootstrap, ",") }
+
 func emit(v map[string]any) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -117,7 +120,7 @@ func recordLine(m *sarama.ConsumerMessage) map[string]any {
 }
 
 func syncProducer(cfg *sarama.Config) sarama.SyncProducer {
-	p, err := sarama.NewSyncProducer([]string{bootstrap}, cfg)
+	p, err := sarama.NewSyncProducer(seeds(), cfg)
 	if err != nil {
 		die("new producer: %v", err)
 	}
@@ -204,7 +207,7 @@ func firstCauses(err error) string {
 // consumeGroup reads up to count records as a member of group, committing each; then leaves.
 func consumeGroup(cfg *sarama.Config, topic, group string, count int, timeout time.Duration) int {
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
-	cg, err := sarama.NewConsumerGroup([]string{bootstrap}, group, cfg)
+	cg, err := sarama.NewConsumerGroup(seeds(), group, cfg)
 	if err != nil {
 		die("new consumer group: %v", err)
 	}
@@ -268,7 +271,7 @@ func cmdConsume(args []string) {
 		emit(map[string]any{"consumed": consumeGroup(cfg, *topic, *group, *count, timeout)})
 		return
 	}
-	client, err := sarama.NewClient([]string{bootstrap}, cfg)
+	client, err := sarama.NewClient(seeds(), cfg)
 	if err != nil {
 		die("new client: %v", err)
 	}
@@ -381,7 +384,7 @@ func joinMember(name, topic, group, instance string) *member {
 	cfg.Consumer.Group.Session.Timeout = 6 * time.Second
 	cfg.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 	cfg.Consumer.Group.InstanceId = instance
-	cg, err := sarama.NewConsumerGroup([]string{bootstrap}, group, cfg)
+	cg, err := sarama.NewConsumerGroup(seeds(), group, cfg)
 	if err != nil {
 		die("new consumer group: %v", err)
 	}
@@ -547,7 +550,7 @@ func cmdAdmin(args []string) {
 	group := fs.String("group", "", "")
 	fs.Parse(args)
 
-	adm, err := sarama.NewClusterAdmin([]string{bootstrap}, config())
+	adm, err := sarama.NewClusterAdmin(seeds(), config())
 	if err != nil {
 		die("new admin: %v", err)
 	}
@@ -714,7 +717,7 @@ func cmdCtp(args []string) {
 	ccfg := config()
 	ccfg.Consumer.Offsets.AutoCommit.Enable = false
 	ccfg.Consumer.IsolationLevel = sarama.ReadCommitted
-	cg, err := sarama.NewConsumerGroup([]string{bootstrap}, *group, ccfg)
+	cg, err := sarama.NewConsumerGroup(seeds(), *group, ccfg)
 	if err != nil {
 		die("new consumer group: %v", err)
 	}

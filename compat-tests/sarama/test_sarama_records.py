@@ -19,7 +19,7 @@ def test_sarama_codec_round_trip(sarama_client, broker, make_topic, codec):
     acks = [x for x in sarama_client.ok("produce", topic=topic, count=40, codec=codec, prefix=PREFIX) if "offset" in x]
     assert [a["offset"] for a in acks] == list(range(40))
     # The batches on disk carry the codec sarama was told to use (the broker keeps them as sent).
-    assert set(batch_codecs(broker.log_dir, topic)) == {codec}
+    assert set(batch_codecs(broker.log_dirs, topic)) == {codec}
     got = [x for x in sarama_client.ok("consume", topic=topic, count=40) if "value" in x]
     assert [(x["offset"], x["value"]) for x in got] == [(i, f"{PREFIX}{i}") for i in range(40)]
     # Another client decodes the same batches.
@@ -57,7 +57,7 @@ def test_sarama_idempotent_producer(sarama_client, broker, make_topic):
     got = librdkafka_read(broker.bootstrap, topic, 300)
     assert sorted(v for *_x, v in got) == sorted(f"v{i}".encode() for i in range(300))
     # The batches on disk: one producer id (sarama does not show it), sequences from 0 without gaps.
-    check_idempotent_batches(broker.log_dir, topic, 3)
+    check_idempotent_batches(broker.log_dirs, topic, 3)
 
 
 def test_sarama_oversized_record_refused(sarama_client, make_topic):

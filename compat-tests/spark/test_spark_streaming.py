@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from spark_helpers import drain_available_now, error_text, produce_records, read_topic, values, watermarks
 
+from tools.client_drivers import partition_dir
+
 pytestmark = pytest.mark.slow
 
 DATA_LOSS = "Some data may have been lost"  # the connector's failOnDataLoss message
@@ -46,7 +48,7 @@ def test_sink_default_producer_is_idempotent(spark: Any, broker: Any, fresh_topi
     # batch carries a producer id and a sequence number, and none is transactional.
     from grete.protocol.records.batch import iter_batches
 
-    segment = Path(broker.log_dir) / f"{fresh_topic}-0" / "00000000000000000000.log"
+    segment = partition_dir(broker.log_dirs, fresh_topic, 0) / "00000000000000000000.log"
     batches = list(iter_batches(segment.read_bytes()))
     assert batches and sum(b.records_count for b in batches) == 200
     assert all(b.producer_id >= 0 and b.base_sequence >= 0 and not b.is_transactional for b in batches)
