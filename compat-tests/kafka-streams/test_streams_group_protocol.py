@@ -30,6 +30,8 @@ from test_streams_wordcount import (  # the sibling test module
 )
 
 from grete.protocol.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     StreamsGroupDescribeRequest,
@@ -57,7 +59,8 @@ class StreamsApp(WordCountApp):
 
 
 def call(bootstrap: str, request: Any, response_cls: Any, version: int) -> Any:
-    host, port = bootstrap.rsplit(":", 1)
+    """``request`` to the first address of ``bootstrap`` (a cluster's are comma-separated)."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
     wire = Wire(host, int(port))
     try:
         return wire.call(request, response_cls, version)
@@ -65,8 +68,16 @@ def call(bootstrap: str, request: Any, response_cls: Any, version: int) -> Any:
         wire.sock.close()
 
 
+def coordinator(bootstrap: str, group_id: str) -> str:
+    """host:port of the group's coordinator (on a cluster, one broker of several)."""
+    found = call(bootstrap, FindCoordinatorRequest(key_type=0, coordinator_keys=[group_id]),
+                 FindCoordinatorResponse, 4).coordinators[0]
+    return f"{found.host}:{found.port}" if found.error_code == 0 else bootstrap
+
+
 def describe(bootstrap: str, group_id: str) -> Any:
-    return call(bootstrap, StreamsGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False),
+    return call(coordinator(bootstrap, group_id),
+                StreamsGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False),
                 StreamsGroupDescribeResponse, 0).groups[0]
 
 
