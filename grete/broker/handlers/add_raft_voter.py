@@ -4,13 +4,10 @@ the new voter set is committed (or appended, v1's AckWhenCommitted=false); grete
 
 from __future__ import annotations
 
-import asyncio
-
-from grete.broker.quorum.voter_changes import add_voter, check_request
+from grete.broker.quorum.voter_changes import add_voter, outcome
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.coordinator.kraft.voters import Endpoint
-from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AddRaftVoterRequest, AddRaftVoterResponse, ApiKey
 
 
@@ -19,14 +16,7 @@ async def handle(ctx: RequestContext, request: AddRaftVoterRequest) -> AddRaftVo
     driver = ctx.broker.quorum
     assert driver is not None  # the connection refuses the API without one
     endpoints = tuple(Endpoint(e.name, e.host, e.port) for e in request.listeners)
-    try:
-        check_request(driver, request.cluster_id, request.voter_directory_id)
-        async with asyncio.timeout(max(request.timeout_ms / 1000, driver.request_timeout_s)):
-            await add_voter(driver, request.voter_id, request.voter_directory_id, endpoints,
-                            request.ack_when_committed or ctx.version == 0)
-    except KafkaError as exc:
-        return AddRaftVoterResponse(error_code=exc.code, error_message=exc.message)
-    except TimeoutError:
-        return AddRaftVoterResponse(error_code=ErrorCode.REQUEST_TIMED_OUT,
-                                    error_message="Timed out waiting for the new voter set to be committed")
-    return AddRaftVoterResponse(error_code=ErrorCode.NONE)
+    change = add_voter(driver, request.cluster_id, request.voter_id, request.voter_directory_id, endpoints,
+                       request.ack_when_committed or ctx.version == 0)
+    error, message = await outcome(change, max(request.timeout_ms / 1000, driver.request_timeout_s))
+    return AddRaftVoterResponse(error_code=error, error_message=message)

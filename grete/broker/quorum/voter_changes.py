@@ -7,7 +7,9 @@ first (its kraft.version range, and that it is up at all); the core (raft_reconf
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Awaitable
 
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.quorum.driver import RaftDriver
@@ -57,8 +59,9 @@ async def kraft_versions(driver: RaftDriver, address: Endpoint) -> tuple[int, in
     return (0, 0) if found is None else (found.min_version, found.max_version)
 
 
-async def add_voter(driver: RaftDriver, node_id: int, directory_id: uuid.UUID, endpoints: tuple[Endpoint, ...],
-                    ack_when_committed: bool) -> None:
+async def add_voter(driver: RaftDriver, cluster_id: str | None, node_id: int, directory_id: uuid.UUID,
+                    endpoints: tuple[Endpoint, ...], ack_when_committed: bool) -> None:
+    check_request(driver, cluster_id, directory_id)
     address = endpoints_with_listener(driver, endpoints)
     versions = await kraft_versions(driver, address)
     check_request(driver, None)  # it may have lost the leadership meanwhile
@@ -66,10 +69,24 @@ async def add_voter(driver: RaftDriver, node_id: int, directory_id: uuid.UUID, e
     await driver.change_voters(lambda now: driver.raft.add_voter(node, now), ack_when_committed)
 
 
-async def remove_voter(driver: RaftDriver, node_id: int, directory_id: uuid.UUID) -> None:
+async def remove_voter(driver: RaftDriver, cluster_id: str | None, node_id: int, directory_id: uuid.UUID) -> None:
+    check_request(driver, cluster_id)
     await driver.change_voters(lambda now: driver.raft.remove_voter(node_id, directory_id, now))
 
 
 async def update_voter(driver: RaftDriver, node: VoterNode) -> None:
     endpoints_with_listener(driver, node.endpoints)
     await driver.change_voters(lambda now: driver.raft.update_voter(node, driver.listener, now), False)
+
+
+async def outcome(change: Awaitable[None], timeout_s: float) -> tuple[ErrorCode, str | None]:
+    """(error, message) of an Add/RemoveRaftVoter as its answer carries them: NONE once committed,
+    the refusal's, or REQUEST_TIMED_OUT when the new voter set is not committed in ``timeout_s``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await change
+    except KafkaError as exc:
+        return exc.code, exc.message
+    except TimeoutError:
+        return ErrorCode.REQUEST_TIMED_OUT, "Timed out waiting for the new voter set to be committed"
+    return ErrorCode.NONE, None
