@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from grete.broker.cluster.alter_partition import AlterPartitionManager
 from grete.broker.cluster.fetcher import ReplicaFetcherManager
+from grete.broker.cluster.requests import PROTOCOL_IDS
 from grete.broker.cluster.share_persister import ClusterSharePersister
 from grete.broker.cluster.zk_broker import inter_broker_listener
 from grete.broker.cluster_view import BrokersFromMetadata, Reassignment, TopicPartition
@@ -30,7 +31,7 @@ from grete.broker.network.listeners import security_protocol
 from grete.broker.quorum.addresses import VoterAddress
 from grete.broker.quorum.broker_lifecycle import BrokerLifecycle, Registration
 from grete.broker.quorum.broker_store import BrokerMetadataStore
-from grete.broker.quorum.brokers import SECURITY_PROTOCOLS, Registrations
+from grete.broker.quorum.brokers import Registrations
 from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLeader
 from grete.broker.quorum.controller_node import (
     formatted_cluster_id,
@@ -60,7 +61,6 @@ log = logging.getLogger(__name__)
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 30.0
 ELECT_LEADERS_VERSION = 2
 REASSIGNMENTS_FORWARDED = "reassignments are the active controller's: the request is forwarded to it whole"
-_PROTOCOL_IDS = {name: code for code, name in SECURITY_PROTOCOLS.items()}
 
 
 class KRaftBroker(BrokersFromMetadata):
@@ -193,7 +193,7 @@ class KRaftBroker(BrokersFromMetadata):
         bound: the registration names their ports)."""
         endpoints = [BrokerRegistrationRequest.Listener(
             name=a.name, host=a.host, port=a.port,
-            security_protocol=_PROTOCOL_IDS.get(security_protocol(self.config, a.name), 0)) for a in broker.advertised]
+            security_protocol=PROTOCOL_IDS.get(security_protocol(self.config, a.name), 0)) for a in broker.advertised]
         if not any(e.name == self.listener for e in endpoints):
             raise StartupError(f"inter.broker.listener.name {self.listener} is not one of the advertised listeners "
                                f"{[e.name for e in endpoints]}")

@@ -16,10 +16,10 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from grete.broker.cluster.requests import PROTOCOL_IDS
 from grete.broker.config import BrokerConfig
 from grete.broker.network.listeners import security_protocol
 from grete.broker.quorum.addresses import controller_endpoints
-from grete.broker.quorum.brokers import SECURITY_PROTOCOLS
 from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLeader
 from grete.broker.quorum.driver import RaftDriver
 from grete.broker.requests import features as feature_specs
@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 REGISTRATION_VERSION = 0
 RETRY_BACKOFF_S = 0.1
 RETRY_BACKOFF_MAX_S = 5.0
-_PROTOCOL_IDS = {name: code for code, name in SECURITY_PROTOCOLS.items()}
 
 
 def supported_features() -> list[BrokerRegistrationRequest.Feature]:
@@ -61,7 +60,7 @@ class ControllerRegistrar:
             controller_id=config.node_id, incarnation_id=uuid.uuid4(), zk_migration_ready=False,
             listeners=[ControllerRegistrationRequest.Listener(
                 name=e.listener, host=e.host, port=e.port,
-                security_protocol=_PROTOCOL_IDS.get(security_protocol(config, e.listener), 0))
+                security_protocol=PROTOCOL_IDS.get(security_protocol(config, e.listener), 0))
                 for e in controller_endpoints(config)],
             features=[ControllerRegistrationRequest.Feature(name=f.name, min_supported_version=f.min_supported_version,
                                                             max_supported_version=f.max_supported_version)
