@@ -213,6 +213,30 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
        "For example: <code>localhost:9092,localhost:9093,localhost:9094</code>."),
     _d("metadata.log.dir", STR, None, "This configuration determines where we put the metadata log. If it is "
        "not set, the metadata log is placed in the first log directory from log.dirs."),
+    _d("metadata.log.segment.bytes", INT, "1073741824", "The maximum size of a single metadata log file.",
+       minimum=8388608),
+    _d("internal.metadata.log.segment.bytes", INT, None, "Overrides metadata.log.segment.bytes without its "
+       "minimum. For testing only.", minimum=12),
+    _d("metadata.log.segment.ms", LONG, "604800000", "The maximum time before a new metadata log file is rolled "
+       "out (in milliseconds)."),
+    _d("metadata.log.max.record.bytes.between.snapshots", LONG, "20971520", "This is the maximum number of bytes "
+       "in the log between the latest snapshot and the high-watermark needed before generating a new snapshot. "
+       "The default value is 20971520. To generate snapshots based on the time elapsed, see the "
+       "<code>metadata.log.max.snapshot.interval.ms</code> configuration. The Kafka node will generate a snapshot "
+       "when either the maximum time interval is reached or the maximum bytes limit is reached.", minimum=1),
+    _d("metadata.log.max.snapshot.interval.ms", LONG, "3600000", "This is the maximum number of milliseconds to "
+       "wait to generate a snapshot if there are committed records in the log that are not included in the latest "
+       "snapshot. A value of zero disables time based snapshot generation. The default value is 3600000. To "
+       "generate snapshots based on the number of metadata bytes, see the "
+       "<code>metadata.log.max.record.bytes.between.snapshots</code> configuration. The Kafka node will generate "
+       "a snapshot when either the maximum time interval is reached or the maximum bytes limit is reached.",
+       minimum=0),
+    _d("metadata.max.retention.bytes", LONG, "104857600", "The maximum combined size of the metadata log and "
+       "snapshots before deleting old snapshots and log files. Since at least one snapshot must exist before any "
+       "logs can be deleted, this is a soft limit."),
+    _d("metadata.max.retention.ms", LONG, "604800000", "The number of milliseconds to keep a metadata log file or "
+       "snapshot before deleting it. Since at least one snapshot must exist before any logs can be deleted, this "
+       "is a soft limit."),
     _d("controller.quorum.election.timeout.ms", INT, "1000", "Maximum time in milliseconds to wait without "
        "being able to fetch from the leader before triggering a new election", minimum=0),
     _d("controller.quorum.fetch.timeout.ms", INT, "2000", "Maximum time without a successful fetch from the "

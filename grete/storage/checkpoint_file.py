@@ -193,6 +193,18 @@ def decode_checkpoint(data: bytes, name: str = "snapshot") -> Checkpoint:
     return Checkpoint(header, footer, control, middle, batches)
 
 
+def decode_checkpoint_header(first_batch: bytes, name: str = "snapshot") -> SnapshotHeaderRecord:
+    """The SnapshotHeaderRecord of a snapshot's first batch (its timestamp, without reading the rest)."""
+    batches = _whole_batches(first_batch, name)
+    try:
+        header = _read(batches[0], name)[0].control if batches and batches[0].is_control else None
+    except (KafkaError, IndexError):
+        header = None
+    if not isinstance(header, SnapshotHeaderRecord):
+        raise CheckpointError(f"{name}: the first record is not a SnapshotHeaderRecord")
+    return header
+
+
 def _whole_batches(data: bytes, name: str) -> list[RecordBatch]:
     batches, pos = [], 0
     for batch in iter_batches(data):

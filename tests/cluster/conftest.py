@@ -11,6 +11,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from grete.testing.cluster import GreteCluster, cluster, zookeeper_available
+from tools.kraft_quorum import Quorum
 
 # Small internal topics: a test's first group or transaction should not create 150 logs.
 CLUSTER_OVERRIDES = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3"}
@@ -37,6 +38,18 @@ def zk(grete_cluster: GreteCluster) -> Iterator[KazooClient]:
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture
+def started() -> Iterator[list[Any]]:
+    """Whatever a KRaft test starts (quorums, brokers), killed at the end, the last started first."""
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        if isinstance(thing, Quorum):
+            thing.stop()
+        else:
+            thing.kill()
 
 
 @pytest.fixture

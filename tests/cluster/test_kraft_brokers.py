@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +43,6 @@ PARTITIONS = 6
 # sees the process gone (its connection reset, its port refusing) and fences it at once, so its
 # timeout is set long enough that a failover within it cannot be the timeout's work.
 SESSION_MS = {"kafka": "4000", "grete": "30000"}
-
-
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[list[Any]]:
-    """Whatever a test starts (quorums, brokers), killed at the end."""
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        if isinstance(thing, Quorum):
-            thing.stop()
-        else:
-            thing.kill()
 
 
 def _cluster(started: list[Any], tmp_path: Path, controller: str,

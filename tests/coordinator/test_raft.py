@@ -441,18 +441,6 @@ def test_a_follower_appends_what_it_fetches_and_learns_the_high_watermark() -> N
     assert stale.log_changes == []  # an answer already taken is not taken twice
 
 
-def test_a_fetch_below_the_log_start_asks_for_a_snapshot_which_is_not_served() -> None:
-    leader = node(1, log_of(1, 1, start=10), stored=QuorumState(-1, 1, -1))
-    elect(leader)
-    response = only(leader.receive(2, fetch(2, 3, last_epoch=1, epoch=2), 0), FetchResponse)
-    assert isinstance(response, FetchResponse) and response.error_code is ErrorCode.SNAPSHOT_NOT_FOUND
-    follower = node(2, stored=QuorumState(1, 2, -1))
-    request = only(follower.tick(0), FetchRequest)
-    out = follower.receive(1, FetchResponse(correlation_id=request.correlation_id, error_code=ErrorCode.SNAPSHOT_NOT_FOUND,
-                                            leader_id=1, leader_epoch=2, high_watermark=0), 1)
-    assert out.fetch_error is ErrorCode.SNAPSHOT_NOT_FOUND and follower.role == "Follower"
-
-
 @pytest.mark.parametrize(("epoch", "error"), [(2, ErrorCode.FENCED_LEADER_EPOCH), (4, ErrorCode.UNKNOWN_LEADER_EPOCH)])
 def test_a_fetch_of_another_epoch_is_refused(epoch: int, error: ErrorCode) -> None:
     leader = leader_at_epoch_3()

@@ -63,6 +63,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     56: ("alter_partition", 0, 3, 0),  # AlterPartition
     57: ("update_features", 0, 2, 0),  # UpdateFeatures
     58: ("envelope", 0, 0, 0),  # Envelope
+    59: ("fetch_snapshot", 0, 1, 0),  # FetchSnapshot
     60: ("describe_cluster", 0, 2, 0),  # DescribeCluster
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     62: ("broker_registration", 0, 4, 0),  # BrokerRegistration

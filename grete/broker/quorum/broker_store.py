@@ -39,7 +39,6 @@ from grete.broker.requests.features import SAFE_DOWNGRADE, UPGRADE
 from grete.broker.requests.features import SUPPORTED as SUPPORTED_FEATURES
 from grete.broker.security.scram_upsertion import ScramUpsertion
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
-from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.store import (
     BROKER_RESOURCE,
     CLIENT_METRICS_RESOURCE,
@@ -135,8 +134,8 @@ class BrokerMetadataStore(QuorumMetadataStore):
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
 
     # --- the image --------------------------------------------------------------------------------
-    def apply_batch(self, batch: RaftBatch) -> list[tuple[Message, int]]:
-        applied = super().apply_batch(batch)
+    def apply_records(self, records: list[tuple[Message, int]]) -> list[tuple[Message, int]]:
+        applied = super().apply_records(records)
         if applied:
             for condition, future in list(self._waiters):
                 if not future.done() and condition():

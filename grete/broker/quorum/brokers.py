@@ -48,6 +48,7 @@ from grete.protocol.metadata import (
     FenceBrokerRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RegisterControllerRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
@@ -77,14 +78,35 @@ class Registration:
     endpoints: list[tuple[str, str, int, int]] = field(default_factory=list)  # name, host, port, protocol
     rack: str | None = None
     log_dirs: list[uuid.UUID] = field(default_factory=list)
+    features: list[RegisterBrokerRecord.BrokerFeature] = field(default_factory=list)
+
+    def record(self) -> RegisterBrokerRecord:
+        """The registration as one record (a snapshot's): fencing and shutdown state included."""
+        return RegisterBrokerRecord(
+            broker_id=self.broker_id, is_migrating_zk_broker=False, incarnation_id=self.incarnation,
+            broker_epoch=self.epoch, rack=self.rack, fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown,
+            log_dirs=list(self.log_dirs), features=list(self.features),
+            end_points=[RegisterBrokerRecord.BrokerEndpoint(name=name, host=host, port=port, security_protocol=code)
+                        for name, host, port, code in self.endpoints])
 
 
 class Registrations:
-    """The brokers' registrations as the committed records leave them: what every voter keeps, and
-    a KRaft broker too (its image of which brokers are live, where their listeners are)."""
+    """The brokers' and controllers' registrations as the committed records leave them: what every
+    voter keeps, and a KRaft broker too (its image of which brokers are live, where their listeners are)."""
 
     def __init__(self) -> None:
         self.brokers: dict[int, Registration] = {}
+        self.controllers: dict[int, RegisterControllerRecord] = {}
+
+    def reset(self) -> None:
+        """Forget them all (a snapshot's records are to replace them)."""
+        self.brokers.clear()
+        self.controllers.clear()
+
+    def records(self) -> list[Message]:
+        """The records that rebuild them (a snapshot's)."""
+        return [*(self.brokers[b].record() for b in sorted(self.brokers)),
+                *(self.controllers[c] for c in sorted(self.controllers))]
 
     def apply(self, record: Message, offset: int) -> None:
         if isinstance(record, RegisterBrokerRecord):
@@ -92,7 +114,9 @@ class Registrations:
                 record.broker_id, record.broker_epoch, record.incarnation_id, record.fenced,
                 record.in_controlled_shutdown,
                 [(e.name, e.host, e.port, e.security_protocol) for e in record.end_points], record.rack,
-                list(record.log_dirs))
+                list(record.log_dirs), list(record.features))
+        elif isinstance(record, RegisterControllerRecord):
+            self.controllers[record.controller_id] = record
         elif isinstance(record, BrokerRegistrationChangeRecord):
             found = self._current(record.broker_id, record.broker_epoch)
             if found is not None and record.fenced:

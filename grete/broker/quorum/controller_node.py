@@ -22,22 +22,40 @@ from grete.broker.quorum.addresses import VoterAddress, controller_endpoints, qu
 from grete.broker.quorum.brokers import BrokerRegistry
 from grete.broker.quorum.cluster import QuorumCluster
 from grete.broker.quorum.driver import RaftDriver
-from grete.broker.quorum.image_changes import publish_entity_changes
+from grete.broker.quorum.image_changes import publish_entity_changes, publish_every_entity
 from grete.broker.quorum.partitions import PartitionControl
 from grete.broker.quorum.registration_manager import ControllerRegistrar
+from grete.broker.quorum.snapshot_image import load_snapshot, snapshot_values
 from grete.broker.requests import release_versions as rv
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft import RaftConfig
 from grete.coordinator.kraft.raft_log import RaftBatch
+from grete.coordinator.kraft.raft_snapshots import SnapshotPolicy
 from grete.coordinator.kraft.voters import local_node
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import KafkaError
 from grete.protocol.metadata_frame import decode_metadata_record
 from grete.storage.checkpoint_file import BOOTSTRAP_CHECKPOINT, CheckpointError, read_checkpoint
+from grete.storage.config import LogConfig
 from grete.storage.meta_properties import MetaProperties, MetaPropertiesError, read_meta_properties
 
 log = logging.getLogger(__name__)
+
+
+def snapshot_policy(config: BrokerConfig) -> SnapshotPolicy:
+    return SnapshotPolicy(max_bytes_between=config.get_int("metadata.log.max.record.bytes.between.snapshots"),
+                          max_interval_ms=config.get_int("metadata.log.max.snapshot.interval.ms"),
+                          retention_bytes=config.get_int("metadata.max.retention.bytes"),
+                          retention_ms=config.get_int("metadata.max.retention.ms"))
+
+
+def metadata_log_config(config: BrokerConfig) -> LogConfig:
+    """The metadata log's segments (Kafka's MetadataLogConfig): its own segment size and roll time;
+    retention is the snapshots' business, never the segments' own."""
+    internal = config.get_str("internal.metadata.log.segment.bytes")
+    return LogConfig(segment_bytes=int(internal) if internal else config.get_int("metadata.log.segment.bytes"),
+                     segment_ms=config.get_int("metadata.log.segment.ms"), retention_ms=-1, retention_bytes=-1)
 
 
 def raft_config(config: BrokerConfig) -> RaftConfig:
@@ -113,9 +131,16 @@ def controller_broker(config: BrokerConfig) -> Broker:
         boot.committed(broker, batch)
     driver = RaftDriver(config.node_id, voters, directory / METADATA_PARTITION_DIR, cluster_id,
                         raft_config(config), committed, listener=names[0] if names else "CONTROLLER",
-                        bootstrap=bootstrap, local=local)
+                        bootstrap=bootstrap, local=local, snapshots=snapshot_policy(config),
+                        log_config=metadata_log_config(config))
     driver.leadership_listeners.append(registry.leadership_changed)
     partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads)
+
+    def loaded(end_offset: int, values: list[bytes]) -> None:
+        load_snapshot(store, registry, end_offset, values, partitions.reassigning)
+        publish_every_entity(store.changes)
+    driver.snapshot_listeners.append(loaded)
+    driver.snapshot_source = lambda: snapshot_values(store, registry, partitions.reassigning)
     registry.partitions = partitions
     registry.fenced_listeners.append(partitions.broker_fenced)
     registry.unfenced_listeners.append(partitions.broker_unfenced)

@@ -29,43 +29,58 @@ from grete.broker.quorum.addresses import AddressBook, VoterAddress
 from grete.coordinator.kraft import raft_messages as core
 from grete.coordinator.kraft.quorum import QUORUM_STATE_FILE, read_quorum_state, write_quorum_state
 from grete.coordinator.kraft.raft import NEVER, RaftConfig, RaftNode
-from grete.coordinator.kraft.raft_log import RaftBatch
+from grete.coordinator.kraft.raft_log import BOOTSTRAP_SNAPSHOT, OffsetAndEpoch, RaftBatch
 from grete.coordinator.kraft.raft_segment_log import SegmentRaftLog
+from grete.coordinator.kraft.raft_snapshots import SnapshotPolicy
 from grete.coordinator.kraft.raft_wire import Addressing, from_wire, node_endpoints, to_wire
 from grete.coordinator.kraft.voters import VoterHistory, VoterNode, VoterSet
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata import KRaftVersionRecord, VotersRecord
-from grete.storage.checkpoint_file import CheckpointError, read_checkpoint, snapshot_file_name
+from grete.storage.checkpoint_file import CheckpointError
+from grete.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 0.5  # a connection probe of a voter whose connection ended
 # The versions this voter sends (Kafka 4.3.1's; Vote v2 carries KIP-996's pre-vote).
 REQUEST_VERSIONS = {core.VoteRequest: 2, core.BeginQuorumEpochRequest: 1, core.EndQuorumEpochRequest: 1,
-                    core.FetchRequest: 18}
+                    core.FetchRequest: 18, core.FetchSnapshotRequest: 1}
+_RESPONSES = (core.VoteResponse, core.BeginQuorumEpochResponse, core.EndQuorumEpochResponse, core.FetchResponse,
+              core.FetchSnapshotResponse)
 
 
-def voter_history(partition_dir: Path, static: dict[int, VoterAddress]) -> VoterHistory:
-    """Where the voter sets start: a static quorum's configured voters, or a dynamic quorum's
-    bootstrap snapshot (the format step's ``--standalone`` / ``--initial-controllers``). A replica
-    formatted without one (a broker, a controller to be added) starts with no voters and learns them
-    from the leader's log."""
+def voter_history(log: SegmentRaftLog, static: dict[int, VoterAddress]) -> VoterHistory:
+    """Where the voter sets start: a static quorum's configured voters, or the snapshot the log
+    starts at: a dynamic quorum's bootstrap snapshot (the format step's ``--standalone`` /
+    ``--initial-controllers``) or a later one that replaced the log before it. A replica formatted
+    without one (a broker, a controller to be added) starts with no voters and learns them from the
+    leader's log."""
     if static:
         return VoterHistory(VoterSet.of_ids(static))
-    path = partition_dir / snapshot_file_name(0, 0)
+    at_start = [s for s in log.snapshots.ids if s.offset == log.start_offset]
+    if not at_start:
+        return VoterHistory(VoterSet({}), 0)
+    return VoterHistory(*snapshot_voters(read_snapshot(log, at_start[-1])[0]))
+
+
+def read_snapshot(log: SegmentRaftLog, snapshot: OffsetAndEpoch) -> tuple[list[Message], list[bytes]]:
+    """A snapshot's control records and metadata records; CORRUPT_MESSAGE naming the file if it is
+    not a whole snapshot."""
+    try:
+        return log.snapshots.load(snapshot)
+    except (CheckpointError, OSError) as exc:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{log.snapshots.path(snapshot)}: {exc}") from None
+
+
+def snapshot_voters(controls: list[Message]) -> tuple[VoterSet, int]:
     voters, version = VoterSet({}), 0
-    if path.exists():
-        try:
-            controls = read_checkpoint(path).control
-        except (CheckpointError, OSError) as exc:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{path}: {exc}") from None
-        for message in controls:
-            if isinstance(message, VotersRecord):
-                voters = VoterSet.from_record(message)
-            elif isinstance(message, KRaftVersionRecord):
-                version = message.k_raft_version
-    return VoterHistory(voters, version)
+    for message in controls:
+        if isinstance(message, VotersRecord):
+            voters = VoterSet.from_record(message)
+        elif isinstance(message, KRaftVersionRecord):
+            version = message.k_raft_version
+    return voters, version
 
 
 async def _refuses(peer: PeerConnection) -> bool:
@@ -88,7 +103,8 @@ def _now_ms() -> int:
 class RaftDriver:
     def __init__(self, node_id: int, voters: dict[int, VoterAddress], partition_dir: Path, cluster_id: str,
                  config: RaftConfig, on_commit: Callable[[RaftBatch], None], listener: str = "CONTROLLER",
-                 bootstrap: dict[int, VoterAddress] | None = None, local: VoterNode | None = None) -> None:
+                 bootstrap: dict[int, VoterAddress] | None = None, local: VoterNode | None = None,
+                 snapshots: SnapshotPolicy | None = None, log_config: LogConfig | None = None) -> None:
         """``voters``: a static quorum's (controller.quorum.voters), empty for a dynamic one, whose
         replicas start from ``bootstrap`` (controller.quorum.bootstrap.servers) and the voter set
         of the log. ``local``: this node as a voter set lists it (a controller's key and endpoints)."""
@@ -96,10 +112,10 @@ class RaftDriver:
         self.listener = listener  # the controller listener's name, as DescribeQuorum names endpoints
         self.cluster_id = cluster_id
         self.partition_dir = partition_dir
-        self.log = SegmentRaftLog(partition_dir)
+        self.log = SegmentRaftLog(partition_dir, log_config)
         self.addresses = AddressBook(listener, voters, bootstrap or {})
         stored = read_quorum_state(partition_dir / QUORUM_STATE_FILE)
-        self.raft = RaftNode(node_id, voter_history(partition_dir, voters), self.log, stored, _now_ms(),
+        self.raft = RaftNode(node_id, voter_history(self.log, voters), self.log, stored, _now_ms(),
                              random.Random(), config, local=local, bootstrap=sorted(bootstrap or {}, reverse=True))
         self.addresses.voter_set(self.raft.history.latest)
         self.request_timeout_s = config.request_timeout_ms / 1000
@@ -107,6 +123,15 @@ class RaftDriver:
         # broker's image too (grete/broker/quorum/combined.py).
         self.commit_listeners: list[Callable[[RaftBatch], None]] = [on_commit]
         self._applied = self.log.start_offset  # the next offset to hand to on_commit
+        self._applied_epoch = 0  # the epoch of the record before it
+        # Snapshots of the state: written by ``snapshot_source`` (the node's image as records) when
+        # the policy says, loaded through ``snapshot_listeners`` (at start, and after a FetchSnapshot).
+        self.snapshot_policy = snapshots or SnapshotPolicy()
+        self.snapshot_source: Callable[[], list[bytes]] | None = None
+        self.snapshot_listeners: list[Callable[[int, list[bytes]], None]] = []
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = _now_ms()
+        self._snapshot_timer: asyncio.TimerHandle | None = None
         self._peers: dict[int, PeerConnection] = {}
         self._answers: dict[tuple[int, int], asyncio.Future[core.RaftResponse]] = {}
         self._commits: list[tuple[int, asyncio.Future[None]]] = []  # (offset, committed once past it)
@@ -118,6 +143,12 @@ class RaftDriver:
 
     # --- inputs ---------------------------------------------------------------------------------
     def start(self) -> None:
+        latest = self.log.latest_snapshot()
+        if latest is not None and latest != BOOTSTRAP_SNAPSHOT:
+            values = read_snapshot(self.log, latest)[1]
+            log.info("metadata quorum: starting from snapshot %s (%d records), the log from offset %d after it",
+                     self.log.snapshots.path(latest).name, len(values), latest.offset)
+            self._load(latest, values)  # the state at it; the log after it follows
         self._run(self.raft.tick(_now_ms()))
 
     async def handle(self, sender: int, request: core.RaftRequest) -> core.RaftResponse:
@@ -180,9 +211,12 @@ class RaftDriver:
             write_quorum_state(self.partition_dir / QUORUM_STATE_FILE, out.quorum_state)
         if out.log_changes:
             self.log.flush()
-            self.addresses.voter_set(self.raft.history.latest)
             if any(isinstance(change, core.LogTruncated) for change in out.log_changes):
                 self._applied = min(self._applied, self.log.end_offset)
+        if out.snapshot_loaded is not None:
+            self._install(out.snapshot_loaded)
+        if out.log_changes:
+            self.addresses.voter_set(self.raft.history.latest)
         if out.leader_changed:
             log.info("metadata quorum: epoch %d, leader %s, this node %s", self.raft.epoch,
                      self.raft.leader_id, self.raft.role)
@@ -190,8 +224,7 @@ class RaftDriver:
             for listener in self.leadership_listeners:
                 listener(self.leads)
         for destination, message in out.messages:
-            if isinstance(message, core.VoteResponse | core.BeginQuorumEpochResponse
-                          | core.EndQuorumEpochResponse | core.FetchResponse):
+            if isinstance(message, _RESPONSES):
                 answer = self._answers.pop((destination, message.correlation_id), None)
                 if answer is not None and not answer.done():
                     answer.set_result(message)
@@ -222,15 +255,72 @@ class RaftDriver:
                 if batch.next_offset > self._applied:
                     for listener in self.commit_listeners:
                         listener(batch)
-                    self._applied = batch.next_offset
+                    self._applied, self._applied_epoch = batch.next_offset, batch.epoch
+                    self._bytes_since_snapshot += len(batch.raw) if batch.raw is not None else 0
                     progressed = True
             if not progressed:
                 break
+        self._maybe_snapshot()
         committed = [(offset, done) for offset, done in self._commits if offset < high_watermark]
         self._commits = [(offset, done) for offset, done in self._commits if offset >= high_watermark]
         for _offset, done in committed:
             if not done.done():
                 done.set_result(None)
+
+    # --- snapshots ------------------------------------------------------------------------------------
+    def _install(self, snapshot: OffsetAndEpoch) -> None:
+        """The leader's snapshot replaced the log (the core fetched it whole): the state and the
+        voter set are the snapshot's now."""
+        try:
+            controls, values = read_snapshot(self.log, snapshot)
+        except KafkaError as exc:
+            log.error("metadata quorum: cannot load the snapshot fetched from the leader: %s", exc)
+            raise
+        log.info("metadata quorum: loaded snapshot %s fetched from leader %s (%d records)",
+                 self.log.snapshots.path(snapshot).name, self.raft.leader_id, len(values))
+        if self.raft.history.dynamic or any(isinstance(m, VotersRecord) for m in controls):
+            self.raft.reset_voters(VoterHistory(*snapshot_voters(controls)))
+        self._load(snapshot, values)
+
+    def _load(self, snapshot: OffsetAndEpoch, values: list[bytes]) -> None:
+        for listener in self.snapshot_listeners:
+            listener(snapshot.offset, values)
+        self._applied, self._applied_epoch = snapshot.offset, snapshot.epoch
+        self._bytes_since_snapshot = 0
+
+    def _maybe_snapshot(self) -> None:
+        """Kafka's SnapshotGenerator rule: a snapshot of the applied state once
+        ``metadata.log.max.record.bytes.between.snapshots`` were committed since the last one, or
+        ``metadata.log.max.snapshot.interval.ms`` after it (a timer, when records are waiting)."""
+        latest = self.log.latest_snapshot()
+        if self.snapshot_source is None or self._closed or (latest is not None and latest.offset >= self._applied):
+            return
+        policy, now = self.snapshot_policy, _now_ms()
+        due_ms = self._last_snapshot_ms + policy.max_interval_ms
+        if self._bytes_since_snapshot >= policy.max_bytes_between or (policy.max_interval_ms and now >= due_ms):
+            self._snapshot(now)
+        elif policy.max_interval_ms and self._snapshot_timer is None:
+            self._snapshot_timer = asyncio.get_running_loop().call_later((due_ms - now) / 1000, self._snapshot_due)
+
+    def _snapshot_due(self) -> None:
+        self._snapshot_timer = None
+        self._maybe_snapshot()
+
+    def _snapshot(self, now_ms: int) -> None:
+        assert self.snapshot_source is not None
+        snapshot = OffsetAndEpoch(self._applied_epoch, self._applied)
+        voters, version = self.raft.history.at(snapshot.offset)
+        leading = [KRaftVersionRecord(version=0, k_raft_version=version), voters.to_record()] if version >= 1 else []
+        try:
+            self.log.snapshots.write(snapshot, self.snapshot_source(), leading, now_ms)
+        except OSError as exc:  # the log is whole without it; the next commit tries again
+            log.error("metadata quorum: could not write a snapshot in %s: %s", self.partition_dir, exc)
+            return
+        self._bytes_since_snapshot, self._last_snapshot_ms = 0, now_ms
+        policy = self.snapshot_policy
+        start = self.log.snapshots.cleanable(self.log.size_bytes, policy.retention_bytes, policy.retention_ms, now_ms)
+        if start is not None:
+            self.log.start_at_snapshot(start)
 
     def _fail_commits(self) -> None:
         commits, self._commits = self._commits, []
@@ -300,7 +390,7 @@ class RaftDriver:
         for node_id, host, port in node_endpoints(response):  # before the core follows the leader named
             self.addresses.learned(node_id, host, port)
         assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest
-                          | core.FetchRequest)
+                          | core.FetchRequest | core.FetchSnapshotRequest)
         self._run(self.raft.receive(destination, from_wire(response, message.correlation_id), _now_ms()))
 
     def _leader_gone(self, leader: int, gone: tuple[int, int]) -> None:
@@ -343,8 +433,9 @@ class RaftDriver:
             if self._tasks:  # the EndQuorumEpoch requests on their way, briefly
                 await asyncio.wait(set(self._tasks), timeout=0.5)
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in (self._timer, self._snapshot_timer):
+            if timer is not None:
+                timer.cancel()
         for answer in self._answers.values():
             answer.cancel()
         self._fail_commits()

@@ -40,6 +40,7 @@ _SIMPLE: dict[type[Message], ChangeKind] = {
     RemoveDelegationTokenRecord: ChangeKind.DELEGATION_TOKENS_CHANGED,
 }
 _CONFIGS = {BROKER_RESOURCE: ChangeKind.BROKER_CONFIGS_CHANGED, GROUP_RESOURCE: ChangeKind.GROUP_CONFIGS_CHANGED}
+ENTITY_KINDS = frozenset(_SIMPLE.values()) | frozenset(_CONFIGS.values())
 
 
 def entity_change(record: Message) -> ChangeKind | None:
@@ -55,6 +56,12 @@ def publish_entity_changes(changes: ChangeFeed, records: Iterable[Message]) -> N
     so that its caches follow the log whoever wrote it (a voter that becomes leader answers from them)."""
     kinds = {kind for record in records if (kind := entity_change(record)) is not None}
     for kind in sorted(kinds, key=lambda k: k.value):
+        changes.publish(MetadataChange(kind))
+
+
+def publish_every_entity(changes: ChangeFeed) -> None:
+    """Every entity kind changed (a snapshot replaced the image): the caches reload them all."""
+    for kind in sorted(ENTITY_KINDS, key=lambda k: k.value):
         changes.publish(MetadataChange(kind))
 
 
@@ -92,6 +99,23 @@ class ImageChanges:
             self._joined.add(record.broker_id)
         elif (kind := entity_change(record)) is not None:
             self._kinds.add(kind)
+
+    def reloaded(self, topics: Iterable[TopicMeta]) -> None:
+        """The image was rebuilt from a snapshot: a topic it no longer has is deleted, a new one
+        created, one that has more partitions grew; configs and every entity are published again
+        (what the snapshot changed in them is not told apart)."""
+        now = {topic.topic_id: topic for topic in topics}
+        for topic_id, old in list(self._known.items()):
+            if topic_id not in now:
+                self._deleted.append(self._known.pop(topic_id))
+                continue
+            self._known[topic_id] = now[topic_id]
+            grown = set(now[topic_id].partitions) - set(old.partitions)
+            if grown:
+                self._added[topic_id] = grown
+            self._configured.add(now[topic_id].name)
+        self._created |= set(now) - set(self._known)
+        self._kinds |= ENTITY_KINDS
 
     def publish(self) -> None:
         """After the batch is applied: each change once."""

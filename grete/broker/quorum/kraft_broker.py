@@ -36,12 +36,15 @@ from grete.broker.quorum.controller_channel import ControllerChannel, QuorumLead
 from grete.broker.quorum.controller_node import (
     formatted_cluster_id,
     formatted_storage,
+    metadata_log_config,
     quorum_of,
     raft_config,
+    snapshot_policy,
 )
 from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import ImageChanges
 from grete.broker.quorum.registration_manager import supported_features
+from grete.broker.quorum.snapshot_image import load_snapshot, snapshot_values
 from grete.broker.replica.replica_manager import PartitionOrder
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.raft_log import RaftBatch
@@ -94,10 +97,12 @@ class KRaftBroker(BrokersFromMetadata):
             self.driver = RaftDriver(self.broker_id, self.voters, config.metadata_log_dir / METADATA_PARTITION_DIR,
                                      self.cluster_id, raft_config(config), self._committed,
                                      listener=self.controller_listener, bootstrap=bootstrap,
-                                     local=VoterNode(self.broker_id, meta.directory_id or ZERO_UUID))
-        else:
+                                     local=VoterNode(self.broker_id, meta.directory_id or ZERO_UUID),
+                                     snapshots=snapshot_policy(config), log_config=metadata_log_config(config))
+        else:  # the combined node's controller snapshots the log
             self.driver = voter
             voter.commit_listeners.append(self._committed)
+        self.driver.snapshot_listeners.append(self._loaded)
         request_timeout_s = config.get_int("controller.quorum.request.timeout.ms") / 1000
         self.channel = ControllerChannel(self.broker_id, QuorumLeader(self.driver),
                                          timeout_s=max(30.0, request_timeout_s))
@@ -106,6 +111,8 @@ class KRaftBroker(BrokersFromMetadata):
         self.metadata = BrokerMetadataStore(self.cluster_id, self.channel, lambda: self.broker_epoch)
         self._changes = ImageChanges(self.metadata.changes, self.metadata.topic_by_id, self.metadata.topic)
         self.registry = Registrations()  # the brokers' registrations, from the log
+        if self._observer:
+            self.driver.snapshot_source = lambda: snapshot_values(self.metadata, self.registry)
         self.applied_offset = -1
         self.alter_partitions: AlterPartitionManager | None = None
         self._broker: Broker | None = None
@@ -226,6 +233,23 @@ class KRaftBroker(BrokersFromMetadata):
             self._changes.applied(record)
             self._note(record)
         self.applied_offset = batch.next_offset - 1
+        self._image_moved()
+
+    def _loaded(self, end_offset: int, values: list[bytes]) -> None:
+        """A snapshot replaced the image (this broker's own at start, or its leader's after a
+        FetchSnapshot): the partitions it no longer has stop, the others are looked at again."""
+        before = {topic.topic_id for topic in self.metadata.topics().values()}
+        load_snapshot(self.metadata, self.registry, end_offset, values)
+        topics = list(self.metadata.topics().values())
+        self._changes.reloaded(topics)
+        now = {topic.topic_id for topic in topics}
+        self._removed |= before - now
+        self._touched |= now
+        self._names.update((topic.topic_id, topic.name) for topic in topics)
+        self.applied_offset = end_offset - 1
+        self._image_moved()
+
+    def _image_moved(self) -> None:
         self._changes.publish()
         if not self._delta_due and (self._touched or self._removed):
             self._delta_due = True

@@ -56,6 +56,14 @@ class ReassignmentLists:
         elif isinstance(record, RemoveTopicRecord):
             self._moving = {key: moving for key, moving in self._moving.items() if key[0] != record.topic_id}
 
+    def reset(self) -> None:
+        self._moving.clear()
+
+    def partition_record(self, record: PartitionRecord) -> None:
+        """A snapshot's PartitionRecord with the replicas its reassignment is adding and removing."""
+        adding, removing = self._moving.get((record.topic_id, record.partition_id), ([], []))
+        record.adding_replicas, record.removing_replicas = list(adding), list(removing)
+
     def _set(self, key: tuple[uuid.UUID, int], adding: list[int], removing: list[int]) -> None:
         if adding or removing:
             self._moving[key] = (list(adding), list(removing))

@@ -1,5 +1,5 @@
-"""KRaft's voter RPCs as a controller serves them: Vote, BeginQuorumEpoch, EndQuorumEpoch and the
-Fetch of ``__cluster_metadata`` go to the Raft driver, which answers with the core's decision.
+"""KRaft's voter RPCs as a controller serves them: Vote, BeginQuorumEpoch, EndQuorumEpoch, the
+Fetch of ``__cluster_metadata`` and FetchSnapshot go to the Raft driver, which answers with the core's decision.
 
 As Kafka's KafkaRaftClient checks before the core sees a request: a cluster id other than the
 quorum's is INCONSISTENT_CLUSTER_ID for the whole request (a request without one is taken, as from
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from grete.broker.quorum.driver import RaftDriver
     from grete.broker.requests.context import RequestContext
 
-QuorumRequest = wire.VoteRequest | wire.BeginQuorumEpochRequest | wire.EndQuorumEpochRequest | wire.FetchRequest
+QuorumRequest = (wire.VoteRequest | wire.BeginQuorumEpochRequest | wire.EndQuorumEpochRequest | wire.FetchRequest
+                 | wire.FetchSnapshotRequest)
 
 
 def is_metadata_fetch(request: wire.FetchRequest) -> bool:
@@ -34,7 +35,7 @@ def _sender(message: core.RaftRequest) -> int:
     match message:
         case core.VoteRequest():
             return message.candidate_id
-        case core.FetchRequest():
+        case core.FetchRequest() | core.FetchSnapshotRequest():
             return message.replica_id
         case _:
             return message.leader_id
@@ -43,6 +44,9 @@ def _sender(message: core.RaftRequest) -> int:
 def _names_the_partition(request: QuorumRequest) -> bool:
     if isinstance(request, wire.FetchRequest):
         return is_metadata_fetch(request) and [p.partition for p in request.topics[0].partitions] == [0]
+    if isinstance(request, wire.FetchSnapshotRequest):
+        return (len(request.topics) == 1 and request.topics[0].name == METADATA_TOPIC
+                and [p.partition for p in request.topics[0].partitions] == [0])
     topics = request.topics
     return (len(topics) == 1 and topics[0].topic_name == METADATA_TOPIC
             and [p.partition_index for p in topics[0].partitions] == [0])
@@ -62,6 +66,6 @@ async def answer(ctx: RequestContext, driver: RaftDriver, request: QuorumRequest
         return _refusal(request, ErrorCode.INVALID_REQUEST)
     message = from_wire(request, ctx.correlation_id)
     assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest
-                      | core.FetchRequest)
+                      | core.FetchRequest | core.FetchSnapshotRequest)
     response = await driver.handle(_sender(message), message)
     return to_wire(response, None, timestamp_ms=ctx.broker.now_ms(), addressing=driver.addressing())

@@ -108,11 +108,11 @@ ZK_BROKER_APIS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.U
 # The metadata quorum's APIs a client may send: served and advertised by a node that runs a quorum
 # (the embedded node), never by a ZooKeeper-mode broker, which closes the connection as Kafka 3.9's.
 KRAFT_APIS = frozenset({ApiKey.DESCRIBE_QUORUM})
-# The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, a dynamic quorum's Add-, Remove- and
+# The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot, a dynamic quorum's Add-, Remove- and
 # UpdateRaftVoter, ControllerRegistration) and the KRaft brokers' (Envelope, BrokerRegistration,
 # BrokerHeartbeat): served and advertised only by a voter of a quorum of several
 # controllers (process.roles=controller); a quorum of one has no peer and no broker to answer.
-RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.ENVELOPE,
+RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH_SNAPSHOT, ApiKey.ENVELOPE,
                        ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ADD_RAFT_VOTER,
                        ApiKey.REMOVE_RAFT_VOTER, ApiKey.UPDATE_RAFT_VOTER, ApiKey.CONTROLLER_REGISTRATION})
 # The admin requests a KRaft controller carries out for its brokers, sent in an Envelope (Kafka's

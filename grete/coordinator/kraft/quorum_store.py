@@ -47,12 +47,23 @@ class QuorumMetadataStore(KRaftMetadataStore):
         the records with their offsets, for the controller's other parts."""
         if batch.control:
             return []
-        applied = []
-        for index, value in enumerate(batch.records):
-            record, _version = decode_metadata_record(value)
-            self._apply(record, batch.base_offset + index)
-            applied.append((record, batch.base_offset + index))
-        return applied
+        return self.apply_records([(decode_metadata_record(value)[0], batch.base_offset + index)
+                                   for index, value in enumerate(batch.records)])
+
+    def load_snapshot(self, end_offset: int, values: list[bytes]) -> list[tuple[Message, int]]:
+        """A snapshot's records replace the state (each at the offset before the snapshot's end, the
+        last it contains, as a replay of one gives them)."""
+        self.reset()
+        return self.apply_records([(decode_metadata_record(value)[0], end_offset - 1) for value in values])
+
+    def apply_records(self, records: list[tuple[Message, int]]) -> list[tuple[Message, int]]:
+        for record, offset in records:
+            self._apply(record, offset)
+        return records
+
+    def partition_record(self, record: PartitionRecord) -> None:
+        """A snapshot's PartitionRecord with the directories the controller places replicas in."""
+        record.directories = [self.directory_of(replica) for replica in record.replicas]
 
     async def _commit(self, records: Sequence[Message]) -> None:
         if records:

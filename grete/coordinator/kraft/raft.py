@@ -15,8 +15,10 @@ Kafka's rules, as KafkaRaftClient applies them:
   earlier epoch is exposed before a record of its own is on a majority; observers never count;
 - a fetch whose (offset, last fetched epoch) is not in the leader's log is answered with the
   diverging epoch, and the follower truncates as for OffsetForLeaderEpoch;
-- a fetch below the log start would need FetchSnapshot, which this core does not serve: the leader
-  answers SNAPSHOT_NOT_FOUND and the follower reports that error in RaftOutput.fetch_error.
+- a fetch the leader's log cannot continue (an empty replica while a snapshot exists, an offset before
+  the log start) is answered with the leader's latest snapshot id; the follower then fetches that
+  snapshot with FetchSnapshot, chunk after chunk, replaces its log by it and fetches the log after it
+  (RaftOutput.snapshot_loaded tells the driver to load the state from it).
 
 Messages are the core's own (raft_messages); raft_wire turns them into Kafka's RPCs and back. The
 voter set is static (controller.quorum.voters) or the dynamic quorum's latest in the log (voters.py,
@@ -37,6 +39,9 @@ from grete.coordinator.kraft.raft_messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    LogTruncated,
     RaftMessage,
     RaftOutput,
     VoteRequest,
@@ -61,6 +66,7 @@ __all__ = ["NEVER", "RETRY_BACKOFF_BASE_MS", "RaftConfig", "RaftNode"]
 
 RETRY_BACKOFF_BASE_MS = 100  # the unit of the binary exponential election backoff (Kafka's)
 NEVER = 2**62  # next_deadline when no timer runs
+SNAPSHOT_CHUNK_BYTES = 8 * 1024 * 1024  # a FetchSnapshot's MaxBytes: Kafka's MAX_FETCH_SIZE_BYTES
 
 
 class RaftNode(RequestRole):
@@ -109,6 +115,8 @@ class RaftNode(RequestRole):
                 self._on_end_epoch_request(sender, message, now_ms)
             case FetchRequest():
                 self.on_fetch_request(sender, message, now_ms)
+            case FetchSnapshotRequest():
+                self.on_fetch_snapshot_request(sender, message, now_ms)
             case _:
                 self._on_response(sender, message, now_ms)
         self._poll(now_ms)
@@ -206,7 +214,7 @@ class RaftNode(RequestRole):
     # --- responses --------------------------------------------------------------------------------
     def _on_response(self, sender: int, response: RaftMessage, now_ms: int) -> None:
         assert isinstance(response, VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
-                          | FetchResponse)
+                          | FetchResponse | FetchSnapshotResponse)
         failed = response.error_code is not ErrorCode.NONE
         if not self.requests.answered(sender, response.correlation_id, now_ms, failed):
             return  # the answer to a request this state no longer waits for
@@ -226,10 +234,11 @@ class RaftNode(RequestRole):
         elif isinstance(response, EndQuorumEpochResponse):
             if isinstance(state, Resigned) and not failed:
                 state.unacked.discard(sender)
-        elif failed:
-            if response.error_code is ErrorCode.SNAPSHOT_NOT_FOUND:
-                self.out.fetch_error = response.error_code
-        elif isinstance(state, Follower) and state.leader_id == sender and response.leader_epoch == state.epoch:
+        elif not (isinstance(state, Follower) and state.leader_id == sender and response.leader_epoch == state.epoch):
+            return
+        elif isinstance(response, FetchSnapshotResponse):
+            self._on_fetch_snapshot_response(state, response, now_ms)
+        elif not failed:
             self._on_fetch_response(state, response, now_ms)
 
     def _count_votes(self, state: Prospective | Candidate, now_ms: int) -> None:
@@ -250,6 +259,9 @@ class RaftNode(RequestRole):
         if response.diverging_epoch is not None:
             self.truncated(truncation_offset(self.log, response.diverging_epoch))
             return
+        if response.snapshot_id is not None:
+            state.fetching_snapshot, state.snapshot_position = response.snapshot_id, 0
+            return
         for batch in response.batches:
             end = self.log.end_offset
             if batch.next_offset <= end:
@@ -262,6 +274,27 @@ class RaftNode(RequestRole):
                                   control_types=batch.control_types[skip:])
             self.appended(batch)
         self.advance_high_watermark(min(response.high_watermark, self.log.end_offset))
+
+    def _on_fetch_snapshot_response(self, state: Follower, response: FetchSnapshotResponse, now_ms: int) -> None:
+        """A chunk of the snapshot being fetched (Kafka's handleFetchSnapshotResponse); once whole,
+        the log is replaced by it. A snapshot the leader no longer has is given up: the next fetch
+        learns which one to load now."""
+        state.fetch_deadline = now_ms + self.config.fetch_timeout_ms
+        wanted = state.fetching_snapshot
+        if (wanted is None or response.error_code is not ErrorCode.NONE or response.snapshot_id != wanted
+                or response.position != state.snapshot_position):
+            state.fetching_snapshot, state.snapshot_position = None, 0
+            return
+        state.snapshot_position = self.log.write_snapshot_chunk(wanted, response.position, response.data)
+        if state.snapshot_position < response.size:
+            return
+        self.log.freeze_snapshot(wanted)
+        state.fetching_snapshot, state.snapshot_position = None, 0
+        if self.log.truncate_to_latest_snapshot():
+            self.history.truncate(wanted.offset)
+            self.out.log_changes.append(LogTruncated(wanted.offset))
+            self.out.snapshot_loaded = wanted
+            self.advance_high_watermark(wanted.offset)
 
     # --- timers and sending -----------------------------------------------------------------------
     def _poll(self, now_ms: int) -> None:
@@ -287,7 +320,10 @@ class RaftNode(RequestRole):
             if now_ms >= state.fetch_deadline:
                 self._election_due(now_ms)
             elif self.requests.ready(state.leader_id, now_ms):
-                self._send_fetch(state.leader_id, now_ms)
+                if state.fetching_snapshot is not None:
+                    self._send_fetch_snapshot(state, now_ms)
+                else:
+                    self._send_fetch(state.leader_id, now_ms)
         elif isinstance(state, Unattached):
             if self.node_id not in self.voters:
                 self._observer_fetch(now_ms)
@@ -333,6 +369,14 @@ class RaftNode(RequestRole):
             correlation_id=cid, replica_id=self.node_id, replica_directory_id=self.directory_id,
             current_leader_epoch=self.epoch, fetch_offset=self.log.end_offset,
             last_fetched_epoch=self.log.last_epoch, high_watermark=self.high_watermark))
+
+    def _send_fetch_snapshot(self, state: Follower, now_ms: int) -> None:
+        snapshot = state.fetching_snapshot
+        assert snapshot is not None
+        self.send_request(state.leader_id, now_ms, lambda cid: FetchSnapshotRequest(
+            correlation_id=cid, replica_id=self.node_id, replica_directory_id=self.directory_id,
+            current_leader_epoch=self.epoch, snapshot_id=snapshot, position=state.snapshot_position,
+            max_bytes=SNAPSHOT_CHUNK_BYTES))
 
     def _observer_fetch(self, now_ms: int) -> None:
         """An observer that knows no leader asks a random bootstrap server (or voter), whose answer

@@ -8,11 +8,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from grete.coordinator.kraft.quorum import QuorumState
-from grete.coordinator.kraft.raft_log import LEADER_CHANGE, OffsetAndEpoch, RaftBatch, RaftLog
+from grete.coordinator.kraft.raft_log import (
+    BOOTSTRAP_SNAPSHOT,
+    LEADER_CHANGE,
+    OffsetAndEpoch,
+    RaftBatch,
+    RaftLog,
+)
 from grete.coordinator.kraft.raft_messages import (
     BeginQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     LogAppended,
     LogTruncated,
     RaftMessage,
@@ -89,6 +97,11 @@ class LeaderRole(ABC):
         self.log.truncate_to(offset)
         self.out.log_changes.append(LogTruncated(offset))
         self.history.truncate(offset)
+        self.voters_changed()
+
+    def reset_voters(self, history: VoterHistory) -> None:
+        """The voter sets of a snapshot that replaced the log (the records before it are gone)."""
+        self.history = history
         self.voters_changed()
 
     def _track_controls(self, batch: RaftBatch) -> bool:
@@ -232,21 +245,27 @@ class LeaderRole(ABC):
                     self.send_request(voter, now_ms, lambda cid: BeginQuorumEpochRequest(
                         correlation_id=cid, leader_id=self.node_id, leader_epoch=state.epoch))
 
+    def _leader_only_error(self, current_leader_epoch: int) -> ErrorCode:
+        """Kafka's validateLeaderOnlyRequest: the fetcher's epoch against ours, then whether we lead."""
+        if current_leader_epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if current_leader_epoch > self.epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if not isinstance(self.state, Leader):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.NONE
+
     def on_fetch_request(self, sender: int, request: FetchRequest, now_ms: int) -> None:
         state = self.state
-        error = ErrorCode.NONE
-        if request.current_leader_epoch < self.epoch:
-            error = ErrorCode.FENCED_LEADER_EPOCH
-        elif request.current_leader_epoch > self.epoch:
-            error = ErrorCode.UNKNOWN_LEADER_EPOCH
-        elif not isinstance(state, Leader):
-            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        elif request.fetch_offset < 0 or request.last_fetched_epoch < 0:
+        error = self._leader_only_error(request.current_leader_epoch)
+        if error is ErrorCode.NONE and (request.fetch_offset < 0 or request.last_fetched_epoch < 0):
             error = ErrorCode.INVALID_REQUEST
-        elif request.fetch_offset < self.log.start_offset:
-            error = ErrorCode.SNAPSHOT_NOT_FOUND  # FetchSnapshot is not served: see the module doc
         if error is not ErrorCode.NONE or not isinstance(state, Leader):
             self.send(sender, self._fetch_answer(request, error))
+            return
+        snapshot = self._snapshot_for(request)
+        if snapshot is not None:
+            self.send(sender, self._fetch_answer(request, ErrorCode.NONE, snapshot=snapshot))
             return
         replica = request.replica_id
         voter = self.history.latest.is_voter(replica, request.replica_directory_id)
@@ -271,6 +290,46 @@ class LeaderRole(ABC):
             self.send(sender, self._fetch_answer(request, ErrorCode.NONE))
         else:
             state.parked[replica] = ParkedFetch(sender, request, now_ms + self.config.fetch_max_wait_ms)
+
+    def _snapshot_for(self, request: FetchRequest) -> OffsetAndEpoch | None:
+        """The snapshot a fetcher must load first (Kafka's tryCompleteFetchRequest and
+        validateOffsetAndEpoch): an empty replica gets the latest snapshot rather than the whole log;
+        a fetch before the log start, or at it with another epoch than the snapshot there, too."""
+        latest = self.log.latest_snapshot()
+        if request.fetch_offset == 0 and latest is not None and latest != BOOTSTRAP_SNAPSHOT:
+            return latest
+        start = self.log.start_offset
+        if start == 0 and request.fetch_offset == 0:
+            return None
+        earliest = self.log.earliest_snapshot()
+        if earliest is not None and (request.fetch_offset < start or request.last_fetched_epoch < earliest.epoch
+                                     or (request.fetch_offset == start and request.last_fetched_epoch != earliest.epoch)):
+            return latest
+        return None
+
+    def on_fetch_snapshot_request(self, sender: int, request: FetchSnapshotRequest, now_ms: int) -> None:
+        """A slice of a snapshot for a fetcher loading it (Kafka's handleFetchSnapshotRequest)."""
+        def answer(error: ErrorCode, size: int = -1, data: bytes = b"") -> None:
+            found = error is ErrorCode.NONE
+            self.send(sender, FetchSnapshotResponse(
+                correlation_id=request.correlation_id, error_code=error, leader_id=self.leader_or_none(),
+                leader_epoch=self.epoch, snapshot_id=request.snapshot_id if found else None, size=size,
+                position=request.position if found else -1, data=data))
+        state = self.state
+        error = self._leader_only_error(request.current_leader_epoch)
+        if error is not ErrorCode.NONE or not isinstance(state, Leader):
+            answer(error)
+            return
+        snapshot = request.snapshot_id
+        size = None if snapshot == BOOTSTRAP_SNAPSHOT else self.log.snapshot_size(snapshot)
+        if size is None:
+            answer(ErrorCode.SNAPSHOT_NOT_FOUND)
+        elif not 0 <= request.position < size:
+            answer(ErrorCode.POSITION_OUT_OF_RANGE)
+        else:
+            if self.history.latest.is_voter(request.replica_id, request.replica_directory_id):
+                self._heard_from_voter(state, request.replica_id, now_ms)
+            answer(ErrorCode.NONE, size, self.log.read_snapshot(snapshot, request.position, request.max_bytes))
 
     def describe_quorum(self, now_ms: int) -> DescribeQuorumResponse.PartitionData:
         """DescribeQuorum's answer for the partition: the leader's view of every voter and observer
@@ -333,10 +392,10 @@ class LeaderRole(ABC):
                 del state.parked[replica]
                 self.send(parked.sender, self._fetch_answer(parked.request, ErrorCode.NONE))
 
-    def _fetch_answer(self, request: FetchRequest, error: ErrorCode,
-                      diverging: OffsetAndEpoch | None = None) -> FetchResponse:
+    def _fetch_answer(self, request: FetchRequest, error: ErrorCode, diverging: OffsetAndEpoch | None = None,
+                      snapshot: OffsetAndEpoch | None = None) -> FetchResponse:
         batches: tuple[RaftBatch, ...] = ()
-        if error is ErrorCode.NONE and diverging is None:
+        if error is ErrorCode.NONE and diverging is None and snapshot is None:
             batches = tuple(self.log.read(request.fetch_offset, self.config.fetch_max_records))
         state = self.state
         # A new leader's high watermark is unknown (-1, as Kafka's LeaderState answers) until a
@@ -345,5 +404,5 @@ class LeaderRole(ABC):
         return FetchResponse(correlation_id=request.correlation_id, error_code=error,
                              leader_id=self.leader_or_none(), leader_epoch=self.epoch,
                              high_watermark=self.high_watermark if known else -1, batches=batches,
-                             diverging_epoch=diverging)
+                             diverging_epoch=diverging, snapshot_id=snapshot)
 

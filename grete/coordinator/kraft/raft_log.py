@@ -27,6 +27,11 @@ class OffsetAndEpoch:
     offset: int
 
 
+# The format step's snapshot of a dynamic quorum's first voter set: never replicated (Kafka's
+# BOOTSTRAP_SNAPSHOT_ID); the first leader copies its voter set into the log instead.
+BOOTSTRAP_SNAPSHOT = OffsetAndEpoch(0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class RaftBatch:
     """Records appended together by one leader in one epoch; ``control`` batches hold the quorum's
@@ -94,6 +99,36 @@ class RaftLog(Protocol):
         """The log's control batches in order (the voter sets a replica reads at start)."""
         ...
 
+    # --- snapshots (Kafka's ReplicatedLog): the state at an offset, which replaces the log before it
+    def latest_snapshot(self) -> OffsetAndEpoch | None:
+        """The newest frozen snapshot's id (its end offset and the epoch of its last record),
+        the bootstrap snapshot (0, 0) included."""
+        ...
+
+    def earliest_snapshot(self) -> OffsetAndEpoch | None:
+        ...
+
+    def snapshot_size(self, snapshot: OffsetAndEpoch) -> int | None:
+        """The frozen snapshot's size in bytes; None when there is no such snapshot."""
+        ...
+
+    def read_snapshot(self, snapshot: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` of a frozen snapshot from ``position`` (FetchSnapshot's slice)."""
+        ...
+
+    def write_snapshot_chunk(self, snapshot: OffsetAndEpoch, position: int, data: bytes) -> int:
+        """Add ``data`` at ``position`` to a snapshot being fetched (started at position 0); its size now."""
+        ...
+
+    def freeze_snapshot(self, snapshot: OffsetAndEpoch) -> None:
+        """The fetched snapshot is whole: make it durable and one of the log's snapshots."""
+        ...
+
+    def truncate_to_latest_snapshot(self) -> bool:
+        """Replace the whole log by the latest snapshot when it is ahead of the log (Kafka's
+        truncateToLatestSnapshot after a FetchSnapshot); whether it did."""
+        ...
+
 
 class InMemoryRaftLog:
     """A RaftLog in lists, one entry per record (batches are cut back out by epoch on read)."""
@@ -103,6 +138,8 @@ class InMemoryRaftLog:
         self._epochs: list[int] = []
         self._values: list[bytes] = []
         self._controls: list[int] = []  # each record's control type; DATA for a metadata record
+        self.snapshots: dict[OffsetAndEpoch, bytes] = {}  # frozen, by id
+        self._partial: dict[OffsetAndEpoch, bytearray] = {}
 
     @property
     def start_offset(self) -> int:
@@ -114,12 +151,14 @@ class InMemoryRaftLog:
 
     @property
     def last_epoch(self) -> int:
-        return self._epochs[-1] if self._epochs else NO_EPOCH
+        if self._epochs:
+            return self._epochs[-1]
+        return empty_log_epoch(self)
 
     def epoch_end_offset(self, epoch: int) -> OffsetAndEpoch:
         count = bisect_right(self._epochs, epoch)
         if count == 0:
-            return OffsetAndEpoch(NO_EPOCH, self._start)
+            return before_log(self)
         return OffsetAndEpoch(self._epochs[count - 1], self._start + count)
 
     def append(self, batch: RaftBatch) -> None:
@@ -158,6 +197,37 @@ class InMemoryRaftLog:
             yield from (batch for batch in batches if batch.control)
             offset = batches[-1].next_offset
 
+    def latest_snapshot(self) -> OffsetAndEpoch | None:
+        return max(self.snapshots, key=lambda s: (s.offset, s.epoch), default=None)
+
+    def earliest_snapshot(self) -> OffsetAndEpoch | None:
+        return min(self.snapshots, key=lambda s: (s.offset, s.epoch), default=None)
+
+    def snapshot_size(self, snapshot: OffsetAndEpoch) -> int | None:
+        data = self.snapshots.get(snapshot)
+        return None if data is None else len(data)
+
+    def read_snapshot(self, snapshot: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        return self.snapshots[snapshot][position:position + max_bytes]
+
+    def write_snapshot_chunk(self, snapshot: OffsetAndEpoch, position: int, data: bytes) -> int:
+        partial = self._partial.setdefault(snapshot, bytearray())
+        del partial[position:]
+        partial += data
+        return len(partial)
+
+    def freeze_snapshot(self, snapshot: OffsetAndEpoch) -> None:
+        self.snapshots[snapshot] = bytes(self._partial.pop(snapshot))
+
+    def truncate_to_latest_snapshot(self) -> bool:
+        latest = self.latest_snapshot()
+        if latest is None or not snapshot_ahead(self, latest):
+            return False
+        self._start = latest.offset
+        del self._epochs[:], self._values[:], self._controls[:]
+        self.snapshots = {s: d for s, d in self.snapshots.items() if s.offset >= latest.offset}
+        return True
+
     def entry(self, offset: int) -> tuple[int, bytes]:
         """(epoch, value) of the record at ``offset``."""
         index = offset - self._start
@@ -165,6 +235,31 @@ class InMemoryRaftLog:
 
     def entries(self) -> Sequence[tuple[int, bytes]]:
         return list(zip(self._epochs, self._values, strict=True))
+
+
+def empty_log_epoch(log: RaftLog) -> int:
+    """The last epoch of a log with no records: its latest snapshot's when the log starts where that
+    snapshot ends (after a FetchSnapshot, or once segments before a snapshot are deleted), as Kafka's
+    lastFetchedEpoch."""
+    latest = log.latest_snapshot()
+    if latest is not None and latest.offset == log.start_offset == log.end_offset:
+        return latest.epoch
+    return NO_EPOCH
+
+
+def before_log(log: RaftLog) -> OffsetAndEpoch:
+    """epoch_end_offset's answer for an epoch older than every record of the log: the earliest
+    snapshot's id when the log starts at it (Kafka's endOffsetForEpoch), else (NO_EPOCH, start)."""
+    earliest = log.earliest_snapshot()
+    if earliest is not None and earliest.offset == log.start_offset and log.start_offset > 0:
+        return earliest
+    return OffsetAndEpoch(NO_EPOCH, log.start_offset)
+
+
+def snapshot_ahead(log: RaftLog, snapshot: OffsetAndEpoch) -> bool:
+    """Whether ``snapshot`` is past the log (Kafka's truncateToLatestSnapshot condition)."""
+    last = log.last_epoch
+    return snapshot.epoch > last or (snapshot.epoch == last and snapshot.offset > log.end_offset)
 
 
 def truncation_offset(log: RaftLog, diverging: OffsetAndEpoch) -> int:

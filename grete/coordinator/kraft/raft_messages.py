@@ -97,10 +97,37 @@ class FetchResponse:
     high_watermark: int
     batches: tuple[RaftBatch, ...] = ()
     diverging_epoch: OffsetAndEpoch | None = None  # DivergingEpoch: (epoch, end offset)
+    # SnapshotId: the fetch offset is not in the leader's log (or the fetcher has none): fetch this
+    # snapshot with FetchSnapshot, then fetch the log from its end offset.
+    snapshot_id: OffsetAndEpoch | None = None
 
 
-RaftRequest = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
-RaftResponse = VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchSnapshotRequest:
+    correlation_id: int
+    replica_id: int
+    replica_directory_id: uuid.UUID = ZERO_UUID  # FetchSnapshot v1+
+    current_leader_epoch: int
+    snapshot_id: OffsetAndEpoch
+    position: int  # the byte of the snapshot to send from: what the fetcher already has
+    max_bytes: int = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchSnapshotResponse:
+    correlation_id: int
+    error_code: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    snapshot_id: OffsetAndEpoch | None = None
+    size: int = -1  # the whole snapshot's
+    position: int = -1
+    data: bytes = b""  # UnalignedRecords: the bytes from ``position``, not cut at batch bounds
+
+
+RaftRequest = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest | FetchSnapshotRequest
+RaftResponse = (VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
+                | FetchSnapshotResponse)
 RaftMessage = RaftRequest | RaftResponse
 
 
@@ -130,4 +157,5 @@ class RaftOutput:
     log_changes: list[LogAppended | LogTruncated] = field(default_factory=list)
     high_watermark: int | None = None  # the committed offset moved here (exclusive, Kafka's HW)
     leader_changed: bool = False  # the epoch or its known leader changed
-    fetch_error: ErrorCode | None = None  # a fetch the core cannot serve itself (SNAPSHOT_NOT_FOUND)
+    # A snapshot fetched from the leader replaced the log: the state is to be loaded from it.
+    snapshot_loaded: OffsetAndEpoch | None = None

@@ -14,7 +14,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from grete.coordinator.kraft.raft_log import LEADER_CHANGE, NO_EPOCH, OffsetAndEpoch, RaftBatch
+from grete.coordinator.kraft.raft_log import (
+    LEADER_CHANGE,
+    OffsetAndEpoch,
+    RaftBatch,
+    before_log,
+    empty_log_epoch,
+    snapshot_ahead,
+)
+from grete.coordinator.kraft.raft_snapshots import Snapshots
 from grete.protocol.records.batch import RecordBatch, iter_batches
 from grete.protocol.records.control import encode_control_key, parse_control_key
 from grete.protocol.records.record import Record, build_batch, decode_records
@@ -59,6 +67,10 @@ class SegmentRaftLog:
 
     def __init__(self, partition_dir: Path, config: LogConfig | None = None) -> None:
         self.log = Log.open(partition_dir, config or LogConfig())
+        self.snapshots = Snapshots(partition_dir)
+        latest = self.snapshots.latest()
+        if latest is not None and self.log.log_end_offset < latest.offset:
+            self.truncate_to_latest_snapshot()  # the log was lost or cut behind its snapshot
 
     @property
     def start_offset(self) -> int:
@@ -70,7 +82,8 @@ class SegmentRaftLog:
 
     @property
     def last_epoch(self) -> int:
-        return max(self.log.epochs.latest_epoch, NO_EPOCH)
+        latest = self.log.epochs.latest_epoch
+        return latest if latest > 0 else empty_log_epoch(self)
 
     def epoch_end_offset(self, epoch: int) -> OffsetAndEpoch:
         found: OffsetAndEpoch | None = None
@@ -80,7 +93,7 @@ class SegmentRaftLog:
                 break
             end = entries[index + 1][1] if index + 1 < len(entries) else self.end_offset
             found = OffsetAndEpoch(entry_epoch, end)
-        return found if found is not None else OffsetAndEpoch(NO_EPOCH, self.start_offset)
+        return found if found is not None else before_log(self)
 
     def append(self, batch: RaftBatch) -> None:
         now = int(time.time() * 1000)
@@ -105,6 +118,48 @@ class SegmentRaftLog:
         for batch in self.log.batches(self.log.log_start_offset):
             if batch.is_control:
                 yield raft_batch(batch)
+
+    # --- snapshots --------------------------------------------------------------------------------
+    def latest_snapshot(self) -> OffsetAndEpoch | None:
+        return self.snapshots.latest()
+
+    def earliest_snapshot(self) -> OffsetAndEpoch | None:
+        return self.snapshots.earliest()
+
+    def snapshot_size(self, snapshot: OffsetAndEpoch) -> int | None:
+        return self.snapshots.size(snapshot)
+
+    def read_snapshot(self, snapshot: OffsetAndEpoch, position: int, max_bytes: int) -> bytes:
+        return self.snapshots.read(snapshot, position, max_bytes)
+
+    def write_snapshot_chunk(self, snapshot: OffsetAndEpoch, position: int, data: bytes) -> int:
+        return self.snapshots.append(snapshot, position, data)
+
+    def freeze_snapshot(self, snapshot: OffsetAndEpoch) -> None:
+        self.snapshots.freeze(snapshot)
+
+    def truncate_to_latest_snapshot(self) -> bool:
+        latest = self.snapshots.latest()
+        if latest is None or not snapshot_ahead(self, latest):
+            return False
+        self.log.truncate_fully_and_start_at(latest.offset)
+        self.snapshots.delete_before(latest)
+        return True
+
+    def start_at_snapshot(self, snapshot: OffsetAndEpoch) -> None:
+        """Let the log start at ``snapshot`` (committed, and this replica's own): the segments wholly
+        before it and the older snapshots go (Kafka's deleteBeforeSnapshot)."""
+        if snapshot.offset <= self.log.log_start_offset or snapshot.offset > self.log.log_end_offset:
+            return
+        now = int(time.time() * 1000)
+        self.log.high_watermark = max(self.log.high_watermark, snapshot.offset)
+        self.log.delete_records_before(snapshot.offset)
+        self.log.run_pending_deletes(now, force=True)
+        self.snapshots.delete_before(snapshot)
+
+    @property
+    def size_bytes(self) -> int:
+        return self.log.size_bytes
 
     def flush(self) -> None:
         self.log.flush()

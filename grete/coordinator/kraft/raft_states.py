@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from grete.coordinator.kraft.raft_log import OffsetAndEpoch
 from grete.coordinator.kraft.raft_messages import FetchRequest
 from grete.protocol.codec import ZERO_UUID
 
@@ -85,6 +86,10 @@ class Follower:
     fetch_deadline: int
     # A follower that has heard from its leader in this epoch refuses pre-votes (KIP-996).
     has_fetched: bool = False
+    # The leader's snapshot being fetched (FetchSnapshot instead of Fetch until it is whole), and
+    # how many of its bytes are here.
+    fetching_snapshot: OffsetAndEpoch | None = None
+    snapshot_position: int = 0
 
 
 @dataclass(slots=True)

@@ -28,7 +28,8 @@ from grete.protocol.topics import METADATA_TOPIC
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 
 _Node = TypeVar("_Node", wire.VoteResponse.NodeEndpoint, wire.BeginQuorumEpochResponse.NodeEndpoint,
-                wire.EndQuorumEpochResponse.NodeEndpoint, wire.FetchResponse.NodeEndpoint)
+                wire.EndQuorumEpochResponse.NodeEndpoint, wire.FetchResponse.NodeEndpoint,
+                wire.FetchSnapshotResponse.NodeEndpoint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,12 @@ def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int
             response = _fetch_response(message, timestamp_ms)
             response.node_endpoints = _nodes(wire.FetchResponse.NodeEndpoint, a)
             return response
+        case core.FetchSnapshotRequest():
+            return _fetch_snapshot_request(message, cluster_id)
+        case core.FetchSnapshotResponse():
+            snapshot = _fetch_snapshot_response(message)
+            snapshot.node_endpoints = _nodes(wire.FetchSnapshotResponse.NodeEndpoint, a)
+            return snapshot
     raise TypeError(f"not a Raft message: {message!r}")
 
 
@@ -141,8 +148,32 @@ def _fetch_response(message: core.FetchResponse, timestamp_ms: int) -> wire.Fetc
     if message.diverging_epoch is not None:
         partition.diverging_epoch = wire.FetchResponse.EpochEndOffset(
             epoch=message.diverging_epoch.epoch, end_offset=message.diverging_epoch.offset)
+    if message.snapshot_id is not None:
+        partition.snapshot_id = wire.FetchResponse.SnapshotId(end_offset=message.snapshot_id.offset,
+                                                              epoch=message.snapshot_id.epoch)
     return wire.FetchResponse(responses=[wire.FetchResponse.FetchableTopicResponse(
         topic=METADATA_TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[partition])])
+
+
+def _fetch_snapshot_request(message: core.FetchSnapshotRequest, cluster_id: str | None) -> wire.FetchSnapshotRequest:
+    snapshot = wire.FetchSnapshotRequest.SnapshotId(end_offset=message.snapshot_id.offset, epoch=message.snapshot_id.epoch)
+    return wire.FetchSnapshotRequest(
+        cluster_id=cluster_id, replica_id=message.replica_id, max_bytes=message.max_bytes,
+        topics=[wire.FetchSnapshotRequest.TopicSnapshot(name=METADATA_TOPIC, partitions=[
+            wire.FetchSnapshotRequest.PartitionSnapshot(
+                partition=0, current_leader_epoch=message.current_leader_epoch, snapshot_id=snapshot,
+                position=message.position, replica_directory_id=message.replica_directory_id)])])
+
+
+def _fetch_snapshot_response(message: core.FetchSnapshotResponse) -> wire.FetchSnapshotResponse:
+    found = message.snapshot_id or OffsetAndEpoch(-1, -1)
+    return wire.FetchSnapshotResponse(topics=[wire.FetchSnapshotResponse.TopicSnapshot(name=METADATA_TOPIC, partitions=[
+        wire.FetchSnapshotResponse.PartitionSnapshot(
+            index=0, error_code=message.error_code,
+            snapshot_id=wire.FetchSnapshotResponse.SnapshotId(end_offset=found.offset, epoch=found.epoch),
+            current_leader=wire.FetchSnapshotResponse.LeaderIdAndEpoch(leader_id=message.leader_id,
+                                                                       leader_epoch=message.leader_epoch),
+            size=message.size, position=message.position, unaligned_records=message.data)])])
 
 
 def encode_batches(batches: tuple[RaftBatch, ...], timestamp_ms: int) -> bytes:
@@ -192,6 +223,14 @@ def from_wire(message: Message, correlation_id: int) -> core.RaftMessage:
                                      replica_directory_id=f.replica_directory_id)
         case wire.FetchResponse():
             return _from_fetch_response(message, cid)
+        case wire.FetchSnapshotRequest():
+            s = message.topics[0].partitions[0]
+            return core.FetchSnapshotRequest(
+                correlation_id=cid, replica_id=message.replica_id, replica_directory_id=s.replica_directory_id,
+                current_leader_epoch=s.current_leader_epoch, position=s.position, max_bytes=message.max_bytes,
+                snapshot_id=OffsetAndEpoch(s.snapshot_id.epoch, s.snapshot_id.end_offset))
+        case wire.FetchSnapshotResponse():
+            return _from_fetch_snapshot_response(message, cid)
     raise TypeError(f"not a KRaft RPC: {type(message).__name__}")
 
 
@@ -212,8 +251,26 @@ def _from_fetch_response(message: wire.FetchResponse, cid: int) -> core.FetchRes
     diverging = None
     if p.diverging_epoch.epoch >= 0 and p.diverging_epoch.end_offset >= 0:
         diverging = OffsetAndEpoch(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+    snapshot = None
+    if p.snapshot_id.epoch >= 0 and p.snapshot_id.end_offset >= 0:
+        snapshot = OffsetAndEpoch(p.snapshot_id.epoch, p.snapshot_id.end_offset)
     records = p.records if isinstance(p.records, bytes | bytearray | memoryview) else None
     return core.FetchResponse(correlation_id=cid, error_code=ErrorCode(message.error_code or p.error_code),
                               leader_id=p.current_leader.leader_id, leader_epoch=p.current_leader.leader_epoch,
-                              high_watermark=p.high_watermark, batches=decode_batches(records),
-                              diverging_epoch=diverging)
+                              high_watermark=p.high_watermark, batches=() if snapshot else decode_batches(records),
+                              diverging_epoch=diverging, snapshot_id=snapshot)
+
+
+def _from_fetch_snapshot_response(message: wire.FetchSnapshotResponse, cid: int) -> core.FetchSnapshotResponse:
+    if not message.topics or not message.topics[0].partitions:
+        return core.FetchSnapshotResponse(correlation_id=cid, error_code=ErrorCode(message.error_code),
+                                          leader_id=-1, leader_epoch=-1)
+    p = message.topics[0].partitions[0]
+    found = None
+    if p.snapshot_id.epoch >= 0 and p.snapshot_id.end_offset >= 0:
+        found = OffsetAndEpoch(p.snapshot_id.epoch, p.snapshot_id.end_offset)
+    data = p.unaligned_records
+    return core.FetchSnapshotResponse(
+        correlation_id=cid, error_code=ErrorCode(message.error_code or p.error_code),
+        leader_id=p.current_leader.leader_id, leader_epoch=p.current_leader.leader_epoch, snapshot_id=found,
+        size=p.size, position=p.position, data=bytes(data) if isinstance(data, bytes | bytearray | memoryview) else b"")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from grete.coordinator.kraft.quorum import SingleVoterQuorum
 from grete.coordinator.metadata import (
@@ -51,6 +51,7 @@ from grete.protocol.topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
+METADATA_VERSION = "metadata.version"
 # ConfigResource.Type codes as ConfigRecord carries them.
 TOPIC_RESOURCE, BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 2, 4, 16, 32
 # ScramMechanism.type codes, as UserScramCredentialRecord carries them.
@@ -68,6 +69,12 @@ class KRaftMetadataStore(MetadataState):
         for offset, record, _version in quorum.replay():
             self._apply(record, offset)
         quorum.elect()
+
+    def reset(self) -> None:
+        """Forget the whole state (a snapshot is to replace it); the change feed's subscribers stay."""
+        changes = self.changes
+        self._init_state(self.cluster_id)
+        self.changes = changes
 
     def _init_state(self, cluster_id: str) -> None:
         MetadataState.__init__(self)
@@ -103,8 +110,11 @@ class KRaftMetadataStore(MetadataState):
 
     def snapshot(self) -> None:
         """The whole state as a snapshot, so a restart replays it and the log after it only."""
-        records = _state_records(self, acl_ids=self._acl_ids)
-        self.quorum.snapshot([encode_metadata_record(record) for record in records])
+        self.quorum.snapshot([encode_metadata_record(record) for record in self.state_records()])
+
+    def state_records(self, partition_record: Callable[[PartitionRecord], None] = lambda _record: None) -> list[Message]:
+        """The records that rebuild the whole state (a snapshot's)."""
+        return _state_records(self, acl_ids=self._acl_ids, partition_record=partition_record)
 
     # --- applying (live and on replay) -------------------------------------------------------------
     def _apply(self, record: Message, offset: int) -> None:
@@ -338,17 +348,23 @@ def _partition_records(topic_id: uuid.UUID, assignment: dict[int, list[int]]) ->
             for index, replicas in sorted(assignment.items())]
 
 
-def _state_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID] | None = None) -> list[Message]:
+def _state_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID] | None = None,
+                   partition_record: Callable[[PartitionRecord], None] = lambda _record: None) -> list[Message]:
     """Records that rebuild ``state`` from nothing, leader epochs included (clients ignore
-    metadata whose leader epoch goes back)."""
-    records: list[Message] = []
+    metadata whose leader epoch goes back): the finalized features first (metadata.version before
+    anything, as Kafka's image writes them), topics, configs, then credentials, ACLs, quotas and
+    tokens. ``partition_record`` completes each PartitionRecord (a quorum's directories and
+    reassignments)."""
+    records: list[Message] = _feature_records(state)
     for topic in sorted(state.topics().values(), key=lambda t: t.name):
         records.append(TopicRecord(name=topic.name, topic_id=topic.topic_id))
         records += _config_records(TOPIC_RESOURCE, topic.name, {}, topic.configs)
-        records += [PartitionRecord(partition_id=index, topic_id=topic.topic_id, replicas=list(p.replicas),
-                                    isr=list(p.isr), leader=p.leader, leader_epoch=p.leader_epoch,
-                                    partition_epoch=p.partition_epoch)
-                    for index, p in sorted(topic.partitions.items())]
+        for index, p in sorted(topic.partitions.items()):
+            record = PartitionRecord(partition_id=index, topic_id=topic.topic_id, replicas=list(p.replicas),
+                                     isr=list(p.isr), leader=p.leader, leader_epoch=p.leader_epoch,
+                                     partition_epoch=p.partition_epoch)
+            partition_record(record)
+            records.append(record)
     for kind, names, configs_of in ((BROKER_RESOURCE, state.broker_scopes(), state.broker_configs),
                                     (GROUP_RESOURCE, state.configured_groups(), state.group_configs),
                                     (CLIENT_METRICS_RESOURCE, state.client_metrics_names(), state.client_metrics)):
@@ -368,11 +384,15 @@ def _security_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID]
         entity_data = [ClientQuotaRecord.EntityData(entity_type=kind, entity_name=name) for kind, name in entity]
         records += [ClientQuotaRecord(entity=entity_data, key=k, value=v, remove=False) for k, v in sorted(values.items())]
     records += [_token_record(t) for _, t in sorted(state.delegation_tokens().items())]
-    _epoch, levels = state.finalized_features()
-    records += [FeatureLevelRecord(name=n, feature_level=level) for n, level in sorted((levels or {}).items())]
     if state.next_producer_id:
         records.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=state.next_producer_id))
     return records
+
+
+def _feature_records(state: MetadataState) -> list[Message]:
+    _epoch, levels = state.finalized_features()
+    names = sorted(levels or {}, key=lambda name: (name != METADATA_VERSION, name))
+    return [FeatureLevelRecord(name=n, feature_level=(levels or {})[n]) for n in names]
 
 
 def _token_record(token: DelegationTokenInfo) -> DelegationTokenRecord:

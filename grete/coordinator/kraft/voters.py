@@ -137,6 +137,12 @@ class VoterHistory:
         elif control_type == ControlType.KRAFT_VERSION and isinstance(message, KRaftVersionRecord):
             self._versions.append((offset, message.k_raft_version))
 
+    def at(self, end_offset: int) -> tuple[VoterSet, int]:
+        """(voter set, kraft.version) of the log before ``end_offset`` (what a snapshot there holds)."""
+        sets = [voters for offset, voters in self._sets if offset < end_offset]
+        versions = [version for offset, version in self._versions if offset < end_offset]
+        return (sets or [self._sets[0][1]])[-1], (versions or [self._versions[0][1]])[-1]
+
     def truncate(self, end_offset: int) -> None:
         """The log now ends at ``end_offset``: what was written at or past it is gone (the base stays)."""
         for entries in (self._sets, self._versions):
