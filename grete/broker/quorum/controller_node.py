@@ -25,7 +25,7 @@ from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import publish_entity_changes, publish_every_entity
 from grete.broker.quorum.partitions import PartitionControl
 from grete.broker.quorum.registration_manager import ControllerRegistrar
-from grete.broker.quorum.snapshot_image import load_snapshot, snapshot_values
+from grete.broker.quorum.snapshot_image import load_snapshot, snapshot_records
 from grete.broker.requests import release_versions as rv
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
@@ -140,7 +140,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
         load_snapshot(store, registry, end_offset, values, partitions.reassigning)
         publish_every_entity(store.changes)
     driver.snapshot_listeners.append(loaded)
-    driver.snapshot_source = lambda: snapshot_values(store, registry, partitions.reassigning)
+    driver.snapshot_source = lambda: snapshot_records(store, registry, partitions.reassigning)
     registry.partitions = partitions
     registry.fenced_listeners.append(partitions.broker_fenced)
     registry.unfenced_listeners.append(partitions.broker_unfenced)

@@ -37,6 +37,7 @@ from grete.coordinator.kraft.voters import VoterHistory, VoterNode, VoterSet
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata import KRaftVersionRecord, VotersRecord
+from grete.protocol.metadata_frame import encode_metadata_record
 from grete.storage.checkpoint_file import CheckpointError
 from grete.storage.config import LogConfig
 
@@ -127,7 +128,8 @@ class RaftDriver:
         # Snapshots of the state: written by ``snapshot_source`` (the node's image as records) when
         # the policy says, loaded through ``snapshot_listeners`` (at start, and after a FetchSnapshot).
         self.snapshot_policy = snapshots or SnapshotPolicy()
-        self.snapshot_source: Callable[[], list[bytes]] | None = None
+        self.snapshot_source: Callable[[], list[Message]] | None = None
+        self._snapshotting: asyncio.Task[None] | None = None  # a snapshot being written
         self.snapshot_listeners: list[Callable[[int, list[bytes]], None]] = []
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = _now_ms()
@@ -293,7 +295,8 @@ class RaftDriver:
         ``metadata.log.max.record.bytes.between.snapshots`` were committed since the last one, or
         ``metadata.log.max.snapshot.interval.ms`` after it (a timer, when records are waiting)."""
         latest = self.log.latest_snapshot()
-        if self.snapshot_source is None or self._closed or (latest is not None and latest.offset >= self._applied):
+        if (self.snapshot_source is None or self._closed or self._snapshotting is not None
+                or (latest is not None and latest.offset >= self._applied)):
             return
         policy, now = self.snapshot_policy, _now_ms()
         due_ms = self._last_snapshot_ms + policy.max_interval_ms
@@ -307,20 +310,38 @@ class RaftDriver:
         self._maybe_snapshot()
 
     def _snapshot(self, now_ms: int) -> None:
+        """The image's records are taken here, on the loop, as they stand at the applied offset; they
+        are encoded and written on a thread (a large image takes a while, as in Kafka, whose
+        SnapshotGenerator writes off its event queue), then listed, and the log cleaned."""
         assert self.snapshot_source is not None
         snapshot = OffsetAndEpoch(self._applied_epoch, self._applied)
         voters, version = self.raft.history.at(snapshot.offset)
         leading = [KRaftVersionRecord(version=0, k_raft_version=version), voters.to_record()] if version >= 1 else []
+        records = self.snapshot_source()
+        self._bytes_since_snapshot, self._last_snapshot_ms = 0, now_ms
+        self._snapshotting = asyncio.ensure_future(self._write_snapshot(snapshot, records, leading, now_ms))
+
+    async def _write_snapshot(self, snapshot: OffsetAndEpoch, records: list[Message], leading: list[Message],
+                              now_ms: int) -> None:
+        def write() -> None:
+            values = [encode_metadata_record(record) for record in records]
+            self.log.snapshots.write_file(snapshot, values, leading, now_ms)
         try:
-            self.log.snapshots.write(snapshot, self.snapshot_source(), leading, now_ms)
+            await asyncio.to_thread(write)
         except OSError as exc:  # the log is whole without it; the next commit tries again
             log.error("metadata quorum: could not write a snapshot in %s: %s", self.partition_dir, exc)
             return
-        self._bytes_since_snapshot, self._last_snapshot_ms = 0, now_ms
+        finally:
+            self._snapshotting = None
+        if self._closed:
+            return
+        self.log.snapshots.add(snapshot)
         policy = self.snapshot_policy
-        start = self.log.snapshots.cleanable(self.log.size_bytes, policy.retention_bytes, policy.retention_ms, now_ms)
+        start = self.log.snapshots.cleanable(self.log.size_bytes, policy.retention_bytes, policy.retention_ms,
+                                             _now_ms())
         if start is not None:
             self.log.start_at_snapshot(start)
+        self._maybe_snapshot()  # records committed while this one was written
 
     def _fail_commits(self) -> None:
         commits, self._commits = self._commits, []
@@ -441,6 +462,8 @@ class RaftDriver:
         self._fail_commits()
         for task in list(self._tasks):
             task.cancel()
+        if self._snapshotting is not None:  # its thread finishes the file; nothing lists it
+            self._snapshotting.cancel()
         for peer in self._peers.values():
             peer.close()
         self.log.close()

@@ -44,7 +44,7 @@ from grete.broker.quorum.controller_node import (
 from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import ImageChanges
 from grete.broker.quorum.registration_manager import supported_features
-from grete.broker.quorum.snapshot_image import load_snapshot, snapshot_values
+from grete.broker.quorum.snapshot_image import load_snapshot, snapshot_records
 from grete.broker.replica.replica_manager import PartitionOrder
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.raft_log import RaftBatch
@@ -112,7 +112,7 @@ class KRaftBroker(BrokersFromMetadata):
         self._changes = ImageChanges(self.metadata.changes, self.metadata.topic_by_id, self.metadata.topic)
         self.registry = Registrations()  # the brokers' registrations, from the log
         if self._observer:
-            self.driver.snapshot_source = lambda: snapshot_values(self.metadata, self.registry)
+            self.driver.snapshot_source = lambda: snapshot_records(self.metadata, self.registry)
         self.applied_offset = -1
         self.alter_partitions: AlterPartitionManager | None = None
         self._broker: Broker | None = None

@@ -15,12 +15,11 @@ from grete.broker.quorum.reassignments import ReassignmentLists
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.protocol.codec import Message
 from grete.protocol.metadata import FeatureLevelRecord, PartitionRecord
-from grete.protocol.metadata_frame import encode_metadata_record
 
 
-def snapshot_values(store: QuorumMetadataStore, registrations: Registrations,
-                    reassigning: ReassignmentLists | None = None) -> list[bytes]:
-    """The image as a snapshot's records, encoded."""
+def snapshot_records(store: QuorumMetadataStore, registrations: Registrations,
+                     reassigning: ReassignmentLists | None = None) -> list[Message]:
+    """The image as a snapshot's records (new objects: the image may move on while they are written)."""
     def complete(record: PartitionRecord) -> None:
         store.partition_record(record)
         if reassigning is not None:
@@ -29,8 +28,7 @@ def snapshot_values(store: QuorumMetadataStore, registrations: Registrations,
     features = 0
     while features < len(records) and isinstance(records[features], FeatureLevelRecord):
         features += 1
-    ordered = [*records[:features], *registrations.records(), *records[features:]]
-    return [encode_metadata_record(record) for record in ordered]
+    return [*records[:features], *registrations.records(), *records[features:]]
 
 
 def load_snapshot(store: QuorumMetadataStore, registrations: Registrations, end_offset: int, values: list[bytes],

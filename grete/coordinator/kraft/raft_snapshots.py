@@ -105,11 +105,16 @@ class Snapshots:
     def write(self, snapshot: OffsetAndEpoch, values: Iterable[bytes], leading_control: Sequence[Message],
               last_contained_timestamp: int) -> Path:
         """This replica's state at ``snapshot`` (its records, with the voter set's control records
-        first for a dynamic quorum), written whole, then frozen."""
-        path = write_snapshot(self.dir, snapshot.offset, snapshot.epoch, values,
-                              last_contained_log_timestamp=last_contained_timestamp, leading_control=leading_control)
-        self._add(snapshot)
+        first for a dynamic quorum), written whole, then frozen and listed."""
+        path = self.write_file(snapshot, values, leading_control, last_contained_timestamp)
+        self.add(snapshot)
         return path
+
+    def write_file(self, snapshot: OffsetAndEpoch, values: Iterable[bytes], leading_control: Sequence[Message],
+                   last_contained_timestamp: int) -> Path:
+        """The file alone (it touches nothing else here, so another thread may write it); ``add`` lists it."""
+        return write_snapshot(self.dir, snapshot.offset, snapshot.epoch, values,
+                              last_contained_log_timestamp=last_contained_timestamp, leading_control=leading_control)
 
     def append(self, snapshot: OffsetAndEpoch, position: int, data: bytes) -> int:
         """A chunk of a snapshot being fetched, at ``position`` (0 starts it over); its size now."""
@@ -132,9 +137,9 @@ class Snapshots:
         os.chmod(part, 0o400)
         os.replace(part, path)
         fsync_dir(self.dir)
-        self._add(snapshot)
+        self.add(snapshot)
 
-    def _add(self, snapshot: OffsetAndEpoch) -> None:
+    def add(self, snapshot: OffsetAndEpoch) -> None:
         if snapshot not in self._ids:
             self._ids.append(snapshot)
             self._ids.sort(key=_by_offset)
