@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from grete.storage.checkpoint_file import parse_snapshot_file_name
+from grete.storage.checkpoint_file import parse_snapshot_file_name, snapshot_file_name
+from tools import kafka_dist
 from tools.kraft_quorum import (
+    KAFKA,
     GreteBroker,
     KafkaBroker,
     Quorum,
@@ -114,6 +116,14 @@ def test_a_new_broker_joins_by_fetching_a_snapshot(started: list[Any], tmp_path:
     if controllers == "grete":  # grete cleans at once; Kafka's cleaner first runs a minute after start
         wait_for(lambda: _log_moved(leader), 30, "the leader's log start past its oldest snapshot")
 
+    if controllers == "grete":  # Kafka's own tool reads grete's snapshot
+        offset, epoch = _snapshots(leader)[-1]
+        dumped = kafka_dist.run_tool(KAFKA, "kafka-dump-log", "--cluster-metadata-decoder", "--print-data-log",
+                                     "--files", str(leader.data / "__cluster_metadata-0" / snapshot_file_name(offset, epoch)))
+        assert dumped.returncode == 0 and "Exception" not in dumped.stdout + dumped.stderr, dumped.stderr
+        assert f"Snapshot end offset: {offset}, epoch: {epoch}" in dumped.stdout
+        assert all(f'"name":"{topic}"' in dumped.stdout for topic in TOPICS)
+        assert '"name":"metadata.version"' in dumped.stdout and "REGISTER_BROKER_RECORD" in dumped.stdout
     two = _broker(joiner, quorum, 11, tmp_path / "broker11")
     started.append(two)
     wait_for(lambda: _listed(two) == {10, 11}, 120, "the new broker registered and listing both")
