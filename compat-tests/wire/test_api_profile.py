@@ -35,10 +35,9 @@ KAFKA_4_3_1 = {
     90: (0, 1), 91: (0, 0), 92: (0, 0),
 }
 
-# KRaft's voter changes and controller registration: the single node's quorum is itself alone (it
-# describes it, DescribeQuorum, but has no voter to add or remove), and a ZooKeeper-coordinated
-# broker leaves by its session ending.
-KRAFT_ONLY = {64: "UnregisterBroker", 80: "AddRaftVoter", 81: "RemoveRaftVoter"}
+# KRaft's voter changes: the single node's quorum is itself alone (it describes it, DescribeQuorum,
+# but has no voter to add or remove). UnregisterBroker it serves, as Kafka's combined node of one.
+KRAFT_ONLY = {80: "AddRaftVoter", 81: "RemoveRaftVoter"}
 # grete still serves versions Kafka 4.0 removed (KIP-896), because its clusters follow Kafka 3.9,
 # whose clients may still send them: the same maximum, a lower minimum.
 OLDER_MINIMUM = {27: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3)}

@@ -11,7 +11,7 @@ from typing import NamedTuple, Protocol
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo
 from grete.protocol.codec import Message
-from grete.protocol.errors import ErrorCode
+from grete.protocol.errors import ErrorCode, KafkaError
 
 TopicPartition = tuple[str, int]
 # A reassignment in progress: the partition's replicas, those being added, those being removed.
@@ -82,6 +82,9 @@ class ClusterView(Protocol):
     # as it answers it, on a node that is not in the quorum (a KRaft broker forwards it, as Kafka's);
     # None where this node answers itself.
     async def forwarded(self, request: Message, version: int) -> Message | None: ...
+    # UnregisterBroker: the broker's registration and its replicas' ISR memberships and leaderships
+    # go (KRaft's; a broker still running registers again at its next heartbeat).
+    async def unregister_broker(self, broker_id: int) -> None: ...
 
 
 class BrokersFromMetadata:
@@ -97,6 +100,11 @@ class BrokersFromMetadata:
     def known_topic(self, name: str) -> TopicMeta | None:
         """The topic as this broker's metadata knows it."""
         raise NotImplementedError
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """A KRaft broker forwards UnregisterBroker to the active controller; a ZooKeeper-mode
+        broker never serves it (Kafka 3.9's do not), so this is reached by neither."""
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "UnregisterBroker is a KRaft controller's request")
 
     def listed_brokers(self, listener: str) -> list[ListedBroker]:
         """Every live broker with an endpoint on ``listener`` (Kafka lists only those)."""

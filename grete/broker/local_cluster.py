@@ -112,6 +112,12 @@ class LocalCluster:
     async def forwarded(self, request: Message, version: int) -> Message | None:
         return None  # answered here
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        """The node's own registration is renewed as soon as it goes (Kafka's combined node of one
+        registers again at its next heartbeat): nothing changes. Any other id is not registered."""
+        if broker_id != self._broker.config.node_id:
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker ID {broker_id} is not currently registered")
+
     async def reassign(self, wanted: dict[TopicPartition, list[int] | None]
                        ) -> dict[TopicPartition, tuple[ErrorCode, str | None]]:
         """Nothing can move: a reassignment to this node alone is already done, none is in progress."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from grete.broker.requests.registry import advertised_versions
 
-KAFKA_4_3_CONTROLLER = {29: (1, 3), 30: (1, 3), 31: (1, 3), 33: (0, 2), 43: (0, 2), 44: (0, 1), 49: (0, 1), 51: (0, 0)}
+KAFKA_4_3_CONTROLLER = {29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 43: (0, 2), 44: (0, 1), 49: (0, 1),
+                        50: (0, 0), 51: (0, 0), 59: (0, 1), 64: (0, 0)}
 
 
 def test_a_controller_advertises_the_admin_apis_at_kafka_s_controller_versions() -> None:

@@ -42,6 +42,7 @@ from grete.protocol.messages import (
     SaslAuthenticateResponse,
     SaslHandshakeRequest,
     SaslHandshakeResponse,
+    UnregisterBrokerRequest,
 )
 from grete.testing._wire import Wire
 from grete.testing.common import free_port
@@ -406,3 +407,42 @@ def test_a_voter_that_does_not_lead_answers_not_controller(tmp_path: Path) -> No
     finally:
         quorum.stop()
 
+
+
+def test_kafka_configs_reads_through_the_controller_listener(cluster: Cluster) -> None:
+    """kafka-configs --bootstrap-controller: DescribeConfigs (a broker default set through a broker),
+    and DescribeUserScramCredentials, answered by the controller itself, as Kafka 4.3.1's does."""
+    _set(cluster.grete[0], BROKER_RESOURCE, "", "log.cleaner.backoff.ms", "16000")
+    described = kafka_dist.run_tool(KAFKA, "kafka-configs", "--bootstrap-controller", cluster.controller, "--describe",
+                                    "--entity-type", "brokers", "--entity-default")
+    assert described.returncode == 0, described.stderr
+    assert "log.cleaner.backoff.ms=16000" in described.stdout, described.stdout
+    # (kafka-configs --entity-type users also asks DescribeClientQuotas, which Kafka's admin client
+    # itself refuses to send to a controller: the SCRAM read is asked on the wire.)
+    users = _ask(cluster.controller, DescribeUserScramCredentialsRequest(users=None), 0)
+    assert users.error_code == ErrorCode.NONE, users
+
+
+def test_a_dead_broker_is_unregistered_with_kafka_cluster(cluster: Cluster) -> None:
+    """kafka-cluster unregister through a broker (forwarded to the controller): the dead broker leaves
+    every ISR and its registration goes; an unknown id is refused; started again, it registers anew."""
+    first, second = cluster.grete
+    _create(first, NewTopic("decommissioned", 1, replica_assignment=[[first.node_id, second.node_id]]))
+    _until(lambda: len(_topic_partition(first, "decommissioned").isrs) == 2, "both replicas in sync")
+    second.kill()
+    done = kafka_dist.run_tool(KAFKA, "kafka-cluster", "unregister", "--bootstrap-server", first.bootstrap,
+                               "--id", str(second.node_id))
+    assert done.returncode == 0 and f"Broker {second.node_id} is no longer registered." in done.stdout, done.stderr
+    _until(lambda: _topic_partition(first, "decommissioned").isrs == [first.node_id], "the ISR without it")
+    for asked in (first, cluster.kafka, cluster.controller):  # forwarded by grete, in an Envelope by Kafka; direct
+        unknown = _ask(asked, UnregisterBrokerRequest(broker_id=99), 0)
+        assert (unknown.error_code, unknown.error_message) == (ErrorCode.BROKER_ID_NOT_REGISTERED,
+                                                               "Broker ID 99 is not currently registered")
+    second.start()
+    _until(lambda: _listed(first) == {*GRETE_IDS, KAFKA_ID}, "the broker registered again", 90)
+    _until(lambda: len(_topic_partition(first, "decommissioned").isrs) == 2, "back in the ISR", 90)
+
+
+def _topic_partition(broker: BrokerOfQuorum, topic: str) -> Any:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    return admin.list_topics(topic, timeout=5).topics[topic].partitions[0]

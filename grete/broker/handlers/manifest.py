@@ -68,6 +68,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     61: ("describe_producers", 0, 0, 0),  # DescribeProducers
     62: ("broker_registration", 0, 4, 0),  # BrokerRegistration
     63: ("broker_heartbeat", 0, 2, 0),  # BrokerHeartbeat
+    64: ("unregister_broker", 0, 0, 0),  # UnregisterBroker
     65: ("describe_transactions", 0, 0, 0),  # DescribeTransactions
     66: ("list_transactions", 0, 2, 0),  # ListTransactions
     67: ("allocate_producer_ids", 0, 0, 0),  # AllocateProducerIds

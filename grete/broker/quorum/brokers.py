@@ -66,6 +66,7 @@ Commit = Callable[[Sequence[Message]], Awaitable[None]]
 
 class AlterPartitionTaker(Protocol):
     async def alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse: ...
+    async def broker_unregistered(self, broker_id: int, record: Message) -> None: ...
 
 
 @dataclass
@@ -324,6 +325,26 @@ class BrokerRegistry(Registrations):
         log.info("broker %d fenced (epoch %d)", found.broker_id, found.epoch)
         for listener in self.fenced_listeners:
             await listener(found.broker_id)
+
+    async def unregister(self, broker_id: int) -> None:
+        """UnregisterBroker (Kafka's ReplicationControlManager.unregisterBroker): the broker leaves
+        every ISR and leadership and its registration goes, in one batch; a broker still running
+        registers again at its next heartbeat (BROKER_ID_NOT_REGISTERED there)."""
+        if not self._leads():
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum")
+        found = self.brokers.get(broker_id)
+        if found is None:
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker ID {broker_id} is not currently registered")
+        assert self.partitions is not None
+        await self.partitions.broker_unregistered(broker_id, UnregisterBrokerRecord(broker_id=broker_id,
+                                                                                   broker_epoch=found.epoch))
+        log.info("broker %d unregistered (epoch %d)", broker_id, found.epoch)
+        timer = self._timers.pop(broker_id, None)
+        if timer is not None:
+            timer.cancel()
+        watch = self._watches.pop(broker_id, None)
+        if watch is not None:
+            watch[1].close()
 
     def leadership_changed(self, leads: bool) -> None:
         """A new leader counts every unfenced broker as heard from now (Kafka's active controller

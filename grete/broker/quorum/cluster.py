@@ -52,6 +52,9 @@ class QuorumCluster(LocalCluster):
             await self._store.commit(records)
         return results
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        await self._registry.unregister(broker_id)
+
     def reassignments(self) -> dict[TopicPartition, Reassignment]:
         return self._partitions.reassignments()
 

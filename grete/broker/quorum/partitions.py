@@ -81,6 +81,11 @@ class PartitionControl:
         async with self._changing:
             await self._broker_fenced(broker_id)
 
+    async def broker_unregistered(self, broker_id: int, record: Message) -> None:
+        """The partitions' changes a fenced broker brings, with the UnregisterBrokerRecord, one batch."""
+        async with self._changing:
+            await self._commit([*self._fenced_records(broker_id), record])
+
     async def broker_unfenced(self, broker_id: int) -> None:
         """Partitions left without a leader that the unfenced broker can lead get one, one batch."""
         async with self._changing:
@@ -154,6 +159,13 @@ class PartitionControl:
     async def _broker_fenced(self, broker_id: int) -> None:
         if not self._leads():
             return
+        records = self._fenced_records(broker_id)
+        if records:
+            await self._commit(records)
+
+    def _fenced_records(self, broker_id: int) -> list[Message]:
+        """Leaderships moved off ``broker_id`` to another ISR member, and it out of every ISR (never
+        leaving one empty)."""
         usable = {b.id for b in self._registry.live()} - {broker_id}
         records: list[Message] = []
         for meta in self._store.topics().values():
@@ -166,8 +178,7 @@ class PartitionControl:
                     leader = next((r for r in isr if r in usable), NO_LEADER)
                 records.append(PartitionChangeRecord(partition_id=index, topic_id=meta.topic_id,
                                                      isr=isr if isr != part.isr else None, leader=leader))
-        if records:
-            await self._commit(records)
+        return records
 
 
     async def _broker_unfenced(self, broker_id: int) -> None:

@@ -107,7 +107,7 @@ ZK_BROKER_APIS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.U
                             ApiKey.CONTROLLED_SHUTDOWN, ApiKey.ALTER_PARTITION, ApiKey.ALLOCATE_PRODUCER_IDS})
 # The metadata quorum's APIs a client may send: served and advertised by a node that runs a quorum
 # (the embedded node), never by a ZooKeeper-mode broker, which closes the connection as Kafka 3.9's.
-KRAFT_APIS = frozenset({ApiKey.DESCRIBE_QUORUM})
+KRAFT_APIS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.UNREGISTER_BROKER})
 # The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot, a dynamic quorum's Add-, Remove- and
 # UpdateRaftVoter, ControllerRegistration) and the KRaft brokers' (Envelope, BrokerRegistration,
 # BrokerHeartbeat): served and advertised only by a voter of a quorum of several
@@ -119,7 +119,7 @@ RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM
 # ForwardingManager) or directly by tools with --bootstrap-controller: CreateTopics, DeleteTopics,
 # CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs,
 # AlterClientQuotas, AlterUserScramCredentials, DescribeQuorum, UpdateFeatures, Alter/List-
-# PartitionReassignments, Create/Renew/ExpireDelegationToken (all "forwardable" in Kafka's ApiKeys
+# PartitionReassignments, Create/Renew/ExpireDelegationToken, UnregisterBroker (all "forwardable" in Kafka's ApiKeys
 # and served by its ControllerApis).
 FORWARDED_APIS = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_ACLS,
                             ApiKey.DELETE_ACLS, ApiKey.ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
@@ -128,18 +128,20 @@ FORWARDED_APIS = frozenset({ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.C
                             ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
                             ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ALTER_CLIENT_QUOTAS,
                             ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_QUORUM,
-                            ApiKey.UPDATE_FEATURES})
+                            ApiKey.UPDATE_FEATURES, ApiKey.UNREGISTER_BROKER})
 # What a controller-only node serves and advertises: the quorum's APIs, what a client needs to
-# reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), DescribeAcls (which
-# kafka-acls --bootstrap-controller lists with), Envelope and the requests it carries, and the
-# brokers' AlterPartition and AllocateProducerIds.
+# reach them (ApiVersions, SASL, DescribeCluster for --bootstrap-controller), the reads tools make
+# with --bootstrap-controller (DescribeAcls, DescribeConfigs, DescribeUserScramCredentials),
+# Envelope and the requests it carries, and the brokers' AlterPartition and AllocateProducerIds.
 CONTROLLER_APIS = frozenset({ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.DESCRIBE_ACLS,
                              ApiKey.SASL_AUTHENTICATE, ApiKey.ALTER_PARTITION, ApiKey.ENVELOPE,
-                             ApiKey.DESCRIBE_CLUSTER, ApiKey.ALLOCATE_PRODUCER_IDS}) | RAFT_APIS | FORWARDED_APIS
+                             ApiKey.DESCRIBE_CLUSTER, ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.DESCRIBE_CONFIGS,
+                             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS}) | RAFT_APIS | FORWARDED_APIS
 # A controller advertises from Kafka 4.3.1's oldest version where grete's handler, shared with the
 # ZooKeeper-mode broker (Kafka 3.9's range), serves older ones: the ACL APIs' v0 are gone from
 # Kafka 4 (KIP-896).
-CONTROLLER_MIN_VERSIONS: dict[int, int] = {ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1}
+CONTROLLER_MIN_VERSIONS: dict[int, int] = {ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1,
+                                           ApiKey.DESCRIBE_CONFIGS: 1}
 # Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
 # advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
 UNADVERTISED_APIS = frozenset({ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY})
