@@ -116,6 +116,12 @@ def dist_artifacts(version: str) -> list[Artifact]:
     return deps + [Artifact(kafka, name, v) for name in connect]
 
 
+def shell_pom_xml(version: str) -> str:
+    """kafka-metadata-shell's jar and what it needs, kept apart from libs/ (only its tests use it)."""
+    v = resolve_version(version)
+    return _pom(v, "kafka-shell-dist", [Artifact("org.apache.kafka", "kafka-shell", v)])
+
+
 def pom_xml(version: str) -> str:
     return _pom(resolve_version(version), "kafka-dist", artifacts(version))
 
@@ -194,6 +200,27 @@ def fetch_dist(version: str, quiet: bool = True) -> Path:
     """As :func:`fetch`, for a distribution's libs/ (Kafka and Kafka Connect). Returns that libs/."""
     v = resolve_version(version)
     return _fetch_stamped(dist_libs_dir(v), _dist_stamp(v), dist_pom_xml(v), f"kafka {v} with Connect", quiet)
+
+
+def shell_libs_dir(version: str) -> Path:
+    return dist_dir(version) / "shell-libs"
+
+
+def is_shell_fetched(version: str) -> bool:
+    return _stamped(dist_dir(version) / "shell-libs.stamp", shell_pom_xml(version))
+
+
+def fetch_shell(version: str, quiet: bool = True) -> Path:
+    """As :func:`fetch`, for kafka-metadata-shell's jars. Returns their directory."""
+    v = resolve_version(version)
+    return _fetch_stamped(shell_libs_dir(v), dist_dir(v) / "shell-libs.stamp", shell_pom_xml(v),
+                          f"kafka {v} metadata shell", quiet)
+
+
+def shell_cmd(version: str, *args: str) -> list[str]:
+    """``kafka-metadata-shell`` (org.apache.kafka.shell.MetadataShell) with ``args``."""
+    first = os.pathsep.join(sorted(str(p) for p in fetch_shell(version).glob("*.jar")))
+    return java_cmd(version, "org.apache.kafka.shell.MetadataShell", *args, classpath_first=first)
 
 
 def _stamped(stamp: Path, pom: str) -> bool:
@@ -516,6 +543,7 @@ def _cli(argv: list[str]) -> int:
     f.add_argument("--all", action="store_true", help=f"every pinned version: {', '.join(PINNED)}")
     f.add_argument("--quiet", action="store_true", help="say nothing when everything is cached")
     f.add_argument("--with-connect", action="store_true", help="also the jars of a laid-out distribution")
+    f.add_argument("--with-shell", action="store_true", help="also kafka-metadata-shell's jars (4.x)")
     c = sub.add_parser("classpath", help="print the classpath")
     c.add_argument("version")
     r = sub.add_parser("run", help="run a Kafka CLI tool (kafka-topics, kafka-dump-log, ...)")
@@ -530,8 +558,9 @@ def _cli(argv: list[str]) -> int:
     if a.cmd == "fetch":
         versions = list(PINNED) if a.all or not a.versions else a.versions
         sets = [("", is_fetched, fetch)] + ([(" with Connect", is_dist_fetched, fetch_dist)] if a.with_connect else [])
+        shell = [(" metadata shell", is_shell_fetched, fetch_shell)] if a.with_shell else []
         for v in versions:
-            for what, cached, get in sets:
+            for what, cached, get in sets + (shell if major(v) >= 4 else []):
                 t0 = time.monotonic()
                 was = cached(v)
                 libs = get(v, quiet=True)

@@ -16,6 +16,7 @@ rejoins the quorum.
 
 from __future__ import annotations
 
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,13 @@ def _snapshots(voter: Voter | GreteBroker | KafkaBroker) -> list[tuple[int, int]
 def _log_moved(voter: Voter) -> bool:
     """Whether a grete voter's metadata log start moved past an older snapshot (its log says so)."""
     return "the log now starts at" in voter.log.read_text(errors="replace")
+
+
+def _shell(snapshot: Path, *command: str) -> str:
+    done = kafka_dist.run_java(kafka_dist.shell_cmd(KAFKA, "--snapshot", str(snapshot), *command),
+                               capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _broker(kind: str, quorum: Quorum, node_id: int, workdir: Path) -> GreteBroker | KafkaBroker:
@@ -124,6 +132,13 @@ def test_a_new_broker_joins_by_fetching_a_snapshot(started: list[Any], tmp_path:
         assert f"Snapshot end offset: {offset}, epoch: {epoch}" in dumped.stdout
         assert all(f'"name":"{topic}"' in dumped.stdout for topic in TOPICS)
         assert '"name":"metadata.version"' in dumped.stdout and "REGISTER_BROKER_RECORD" in dumped.stdout
+        # kafka-metadata-shell builds Kafka's image from it (a copy: it locks a running node's data dir)
+        copy = tmp_path / "shell" / "__cluster_metadata-0" / snapshot_file_name(offset, epoch)
+        copy.parent.mkdir(parents=True)
+        shutil.copyfile(leader.data / "__cluster_metadata-0" / copy.name, copy)
+        image = set(_shell(copy, "find", "/image").split())
+        assert {f"/image/topics/byName/{t}/2" for t in TOPICS} <= image
+        assert {"/image/cluster/brokers/10", "/image/features/metadataVersion"} <= image
     two = _broker(joiner, quorum, 11, tmp_path / "broker11")
     started.append(two)
     wait_for(lambda: _listed(two) == {10, 11}, 120, "the new broker registered and listing both")
