@@ -91,14 +91,12 @@ class ControllerQuorum:
         """Every controller started side by side (formatted first if new), then until one leads."""
         launched = [(node_id, *self._launch(node_id)) for node_id in self.ids]
         for node_id, process, log_path, skip in launched:
-            self.controllers[node_id] = await_start(process, self.directory / f"controller-{node_id}", log_path,
-                                                    timeout, skip)
+            self.controllers[node_id] = self._started(node_id, process, log_path, skip, timeout)
         self.await_leader(timeout)
 
     def start_controller(self, node_id: int, timeout: float = START_TIMEOUT_S, *, wait_leader: bool = True) -> None:
         process, log_path, skip = self._launch(node_id)
-        self.controllers[node_id] = await_start(process, self.directory / f"controller-{node_id}", log_path,
-                                                timeout, skip)
+        self.controllers[node_id] = self._started(node_id, process, log_path, skip, timeout)
         if wait_leader:
             self.await_leader(timeout)
 
@@ -108,7 +106,28 @@ class ControllerQuorum:
         format_storage(properties, self.cluster_id)
         log_path = self.log_path(node_id)
         skip = log_path.stat().st_size if log_path.exists() else 0
-        return spawn(storage_serve(properties), log_path), log_path, skip
+        return spawn(self.launch_prefix(node_id) + storage_serve(properties), log_path), log_path, skip
+
+    def launch_prefix(self, node_id: int) -> list[str]:
+        """What a controller's command runs under (tests/jepsen gives each its own /etc/hosts)."""
+        return []
+
+    def _started(self, node_id: int, process: subprocess.Popen[bytes], log_path: Path, skip: int,
+                 timeout: float) -> BrokerProcess:
+        """``_await_start``; a controller that does not start in time is killed (it would hold its
+        log dir's lock against the next start)."""
+        try:
+            return self._await_start(node_id, process, log_path, skip, timeout)
+        except BaseException:
+            if process.poll() is None:
+                process.kill()
+                process.wait(30)
+            raise
+
+    def _await_start(self, node_id: int, process: subprocess.Popen[bytes], log_path: Path, skip: int,
+                     timeout: float) -> BrokerProcess:
+        """Until the controller launched by ``_launch`` serves (its log after ``skip`` says so)."""
+        return await_start(process, self.directory / f"controller-{node_id}", log_path, timeout, skip)
 
     def running(self) -> dict[int, BrokerProcess]:
         return {i: c for i, c in self.controllers.items() if c.process.poll() is None}
