@@ -94,7 +94,7 @@ class KafkaZkCluster:
 
     kind = f"kafka-{VERSION}-zk"
 
-    def __init__(self, directory: Path, zookeeper: ZooKeeperProcess, overrides: Mapping[str, str] | None = None,
+    def __init__(self, directory: Path, zookeeper: ZooKeeperProcess | None, overrides: Mapping[str, str] | None = None,
                  ports: Mapping[int, int] | None = None, version: str = VERSION, heap: str = HEAP) -> None:
         self.directory = directory
         self.zookeeper = zookeeper
@@ -119,16 +119,13 @@ class KafkaZkCluster:
     def broker_items(self, broker_id: int) -> dict[str, str]:
         port = self.ports.setdefault(broker_id, free_port())
         items = {
-            "broker.id": str(broker_id),
-            "zookeeper.connect": self.zookeeper.connect,
+            **self.coordination_items(broker_id),
             "listeners": f"PLAINTEXT://{self.host_of(broker_id)}:{port}",
             "log.dirs": str(self.directory / f"broker-{broker_id}"),
             "offsets.topic.replication.factor": "3",
             "transaction.state.log.replication.factor": "3",
             "transaction.state.log.min.isr": "2",
-            "zookeeper.session.timeout.ms": "6000",
             "group.initial.rebalance.delay.ms": "0",
-            "controlled.shutdown.retry.backoff.ms": "500",
             # Fewer threads: four JVMs share two cores.
             "num.network.threads": "2",
             "num.io.threads": "2",
@@ -138,6 +135,12 @@ class KafkaZkCluster:
         }
         items.update(self.overrides)
         return items
+
+    def coordination_items(self, broker_id: int) -> dict[str, str]:
+        """What makes the broker one of this cluster: its id and ZooKeeper."""
+        assert self.zookeeper is not None
+        return {"broker.id": str(broker_id), "zookeeper.connect": self.zookeeper.connect,
+                "zookeeper.session.timeout.ms": "6000", "controlled.shutdown.retry.backoff.ms": "500"}
 
     def zk_client(self) -> KazooClient:
         client = KazooClient(hosts=self.zookeeper.connect)
@@ -161,15 +164,11 @@ class KafkaZkCluster:
         to expire first."""
         t0 = time.monotonic()
         items = self.broker_items(broker_id)
-        if broker_id in self.brokers:
-            deadline = time.monotonic() + int(items["zookeeper.session.timeout.ms"]) / 1000 + 10
-            while broker_id in self.registered() and time.monotonic() < deadline:
-                time.sleep(0.2)
         config = self.directory / f"broker-{broker_id}.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in items.items()))
+        self.prepare(broker_id, items, config)
         log_path = self.directory / f"broker-{broker_id}.log"
-        command = self.launch_prefix(broker_id) + kafka_dist.java_cmd(
-            self.version, "kafka-server-start", str(config), log_level="INFO", heap=self.heap, quick_start=False)
+        command = self.broker_command(broker_id, config)
         with open(log_path, "ab") as log:
             log.write(f"==== start broker {broker_id} ====\n".encode())
             log.flush()
@@ -186,16 +185,33 @@ class KafkaZkCluster:
         self.startup_seconds[broker_id] = time.monotonic() - t0
         return broker
 
+    def broker_command(self, broker_id: int, config: Path) -> list[str]:
+        """The command line of a broker process with the properties file ``config``."""
+        return self.launch_prefix(broker_id) + kafka_dist.java_cmd(
+            self.version, "kafka-server-start", str(config), log_level="INFO", heap=self.heap, quick_start=False)
+
+    def prepare(self, broker_id: int, items: Mapping[str, str], config: Path) -> None:
+        """Before a start: a restarted broker waits until its earlier registration has gone."""
+        if broker_id in self.brokers:
+            deadline = time.monotonic() + int(items["zookeeper.session.timeout.ms"]) / 1000 + 10
+            while broker_id in self.registered() and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+    def ready(self, broker: KafkaZkBroker) -> bool:
+        """Registered, and its Metadata lists every registered broker and a controller."""
+        live = set(self.registered()) if port_open(broker.host, broker.port) else set()
+        if broker.broker_id not in live:
+            return False
+        seen = metadata_brokers(broker.bootstrap_servers)
+        return seen is not None and live <= seen[0] and seen[1] >= 0
+
     def _await_broker(self, broker: KafkaZkBroker, deadline: float) -> None:
         while True:
             if broker.process.poll() is not None:
                 raise RuntimeError(f"Kafka broker {broker.broker_id} exited with {broker.process.returncode}:\n"
                                    + "\n".join(broker.log().splitlines()[-40:]))
-            if port_open(broker.host, broker.port) and broker.broker_id in self.registered():
-                live = self.registered()
-                seen = metadata_brokers(broker.bootstrap_servers)
-                if seen is not None and set(live) <= seen[0] and seen[1] >= 0:
-                    return
+            if self.ready(broker):
+                return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Kafka broker {broker.broker_id} not ready:\n"
                                    + "\n".join(broker.log().splitlines()[-40:]))
@@ -237,7 +253,8 @@ class KafkaZkCluster:
             broker._signal(signal.SIGTERM)
         for broker in running:
             broker.stop(30.0)
-        self.zookeeper.stop()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
 
 
 def metadata_brokers(bootstrap: str, timeout: float = 3.0) -> tuple[set[int], int] | None:
