@@ -19,7 +19,7 @@ from grete.testing.cluster import GreteCluster, ZooKeeperProcess, free_port
 from grete.testing.common import scratch_root
 from grete.testing.kraft import ControllerQuorum
 from grete.testing.process import serve_command
-from tests.jepsen.netns import Network
+from tests.jepsen.netns import Network, own_hosts
 from tests.jepsen.proxy import Proxy
 from tools import kafka_dist
 
@@ -47,26 +47,68 @@ OVERRIDES = {
 }
 
 
+def controller_name(node_id: int) -> str:
+    """The name a KRaft controller advertises its listener under (``_named``)."""
+    return f"kraft-controller-{node_id}"
+
+
+def _named(base: type) -> type:
+    class Named(base):  # type: ignore[valid-type,misc]
+        """Controllers named ``controller_name(id):port`` in their voters and advertised listener,
+        each run with its own /etc/hosts naming them all at 127.0.0.1 (netns.own_hosts). A broker
+        learns the leader's address from the quorum's answers (KIP-853's NodeEndpoints: a Kafka
+        leader names its advertised listener, a grete one its voters entry) and connects there, not
+        to the proxies it is configured with; its own /etc/hosts sends the names to its proxies."""
+
+        @property
+        def voters(self) -> str:
+            return ",".join(f"{i}@{controller_name(i)}:{self.ports[i]}" for i in self.ids)
+
+        def items(self, node_id: int) -> dict[str, str]:
+            return {**super().items(node_id),
+                    "advertised.listeners": f"CONTROLLER://{controller_name(node_id)}:{self.ports[node_id]}"}
+
+        def launch_prefix(self, node_id: int) -> list[str]:
+            return own_hosts(self.directory / f"controller-{node_id}.hosts",
+                             {controller_name(c): "127.0.0.1" for c in self.ids})
+
+    return Named
+
+
 def _proxied(base: type, network: Network | None) -> type:
     class Proxied(base):  # type: ignore[valid-type,misc]
         """``zookeeper.connect`` of broker N is its own proxy to ZooKeeper; with a ``network``,
-        broker N also runs in its own network namespace (tests/jepsen/netns.py)."""
+        broker N also runs in its own network namespace (tests/jepsen/netns.py). KRaft: broker N
+        reaches controller C through its own proxy, listening on C's port at an address of broker
+        N's (``controller_host``), where its own /etc/hosts resolves C's advertised name."""
 
         zk_proxies: dict[int, Proxy]
         controller_proxies: dict[int, dict[int, Proxy]]
 
         def launch_prefix(self, broker_id: int) -> list[str]:
-            return network.prefix(broker_id) if network is not None else []
+            prefix = network.prefix(broker_id) if network is not None else []
+            if self.zookeeper is None:
+                names = {controller_name(c): self.controller_host(broker_id) for c in self.quorum.ids}
+                prefix += own_hosts(Path(self.directory) / f"broker-{broker_id}.hosts", names)
+            return prefix
 
         def host_of(self, broker_id: int) -> str:
             return network.address(broker_id) if network is not None else "127.0.0.1"
+
+        def controller_host(self, broker_id: int) -> str:
+            """Where broker N's proxies to the controllers listen: the root side of its veth with a
+            network, else 127.0.N.1."""
+            return network.root_address(broker_id) if network is not None else f"127.0.{broker_id}.1"
 
         def broker_items(self, broker_id: int) -> dict[str, str]:
             items: dict[str, str] = super().broker_items(broker_id)
             bind = network.root_address(broker_id) if network is not None else "127.0.0.1"
             if self.zookeeper is None:  # KRaft: a proxy to each controller
-                proxies = self.controller_proxies.setdefault(
-                    broker_id, {c: Proxy(port, bind_host=bind) for c, port in sorted(self.quorum.ports.items())})
+                if broker_id not in self.controller_proxies:  # made once: each holds its controller's port
+                    host = self.controller_host(broker_id)
+                    self.controller_proxies[broker_id] = {c: Proxy(port, bind_host=host, port=port)
+                                                          for c, port in sorted(self.quorum.ports.items())}
+                proxies = self.controller_proxies[broker_id]
                 items["controller.quorum.voters"] = ",".join(f"{c}@{p.address}" for c, p in proxies.items())
                 return items
             if broker_id not in self.zk_proxies:
@@ -99,6 +141,8 @@ def open_cluster(target: str, brokers: int = 3, overrides: Mapping[str, str] | N
 
 @contextmanager
 def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, network: Network | None) -> Iterator[Any]:
+    controller_items = KRAFT_CONTROLLER_OVERRIDES
+    kraft_items = {k: v for k, v in items.items() if not k.startswith("zookeeper.")}
     if target == "grete":
         scratch = Path(tempfile.mkdtemp(prefix="jepsen-grete-", dir=scratch_root()))
         zookeeper = ZooKeeperProcess(scratch)
@@ -106,9 +150,8 @@ def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, netwo
     elif target == "grete-kraft":
         scratch = Path(tempfile.mkdtemp(prefix="jepsen-grete-kraft-", dir=scratch_root()))
         zookeeper = None
-        quorum = ControllerQuorum(scratch, CONTROLLERS, overrides=KRAFT_CONTROLLER_OVERRIDES)
-        items = {k: v for k, v in items.items() if not k.startswith("zookeeper.")}
-        running = _proxied(GreteCluster, network)(scratch, None, items, quorum=quorum)
+        quorum = _named(ControllerQuorum)(scratch, CONTROLLERS, overrides=controller_items)
+        running = _proxied(GreteCluster, network)(scratch, None, kraft_items, quorum=quorum)
     elif target == "kafka-3.9":
         from tools.reference_kafka_zk import VERSION, KafkaZkCluster
 

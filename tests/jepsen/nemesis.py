@@ -181,7 +181,7 @@ def port_closed_leader(cluster: Any, view: View, topic: str, rng: random.Random,
     leader = view.partition_state(topic, p)["leader"]
     hold = rng.uniform(2, SESSION_S - 1) if rng.random() < 0.5 else rng.uniform(SESSION_S + 1, SESSION_S + 6)
     broker = cluster.brokers[leader]
-    wall = firewall.Firewall(cluster.launch_prefix(leader))
+    wall = firewall.Firewall(cluster.network.prefix(leader) if cluster.network is not None else [])  # its namespace
     log(f"close port {broker.port} of broker {leader} (leader of p{p}, controller {view.controller()}) "
         f"for {hold:.1f}s")
     try:

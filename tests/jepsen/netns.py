@@ -106,3 +106,16 @@ class Network:
             _ip("netns", "del", self.namespace(broker_id), check=False)
         self.members.clear()
         FORWARDING.write_text(self._forwarding + "\n")
+
+
+HOSTS = Path("/etc/hosts")
+
+
+def own_hosts(path: Path, names: dict[str, str]) -> list[str]:
+    """The prefix that runs a command with its own ``/etc/hosts`` (this host's, plus ``names``: name ->
+    address), bind-mounted in a mount namespace of its own (root; ``unshare`` and ``sh`` exec the
+    command: same pid). A KRaft node learns the quorum leader's advertised endpoint from the answers
+    it gets (KIP-853) and connects there instead of to the address it was configured with: the
+    controllers advertise names, and each broker resolves them to its own proxies."""
+    path.write_text(HOSTS.read_text() + "".join(f"{address} {name}\n" for name, address in names.items()))
+    return ["unshare", "--mount", "--", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(path)]

@@ -12,12 +12,13 @@ import threading
 
 
 class Proxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1", bind_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", bind_host: str = "127.0.0.1",
+                 port: int = 0) -> None:
         self.target = (target_host, target_port)
         self.host = bind_host  # a broker in its own network namespace reaches the root side of its veth
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((bind_host, 0))
+        self.listener.bind((bind_host, port))  # 0: any free port
         self.listener.listen(64)
         self.port: int = self.listener.getsockname()[1]
         self.cut = False
