@@ -1,9 +1,9 @@
 """The clusters under test: grete (grete.testing.cluster) or Apache Kafka 3.9.2 in ZooKeeper mode
 (tools.reference_kafka_zk), three brokers, each reaching ZooKeeper through its own proxy
-(tests/jepsen/proxy.py) so a broker can be cut off from ZooKeeper; or grete in KRaft mode
-(``grete-kraft``): three grete controllers and three brokers, each broker reaching each controller
-through a proxy of its own (its ``controller.quorum.voters`` names them), so a broker can be cut
-off from the controllers."""
+(tests/jepsen/proxy.py) so a broker can be cut off from ZooKeeper; or in KRaft mode, grete
+(``grete-kraft``) or Apache Kafka 4.3.1 (``kafka-4.3``, tools.reference_kafka_kraft): three
+controllers and three brokers, each broker reaching each controller through a proxy of its own (its
+``controller.quorum.voters`` names them), so a broker can be cut off from the controllers."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from tests.jepsen.netns import Network, own_hosts
 from tests.jepsen.proxy import Proxy
 from tools import kafka_dist
 
-TARGETS = ("grete", "kafka-3.9", "grete-kraft")
+TARGETS = ("grete", "kafka-3.9", "grete-kraft", "kafka-4.3")
+KRAFT_TARGETS = ("grete-kraft", "kafka-4.3")
 SESSION_TIMEOUT_MS = 6000
 CONTROLLERS = 3
 # KRaft's session (broker.session.timeout.ms, a controller's setting: Kafka's default 9 s) as
@@ -152,6 +153,15 @@ def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, netwo
         zookeeper = None
         quorum = _named(ControllerQuorum)(scratch, CONTROLLERS, overrides=controller_items)
         running = _proxied(GreteCluster, network)(scratch, None, kraft_items, quorum=quorum)
+    elif target == "kafka-4.3":
+        from tools.reference_kafka_kraft import VERSION as KRAFT_VERSION
+        from tools.reference_kafka_kraft import KafkaControllerQuorum, KafkaKraftCluster
+
+        kafka_dist.fetch(KRAFT_VERSION)
+        scratch = Path(tempfile.mkdtemp(prefix="jepsen-kafka-kraft-"))
+        zookeeper = None
+        quorum = _named(KafkaControllerQuorum)(scratch, CONTROLLERS, overrides=controller_items)
+        running = _proxied(KafkaKraftCluster, network)(scratch, quorum, kraft_items)
     elif target == "kafka-3.9":
         from tools.reference_kafka_zk import VERSION, KafkaZkCluster
 
@@ -194,10 +204,9 @@ def second_process_command(cluster: Any, broker_id: int) -> list[str]:
     """The command line of another broker process with the config of ``broker_id`` (its broker.id,
     its log dirs, its ZooKeeper proxy, its namespace), listening on a port of its own."""
     items = {**cluster.broker_items(broker_id), "listeners": f"PLAINTEXT://{cluster.host_of(broker_id)}:{free_port()}"}
-    prefix: list[str] = cluster.launch_prefix(broker_id)
     if isinstance(cluster, GreteCluster):
-        return prefix + serve_command(items)
+        return cluster.launch_prefix(broker_id) + serve_command(items)
     config = Path(cluster.directory) / f"broker-{broker_id}-second.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in items.items()))
-    return prefix + kafka_dist.java_cmd(cluster.version, "kafka-server-start", str(config), log_level="INFO",
-                                        heap=cluster.heap, quick_start=False)
+    command: list[str] = cluster.broker_command(broker_id, config)
+    return command

@@ -376,7 +376,7 @@ EXTRA_FAULTS = {"unclean-election": unclean_election}
 # Only with the brokers in network namespaces (run.py --netns).
 NETWORK_FAULTS = {"partition-leader": partition_leader, "partition-pair": partition_pair,
                   "partition-controller": partition_controller}
-# A KRaft cluster (--target grete-kraft): the broker faults that apply unchanged, and the
+# A KRaft cluster (--target grete-kraft or kafka-4.3): the broker faults that apply unchanged, and the
 # controllers' own. Not: the ZooKeeper ones, unclean-election (grete controllers elect no unclean
 # leader), partition-controller (the controllers are not brokers; quorum-cut-leader cuts
 # a broker from them).

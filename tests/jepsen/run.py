@@ -1,8 +1,9 @@
-"""Rounds of workload + fault + heal + catch-up read + check, against grete (ZooKeeper or KRaft) or
-Kafka 3.9.2.
+"""Rounds of workload + fault + heal + catch-up read + check, against grete (ZooKeeper or KRaft),
+Kafka 3.9.2 (ZooKeeper) or Kafka 4.3.1 (KRaft).
 
-    python -m tests.jepsen.run --rounds 100 --seed 1 [--target grete|kafka-3.9|grete-kraft] [--unclean]
-                               [--faults kill-leader,pause-leader,...] [--out result.json]
+    python -m tests.jepsen.run --rounds 100 --seed 1 [--target grete|kafka-3.9|grete-kraft|kafka-4.3]
+                               [--unclean] [--faults kill-leader,pause-leader,...]
+                               [--out result.json]
 
 The seed fixes the sequence of faults and their parameters (victims are chosen by role, e.g. "the
 leader of p1", so the broker ids depend on the cluster's state). One cluster serves every round;
@@ -28,7 +29,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.jepsen import checker, firewall, logfiles, nemesis
-from tests.jepsen.clusters import TARGETS, open_cluster
+from tests.jepsen.clusters import KRAFT_TARGETS, TARGETS, open_cluster
 from tests.jepsen.views import KraftView, View, ZkView
 from tests.jepsen.workload import IdempotentWriter, TransactionalWriter, read_topic
 
@@ -179,7 +180,7 @@ def summarize(results: Sequence[checker.RoundResult]) -> dict[str, Any]:
 def default_faults(target: str, netns: bool) -> list[str]:
     """Every fault of ``target`` this machine can inflict: iptables ones when usable, partitions
     between brokers with ``netns``."""
-    kraft = target == "grete-kraft"
+    kraft = target in KRAFT_TARGETS
     return ([*(nemesis.KRAFT_FAULTS if kraft else nemesis.FAULTS)]
             + ([*nemesis.FIREWALL_FAULTS] if firewall.available() is None else [])
             + ([*(nemesis.KRAFT_NETWORK_FAULTS if kraft else nemesis.NETWORK_FAULTS)] if netns else []))
