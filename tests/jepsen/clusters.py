@@ -30,6 +30,11 @@ CONTROLLERS = 3
 # KRaft's session (broker.session.timeout.ms, a controller's setting: Kafka's default 9 s) as
 # ZooKeeper's, so that the faults timed against it fit both.
 KRAFT_CONTROLLER_OVERRIDES = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}
+# --snapshot-often (KRaft, controllers and brokers alike): a snapshot after every commit, the log
+# start moved past older snapshots a second later, small segments; a node that falls behind (restarted,
+# paused) is then sent to the leader's snapshot (FetchSnapshot).
+SNAPSHOT_OFTEN = {"metadata.log.max.record.bytes.between.snapshots": "1", "metadata.max.retention.ms": "1000",
+                  "internal.metadata.log.segment.bytes": "65536"}
 
 # Both targets get the same broker settings (Kafka's names; grete reads the same ones).
 OVERRIDES = {
@@ -122,12 +127,15 @@ def _proxied(base: type, network: Network | None) -> type:
 
 @contextmanager
 def open_cluster(target: str, brokers: int = 3, overrides: Mapping[str, str] | None = None,
-                 keep: bool = False, namespaces: bool = False) -> Iterator[Any]:
+                 keep: bool = False, namespaces: bool = False, snapshot_often: bool = False) -> Iterator[Any]:
     """A running cluster of ``target`` with ``.zk_proxies[broker_id]`` (ZooKeeper) or
     ``.controller_proxies[broker_id][controller_id]`` (KRaft) and, with ``namespaces``,
     ``.network`` (each broker in its own network namespace, for partitions between brokers);
-    removed on exit unless ``keep``."""
-    items = {**OVERRIDES, **(overrides or {})}
+    ``snapshot_often`` (KRaft): SNAPSHOT_OFTEN on every controller and broker; removed on exit
+    unless ``keep``."""
+    if snapshot_often and target not in KRAFT_TARGETS:
+        raise ValueError(f"snapshots of the metadata log are KRaft's (targets {KRAFT_TARGETS})")
+    items = {**OVERRIDES, **(SNAPSHOT_OFTEN if snapshot_often else {}), **(overrides or {})}
     network = Network() if namespaces else None
     try:
         if network is not None:
@@ -142,7 +150,8 @@ def open_cluster(target: str, brokers: int = 3, overrides: Mapping[str, str] | N
 
 @contextmanager
 def _cluster(target: str, brokers: int, items: dict[str, str], keep: bool, network: Network | None) -> Iterator[Any]:
-    controller_items = KRAFT_CONTROLLER_OVERRIDES
+    # The KRaft controllers' settings: the session, and the snapshot ones if the brokers have them.
+    controller_items = {**KRAFT_CONTROLLER_OVERRIDES, **{k: items[k] for k in SNAPSHOT_OFTEN if k in items}}
     kraft_items = {k: v for k, v in items.items() if not k.startswith("zookeeper.")}
     if target == "grete":
         scratch = Path(tempfile.mkdtemp(prefix="jepsen-grete-", dir=scratch_root()))

@@ -2,7 +2,7 @@
 Kafka 3.9.2 (ZooKeeper) or Kafka 4.3.1 (KRaft).
 
     python -m tests.jepsen.run --rounds 100 --seed 1 [--target grete|kafka-3.9|grete-kraft|kafka-4.3]
-                               [--unclean] [--faults kill-leader,pause-leader,...]
+                               [--unclean] [--snapshot-often] [--faults kill-leader,pause-leader,...]
                                [--out result.json]
 
 The seed fixes the sequence of faults and their parameters (victims are chosen by role, e.g. "the
@@ -188,21 +188,23 @@ def default_faults(target: str, netns: bool) -> list[str]:
 
 def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = False,
         faults: Sequence[str] | None = None, out: str | Path | None = None, keep: bool = False,
-        say: Callable[[str], None] = print, netns: bool = False) -> dict[str, Any]:
+        say: Callable[[str], None] = print, netns: bool = False, snapshot_often: bool = False) -> dict[str, Any]:
     """Run ``rounds`` rounds; returns (and writes to ``out``) the JSON result. ``netns``: each broker
-    in its own network namespace, which the partition faults need (and then join the default mix)."""
+    in its own network namespace, which the partition faults need (and then join the default mix).
+    ``snapshot_often`` (KRaft): every node snapshots its metadata at each commit (clusters.SNAPSHOT_OFTEN)."""
     rng = random.Random(seed)
     chosen = list(faults or default_faults(target, netns))
     netns = netns or any(f in nemesis.NETWORK_FAULTS for f in chosen)
     say(f"jepsen: target {target}, seed {seed}, {rounds} rounds, faults {chosen}, unclean={unclean}, "
-        f"netns={netns}")
+        f"netns={netns}" + (", snapshot-often" if snapshot_often else ""))
     overrides = {"unclean.leader.election.enable": "true" if unclean else "false"}
     if "request-memory-flood" in chosen:
         overrides.update(nemesis.REQUEST_POOL_OVERRIDES)
     results: list[checker.RoundResult] = []
     t0 = time.monotonic()
     document: dict[str, Any] = {}
-    with open_cluster(target, overrides=overrides, keep=keep, namespaces=netns) as cluster:
+    with open_cluster(target, overrides=overrides, keep=keep, namespaces=netns,
+                      snapshot_often=snapshot_often) as cluster:
         say(f"cluster up in {time.monotonic() - t0:.0f}s: {cluster.bootstrap_servers} (data in {cluster.directory})")
         view: View = ZkView(cluster.zookeeper.connect) if cluster.zookeeper is not None else KraftView(cluster)
         say(HEADER)
@@ -221,7 +223,8 @@ def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = F
                 results.append(result)
                 say(row(result) + ("  <-- " + ", ".join(f"{k} {v}" for k, v in result.anomalies().items())
                                    if result.anomalies() else "") + (f"  <-- {result.error}" if result.error else ""))
-                document = {"target": target, "seed": seed, "unclean": unclean, "faults": chosen,
+                document = {"target": target, "seed": seed, "unclean": unclean, "snapshot_often": snapshot_often,
+                            "faults": chosen,
                             "seconds": round(time.monotonic() - t0), "summary": summarize(results),
                             "rounds": [r.as_json() for r in results]}
                 if out is not None:
@@ -253,15 +256,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the cluster directory (logs, data)")
     parser.add_argument("--netns", action="store_true",
                         help="each broker in its own network namespace (root): adds the partition faults")
+    parser.add_argument("--snapshot-often", action="store_true",
+                        help=f"KRaft targets ({', '.join(KRAFT_TARGETS)}): controllers and brokers snapshot their "
+                             "metadata at every commit and clean their log past older snapshots, so nodes that "
+                             "fall behind load the leader's snapshot (FetchSnapshot)")
     args = parser.parse_args(argv)
+    if args.snapshot_often and args.target not in KRAFT_TARGETS:
+        parser.error(f"--snapshot-often needs a KRaft target ({', '.join(KRAFT_TARGETS)})")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     faults = args.faults.split(",") if args.faults else (["unclean-election"] if args.unclean else None)
     for fault in faults or []:
         if fault not in ALL_FAULTS:
             parser.error(f"unknown fault {fault}")
-    out = args.out or f"jepsen-results/{args.target}-seed{seed}{'-unclean' if args.unclean else ''}.json"
+    out = args.out or (f"jepsen-results/{args.target}-seed{seed}{'-unclean' if args.unclean else ''}"
+                       f"{'-snapshot-often' if args.snapshot_often else ''}.json")
     document = run(args.target, args.rounds, seed, args.unclean, faults, out, args.keep,
-                   say=lambda line: print(line, flush=True), netns=args.netns)
+                   say=lambda line: print(line, flush=True), netns=args.netns, snapshot_often=args.snapshot_often)
     print(f"result: {out}")
     summary = document["summary"]
     return 1 if any(summary["anomalies"].values()) or summary["errors"] else 0
