@@ -177,13 +177,22 @@ def summarize(results: Sequence[checker.RoundResult]) -> dict[str, Any]:
             "txns_aborted": sum(r.txns_aborted for r in results), "anomalies": totals, "per_fault": per_fault}
 
 
+# Faults left out of a target's default mix (still run with --faults). A Kafka 4.3.1 KRaft broker
+# whose metadata log lives in its log dir opens that log before its LogManager takes the dir's
+# .lock: a second process replays and recovers the live broker's __cluster_metadata-0, which then
+# fails (CorruptRecordException in its Raft IO thread), and the second process registers in its
+# place (README "Anomalies found").
+NOT_IN_MIX = {"kafka-4.3": {"second-process"}}
+
+
 def default_faults(target: str, netns: bool) -> list[str]:
     """Every fault of ``target`` this machine can inflict: iptables ones when usable, partitions
     between brokers with ``netns``."""
     kraft = target in KRAFT_TARGETS
-    return ([*(nemesis.KRAFT_FAULTS if kraft else nemesis.FAULTS)]
-            + ([*nemesis.FIREWALL_FAULTS] if firewall.available() is None else [])
-            + ([*(nemesis.KRAFT_NETWORK_FAULTS if kraft else nemesis.NETWORK_FAULTS)] if netns else []))
+    faults = ([*(nemesis.KRAFT_FAULTS if kraft else nemesis.FAULTS)]
+              + ([*nemesis.FIREWALL_FAULTS] if firewall.available() is None else [])
+              + ([*(nemesis.KRAFT_NETWORK_FAULTS if kraft else nemesis.NETWORK_FAULTS)] if netns else []))
+    return [f for f in faults if f not in NOT_IN_MIX.get(target, ())]
 
 
 def run(target: str = "grete", rounds: int = 3, seed: int = 1, unclean: bool = False,
