@@ -375,9 +375,13 @@ class RaftDriver:
         """The wire's extras: the destination's voter key, the leader's address on this listener,
         this node's own listeners."""
         leader = self.raft.leader_id
-        found = self.addresses.get(leader) if leader is not None else None
-        return Addressing(destination, self.raft.history.latest.directory_of(destination),
-                          None if found is None else (found.node_id, found.host, found.port),
+        named: tuple[int, str, int] | None = None
+        own = self.raft.local.address(self.listener) if leader == self.node_id else None
+        if own is not None:  # a leader names its own listener, as Kafka's LeaderState does
+            named = (self.node_id, own.host, own.port)
+        elif leader is not None and (found := self.addresses.get(leader)) is not None:
+            named = (found.node_id, found.host, found.port)
+        return Addressing(destination, self.raft.history.latest.directory_of(destination), named,
                           self.raft.local.endpoints)
 
     def _send(self, destination: int, message: core.RaftMessage) -> None:
