@@ -160,6 +160,14 @@ class SegmentedLog:
         hw = self._high_watermark
         return hw if first is None else min(first, hw)
 
+    def offsets(self) -> tuple[int, int, int, int]:
+        """(high watermark, last stable, log start, log end) read in one call: what an empty Fetch
+        answer depends on, asked of every partition of each repeated idle fetch."""
+        high_watermark = self._high_watermark
+        ongoing = self.producer_state.ongoing
+        stable = min(next(iter(ongoing)), high_watermark) if ongoing else high_watermark
+        return high_watermark, stable, self.log_start_offset, self.segments[-1].next_offset
+
     @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)

@@ -247,7 +247,7 @@ class Snapshot:
         self._broker = broker
         self.partitions = partitions
         self._keys = [(p.topic, p.index) for p in partitions]
-        self._state = list(map(_state, partitions))
+        self._state = list(map(Partition.fetch_state, partitions))
         self._version = version
         self._response = response
         self._layout: repeats.Layout | None | bool = False  # False: not read yet
@@ -279,11 +279,7 @@ class Snapshot:
     def unchanged(self) -> bool:
         # The live (topic, partition) -> Partition map, read each time; Partition compares by identity.
         return (list(map(self._broker.partitions.get, self._keys)) == self.partitions
-                and list(map(_state, self.partitions)) == self._state)
-
-
-def _state(p: Partition) -> tuple[Any, ...]:
-    return (p.online, p.leader_epoch, *p.offsets())
+                and list(map(Partition.fetch_state, self.partitions)) == self._state)
 
 
 class EmptyFetchResponse(FetchResponse):

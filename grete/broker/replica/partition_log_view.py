@@ -43,8 +43,7 @@ class PartitionLogView:
 
     def offsets(self) -> tuple[int, int, int, int]:
         """(high watermark, last stable, log start, log end): what an empty Fetch answer depends on."""
-        log = self._log
-        return (log.high_watermark, log.last_stable_offset, log.log_start_offset, log.log_end_offset)
+        return self._log.offsets()
 
     # --- the log's settings and state -------------------------------------------------------------
     @property
