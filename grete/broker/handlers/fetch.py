@@ -239,9 +239,16 @@ class Snapshot:
     compared, not change counters: nothing that moves one of them can forget to bump a counter.
 
     Records cannot appear below an unchanged upper bound, so while all of this is unchanged an
-    identical request gets a byte-identical answer."""
+    identical request gets a byte-identical answer.
 
-    __slots__ = ("_broker", "partitions", "_keys", "_state", "_version", "_response", "_layout")
+    Repeats that wait (a long poll) park on the partitions through one future the snapshot keeps
+    (its watch) for as long as it lives: a partition's wake completes it, and the snapshot then
+    either re-parks (nothing it depends on moved) or tells the waiting repeats. Parking a repeat is
+    a timer at its deadline; the timer answers it directly (no future of its own, no loop step in
+    between). The connection calls :meth:`release` when it forgets the memo."""
+
+    __slots__ = ("_broker", "partitions", "_keys", "_state", "_version", "_response", "_layout", "_watch",
+                 "_waiting", "_released")
 
     def __init__(self, broker: Broker, partitions: list[Partition], version: int, response: FetchResponse) -> None:
         self._broker = broker
@@ -251,6 +258,9 @@ class Snapshot:
         self._version = version
         self._response = response
         self._layout: repeats.Layout | None | bool = False  # False: not read yet
+        self._watch: asyncio.Future[None] | None = None  # parked on every partition, while not done
+        self._waiting: list[_Parked] = []  # repeats parked now
+        self._released = False
 
     def reordered(self, first: bytes, repeat: bytes) -> bytes | None:
         """The answer for ``repeat`` (a frame, size prefix stripped) if it asks what ``first``, the
@@ -265,10 +275,57 @@ class Snapshot:
             return None
         return repeats.reordered_body(self._response, self._version, self._layout, other)
 
-    def wait(self, max_wait_ms: int) -> tuple[float, asyncio.Future[bool]]:
-        """Park a repeat that arrives now: (its deadline, the future of :func:`wait_for_change`)."""
+    def wait(self, max_wait_ms: int, done: Callable[[bool, float], None]) -> None:
+        """Park a repeat that arrives now, like a long poll on the snapshot's partitions (Kafka's
+        DelayedFetch with nothing to read): ``done(unchanged, deadline)`` is called once, with False
+        as soon as one of them changed (an append below the high watermark, DeleteRecords, deletion,
+        a new leader), or at the deadline with whether the snapshot still holds. A wake that left
+        the snapshot as it was parks again: the repeat is answered only when it can say something
+        new, or when its time is up."""
         deadline = expiry(max_wait_ms)
-        return deadline, wait_for_change(self, deadline)
+        parked = _Parked(done, deadline)
+        parked.timer = asyncio.get_running_loop().call_at(deadline, self._expired, parked)
+        self._waiting.append(parked)
+        if self._watch is None:
+            self._park()
+
+    def _park(self) -> None:
+        watch = park_on(self.partitions, replica=False)
+        watch.add_done_callback(self._woken)
+        self._watch = watch
+
+    def _woken(self, watch: asyncio.Future[None]) -> None:
+        if watch is not self._watch:
+            return  # released (cancelled) or replaced
+        self._watch = None
+        if not self._waiting:
+            return  # the next repeat parks again
+        if self.unchanged():
+            self._park()
+            return
+        waiting, self._waiting = self._waiting, []
+        for parked in waiting:
+            assert parked.timer is not None
+            parked.timer.cancel()
+            parked.done(False, parked.deadline)
+
+    def _expired(self, parked: _Parked) -> None:
+        self._waiting.remove(parked)
+        if self._released and not self._waiting:
+            self._unpark()
+        parked.done(self.unchanged(), parked.deadline)
+
+    def release(self) -> None:
+        """The connection forgets this snapshot: its watch leaves the partitions once no repeat
+        waits on it (a cancelled future is dropped from their lists at their next sweep)."""
+        self._released = True
+        if not self._waiting:
+            self._unpark()
+
+    def _unpark(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel()
 
     def resume(self, ctx: RequestContext, request: FetchRequest,
                deadline: float) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
@@ -280,6 +337,17 @@ class Snapshot:
         # The live (topic, partition) -> Partition map, read each time; Partition compares by identity.
         return (list(map(self._broker.partitions.get, self._keys)) == self.partitions
                 and list(map(Partition.fetch_state, self.partitions)) == self._state)
+
+
+class _Parked:
+    """A repeat parked on a snapshot: what to call, its deadline and its timer."""
+
+    __slots__ = ("done", "deadline", "timer")
+
+    def __init__(self, done: Callable[[bool, float], None], deadline: float) -> None:
+        self.done = done
+        self.deadline = deadline
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class EmptyFetchResponse(FetchResponse):
@@ -298,40 +366,6 @@ def expiry(max_wait_ms: int) -> float:
     small ``fetch.max.wait.ms`` to poll fast) get the same pace here."""
     now_ms = asyncio.get_running_loop().time() * 1000
     return math.floor(now_ms + max_wait_ms) / 1000
-
-
-def wait_for_change(snapshot: Snapshot, deadline: float) -> asyncio.Future[bool]:
-    """Park like a long poll on the snapshot's partitions: resolves when one of them changed (an
-    append below the high watermark, DeleteRecords, deletion) with False, or at ``deadline`` (loop
-    time) with whether the snapshot still holds. A wake that left the snapshot as it was parks
-    again: the repeat is answered only when it can say something new, or when its time is up.
-
-    Lighter than ``_long_poll``: one future parked on every partition, a timer; no task."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[bool] = loop.create_future()
-
-    def park() -> asyncio.Future[None]:
-        parked = park_on(snapshot.partitions, replica=False)
-        parked.add_done_callback(woken)
-        return parked
-
-    def woken(parked: asyncio.Future[None]) -> None:
-        if done.done() or parked.cancelled():
-            return  # answered already (the timer, in the same loop step)
-        if snapshot.unchanged():
-            current[0] = park()
-            return
-        timer.cancel()
-        done.set_result(False)
-
-    def expired() -> None:
-        if not done.done():
-            current[0].cancel()  # left in the partitions' lists, swept later
-            done.set_result(snapshot.unchanged())
-
-    timer = loop.call_at(deadline, expired)
-    current = [park()]
-    return done
 
 
 def _time_up(parked: asyncio.Future[None]) -> None:

@@ -29,6 +29,7 @@ import logging
 import socket
 import struct
 from collections.abc import Callable
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -69,7 +70,8 @@ class AnswerSnapshot(Protocol):
 
     def unchanged(self) -> bool: ...
     def reordered(self, first: bytes, repeat: bytes) -> bytes | None: ...
-    def wait(self, max_wait_ms: int) -> tuple[float, asyncio.Future[bool]]: ...
+    def wait(self, max_wait_ms: int, done: Callable[[bool, float], None]) -> None: ...
+    def release(self) -> None: ...
     def resume(self, ctx: RequestContext, request: Any, deadline: float) -> Any: ...
 
 
@@ -222,6 +224,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._waiting_for_memory = False
             self._reader.forget_waiting()
         self._reader.close()
+        self._forget_memo()
         self.broker.share_groups.connection_closed(id(self.session))  # KIP-932: its share sessions end
         if self._idle_handle is not None:
             self._idle_handle.cancel()
@@ -386,7 +389,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if body is None:
             return False
         if not memo.snapshot.unchanged():
-            self._fetch_memo = None
+            self._forget_memo()
             return False
         correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
         self._metrics.request(FETCH_CONSUMER, memo.version)  # only a consumer's fetch is memoized
@@ -396,16 +399,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             slot.parts = [memo.answer(correlation_id, body)]
             self._flush()
             return True
-        deadline, waited = memo.snapshot.wait(max_wait_ms)
-        waited.add_done_callback(lambda f: self._memo_waited(f, slot, memo, frame, body, deadline))
+        memo.snapshot.wait(max_wait_ms, partial(self._memo_waited, slot, memo, frame, body))
         return True
 
-    def _memo_waited(self, waited: asyncio.Future[bool], slot: Slot, memo: _FetchMemo, frame: bytes,
-                     body: bytes, deadline: float) -> None:
+    def _memo_waited(self, slot: Slot, memo: _FetchMemo, frame: bytes, body: bytes, unchanged: bool,
+                     deadline: float) -> None:
+        """A parked repeat's time is up (``unchanged``: its snapshot still holds) or its snapshot
+        changed: the memo's answer, or the Fetch handler's rules from here."""
         if self._closed:
             return
         correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
-        if waited.result():
+        if unchanged:
             slot.parts = [memo.answer(correlation_id, body)]
             self._flush()
             return
@@ -468,13 +472,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # The Fetch handler's EmptyFetchResponse carries its snapshot (looked up by attribute: the
         # connection imports no handler).
         snapshot = getattr(response, "snapshot", None)
+        self._forget_memo()
         if snapshot is None:
-            self._fetch_memo = None
             return w.parts()
         encoded = w.getvalue()
         frame, request, client_id = memo_key
         self._fetch_memo = _FetchMemo(frame, request, snapshot, encoded, version, client_id)
         return [encoded]
+
+    def _forget_memo(self) -> None:
+        memo, self._fetch_memo = self._fetch_memo, None
+        if memo is not None:
+            memo.snapshot.release()
 
     def _answer_unsupported_api_versions(self, correlation_id: int) -> None:
         """KIP-511: a v0-format body with UNSUPPORTED_VERSION and our ApiVersions range."""
