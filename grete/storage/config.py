@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -54,7 +55,7 @@ class LogConfig:
     def delete(self) -> bool:
         return "delete" in self.policies
 
-    @property
+    @functools.cached_property
     def policies(self) -> frozenset[str]:
         return frozenset(p.strip() for p in self.cleanup_policy.split(",") if p.strip())
 

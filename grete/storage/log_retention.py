@@ -89,9 +89,12 @@ class LogRetention(SegmentedLog):
 
     @storage_op
     def maintenance(self, now_ms: int, *, retention: bool = True) -> None:
-        self.run_pending_deletes(now_ms)
+        if self._pending_deletes:  # read without the lock: one the cleaner adds now waits a pass
+            self.run_pending_deletes(now_ms)
         if retention:
             self.apply_retention(now_ms)
+        if not self.producer_state.producers and self.config.flush_ms >= 2**62:
+            return  # no producer to expire, no flush by time: nothing else to do
         with self.lock:
             self.producer_state.remove_expired(now_ms)
             if (self._unflushed_messages and self.config.flush_ms < 2**62

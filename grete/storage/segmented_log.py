@@ -72,6 +72,7 @@ class SegmentedLog:
     def __init__(self, directory: Path, config: LogConfig, topic: str, partition: int,
                  topic_id: uuid.UUID | None) -> None:
         self.dir = directory
+        self._log_dir = (directory, directory.parent)  # (self.dir, its parent): log_dir without a new Path per call
         self.config = config
         self.topic = topic
         self.partition = partition
@@ -309,7 +310,10 @@ class SegmentedLog:
     @property
     def log_dir(self) -> Path:
         """The entry of ``log.dirs`` holding this log (Kafka's unit of failure)."""
-        return self.dir.parent
+        directory, parent = self._log_dir
+        if directory is not self.dir:
+            self._log_dir = directory, parent = self.dir, self.dir.parent
+        return parent
 
     def storage_failed(self: Self, exc: OSError) -> KafkaStorageException:
         """An OSError hit this log: its directory goes offline (once). Returns the exception the
