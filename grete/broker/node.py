@@ -170,6 +170,7 @@ class Node:
             broker.direct = service
         self._tasks.append(asyncio.ensure_future(self._maintenance_loop()))
         if self.membership is not None:
+            self._tasks.append(asyncio.ensure_future(self._isr_expiration_loop()))
             await self.membership.register(broker)  # last: the registration names the bound ports
 
     async def stop(self) -> None:
@@ -288,6 +289,17 @@ class Node:
                              if a.name == listener.name else a for a in broker.advertised]
 
     # --- maintenance -------------------------------------------------------------------------
+    async def _isr_expiration_loop(self) -> None:
+        """Kafka's isr-expiration task (ReplicaManager): followers that have not caught up for
+        ``replica.lag.time.max.ms`` leave the ISR, checked every half of it."""
+        while True:
+            lag_max_ms = self.config.get_int("replica.lag.time.max.ms")
+            await asyncio.sleep(lag_max_ms / 2000)
+            try:
+                self.broker.replicas.shrink_isrs(int(time.time() * 1000), lag_max_ms)
+            except Exception:
+                log.exception("ISR expiration check failed")
+
     async def _maintenance_loop(self) -> None:
         log_manager = self.broker.log_manager
         last_checkpoint = time.monotonic()
@@ -297,9 +309,6 @@ class Node:
             quiet_since = loop.time() - MAINTENANCE_INTERVAL_S
             for conn in list(self.broker.connections):
                 conn.trim(quiet_since)
-            if self.membership is not None:
-                self.broker.replicas.shrink_isrs(int(time.time() * 1000),
-                                                 self.config.get_int("replica.lag.time.max.ms"))
             try:
                 log_manager.maintenance(int(time.time() * 1000))
                 if self.broker.direct is not None:
