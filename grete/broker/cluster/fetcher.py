@@ -136,14 +136,15 @@ class ReplicaFetcher:
 
     def _request(self, ready: dict[PartitionKey, _Followed]) -> FetchRequest:
         max_bytes = self.config.get_int("replica.fetch.max.bytes")
-        wanted = {(topic, index): FetchRequest.FetchPartition(
-            partition=index, current_leader_epoch=f.partition.leader_epoch, fetch_offset=f.partition.log_end_offset,
-            last_fetched_epoch=f.partition.latest_epoch(), log_start_offset=f.partition.log_start_offset,
-            partition_max_bytes=max_bytes) for (topic, index), f in ready.items()}
+        wanted = {key: (*f.partition.follower_fetch_position(), max_bytes) for key, f in ready.items()}
         send, forget = self.session.select(wanted)
         by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
-        for (topic, _), fetch_partition in sorted(send.items()):
-            by_topic.setdefault(topic, []).append(fetch_partition)
+        for key in sorted(send):
+            leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes = wanted[key]
+            by_topic.setdefault(key[0], []).append(FetchRequest.FetchPartition(
+                partition=key[1], current_leader_epoch=leader_epoch, fetch_offset=fetch_offset,
+                last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset,
+                partition_max_bytes=partition_max_bytes))
         forgotten: dict[str, list[int]] = {}
         for topic, index in sorted(forget):
             forgotten.setdefault(topic, []).append(index)

@@ -17,17 +17,11 @@ from __future__ import annotations
 
 from grete.broker.replica.fetch_sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import FetchRequest
 
 PartitionKey = tuple[str, int]
 # What the leader's session holds for a partition: current leader epoch, fetch offset, last fetched
 # epoch, log start offset, partition max bytes.
 Params = tuple[int, int, int, int, int]
-
-
-def params(p: FetchRequest.FetchPartition) -> Params:
-    return (p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.log_start_offset,
-            p.partition_max_bytes)
 
 
 class FollowerSession:
@@ -44,14 +38,17 @@ class FollowerSession:
     def full(self) -> bool:
         return self.epoch == INITIAL_EPOCH
 
-    def select(self, wanted: dict[PartitionKey, FetchRequest.FetchPartition]
-               ) -> tuple[dict[PartitionKey, FetchRequest.FetchPartition], list[PartitionKey]]:
-        """For the next fetch of ``wanted``: (the partitions to name, the ones to forget)."""
-        self._asked = {key: params(p) for key, p in wanted.items()}
+    def select(self, wanted: dict[PartitionKey, Params]) -> tuple[list[PartitionKey], list[PartitionKey]]:
+        """For the next fetch of ``wanted`` (each partition's fetch parameters): (the partitions to
+        name, the ones to forget). Only those are built into the request."""
+        self._asked = wanted
         if self.full:
-            return wanted, []
-        send = {key: p for key, p in wanted.items() if self._held.get(key) != self._asked[key]}
-        return send, [key for key in self._held if key not in wanted]
+            return list(wanted), []
+        held = self._held
+        if held == wanted:  # an idle follower: nothing moved since the last answered fetch
+            return [], []
+        send = [key for key, p in wanted.items() if held.get(key) != p]
+        return send, [key for key in held if key not in wanted]
 
     def answered(self, session_id: int) -> None:
         """The fetch came back without a top-level error, carrying ``session_id``."""

@@ -91,6 +91,12 @@ class Partition(PartitionLogView):
         compares them, one call per partition)."""
         return (self.online, self.leader_epoch, *self._log.offsets())
 
+    def follower_fetch_position(self) -> tuple[int, int, int, int]:
+        """What this replica's fetcher asks its leader for: (leader epoch, fetch offset = log end,
+        last fetched epoch, log start), in one call."""
+        log = self._log
+        return self.leader_epoch, log.log_end_offset, log.epochs.latest_epoch, log.log_start_offset
+
     # --- the client's leader epoch (KIP-320) ------------------------------------------------------
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fetch/ListOffsets/OffsetForLeaderEpoch fencing (KIP-320); -1 means the client has none."""
