@@ -23,6 +23,16 @@ _SIZE = struct.Struct(">i")
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, unsent data dropped
 
 
+_RESPONSES: dict[int, Any] = {}  # response classes by API key: APIS[key].response imports on each use
+
+
+def _response_class(api_key: int) -> Any:
+    cls = _RESPONSES.get(api_key)
+    if cls is None:
+        cls = _RESPONSES[api_key] = APIS[api_key].response
+    return cls
+
+
 class PeerError(Exception):
     """The peer could not be reached, or closed the connection before answering. ``timed_out``: it
     did not answer in time (a slow or silent peer), as opposed to a refused or reset connection."""
@@ -84,7 +94,7 @@ class PeerConnection:
         correlation_id, pos = decode_response_header(frame, response_header_version(api_key, version))
         if correlation_id != self._correlation_id:
             raise OSError(f"correlation id {correlation_id}, expected {self._correlation_id}")
-        return APIS[api_key].response.decode(Reader(frame, pos), version)
+        return _response_class(api_key).decode(Reader(frame, pos), version)
 
     def close(self) -> None:
         if self._writer is not None:
