@@ -20,6 +20,7 @@ set, :meth:`Faults.handle` runs the handler in its place and may
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,7 +149,7 @@ class Faults:
                 del self._tails[conn]
             self._pending -= 1
             self.maybe_uninstall()
-        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+        if inspect.isawaitable(result):
             return await result
         return result
 
@@ -166,7 +167,7 @@ class Faults:
         if match.rest is None:
             return failed
         result = handler.fn(ctx, match.rest)
-        if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+        if inspect.isawaitable(result):
             return _merge_later(result, failed, ctx.version)
         return None if result is None else merge(result, failed, ctx.version)
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from grete.broker.metrics.broker_metrics import FETCH_CONSUMER, FETCH_FOLLOWER
 from grete.broker.network.channel import IdleClock, ResponseQueue, Slot
 from grete.broker.replica.writers import Writer, writer_for
-from grete.broker.requests.context import CloseConnection, RequestContext, Session
+from grete.broker.requests.context import CloseConnection, Later, RequestContext, Session
 from grete.broker.requests.pipeline import NotAuthenticated, Pipeline
 from grete.broker.requests.registry import (
     CONTROLLER_APIS,
@@ -355,6 +355,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if self.session.close_after_response:  # a failed authentication: answered, then closed
                 log.info("closing connection from %s: authentication failed", self.peer)
                 self._close()
+        elif isinstance(result, Later):  # settled by the handler's own timer or wake: no task
+            result.then(partial(self._completed, slot, handler, version, header.correlation_id, memo_key, ctx))
         else:  # a coroutine or future of the answer
             future = asyncio.ensure_future(result)
             future.add_done_callback(
@@ -428,6 +430,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._close()
             return
         memo_key = (frame, request, memo.client_id)
+        if isinstance(result, Later):
+            result.then(partial(self._completed, slot, handler, memo.version, correlation_id, memo_key, None))
+            return
         if asyncio.iscoroutine(result):
             asyncio.ensure_future(result).add_done_callback(
                 lambda f: self._complete_async(f, slot, handler, memo.version, correlation_id, memo_key))
@@ -442,12 +447,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         try:
             response = future.result()
-        except CloseConnection as exc:
-            log.info("closing connection from %s: %s", self.peer, exc)
+        except Exception as exc:
+            self._completed(slot, handler, version, correlation_id, memo_key, ctx, None, exc)
+            return
+        self._completed(slot, handler, version, correlation_id, memo_key, ctx, response, None)
+
+    def _completed(self, slot: Slot, handler: Handler, version: int, correlation_id: int,
+                   memo_key: MemoKey | None, ctx: RequestContext | None, response: Any,
+                   error: BaseException | None) -> None:
+        """A deferred answer is ready (``error``: the handler or the pipeline ended with it)."""
+        if self._closed:
+            return
+        if isinstance(error, CloseConnection):
+            log.info("closing connection from %s: %s", self.peer, error)
             self._close()
             return
-        except Exception:
-            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
+        if error is not None:
+            log.error("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer,
+                      exc_info=error)
             self._close()
             return
         if ctx is not None and ctx.throttle_ms:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
@@ -61,6 +63,57 @@ class RequestContext:
     @property
     def principal(self) -> str:
         return self.session.principal
+
+
+Settled = Callable[[Any, BaseException | None], None]
+
+
+class Later:
+    """An answer a handler gives later, settled by a callback of its own (a timer, a partition's
+    wake) with no task between: the one waiting for it (the pipeline, and the connection through
+    the pipeline's own Later) registers a callback with :meth:`then`, called directly, in the same
+    loop step, with (answer, None) or (None, exception). Awaitable too, for those that await a
+    handler's result (fault injection, Envelope)."""
+
+    __slots__ = ("_callback", "_outcome")
+
+    def __init__(self) -> None:
+        self._callback: Settled | None = None
+        self._outcome: tuple[Any, BaseException | None] | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self._outcome is not None
+
+    def then(self, callback: Settled) -> None:
+        """Call ``callback`` once settled (now, if it is)."""
+        if self._outcome is not None:
+            callback(*self._outcome)
+        else:
+            self._callback = callback
+
+    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
+        """The answer (``value``) or the exception the handler ended with; only the first counts."""
+        if self._outcome is not None:
+            return
+        self._outcome = (value, error)
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback(value, error)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def copy(value: Any, error: BaseException | None) -> None:
+            if future.cancelled():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+        self.then(copy)
+        return future.__await__()
 
 
 class CloseConnection(Exception):

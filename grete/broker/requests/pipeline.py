@@ -21,7 +21,7 @@ from time import perf_counter
 from typing import Any, Protocol
 
 from grete.broker.metrics.broker_metrics import BrokerMetrics
-from grete.broker.requests.context import CloseConnection, RequestContext
+from grete.broker.requests.context import CloseConnection, Later, RequestContext
 from grete.broker.requests.features import GATES
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
@@ -90,8 +90,8 @@ class Pipeline:
         self.metrics = metrics
 
     def run(self, conn: Any, ctx: RequestContext, handler: HandlerShape, request: Any) -> Any:
-        """The handler's result (a response, a coroutine or future of one, or None for no answer),
-        after the gate and with the throttle applied to whatever it answers."""
+        """The handler's result (a response, a coroutine or future of one, a :class:`Later`, or None
+        for no answer), after the gate and with the throttle applied to whatever it answers."""
         session = ctx.session
         if not session.authenticated or session.expires_at is not None:
             # A SASL connection authenticating, or a session with a lifetime (KIP-368).
@@ -136,7 +136,34 @@ class Pipeline:
             return None
         if isinstance(result, Message):  # answered now (a plain class check: cheaper than iscoroutine)
             return self._finish(ctx, request, result, handler_s)
+        if isinstance(result, Later):
+            return self._then(ctx, handler, request, result, handler_s)
         return self._later(ctx, handler, request, result, handler_s)
+
+    def _then(self, ctx: RequestContext, handler: HandlerShape, request: Any, pending: Later,
+              handler_s: float) -> Later:
+        """``_later`` for a handler's :class:`Later`: the same steps, run when it settles."""
+        answer = Later()
+
+        def settled(response: Any, error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    if isinstance(error, CloseConnection) or not isinstance(error, Exception):
+                        answer.settle(None, error)
+                        return
+                    try:
+                        raise error
+                    except Exception:  # logged with its traceback, as _later logs it
+                        response = self._failed(ctx, handler, request)
+                elif response is not None:
+                    response = self._finish(ctx, request, response, handler_s)
+            except Exception as exc:  # CloseConnection, or a failure of the steps themselves
+                answer.settle(None, exc)
+                return
+            answer.settle(response)
+
+        pending.then(settled)
+        return answer
 
     async def _later(self, ctx: RequestContext, handler: HandlerShape, request: Any, pending: Awaitable[Any],
                      handler_s: float) -> Any:
