@@ -16,6 +16,7 @@ from grete.broker.handlers import fetch as fetch_handler
 from grete.broker.metrics.broker_metrics import BrokerMetrics
 from grete.broker.replica import fetch_sessions as sessions
 from grete.broker.replica.partition import Partition
+from grete.broker.requests.context import Later
 from grete.protocol.messages import FetchRequest, FetchResponse
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch
@@ -91,3 +92,32 @@ async def _idle_partition(tmp_path: Path, reads: list[int]) -> None:
     assert [p.high_watermark for t in moved.responses for p in t.partitions] == [1]
     assert _fetch(broker, 2, None, session, 4).responses == []
     assert reads[0] == 3  # the append, follower 3's full fetch, the moved high watermark
+
+
+def test_a_parked_follower_fetch_moves_the_fetch_state_on_arrival_only(tmp_path: Path) -> None:
+    """Kafka reads a parked follower fetch again when it completes, but with
+    ``updateFetchState = !readFromPurgatory``: the follower's fetch state (its caught-up time) is the
+    one of its arrival. The answer settles from the fetch's own timer, through a Later."""
+    async def run() -> None:
+        log = Log.open(tmp_path / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
+        partition = Partition("t", 0, TOPIC_ID, log, -1, is_leader=False, replicated=True, broker_id=1)
+        partition.make_leader(0, 0, 1, (1, 2, 3), [1, 2, 3], now_ms=1000)
+        broker = Broker(partition)
+        session = _fetch(broker, 2, 0).session_id
+        broker.clock[0] = 5000
+        request = FetchRequest(replica_id=2, max_wait_ms=30, min_bytes=1, max_bytes=1 << 20,
+                               session_id=session, session_epoch=1, topics=[])
+        ctx: Any = SimpleNamespace(broker=broker, version=VERSION, api_version=VERSION)
+        pending = fetch_handler.handle(ctx, request)
+        assert isinstance(pending, Later)
+        follower = partition._followers[2]
+        assert follower.last_fetch_ms == 5000 and follower.last_caught_up_ms == 5000
+        broker.clock[0] = 9000
+        answered: list[Any] = []
+        pending.then(lambda response, error: answered.append((response, error)))
+        await asyncio.sleep(0.08)
+        [(response, error)] = answered
+        assert error is None and response.error_code == 0 and response.responses == []
+        assert follower.last_fetch_ms == 5000 and follower.last_caught_up_ms == 5000
+
+    asyncio.run(run())

@@ -26,7 +26,7 @@ from grete.broker.quorum.rpc import answer, is_metadata_fetch
 from grete.broker.replica import fetch_repeats as repeats
 from grete.broker.replica import fetch_sessions as sessions
 from grete.broker.replica.partition import Partition
-from grete.broker.requests.context import RequestContext
+from grete.broker.requests.context import Later, RequestContext
 from grete.broker.requests.leader_hints import current_leader
 from grete.broker.requests.registry import api
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
@@ -43,7 +43,7 @@ PartitionData = FetchResponse.PartitionData
 
 
 @api(ApiKey.FETCH, 4, 18)
-def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
+def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Later | Coroutine[Any, Any, FetchResponse]:
     broker = ctx.broker
     if broker.quorum is not None and is_metadata_fetch(request):
         return _metadata_fetch(ctx, broker.quorum, request)  # a voter or observer of the quorum
@@ -58,8 +58,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Corout
     return _long_poll(ctx, request, fetch_plan, parked, response=response)
 
 
-def resume(ctx: RequestContext, request: FetchRequest,
-           deadline: float) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
+def resume(ctx: RequestContext, request: FetchRequest, deadline: float) -> FetchResponse | Later:
     """Go on with a long poll that a wake-up interrupted (the connection's memo path, sessionless
     fetches only): answer now if ``min_bytes`` are there or ``deadline`` (loop time) has passed, else
     wait on until the deadline."""
@@ -80,9 +79,12 @@ def _replica_id(ctx: RequestContext, request: FetchRequest) -> int:
     return request.replica_id if ctx.version < 15 else request.replica_state.replica_id
 
 
-def _read(ctx: RequestContext, request: FetchRequest,
-          fetch_plan: sessions.FetchPlan) -> tuple[FetchResponse, int, list[Partition]]:
-    """One pass over the plan's partitions: (response, bytes found, partitions to wait on)."""
+def _read(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+          update_fetch_state: bool = True) -> tuple[FetchResponse, int, list[Partition]]:
+    """One pass over the plan's partitions: (response, bytes found, partitions to wait on).
+    ``update_fetch_state``: a follower's fetch moves its fetch state (caught-up time, ISR, high
+    watermark) on its first read only, not on the read that completes it after a wait (Kafka's
+    ``updateFetchState = !readFromPurgatory``)."""
     remaining = request.max_bytes
     total = 0
     waitable: list[Partition] = []
@@ -91,7 +93,7 @@ def _read(ctx: RequestContext, request: FetchRequest,
     # No memo for a follower's fetch: each one moves its fetch state (caught-up time, ISR, HW); nor
     # for one in a session, whose every answer moves the session.
     nothing_to_read = replica_id < 0 and fetch_plan.session is None and not fetch_plan.create
-    quiet = _quiet_check(ctx, request, fetch_plan, replica_id)
+    quiet = _quiet_check(ctx, request, fetch_plan, replica_id, update_fetch_state)
     for group_index, (name, topic_id, wanted_partitions) in enumerate(fetch_plan.groups):
         partitions: list[PartitionData | None] = []
         cached = fetch_plan.cached[group_index] if quiet is not None and fetch_plan.cached is not None else None
@@ -104,7 +106,7 @@ def _read(ctx: RequestContext, request: FetchRequest,
                     continue
             if replica_id >= 0:
                 data, partition = _read_for_follower(ctx, request, replica_id, name, topic_id, wanted,
-                                                     remaining, total == 0)
+                                                     remaining, total == 0, update_fetch_state)
             else:
                 data, partition = _read_partition(ctx, request, name, topic_id, wanted, remaining, total == 0)
             size = _records_size(data.records)
@@ -129,14 +131,14 @@ QuietCheck = Callable[[str | None, uuid.UUID, FetchRequest.FetchPartition, sessi
 
 
 def _quiet_check(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
-                 replica_id: int) -> QuietCheck | None:
+                 replica_id: int, update_fetch_state: bool = True) -> QuietCheck | None:
     """For an incremental fetch: a check that finds a session partition with nothing new for its
     fetcher without reading it (the cost of an idle partition in a session is this check). Only on
     a leader, without an authorizer or a rack to consider; None: read every partition."""
     if fetch_plan.cached is None or ctx.broker.authorizer is not None or request.rack_id:
         return None
     if replica_id >= 0:
-        return _quiet_follower(ctx, replica_id)
+        return _quiet_follower(ctx, replica_id, update_fetch_state)
     hosted = ctx.broker.partitions
     by_id = ctx.version >= sessions.TOPIC_IDS_VERSION
     committed = request.isolation_level == READ_COMMITTED
@@ -156,7 +158,7 @@ def _quiet_check(ctx: RequestContext, request: FetchRequest, fetch_plan: session
     return quiet
 
 
-def _quiet_follower(ctx: RequestContext, replica_id: int) -> QuietCheck:
+def _quiet_follower(ctx: RequestContext, replica_id: int, update_fetch_state: bool = True) -> QuietCheck:
     """A follower's partition is quiet if it asks for the log end, the epoch it last fetched has
     not diverged, and the high watermark and log start are what it was last told (also after its
     fetch state moved, which must happen on every fetch: its caught-up time keeps it in the ISR)."""
@@ -177,6 +179,8 @@ def _quiet_follower(ctx: RequestContext, replica_id: int) -> QuietCheck:
             epoch, epoch_end = partition.end_offset_for_epoch(wanted.last_fetched_epoch)
             if epoch < wanted.last_fetched_epoch or epoch_end < offset:
                 return None  # the read answers it (a diverging epoch, or out of range)
+        if not update_fetch_state:
+            return partition
         partition.update_follower(replica_id, offset, now_ms)
         return partition if partition.high_watermark == high_watermark else None
 
@@ -327,8 +331,7 @@ class Snapshot:
         if watch is not None:
             watch.cancel()
 
-    def resume(self, ctx: RequestContext, request: FetchRequest,
-               deadline: float) -> FetchResponse | Coroutine[Any, Any, FetchResponse]:
+    def resume(self, ctx: RequestContext, request: FetchRequest, deadline: float) -> FetchResponse | Later:
         """The Fetch handler's rules for a repeat that was parked on this snapshot and woken by a
         change: the connection calls this hook, so it never imports the handler."""
         return resume(ctx, request, deadline)
@@ -366,12 +369,6 @@ def expiry(max_wait_ms: int) -> float:
     small ``fetch.max.wait.ms`` to poll fast) get the same pace here."""
     now_ms = asyncio.get_running_loop().time() * 1000
     return math.floor(now_ms + max_wait_ms) / 1000
-
-
-def _time_up(parked: asyncio.Future[None]) -> None:
-    """A long poll's max wait: its future is done (and swept from the partitions' lists later)."""
-    if not parked.done():
-        parked.set_exception(TimeoutError())
 
 
 def park_on(partitions: list[Partition], *, replica: bool) -> asyncio.Future[None]:
@@ -463,7 +460,7 @@ def _preferred_read_replica(ctx: RequestContext, request: FetchRequest, partitio
 
 def _read_for_follower(ctx: RequestContext, request: FetchRequest, replica_id: int, name: str | None,
                        topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition, remaining: int,
-                       first: bool) -> tuple[PartitionData, Partition | None]:
+                       first: bool, update_fetch_state: bool = True) -> tuple[PartitionData, Partition | None]:
     """A follower's fetch (Kafka's Partition.fetchRecords for a replica): the leader's whole log up
     to its end, or the epoch where the follower's log diverged (KIP-320); then the follower's
     fetch state moves (ISR, high watermark)."""
@@ -499,7 +496,8 @@ def _read_for_follower(ctx: RequestContext, request: FetchRequest, replica_id: i
                                     upper_bound=partition.log_end_offset, min_one=first)
             if result.size:
                 records = result
-        partition.update_follower(replica_id, offset, ctx.broker.now_ms())
+        if update_fetch_state:
+            partition.update_follower(replica_id, offset, ctx.broker.now_ms())
     except KafkaError as exc:
         return PartitionData(partition_index=wanted.partition, error_code=exc.code, high_watermark=-1,
                              last_stable_offset=-1, log_start_offset=-1, records=b""), None
@@ -516,31 +514,68 @@ def _records_size(records: Any) -> int:
     return int(size) if size is not None else len(records)
 
 
-async def _long_poll(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
-                     parked: list[Partition], deadline: float | None = None,
-                     response: FetchResponse | None = None) -> FetchResponse:
-    """Wait for ``min_bytes`` or the deadline. ``response``: the empty answer read when the fetch
-    arrived; at the deadline it is the answer again if nothing it depends on moved (its snapshot),
-    without reading every partition a second time."""
-    loop = asyncio.get_running_loop()
-    if deadline is None:
-        deadline = expiry(request.max_wait_ms)
-    replica = _replica_id(ctx, request) >= 0
-    while loop.time() < deadline:
-        woken = park_on(parked, replica=replica)
-        timer = loop.call_at(deadline, _time_up, woken)
+def _long_poll(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+               parked: list[Partition], deadline: float | None = None,
+               response: FetchResponse | None = None) -> Later:
+    """Wait for ``min_bytes`` or the deadline (Kafka's DelayedFetch). ``response``: the empty answer
+    read when the fetch arrived; at the deadline it is the answer again if nothing it depends on
+    moved (its snapshot), without reading every partition a second time."""
+    return _LongPoll(ctx, request, fetch_plan, parked, expiry(request.max_wait_ms) if deadline is None else deadline,
+                     response).answer
+
+
+class _LongPoll:
+    """A parked fetch: one future on its partitions (a wake reads them again, without moving a
+    follower's fetch state: Kafka's ``updateFetchState = !readFromPurgatory``), and a timer at its
+    deadline that answers it directly; the answer is a :class:`Later`, no task."""
+
+    __slots__ = ("ctx", "request", "plan", "deadline", "response", "answer", "woken", "timer", "replica")
+
+    def __init__(self, ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+                 parked: list[Partition], deadline: float, response: FetchResponse | None) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.plan = fetch_plan
+        self.deadline = deadline
+        self.response = response
+        self.answer = Later()
+        self.replica = _replica_id(ctx, request) >= 0
+        loop = asyncio.get_running_loop()
+        self.woken = self._park(parked)
+        self.timer = loop.call_at(deadline, self._expired)
+
+    def _park(self, parked: list[Partition]) -> asyncio.Future[None]:
+        woken = park_on(parked, replica=self.replica)
+        woken.add_done_callback(self._woken)
+        return woken
+
+    def _woken(self, woken: asyncio.Future[None]) -> None:
+        if woken is not self.woken or woken.cancelled() or self.answer.settled:
+            return  # answered already (the timer, in the same loop step)
         try:
-            await woken
-        except TimeoutError:
-            break
-        finally:
-            timer.cancel()
-        response, total, parked = _read(ctx, request, fetch_plan)
-        if total >= request.min_bytes or not parked:
-            return _answer(ctx, fetch_plan, response)
-    if isinstance(response, EmptyFetchResponse) and response.snapshot.unchanged():
-        return _answer(ctx, fetch_plan, response)
-    return _answer(ctx, fetch_plan, _read(ctx, request, fetch_plan)[0])
+            response, total, parked = _read(self.ctx, self.request, self.plan, update_fetch_state=False)
+            if total >= self.request.min_bytes or not parked:
+                self.timer.cancel()
+                self.answer.settle(_answer(self.ctx, self.plan, response))
+                return
+        except Exception as exc:
+            self.timer.cancel()
+            self.answer.settle(None, exc)
+            return
+        self.response = response
+        self.woken = self._park(parked)  # until the timer, however soon it fires
+
+    def _expired(self) -> None:
+        self.woken.cancel()  # left in the partitions' lists, swept later
+        try:
+            response = self.response
+            if not (isinstance(response, EmptyFetchResponse) and response.snapshot.unchanged()):
+                response = _read(self.ctx, self.request, self.plan, update_fetch_state=False)[0]
+            answer = _answer(self.ctx, self.plan, response)
+        except Exception as exc:
+            self.answer.settle(None, exc)
+            return
+        self.answer.settle(answer)
 
 
 def _counted(ctx: RequestContext, response: FetchResponse) -> FetchResponse:
