@@ -220,3 +220,22 @@ def test_activity_keeps_a_connection_past_the_idle_timeout_and_silence_closes_it
         assert wire.sock.recv(1) == b""  # closed by the broker
     finally:
         wire.close()
+
+
+def test_a_log_start_moved_without_a_wake_shows_at_the_deadline_of_a_parked_repeat(grete_broker, wire,
+                                                                                   topic_name):
+    """Retention moves the log start without waking parked fetches. A repeat that waits on a memo
+    whose watch is still parked compares the values at its deadline (not on arrival): it answers
+    then, with the new log start, as the handler would have (nothing to read, so it waits too)."""
+    grete_broker.create_topic(topic_name)
+    _produce(grete_broker, topic_name, [b"a", b"b"])
+    request = _request(topic_name, 2, max_wait_ms=300)
+    assert _fetch(wire, request).log_start_offset == 0       # full path
+    assert _fetch(wire, request).log_start_offset == 0       # memo path: the watch is parked now
+    log = grete_broker.broker.partitions[(topic_name, 0)]._log
+    grete_broker.call(lambda: setattr(log, "log_start_offset", 1))
+    started = time.monotonic()
+    data = _fetch(wire, request)
+    assert time.monotonic() - started >= 0.25
+    assert data.error_code == 0 and data.log_start_offset == 1 and not data.records
+    assert _fetch(wire, request).log_start_offset == 1

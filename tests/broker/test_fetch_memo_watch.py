@@ -98,3 +98,24 @@ def test_a_change_no_partition_wakes_for_still_shows_at_the_deadline(tmp_path: P
         assert answers == [False]
 
     asyncio.run(run())
+
+
+def test_parked_only_while_the_watch_has_seen_no_wake_since_the_values_were_compared(tmp_path: Path) -> None:
+    async def run() -> None:
+        partitions = _partitions(tmp_path)
+        snapshot = _snapshot(partitions)
+        assert not snapshot.parked()  # never compared since it was read: the first repeat compares
+        answers: list[bool] = []
+        snapshot.wait(20, lambda unchanged, deadline: answers.append(unchanged))
+        await asyncio.sleep(0.05)
+        assert answers == [True] and snapshot.parked()
+        partitions[0].go_offline()  # a wake: not parked from here, not even before its callback runs
+        assert not snapshot.parked()
+        await asyncio.sleep(0)
+        assert not snapshot.parked()
+        committed = Snapshot(SimpleNamespace(partitions={(p.topic, p.index): p for p in partitions}),  # type: ignore[arg-type]
+                             partitions, 12, None, committed=True)  # type: ignore[arg-type]
+        committed.wait(20, lambda unchanged, deadline: None)
+        assert not committed.parked()  # read_committed repeats always compare on arrival
+
+    asyncio.run(run())

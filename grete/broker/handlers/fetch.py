@@ -121,7 +121,8 @@ def _read(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.Fetch
                                                            partitions=partitions))  # type: ignore[arg-type]
     if nothing_to_read and waitable:
         empty = EmptyFetchResponse(error_code=0, session_id=0, responses=topics)
-        empty.snapshot = Snapshot(ctx.broker, waitable, ctx.version, empty)
+        empty.snapshot = Snapshot(ctx.broker, waitable, ctx.version, empty,
+                                  committed=request.isolation_level == READ_COMMITTED)
         return empty, total, waitable
     return FetchResponse(error_code=0, session_id=0, responses=topics), total, waitable
 
@@ -252,9 +253,10 @@ class Snapshot:
     between). The connection calls :meth:`release` when it forgets the memo."""
 
     __slots__ = ("_broker", "partitions", "_keys", "_state", "_version", "_response", "_layout", "_watch",
-                 "_waiting", "_released")
+                 "_waiting", "_released", "_committed")
 
-    def __init__(self, broker: Broker, partitions: list[Partition], version: int, response: FetchResponse) -> None:
+    def __init__(self, broker: Broker, partitions: list[Partition], version: int, response: FetchResponse, *,
+                 committed: bool = False) -> None:
         self._broker = broker
         self.partitions = partitions
         self._keys = [(p.topic, p.index) for p in partitions]
@@ -265,6 +267,7 @@ class Snapshot:
         self._watch: asyncio.Future[None] | None = None  # parked on every partition, while not done
         self._waiting: list[_Parked] = []  # repeats parked now
         self._released = False
+        self._committed = committed  # read_committed: bounded by the last stable offset
 
     def reordered(self, first: bytes, repeat: bytes) -> bytes | None:
         """The answer for ``repeat`` (a frame, size prefix stripped) if it asks what ``first``, the
@@ -278,6 +281,21 @@ class Snapshot:
         if other is None or not self._layout.same_fetch(other):
             return None
         return repeats.reordered_body(self._response, self._version, self._layout, other)
+
+    def parked(self) -> bool:
+        """Whether a repeat that will wait may park without comparing the values first: the watch
+        has stayed parked since they were last found unchanged (a wake that changed nothing parks
+        it again; one that changed something, or a wake not yet handled, leaves this False).
+
+        What moves a value without a wake (a leader's append moves only the log end; retention
+        moves only the log start, never past the high watermark) cannot make the Fetch handler
+        answer before the deadline: it would find nothing to read, or a log start below the fetch
+        offset, and wait as the repeat does. The repeat compares the values at its deadline, and
+        from there takes the handler's path, so it answers what the handler would have, when it
+        would have. Not for read_committed: retention may pass a last stable offset below the high
+        watermark, and the handler answers OFFSET_OUT_OF_RANGE at once."""
+        watch = self._watch
+        return watch is not None and not watch.done() and not self._committed
 
     def wait(self, max_wait_ms: int, done: Callable[[bool, float], None]) -> None:
         """Park a repeat that arrives now, like a long poll on the snapshot's partitions (Kafka's

@@ -69,6 +69,7 @@ class AnswerSnapshot(Protocol):
     for going on after a change. The connection knows no handler; it only calls these."""
 
     def unchanged(self) -> bool: ...
+    def parked(self) -> bool: ...
     def reordered(self, first: bytes, repeat: bytes) -> bytes | None: ...
     def wait(self, max_wait_ms: int, done: Callable[[bool, float], None]) -> None: ...
     def release(self) -> None: ...
@@ -390,13 +391,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         body = memo.body_for(frame)
         if body is None:
             return False
-        if not memo.snapshot.unchanged():
+        max_wait_ms = memo.request.max_wait_ms
+        # A repeat that waits on a snapshot whose watch is still parked compares the values at its
+        # deadline only (fetch.py, Snapshot.parked); one answered now compares them now.
+        if not (max_wait_ms > 0 and memo.snapshot.parked()) and not memo.snapshot.unchanged():
             self._forget_memo()
             return False
         correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
         self._metrics.request(FETCH_CONSUMER, memo.version)  # only a consumer's fetch is memoized
         slot = self._new_slot()
-        max_wait_ms = memo.request.max_wait_ms
         if max_wait_ms <= 0:
             slot.parts = [memo.answer(correlation_id, body)]
             self._flush()
