@@ -13,6 +13,7 @@ from grete.broker.replica.fetch_sessions import (
     FetchSessionCache,
     Key,
     next_epoch,
+    plan,
 )
 from grete.protocol.messages import FetchRequest
 
@@ -90,3 +91,23 @@ def test_a_follower_evicts_a_young_consumer_session_but_not_the_reverse():
 
 def test_epochs_wrap_to_one():
     assert next_epoch(0) == 1 and next_epoch(41) == 42 and next_epoch(2**31 - 1) == 1 and next_epoch(-1) == -1
+
+
+def _incremental(session_id: int, epoch: int, named: list[int] = (), forgotten: list[int] = ()) -> FetchRequest:
+    return FetchRequest(replica_id=2, session_id=session_id, session_epoch=epoch, topics=[
+        FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchPartition(partition=i, fetch_offset=5)
+                                                       for i in named])] if named else [],
+        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic="t", partitions=list(forgotten))] if forgotten else [])
+
+
+def test_an_incremental_fetch_reuses_the_sessions_groups_until_its_partitions_change():
+    cache = FetchSessionCache(1000)
+    session_id = cache.create(True, parts(3), False, 0)
+    resolve = lambda topic_id: None  # noqa: E731 (names, not ids, before v13)
+    first = plan(cache, _incremental(session_id, 1), 12, True, resolve, 0)
+    again = plan(cache, _incremental(session_id, 2), 12, True, resolve, 0)
+    assert again.groups is first.groups and [p.partition for p in first.groups[0][2]] == [0, 1, 2]
+    changed = plan(cache, _incremental(session_id, 3, named=[1]), 12, True, resolve, 0)
+    assert changed.groups is not first.groups and changed.groups[0][2][1].fetch_offset == 5
+    forgot = plan(cache, _incremental(session_id, 4, forgotten=[0]), 12, True, resolve, 0)
+    assert [p.partition for p in forgot.groups[0][2]] == [1, 2]

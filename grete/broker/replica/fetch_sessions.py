@@ -84,7 +84,7 @@ class CachedPartition:
 
 class FetchSession:
     __slots__ = ("id", "privileged", "partitions", "uses_topic_ids", "creation_ms", "last_used_ms", "epoch",
-                 "cached_size", "by_all", "by_privileged")
+                 "cached_size", "by_all", "by_privileged", "groups")
 
     def __init__(self, session_id: int, privileged: bool, partitions: dict[Key, CachedPartition],
                  uses_topic_ids: bool, now_ms: int) -> None:
@@ -99,18 +99,23 @@ class FetchSession:
         self.cached_size = -1
         self.by_all = False
         self.by_privileged = False
+        # What an incremental fetch reads, as plan() last built it from ``partitions``; None once
+        # they change (added, updated, forgotten, reordered) or a topic id was still unknown.
+        self.groups: tuple[list[Group], list[list[CachedPartition]]] | None = None
 
     def evictable_key(self) -> tuple[bool, int, int]:
         return (self.privileged, self.cached_size, self.id)
 
     def update(self, added: Iterable[tuple[Key, CachedPartition]], forgotten: Iterable[Key]) -> None:
         for key, new in added:
+            self.groups = None
             cached = self.partitions.get(key)
             if cached is None:
                 self.partitions[key] = new
             else:
                 cached.request = new.request
         for key in forgotten:
+            self.groups = None
             self.partitions.pop(key, None)
 
 
@@ -277,19 +282,30 @@ def plan(cache: FetchSessionCache, request: FetchRequest, version: int, privileg
         return FetchPlan(groups, uses_topic_ids=uses, privileged=privileged)
     cache.touch(session, now_ms)
     session.epoch = next_epoch(session.epoch)
+    read, cached = session.groups or _groups(session, uses, resolve)
+    return FetchPlan(read, cached=cached, session=session, uses_topic_ids=uses, privileged=privileged)
+
+
+def _groups(session: FetchSession, uses_topic_ids: bool,
+            resolve: Resolve) -> tuple[list[Group], list[list[CachedPartition]]]:
+    """The session's partitions in fetch order, grouped by topic (and their cached state); kept on
+    the session until its partitions change, unless a topic id is still unknown."""
     read: list[Group] = []
     cached: list[list[CachedPartition]] = []
     last: CachedPartition | None = None
+    complete = True
     for cp in session.partitions.values():
-        if cp.topic is None and uses:
+        if cp.topic is None and uses_topic_ids:
             cp.topic = resolve(cp.topic_id)  # a topic id unknown when it was added may be known now
+            complete = complete and cp.topic is not None
         if last is None or cp.topic_id != last.topic_id or cp.topic != last.topic:
             read.append((cp.topic, cp.topic_id, []))
             cached.append([])
         read[-1][2].append(cp.request)
         cached[-1].append(cp)
         last = cp
-    return FetchPlan(read, cached=cached, session=session, uses_topic_ids=uses, privileged=privileged)
+    session.groups = (read, cached) if complete else None
+    return read, cached
 
 
 def _key(uses_topic_ids: bool, name: str | None, topic_id: uuid.UUID, index: int) -> Key:
@@ -321,6 +337,7 @@ def finish(cache: FetchSessionCache, fetch_plan: FetchPlan, topics: list[Any],
                     if size > 0:  # served: to the back of the line, so the others get their turn
                         key = _key(session.uses_topic_ids, cp.topic, cp.topic_id, cp.request.partition)
                         session.partitions[key] = session.partitions.pop(key)
+                        session.groups = None
             if parts:
                 topic.partitions = parts
                 kept.append(topic)
