@@ -87,9 +87,16 @@ class LogRetention(SegmentedLog):
                 deleted += self._delete_segments(over, now_ms)
             return deleted
 
+    def maintenance_due(self, retention: bool) -> bool:
+        """Whether :meth:`maintenance` has anything to do: a retention pass, a pending delete (read
+        without the lock: one the cleaner adds now waits a pass), a producer that may expire, or a
+        flush by time."""
+        return bool(retention or self._pending_deletes or self.producer_state.producers
+                    or self.config.flush_ms < 2**62)
+
     @storage_op
     def maintenance(self, now_ms: int, *, retention: bool = True) -> None:
-        if self._pending_deletes:  # read without the lock: one the cleaner adds now waits a pass
+        if self._pending_deletes:
             self.run_pending_deletes(now_ms)
         if retention:
             self.apply_retention(now_ms)

@@ -322,7 +322,7 @@ class LogManager:
         self.failures.deliver()
         retain = self._retention_due(now)
         for lg in list(self.logs.values()):
-            if lg.offline is not None:
+            if lg.offline is not None or not lg.maintenance_due(retain):
                 continue
             try:
                 lg.maintenance(now, retention=retain)
