@@ -13,6 +13,8 @@ from typing import Any
 
 from grete.broker.handlers.fetch import Snapshot
 from grete.broker.replica.partition import Partition
+from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.record import Record, build_batch
 from grete.storage.config import LogConfig
 from grete.storage.log import Log
 
@@ -116,6 +118,12 @@ def test_parked_only_while_the_watch_has_seen_no_wake_since_the_values_were_comp
         committed = Snapshot(SimpleNamespace(partitions={(p.topic, p.index): p for p in partitions}),  # type: ignore[arg-type]
                              partitions, 12, None, committed=True)  # type: ignore[arg-type]
         committed.wait(20, lambda unchanged, deadline: None)
-        assert not committed.parked()  # read_committed repeats always compare on arrival
+        assert committed.parked()  # read_committed, no open transaction: as read_uncommitted
+        partitions[1].append(RecordBatch(build_batch([Record(0, 0, None, b"v")])), 0)  # high watermark 1
+        partitions[1]._log.producer_state.ongoing[0] = 77  # a transaction open below it, from offset 0
+        open_txn = Snapshot(SimpleNamespace(partitions={(p.topic, p.index): p for p in partitions[1:]}),  # type: ignore[arg-type]
+                            partitions[1:], 12, None, committed=True)  # type: ignore[arg-type]
+        open_txn.wait(20, lambda unchanged, deadline: None)
+        assert not open_txn.parked()  # its repeats compare on arrival
 
     asyncio.run(run())

@@ -267,7 +267,10 @@ class Snapshot:
         self._watch: asyncio.Future[None] | None = None  # parked on every partition, while not done
         self._waiting: list[_Parked] = []  # repeats parked now
         self._released = False
-        self._committed = committed  # read_committed: bounded by the last stable offset
+        # Whether retention may move a log start past the fetch offset: only for read_committed, and
+        # only below an open transaction (a last stable offset below the high watermark, which a
+        # wake would report as the high watermark moves past the transaction's start).
+        self._committed = committed and any(state[3] != state[2] for state in self._state)
 
     def reordered(self, first: bytes, repeat: bytes) -> bytes | None:
         """The answer for ``repeat`` (a frame, size prefix stripped) if it asks what ``first``, the
@@ -292,8 +295,9 @@ class Snapshot:
         answer before the deadline: it would find nothing to read, or a log start below the fetch
         offset, and wait as the repeat does. The repeat compares the values at its deadline, and
         from there takes the handler's path, so it answers what the handler would have, when it
-        would have. Not for read_committed: retention may pass a last stable offset below the high
-        watermark, and the handler answers OFFSET_OUT_OF_RANGE at once."""
+        would have. Not for read_committed while a transaction is open (a last stable offset below
+        the high watermark, which retention may pass: the handler answers OFFSET_OUT_OF_RANGE at
+        once); without one the last stable offset is the high watermark, and stays it until a wake."""
         watch = self._watch
         return watch is not None and not watch.done() and not self._committed
 
