@@ -26,6 +26,7 @@ from grete.broker.quorum.rpc import answer, is_metadata_fetch
 from grete.broker.replica import fetch_repeats as repeats
 from grete.broker.replica import fetch_sessions as sessions
 from grete.broker.replica.partition import Partition
+from grete.broker.replica.partition_log_view import log_start_of
 from grete.broker.requests.context import Later, RequestContext
 from grete.broker.requests.leader_hints import current_leader
 from grete.broker.requests.registry import api
@@ -253,7 +254,7 @@ class Snapshot:
     between). The connection calls :meth:`release` when it forgets the memo."""
 
     __slots__ = ("_broker", "partitions", "_keys", "_state", "_version", "_response", "_layout", "_watch",
-                 "_waiting", "_released", "_committed")
+                 "_waiting", "_released", "_committed", "_starts")
 
     def __init__(self, broker: Broker, partitions: list[Partition], version: int, response: FetchResponse, *,
                  committed: bool = False) -> None:
@@ -261,6 +262,7 @@ class Snapshot:
         self.partitions = partitions
         self._keys = [(p.topic, p.index) for p in partitions]
         self._state = list(map(Partition.fetch_state, partitions))
+        self._starts = [state[4] for state in self._state]
         self._version = version
         self._response = response
         self._layout: repeats.Layout | None | bool = False  # False: not read yet
@@ -336,10 +338,17 @@ class Snapshot:
             parked.done(False, parked.deadline)
 
     def _expired(self, parked: _Parked) -> None:
+        """A repeat's deadline: is the memo's answer still the answer? While the watch has stayed
+        parked since the values were last found unchanged (:meth:`parked`), the only one of them
+        the answer shows that can have moved is the log start (retention, never past the high
+        watermark or, for these, the last stable offset): those are compared, C-level. Otherwise
+        all of them are."""
         self._waiting.remove(parked)
+        quiet = self.parked()
         if self._released and not self._waiting:
             self._unpark()
-        parked.done(self.unchanged(), parked.deadline)
+        unchanged = list(map(log_start_of, self.partitions)) == self._starts if quiet else self.unchanged()
+        parked.done(unchanged, parked.deadline)
 
     def release(self) -> None:
         """The connection forgets this snapshot: its watch leaves the partitions once no repeat
