@@ -121,3 +121,49 @@ def test_a_parked_follower_fetch_moves_the_fetch_state_on_arrival_only(tmp_path:
         assert follower.last_fetch_ms == 5000 and follower.last_caught_up_ms == 5000
 
     asyncio.run(run())
+
+
+def test_a_quiet_follower_fetch_is_not_read_again_at_its_deadline_unless_something_moved(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """Every partition quiet on arrival and no wake while parked: only the high watermark and the
+    log start can have moved without one (another follower's fetch, retention); they are compared,
+    and the partitions are read again only if one of them did."""
+    quiet_reads = counted(monkeypatch, fetch_handler, "_read")
+
+    async def run() -> None:
+        log = Log.open(tmp_path / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
+        partition = Partition("t", 0, TOPIC_ID, log, -1, is_leader=False, replicated=True, broker_id=1)
+        partition.make_leader(0, 0, 1, (1, 2, 3), [1, 2, 3], now_ms=1000)
+        broker = Broker(partition)
+        session = _fetch(broker, 2, 0).session_id
+        ctx: Any = SimpleNamespace(broker=broker, version=VERSION, api_version=VERSION)
+
+        async def poll(epoch: int) -> FetchResponse:
+            request = FetchRequest(replica_id=2, max_wait_ms=30, min_bytes=1, max_bytes=1 << 20,
+                                   session_id=session, session_epoch=epoch, topics=[])
+            pending = fetch_handler.handle(ctx, request)
+            assert isinstance(pending, Later)
+            return await pending
+
+        quiet_reads[0] = 0
+        assert (await poll(1)).responses == []
+        assert quiet_reads[0] == 1  # on arrival only
+
+        partition.append(RecordBatch(build_batch([Record(0, 0, None, b"v")])), 5000)
+        _fetch(broker, 3, 1)  # follower 3 has it; 2 holds the high watermark back
+        news = _fetch(broker, 2, None, session, 2)  # the records, at once
+        assert [p.records.size > 0 for t in news.responses for p in t.partitions] == [True]
+        _fetch(broker, 2, 1, session, 3)  # 2 has them: the high watermark moves to 1, and 2 is told
+        assert partition.high_watermark == 1
+
+        quiet_reads[0] = 0
+        request = FetchRequest(replica_id=2, max_wait_ms=30, min_bytes=1, max_bytes=1 << 20,
+                               session_id=session, session_epoch=4, topics=[])
+        pending = fetch_handler.handle(ctx, request)
+        assert isinstance(pending, Later)
+        partition._log.log_start_offset = 1  # as retention moves it: no wake
+        answer = await pending
+        assert quiet_reads[0] == 2  # read again at the deadline
+        assert [p.log_start_offset for t in answer.responses for p in t.partitions] == [1]
+
+    asyncio.run(run())

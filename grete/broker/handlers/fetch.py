@@ -26,7 +26,7 @@ from grete.broker.quorum.rpc import answer, is_metadata_fetch
 from grete.broker.replica import fetch_repeats as repeats
 from grete.broker.replica import fetch_sessions as sessions
 from grete.broker.replica.partition import Partition
-from grete.broker.replica.partition_log_view import log_start_of
+from grete.broker.replica.partition_log_view import high_watermark_and_start_of, log_start_of
 from grete.broker.requests.context import Later, RequestContext
 from grete.broker.requests.leader_hints import current_leader
 from grete.broker.requests.registry import api
@@ -95,6 +95,7 @@ def _read(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.Fetch
     # for one in a session, whose every answer moves the session.
     nothing_to_read = replica_id < 0 and fetch_plan.session is None and not fetch_plan.create
     quiet = _quiet_check(ctx, request, fetch_plan, replica_id, update_fetch_state)
+    all_quiet = quiet is not None and replica_id >= 0
     for group_index, (name, topic_id, wanted_partitions) in enumerate(fetch_plan.groups):
         partitions: list[PartitionData | None] = []
         cached = fetch_plan.cached[group_index] if quiet is not None and fetch_plan.cached is not None else None
@@ -105,6 +106,7 @@ def _read(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.Fetch
                     waitable.append(idle)
                     partitions.append(None)
                     continue
+            all_quiet = False
             if replica_id >= 0:
                 data, partition = _read_for_follower(ctx, request, replica_id, name, topic_id, wanted,
                                                      remaining, total == 0, update_fetch_state)
@@ -125,6 +127,8 @@ def _read(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.Fetch
         empty.snapshot = Snapshot(ctx.broker, waitable, ctx.version, empty,
                                   committed=request.isolation_level == READ_COMMITTED)
         return empty, total, waitable
+    if all_quiet and waitable:
+        return QuietFetchResponse(error_code=0, session_id=0, responses=topics), total, waitable
     return FetchResponse(error_code=0, session_id=0, responses=topics), total, waitable
 
 
@@ -384,6 +388,13 @@ class _Parked:
         self.timer: asyncio.TimerHandle | None = None
 
 
+class QuietFetchResponse(FetchResponse):
+    """A follower's incremental answer in which every partition was found quiet: nothing new for
+    it in any (none was read, none is in the answer)."""
+
+    __slots__ = ()
+
+
 class EmptyFetchResponse(FetchResponse):
     """A FetchResponse with no records and no errors, plus the :class:`Snapshot` it was read from."""
 
@@ -560,7 +571,8 @@ class _LongPoll:
     follower's fetch state: Kafka's ``updateFetchState = !readFromPurgatory``), and a timer at its
     deadline that answers it directly; the answer is a :class:`Later`, no task."""
 
-    __slots__ = ("ctx", "request", "plan", "deadline", "response", "answer", "woken", "timer", "replica")
+    __slots__ = ("ctx", "request", "plan", "deadline", "response", "answer", "woken", "timer", "replica",
+                 "parked", "quiet")
 
     def __init__(self, ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
                  parked: list[Partition], deadline: float, response: FetchResponse | None) -> None:
@@ -571,6 +583,11 @@ class _LongPoll:
         self.response = response
         self.answer = Later()
         self.replica = _replica_id(ctx, request) >= 0
+        self.parked = parked
+        # A follower's fetch with every partition quiet: what it was told of each (high watermark, log
+        # start); None once a wake came (it is read again at the deadline then).
+        self.quiet = list(map(high_watermark_and_start_of, parked)) if isinstance(response, QuietFetchResponse) \
+            else None
         loop = asyncio.get_running_loop()
         self.woken = self._park(parked)
         self.timer = loop.call_at(deadline, self._expired)
@@ -583,6 +600,7 @@ class _LongPoll:
     def _woken(self, woken: asyncio.Future[None]) -> None:
         if woken is not self.woken or woken.cancelled() or self.answer.settled:
             return  # answered already (the timer, in the same loop step)
+        self.quiet = None
         try:
             response, total, parked = _read(self.ctx, self.request, self.plan, update_fetch_state=False)
             if total >= self.request.min_bytes or not parked:
@@ -594,13 +612,18 @@ class _LongPoll:
             self.answer.settle(None, exc)
             return
         self.response = response
+        self.parked = parked
         self.woken = self._park(parked)  # until the timer, however soon it fires
 
     def _expired(self) -> None:
         self.woken.cancel()  # left in the partitions' lists, swept later
         try:
             response = self.response
-            if not (isinstance(response, EmptyFetchResponse) and response.snapshot.unchanged()):
+            # No wake, no new high watermark or log start: every partition of a quiet follower's
+            # fetch is still quiet (what else moves one wakes it), and the answer is the same.
+            quiet = self.quiet is not None and list(map(high_watermark_and_start_of, self.parked)) == self.quiet
+            if response is None or not (quiet or (isinstance(response, EmptyFetchResponse)
+                                                  and response.snapshot.unchanged())):
                 response = _read(self.ctx, self.request, self.plan, update_fetch_state=False)[0]
             answer = _answer(self.ctx, self.plan, response)
         except Exception as exc:

@@ -21,6 +21,8 @@ LOG_APPEND_TIME = 1
 # The log start offset of a partition (a PartitionLogView), read without a Python call: for
 # comparing many partitions at once (``map``), as a repeated idle fetch does at its deadline.
 log_start_of = operator.attrgetter("_log.log_start_offset")
+# (high watermark, log start) of a partition, likewise (what a follower was last told of it).
+high_watermark_and_start_of = operator.attrgetter("_log.high_watermark", "_log.log_start_offset")
 
 
 class PartitionLogView:
