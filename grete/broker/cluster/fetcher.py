@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.config import BrokerConfig
 from grete.broker.direct.base import PushReceiver
 from grete.broker.metrics.broker_metrics import BrokerMetrics
-from grete.broker.replica.partition import Partition
+from grete.broker.replica.partition import Partition, fetch_position_of
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from grete.storage import KafkaStorageException
@@ -136,15 +137,15 @@ class ReplicaFetcher:
 
     def _request(self, ready: dict[PartitionKey, _Followed]) -> FetchRequest:
         max_bytes = self.config.get_int("replica.fetch.max.bytes")
-        wanted = {key: (*f.partition.follower_fetch_position(), max_bytes) for key, f in ready.items()}
-        send, forget = self.session.select(wanted)
+        wanted = dict(zip(ready, map(fetch_position_of, map(_partition_of, ready.values())), strict=True))
+        send, forget = self.session.select(wanted, max_bytes)
         by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
         for key in sorted(send):
-            leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes = wanted[key]
+            leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset = wanted[key]
             by_topic.setdefault(key[0], []).append(FetchRequest.FetchPartition(
                 partition=key[1], current_leader_epoch=leader_epoch, fetch_offset=fetch_offset,
                 last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset,
-                partition_max_bytes=partition_max_bytes))
+                partition_max_bytes=max_bytes))
         forgotten: dict[str, list[int]] = {}
         for topic, index in sorted(forget):
             forgotten.setdefault(topic, []).append(index)
@@ -269,6 +270,9 @@ class ReplicaFetcherManager:
             fetcher.stop()
         self._fetchers.clear()
         self._leader_of.clear()
+
+
+_partition_of = operator.attrgetter("partition")
 
 
 def _no_push() -> PushReceiver | None:

@@ -20,8 +20,9 @@ from grete.protocol.errors import ErrorCode
 
 PartitionKey = tuple[str, int]
 # What the leader's session holds for a partition: current leader epoch, fetch offset, last fetched
-# epoch, log start offset, partition max bytes.
-Params = tuple[int, int, int, int, int]
+# epoch, log start offset (and the partition max bytes, the same for all: held once).
+Position = tuple[int, int, int, int]
+Held = tuple[dict[PartitionKey, Position], int]
 
 
 class FollowerSession:
@@ -31,23 +32,28 @@ class FollowerSession:
     def __init__(self) -> None:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
-        self._held: dict[PartitionKey, Params] = {}  # the leader's view, as of the last answered fetch
-        self._asked: dict[PartitionKey, Params] = {}  # the view once the fetch in flight is answered
+        self._held: Held = ({}, -1)  # the leader's view, as of the last answered fetch
+        self._asked: Held = ({}, -1)  # the view once the fetch in flight is answered
 
     @property
     def full(self) -> bool:
         return self.epoch == INITIAL_EPOCH
 
-    def select(self, wanted: dict[PartitionKey, Params]) -> tuple[list[PartitionKey], list[PartitionKey]]:
-        """For the next fetch of ``wanted`` (each partition's fetch parameters): (the partitions to
-        name, the ones to forget). Only those are built into the request."""
-        self._asked = wanted
+    def select(self, wanted: dict[PartitionKey, Position],
+               max_bytes: int) -> tuple[list[PartitionKey], list[PartitionKey]]:
+        """For the next fetch of ``wanted`` (each partition's fetch position), each with
+        ``max_bytes``: (the partitions to name, the ones to forget). Only those are built into the
+        request."""
+        self._asked = (wanted, max_bytes)
         if self.full:
             return list(wanted), []
-        held = self._held
-        if held == wanted:  # an idle follower: nothing moved since the last answered fetch
+        held, held_max_bytes = self._held
+        if held_max_bytes != max_bytes:
+            send = list(wanted)  # every partition's parameters changed
+        elif held == wanted:  # an idle follower: nothing moved since the last answered fetch
             return [], []
-        send = [key for key, p in wanted.items() if held.get(key) != p]
+        else:
+            send = [key for key, p in wanted.items() if held.get(key) != p]
         return send, [key for key in held if key not in wanted]
 
     def answered(self, session_id: int) -> None:
@@ -69,4 +75,4 @@ class FollowerSession:
         if not close:
             self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
-        self._held = {}
+        self._held = ({}, -1)

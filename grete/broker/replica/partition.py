@@ -16,6 +16,7 @@ parked_fetches.py's.
 from __future__ import annotations
 
 import asyncio
+import operator
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
 from grete.storage.config import LogConfig
 from grete.storage.log import AppendResult, Log
+
+# What a follower's fetcher asks its leader for, of a partition: (leader epoch, fetch offset = log end,
+# last fetched epoch, log start), read without a Python call of its own (``map`` over the partitions
+# a fetcher follows, each fetch).
+fetch_position_of = operator.attrgetter("leader_epoch", "_log.log_end_offset", "_log.epochs.latest_epoch",
+                                        "_log.log_start_offset")
 
 
 class Partition(PartitionLogView):
@@ -90,12 +97,6 @@ class Partition(PartitionLogView):
         epoch, high watermark, last stable offset, log start, log end (a repeated idle fetch
         compares them, one call per partition)."""
         return (self.online, self.leader_epoch, *self._log.offsets())
-
-    def follower_fetch_position(self) -> tuple[int, int, int, int]:
-        """What this replica's fetcher asks its leader for: (leader epoch, fetch offset = log end,
-        last fetched epoch, log start), in one call."""
-        log = self._log
-        return self.leader_epoch, log.log_end_offset, log.epochs.latest_epoch, log.log_start_offset
 
     # --- the client's leader epoch (KIP-320) ------------------------------------------------------
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
