@@ -12,6 +12,8 @@ import pytest
 from grete.protocol.codec import Reader
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
+    CreateAclsRequest,
+    CreateAclsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     FetchRequest,
@@ -239,3 +241,19 @@ def test_a_log_start_moved_without_a_wake_shows_at_the_deadline_of_a_parked_repe
     assert time.monotonic() - started >= 0.25
     assert data.error_code == 0 and data.log_start_offset == 1 and not data.records
     assert _fetch(wire, request).log_start_offset == 1
+
+
+@pytest.mark.grete_overrides(**{"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                "allow.everyone.if.no.acl.found": "true"})
+def test_a_revoked_read_is_not_answered_from_the_memo(grete_broker, wire, idle):
+    """An ACL change reaches the next repeat: it is authorized again, as every Fetch is in Kafka."""
+    deny = CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+        resource_type=2, resource_name=idle, resource_pattern_type=3, principal="User:ANONYMOUS", host="*",
+        operation=3, permission_type=2)])  # TOPIC, LITERAL, READ, DENY
+    admin = Wire(grete_broker.host, grete_broker.port)
+    try:
+        assert admin.call(deny, CreateAclsResponse, 3).results[0].error_code == 0
+    finally:
+        admin.close()
+    again = _fetch(wire, _request(idle, 0))
+    assert again.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED

@@ -87,10 +87,10 @@ class _FetchMemo:
     from and the answer's bytes after the correlation id."""
 
     __slots__ = ("head", "tail", "request", "snapshot", "body", "version", "client_id", "reorders",
-                 "reorder_bytes")
+                 "reorder_bytes", "acls")
 
     def __init__(self, frame: bytes, request: Any, snapshot: AnswerSnapshot, encoded: bytes,
-                 version: int, client_id: str | None) -> None:
+                 version: int, client_id: str | None, acls: int) -> None:
         self.head = frame[:4]        # api key + version
         self.tail = frame[8:]        # client id onwards
         self.request = request
@@ -100,6 +100,7 @@ class _FetchMemo:
         self.client_id = client_id
         self.reorders: dict[bytes, bytes] = {}  # the answer to this request in other orders, by frame tail
         self.reorder_bytes = 0
+        self.acls = acls  # the authorizer's generation it was answered under
 
     def body_for(self, frame: bytes) -> bytes | None:
         """The answer's body for ``frame`` if it asks what this request asked (librdkafka rotates
@@ -391,6 +392,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         body = memo.body_for(frame)
         if body is None:
             return False
+        if memo.acls != self._acl_generation():  # READ may have been revoked: authorized again
+            self._forget_memo()
+            return False
         max_wait_ms = memo.request.max_wait_ms
         # A repeat that waits on a snapshot whose watch is still parked compares the values at its
         # deadline only (fetch.py, Snapshot.parked); one answered now compares them now.
@@ -497,8 +501,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return w.parts()
         encoded = w.getvalue()
         frame, request, client_id = memo_key
-        self._fetch_memo = _FetchMemo(frame, request, snapshot, encoded, version, client_id)
+        self._fetch_memo = _FetchMemo(frame, request, snapshot, encoded, version, client_id, self._acl_generation())
         return [encoded]
+
+    def _acl_generation(self) -> int:
+        authorizer = self.broker.authorizer
+        return authorizer.generation if authorizer is not None else 0
 
     def _forget_memo(self) -> None:
         memo, self._fetch_memo = self._fetch_memo, None

@@ -77,6 +77,9 @@ class AclAuthorizer:
         self._store = store
         self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
         self._prefixed: dict[ResourceType, list[AclBinding]] = {}
+        # Bumped by every ACL change: an answer remembered for a repeated request (the idle Fetch
+        # memo) is used again only under the ACLs it was authorized by.
+        self.generation = 0
         self._rebuild()
         store.changes.subscribe(self._on_change)
 
@@ -93,6 +96,7 @@ class AclAuthorizer:
             elif acl.pattern_type == PatternType.PREFIXED:
                 prefixed[acl.resource_type].append(acl)
         self._literal, self._prefixed = dict(literal), dict(prefixed)
+        self.generation += 1
 
     def _resource_acls(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
         found = list(self._literal.get((resource_type, name), ()))
