@@ -71,27 +71,35 @@ class IdempotentWriter(threading.Thread):
             interval = 1.0 / self.rate
             next_at = time.monotonic()
             while not self.stop_event.is_set() and not fatal.is_set():
-                if len(producer) >= self.window or time.monotonic() < next_at:
-                    producer.poll(0.005)
-                    continue
-                value = f"{name}-{seq}"
-                partition = seq % self.partitions
-                self.writes[value] = Write(value, name, seq, partition)
                 try:
-                    producer.produce(self.topic, value=value.encode(), partition=partition,
-                                     on_delivery=self._delivered)
-                except BufferError:
-                    self.writes.pop(value)
-                    producer.poll(0.05)
-                    continue
-                seq += 1
-                next_at += interval
-                producer.poll(0)
+                    if self._step(producer, name, seq, next_at):
+                        seq += 1
+                        next_at += interval
+                except KafkaException as exc:  # a fatal error raised through poll: a new producer
+                    self.fatal.append(f"{name}: {exc.args[0]}")
+                    fatal.set()
             try:
                 producer.flush(0 if fatal.is_set() else 20)
             except (KafkaException, SystemError):
                 pass  # librdkafka raises its fatal error from flush (through the delivery callback)
             self.generation += 1
+
+    def _step(self, producer: Producer, name: str, seq: int, next_at: float) -> bool:
+        """One record sent when the window and the rate allow; whether it was."""
+        if len(producer) >= self.window or time.monotonic() < next_at:
+            producer.poll(0.005)
+            return False
+        value = f"{name}-{seq}"
+        partition = seq % self.partitions
+        self.writes[value] = Write(value, name, seq, partition)
+        try:
+            producer.produce(self.topic, value=value.encode(), partition=partition, on_delivery=self._delivered)
+        except BufferError:
+            self.writes.pop(value)
+            producer.poll(0.05)
+            return False
+        producer.poll(0)
+        return True
 
 
 class TransactionalWriter(threading.Thread):
