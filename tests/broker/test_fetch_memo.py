@@ -1,4 +1,4 @@
-"""The repeated-empty-fetch short cut (connection.py ``_FetchMemo`` + fetch.py ``Snapshot``) must only
+"""The repeated-empty-fetch short cut (network/fetch_memo.py ``FetchMemo`` + replica/fetch_watch.py ``Snapshot``) must only
 ever repeat an answer that is still true: new data, a moved high watermark or log start, a deleted
 topic and a leader epoch change must all show on the very next identical request."""
 

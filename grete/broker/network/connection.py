@@ -13,7 +13,7 @@ reference to the request's bytes after they return (the buffer is reused): the o
 is Produce's ``records``, which is appended synchronously.
 
 Repeated empty fetches (idle consumers) take a short cut: the last Fetch whose answer had nothing to
-read is kept with its encoded answer (``_FetchMemo``); a request identical to it apart from the
+read is kept with its encoded answer (``FetchMemo``); a request identical to it apart from the
 correlation id is answered by asking the answer's snapshot (a hook the Fetch handler leaves on its
 response) whether the partitions' state still holds, and patching the correlation id, with no
 decode, handler pass or encode. One asking the same partitions in another order (librdkafka rotates
@@ -31,10 +31,11 @@ import struct
 from collections.abc import Callable
 from functools import partial
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from grete.broker.metrics.broker_metrics import FETCH_CONSUMER, FETCH_FOLLOWER
 from grete.broker.network.channel import IdleClock, ResponseQueue, Slot
+from grete.broker.network.fetch_memo import FetchMemo, MemoKey
 from grete.broker.replica.writers import Writer, writer_for
 from grete.broker.requests.context import CloseConnection, Later, RequestContext, Session
 from grete.broker.requests.pipeline import NotAuthenticated, Pipeline
@@ -63,69 +64,6 @@ log = logging.getLogger(__name__)
 _SIZE_AND_ID = struct.Struct(">ii")
 
 
-class AnswerSnapshot(Protocol):
-    """The hook an empty answer leaves for its repeats (the Fetch handler's ``Snapshot``): whether the
-    state it was read from still holds, a way to park until it changes, and the handler's own rules
-    for going on after a change. The connection knows no handler; it only calls these."""
-
-    def unchanged(self) -> bool: ...
-    def parked(self) -> bool: ...
-    def reordered(self, first: bytes, repeat: bytes) -> bytes | None: ...
-    def wait(self, max_wait_ms: int, done: Callable[[bool, float], None]) -> None: ...
-    def release(self) -> None: ...
-    def resume(self, ctx: RequestContext, request: Any, deadline: float) -> Any: ...
-
-
-MemoKey = tuple[bytes, Any, str | None]
-# The orders of one request remembered (librdkafka's: one per partition it fetches), in bytes of
-# request and answer; past this they start over.
-MAX_REORDER_BYTES = 256 * 1024
-
-
-class _FetchMemo:
-    """The last Fetch with nothing to read: its frame, decoded request, the state it was answered
-    from and the answer's bytes after the correlation id."""
-
-    __slots__ = ("head", "tail", "request", "snapshot", "body", "version", "client_id", "reorders",
-                 "reorder_bytes", "acls")
-
-    def __init__(self, frame: bytes, request: Any, snapshot: AnswerSnapshot, encoded: bytes,
-                 version: int, client_id: str | None, acls: int) -> None:
-        self.head = frame[:4]        # api key + version
-        self.tail = frame[8:]        # client id onwards
-        self.request = request
-        self.snapshot = snapshot
-        self.body = encoded[8:]      # response header tagged fields + body
-        self.version = version
-        self.client_id = client_id
-        self.reorders: dict[bytes, bytes] = {}  # the answer to this request in other orders, by frame tail
-        self.reorder_bytes = 0
-        self.acls = acls  # the authorizer's generation it was answered under
-
-    def body_for(self, frame: bytes) -> bytes | None:
-        """The answer's body for ``frame`` if it asks what this request asked (librdkafka rotates
-        the order of partitions from one Fetch to the next); None: not a repeat."""
-        if frame[:4] != self.head:
-            return None
-        tail = frame[8:]
-        if tail == self.tail:
-            return self.body
-        body = self.reorders.get(tail)
-        if body is None:
-            body = self.snapshot.reordered(self.head + frame[4:8] + self.tail, frame)
-            if body is None:
-                return None
-            if self.reorder_bytes >= MAX_REORDER_BYTES:
-                self.reorders.clear()
-                self.reorder_bytes = 0
-            self.reorders[tail] = body
-            self.reorder_bytes += len(tail) + len(body)
-        return body
-
-    def answer(self, correlation_id: int, body: bytes) -> bytes:
-        return _SIZE_AND_ID.pack(len(body) + 4, correlation_id) + body
-
-
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker, pipeline: Pipeline, listener: str = "PLAINTEXT",
                  security_protocol: str = "PLAINTEXT",
@@ -142,7 +80,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                    broker.memory_pool)
         self._responses = ResponseQueue()
         self._idle = IdleClock(broker.config.get_int("connections.max.idle.ms"))
-        self._fetch_memo: _FetchMemo | None = None
+        self._fetch_memo: FetchMemo | None = None
         self._sending = False
         self._paused_reading = False
         self._paused_writing = False
@@ -387,7 +325,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return slot
 
     # --- repeated empty fetches -------------------------------------------------------------
-    def _answer_from_memo(self, memo: _FetchMemo, frame: bytes) -> bool:
+    def _answer_from_memo(self, memo: FetchMemo, frame: bytes) -> bool:
         """Answer a repeat of ``memo``'s request if its state still holds; False: take the full path."""
         body = memo.body_for(frame)
         if body is None:
@@ -411,7 +349,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         memo.snapshot.wait(max_wait_ms, partial(self._memo_waited, slot, memo, frame, body))
         return True
 
-    def _memo_waited(self, slot: Slot, memo: _FetchMemo, frame: bytes, body: bytes, unchanged: bool,
+    def _memo_waited(self, slot: Slot, memo: FetchMemo, frame: bytes, body: bytes, unchanged: bool,
                      deadline: float) -> None:
         """A parked repeat's time is up (``unchanged``: its snapshot still holds) or its snapshot
         changed: the memo's answer, or the Fetch handler's rules from here."""
@@ -501,7 +439,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return w.parts()
         encoded = w.getvalue()
         frame, request, client_id = memo_key
-        self._fetch_memo = _FetchMemo(frame, request, snapshot, encoded, version, client_id, self._acl_generation())
+        self._fetch_memo = FetchMemo(frame, request, snapshot, encoded, version, client_id, self._acl_generation())
         return [encoded]
 
     def _acl_generation(self) -> int:

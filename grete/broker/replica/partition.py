@@ -92,12 +92,6 @@ class Partition(PartitionLogView):
         # stop short of data that was acknowledged, including offset commits and transaction state.)
         self._log.high_watermark = log.log_end_offset
 
-    def fetch_state(self) -> tuple[bool, int, int, int, int, int]:
-        """What an empty Fetch answer from this partition depends on, as values: online, leader
-        epoch, high watermark, last stable offset, log start, log end (a repeated idle fetch
-        compares them, one call per partition)."""
-        return (self.online, self.leader_epoch, *self._log.offsets())
-
     # --- the client's leader epoch (KIP-320) ------------------------------------------------------
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fetch/ListOffsets/OffsetForLeaderEpoch fencing (KIP-320); -1 means the client has none."""
@@ -452,3 +446,10 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = -1
+
+
+def fetch_state(partition: Partition) -> tuple[bool, int, int, int, int, int]:
+    """What an empty Fetch answer from ``partition`` depends on, as values: online, leader epoch,
+    high watermark, last stable offset, log start, log end (a repeated idle fetch compares them, one
+    call per partition)."""
+    return (partition.online, partition.leader_epoch, *partition._log.offsets())
