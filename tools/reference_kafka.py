@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -361,12 +362,18 @@ def _main(argv: list[str]) -> int:
         extra = f", SASL_PLAINTEXT on {kafka.sasl_bootstrap}" if sasl else ""
         print(f"Kafka {kafka.version} on {kafka.bootstrap}{extra} (started in {kafka.startup_seconds:.1f}s), "
               f"data {kafka.log_dir}; Ctrl-C stops it", flush=True)
-        try:
-            while kafka.proc is not None and kafka.proc.poll() is None:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
+        wait_while(lambda: kafka.proc is not None and kafka.proc.poll() is None)
     return 0
+
+
+def wait_while(alive: Callable[[], bool]) -> None:
+    """Until ``alive`` says no, or Ctrl-C: what the ``python -m tools.reference_kafka*`` commands do
+    once their Kafka runs."""
+    try:
+        while alive():
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ ready when its own Metadata lists it (Kafka lists unfenced brokers only) and a c
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,8 +31,15 @@ from grete.testing.common import BrokerStartError
 from grete.testing.kraft import ControllerQuorum, write_properties
 from grete.testing.process import BrokerProcess, spawn
 from tools import kafka_dist
-from tools.reference_kafka import port_open
-from tools.reference_kafka_zk import HEAP, KafkaZkBroker, KafkaZkCluster, metadata_brokers
+from tools.reference_kafka import port_open, wait_while
+from tools.reference_kafka_zk import (
+    HEAP,
+    KafkaZkBroker,
+    KafkaZkCluster,
+    brokers_running,
+    internal_topic_items,
+    metadata_brokers,
+)
 
 VERSION = "4.3.1"
 CONTROLLER_HEAP = "-Xmx256m"
@@ -132,20 +137,10 @@ def kafka_kraft_cluster(brokers: int = 3, *, directory: str | Path | None = None
     kafka_dist.fetch(VERSION)
     scratch = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="kafka-kraft-cluster-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    items = {"offsets.topic.replication.factor": str(min(3, brokers)),
-             "transaction.state.log.replication.factor": str(min(3, brokers)),
-             "transaction.state.log.min.isr": str(min(2, brokers)), **(overrides or {})}
-    running = KafkaKraftCluster(scratch, KafkaControllerQuorum(scratch, overrides=controller_overrides), items)
-    try:
-        running.quorum.start()
-        for broker_id in range(1, brokers + 1):
-            running.start_broker(broker_id)
-        running.await_metadata()
+    running = KafkaKraftCluster(scratch, KafkaControllerQuorum(scratch, overrides=controller_overrides),
+                                internal_topic_items(brokers, overrides))
+    with brokers_running(running, brokers, running.quorum.start, scratch, keep=keep or directory is not None):
         yield running
-    finally:
-        running.stop()
-        if directory is None and not keep and not os.environ.get("GRETE_KEEP_TMP"):
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _main(argv: list[str]) -> int:
@@ -155,11 +150,7 @@ def _main(argv: list[str]) -> int:
         print(f"Kafka {running.version} (KRaft), 3 controllers and {count} brokers in {time.monotonic() - t0:.1f}s\n"
               f"controllers: {running.quorum.voters}\nbootstrap servers: {running.bootstrap_servers}\n"
               f"data: {running.directory}; Ctrl-C stops it", flush=True)
-        try:
-            while any(b.process.poll() is None for b in running.brokers.values()):
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
+        wait_while(lambda: any(b.process.poll() is None for b in running.brokers.values()))
     return 0
 
 

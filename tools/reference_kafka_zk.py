@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from kazoo.client import KazooClient
 
 from grete.testing.cluster import ZooKeeperProcess
 from tools import kafka_dist
-from tools.reference_kafka import _silent_logger, die_with_parent, free_port, port_open
+from tools.reference_kafka import _silent_logger, die_with_parent, free_port, port_open, wait_while
 
 VERSION = "3.9.2"
 HEAP = "-Xmx384m"
@@ -281,21 +281,32 @@ def kafka_zk_cluster(brokers: int = 3, *, directory: str | Path | None = None,
     scratch = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="kafka-zk-cluster-"))
     scratch.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperProcess(scratch)
-    # Internal topics cannot have more replicas than there are brokers.
-    items = {"offsets.topic.replication.factor": str(min(3, brokers)),
-             "transaction.state.log.replication.factor": str(min(3, brokers)),
-             "transaction.state.log.min.isr": str(min(2, brokers))}
-    items.update(overrides or {})
-    running = KafkaZkCluster(scratch, zookeeper, items, ports, version)
+    running = KafkaZkCluster(scratch, zookeeper, internal_topic_items(brokers, overrides), ports, version)
+    with brokers_running(running, brokers, zookeeper.start, scratch, keep=keep or directory is not None):
+        yield running
+
+
+def internal_topic_items(brokers: int, overrides: Mapping[str, str] | None) -> dict[str, str]:
+    """Broker settings: internal topics cannot have more replicas than there are brokers."""
+    return {"offsets.topic.replication.factor": str(min(3, brokers)),
+            "transaction.state.log.replication.factor": str(min(3, brokers)),
+            "transaction.state.log.min.isr": str(min(2, brokers)), **(overrides or {})}
+
+
+@contextmanager
+def brokers_running(running: KafkaZkCluster, brokers: int, coordinator_start: Callable[[], None], scratch: Path,
+                    *, keep: bool) -> Iterator[None]:
+    """The coordination (ZooKeeper or a controller quorum) started, brokers 1..N started and seen in
+    the metadata; on exit everything stopped and ``scratch`` removed unless kept (or $GRETE_KEEP_TMP)."""
     try:
-        zookeeper.start()
+        coordinator_start()
         for broker_id in range(1, brokers + 1):
             running.start_broker(broker_id)
         running.await_metadata()
-        yield running
+        yield
     finally:
         running.stop()
-        if directory is None and not keep and not os.environ.get("GRETE_KEEP_TMP"):
+        if not keep and not os.environ.get("GRETE_KEEP_TMP"):
             shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -306,11 +317,7 @@ def _main(argv: list[str]) -> int:
         print(f"Kafka {running.version} (ZooKeeper mode), {count} brokers in {time.monotonic() - t0:.1f}s\n"
               f"ZooKeeper: {running.zookeeper.connect}\nbootstrap servers: {running.bootstrap_servers}\n"
               f"data: {running.directory}; Ctrl-C stops it", flush=True)
-        try:
-            while any(b.process.poll() is None for b in running.brokers.values()):
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
+        wait_while(lambda: any(b.process.poll() is None for b in running.brokers.values()))
     return 0
 
 
