@@ -45,6 +45,14 @@ class Broker(SimpleNamespace):
         return self.partitions[(topic, index)]
 
 
+def _leading(tmp_path: Path) -> tuple[Partition, Broker]:
+    """Partition t-0 led by broker 1, replicas 1-3 all in sync, on a broker of its own."""
+    log = Log.open(tmp_path / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
+    partition = Partition("t", 0, TOPIC_ID, log, -1, is_leader=False, replicated=True, broker_id=1)
+    partition.make_leader(0, 0, 1, (1, 2, 3), [1, 2, 3], now_ms=1000)
+    return partition, Broker(partition)
+
+
 def _fetch(broker: Broker, replica: int, offset: int | None, session_id: int = 0, epoch: int = 0) -> FetchResponse:
     named = [] if offset is None else [FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchPartition(
         partition=0, fetch_offset=offset, partition_max_bytes=1 << 20, current_leader_epoch=0)])]
@@ -66,10 +74,7 @@ def test_an_idle_session_partition_is_not_read_but_the_follower_state_moves(tmp_
 
 
 async def _idle_partition(tmp_path: Path, reads: list[int]) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
-    partition = Partition("t", 0, TOPIC_ID, log, -1, is_leader=False, replicated=True, broker_id=1)
-    partition.make_leader(0, 0, 1, (1, 2, 3), [1, 2, 3], now_ms=1000)
-    broker = Broker(partition)
+    partition, broker = _leading(tmp_path)
     full = _fetch(broker, 2, 0)                                    # opens follower 2's session
     session = full.session_id
     assert session and reads[0] == 1
@@ -99,10 +104,7 @@ def test_a_parked_follower_fetch_moves_the_fetch_state_on_arrival_only(tmp_path:
     ``updateFetchState = !readFromPurgatory``: the follower's fetch state (its caught-up time) is the
     one of its arrival. The answer settles from the fetch's own timer, through a Later."""
     async def run() -> None:
-        log = Log.open(tmp_path / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
-        partition = Partition("t", 0, TOPIC_ID, log, -1, is_leader=False, replicated=True, broker_id=1)
-        partition.make_leader(0, 0, 1, (1, 2, 3), [1, 2, 3], now_ms=1000)
-        broker = Broker(partition)
+        partition, broker = _leading(tmp_path)
         session = _fetch(broker, 2, 0).session_id
         broker.clock[0] = 5000
         request = FetchRequest(replica_id=2, max_wait_ms=30, min_bytes=1, max_bytes=1 << 20,
@@ -131,10 +133,7 @@ def test_a_quiet_follower_fetch_is_not_read_again_at_its_deadline_unless_somethi
     quiet_reads = counted(monkeypatch, fetch_handler, "_read")
 
     async def run() -> None:
-        log = Log.open(tmp_path / "t-0", LogConfig(), topic_id=TOPIC_ID, clean_shutdown=True)
-        partition = Partition("t", 0, TOPIC_ID, log, -1, is_leader=False, replicated=True, broker_id=1)
-        partition.make_leader(0, 0, 1, (1, 2, 3), [1, 2, 3], now_ms=1000)
-        broker = Broker(partition)
+        partition, broker = _leading(tmp_path)
         session = _fetch(broker, 2, 0).session_id
         ctx: Any = SimpleNamespace(broker=broker, version=VERSION, api_version=VERSION)
 
