@@ -47,13 +47,14 @@ def start(target: str, brokers: int) -> AbstractContextManager[Any]:
     return kafka_zk_cluster(brokers, overrides=OVERRIDES)
 
 
-def create_topic(bootstrap: str, name: str) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
+    """A topic of replication factor 1, returned once every partition has a leader."""
     client = AdminClient({"bootstrap.servers": bootstrap})
-    client.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(60)
+    client.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         parts = client.list_topics(name, timeout=10).topics[name].partitions
-        if len(parts) == PARTITIONS and all(p.leader >= 0 for p in parts.values()):
+        if len(parts) == partitions and all(p.leader >= 0 for p in parts.values()):
             return
         time.sleep(0.1)
     raise RuntimeError(f"{name}: partitions without a leader")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -56,6 +57,13 @@ def started(target: str, certs: Certs) -> Iterator[tuple[str, str, str, int | No
         overrides[f"listener.name.{name}.plain.sasl.jaas.config"] = security.jaas_plain()
     with broker_process(overrides) as running:
         yield running.bootstrap_servers, f"127.0.0.1:{sasl}", f"127.0.0.1:{sasl_ssl}", running.pid
+
+
+def user_seconds(pid: int) -> float:
+    """The broker's CPU time in user space: its crypto and Python, without the kernel's page-cache
+    writes, whose cost on this VM swings with how recently memory was freed."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / os.sysconf("SC_CLK_TCK")
 
 
 def client(bootstrap: str, tls: bool, certs: Certs, **extra: Any) -> dict[str, Any]:
@@ -100,11 +108,16 @@ def consume(conf: dict[str, Any], topic: str, count: int) -> float:
 
 
 def one_round(target: str, n: int, mb: int, certs: Certs) -> Iterator[dict[str, Any]]:
+    """Plaintext and TLS, each on a broker of its own, in an order that alternates by round. On this
+    VM a write into a page-cache page the host has taken back costs ~2 ms/MB of kernel time, one
+    into a page freed a moment ago ~0.2 (docs/benchmarks.md, "Produce on this VM"): each broker
+    starts right after the previous one's data is deleted, so both paths write into pages freed
+    alike (sharing a broker, the second path wrote into fresh pages and looked far dearer)."""
     count = mb * 1_000_000 // VALUE
-    with started(target, certs) as (plain, sasl, sasl_ssl, pid):
-        def cpu_ms() -> float:
-            return cpu_seconds(pid) * 1000 if pid is not None else 0.0
-        for tls in (False, True):
+    for tls in ((False, True) if n % 2 == 0 else (True, False)):
+        with started(target, certs) as (plain, sasl, sasl_ssl, pid):
+            def cpu_ms() -> tuple[float, float]:
+                return (cpu_seconds(pid) * 1000, user_seconds(pid) * 1000) if pid is not None else (0.0, 0.0)
             topic = f"tls-{int(tls)}-{n}"
             create_topic(plain, topic)
             bootstrap = sasl_ssl if tls else sasl
@@ -115,7 +128,10 @@ def one_round(target: str, n: int, mb: int, certs: Certs) -> Iterator[dict[str, 
             after = cpu_ms()
             result = {"target": target, "round": n, "tls": tls, "produce_mb_s": produced, "consume_mb_s": consumed}
             if pid is not None:
-                result |= {"produce_cpu_ms_per_mb": (middle - before) / mb, "consume_cpu_ms_per_mb": (after - middle) / mb}
+                result |= {"produce_cpu_ms_per_mb": (middle[0] - before[0]) / mb,
+                           "consume_cpu_ms_per_mb": (after[0] - middle[0]) / mb,
+                           "produce_user_ms_per_mb": (middle[1] - before[1]) / mb,
+                           "consume_user_ms_per_mb": (after[1] - middle[1]) / mb}
             yield result
 
 
@@ -137,7 +153,8 @@ def main() -> None:
         row: dict[str, float] = {}
         for tls in (False, True):
             mine = [r for r in results if r["target"] == target and r["tls"] == tls]
-            for key in ("produce_mb_s", "consume_mb_s", "produce_cpu_ms_per_mb", "consume_cpu_ms_per_mb"):
+            for key in ("produce_mb_s", "consume_mb_s", "produce_cpu_ms_per_mb", "consume_cpu_ms_per_mb",
+                        "produce_user_ms_per_mb", "consume_user_ms_per_mb"):
                 if key in mine[0]:
                     row[f"{'tls' if tls else 'plain'}_{key}"] = statistics.median(r[key] for r in mine)
         for way in ("consume", "produce"):

@@ -1,5 +1,5 @@
 """Command line: ``grete serve [server.properties] [--override key=value ...]``, ``grete cluster``
-(docs/cluster.md), ``grete scram add`` (docs/security.md) and ``grete storage`` (kafka-storage's
+and ``grete host`` (docs/cluster.md), ``grete scram add`` (docs/security.md) and ``grete storage`` (kafka-storage's
 random-uuid, format and info; docs/operations.md)."""
 
 from __future__ import annotations
@@ -42,6 +42,21 @@ def main(argv: list[str] | None = None) -> int:
                        help="ZooKeeper's port, with --zookeeper (default: a free one)")
     local.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="a broker property for every broker (repeatable)")
+    host = sub.add_parser("host", help="run several brokers on this host, one per core by default, from one "
+                          "broker's properties (docs/cluster.md, \"Several brokers per host\")")
+    host.add_argument("properties", help="the first broker's server.properties for this host: its node.id "
+                      "(or broker.id), listeners, log.dirs and the cluster's controllers (or ZooKeeper)")
+    host.add_argument("--brokers", default="auto",
+                      help="how many brokers: a number, or auto for one per core (default auto)")
+    host.add_argument("--dir", default="./grete-host",
+                      help="where each broker's properties and log go (default ./grete-host)")
+    host.add_argument("--port-stride", type=int, default=None,
+                      help="broker i's ports are the file's plus i times this (default: the span of the "
+                           "file's ports, so listeners never overlap)")
+    host.add_argument("--cluster-id", help="KRaft: format log dirs not formatted yet with this cluster id")
+    host.add_argument("--dry-run", action="store_true", help="print each broker's properties and start nothing")
+    host.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                      help="a property for every broker (repeatable)")
     scram = sub.add_parser("scram", help="write SCRAM credentials before the first start (no PLAIN login needed)")
     scram.add_argument("scram_action", choices=["add"], metavar="add", help="write the credentials given")
     scram.add_argument("--config", required=True, metavar="server.properties",
@@ -64,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_cluster(args) if args.action is None else control_cluster(args)
     if args.command == "scram":
         return add_scram(args)
+    if args.command == "host":
+        return run_host(args)
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
@@ -153,6 +170,35 @@ def run_cluster(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("stopped while starting", file=sys.stderr)
     return 0
+
+
+def run_host(args: argparse.Namespace) -> int:
+    """``grete host``: the brokers laid out for this host's cores, run until Ctrl-C or SIGTERM."""
+    import asyncio
+    from pathlib import Path
+
+    from grete.broker.config import ConfigError
+    from grete.broker.host_layout import HostLayoutError
+    from grete.broker.host_runner import HostBrokers, HostError, host_facts, plan, write_layout
+
+    try:
+        layouts = plan(args, host_facts())
+        if args.dry_run:
+            for items in layouts:
+                print("\n".join(f"{key}={value}" for key, value in items.items()), end="\n\n")
+            return 0
+        brokers = HostBrokers(Path(args.dir), write_layout(Path(args.dir), layouts, args.cluster_id))
+    except (HostError, HostLayoutError, ConfigError, OSError) as exc:
+        print(f"grete host: {exc}", file=sys.stderr)
+        return 2
+    brokers.start()
+    for items in layouts:
+        broker_id = items.get("node.id") or items["broker.id"]
+        print(f"broker {broker_id} (pid {brokers.processes[broker_id].pid}): {items.get('listeners', '')} "
+              f"log.dirs={items['log.dirs']} "
+              f"broker.rack={items['broker.rack']}", flush=True)
+    print(f"properties and logs (broker-<id>.log): {args.dir}; Ctrl-C stops every broker", flush=True)
+    return asyncio.run(brokers.run())
 
 
 def control_cluster(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from grete.broker.child_process import spawn
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.coordinator.metadata import new_topic_id
 from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
@@ -25,7 +26,6 @@ from grete.protocol.records.batch import iter_batches
 from grete.protocol.topics import METADATA_TOPIC
 from grete.storage.files import uuid_to_kafka
 from grete.testing.common import free_port
-from grete.testing.process import spawn
 from tools import kafka_dist
 
 KAFKA = "4.3.1"

@@ -27,9 +27,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from grete.broker.child_process import spawn
 from grete.testing.common import BrokerStartError
 from grete.testing.kraft import ControllerQuorum, write_properties
-from grete.testing.process import BrokerProcess, spawn
+from grete.testing.process import BrokerProcess
 from tools import kafka_dist
 from tools.reference_kafka import port_open, wait_while
 from tools.reference_kafka_zk import (

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from grete.broker.child_process import spawn
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.testing import _wire
 from grete.testing.common import BrokerStartError, free_port, scratch_root
 from grete.testing.kraft import CombinedQuorum, ControllerQuorum, format_storage, write_properties
-from grete.testing.process import BrokerProcess, await_start, serve_command, spawn
+from grete.testing.process import BrokerProcess, await_start, serve_command
 
 ZOOKEEPER_JAR = Path(os.environ.get("GRETE_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
 ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"

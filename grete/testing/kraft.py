@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from grete.broker import storage_tool
+from grete.broker.child_process import spawn
 from grete.coordinator.metadata import new_topic_id
 from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from grete.protocol.topics import METADATA_TOPIC
 from grete.storage.files import uuid_to_kafka
 from grete.testing import _wire
 from grete.testing.common import BrokerStartError, free_port
-from grete.testing.process import BrokerProcess, await_start, spawn
+from grete.testing.process import BrokerProcess, await_start
 
 CONTROLLER_ID_BASE = 1000  # controllers are 1001.., so brokers keep the ids 1..N
 START_TIMEOUT_S = 60.0

@@ -8,7 +8,6 @@ log line, so there is no window in which another process could take a pre-picked
 
 from __future__ import annotations
 
-import ctypes
 import re
 import shutil
 import signal
@@ -20,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from grete.broker.child_process import spawn
 from grete.broker.server import embedded_config
 from grete.testing import _wire
 from grete.testing.common import BrokerStartError, scratch_root
@@ -95,13 +95,6 @@ def broker_process(overrides: Mapping[str, str] | None = None, *, data_dir: str 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start ``command`` with its output in ``log_path``; it dies with this process."""
-    with open(log_path, "ab") as log_file:
-        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                                preexec_fn=_die_with_parent, close_fds=True)
-
-
 def serve_command(items: Mapping[str, str]) -> list[str]:
     command = [sys.executable, "-m", "grete.cli", "serve"]
     for key, value in items.items():
@@ -133,10 +126,3 @@ def _await_start(process: subprocess.Popen[bytes], data_dir: Path, log_path: Pat
 
 def _tail(text: str, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:])
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM if the test process dies, so no broker outlives its test run."""
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -17,7 +17,6 @@ import asyncio
 import os
 import signal
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from typing import TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from grete.broker.child_process import describe_exit, exited, tail
 from grete.coordinator.zookeeper import zk_layout as zk
 from grete.protocol.messages import MetadataRequest, MetadataResponse
 from grete.testing import _wire
@@ -35,7 +35,6 @@ from grete.testing.common import BrokerStartError
 from grete.testing.process import BrokerProcess
 
 SOCKET_NAME = "cluster.sock"
-LOG_TAIL_LINES = 10
 PROBE_TIMEOUT_S = 3.0
 T = TypeVar("T")
 
@@ -77,47 +76,6 @@ def request(directory: Path, line: str) -> tuple[int, str]:
         answer = b"".join(iter(lambda: sock.recv(65536), b"")).decode(errors="replace")
     code, _, text = answer.partition("\n")
     return (int(code) if code.isdigit() else 1), text
-
-
-def exited(process: subprocess.Popen[bytes]) -> asyncio.Future[int]:
-    """A future resolved with ``process``'s exit status when it ends: a parked wait on its pidfd."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[int] = loop.create_future()
-    try:
-        fd = os.pidfd_open(process.pid)
-    except ProcessLookupError:  # already reaped
-        future.set_result(process.wait())
-        return future
-
-    def ready() -> None:
-        if not future.done():
-            future.set_result(process.wait())  # a zombie now: reaped at once
-
-    def forget(_: asyncio.Future[int]) -> None:  # resolved, or cancelled with its watch
-        loop.remove_reader(fd)
-        os.close(fd)
-    loop.add_reader(fd, ready)
-    future.add_done_callback(forget)
-    return future
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last lines of a log, read from its end (logs grow across restarts)."""
-    try:
-        with open(path, "rb") as file:
-            file.seek(max(0, file.seek(0, os.SEEK_END) - 16384))
-            return file.read().decode(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return []
 
 
 class ClusterSupervisor:

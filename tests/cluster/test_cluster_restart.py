@@ -10,8 +10,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
+from grete.broker.child_process import spawn
 from grete.testing.cluster import GreteCluster
-from grete.testing.process import await_start, serve_command, spawn
+from grete.testing.process import await_start, serve_command
 
 pytestmark = pytest.mark.slow
 

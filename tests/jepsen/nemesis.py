@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from grete.testing.process import spawn
+from grete.broker.child_process import spawn
 from tests.jepsen import firewall, flood
 from tests.jepsen.clusters import OVERRIDES, SESSION_TIMEOUT_MS, all_proxies, second_process_command
 from tests.jepsen.views import View

@@ -15,10 +15,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from grete.broker.child_process import spawn
 from grete.broker.config import BrokerConfig, read_properties
 from grete.broker.network.listeners import parse_listeners, security_protocol
 from grete.testing.cluster import ZooKeeperProcess, zookeeper_available
-from grete.testing.process import await_start, spawn
+from grete.testing.process import await_start
 
 from ._support import DOCKER, entrypoint, free_port
 

@@ -4,12 +4,16 @@ asyncio's own TLS transport encrypts and decrypts on the loop's thread: a large 
 from the segment, then encrypted) or a large Produce request held the loop for its whole size while
 the machine's other core idled. Here :class:`TlsProtocol` sits on the plain TCP transport, runs the
 handshake with an ``ssl.SSLObject`` over two ``MemoryBIO``\\ s, and then hands the connection's
-protocol a :class:`TlsTransport`. Bulk work goes to a small shared pool of threads
-(:func:`crypto_pool`): OpenSSL releases the interpreter lock inside ``SSLObject.write`` / ``read``,
-and ``os.preadv`` does too, so a worker reads file slices into its own reused buffer and encrypts
-them (OpenSSL cuts the big writes into 16 KB records), or decrypts a large read of ciphertext into
-one buffer, while the loop serves other connections. Small messages stay on the loop, where a
-thread hand-off would cost more than the crypto.
+protocol a :class:`TlsTransport`. Large answers are encrypted on a small shared pool of threads
+(:func:`crypto_pool`): OpenSSL releases the interpreter lock inside ``SSLObject.write``, and
+``os.preadv`` does too, so a worker reads file slices into its own reused buffer and encrypts them
+(one call cuts a quarter of a megabyte into 16 KB records) while the loop serves other connections.
+Small answers stay on the loop, where a thread hand-off would cost more than the crypto.
+
+Requests are decrypted on the loop. ``SSLObject.read`` returns one 16 KB record per call, so a
+worker decrypting a megabyte takes the interpreter lock back 64 times, each time queueing behind the
+loop: on two cores that cost more than the decryption itself (a Produce stream over TLS ran at 250
+MB/s decrypted on a worker, 290 MB/s on the loop; docs/benchmarks.md, "What TLS costs").
 
 One rule keeps this safe: a connection's ``SSLObject`` and BIOs are used by one thread at a time.
 Each connection has at most one job in flight; while it runs, the loop only queues (ciphertext that
@@ -41,10 +45,9 @@ from grete.broker.replica.writers import FileRange, Slice, fd_path, is_bytes
 log = logging.getLogger(__name__)
 
 OFFLOAD_MIN_BYTES = 64 * 1024  # below this, crypto on the loop costs less than a thread hand-off
-DECRYPT_OFFLOAD_MIN_BYTES = 64 * 1024  # ciphertext received at once that is decrypted on a worker
 JOB_BYTES = 1 << 20            # plaintext per job: the socket sends one job's output while the next is encrypted
 READ_CHUNK = 256 * 1024        # the reused buffer file slices are read into, per worker thread
-RAW_RECEIVE = 256 * 1024       # ciphertext received per socket read
+RAW_RECEIVE = 1 << 20          # ciphertext received per socket read, into one buffer per thread
 STASH_LIMIT = 8 << 20          # ciphertext queued behind a job before the socket is no longer read
 WRITE_HIGH = 4 << 20           # plaintext queued to encrypt that pauses the protocol's writing
 HANDSHAKE_TIMEOUT_S = 60.0     # asyncio's ssl_handshake_timeout default
@@ -77,16 +80,22 @@ def ktls_unavailable() -> str | None:
 
 @dataclass
 class _Work:
-    """A job: plaintext parts to encrypt and ciphertext to decrypt, and what came of them."""
+    """A job: plaintext parts to encrypt, and what came of them."""
 
     parts: list[Any]
     size: int
-    cipher_in: list[bytes] = field(default_factory=list)
     cipher: list[bytes] = field(default_factory=list)
-    plain: bytearray = field(default_factory=bytearray)
-    filled: int = 0
-    eof: bool = False
     error: Exception | None = None
+
+
+def _receive_buffer() -> memoryview:
+    """The buffer every TLS connection of this thread's loop receives into: a read is in the BIO or
+    stashed before the loop reads another socket, so one serves them all (an idle TLS connection
+    holds no receive buffer, and a Produce stream is read a megabyte per call)."""
+    buf: memoryview | None = getattr(_local, "receive", None)
+    if buf is None:
+        buf = _local.receive = memoryview(bytearray(RAW_RECEIVE))
+    return buf
 
 
 def _read_buffer() -> memoryview:
@@ -118,27 +127,6 @@ def _encrypt(sslobj: ssl.SSLObject, outgoing: ssl.MemoryBIO, work: _Work) -> _Wo
                 sslobj.write(part)
             else:
                 _encrypt_slice(sslobj, outgoing, part, work.cipher)
-    except (ssl.SSLError, OSError) as exc:
-        work.error = exc
-    work.cipher.append(outgoing.read())  # also anything reading left there (alerts, key updates)
-    return work
-
-
-def _decrypt(sslobj: ssl.SSLObject, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, work: _Work) -> _Work:
-    """Decrypt ``work``'s ciphertext into one buffer on a worker (what does not fit stays in the BIO)."""
-    for data in work.cipher_in:
-        incoming.write(data)
-    work.plain = bytearray(sum(len(c) for c in work.cipher_in))
-    view = memoryview(work.plain)
-    try:
-        while work.filled < len(view):
-            n = _read_into(sslobj, view[work.filled:])
-            if not n:  # close_notify
-                work.eof = True
-                break
-            work.filled += n
-    except ssl.SSLWantReadError:
-        pass
     except (ssl.SSLError, OSError) as exc:
         work.error = exc
     work.cipher.append(outgoing.read())  # also anything reading left there (alerts, key updates)
@@ -183,7 +171,6 @@ class TlsProtocol(asyncio.BufferedProtocol):
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self.sslobj = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
-        self._receive = memoryview(bytearray(RAW_RECEIVE))
         self.raw: asyncio.Transport | None = None
         self.app: asyncio.BufferedProtocol | None = None
         self.transport: TlsTransport | None = None
@@ -191,7 +178,6 @@ class TlsProtocol(asyncio.BufferedProtocol):
         self.job: Future[_Work] | None = None          # the worker's job holding the SSLObject, if any
         self._stash: list[bytes] = []                  # ciphertext that came while a job ran
         self._stash_bytes = 0
-        self._plain: memoryview | None = None          # decrypted on a worker, not yet taken by the app
         self._out: deque[Any] = deque()                # plaintext parts to encrypt, in order
         self.out_bytes = 0
         self.app_paused = False
@@ -211,20 +197,23 @@ class TlsProtocol(asyncio.BufferedProtocol):
         self._handshake_timer = self._loop.call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timed_out)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._receive
+        return _receive_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        """Ciphertext in the thread's receive buffer: in the BIO, or stashed behind a job, before
+        this returns (the next connection read receives into the same buffer)."""
+        received = _receive_buffer()[:nbytes]
         if self.closed or self.closing:
             return
         if self.app is None:
-            self._incoming.write(self._receive[:nbytes])
+            self._incoming.write(received)
             self._handshake()
             return
-        if self.job is None and not self._stash and self._plain is None and nbytes < DECRYPT_OFFLOAD_MIN_BYTES:
-            self._incoming.write(self._receive[:nbytes])
+        if self.job is None and not self._stash:
+            self._incoming.write(received)
             self._read()
             return
-        self._stash.append(bytes(self._receive[:nbytes]))
+        self._stash.append(bytes(received))
         self._stash_bytes += nbytes
         self._advance()
 
@@ -351,13 +340,6 @@ class TlsProtocol(asyncio.BufferedProtocol):
         self._done(work)
         if self.closed:
             return
-        if work.filled and not self.closing:
-            self._plain = memoryview(work.plain)[:work.filled]
-        if work.eof and not self.closed:
-            self._deliver_plain()
-            if self.app is not None:
-                self.app.eof_received()
-            self.close()
         self._advance()
         self._pump()
 
@@ -371,33 +353,15 @@ class TlsProtocol(asyncio.BufferedProtocol):
         self._control_flow()
 
     def _advance(self) -> None:
-        """The read side, when the SSLObject is free: plaintext a worker decrypted goes to the app
-        first, then a large stash of ciphertext goes to a worker, a small one is read here."""
+        """The read side, when the SSLObject is free again: the ciphertext that came while a job
+        held it goes to the BIO and is read."""
         if self.closed or self.closing or self.job is not None:
             self._control_flow()
             return
-        self._deliver_plain()
-        if self._plain is not None or self.app_paused or self.closed or self.job is not None:
-            self._control_flow()  # (the app's answers may have started a job: the stash waits for it)
-            return
         stash, self._stash, self._stash_bytes = self._stash, [], 0
-        if sum(len(c) for c in stash) >= DECRYPT_OFFLOAD_MIN_BYTES:
-            self._submit(_decrypt, self.sslobj, self._incoming, self._outgoing, _Work([], 0, stash))
-            self._control_flow()
-            return
         for data in stash:
             self._incoming.write(data)
         self._read()
-
-    def _deliver_plain(self) -> None:
-        app = self.app
-        while self._plain is not None and app is not None and not self.app_paused and not self.closed:
-            buf = memoryview(app.get_buffer(-1))
-            n = min(len(buf), len(self._plain))
-            buf[:n] = self._plain[:n]
-            rest = self._plain[n:]
-            self._plain = rest if len(rest) else None
-            app.buffer_updated(n)
 
     def _send_ciphertext(self, chunks: Iterable[bytes]) -> None:
         data = [c for c in chunks if c]
@@ -410,7 +374,7 @@ class TlsProtocol(asyncio.BufferedProtocol):
         raw = self.raw
         if raw is None or self.closed:
             return
-        hold = self.app_paused or self._stash_bytes >= STASH_LIMIT or self._plain is not None
+        hold = self.app_paused or self._stash_bytes >= STASH_LIMIT
         if hold != self._raw_paused_reading:
             self._raw_paused_reading = hold
             (raw.pause_reading if hold else raw.resume_reading)()
@@ -452,7 +416,6 @@ class TlsProtocol(asyncio.BufferedProtocol):
         """Send what is queued, then close_notify, then close the socket."""
         self.closing = True
         self._stash, self._stash_bytes = [], 0
-        self._plain = None
         self._pump()
 
     def _finish_closing(self) -> None:
@@ -477,13 +440,12 @@ class TlsProtocol(asyncio.BufferedProtocol):
 
     def _drop(self) -> None:
         self._stash, self._stash_bytes = [], 0
-        self._plain = None
         self._out.clear()
         self.out_bytes = 0
 
     def buffered(self) -> int:
         """Bytes held for the connection: ciphertext received, plaintext to send."""
-        return self._stash_bytes + self.out_bytes + (len(self._plain) if self._plain is not None else 0)
+        return self._stash_bytes + self.out_bytes
 
     def _peer(self) -> Any:
         return self.raw.get_extra_info("peername") if self.raw is not None else None
