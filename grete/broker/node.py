@@ -205,7 +205,10 @@ class Node:
         if groups is not None:
             await groups.shutdown()
         broker.replicas.shutdown()
-        broker.log_manager.shutdown()
+        # A KRaft broker's clean-shutdown files name its epoch (Kafka's BrokerServer); ZooKeeper
+        # brokers and the embedded node write -1, as Kafka 3.9's do.
+        kraft = not broker.config.get_str("zookeeper.connect") and broker.cluster.broker_epoch >= 0
+        broker.log_manager.shutdown(broker.cluster.broker_epoch if kraft else -1)
         broker.close_metadata()
         if self.membership is not None:
             await self.membership.stop()  # the session ends: our registration vanishes at once

@@ -49,6 +49,11 @@ class PartitionMeta:
     # OfflineReplicas), and the partition epoch (the ZooKeeper state znode's version).
     offline_replicas: list[int] = field(default_factory=list)
     partition_epoch: int = 0
+    # KRaft with eligible leader replicas (KIP-966): replicas that left the ISR while it was below
+    # min.insync.replicas, so they hold everything committed; and the last leader, kept while the
+    # partition has none.
+    elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -69,7 +69,9 @@ class LogManager:
     * ``meta.properties``: Java properties, KRaft form ``version=1``, ``cluster.id``,
       ``node.id``, ``directory.id`` (ids as 22-character URL-safe base64);
     * ``.kafka_cleanshutdown``: present only while the broker is cleanly stopped; its absence at
-      startup makes every log recover from its recovery point.
+      startup makes every log recover from its recovery point. It holds Kafka's JSON
+      ``{"version":0,"brokerEpoch":N}``: a KRaft broker's epoch when it stopped, which it tells the
+      controller at its next registration (``previous_broker_epoch``; -1 if a dir lacks the file).
 
     Each log dir is a unit of failure (Kafka's JBOD, KIP-112): an OSError in one takes it offline
     once (``offline_dirs``, one log line, listeners of ``on_dir_offline``), its logs then raise
@@ -87,6 +89,9 @@ class LogManager:
         self.offline: dict[TopicPartition, str] = {}  # partitions that failed to load, and why
         self._offline_where: dict[TopicPartition, list[Path]] = {}  # their partition directories
         self.dir_ids: dict[Path, uuid.UUID] = {}
+        # The broker epoch every dir's clean-shutdown file named, if they all named the same one.
+        self.previous_broker_epoch = -1
+        self._clean_epochs: list[int] = []
         self.cleaner_offsets: dict[TopicPartition, int] = {}
         # What each checkpoint file last said: an idle broker does not rewrite unchanged files.
         self._written: dict[Path, dict[TopicPartition, int]] = {}
@@ -117,11 +122,14 @@ class LogManager:
         for d in self.log_dirs:
             try:
                 d.mkdir(parents=True, exist_ok=True)
-                self._ensure_meta(d, cluster_id, node_id)
+                self.dir_ids[d] = ensure_meta(d, cluster_id, node_id)
                 self._load_dir(d, configs or {})
             except OSError as exc:
                 self.dir_failed(d, exc)
         self._promote_orphan_futures()
+        epochs = set(self._clean_epochs)
+        if len(epochs) == 1 and len(self._clean_epochs) == len(self.log_dirs):
+            self.previous_broker_epoch = epochs.pop()
         if self.all_dirs_offline:
             raise KafkaStorageException(self.log_dirs[0], None,
                                         f"none of the log dirs {[str(d) for d in self.log_dirs]} is usable: "
@@ -129,34 +137,11 @@ class LogManager:
         self.checkpoint()
         return dict(self.logs)
 
-    def _ensure_meta(self, d: Path, cluster_id: str | None, node_id: int | None) -> None:
-        """Check an existing meta.properties against this broker, or write a KRaft v1 one."""
-        path = d / META_PROPERTIES
-        props = read_properties(path)
-        if props is None:
-            dir_id = uuid.uuid4()
-            new = {"version": "1"}
-            if cluster_id is not None:
-                new["cluster.id"] = cluster_id
-            if node_id is not None:
-                new["node.id"] = str(node_id)
-            new["directory.id"] = uuid_to_kafka(dir_id)
-            write_properties(path, new)
-            self.dir_ids[d] = dir_id
-            return
-        if cluster_id is not None and props.get("cluster.id") not in (None, cluster_id):
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"{path}: cluster.id {props.get('cluster.id')} does not match {cluster_id}")
-        stored_node = props.get("node.id", props.get("broker.id"))
-        if node_id is not None and stored_node not in (None, str(node_id)):
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path}: node.id {stored_node} does not match {node_id}")
-        raw = props.get("directory.id")
-        # An older (v0) file without a directory id is left as it is; the id only lives in memory.
-        self.dir_ids[d] = uuid_from_kafka(raw) if raw else uuid.uuid4()
-
     def _load_dir(self, d: Path, configs: Mapping[str, LogConfig]) -> None:
         marker = d / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        if clean:
+            self._clean_epochs.append(_clean_shutdown_epoch(marker))
         recovery = read_recovery_point_checkpoint(d)
         starts = read_offset_checkpoint(d / LOG_START_CHECKPOINT)
         hws = read_replication_offset_checkpoint(d)
@@ -390,9 +375,9 @@ class LogManager:
                 except KafkaStorageException:
                     continue  # reported once by its dir
 
-    def shutdown(self) -> None:
+    def shutdown(self, broker_epoch: int = -1) -> None:
         """Stop the cleaner, close every log (flush + snapshot), checkpoint, mark the online dirs
-        clean (an offline dir recovers at the next start)."""
+        clean with ``broker_epoch`` (an offline dir recovers at the next start)."""
         if self._cleaner is not None:
             self.cleaner().stop()
         self._flusher.shutdown(wait=True)
@@ -404,7 +389,8 @@ class LogManager:
         self.checkpoint()
         for d in self.online_dirs:
             try:
-                atomic_write(d / CLEAN_SHUTDOWN_FILE, json.dumps({"version": 0, "brokerEpoch": -1}).encode())
+                atomic_write(d / CLEAN_SHUTDOWN_FILE,
+                             json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode())
             except OSError as exc:
                 self.dir_failed(d, exc)
         self.failures.deliver()
@@ -461,3 +447,38 @@ class LogManager:
         self.logs[key] = self._adopt(moved)
         return moved
 
+
+def ensure_meta(d: Path, cluster_id: str | None, node_id: int | None) -> uuid.UUID:
+    """Check a log dir's existing meta.properties against this broker, or write a KRaft v1 one;
+    the dir's id."""
+    path = d / META_PROPERTIES
+    props = read_properties(path)
+    if props is None:
+        dir_id = uuid.uuid4()
+        new = {"version": "1"}
+        if cluster_id is not None:
+            new["cluster.id"] = cluster_id
+        if node_id is not None:
+            new["node.id"] = str(node_id)
+        new["directory.id"] = uuid_to_kafka(dir_id)
+        write_properties(path, new)
+        return dir_id
+    if cluster_id is not None and props.get("cluster.id") not in (None, cluster_id):
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                         f"{path}: cluster.id {props.get('cluster.id')} does not match {cluster_id}")
+    stored_node = props.get("node.id", props.get("broker.id"))
+    if node_id is not None and stored_node not in (None, str(node_id)):
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path}: node.id {stored_node} does not match {node_id}")
+    raw = props.get("directory.id")
+    # An older (v0) file without a directory id is left as it is; the id only lives in memory.
+    return uuid_from_kafka(raw) if raw else uuid.uuid4()
+
+
+def _clean_shutdown_epoch(marker: Path) -> int:
+    """The broker epoch a clean-shutdown file names; -1 for an empty or unreadable one (files of
+    older versions were empty)."""
+    try:
+        epoch = json.loads(marker.read_bytes() or b"{}").get("brokerEpoch", -1)
+    except (OSError, ValueError, AttributeError):
+        return -1
+    return epoch if isinstance(epoch, int) else -1

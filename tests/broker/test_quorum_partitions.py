@@ -19,6 +19,7 @@ from grete.protocol.messages import AlterPartitionRequest, BrokerRegistrationReq
 from grete.protocol.metadata import (
     BrokerRegistrationChangeRecord,
     DelegationTokenRecord,
+    FeatureLevelRecord,
     RegisterBrokerRecord,
 )
 from grete.protocol.metadata_frame import encode_metadata_record
@@ -145,6 +146,42 @@ def test_a_broker_unfenced_leads_again_where_it_is_the_last_isr_member() -> None
         await q.control.broker_unfenced(3)
         assert [(p.leader, p.isr) for _, p in sorted(meta.partitions.items())] == [(3, [3]), (3, [3])]
         assert meta.partitions[0].leader_epoch == epoch + 1
+    asyncio.run(run())
+
+
+def test_with_eligible_leader_replicas_the_isr_empties_and_the_elr_leads() -> None:
+    """eligible.leader.replicas.version 1 and min.insync.replicas 2: an ISR shrunk below its minimum
+    puts the replicas leaving it in the ELR; the leader fenced empties the ISR and the first unfenced
+    ELR member leads; a broker registering again after an unclean stop leaves the ELR; a change of
+    min.insync.replicas clears the ELRs (ClearElrRecord)."""
+    async def run() -> None:
+        q = Quorum()
+        q.registry.partitions = q.control
+        await q.store.commit([FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1)])
+        for broker in (1, 2, 3):
+            await q.broker(broker)
+        meta = await q.store.create_topic("t", {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+        epoch_of = {b: r.epoch for b, r in q.registry.brokers.items()}
+        answer = await q.control.alter_partition(alter(meta.topic_id, 1, epoch_of[1], [1]), 3)
+        assert answer.topics[0].partitions[0].error_code == 0
+        part = meta.partitions[0]
+        assert (part.leader, part.isr, part.elr) == (1, [1], [2, 3])
+        q.registry.brokers[1].fenced = True
+        await q.control.broker_fenced(1)
+        assert (part.leader, part.isr, part.elr, part.last_known_elr) == (2, [2], [1, 3], [])
+        # Broker 3's process died and came back: the epoch it names is not the one it had.
+        await q.registry.register(BrokerRegistrationRequest(
+            broker_id=3, cluster_id="cluster", incarnation_id=uuid.uuid4(), listeners=[], features=[], rack=None,
+            log_dirs=[], previous_broker_epoch=-1))
+        assert (part.leader, part.isr, part.elr) == (2, [2], [1])
+        # Broker 1 stopped cleanly: it names its epoch and stays eligible.
+        await q.registry.register(BrokerRegistrationRequest(
+            broker_id=1, cluster_id="cluster", incarnation_id=uuid.uuid4(), listeners=[], features=[], rack=None,
+            log_dirs=[], previous_broker_epoch=epoch_of[1]))
+        assert part.elr == [1]
+        before = part.partition_epoch
+        await q.store.set_topic_configs("t", {"min.insync.replicas": "1"})
+        assert (part.elr, part.last_known_elr, part.partition_epoch) == ([], [], before + 1)
     asyncio.run(run())
 
 

@@ -172,3 +172,24 @@ def test_an_unchanged_checkpoint_is_not_rewritten(tmp_path: Path) -> None:
     mgr.checkpoint()
     assert recovery_file.exists()
     mgr.shutdown()
+
+
+def test_the_clean_shutdown_files_name_the_broker_epoch(tmp_path: Path) -> None:
+    """A KRaft broker stopped cleanly tells the controller the epoch it had (PreviousBrokerEpoch):
+    every dir's ``.kafka_cleanshutdown`` holds it in Kafka's JSON; a dir without one (a crash) or
+    with another epoch makes it -1."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    mgr = LogManager(dirs, LogConfig())
+    mgr.startup()
+    assert mgr.previous_broker_epoch == -1  # a new broker
+    mgr.shutdown(broker_epoch=42)
+    assert (dirs[0] / ".kafka_cleanshutdown").read_text() == '{"version": 0, "brokerEpoch": 42}'
+    again = LogManager(dirs, LogConfig())
+    again.startup()
+    assert again.previous_broker_epoch == 42
+    again.shutdown(broker_epoch=43)
+    (dirs[1] / ".kafka_cleanshutdown").unlink()
+    crashed = LogManager(dirs, LogConfig())
+    crashed.startup()
+    assert crashed.previous_broker_epoch == -1
+    crashed.shutdown()

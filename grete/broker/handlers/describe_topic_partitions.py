@@ -11,8 +11,8 @@ measured on Kafka 4.3.1:
 * topics before the cursor's are skipped, and its partitions before the cursor's index;
 * an empty topic name fails the whole request (Kafka's handler throws: UNKNOWN_SERVER_ERROR for
   every topic, in request order);
-* the eligible-leader-replica lists are empty (grete has no ELR elections; Kafka with ELR on and
-  nothing ineligible answers the same).
+* the eligible leader replicas and the last known ELR are the partition's as the KRaft metadata
+  holds them (empty in ZooKeeper mode, as Kafka 3.9 has none).
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def _partitions(ctx: RequestContext, meta: TopicMeta, indexes: list[int]) -> lis
     states = ctx.broker.cluster.partition_states(meta, indexes, ctx.listener, listener_not_found=False)
     return [Partition(error_code=state.error, partition_index=index, leader_id=state.leader,
                       leader_epoch=state.leader_epoch, replica_nodes=list(meta.partitions[index].replicas),
-                      isr_nodes=state.isr, eligible_leader_replicas=[], last_known_elr=[],
+                      isr_nodes=state.isr, eligible_leader_replicas=list(meta.partitions[index].elr),
+                      last_known_elr=list(meta.partitions[index].last_known_elr),
                       offline_replicas=state.offline)
             for index, state in zip(indexes, states, strict=True)]
 

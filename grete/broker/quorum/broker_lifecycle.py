@@ -57,8 +57,11 @@ class Registration:
 
 class BrokerLifecycle:
     def __init__(self, registration: Registration, call: Call, applied_offset: Callable[[], int],
-                 heartbeat_interval_ms: int) -> None:
+                 heartbeat_interval_ms: int, previous_epoch: int = -1) -> None:
         self.registration = registration
+        # The epoch this broker's last process had if it stopped cleanly (its log dirs'
+        # clean-shutdown files), told to the controller: not a clean stop, it leaves every ELR.
+        self._previous_epoch = previous_epoch
         self._call = call
         self._applied_offset = applied_offset  # the last metadata offset this broker has applied
         self._interval_s = heartbeat_interval_ms / 1000
@@ -75,7 +78,7 @@ class BrokerLifecycle:
     # --- registration ---------------------------------------------------------------------------
     async def register(self) -> None:
         """Register with the active controller (retried until it answers), then start heartbeats."""
-        previous = self.broker_epoch
+        previous = self.broker_epoch if self.broker_epoch >= 0 else self._previous_epoch
         while not self._closed:
             try:
                 response = await self._call(self.registration.request(previous), REGISTRATION_VERSION)

@@ -6,8 +6,9 @@ BrokerRegistrationChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, Unregist
 new leader knows every broker. Only the leader takes BrokerRegistration and BrokerHeartbeat, and only
 it keeps heartbeat times: a broker silent for ``broker.session.timeout.ms`` is fenced by a record.
 
-- A registration writes a RegisterBrokerRecord, fenced; the broker's epoch is the record's offset.
-  Another incarnation of an id whose broker is unfenced and still heartbeating is
+- A registration writes a RegisterBrokerRecord, fenced; the broker's epoch is the offset its batch
+  starts at. A new incarnation's batch first takes it out of every ISR, and out of every eligible
+  leader replica set if it did not shut down cleanly (grete/broker/quorum/partitions.py). Another incarnation of an id whose broker is unfenced and still heartbeating is
   DUPLICATE_BROKER_REGISTRATION (a fenced broker has no session, as in Kafka).
 - A heartbeat from a registered broker of the current epoch is caught up once the broker has
   replayed the log up to its own registration; a fenced broker that is caught up and does not ask to
@@ -67,6 +68,7 @@ Commit = Callable[[Sequence[Message]], Awaitable[None]]
 class AlterPartitionTaker(Protocol):
     async def alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse: ...
     async def broker_unregistered(self, broker_id: int, record: Message) -> None: ...
+    async def broker_registered(self, broker_id: int, clean: bool, record: Message) -> None: ...
 
 
 @dataclass
@@ -206,7 +208,12 @@ class BrokerRegistry(Registrations):
             features=[RegisterBrokerRecord.BrokerFeature(name=f.name, min_supported_version=f.min_supported_version,
                                                          max_supported_version=f.max_supported_version)
                       for f in request.features])
-        await self._commit([record])
+        if self.partitions is not None and (existing is None or existing.incarnation != request.incarnation_id):
+            # A new incarnation: its last one ended cleanly if it names the epoch it had then.
+            clean = existing is not None and existing.epoch == request.previous_broker_epoch
+            await self.partitions.broker_registered(request.broker_id, clean, record)
+        else:
+            await self._commit([record])
         self._heard(request.broker_id)
         log.info("broker %d registered (epoch %d, incarnation %s)", request.broker_id, epoch, request.incarnation_id)
         return BrokerRegistrationResponse(error_code=ErrorCode.NONE, broker_epoch=epoch)

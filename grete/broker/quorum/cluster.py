@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grete.broker.local_cluster import LocalCluster
-from grete.broker.quorum.elections import elect
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo
-from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from grete.broker.broker import Broker
@@ -44,13 +43,7 @@ class QuorumCluster(LocalCluster):
                             partitions: list[TopicPartition] | None) -> dict[TopicPartition, ErrorCode]:
         """Elected among the unfenced brokers and committed as one batch; NOT_CONTROLLER (raised)
         on a voter that does not lead, so the caller asks the leader."""
-        if not self._driver.leads:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum")
-        usable = {b.id for b in self._registry.live()}
-        results, records = elect(self._store.topics(), usable, preferred, partitions)
-        if records:
-            await self._store.commit(records)
-        return results
+        return await self._partitions.elect_leaders(preferred, partitions)
 
     async def unregister_broker(self, broker_id: int) -> None:
         await self._registry.unregister(broker_id)

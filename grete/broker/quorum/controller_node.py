@@ -134,7 +134,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
                         bootstrap=bootstrap, local=local, snapshots=snapshot_policy(config),
                         log_config=metadata_log_config(config))
     driver.leadership_listeners.append(registry.leadership_changed)
-    partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads)
+    partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads, config.raw)
 
     def loaded(end_offset: int, values: list[bytes]) -> None:
         load_snapshot(store, registry, end_offset, values, partitions.reassigning)

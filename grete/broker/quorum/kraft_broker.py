@@ -210,7 +210,8 @@ class KRaftBroker(BrokersFromMetadata):
         # Heartbeats on a channel of their own, so a write waiting on the controller never delays one.
         self._heartbeats = ControllerChannel(self.broker_id, QuorumLeader(self.driver), self.channel.timeout_s)
         self.lifecycle = BrokerLifecycle(registration, self._heartbeats.call, lambda: self.applied_offset,
-                                         self.config.get_int("broker.heartbeat.interval.ms"))
+                                         self.config.get_int("broker.heartbeat.interval.ms"),
+                                         broker.log_manager.previous_broker_epoch)
         if self._observer:
             self.driver.start()
         await self.lifecycle.register()

@@ -5,11 +5,16 @@ ReplicationControlManager), as PartitionChangeRecords:
   partition's current leader epoch and partition epoch (else FENCED_LEADER_EPOCH /
   INVALID_UPDATE_VERSION), comes from the leader (NOT_LEADER_OR_FOLLOWER), and names only unfenced
   registered brokers of their current epochs (INELIGIBLE_REPLICA);
-- a broker fenced (session expired, or asked to shut down): every partition it leads gets the first
-  other ISR member that is unfenced as leader (none: leader -1, the partition offline until one
-  comes back, as Kafka without unclean election), and it leaves every ISR it is in but the last;
-- a broker unfenced: every partition without a leader whose ISR it is in gets a leader again, the
-  first replica in assignment order that is in the ISR and unfenced (Kafka's handleBrokerUnfenced);
+- a broker fenced (session expired, or asked to shut down): it leaves every ISR, and every
+  partition it leads gets the first other ISR member that is unfenced as leader (none: leader -1,
+  the partition offline until one comes back, as Kafka without unclean election);
+- a broker unfenced: every partition without a leader gets one again if it can (Kafka's
+  handleBrokerUnfenced);
+- a broker registering a new incarnation: out of every ISR; if it did not shut down cleanly (the
+  epoch it last had is not the one it says it had), out of every ELR too, in the registration's batch;
+- each change decided by :mod:`grete.broker.quorum.partition_change` (Kafka's PartitionChangeBuilder):
+  with eligible leader replicas on, replicas leaving an ISR below ``min.insync.replicas`` become
+  eligible leaders, the ISR may become empty, and a leaderless partition's leader comes from its ELR;
 - reassignments (grete/broker/quorum/reassignments.py): started and cancelled here, completed by the
   AlterPartition whose ISR holds the whole target; one that moves the leader away answers the sender
   NEW_LEADER_ELECTED, as Kafka's does.
@@ -22,8 +27,11 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from grete.broker.cluster_view import Reassignment, TopicPartition
 from grete.broker.quorum.brokers import BrokerRegistry
+from grete.broker.quorum.elections import elect
+from grete.broker.quorum.partition_change import NO_CHANGE, NO_LEADER, Election, PartitionChange
 from grete.broker.quorum.reassignments import Outcome, Planner, ReassignmentLists
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
+from grete.coordinator.kraft.store import ELR_FEATURE
 from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -31,14 +39,13 @@ from grete.protocol.messages import AlterPartitionRequest, AlterPartitionRespons
 from grete.protocol.metadata import PartitionChangeRecord
 
 Commit = Callable[[Sequence[Message]], Awaitable[None]]
-NO_LEADER = -1
-NO_CHANGE = -2  # PartitionChangeRecord's Leader: unchanged
 
 
 class PartitionControl:
     def __init__(self, store: QuorumMetadataStore, registry: BrokerRegistry, commit: Commit,
-                 leads: Callable[[], bool]) -> None:
+                 leads: Callable[[], bool], defaults: Callable[[str], str | None] = lambda _key: None) -> None:
         self._store = store
+        self._defaults = defaults  # the controller's own value of a topic config's broker key
         self._registry = registry
         self._commit = commit
         self._leads = leads
@@ -72,6 +79,21 @@ class PartitionControl:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum")
         return self.reassigning.listed(self._store.topic_by_id)
 
+    async def elect_leaders(self, preferred: bool, partitions: list[TopicPartition] | None
+                            ) -> dict[TopicPartition, ErrorCode]:
+        """ElectLeaders (grete/broker/quorum/elections.py), one batch; NOT_CONTROLLER (raised) on a
+        voter that does not lead."""
+        async with self._changing:
+            if not self._leads():
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node does not lead the metadata quorum")
+            usable = self._usable()
+            results, records = elect(self._store.topics(), preferred, partitions,
+                                     lambda meta, index, part, how: self.change(meta, index, part, usable,
+                                                                                election=how))
+            if records:
+                await self._commit(records)
+            return results
+
     async def alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse:
         async with self._changing:
             return await self._alter_partition(request, version)
@@ -84,7 +106,15 @@ class PartitionControl:
     async def broker_unregistered(self, broker_id: int, record: Message) -> None:
         """The partitions' changes a fenced broker brings, with the UnregisterBrokerRecord, one batch."""
         async with self._changing:
-            await self._commit([*self._fenced_records(broker_id), record])
+            await self._commit([*self._fenced_records(broker_id, elr_too=True), record])
+
+    async def broker_registered(self, broker_id: int, clean: bool, record: Message) -> None:
+        """A new incarnation's RegisterBrokerRecord, after the changes its last one's end brings:
+        out of every ISR; after an unclean shutdown (with ELR on), out of every ELR too (Kafka
+        4.3.1's handleBrokerShutdown), one batch."""
+        async with self._changing:
+            unclean = not clean and self._elr_enabled()
+            await self._commit([*self._fenced_records(broker_id, elr_too=unclean, unclean=unclean), record])
 
     async def broker_unfenced(self, broker_id: int) -> None:
         """Partitions left without a leader that the unfenced broker can lead get one, one batch."""
@@ -116,6 +146,11 @@ class PartitionControl:
                     continue
                 assert meta is not None
                 record = self._isr_change(planner, meta, wanted.partition_index, part, isr)
+                if record is None:  # the ISR it has: answered as it stands, nothing written
+                    answer.partitions.append(Response.PartitionData(
+                        partition_index=wanted.partition_index, error_code=ErrorCode.NONE, leader_id=part.leader,
+                        leader_epoch=part.leader_epoch, isr=list(part.isr), partition_epoch=part.partition_epoch))
+                    continue
                 records.append(record)
                 if record.leader not in (NO_CHANGE, request.broker_id):  # a reassignment moved it away
                     answer.partitions.append(Response.PartitionData(partition_index=wanted.partition_index,
@@ -133,15 +168,50 @@ class PartitionControl:
         return Response(error_code=ErrorCode.NONE, topics=answers)
 
     def _isr_change(self, planner: Planner, meta: TopicMeta, index: int, part: PartitionMeta,
-                    isr: list[int]) -> PartitionChangeRecord:
-        """The new ISR, completing the partition's reassignment if it holds the whole target."""
+                    isr: list[int]) -> PartitionChangeRecord | None:
+        """The new ISR, completing the partition's reassignment if it holds the whole target; None
+        when nothing changes."""
         moving = self.reassigning.of(meta.topic_id, index)
         record = planner.change(meta, index, part, moving, (list(part.replicas), list(isr), *moving)) if moving else None
         if record is None:
-            return PartitionChangeRecord(partition_id=index, topic_id=meta.topic_id, isr=list(isr), leader=NO_CHANGE)
+            return self.change(meta, index, part, self._usable(), target_isr=list(isr))
         if record.isr is None:
             record.isr = list(isr)
         return record
+
+    # --- one change ----------------------------------------------------------------------------
+    def change(self, meta: TopicMeta, index: int, part: PartitionMeta, acceptable: set[int], *,
+               target_isr: list[int] | None = None, election: Election | None = None,
+               unclean_shutdown: Sequence[int] = ()) -> PartitionChangeRecord | None:
+        """The record of one partition's change (partition_change.py), None when nothing changes."""
+        if election is None:
+            election = Election.UNCLEAN if self._topic_value(meta, "unclean.leader.election.enable") == "true" \
+                else Election.ONLINE
+        return PartitionChange(part, meta.topic_id, index, acceptable.__contains__, self._min_isr(meta, part),
+                               self._elr_enabled(), target_isr=target_isr, election=election,
+                               unclean_shutdown=unclean_shutdown).build()
+
+    def _usable(self) -> set[int]:
+        return {b.id for b in self._registry.live()}
+
+    def _elr_enabled(self) -> bool:
+        _, features = self._store.finalized_features()
+        return (features or {}).get(ELR_FEATURE, 0) >= 1
+
+    def _topic_value(self, meta: TopicMeta, key: str) -> str | None:
+        """A topic config's value: the topic's, the cluster's default, or the controller's own."""
+        value = meta.configs.get(key)
+        if value is None:
+            value = self._store.broker_configs("").get(key)
+        return value if value is not None else self._defaults(key)
+
+    def _min_isr(self, meta: TopicMeta, part: PartitionMeta) -> int:
+        """``min.insync.replicas``, at most the replication factor (Kafka's getTopicEffectiveMinIsr)."""
+        try:
+            configured = int(self._topic_value(meta, "min.insync.replicas") or 1)
+        except ValueError:
+            configured = 1
+        return min(configured, max(len(part.replicas), 1))
 
     def _refusal(self, sender: int, leader: int, leader_epoch: int, partition_epoch: int,
                  wanted: AlterPartitionRequest.PartitionData, isr: list[int]) -> ErrorCode:
@@ -163,35 +233,33 @@ class PartitionControl:
         if records:
             await self._commit(records)
 
-    def _fenced_records(self, broker_id: int) -> list[Message]:
-        """Leaderships moved off ``broker_id`` to another ISR member, and it out of every ISR (never
-        leaving one empty)."""
-        usable = {b.id for b in self._registry.live()} - {broker_id}
+    def _fenced_records(self, broker_id: int, *, elr_too: bool = False, unclean: bool = False) -> list[Message]:
+        """``broker_id`` out of every ISR (and, ``elr_too``, every partition whose ELR holds it is
+        re-decided), its leaderships moved to another ISR (or ELR) member; ``unclean``: it shut down
+        uncleanly, so it leaves the ELRs and may not lead."""
+        usable = self._usable() - {broker_id}
         records: list[Message] = []
         for meta in self._store.topics().values():
             for index, part in sorted(meta.partitions.items()):
-                if broker_id not in part.isr and part.leader != broker_id:
+                if broker_id not in part.isr and part.leader != broker_id and not (elr_too and broker_id in part.elr):
                     continue
-                isr = [r for r in part.isr if r != broker_id] or list(part.isr)
-                leader = NO_CHANGE
-                if part.leader == broker_id:
-                    leader = next((r for r in isr if r in usable), NO_LEADER)
-                records.append(PartitionChangeRecord(partition_id=index, topic_id=meta.topic_id,
-                                                     isr=isr if isr != part.isr else None, leader=leader))
+                record = self.change(meta, index, part, usable, target_isr=[r for r in part.isr if r != broker_id],
+                                     unclean_shutdown=[broker_id] if unclean else ())
+                if record is not None:
+                    records.append(record)
         return records
-
 
     async def _broker_unfenced(self, broker_id: int) -> None:
         if not self._leads():
             return
-        usable = {b.id for b in self._registry.live()} | {broker_id}
+        usable = self._usable() | {broker_id}
         records: list[Message] = []
         for meta in self._store.topics().values():
             for index, part in sorted(meta.partitions.items()):
-                if part.leader != NO_LEADER or broker_id not in part.isr:
+                if part.leader != NO_LEADER:
                     continue
-                leader = next((r for r in part.replicas if r in part.isr and r in usable), NO_LEADER)
-                if leader != NO_LEADER:
-                    records.append(PartitionChangeRecord(partition_id=index, topic_id=meta.topic_id, leader=leader))
+                record = self.change(meta, index, part, usable)
+                if record is not None and record.leader not in (NO_CHANGE, NO_LEADER):
+                    records.append(record)
         if records:
             await self._commit(records)

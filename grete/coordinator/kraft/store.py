@@ -32,6 +32,7 @@ from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata import (
     AccessControlEntryRecord,
+    ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
     DelegationTokenRecord,
@@ -52,6 +53,8 @@ from grete.protocol.topics import INTERNAL_TOPICS
 log = logging.getLogger(__name__)
 
 METADATA_VERSION = "metadata.version"
+ELR_FEATURE = "eligible.leader.replicas.version"
+MIN_ISR = "min.insync.replicas"
 # ConfigResource.Type codes as ConfigRecord carries them.
 TOPIC_RESOURCE, BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 2, 4, 16, 32
 # ScramMechanism.type codes, as UserScramCredentialRecord carries them.
@@ -129,9 +132,12 @@ class KRaftMetadataStore(MetadataState):
             topic = self._by_id[record.topic_id]
             topic.partitions[record.partition_id] = PartitionMeta(
                 record.leader, record.leader_epoch, list(record.replicas), list(record.isr),
-                partition_epoch=record.partition_epoch)
+                partition_epoch=record.partition_epoch, elr=list(record.eligible_leader_replicas or ()),
+                last_known_elr=list(record.last_known_elr or ()))
         elif isinstance(record, PartitionChangeRecord):
             self._apply_partition_change(record)
+        elif isinstance(record, ClearElrRecord):
+            self._clear_elrs(record.topic_name)
         elif isinstance(record, RemoveTopicRecord):
             removed = self._by_id.pop(record.topic_id)
             del self._topics[removed.name]
@@ -151,7 +157,22 @@ class KRaftMetadataStore(MetadataState):
             part.isr = list(record.isr)
         if record.replicas is not None:
             part.replicas = list(record.replicas)
+        if record.eligible_leader_replicas is not None:
+            part.elr = list(record.eligible_leader_replicas)
+        if record.last_known_elr is not None:
+            part.last_known_elr = list(record.last_known_elr)
         part.partition_epoch += 1
+
+    def _clear_elrs(self, topic_name: str) -> None:
+        """ClearElrRecord: the ELR and LastKnownElr of one topic's partitions (every topic's for an
+        empty name) emptied, each such partition's epoch moved on, as Kafka's controller and brokers
+        replay it (ReplicationControlManager.removeTopicElrs)."""
+        topics = self._topics.values() if not topic_name else [t for t in (self._topics.get(topic_name),) if t]
+        for topic in topics:
+            for part in topic.partitions.values():
+                if part.elr or part.last_known_elr:
+                    part.elr, part.last_known_elr = [], []
+                    part.partition_epoch += 1
 
     def _apply_config(self, record: ConfigRecord) -> None:
         key = (record.resource_type, record.resource_name)
@@ -255,7 +276,8 @@ class KRaftMetadataStore(MetadataState):
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         meta = self._existing(name)
-        await self._commit(_config_records(TOPIC_RESOURCE, name, meta.configs, configs))
+        records = _config_records(TOPIC_RESOURCE, name, meta.configs, configs)
+        await self._commit(records + self._elrs_cleared(name, records))
         self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
 
     def _partition_records(self, topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> list[Message]:
@@ -270,8 +292,18 @@ class KRaftMetadataStore(MetadataState):
 
     # --- configs ----------------------------------------------------------------------------------
     async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
-        await self._commit(_config_records(BROKER_RESOURCE, scope, self._broker_configs.get(scope, {}), configs))
+        records = _config_records(BROKER_RESOURCE, scope, self._broker_configs.get(scope, {}), configs)
+        await self._commit(records + (self._elrs_cleared("", records) if scope == "" else []))
         self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
+
+    def _elrs_cleared(self, topic_name: str, records: list[Message]) -> list[Message]:
+        """A ClearElrRecord behind a change of ``min.insync.replicas`` (a topic's, or the cluster
+        default's for every topic), with eligible leader replicas on: an ELR chosen under the old
+        minimum may not hold what the new one committed (Kafka's createClearElrRecordsAsNeeded)."""
+        changed = any(isinstance(r, ConfigRecord) and r.name == MIN_ISR for r in records)
+        if not changed or (self._features or {}).get(ELR_FEATURE, 0) < 1:
+            return []
+        return [ClearElrRecord(topic_name=topic_name)]
 
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
         await self._commit(_config_records(GROUP_RESOURCE, group_id, self._group_configs.get(group_id, {}), configs))
@@ -362,7 +394,10 @@ def _state_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID] | 
         for index, p in sorted(topic.partitions.items()):
             record = PartitionRecord(partition_id=index, topic_id=topic.topic_id, replicas=list(p.replicas),
                                      isr=list(p.isr), leader=p.leader, leader_epoch=p.leader_epoch,
-                                     partition_epoch=p.partition_epoch)
+                                     partition_epoch=p.partition_epoch,
+                                     # tagged: written only when not empty, as Kafka's PartitionRegistration
+                                     eligible_leader_replicas=list(p.elr) or None,
+                                     last_known_elr=list(p.last_known_elr) or None)
             partition_record(record)
             records.append(record)
     for kind, names, configs_of in ((BROKER_RESOURCE, state.broker_scopes(), state.broker_configs),
