@@ -69,11 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     scram.add_argument("--password", help="the user's password (with --user)")
     scram.add_argument("--mechanism", default="SCRAM-SHA-256", help="SCRAM-SHA-256 (default) or SCRAM-SHA-512")
     scram.add_argument("--iterations", type=int, default=4096, help="4096 (default) to 16384")
-    from grete.broker import storage_tool
+    from grete.broker import storage_cli
 
-    storage_tool.add_parser(sub)
+    storage_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "storage":
+        from grete.broker import storage_tool  # the formatter's modules, for this command only
+
         return storage_tool.run(args)
     if args.command == "cluster":
         return run_cluster(args) if args.action is None else control_cluster(args)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from grete.broker import storage_tool
+from grete.broker import storage_cli, storage_tool
 from grete.broker.child_process import spawn
 from grete.coordinator.metadata import new_topic_id
 from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
@@ -35,7 +35,7 @@ LISTENER = "CONTROLLER"
 def format_storage(properties: Path, cluster_id: str) -> None:
     """``grete storage format --ignore-formatted`` of the node configured in ``properties``."""
     parser = argparse.ArgumentParser()
-    storage_tool.add_parser(parser.add_subparsers(dest="command"))
+    storage_cli.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["storage", "format", "--ignore-formatted", f"--cluster-id={cluster_id}", "-c", str(properties)])
     out, err = io.StringIO(), io.StringIO()
     if storage_tool.run(args, out, err) != 0:
