@@ -40,6 +40,7 @@ class Quorum:
         self.offset += len(values)
         for record, offset in self.store.apply_batch(batch):
             self.registry.apply(record, offset)
+            self.control.applied(record)
         return self.offset - 1
 
     async def broker(self, broker_id: int, fenced: bool = False) -> None:
@@ -182,6 +183,25 @@ def test_with_eligible_leader_replicas_the_isr_empties_and_the_elr_leads() -> No
         before = part.partition_epoch
         await q.store.set_topic_configs("t", {"min.insync.replicas": "1"})
         assert (part.elr, part.last_known_elr, part.partition_epoch) == ([], [], before + 1)
+    asyncio.run(run())
+
+
+def test_a_reassignment_completed_with_the_isr_at_its_minimum_clears_the_elr() -> None:
+    async def run() -> None:
+        q = Quorum()
+        await q.store.commit([FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1)])
+        for broker in (1, 2, 3, 4):
+            await q.broker(broker)
+        meta = await q.store.create_topic("t", {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+        epoch_of = {b: r.epoch for b, r in q.registry.brokers.items()}
+        await q.control.alter_partition(alter(meta.topic_id, 1, epoch_of[1], [1]), 3)
+        part = meta.partitions[0]
+        assert part.elr == [2, 3]
+        await q.control.reassign({("t", 0): [1, 4]})
+        answer = await q.control.alter_partition(alter(meta.topic_id, 1, epoch_of[1], [1, 4],
+                                                       partition_epoch=part.partition_epoch), 3)
+        assert answer.topics[0].partitions[0].error_code == 0, answer
+        assert (part.replicas, part.isr, part.elr) == ([1, 4], [1, 4], [])
     asyncio.run(run())
 
 

@@ -177,6 +177,10 @@ class PartitionControl:
             return self.change(meta, index, part, self._usable(), target_isr=list(isr))
         if record.isr is None:
             record.isr = list(isr)
+        if (part.elr or part.last_known_elr) and self._elr_enabled() and len(record.isr) >= self._min_isr(meta, part):
+            # At its minimum again the ISR needs no eligible replicas (the builder's rule; a reassignment's
+            # records are the planner's).
+            record.eligible_leader_replicas, record.last_known_elr = [], []
         return record
 
     # --- one change ----------------------------------------------------------------------------
