@@ -64,16 +64,26 @@ def target_of(config: pytest.Config) -> str:
 SLOW_FOLDERS = frozenset({"kafka-cli", "java", "cluster", "connect", "kafka-streams", "kafka-tools"})
 
 
+# Suites that speak to one broker's socket (one connection answers for every partition): against a
+# single node of any kind, not a cluster (docs/compatibility.md).
+SINGLE_NODE_FOLDERS = frozenset({"wire", "security"})
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so the added marks count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    reference = not target_of(config).startswith("grete")
+    target = target_of(config)
+    reference = not target.startswith("grete")
+    single_node = pytest.mark.skip(reason=f"speaks to one broker's socket: single nodes only, not {target}")
     for item in items:
         path = Path(str(item.path))
         if COMPAT_DIR not in path.parents:
             continue
         item.add_marker(pytest.mark.compat)
-        if reference or path.relative_to(COMPAT_DIR).parts[0] in SLOW_FOLDERS:
+        folder = path.relative_to(COMPAT_DIR).parts[0]
+        if reference or folder in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
+        if target == "grete-kraft" and folder in SINGLE_NODE_FOLDERS:
+            item.add_marker(single_node)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

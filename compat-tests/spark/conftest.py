@@ -50,6 +50,12 @@ def retention_broker(target: str) -> Iterator[SideBroker]:
         with broker(FAST_RETENTION, subprocess=True) as b:
             yield SideBroker(bootstrap=b.bootstrap_servers, log_dir=Path(b.data_dir))
         return
+    if target == "grete-kraft":  # the same on a 3-broker KRaft cluster, as the session's target
+        from grete.testing.cluster import cluster
+
+        with cluster(3, controllers=1, overrides=FAST_RETENTION) as running:
+            yield SideBroker(bootstrap=running.bootstrap_servers, log_dir=running.brokers[1].data_dir)
+        return
     version = target.removeprefix("kafka-")
     kafka_dist.fetch(version)
     with ReferenceKafka(version, overrides=FAST_RETENTION) as ref:
