@@ -38,8 +38,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from benchmarks.bench_scaling import create_topic
+from grete.testing.common import free_ports
 from grete.testing.kraft import ControllerQuorum
-from tests.cluster.test_host_brokers import free_ports
 
 RESULTS = Path(__file__).parent / "results"
 

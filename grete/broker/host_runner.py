@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import os
 import signal
 import socket
@@ -21,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grete.broker import storage_cli, storage_tool
+from grete.broker import storage_tool
 from grete.broker.child_process import describe_exit, exited, spawn, tail
 from grete.broker.config import read_properties
 from grete.broker.host_layout import HostFacts, broker_count, lay_out
@@ -68,13 +67,9 @@ def _format(path: Path, items: dict[str, str], cluster_id: str | None) -> None:
     if cluster_id is None:
         raise HostError(f"broker {_node_id(items)}'s log dirs are not formatted ({', '.join(unformatted)}): "
                         "give the cluster's id with --cluster-id (kafka-cluster cluster-id tells it)")
-    parser = argparse.ArgumentParser()
-    storage_cli.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["storage", "format", "--ignore-formatted", f"--cluster-id={cluster_id}",
-                              "-c", str(path)])
-    out, err = io.StringIO(), io.StringIO()
-    if storage_tool.run(args, out, err) != 0:
-        raise HostError(f"formatting broker {_node_id(items)}'s log dirs failed: {err.getvalue().strip()}")
+    failed = storage_tool.format_ignoring_formatted(path, cluster_id)
+    if failed is not None:
+        raise HostError(f"formatting broker {_node_id(items)}'s log dirs failed: {failed}")
 
 
 class HostBrokers:

@@ -12,6 +12,7 @@ first snapshot ``__cluster_metadata-0/00000000000000000000-0000000000.checkpoint
 from __future__ import annotations
 
 import argparse
+import io
 import ipaddress
 import logging
 import os
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from grete.broker import storage_cli
 from grete.broker.config import BrokerConfig, ConfigError
 from grete.broker.requests import release_versions as rv
 from grete.broker.security.delegation_tokens import scram_credential_for
@@ -532,3 +534,14 @@ def _print_info(found: list[str], meta: MetaProperties | None, problems: list[st
         for problem in problems:
             print(f"  {problem}", file=out)
         print("", file=out)
+
+
+def format_ignoring_formatted(properties: Path, cluster_id: str) -> str | None:
+    """``grete storage format --ignore-formatted -t cluster_id -c properties``, as ``grete host`` and
+    the test clusters format a node before its first start; what it printed on stderr if it failed."""
+    parser = argparse.ArgumentParser()
+    storage_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["storage", "format", "--ignore-formatted", f"--cluster-id={cluster_id}",
+                              "-c", str(properties)])
+    err = io.StringIO()
+    return None if run(args, io.StringIO(), err) == 0 else err.getvalue().strip()

@@ -7,8 +7,6 @@ cluster (``broker_items``).
 
 from __future__ import annotations
 
-import argparse
-import io
 import signal
 import subprocess
 import sys
@@ -16,7 +14,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from grete.broker import storage_cli, storage_tool
+from grete.broker import storage_tool
 from grete.broker.child_process import spawn
 from grete.coordinator.metadata import new_topic_id
 from grete.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
@@ -34,12 +32,9 @@ LISTENER = "CONTROLLER"
 
 def format_storage(properties: Path, cluster_id: str) -> None:
     """``grete storage format --ignore-formatted`` of the node configured in ``properties``."""
-    parser = argparse.ArgumentParser()
-    storage_cli.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["storage", "format", "--ignore-formatted", f"--cluster-id={cluster_id}", "-c", str(properties)])
-    out, err = io.StringIO(), io.StringIO()
-    if storage_tool.run(args, out, err) != 0:
-        raise BrokerStartError(f"formatting {properties} failed: {err.getvalue().strip()}")
+    failed = storage_tool.format_ignoring_formatted(properties, cluster_id)
+    if failed is not None:
+        raise BrokerStartError(f"formatting {properties} failed: {failed}")
 
 
 def write_properties(path: Path, items: Mapping[str, str]) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,33 +18,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from grete.testing.common import free_ports
 from grete.testing.kraft import ControllerQuorum
 from tests.cluster.conftest import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive ports free on 127.0.0.1 now."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = int(probe.getsockname()[1])
-        if first + count > 65535:
-            continue
-        held = []
-        try:
-            for port in range(first, first + count):
-                sock = socket.socket()
-                held.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 class Host:
