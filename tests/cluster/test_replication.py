@@ -142,11 +142,19 @@ def test_isr_shrinks_and_expands_with_a_stalled_follower(grete_cluster: GreteClu
         shrunk = wait_until(lambda: (s := state(zk, topic_name, 0)) and follower not in s["isr"] and s,  # type: ignore[operator]
                             LAG_MS / 1000 + 20, "the stalled follower out of the ISR")
         # A leader's own ISR change: the leader epoch stays, the partition epoch (znode version) moves.
-        assert shrunk["leader"] == before["leader"] and shrunk["leader_epoch"] == before["leader_epoch"]
+        # (A moved leader epoch means the controller dropped the follower for its expired session
+        # first: the leader's AlterPartition did not get through in time; its log says why.)
+        assert shrunk["leader"] == before["leader"] and shrunk["leader_epoch"] == before["leader_epoch"], (
+            before, shrunk, _isr_lines(grete_cluster, shrunk["leader"]))  # type: ignore[arg-type]
         assert shrunk["zk_version"] > before["zk_version"]  # type: ignore[operator]
     finally:
         grete_cluster.resume_broker(follower)
     wait_until(lambda: follower in state(zk, topic_name, 0)["isr"], 30, "the follower back in the ISR")  # type: ignore[operator]
+
+
+def _isr_lines(cluster: GreteCluster, broker_id: int) -> list[str]:
+    log_text = (cluster.directory / f"broker-{broker_id}.log").read_text(errors="replace")
+    return [line for line in log_text.splitlines() if "AlterPartition" in line or "ISR" in line][-20:]
 
 
 def test_min_insync_replicas(grete_cluster: GreteCluster, zk: KazooClient, topic_name: str) -> None:
