@@ -43,7 +43,7 @@ from grete.broker.replica.fetch_sessions import FetchSessionCache
 from grete.broker.replica.partition import Partition
 from grete.broker.replica.replica_manager import ReplicaManager
 from grete.broker.replica.txn_verification import TxnVerifier
-from grete.broker.requests.features import Features
+from grete.broker.requests.features import Features, KRaftVersion
 from grete.broker.security.delegation_tokens import DelegationTokenManager
 from grete.coordinator.groups.group import GroupCoordinator
 from grete.coordinator.kraft.local import open_local_store
@@ -116,7 +116,7 @@ def _acl_authorizer(config: BrokerConfig, metadata: MetadataStore) -> AclAuthori
 
 class Broker:
     def __init__(self, config: BrokerConfig, *, metadata: MetadataStore | None = None,
-                 cluster: ClusterView | None = None) -> None:
+                 cluster: ClusterView | None = None, kraft_version: KRaftVersion | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.listeners = parse_listeners(config.get_list("listeners"))
@@ -158,7 +158,8 @@ class Broker:
                                full_validation=config.get_str("grete.produce.validation") == "full")
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
-        self.features = Features(self.metadata if isinstance(self.metadata, KRaftMetadataStore) else None, self.node_id)
+        self.features = Features(self.metadata if isinstance(self.metadata, KRaftMetadataStore) else None, self.node_id,
+                                 kraft_version)
         self.share_groups = ShareGroups(config, self.metadata, self.partition)
         # The share coordinator of the __share_group_state partitions this broker leads; share-partition
         # leaders read and write through it (a cluster's from other brokers too: zk_broker wires that).

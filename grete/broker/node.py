@@ -86,7 +86,7 @@ def _new_parts(config: BrokerConfig) -> Parts:
             # Loaded by name and only for a KRaft broker, as ZooKeeper's below (the Raft observer,
             # the fetch codec, the authorizer's parts the embedded node does not load at start).
             kraft = importlib.import_module("grete.broker.quorum.kraft_broker").KRaftBroker(config)
-            return kraft, Broker(config, metadata=kraft.metadata, cluster=kraft), None
+            return kraft, Broker(config, metadata=kraft.metadata, cluster=kraft, kraft_version=kraft.kraft_version), None
         if _quorum_of_others(config):
             controller, membership, broker = importlib.import_module(
                 "grete.broker.quorum.combined").combined_node(config)

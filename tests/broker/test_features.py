@@ -41,3 +41,46 @@ def test_a_zookeeper_cluster_has_no_features() -> None:
     features = Features(None, node_id=2)
     assert features.supported() == [] and features.finalized() == {}
     assert not features.refuses(68)  # the group protocols follow their own configs there
+
+
+def test_an_update_leaves_the_levels_it_does_not_name(tmp_path: Path) -> None:
+    """A KRaft quorum's metadata.version is finalized beside the features UpdateFeatures moves here:
+    an update of one of those writes nothing for it."""
+    store = open_local_store(tmp_path, 1)
+    asyncio.run(store.set_finalized_features({"metadata.version": 27}))
+    features = Features(store, node_id=1)
+    asyncio.run(features.update([FeatureUpdate("group.version", 0, SAFE_DOWNGRADE)], validate_only=False))
+    levels = store.finalized_features()[1]
+    assert levels is not None and levels["metadata.version"] == 27 and "group.version" not in levels
+
+
+class QuorumLevel:
+    """kraft.version as a quorum holds it (the real one: grete/broker/quorum/kraft_version.py)."""
+
+    def __init__(self) -> None:
+        self.level = 0
+        self.asked: list[tuple[int, bool]] = []
+
+    async def upgrade(self, level: int, validate_only: bool) -> None:
+        self.asked.append((level, validate_only))
+        if not validate_only:
+            self.level = level
+
+
+def test_kraft_version_is_the_quorums_and_only_upgrades(tmp_path: Path) -> None:
+    kraft = QuorumLevel()
+    features = Features(open_local_store(tmp_path, 1), node_id=1, kraft=kraft)
+    assert ("kraft.version", 0, 1) in [(f.name, f.min_level, f.max_level) for f in features.supported()]
+    assert "kraft.version" not in features.finalized()  # level 0 is not listed, as Kafka's
+    asyncio.run(features.update([FeatureUpdate("kraft.version", 1, UPGRADE)], validate_only=True))
+    asyncio.run(features.update([FeatureUpdate("kraft.version", 1, UPGRADE)], validate_only=False))
+    assert kraft.asked == [(1, True), (1, False)] and features.finalized()["kraft.version"] == 1
+    for upgrade_type, message in ((UPGRADE, "without setting the upgrade type"),
+                                  (SAFE_DOWNGRADE, "Can't downgrade the version of this feature.")):
+        with pytest.raises(KafkaError) as refused:
+            asyncio.run(features.update([FeatureUpdate("kraft.version", 0, upgrade_type)], validate_only=False))
+        assert refused.value.code == ErrorCode.INVALID_UPDATE_VERSION and message in (refused.value.message or "")
+    with pytest.raises(KafkaError) as beyond:
+        asyncio.run(features.update([FeatureUpdate("kraft.version", 2, UPGRADE)], validate_only=False))
+    assert "Local controller 1 only supports versions 0-1" in (beyond.value.message or "")
+    assert kraft.asked == [(1, True), (1, False)]

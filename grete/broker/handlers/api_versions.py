@@ -6,15 +6,15 @@ From v3 on it carries the supported and finalized feature levels (``grete.broker
 single node's, or none in a ZooKeeper cluster, as a Kafka 3.9 ZooKeeper-mode broker answers. A
 finalized ``transaction.version`` 2 makes 4.x clients use transaction version 2 (KIP-890 part 2).
 As in Kafka 4.3.1, a v3 answer leaves out supported features whose minimum level is 0 (clients of
-that version reject them); they are still finalized there. A controller of a quorum of several also
-lists kraft.version (0-1), which a leader reads before adding it as a voter.
+that version reject them); they are still finalized there. The nodes of a KRaft cluster of several
+also list kraft.version (0-1; a leader reads a new voter's range before adding it), finalized once
+above 0 (a dynamic quorum), as Kafka 4.3.1's brokers and controllers do.
 """
 
 from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import advertised_versions, api
-from grete.coordinator.kraft.voters import KRAFT_VERSION_RANGE
 from grete.protocol.messages import ApiKey, ApiVersionsRequest, ApiVersionsResponse
 
 ALL_FEATURES_VERSION = 4  # supported features with a minimum level of 0 are listed from here on
@@ -29,11 +29,6 @@ def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsRespo
     features = ctx.broker.features
     supported = [ApiVersionsResponse.SupportedFeatureKey(name=f.name, min_version=f.min_level, max_version=f.max_level)
                  for f in features.supported() if ctx.version >= ALL_FEATURES_VERSION or f.min_level > 0]
-    if ctx.broker.quorum is not None and ctx.version >= ALL_FEATURES_VERSION:
-        # A voter of a quorum of several runs kraft.version 0 and 1 (static and dynamic quorums): a
-        # leader adding it as a voter reads this range first (KIP-853's AddVoterHandler).
-        low, high = KRAFT_VERSION_RANGE
-        supported.append(ApiVersionsResponse.SupportedFeatureKey(name="kraft.version", min_version=low, max_version=high))
     return ApiVersionsResponse(
         error_code=0, api_keys=keys,
         supported_features=supported,

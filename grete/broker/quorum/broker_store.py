@@ -336,6 +336,14 @@ class BrokerMetadataStore(QuorumMetadataStore):
                          "tokens: ExpireDelegationToken is carried out by the controller")
 
     # --- finalized features: UpdateFeatures -------------------------------------------------------
+    async def upgrade_kraft_version(self, level: int, validate_only: bool) -> None:
+        """kraft.version is the quorum's: the upgrade is the active controller's, answered as it answers."""
+        request = UpdateFeaturesRequest(timeout_ms=self._timeout_ms(), validate_only=validate_only, feature_updates=[
+            UpdateFeaturesRequest.FeatureUpdateKey(feature="kraft.version", max_version_level=level, upgrade_type=UPGRADE)])
+        response = await self._ask(request, UPDATE_FEATURES, UpdateFeaturesResponse)
+        _raise_first([(response.error_code, response.error_message)]
+                     + [(r.error_code, r.error_message) for r in response.results])
+
     async def set_finalized_features(self, levels: dict[str, int]) -> int:
         """The levels of the features grete manages become ``levels`` (one left out goes to 0), as
         UpdateFeatures to the controller; the epoch once the image shows them. metadata.version and

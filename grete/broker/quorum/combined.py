@@ -53,5 +53,6 @@ def combined_node(config: BrokerConfig) -> tuple[Broker, KRaftBroker, Broker]:
     controller = controller_broker(_restricted(config, controller=True))
     assert controller.quorum is not None
     membership = KRaftBroker(_restricted(config, controller=False), voter=controller.quorum)
-    broker = Broker(membership.config, metadata=membership.metadata, cluster=membership)
+    broker = Broker(membership.config, metadata=membership.metadata, cluster=membership,
+                    kraft_version=membership.kraft_version)
     return controller, membership, broker

@@ -23,6 +23,7 @@ from grete.broker.quorum.brokers import BrokerRegistry
 from grete.broker.quorum.cluster import QuorumCluster
 from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import publish_entity_changes, publish_every_entity
+from grete.broker.quorum.kraft_version import ControllerKRaftVersion
 from grete.broker.quorum.partitions import PartitionControl
 from grete.broker.quorum.registration_manager import ControllerRegistrar
 from grete.broker.quorum.snapshot_image import load_snapshot, snapshot_records
@@ -113,7 +114,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
     async def append(values: list[bytes]) -> int:
         return await driver_ref[0].append(values)
     store = QuorumMetadataStore(cluster_id, append)
-    broker = Broker(config, metadata=store)
+    broker = Broker(config, metadata=store, kraft_version=ControllerKRaftVersion(lambda: driver_ref[0], store.commit))
     boot = _Bootstrap(store, directory / BOOTSTRAP_CHECKPOINT)
 
     registry = BrokerRegistry(cluster_id, config.get_int("broker.session.timeout.ms"), store.commit,

@@ -46,9 +46,9 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 0.5  # a connection probe of a voter whose connection ended
 # The versions this voter sends (Kafka 4.3.1's; Vote v2 carries KIP-996's pre-vote).
 REQUEST_VERSIONS = {core.VoteRequest: 2, core.BeginQuorumEpochRequest: 1, core.EndQuorumEpochRequest: 1,
-                    core.FetchRequest: 18, core.FetchSnapshotRequest: 1}
+                    core.FetchRequest: 18, core.FetchSnapshotRequest: 1, core.UpdateVoterRequest: 0}
 _RESPONSES = (core.VoteResponse, core.BeginQuorumEpochResponse, core.EndQuorumEpochResponse, core.FetchResponse,
-              core.FetchSnapshotResponse)
+              core.FetchSnapshotResponse, core.UpdateVoterResponse)
 
 
 def voter_history(log: SegmentRaftLog, static: dict[int, VoterAddress]) -> VoterHistory:
@@ -415,8 +415,12 @@ class RaftDriver:
         for node_id, host, port in node_endpoints(response):  # before the core follows the leader named
             self.addresses.learned(node_id, host, port)
         assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest
-                          | core.FetchRequest | core.FetchSnapshotRequest)
-        self._run(self.raft.receive(destination, from_wire(response, message.correlation_id), _now_ms()))
+                          | core.FetchRequest | core.FetchSnapshotRequest | core.UpdateVoterRequest)
+        answer = from_wire(response, message.correlation_id)
+        if isinstance(answer, core.UpdateVoterResponse):
+            log.log(logging.INFO if answer.error_code else logging.DEBUG,
+                    "metadata quorum: UpdateRaftVoter to leader %d: %s", destination, answer.error_code.name)
+        self._run(self.raft.receive(destination, answer, _now_ms()))
 
     def _leader_gone(self, leader: int, gone: tuple[int, int]) -> None:
         self._reported_gone = gone

@@ -43,6 +43,7 @@ from grete.broker.quorum.controller_node import (
 )
 from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import ImageChanges
+from grete.broker.quorum.kraft_version import BrokerKRaftVersion
 from grete.broker.quorum.registration_manager import supported_features
 from grete.broker.quorum.snapshot_image import load_snapshot, snapshot_records
 from grete.broker.replica.replica_manager import PartitionOrder
@@ -109,6 +110,7 @@ class KRaftBroker(BrokersFromMetadata):
         self.lifecycle: BrokerLifecycle | None = None
         self._heartbeats: ControllerChannel | None = None
         self.metadata = BrokerMetadataStore(self.cluster_id, self.channel, lambda: self.broker_epoch)
+        self.kraft_version = BrokerKRaftVersion(self.driver, self.metadata)
         self._changes = ImageChanges(self.metadata.changes, self.metadata.topic_by_id, self.metadata.topic)
         self.registry = Registrations()  # the brokers' registrations, from the log
         if self._observer:

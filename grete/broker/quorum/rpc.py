@@ -37,6 +37,8 @@ def _sender(message: core.RaftRequest) -> int:
             return message.candidate_id
         case core.FetchRequest() | core.FetchSnapshotRequest():
             return message.replica_id
+        case core.UpdateVoterRequest():
+            return message.voter.node_id
         case _:
             return message.leader_id
 

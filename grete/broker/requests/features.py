@@ -4,9 +4,10 @@ The single node answers as Kafka 4.3's KRaft cluster does: it lists the features
 grete has (``SUPPORTED``), finalizes Kafka 4.3.1's default level for each at its first start, and
 lets UpdateFeatures move a level inside the supported range with Kafka's checks and messages. A
 level below a feature's threshold switches its APIs off as Kafka's KafkaApis does (``GATES``: the
-APIs stay advertised and answer UNSUPPORTED_VERSION). ``metadata.version`` and ``kraft.version``
-are not offered here (UpdateFeatures cannot move them); a controller of a quorum of several lists
-kraft.version's range in ApiVersions (grete/broker/handlers/api_versions.py).
+APIs stay advertised and answer UNSUPPORTED_VERSION). ``metadata.version`` is not offered (UpdateFeatures
+cannot move it). ``kraft.version`` is offered by the nodes of a KRaft cluster of several (``KRaftVersion``:
+the quorum's own level, in its control records; an upgrade to 1 makes a static quorum dynamic), not by
+the single node, whose quorum is itself alone.
 
 A ZooKeeper cluster answers as a Kafka 3.9 ZooKeeper-mode broker: no supported or finalized
 features, and UpdateFeatures refuses every feature (so 4.x clients stay on the protocols a 3.9
@@ -42,6 +43,8 @@ SUPPORTED = (
     FeatureSpec("transaction.version", 2, 2),
 )
 _BY_NAME = {spec.name: spec for spec in SUPPORTED}
+KRAFT_VERSION = "kraft.version"
+KRAFT_SPEC = FeatureSpec(KRAFT_VERSION, 1, 0)  # 0: a static quorum, 1: a dynamic one (KIP-853)
 
 # API key -> (feature, lowest level that serves it), as Kafka's KafkaApis checks before handling.
 GATES: dict[int, tuple[str, int]] = {
@@ -70,13 +73,24 @@ class FeatureStore(Protocol):
     async def set_finalized_features(self, levels: dict[str, int]) -> int: ...
 
 
+class KRaftVersion(Protocol):
+    """kraft.version on a node of a KRaft cluster of several (grete/broker/quorum/kraft_version.py)."""
+
+    @property
+    def level(self) -> int: ...
+
+    async def upgrade(self, level: int, validate_only: bool) -> None:
+        """Raises KafkaError with the code and message UpdateFeatures answers."""
+
+
 class Features:
     """The finalized levels; their owner is the metadata store (the single node's metadata log), None
-    in a ZooKeeper cluster."""
+    in a ZooKeeper cluster; kraft.version's, the quorum's (``kraft``)."""
 
-    def __init__(self, store: FeatureStore | None, node_id: int) -> None:
+    def __init__(self, store: FeatureStore | None, node_id: int, kraft: KRaftVersion | None = None) -> None:
         self.store = store
         self.node_id = node_id
+        self.kraft = kraft
         self._levels: dict[str, int] = {}
         self.epoch = 0
         if store is not None:
@@ -95,12 +109,19 @@ class Features:
         return self.store is not None
 
     def supported(self) -> list[FeatureSpec]:
-        return list(SUPPORTED) if self.managed else []
+        if not self.managed:
+            return []
+        return [*SUPPORTED, KRAFT_SPEC] if self.kraft is not None else list(SUPPORTED)
 
     def finalized(self) -> dict[str, int]:
-        return {name: level for name, level in sorted(self._levels.items()) if level > 0}
+        levels = dict(self._levels)
+        if self.kraft is not None:
+            levels[KRAFT_VERSION] = self.kraft.level
+        return {name: level for name, level in sorted(levels.items()) if level > 0}
 
     def level(self, name: str) -> int:
+        if name == KRAFT_VERSION and self.kraft is not None:
+            return self.kraft.level
         return self._levels.get(name, 0)
 
     def refuses(self, api_key: int) -> bool:
@@ -124,6 +145,12 @@ class Features:
                                  "The update failed for all features since the following feature had an "
                                  f"error: Invalid update version {u.level} for feature {u.feature}. {problem}")
             levels[u.feature] = u.level
+        # kraft.version is no FeatureLevelRecord: the quorum's leader takes it (Kafka's raft client),
+        # after every other check passed.
+        levels.pop(KRAFT_VERSION, None)
+        kraft = next((u for u in updates if u.feature == KRAFT_VERSION and u.upgrade_type == UPGRADE), None)
+        if kraft is not None and self.kraft is not None:
+            await self.kraft.upgrade(kraft.level, validate_only)
         if validate_only or not updates:
             return
         assert self.store is not None
@@ -135,17 +162,19 @@ class Features:
             return "The controller does not support the given upgrade type."
         if u.level < 0:
             return "A feature version cannot be less than 0."
-        spec = _BY_NAME.get(u.feature)
+        spec = KRAFT_SPEC if u.feature == KRAFT_VERSION and self.kraft is not None else _BY_NAME.get(u.feature)
         if spec is None:
             if u.level == 0:
                 return f"Feature {u.feature} not found."
             return f"Local controller {self.node_id} does not support this feature."
         if not spec.min_level <= u.level <= spec.max_level:
             return f"Local controller {self.node_id} only supports versions {spec.min_level}-{spec.max_level}"
-        current = self._levels.get(u.feature, 0)
+        current = self.level(u.feature)
         if u.level < current and u.upgrade_type == UPGRADE:
             return ("Can't downgrade the version of this feature without setting the upgrade type to "
                     "either safe or unsafe downgrade.")
         if u.level > current and u.upgrade_type != UPGRADE:
             return "Can't downgrade to a newer version."
+        if spec is KRAFT_SPEC and u.level != current and u.upgrade_type != UPGRADE:
+            return "Can't downgrade the version of this feature."
         return None

@@ -44,6 +44,7 @@ from grete.coordinator.kraft.raft_messages import (
     LogTruncated,
     RaftMessage,
     RaftOutput,
+    UpdateVoterResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -97,7 +98,9 @@ class RaftNode(RequestRole):
         if stored.leader_id == self.node_id:
             return Resigned(epoch, (), set(), deadline)
         if stored.leader_id >= 0:
-            return Follower(epoch, stored.leader_id, some(stored.voted_id), now_ms + self.config.fetch_timeout_ms)
+            timeout = self.config.fetch_timeout_ms
+            return Follower(epoch, stored.leader_id, some(stored.voted_id), now_ms + timeout,
+                            update_voter_due=now_ms + timeout)
         return Unattached(epoch, some(stored.voted_id), deadline)
 
     # --- inputs -----------------------------------------------------------------------------------
@@ -214,7 +217,7 @@ class RaftNode(RequestRole):
     # --- responses --------------------------------------------------------------------------------
     def _on_response(self, sender: int, response: RaftMessage, now_ms: int) -> None:
         assert isinstance(response, VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse
-                          | FetchResponse | FetchSnapshotResponse)
+                          | FetchResponse | FetchSnapshotResponse | UpdateVoterResponse)
         failed = response.error_code is not ErrorCode.NONE
         if not self.requests.answered(sender, response.correlation_id, now_ms, failed):
             return  # the answer to a request this state no longer waits for
@@ -236,6 +239,8 @@ class RaftNode(RequestRole):
                 state.unacked.discard(sender)
         elif not (isinstance(state, Follower) and state.leader_id == sender and response.leader_epoch == state.epoch):
             return
+        elif isinstance(response, UpdateVoterResponse):
+            self.voter_update_answered(state, response, now_ms)
         elif isinstance(response, FetchSnapshotResponse):
             self._on_fetch_snapshot_response(state, response, now_ms)
         elif not failed:
@@ -320,7 +325,9 @@ class RaftNode(RequestRole):
             if now_ms >= state.fetch_deadline:
                 self._election_due(now_ms)
             elif self.requests.ready(state.leader_id, now_ms):
-                if state.fetching_snapshot is not None:
+                if self.voter_update_due(state, now_ms):
+                    self.send_voter_update(state, now_ms)
+                elif state.fetching_snapshot is not None:
                     self._send_fetch_snapshot(state, now_ms)
                 else:
                     self._send_fetch(state.leader_id, now_ms)
@@ -424,7 +431,8 @@ class RaftNode(RequestRole):
         self.set_state(Unattached(epoch, voted, self._election_deadline(now_ms)))
 
     def _become_follower(self, epoch: int, leader: int, voted: int | None, now_ms: int) -> None:
-        self.set_state(Follower(epoch, leader, voted, now_ms + self.config.fetch_timeout_ms))
+        timeout = self.config.fetch_timeout_ms
+        self.set_state(Follower(epoch, leader, voted, now_ms + timeout, update_voter_due=now_ms + timeout))
 
     def _become_prospective(self, retries: int, now_ms: int) -> None:
         state = self.state

@@ -41,6 +41,7 @@ from grete.coordinator.kraft.raft_states import (
     Unattached,
 )
 from grete.coordinator.kraft.voters import BEFORE_LOG, VoterHistory, VoterNode, updated
+from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import DescribeQuorumResponse
 from grete.protocol.metadata import KRaftVersionRecord, LeaderChangeMessage
@@ -204,6 +205,9 @@ class LeaderRole(ABC):
         state = Leader(epoch, self.log.end_offset, dict.fromkeys(self.voters, -1),
                        check_quorum_deadline=now_ms + int(self.config.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR),
                        begin_epoch_deadline=now_ms, unacked=set(self.voters - {self.node_id}))
+        if not self.history.dynamic and self.node_id in self.voters and self.local.directory_id != ZERO_UUID:
+            # Kafka's LeaderState at kraft.version 0: the static set, this leader's entry complete.
+            state.volatile_voters = self.history.latest.with_node(self.local)
         self.set_state(state)
         message = LeaderChangeMessage(
             version=CONTROL_VALUE_VERSION, leader_id=self.node_id,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from grete.coordinator.kraft.quorum import QuorumState
 from grete.coordinator.kraft.raft_log import OffsetAndEpoch, RaftBatch
+from grete.coordinator.kraft.voters import VoterNode
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
 
@@ -125,9 +126,27 @@ class FetchSnapshotResponse:
     data: bytes = b""  # UnalignedRecords: the bytes from ``position``, not cut at batch bounds
 
 
-RaftRequest = VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest | FetchSnapshotRequest
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateVoterRequest:
+    """UpdateRaftVoter: a voter tells the leader its key, endpoints and kraft.version range (KIP-853)."""
+
+    correlation_id: int
+    current_leader_epoch: int
+    voter: VoterNode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateVoterResponse:
+    correlation_id: int
+    error_code: ErrorCode
+    leader_id: int  # CurrentLeader
+    leader_epoch: int
+
+
+RaftRequest = (VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest | FetchSnapshotRequest
+               | UpdateVoterRequest)
 RaftResponse = (VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
-                | FetchSnapshotResponse)
+                | FetchSnapshotResponse | UpdateVoterResponse)
 RaftMessage = RaftRequest | RaftResponse
 
 

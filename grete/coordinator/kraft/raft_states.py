@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from grete.coordinator.kraft.raft_log import OffsetAndEpoch
 from grete.coordinator.kraft.raft_messages import FetchRequest
+from grete.coordinator.kraft.voters import VoterSet
 from grete.protocol.codec import ZERO_UUID
 
 
@@ -90,6 +91,10 @@ class Follower:
     # how many of its bytes are here.
     fetching_snapshot: OffsetAndEpoch | None = None
     snapshot_position: int = 0
+    # KIP-853: a voter tells each new leader its endpoints and kraft.version range (UpdateRaftVoter)
+    # once a fetch timeout into following it, and again a period later while the leader has not taken it.
+    update_voter_due: int = 0
+    updated_leader: bool = False
 
 
 @dataclass(slots=True)
@@ -137,6 +142,9 @@ class Leader:
     # Whether a record of this epoch is committed: until then the leader does not know the high
     # watermark (what it learned as a follower may be below what others have seen) and reports -1.
     high_watermark_known: bool = False
+    # A static quorum's (kraft.version 0) voters as UpdateRaftVoter told them, in memory only:
+    # what an upgrade to kraft.version 1 writes (Kafka's volatile voter set); None once upgraded.
+    volatile_voters: VoterSet | None = None
 
 
 @dataclass(slots=True)

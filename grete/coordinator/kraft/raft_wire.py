@@ -105,6 +105,15 @@ def to_wire(message: core.RaftMessage, cluster_id: str | None, timestamp_ms: int
             snapshot = _fetch_snapshot_response(message)
             snapshot.node_endpoints = _nodes(wire.FetchSnapshotResponse.NodeEndpoint, a)
             return snapshot
+        case core.UpdateVoterRequest():
+            v = message.voter
+            return wire.UpdateRaftVoterRequest(
+                cluster_id=cluster_id, current_leader_epoch=message.current_leader_epoch, voter_id=v.node_id,
+                voter_directory_id=v.directory_id,
+                listeners=[wire.UpdateRaftVoterRequest.Listener(name=e.listener, host=e.host, port=e.port)
+                           for e in v.endpoints],
+                k_raft_version_feature=wire.UpdateRaftVoterRequest.KRaftVersionFeature(
+                    min_supported_version=v.kraft_versions[0], max_supported_version=v.kraft_versions[1]))
     raise TypeError(f"not a Raft message: {message!r}")
 
 
@@ -231,6 +240,10 @@ def from_wire(message: Message, correlation_id: int) -> core.RaftMessage:
                 snapshot_id=OffsetAndEpoch(s.snapshot_id.epoch, s.snapshot_id.end_offset))
         case wire.FetchSnapshotResponse():
             return _from_fetch_snapshot_response(message, cid)
+        case wire.UpdateRaftVoterResponse():
+            current = message.current_leader
+            return core.UpdateVoterResponse(correlation_id=cid, error_code=ErrorCode(message.error_code),
+                                            leader_id=current.leader_id, leader_epoch=current.leader_epoch)
     raise TypeError(f"not a KRaft RPC: {type(message).__name__}")
 
 

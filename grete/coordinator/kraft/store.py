@@ -364,13 +364,12 @@ class KRaftMetadataStore(MetadataState):
 
     # --- finalized features: FeatureLevelRecords --------------------------------------------------
     async def set_finalized_features(self, levels: dict[str, int]) -> int:
-        """Replace the finalized levels (a feature left out goes to level 0, as Kafka drops it);
-        the new epoch is the log offset that holds the change, as in KRaft."""
+        """Finalize the levels named (level 0 drops a feature, as Kafka does); a feature not named
+        keeps its level (a quorum's metadata.version, which UpdateFeatures does not move here).
+        The new epoch is the log offset that holds the change, as in KRaft."""
         current = self._features or {}
-        wanted = {name: level for name, level in levels.items() if level > 0}
-        names = sorted(set(current) | set(wanted))
-        await self._commit([FeatureLevelRecord(name=n, feature_level=wanted.get(n, 0))
-                            for n in names if current.get(n, 0) != wanted.get(n, 0)])
+        await self._commit([FeatureLevelRecord(name=name, feature_level=level)
+                            for name, level in sorted(levels.items()) if current.get(name, 0) != level])
         return self._features_epoch
 
 
