@@ -139,3 +139,34 @@ def test_the_mode_check_sees_a_branch(tmp_path: Path) -> None:
 
 def test_no_handler_branches_on_the_cluster_mode() -> None:
     assert _mode_branches(HANDLERS) == []
+
+
+VIEW = re.compile(r"RequestContext\[(\w+)\]")
+
+
+def _views_seen(root: Path) -> dict[str, set[str]]:
+    """For each module: the views of the node its handlers take (``RequestContext[<view>]``), and
+    ``Broker`` if it imports the node itself."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        views = set(VIEW.findall(text))
+        if re.search(r"^\s*from grete\.broker\.broker import", text, re.MULTILINE):
+            views.add("Broker")
+        found[path.name] = views
+    return found
+
+
+def test_the_view_check_sees_the_node(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("def handle(ctx: RequestContext[Groups], r: int) -> None: ...\n")
+    (tmp_path / "bad.py").write_text("from grete.broker.broker import Broker\n")
+    assert _views_seen(tmp_path) == {"bad.py": {"Broker"}, "ok.py": {"Groups"}}
+
+
+def test_handlers_see_their_room_s_view_of_the_node() -> None:
+    """Each handler takes one of grete.broker.requests.services' views, never the node itself; only
+    Envelope, which hands requests to the other handlers, sees all of it."""
+    rooms = {"Basics", "DataPlane", "Groups", "Transactions", "Admin", "ClusterControl"}
+    seen = {name: views for name, views in _views_seen(HANDLERS).items() if name not in ("__init__.py", "manifest.py")}
+    assert {name: views for name, views in seen.items() if len(views) != 1 or not views <= rooms} == {
+        "envelope.py": {"Everything"}}

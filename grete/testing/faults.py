@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from grete.broker.requests.context import CloseConnection, RequestContext
+from grete.broker.requests.services import Everything
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import APIS
 from grete.protocol.shapes import detach, error_response, merge, split
@@ -111,7 +112,7 @@ class Faults:
     _pending: int = 0
 
     # --- the seam -----------------------------------------------------------------------
-    def handle(self, conn: KafkaConnection, handler: Handler, ctx: RequestContext, request: Any) -> Any:
+    def handle(self, conn: KafkaConnection, handler: Handler, ctx: RequestContext[Everything], request: Any) -> Any:
         """Answer ``request`` as ``handler`` would, with whatever fault applies to it."""
         match = self._match(ctx, request)
         tail = self._tails.get(conn)
@@ -127,7 +128,7 @@ class Faults:
         self._pending += 1
         return self._deferred(conn, handler, ctx, request, match, tail, started)
 
-    async def _deferred(self, conn: KafkaConnection, handler: Handler, ctx: RequestContext, request: Any,
+    async def _deferred(self, conn: KafkaConnection, handler: Handler, ctx: RequestContext[Everything], request: Any,
                         match: _Match | None, tail: asyncio.Future[None] | None,
                         started: asyncio.Future[None]) -> Any:
         try:
@@ -153,7 +154,7 @@ class Faults:
             return await result
         return result
 
-    def _apply(self, handler: Handler, ctx: RequestContext, request: Any, match: _Match | None) -> Any:
+    def _apply(self, handler: Handler, ctx: RequestContext[Everything], request: Any, match: _Match | None) -> Any:
         if match is None or match.rule.kind == "delay":
             return handler.fn(ctx, request)
         rule = match.rule
@@ -172,7 +173,7 @@ class Faults:
         return None if result is None else merge(result, failed, ctx.version)
 
     # --- matching -----------------------------------------------------------------------
-    def _match(self, ctx: RequestContext, request: Any) -> _Match | None:
+    def _match(self, ctx: RequestContext[Everything], request: Any) -> _Match | None:
         for rule in list(self.rules):
             if rule.api_key != ctx.api_key:
                 continue
@@ -197,7 +198,7 @@ class Faults:
         if rule.handle is not None:
             rule.handle._hit()
 
-    def _held_by(self, ctx: RequestContext, request: Any) -> list[_Pause]:
+    def _held_by(self, ctx: RequestContext[Everything], request: Any) -> list[_Pause]:
         """The paused partitions a Produce request appends to."""
         if not self.paused or ctx.api_key != PRODUCE:
             return []

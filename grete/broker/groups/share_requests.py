@@ -9,6 +9,7 @@ from typing import Protocol
 
 from grete.broker.groups.share_sessions import PartitionKey
 from grete.broker.requests.context import RequestContext
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 
@@ -36,12 +37,12 @@ def acks_of(topics: Iterable[tuple[uuid.UUID, Iterable[AckPartition]]]) -> dict[
     return acks
 
 
-def topic_readable(ctx: RequestContext, key: PartitionKey) -> bool:
+def topic_readable(ctx: RequestContext[Groups], key: PartitionKey) -> bool:
     meta = ctx.broker.metadata.topic_by_id(key[0])
     return meta is None or allowed(ctx, Op.READ, Res.TOPIC, meta.name)
 
 
-def leader_of(ctx: RequestContext, key: PartitionKey) -> tuple[int, int]:
+def leader_of(ctx: RequestContext[Groups], key: PartitionKey) -> tuple[int, int]:
     """(leader id, leader epoch) for CurrentLeader: this node while it leads the partition."""
     try:
         partition = ctx.broker.share_groups.resolve(key)
@@ -50,7 +51,7 @@ def leader_of(ctx: RequestContext, key: PartitionKey) -> tuple[int, int]:
     return (ctx.broker.node_id, partition.leader_epoch) if partition.is_leader else (partition.leader_id, -1)
 
 
-async def apply_acks(ctx: RequestContext, group_id: str, member_id: str,
+async def apply_acks(ctx: RequestContext[Groups], group_id: str, member_id: str,
                      acks: dict[PartitionKey, list[tuple[int, int, list[int]]]]) -> dict[PartitionKey, ErrorCode]:
     """Each partition's acknowledgements, all or nothing per partition; its error code. In a cluster
     the answer waits until the share coordinators have the new state (a leader that dies after it

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from grete.broker.broker import Broker
 from grete.broker.replica.partition import Partition
+from grete.broker.requests.services import Transactions
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.transactions.txn import MarkerWriter, TransactionCoordinator
 from grete.coordinator.transactions.txn_state import TopicPartition, TxnConfig
@@ -26,7 +27,7 @@ from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 log = logging.getLogger(__name__)
 
 
-async def ensure_transaction_state_topic(broker: Broker) -> TopicMeta:
+async def ensure_transaction_state_topic(broker: Transactions) -> TopicMeta:
     cfg = broker.config
     return await broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC, cfg.get_int("transaction.state.log.num.partitions"), {
         "cleanup.policy": "compact",

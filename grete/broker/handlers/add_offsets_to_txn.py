@@ -8,6 +8,7 @@ from __future__ import annotations
 from grete.broker.groups.transactions import fenced_error
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey
@@ -15,7 +16,7 @@ from grete.protocol.topics import OFFSETS_TOPIC
 
 
 @api(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
-async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+async def handle(ctx: RequestContext[Transactions], request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from grete.broker.groups.transactions import fenced_error
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode
@@ -31,7 +32,7 @@ TV2_VERSION = 5
 
 
 @api(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
-async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+async def handle(ctx: RequestContext[Transactions], request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     if ctx.version >= BROKER_VERSION:
         return await _handle_batch(ctx, request)
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
@@ -53,7 +54,7 @@ async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> Add
     return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_by_topic(results))
 
 
-async def _handle_batch(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+async def _handle_batch(ctx: RequestContext[Transactions], request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
     """v4+: every transaction of the request answered in one response."""
     if ctx.broker.authorizer is not None and not cluster_allowed(ctx, Op.CLUSTER_ACTION):
         return AddPartitionsToTxnResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -77,7 +78,7 @@ async def _handle_batch(ctx: RequestContext, request: AddPartitionsToTxnRequest)
     return AddPartitionsToTxnResponse(results_by_transaction=results)
 
 
-def _unknown_partitions(ctx: RequestContext, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+def _unknown_partitions(ctx: RequestContext[Transactions], wanted: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
     """Partitions the metadata does not know (in a cluster most are hosted elsewhere)."""
     metadata = ctx.broker.metadata
     return {(t, p): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for t, p in wanted

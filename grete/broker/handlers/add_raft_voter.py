@@ -7,12 +7,13 @@ from __future__ import annotations
 from grete.broker.quorum.voter_changes import add_voter, outcome
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.coordinator.kraft.voters import Endpoint
 from grete.protocol.messages import AddRaftVoterRequest, AddRaftVoterResponse, ApiKey
 
 
 @api(ApiKey.ADD_RAFT_VOTER, 0, 1)
-async def handle(ctx: RequestContext, request: AddRaftVoterRequest) -> AddRaftVoterResponse:
+async def handle(ctx: RequestContext[ClusterControl], request: AddRaftVoterRequest) -> AddRaftVoterResponse:
     driver = ctx.broker.quorum
     assert driver is not None  # the connection refuses the API without one
     endpoints = tuple(Endpoint(e.name, e.host, e.port) for e in request.listeners)

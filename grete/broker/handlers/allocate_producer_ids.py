@@ -12,6 +12,7 @@ from __future__ import annotations
 from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.coordinator.zookeeper.zk_layout import PRODUCER_ID_BLOCK_SIZE
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AllocateProducerIdsRequest, AllocateProducerIdsResponse, ApiKey
@@ -20,7 +21,7 @@ Response = AllocateProducerIdsResponse
 
 
 @api(ApiKey.ALLOCATE_PRODUCER_IDS, 0, 0)
-async def handle(ctx: RequestContext, request: AllocateProducerIdsRequest) -> Response:
+async def handle(ctx: RequestContext[ClusterControl], request: AllocateProducerIdsRequest) -> Response:
     if ctx.broker.kraft_brokers is not None:  # a controller of a KRaft quorum, for its brokers
         return await ctx.broker.kraft_brokers.allocate_producer_ids(request)
     cluster = ctx.broker.cluster

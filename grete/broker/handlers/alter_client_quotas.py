@@ -10,6 +10,7 @@ from typing import Any
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.metadata import QuotaEntity, quota_entity
 from grete.coordinator.zookeeper import zk_layout as zk
@@ -22,7 +23,7 @@ LONG_MAX = 2**63 - 1
 
 
 @api(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1)
-async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> Response:
+async def handle(ctx: RequestContext[Admin], request: AlterClientQuotasRequest) -> Response:
     allowed = cluster_allowed(ctx, Op.ALTER_CONFIGS)
     results = []
     seen: set[QuotaEntity] = set()

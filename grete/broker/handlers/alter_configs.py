@@ -27,6 +27,7 @@ from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS, check_na
 from grete.broker.metrics.client_metrics_configs import validate as validate_client_metrics
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterConfigsRequest, AlterConfigsResponse, ApiKey
@@ -38,7 +39,7 @@ class AlterResource(Protocol):
     resource_name: str
 
 
-async def answer_each(ctx: RequestContext, resources: Sequence[AlterResource],
+async def answer_each(ctx: RequestContext[Admin], resources: Sequence[AlterResource],
                       apply: Callable[[AlterResource], Awaitable[None]]
                       ) -> list[tuple[AlterResource, KafkaError | None]]:
     """Run ``apply`` on every resource named once; a resource named twice fails in both places."""
@@ -65,7 +66,7 @@ def check_keys(names: list[str], null_names: list[str]) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(null_names))
 
 
-def check_broker_resource(ctx: RequestContext, name: str) -> str:
+def check_broker_resource(ctx: RequestContext[Admin], name: str) -> str:
     """This node's id (on a KRaft controller, any broker's) or "" (the cluster-wide default): the
     scope the dynamic configs are kept under."""
     if name:
@@ -79,7 +80,7 @@ def check_broker_resource(ctx: RequestContext, name: str) -> str:
     return name
 
 
-async def replace_broker_configs(ctx: RequestContext, name: str, configs: dict[str, str],
+async def replace_broker_configs(ctx: RequestContext[Admin], name: str, configs: dict[str, str],
                                  validate_only: bool) -> None:
     """Kafka's DynamicBrokerConfig: ``configs`` become the resource's complete dynamic set (this
     broker's, or the cluster default's); keys that cannot change at run time are refused."""
@@ -98,7 +99,7 @@ async def replace_broker_configs(ctx: RequestContext, name: str, configs: dict[s
         await ctx.broker.metadata.set_broker_configs(scope, clean)
 
 
-async def replace_client_metrics(ctx: RequestContext, name: str, configs: dict[str, str],
+async def replace_client_metrics(ctx: RequestContext[Admin], name: str, configs: dict[str, str],
                                  validate_only: bool) -> None:
     """A client-metrics subscription's new config set (an empty one deletes it)."""
     check_name(name)
@@ -107,7 +108,7 @@ async def replace_client_metrics(ctx: RequestContext, name: str, configs: dict[s
         await ctx.broker.metadata.set_client_metrics(name, clean)
 
 
-async def replace_group_configs(ctx: RequestContext, name: str, configs: dict[str, str],
+async def replace_group_configs(ctx: RequestContext[Admin], name: str, configs: dict[str, str],
                                 validate_only: bool) -> None:
     """A group's new override set, checked as Kafka 4.3's controller checks it (an empty one
     removes the group's overrides)."""
@@ -121,7 +122,7 @@ async def replace_group_configs(ctx: RequestContext, name: str, configs: dict[st
         await ctx.broker.metadata.set_group_configs(name, clean)
 
 
-async def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[str, str],
+async def replace_topic_configs(ctx: RequestContext[Admin], name: str, configs: dict[str, str],
                                 validate_only: bool) -> None:
     """Validate ``configs`` as the topic's complete override set, then install it live."""
     if not name:
@@ -138,7 +139,7 @@ async def replace_topic_configs(ctx: RequestContext, name: str, configs: dict[st
 
 
 @api(ApiKey.ALTER_CONFIGS, 0, 2)
-async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
+async def handle(ctx: RequestContext[Admin], request: AlterConfigsRequest) -> AlterConfigsResponse:
     async def apply(resource: AlterResource) -> None:
         assert isinstance(resource, AlterConfigsRequest.AlterConfigsResource)
         check_keys([c.name for c in resource.configs], [c.name for c in resource.configs if c.value is None])

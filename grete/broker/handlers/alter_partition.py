@@ -12,6 +12,7 @@ from grete.broker.cluster.isr_changes import IsrChange
 from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import AlterPartitionRequest, AlterPartitionResponse, ApiKey
@@ -20,7 +21,7 @@ Response = AlterPartitionResponse
 
 
 @api(ApiKey.ALTER_PARTITION, 0, 3)
-async def handle(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPartitionResponse:
+async def handle(ctx: RequestContext[ClusterControl], request: AlterPartitionRequest) -> AlterPartitionResponse:
     registry = ctx.broker.kraft_brokers
     if registry is not None and registry.partitions is not None:  # a controller of a KRaft quorum
         return await registry.partitions.alter_partition(request, ctx.version)

@@ -11,6 +11,7 @@ from typing import Any
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (
@@ -24,7 +25,7 @@ PartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionRes
 
 
 @api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
-def handle(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+def handle(ctx: RequestContext[Admin], request: AlterPartitionReassignmentsRequest
            ) -> AlterPartitionReassignmentsResponse | Coroutine[Any, Any, AlterPartitionReassignmentsResponse]:
     if not cluster_allowed(ctx, Op.ALTER):
         return _refused(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
@@ -40,7 +41,7 @@ def _refused(request: AlterPartitionReassignmentsRequest, code: ErrorCode) -> Al
     return AlterPartitionReassignmentsResponse(error_code=code, error_message=None, responses=topics)
 
 
-async def _reassign(ctx: RequestContext,
+async def _reassign(ctx: RequestContext[Admin],
                     request: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse:
     wanted = {(t.name, p.partition_index): list(p.replicas) if p.replicas is not None else None
               for t in request.topics for p in t.partitions}

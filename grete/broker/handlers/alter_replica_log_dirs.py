@@ -15,6 +15,7 @@ from pathlib import Path
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, ApiKey
@@ -24,7 +25,7 @@ PartitionResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult
 
 
 @api(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 2)
-def handle(ctx: RequestContext, request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
+def handle(ctx: RequestContext[DataPlane], request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
     configured = {Path(os.path.abspath(d)): d for d in ctx.broker.log_dirs}
     results: dict[str, list[PartitionResult]] = {}
     for wanted in request.dirs:
@@ -37,7 +38,7 @@ def handle(ctx: RequestContext, request: AlterReplicaLogDirsRequest) -> AlterRep
                                                 for name, parts in results.items()])
 
 
-def _move(ctx: RequestContext, topic: str, index: int, target: Path | None, asked: str) -> int:
+def _move(ctx: RequestContext[DataPlane], topic: str, index: int, target: Path | None, asked: str) -> int:
     try:
         if not cluster_allowed(ctx, Op.ALTER):
             raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey
@@ -14,7 +15,7 @@ Response = AlterShareGroupOffsetsResponse
 
 
 @api(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0)
-async def handle(ctx: RequestContext, request: Request) -> Response:
+async def handle(ctx: RequestContext[Groups], request: Request) -> Response:
     group_id = request.group_id
     if not allowed(ctx, Op.READ, Res.GROUP, group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)

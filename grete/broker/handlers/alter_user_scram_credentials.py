@@ -12,6 +12,7 @@ from typing import Any
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.broker.security.sasl import SCRAM_MAX_ITERATIONS, SCRAM_MIN_ITERATIONS
 from grete.broker.security.scram_upsertion import ScramUpsertion
@@ -29,7 +30,7 @@ Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
 
 
 @api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
-async def handle(ctx: RequestContext, request: AlterUserScramCredentialsRequest) -> Response:
+async def handle(ctx: RequestContext[Admin], request: AlterUserScramCredentialsRequest) -> Response:
     changes: list[Any] = [*request.deletions, *request.upsertions]
     if not cluster_allowed(ctx, Op.ALTER):
         users = list(dict.fromkeys(c.name for c in changes))

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import advertised_versions, api
+from grete.broker.requests.services import ClusterControl
 from grete.protocol.messages import ApiKey, ApiVersionsRequest, ApiVersionsResponse
 
 ALL_FEATURES_VERSION = 4  # supported features with a minimum level of 0 are listed from here on
 
 
 @api(ApiKey.API_VERSIONS, 0, 4)
-def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
+def handle(ctx: RequestContext[ClusterControl], request: ApiVersionsRequest) -> ApiVersionsResponse:
     keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
             for key, lo, hi in advertised_versions(zk_broker=ctx.broker.cluster.zk_broker_apis,
                                                    direct=ctx.broker.direct is not None,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.protocol.messages import ApiKey, BrokerHeartbeatRequest, BrokerHeartbeatResponse
 
 
 @api(ApiKey.BROKER_HEARTBEAT, 0, 2)
-async def handle(ctx: RequestContext, request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
+async def handle(ctx: RequestContext[ClusterControl], request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
     registry = ctx.broker.kraft_brokers
     assert registry is not None  # the connection refuses the API without one
     return await registry.heartbeat(request)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.protocol.messages import ApiKey, BrokerRegistrationRequest, BrokerRegistrationResponse
 
 
 @api(ApiKey.BROKER_REGISTRATION, 0, 4)
-async def handle(ctx: RequestContext, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
+async def handle(ctx: RequestContext[ClusterControl], request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
     registry = ctx.broker.kraft_brokers
     assert registry is not None  # the connection refuses the API without one
     return await registry.register(request)

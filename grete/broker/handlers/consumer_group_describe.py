@@ -9,6 +9,7 @@ from collections import defaultdict
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.coordinator.groups.consumer_assignors import Assignment
 from grete.coordinator.groups.consumer_state import ConsumerGroup, ConsumerMember
@@ -25,7 +26,7 @@ CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1  # v1's MemberType: the protoco
 
 
 @api(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
-def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> Response:
+def handle(ctx: RequestContext[Groups], request: ConsumerGroupDescribeRequest) -> Response:
     names = {meta.topic_id: name for name, meta in ctx.broker.metadata.topics().items()}
     described = []
     for group_id in request.group_ids:
@@ -54,7 +55,7 @@ def _failed(group_id: str, error: ErrorCode, message: str | None) -> Response.De
                                    authorized_operations=NO_OPERATIONS)
 
 
-def _assignor(ctx: RequestContext, group: ConsumerGroup) -> str:
+def _assignor(ctx: RequestContext[Groups], group: ConsumerGroup) -> str:
     return group.assignor or ctx.broker.group_coordinator.config.consumer_assignors[0]
 
 

@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.groups.consumer_assignors import Assignment
 from grete.coordinator.groups.consumer_requests import ConsumerHeartbeat
@@ -18,7 +19,7 @@ Response = ConsumerGroupHeartbeatResponse
 
 
 @api(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
-async def handle(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Response:
+async def handle(ctx: RequestContext[Groups], request: ConsumerGroupHeartbeatRequest) -> Response:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if ctx.broker.share_groups.holds(request.group_id):

@@ -7,12 +7,13 @@ from __future__ import annotations
 from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, ControlledShutdownRequest, ControlledShutdownResponse
 
 
 @api(ApiKey.CONTROLLED_SHUTDOWN, 1, 3)
-async def handle(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
+async def handle(ctx: RequestContext[ClusterControl], request: ControlledShutdownRequest) -> ControlledShutdownResponse:
     cluster = ctx.broker.cluster
     assert isinstance(cluster, ZkBroker)
     if not cluster.controller.active:

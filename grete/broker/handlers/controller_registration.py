@@ -10,6 +10,7 @@ from __future__ import annotations
 from grete.broker.quorum.controller_node import bootstrapped
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, ControllerRegistrationRequest, ControllerRegistrationResponse
@@ -30,7 +31,7 @@ def _incompatible(request: ControllerRegistrationRequest, finalized: dict[str, i
 
 
 @api(ApiKey.CONTROLLER_REGISTRATION, 0, 0)
-async def handle(ctx: RequestContext, request: ControllerRegistrationRequest) -> Response:
+async def handle(ctx: RequestContext[ClusterControl], request: ControllerRegistrationRequest) -> Response:
     driver, store = ctx.broker.quorum, ctx.broker.metadata
     assert driver is not None and isinstance(store, QuorumMetadataStore)  # the connection refuses it otherwise
     if not driver.leads:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from grete.broker.handlers.describe_acls import NO_AUTHORIZER
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.acls import (
     AclBinding,
@@ -35,7 +36,7 @@ def _binding(entry: CreateAclsRequest.AclCreation) -> AclBinding:
 
 
 @api(ApiKey.CREATE_ACLS, 0, 3)
-async def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
+async def handle(ctx: RequestContext[Admin], request: CreateAclsRequest) -> CreateAclsResponse:
     if ctx.broker.authorizer is None:
         return CreateAclsResponse(results=[Result(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER)
                                            for _ in request.creations])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from grete.broker.quorum import forwarded_tokens
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, Res, allowed
 from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -30,7 +31,7 @@ def _answer(owner: str, requester: str, error: int, *, issue: int = -1, expiry: 
 
 
 @api(ApiKey.CREATE_DELEGATION_TOKEN, 1, 3)
-async def handle(ctx: RequestContext, request: CreateDelegationTokenRequest) -> Response:
+async def handle(ctx: RequestContext[Admin], request: CreateDelegationTokenRequest) -> Response:
     requester = ctx.principal
     owner = (f"{request.owner_principal_type}:{request.owner_principal_name}"
              if request.owner_principal_name else requester)

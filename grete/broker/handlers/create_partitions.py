@@ -12,6 +12,7 @@ from grete.broker.handlers.create_topics import check_replica_list, live_broker_
 from grete.broker.quotas.client_quotas import MutationQuota, throttle_for_mutations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, CreatePartitionsRequest, CreatePartitionsResponse
@@ -21,7 +22,7 @@ STRICT_QUOTA_SINCE = 3
 
 
 @api(ApiKey.CREATE_PARTITIONS, 0, 3)
-async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+async def handle(ctx: RequestContext[Admin], request: CreatePartitionsRequest) -> CreatePartitionsResponse:
     counts = Counter(topic.name for topic in request.topics)
     # KIP-599: v3+ clients know THROTTLING_QUOTA_EXCEEDED; older ones are throttled afterwards.
     quota = ctx.broker.quotas.mutations(ctx, strict=ctx.version >= STRICT_QUOTA_SINCE)
@@ -37,7 +38,7 @@ async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> Creat
     return response
 
 
-async def _grow(ctx: RequestContext, topic: CreatePartitionsRequest.CreatePartitionsTopic,
+async def _grow(ctx: RequestContext[Admin], topic: CreatePartitionsRequest.CreatePartitionsTopic,
                 validate_only: bool, quota: MutationQuota) -> Result:
     broker = ctx.broker
     try:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from grete.broker.broker import Broker
 from grete.broker.config import ConfigError, validate_topic_configs
 from grete.broker.handlers.describe_configs import topic_config_entries
 from grete.broker.quotas.client_quotas import MutationQuota, throttle_for_mutations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.codec import ZERO_UUID
@@ -29,7 +29,7 @@ STRICT_QUOTA_SINCE = 6
 
 
 @api(ApiKey.CREATE_TOPICS, 2, 7)
-async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+async def handle(ctx: RequestContext[Admin], request: CreateTopicsRequest) -> CreateTopicsResponse:
     counts = Counter(topic.name for topic in request.topics)
     created: list[TopicMeta] = []
     # KIP-599: v6+ clients know THROTTLING_QUOTA_EXCEEDED; older ones are throttled afterwards.
@@ -48,7 +48,7 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
     return response
 
 
-async def _create(ctx: RequestContext, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool,
+async def _create(ctx: RequestContext[Admin], topic: CreateTopicsRequest.CreatableTopic, validate_only: bool,
                   created: list[TopicMeta], quota: MutationQuota) -> Result:
     broker = ctx.broker
     try:
@@ -96,7 +96,7 @@ def _error(name: str, exc: KafkaError) -> Result:
                   num_partitions=-1, replication_factor=-1, configs=[])
 
 
-def _check_collision(broker: Broker, name: str) -> None:
+def _check_collision(broker: Admin, name: str) -> None:
     """'.' and '_' collide in metric names, so Kafka refuses a topic that differs only by them."""
     if "." not in name and "_" not in name:
         return
@@ -117,7 +117,7 @@ def _configs(topic: CreateTopicsRequest.CreatableTopic) -> dict[str, str]:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
-def _sizes(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> tuple[int, int]:
+def _sizes(broker: Admin, topic: CreateTopicsRequest.CreatableTopic) -> tuple[int, int]:
     """(partitions, replication factor) to create, -1 meaning the broker default."""
     if topic.replication_factor < -1 or topic.replication_factor == 0:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -128,11 +128,11 @@ def _sizes(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> tuple[i
     return topic.num_partitions, topic.replication_factor
 
 
-def _resolved(broker: Broker, partitions: int) -> int:
+def _resolved(broker: Admin, partitions: int) -> int:
     return broker.config.get_int("num.partitions") if partitions == -1 else partitions
 
 
-def _manual_assignment(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> dict[int, list[int]]:
+def _manual_assignment(broker: Admin, topic: CreateTopicsRequest.CreatableTopic) -> dict[int, list[int]]:
     if topic.replication_factor != -1:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, "
                          "but replication factor was not set to -1.")
@@ -154,7 +154,7 @@ def _manual_assignment(broker: Broker, topic: CreateTopicsRequest.CreatableTopic
     return {a.partition_index: list(a.broker_ids) for a in topic.assignments}
 
 
-def live_broker_ids(broker: Broker) -> set[int]:
+def live_broker_ids(broker: Admin) -> set[int]:
     return {b.id for b in broker.live_brokers()}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from grete.broker.handlers.describe_acls import NO_AUTHORIZER, filter_of, matching
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.acls import AclBinding, InvalidAcl, PatternType
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -16,7 +17,7 @@ FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 
 
 @api(ApiKey.DELETE_ACLS, 0, 3)
-async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
+async def handle(ctx: RequestContext[Admin], request: DeleteAclsRequest) -> DeleteAclsResponse:
     if ctx.broker.authorizer is None or not cluster_allowed(ctx, Op.ALTER):
         code, message = ((ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER) if ctx.broker.authorizer is None
                          else (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."))

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, DeleteGroupsRequest, DeleteGroupsResponse
 
 
 @api(ApiKey.DELETE_GROUPS, 0, 2)
-async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+async def handle(ctx: RequestContext[Groups], request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     permitted = [g for g in request.groups_names if allowed(ctx, Op.DELETE, Res.GROUP, g)]
     results: dict[str, int] = {g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in request.groups_names}
     share_groups = ctx.broker.share_groups

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, DeleteRecordsRequest, DeleteRecordsResponse
@@ -20,7 +21,7 @@ PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
 
 
 @api(ApiKey.DELETE_RECORDS, 0, 2)
-def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+def handle(ctx: RequestContext[DataPlane], request: DeleteRecordsRequest) -> DeleteRecordsResponse:
     topics = []
     for topic in request.topics:
         partitions = [_delete(ctx, topic.name, p.partition_index, p.offset) for p in topic.partitions]
@@ -28,7 +29,7 @@ def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsR
     return DeleteRecordsResponse(topics=topics)
 
 
-def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> PartitionResult:
+def _delete(ctx: RequestContext[DataPlane], topic: str, index: int, offset: int) -> PartitionResult:
     try:
         if not allowed(ctx, Op.DELETE, Res.TOPIC, topic):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -38,7 +39,7 @@ def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> Partiti
     return PartitionResult(partition_index=index, low_watermark=low_watermark, error_code=0)
 
 
-def delete_before(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
+def delete_before(ctx: RequestContext[DataPlane], topic: str, index: int, offset: int) -> int:
     """Delete every record of ``topic``-``index`` below ``offset``; returns the new log start offset."""
     if topic in INTERNAL_TOPICS:
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot delete records of internal topic {topic}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -14,7 +15,7 @@ Response = DeleteShareGroupStateResponse
 
 
 @api(ApiKey.DELETE_SHARE_GROUP_STATE, 0, 0)
-async def handle(ctx: RequestContext, request: DeleteShareGroupStateRequest) -> DeleteShareGroupStateResponse:
+async def handle(ctx: RequestContext[Groups], request: DeleteShareGroupStateRequest) -> DeleteShareGroupStateResponse:
     allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
     results = []
     for topic in request.topics:

@@ -15,6 +15,7 @@ from typing import TypeVar
 from grete.broker.quotas.client_quotas import MutationQuota, throttle_for_mutations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -32,7 +33,7 @@ STRICT_QUOTA_SINCE = 5
 
 
 @api(ApiKey.DELETE_TOPICS, 1, 6)
-async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+async def handle(ctx: RequestContext[Admin], request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     results: list[Result] = []
     names, ids = _requested(ctx, request, results)
     # KIP-599: v5+ clients know THROTTLING_QUOTA_EXCEEDED; older ones are throttled afterwards.
@@ -67,7 +68,7 @@ async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTop
     return response
 
 
-def _requested(ctx: RequestContext, request: DeleteTopicsRequest,
+def _requested(ctx: RequestContext[Admin], request: DeleteTopicsRequest,
                results: list[Result]) -> tuple[list[str], list[uuid.UUID]]:
     """Names and ids to delete, each once; malformed or duplicated entries answered in ``results``."""
     named: list[str] = list(request.topic_names) if ctx.version < 6 else []
@@ -98,7 +99,7 @@ def _unique(items: list[T], on_duplicate: Callable[[T], object]) -> list[T]:
     return [item for item, count in counts.items() if count == 1]
 
 
-async def _delete(ctx: RequestContext, name: str, topic_id: uuid.UUID, quota: MutationQuota) -> Result:
+async def _delete(ctx: RequestContext[Admin], name: str, topic_id: uuid.UUID, quota: MutationQuota) -> Result:
     try:
         if not allowed(ctx, Op.DELETE, Res.TOPIC, name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")

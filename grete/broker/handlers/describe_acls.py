@@ -9,6 +9,7 @@ from typing import Any
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.acls import (
     AclBinding,
@@ -44,12 +45,12 @@ def filter_of(entry: Any) -> AclFilter:
     return acl_filter
 
 
-def matching(ctx: RequestContext, acl_filter: AclFilter) -> list[AclBinding]:
+def matching(ctx: RequestContext[Admin], acl_filter: AclFilter) -> list[AclBinding]:
     return [acl for acl in ctx.broker.metadata.acls() if acl_filter.matches(acl)]
 
 
 @api(ApiKey.DESCRIBE_ACLS, 0, 3)
-def handle(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsResponse:
+def handle(ctx: RequestContext[Admin], request: DescribeAclsRequest) -> DescribeAclsResponse:
     if ctx.broker.authorizer is None:
         return DescribeAclsResponse(error_code=ErrorCode.SECURITY_DISABLED,
                                     error_message=NO_AUTHORIZER, resources=[])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.metadata import QuotaEntity
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -19,7 +20,7 @@ EXACT, DEFAULT, SPECIFIED = 0, 1, 2
 
 
 @api(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
-def handle(ctx: RequestContext, request: DescribeClientQuotasRequest) -> Response:
+def handle(ctx: RequestContext[Admin], request: DescribeClientQuotasRequest) -> Response:
     if not cluster_allowed(ctx, Op.DESCRIBE_CONFIGS):
         return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                         error_message="Cluster authorization failed.", entries=None)

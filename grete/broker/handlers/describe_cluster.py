@@ -16,6 +16,7 @@ from __future__ import annotations
 from grete.broker.handlers.metadata import OPERATIONS_NOT_REQUESTED
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.broker.security.authorizer import CLUSTER_OPERATIONS
 from grete.broker.security.authz import Op, Res, cluster_allowed, operations
 from grete.protocol.acls import CLUSTER_NAME
@@ -27,7 +28,7 @@ ENDPOINT_NAMES = {BROKER_ENDPOINTS: "BROKER", CONTROLLER_ENDPOINTS: "CONTROLLER"
 
 
 @api(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
+def handle(ctx: RequestContext[ClusterControl], request: DescribeClusterRequest) -> DescribeClusterResponse:
     broker = ctx.broker
     endpoint_type = request.endpoint_type if ctx.version >= 1 else BROKER_ENDPOINTS
     if endpoint_type not in ENDPOINT_NAMES:
@@ -59,7 +60,7 @@ def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClus
                                        else OPERATIONS_NOT_REQUESTED))
 
 
-def _controller_listener(ctx: RequestContext) -> bool:
+def _controller_listener(ctx: RequestContext[ClusterControl]) -> bool:
     """A listener of ``controller.listener.names`` on a node that is its own quorum: a controller
     endpoint (KIP-919's ``--bootstrap-controller``)."""
     return ctx.listener in ctx.broker.cluster.controller_listeners()

@@ -32,6 +32,7 @@ from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
 from grete.broker.metrics.client_metrics_configs import describe as describe_client_metrics
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, DescribeConfigsRequest, DescribeConfigsResponse
@@ -179,7 +180,7 @@ def _doc(definition: ConfigDef) -> str | None:
 
 # --- handler --------------------------------------------------------------------------------
 @api(ApiKey.DESCRIBE_CONFIGS, 1, 4)
-def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+def handle(ctx: RequestContext[Admin], request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for resource in request.resources:
         try:
@@ -200,7 +201,7 @@ def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConf
     return DescribeConfigsResponse(results=results)
 
 
-def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConfigsResource,
+def _describe(ctx: RequestContext[Admin], resource: DescribeConfigsRequest.DescribeConfigsResource,
               with_docs: bool) -> list[ConfigEntry]:
     broker = ctx.broker
     name = resource.resource_name
@@ -227,7 +228,7 @@ def _describe(ctx: RequestContext, resource: DescribeConfigsRequest.DescribeConf
     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {_type_name(resource.resource_type)}")
 
 
-def authorize_config_resource(ctx: RequestContext, resource_type: int, name: str, operation: Op) -> None:
+def authorize_config_resource(ctx: RequestContext[Admin], resource_type: int, name: str, operation: Op) -> None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the resource (the cluster for brokers and their loggers);
     raises Kafka's authorization error of that resource type."""
     if ctx.broker.authorizer is None:

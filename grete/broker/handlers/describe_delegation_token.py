@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, Res, allowed
 from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.coordinator.metadata import DelegationTokenInfo
@@ -19,7 +20,7 @@ Described = DescribeDelegationTokenResponse.DescribedDelegationToken
 Renewer = DescribeDelegationTokenResponse.DescribedDelegationTokenRenewer
 
 
-def _eligible(ctx: RequestContext, owners: list[str] | None, token: DelegationTokenInfo) -> bool:
+def _eligible(ctx: RequestContext[Admin], owners: list[str] | None, token: DelegationTokenInfo) -> bool:
     if owners is not None and not any(token.owner_or_renewer(o) for o in owners):
         return False
     return (token.owner_or_renewer(ctx.principal)
@@ -39,7 +40,7 @@ def _described(token: DelegationTokenInfo, hmac: bytes) -> Described:
 
 
 @api(ApiKey.DESCRIBE_DELEGATION_TOKEN, 1, 3)
-def handle(ctx: RequestContext, request: DescribeDelegationTokenRequest) -> Response:
+def handle(ctx: RequestContext[Admin], request: DescribeDelegationTokenRequest) -> Response:
     session = ctx.session
     if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated):
         return Response(error_code=ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, tokens=[])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authorizer import GROUP_OPERATIONS as GROUP_OPS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.protocol.errors import ErrorCode
@@ -16,7 +17,7 @@ GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
 
 
 @api(ApiKey.DESCRIBE_GROUPS, 0, 6)
-def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+def handle(ctx: RequestContext[Groups], request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     described = []
     for group_id in request.groups:
         if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse
@@ -22,7 +23,7 @@ Result = DescribeLogDirsResponse.DescribeLogDirsResult
 
 
 @api(ApiKey.DESCRIBE_LOG_DIRS, 1, 5)
-def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+def handle(ctx: RequestContext[DataPlane], request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         # Kafka: an empty answer (v3+ with CLUSTER_AUTHORIZATION_FAILED).
         return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED if ctx.version >= 3 else 0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, DescribeProducersRequest, DescribeProducersResponse
@@ -13,7 +14,7 @@ Partition = DescribeProducersResponse.PartitionResponse
 
 
 @api(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
-def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse:
+def handle(ctx: RequestContext[DataPlane], request: DescribeProducersRequest) -> DescribeProducersResponse:
     topics = []
     for topic in request.topics:
         partitions = []

@@ -17,6 +17,7 @@ import time
 from grete.broker.quorum.driver import RaftDriver
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.broker.security.authz import cluster_allowed
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.protocol.acls import AclOperation
@@ -28,7 +29,7 @@ Response = DescribeQuorumResponse
 
 
 @api(ApiKey.DESCRIBE_QUORUM, 0, 2)
-async def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+async def handle(ctx: RequestContext[ClusterControl], request: DescribeQuorumRequest) -> DescribeQuorumResponse:
     if not cluster_allowed(ctx, AclOperation.DESCRIBE):
         return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
     forwarded = await ctx.broker.cluster.forwarded(request, ctx.version)

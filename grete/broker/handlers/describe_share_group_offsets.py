@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
@@ -22,11 +23,11 @@ Response = DescribeShareGroupOffsetsResponse
 
 
 @api(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
-async def handle(ctx: RequestContext, request: Request) -> Response:
+async def handle(ctx: RequestContext[Groups], request: Request) -> Response:
     return Response(groups=[await _group(ctx, g) for g in request.groups])
 
 
-async def _group(ctx: RequestContext, wanted: Request.DescribeShareGroupOffsetsRequestGroup
+async def _group(ctx: RequestContext[Groups], wanted: Request.DescribeShareGroupOffsetsRequestGroup
                  ) -> Response.DescribeShareGroupOffsetsResponseGroup:
     group_id = wanted.group_id
     if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
@@ -71,11 +72,11 @@ async def _group(ctx: RequestContext, wanted: Request.DescribeShareGroupOffsetsR
     return Response.DescribeShareGroupOffsetsResponseGroup(group_id=group_id, topics=topics)
 
 
-def _leader_epoch(ctx: RequestContext, topic: str, index: int) -> int:
+def _leader_epoch(ctx: RequestContext[Groups], topic: str, index: int) -> int:
     partition = ctx.broker.partitions.get((topic, index))
     return partition.leader_epoch if partition is not None else 0
 
 
-async def _lag(ctx: RequestContext, topic: str, index: int, start: int, complete: int) -> int:
+async def _lag(ctx: RequestContext[Groups], topic: str, index: int, start: int, complete: int) -> int:
     end = await ctx.broker.share_groups.end_offset(topic, index) if start >= 0 else None
     return -1 if end is None else max(0, end - start - complete)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authorizer import TOPIC_OPERATIONS as TOPIC_OPS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.coordinator.metadata import TopicMeta
@@ -42,7 +43,7 @@ class _Page:
 
 
 @api(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
-def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
+def handle(ctx: RequestContext[Admin], request: DescribeTopicPartitionsRequest) -> DescribeTopicPartitionsResponse:
     requested = [t.name for t in request.topics]
     if any(not name for name in requested):
         return DescribeTopicPartitionsResponse(topics=[_failed(name, ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -65,14 +66,14 @@ def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -> Desc
     return DescribeTopicPartitionsResponse(topics=page.topics, next_cursor=page.next_cursor)
 
 
-def _all_topics(ctx: RequestContext) -> list[str]:
+def _all_topics(ctx: RequestContext[Admin]) -> list[str]:
     """Every topic, internal ones too; those the principal may not describe are left out silently."""
     secured = ctx.broker.authorizer is not None
     return sorted(name for name in ctx.broker.metadata.topics()
                   if not secured or allowed(ctx, Op.DESCRIBE, Res.TOPIC, name))
 
 
-def _add_topic(ctx: RequestContext, page: _Page, name: str, first: int) -> bool:
+def _add_topic(ctx: RequestContext[Admin], page: _Page, name: str, first: int) -> bool:
     """Append ``name`` from partition ``first`` on; True when the page filled up inside it."""
     try:
         validate_topic_name(name)
@@ -98,7 +99,7 @@ def _add_topic(ctx: RequestContext, page: _Page, name: str, first: int) -> bool:
     return False
 
 
-def _partitions(ctx: RequestContext, meta: TopicMeta, indexes: list[int]) -> list[Partition]:
+def _partitions(ctx: RequestContext[Admin], meta: TopicMeta, indexes: list[int]) -> list[Partition]:
     """As Metadata describes them (the cluster view's answer; a leader not reachable on this listener
     is none, LEADER_NOT_AVAILABLE)."""
     states = ctx.broker.cluster.partition_states(meta, indexes, ctx.listener, listener_not_found=False)
@@ -110,7 +111,7 @@ def _partitions(ctx: RequestContext, meta: TopicMeta, indexes: list[int]) -> lis
             for index, state in zip(indexes, states, strict=True)]
 
 
-def _operations(ctx: RequestContext, name: str) -> int:
+def _operations(ctx: RequestContext[Admin], name: str) -> int:
     return operations(ctx, Res.TOPIC, name, TOPIC_OPS)
 
 

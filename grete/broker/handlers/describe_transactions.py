@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.transactions.txn_format import TxnState
 from grete.protocol.errors import ErrorCode
@@ -13,7 +14,7 @@ State = DescribeTransactionsResponse.TransactionState
 
 
 @api(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
-def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+def handle(ctx: RequestContext[Transactions], request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     coordinator = ctx.broker.txn_coordinator
     states = []
     for txn_id in request.transactional_ids:

@@ -8,6 +8,7 @@ from collections import Counter
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
@@ -22,7 +23,7 @@ Response = DescribeUserScramCredentialsResponse
 
 
 @api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
-def handle(ctx: RequestContext, request: DescribeUserScramCredentialsRequest) -> Response:
+def handle(ctx: RequestContext[Admin], request: DescribeUserScramCredentialsRequest) -> Response:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         return Response(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                         error_message="Cluster authorization failed.", results=[])

@@ -12,6 +12,7 @@ from grete.broker.direct.consume import position_of
 from grete.broker.direct.service import DirectService
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, DirectConsumeAddressRequest, DirectConsumeAddressResponse
@@ -24,7 +25,7 @@ LATEST, EARLIEST = -1, -2
 
 
 @api(ApiKey.DIRECT_CONSUME_ADDRESS, 0, 0)
-def handle(ctx: RequestContext, request: DirectConsumeAddressRequest) -> DirectConsumeAddressResponse:
+def handle(ctx: RequestContext[DataPlane], request: DirectConsumeAddressRequest) -> DirectConsumeAddressResponse:
     service = ctx.broker.direct
     assert isinstance(service, DirectService)  # the connection refuses this API when it is off
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from grete.broker.direct.service import DirectService
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed
 from grete.direct.layout import HEADER_BYTES
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -22,7 +23,7 @@ Answer = DirectProduceAddressResponse.DirectProducePartitionResponse
 
 
 @api(ApiKey.DIRECT_PRODUCE_ADDRESS, 0, 0)
-def handle(ctx: RequestContext, request: DirectProduceAddressRequest) -> DirectProduceAddressResponse:
+def handle(ctx: RequestContext[DataPlane], request: DirectProduceAddressRequest) -> DirectProduceAddressResponse:
     service = ctx.broker.direct
     assert isinstance(service, DirectService)  # the connection refuses this API when it is off
     topics = []

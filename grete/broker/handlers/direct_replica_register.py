@@ -13,13 +13,14 @@ from grete.broker.direct.service import DirectService
 from grete.broker.replica.partition import Partition
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, DirectReplicaRegisterRequest, DirectReplicaRegisterResponse
 
 
 @api(ApiKey.DIRECT_REPLICA_REGISTER, 0, 0)
-def handle(ctx: RequestContext, request: DirectReplicaRegisterRequest) -> DirectReplicaRegisterResponse:
+def handle(ctx: RequestContext[DataPlane], request: DirectReplicaRegisterRequest) -> DirectReplicaRegisterResponse:
     service = ctx.broker.direct
     assert isinstance(service, DirectService)  # the connection refuses this API when it is off
     if ctx.broker.authorizer is not None and not cluster_allowed(ctx, Op.CLUSTER_ACTION):

@@ -13,6 +13,7 @@ from typing import Any
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, ElectLeadersRequest, ElectLeadersResponse
@@ -29,7 +30,7 @@ MESSAGES = {
 
 
 @api(ApiKey.ELECT_LEADERS, 0, 2)
-def handle(ctx: RequestContext,
+def handle(ctx: RequestContext[Admin],
            request: ElectLeadersRequest) -> ElectLeadersResponse | Coroutine[Any, Any, ElectLeadersResponse]:
     if not cluster_allowed(ctx, Op.ALTER):
         return ElectLeadersResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, replica_election_results=[
@@ -39,7 +40,7 @@ def handle(ctx: RequestContext,
     return _elect(ctx, request)
 
 
-async def _elect(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+async def _elect(ctx: RequestContext[Admin], request: ElectLeadersRequest) -> ElectLeadersResponse:
     preferred = ctx.version == 0 or request.election_type == PREFERRED
     wanted = (None if request.topic_partitions is None
               else [(w.topic, i) for w in request.topic_partitions for i in w.partitions])

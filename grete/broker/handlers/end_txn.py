@@ -10,6 +10,7 @@ from __future__ import annotations
 from grete.broker.groups.transactions import fenced_error
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.transactions.txn import TV2
 from grete.protocol.errors import ErrorCode
@@ -19,7 +20,7 @@ TV2_VERSION = 5
 
 
 @api(ApiKey.END_TXN, 0, 5)
-async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+async def handle(ctx: RequestContext[Transactions], request: EndTxnRequest) -> EndTxnResponse:
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     result = ctx.broker.txn_coordinator.end_txn(request.transactional_id, request.producer_id,

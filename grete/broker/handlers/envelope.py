@@ -15,6 +15,7 @@ import ipaddress
 
 from grete.broker.requests.context import RequestContext, Session
 from grete.broker.requests.registry import FORWARDED_APIS, api, handlers
+from grete.broker.requests.services import Everything
 from grete.protocol.codec import Message, Reader, Writer
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.headers import decode_request_header, encode_response_header
@@ -23,7 +24,7 @@ from grete.protocol.principal_data import decode_principal_data
 
 
 @api(ApiKey.ENVELOPE, 0, 0)
-async def handle(ctx: RequestContext, request: EnvelopeRequest) -> EnvelopeResponse:
+async def handle(ctx: RequestContext[Everything], request: EnvelopeRequest) -> EnvelopeResponse:
     driver = ctx.broker.quorum
     if driver is None or not driver.leads:
         return EnvelopeResponse(error_code=ErrorCode.NOT_CONTROLLER)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from grete.broker.quorum import forwarded_tokens
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.delegation_tokens import token_requests_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, ExpireDelegationTokenRequest, ExpireDelegationTokenResponse
@@ -17,7 +18,7 @@ Response = ExpireDelegationTokenResponse
 
 
 @api(ApiKey.EXPIRE_DELEGATION_TOKEN, 1, 2)
-async def handle(ctx: RequestContext, request: ExpireDelegationTokenRequest) -> Response:
+async def handle(ctx: RequestContext[Admin], request: ExpireDelegationTokenRequest) -> Response:
     session = ctx.session
     if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated,
                                   session.forwarded):

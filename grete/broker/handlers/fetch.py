@@ -30,6 +30,7 @@ from grete.broker.replica.partition_log_view import high_watermark_and_start_of
 from grete.broker.requests.context import Later, RequestContext
 from grete.broker.requests.leader_hints import current_leader
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, FetchRequest, FetchResponse
@@ -43,7 +44,7 @@ PartitionData = FetchResponse.PartitionData
 
 
 @api(ApiKey.FETCH, 4, 18)
-def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Later | Coroutine[Any, Any, FetchResponse]:
+def handle(ctx: RequestContext[DataPlane], request: FetchRequest) -> FetchResponse | Later | Coroutine[Any, Any, FetchResponse]:
     broker = ctx.broker
     if broker.quorum is not None and is_metadata_fetch(request):
         return _metadata_fetch(ctx, broker.quorum, request)  # a voter or observer of the quorum
@@ -58,7 +59,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse | Later 
     return _long_poll(ctx, request, fetch_plan, parked, response=response)
 
 
-def resume(ctx: RequestContext, request: FetchRequest, deadline: float) -> FetchResponse | Later:
+def resume(ctx: RequestContext[DataPlane], request: FetchRequest, deadline: float) -> FetchResponse | Later:
     """Go on with a long poll that a wake-up interrupted (the connection's memo path, sessionless
     fetches only): answer now if ``min_bytes`` are there or ``deadline`` (loop time) has passed, else
     wait on until the deadline."""
@@ -69,17 +70,17 @@ def resume(ctx: RequestContext, request: FetchRequest, deadline: float) -> Fetch
     return _long_poll(ctx, request, fetch_plan, parked, deadline)
 
 
-async def _metadata_fetch(ctx: RequestContext, driver: RaftDriver, request: FetchRequest) -> FetchResponse:
+async def _metadata_fetch(ctx: RequestContext[DataPlane], driver: RaftDriver, request: FetchRequest) -> FetchResponse:
     response = await answer(ctx, driver, request)
     assert isinstance(response, FetchResponse)
     return response
 
 
-def _replica_id(ctx: RequestContext, request: FetchRequest) -> int:
+def _replica_id(ctx: RequestContext[DataPlane], request: FetchRequest) -> int:
     return request.replica_id if ctx.version < 15 else request.replica_state.replica_id
 
 
-def _read(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+def _read(ctx: RequestContext[DataPlane], request: FetchRequest, fetch_plan: sessions.FetchPlan,
           update_fetch_state: bool = True) -> tuple[FetchResponse, int, list[Partition]]:
     """One pass over the plan's partitions: (response, bytes found, partitions to wait on).
     ``update_fetch_state``: a follower's fetch moves its fetch state (caught-up time, ISR, high
@@ -135,7 +136,7 @@ QuietCheck = Callable[[str | None, uuid.UUID, FetchRequest.FetchPartition, sessi
                       Partition | None]
 
 
-def _quiet_check(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+def _quiet_check(ctx: RequestContext[DataPlane], request: FetchRequest, fetch_plan: sessions.FetchPlan,
                  replica_id: int, update_fetch_state: bool = True) -> QuietCheck | None:
     """For an incremental fetch: a check that finds a session partition with nothing new for its
     fetcher without reading it (the cost of an idle partition in a session is this check). Only on
@@ -163,7 +164,7 @@ def _quiet_check(ctx: RequestContext, request: FetchRequest, fetch_plan: session
     return quiet
 
 
-def _quiet_follower(ctx: RequestContext, replica_id: int, update_fetch_state: bool = True) -> QuietCheck:
+def _quiet_follower(ctx: RequestContext[DataPlane], replica_id: int, update_fetch_state: bool = True) -> QuietCheck:
     """A follower's partition is quiet if it asks for the log end, the epoch it last fetched has
     not diverged, and the high watermark and log start are what it was last told (also after its
     fetch state moved, which must happen on every fetch: its caught-up time keeps it in the ISR)."""
@@ -205,7 +206,7 @@ def _served(hosted: dict[tuple[str, int], Partition], by_id: bool, name: str | N
     return partition
 
 
-def _answer(ctx: RequestContext, fetch_plan: sessions.FetchPlan, response: FetchResponse) -> FetchResponse:
+def _answer(ctx: RequestContext[DataPlane], fetch_plan: sessions.FetchPlan, response: FetchResponse) -> FetchResponse:
     """The answer as sent: the session's say on which partitions go in (and a new session's id),
     leader hints from v16, Kafka's counts."""
     if ctx.version >= LEADER_HINTS_VERSION:
@@ -216,7 +217,7 @@ def _answer(ctx: RequestContext, fetch_plan: sessions.FetchPlan, response: Fetch
     return _counted(ctx, response)
 
 
-def _leader_hints(ctx: RequestContext, fetch_plan: sessions.FetchPlan, response: FetchResponse) -> None:
+def _leader_hints(ctx: RequestContext[DataPlane], fetch_plan: sessions.FetchPlan, response: FetchResponse) -> None:
     """KIP-951: a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the leader
     this broker knows, and the answer carries that leader's endpoint."""
     endpoints: dict[int, FetchResponse.NodeEndpoint] = {}
@@ -248,7 +249,7 @@ class Snapshot(watch.Snapshot):
 
     __slots__ = ()
 
-    def resume(self, ctx: RequestContext, request: FetchRequest, deadline: float) -> FetchResponse | Later:
+    def resume(self, ctx: RequestContext[DataPlane], request: FetchRequest, deadline: float) -> FetchResponse | Later:
         return resume(ctx, request, deadline)
 
 
@@ -266,7 +267,7 @@ class EmptyFetchResponse(FetchResponse):
     snapshot: Snapshot
 
 
-def _read_partition(ctx: RequestContext, request: FetchRequest, name: str | None, topic_id: uuid.UUID,
+def _read_partition(ctx: RequestContext[DataPlane], request: FetchRequest, name: str | None, topic_id: uuid.UUID,
                     wanted: FetchRequest.FetchPartition, remaining: int,
                     first: bool) -> tuple[PartitionData, Partition | None]:
     try:
@@ -311,14 +312,14 @@ def _read_partition(ctx: RequestContext, request: FetchRequest, name: str | None
     return data, partition
 
 
-def _known(ctx: RequestContext, name: str | None) -> str:
+def _known(ctx: RequestContext[DataPlane], name: str | None) -> str:
     """The topic's name; None: a topic id (v13+) this broker does not know."""
     if name is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
     return name
 
 
-def _check_topic_id(ctx: RequestContext, partition: Partition, topic_id: uuid.UUID) -> None:
+def _check_topic_id(ctx: RequestContext[DataPlane], partition: Partition, topic_id: uuid.UUID) -> None:
     """v13+: the replica here must be of the topic the id names (not a deleted one of the same name)."""
     if ctx.version >= sessions.TOPIC_IDS_VERSION and partition.topic_id != topic_id:
         raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID)
@@ -327,7 +328,7 @@ def _check_topic_id(ctx: RequestContext, partition: Partition, topic_id: uuid.UU
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
-def _preferred_read_replica(ctx: RequestContext, request: FetchRequest, partition: Partition,
+def _preferred_read_replica(ctx: RequestContext[DataPlane], request: FetchRequest, partition: Partition,
                             fetch_offset: int) -> int:
     """Kafka's RackAwareReplicaSelector, asked by a leader for a consumer that named its rack
     (``client.rack``, Fetch v11+): the leader itself if it is in that rack (or no replica is),
@@ -345,7 +346,7 @@ def _preferred_read_replica(ctx: RequestContext, request: FetchRequest, partitio
     return max(same_rack, key=lambda r: (partition.follower_log_end(r), -r))
 
 
-def _read_for_follower(ctx: RequestContext, request: FetchRequest, replica_id: int, name: str | None,
+def _read_for_follower(ctx: RequestContext[DataPlane], request: FetchRequest, replica_id: int, name: str | None,
                        topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition, remaining: int,
                        first: bool, update_fetch_state: bool = True) -> tuple[PartitionData, Partition | None]:
     """A follower's fetch (Kafka's Partition.fetchRecords for a replica): the leader's whole log up
@@ -401,7 +402,7 @@ def _records_size(records: Any) -> int:
     return int(size) if size is not None else len(records)
 
 
-def _long_poll(ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+def _long_poll(ctx: RequestContext[DataPlane], request: FetchRequest, fetch_plan: sessions.FetchPlan,
                parked: list[Partition], deadline: float | None = None,
                response: FetchResponse | None = None) -> Later:
     """Wait for ``min_bytes`` or the deadline (Kafka's DelayedFetch). ``response``: the empty answer
@@ -419,7 +420,7 @@ class _LongPoll:
     __slots__ = ("ctx", "request", "plan", "deadline", "response", "answer", "woken", "timer", "replica",
                  "parked", "quiet")
 
-    def __init__(self, ctx: RequestContext, request: FetchRequest, fetch_plan: sessions.FetchPlan,
+    def __init__(self, ctx: RequestContext[DataPlane], request: FetchRequest, fetch_plan: sessions.FetchPlan,
                  parked: list[Partition], deadline: float, response: FetchResponse | None) -> None:
         self.ctx = ctx
         self.request = request
@@ -477,7 +478,7 @@ class _LongPoll:
         self.answer.settle(answer)
 
 
-def _counted(ctx: RequestContext, response: FetchResponse) -> FetchResponse:
+def _counted(ctx: RequestContext[DataPlane], response: FetchResponse) -> FetchResponse:
     """Kafka's per-topic fetch counts and bytes out, and each partition's error, for the answer sent."""
     metrics = ctx.broker.metrics
     errors = metrics.api(1).errors

@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from grete.broker.groups.transactions import ensure_transaction_state_topic
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.share.share_format import parse_coordinator_key
 from grete.coordinator.share.share_format import partition_for as share_partition_for
@@ -29,7 +30,7 @@ INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malf
 
 
 @api(ApiKey.FIND_COORDINATOR, 0, 6)
-async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+async def handle(ctx: RequestContext[Transactions], request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     coordinators = []
     for key in keys:
@@ -49,7 +50,7 @@ async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCo
                                    host=only.host, port=only.port)
 
 
-async def _check(ctx: RequestContext, key_type: int, key: str, version: int) -> tuple[int, str | None, int]:
+async def _check(ctx: RequestContext[Transactions], key_type: int, key: str, version: int) -> tuple[int, str | None, int]:
     """(error, message, coordinator id): the coordinator is the leader of the key's partition of
     the internal topic."""
     if key_type == GROUP and not allowed(ctx, Op.DESCRIBE, Res.GROUP, key):
@@ -73,7 +74,7 @@ async def _check(ctx: RequestContext, key_type: int, key: str, version: int) -> 
     return ErrorCode.INVALID_REQUEST, INVALID_REQUEST_TEXT, -1
 
 
-async def _share(ctx: RequestContext, key: str, version: int) -> tuple[int, str | None, int]:
+async def _share(ctx: RequestContext[Transactions], key: str, version: int) -> tuple[int, str | None, int]:
     """The share coordinator of "groupId:topicId:partition": Kafka asks CLUSTER_ACTION on the cluster
     (only brokers look it up)."""
     if version < 6:
@@ -89,7 +90,7 @@ async def _share(ctx: RequestContext, key: str, version: int) -> tuple[int, str 
     return _available(ctx, SHARE_GROUP_STATE_TOPIC, share_partition_for(parsed, partitions))
 
 
-def _available(ctx: RequestContext, topic: str, partition: int) -> tuple[int, str | None, int]:
+def _available(ctx: RequestContext[Transactions], topic: str, partition: int) -> tuple[int, str | None, int]:
     """COORDINATOR_NOT_AVAILABLE while the key's internal partition has no leader (its log dir failed,
     or it could not be created, or its leader is down), as Kafka answers: clients back off and ask
     again instead of joining a coordinator that cannot write."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from grete.broker.metrics.client_telemetry import ACCEPTED_COMPRESSION_TYPES, PUSH_INTERVAL_MS
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.protocol.errors import KafkaError
 from grete.protocol.messages import (
     ApiKey,
@@ -17,7 +18,7 @@ from grete.protocol.messages import (
 
 
 @api(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, 0)
-def handle(ctx: RequestContext, request: GetTelemetrySubscriptionsRequest) -> GetTelemetrySubscriptionsResponse:
+def handle(ctx: RequestContext[Admin], request: GetTelemetrySubscriptionsRequest) -> GetTelemetrySubscriptionsResponse:
     try:
         instance_id, instance = ctx.broker.client_telemetry.get_subscription(id(ctx.session),
                                                                              request.client_instance_id)

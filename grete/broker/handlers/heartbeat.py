@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, HeartbeatRequest, HeartbeatResponse
 
 
 @api(ApiKey.HEARTBEAT, 0, 4)
-async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+async def handle(ctx: RequestContext[Groups], request: HeartbeatRequest) -> HeartbeatResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = await ctx.broker.group_coordinator.heartbeat(

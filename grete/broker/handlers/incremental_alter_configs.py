@@ -37,6 +37,7 @@ from grete.broker.handlers.describe_configs import (
 from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
@@ -47,7 +48,7 @@ Op = IncrementalAlterConfigsRequest.AlterableConfig
 
 
 @api(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def handle(ctx: RequestContext, request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
+async def handle(ctx: RequestContext[Admin], request: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
     async def apply(resource: AlterResource) -> None:
         assert isinstance(resource, Resource)
         await _apply(ctx, resource, request.validate_only)
@@ -59,7 +60,7 @@ async def handle(ctx: RequestContext, request: IncrementalAlterConfigsRequest) -
     return IncrementalAlterConfigsResponse(responses=responses)
 
 
-async def _apply(ctx: RequestContext, resource: Resource, validate_only: bool) -> None:
+async def _apply(ctx: RequestContext[Admin], resource: Resource, validate_only: bool) -> None:
     ops = resource.configs
     check_keys([op.name for op in ops],
                [op.name for op in ops if op.config_operation != DELETE and op.value is None])
@@ -123,7 +124,7 @@ def _append_or_subtract(value: str | None, op: Op, definitions: Mapping[str, Con
     return ",".join(parts)
 
 
-def _alter_loggers(ctx: RequestContext, resource: Resource, validate_only: bool) -> None:
+def _alter_loggers(ctx: RequestContext[Admin], resource: Resource, validate_only: bool) -> None:
     """SET a logger to a log4j level name, or DELETE to inherit its parent's."""
     name = resource.resource_name
     if not name:

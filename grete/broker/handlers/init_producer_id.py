@@ -13,13 +13,14 @@ from __future__ import annotations
 from grete.broker.groups.transactions import ensure_transaction_state_topic, fenced_error
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed, allowed_any, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, InitProducerIdRequest, InitProducerIdResponse
 
 
 @api(ApiKey.INIT_PRODUCER_ID, 0, 5)
-async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+async def handle(ctx: RequestContext[Transactions], request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None and not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID,
                                                             request.transactional_id):
         return InitProducerIdResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, JoinGroupRequest, JoinGroupResponse
 
 
 @api(ApiKey.JOIN_GROUP, 0, 9)
-async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+async def handle(ctx: RequestContext[Groups], request: JoinGroupRequest) -> JoinGroupResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return JoinGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1,
                                  protocol_name=None if ctx.version >= 7 else "", leader="", member_id="",

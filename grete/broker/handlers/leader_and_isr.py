@@ -11,6 +11,7 @@ from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.replica.replica_manager import PartitionOrder
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, LeaderAndIsrRequest, LeaderAndIsrResponse
@@ -20,7 +21,7 @@ Response = LeaderAndIsrResponse
 
 
 @api(ApiKey.LEADER_AND_ISR, 2, 7)
-async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+async def handle(ctx: RequestContext[DataPlane], request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
     broker = ctx.broker
     cluster = broker.cluster
     assert isinstance(cluster, ZkBroker)

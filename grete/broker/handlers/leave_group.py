@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.groups.group_types import LeaveMember
 from grete.protocol.errors import ErrorCode
@@ -11,7 +12,7 @@ from grete.protocol.messages import ApiKey, LeaveGroupRequest, LeaveGroupRespons
 
 
 @api(ApiKey.LEAVE_GROUP, 0, 5)
-async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+async def handle(ctx: RequestContext[Groups], request: LeaveGroupRequest) -> LeaveGroupResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     if ctx.version >= 3:

@@ -16,6 +16,7 @@ from grete.broker.handlers.describe_configs import BROKER, BROKER_LOGGER, GROUP,
 from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, ListConfigResourcesRequest, ListConfigResourcesResponse
@@ -25,7 +26,7 @@ Resource = ListConfigResourcesResponse.ConfigResource
 
 
 @api(ApiKey.LIST_CONFIG_RESOURCES, 0, 1)
-def handle(ctx: RequestContext, request: ListConfigResourcesRequest) -> ListConfigResourcesResponse:
+def handle(ctx: RequestContext[Admin], request: ListConfigResourcesRequest) -> ListConfigResourcesResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE_CONFIGS):
         return ListConfigResourcesResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if ctx.version == 0:
@@ -42,7 +43,7 @@ def handle(ctx: RequestContext, request: ListConfigResourcesRequest) -> ListConf
     return ListConfigResourcesResponse(error_code=0, config_resources=resources)
 
 
-def _names(ctx: RequestContext, resource_type: int) -> list[str]:
+def _names(ctx: RequestContext[Admin], resource_type: int) -> list[str]:
     broker = ctx.broker
     if resource_type == TOPIC:
         return sorted(broker.metadata.topics())

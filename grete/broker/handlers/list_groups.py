@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.groups.group_types import GroupListing
 from grete.protocol.messages import ApiKey, ListGroupsRequest, ListGroupsResponse
@@ -13,7 +14,7 @@ SHARE = "share"
 
 
 @api(ApiKey.LIST_GROUPS, 0, 5)
-def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+def handle(ctx: RequestContext[Groups], request: ListGroupsRequest) -> ListGroupsResponse:
     states = {s.lower() for s in request.states_filter} or None
     types = {t.lower() for t in request.types_filter} or None
     coordinator = ctx.broker.group_coordinator
@@ -27,7 +28,7 @@ def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsRespons
         for g in listed])
 
 
-def share_listings(ctx: RequestContext, states: set[str] | None, types: set[str] | None) -> list[GroupListing]:
+def share_listings(ctx: RequestContext[Groups], states: set[str] | None, types: set[str] | None) -> list[GroupListing]:
     """Share groups as Kafka lists them: type and protocol type "share", state Empty or Stable, when
     no type filter is given or it names them."""
     share_groups = ctx.broker.share_groups

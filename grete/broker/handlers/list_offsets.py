@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsResponse
@@ -23,7 +24,7 @@ PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
 @api(ApiKey.LIST_OFFSETS, 1, 11)
-def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+def handle(ctx: RequestContext[DataPlane], request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = []
     for topic in request.topics:
         seen: set[int] = set()
@@ -39,7 +40,7 @@ def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsRespo
     return ListOffsetsResponse(topics=topics)
 
 
-def _lookup(ctx: RequestContext, topic: str, wanted: ListOffsetsRequest.ListOffsetsPartition,
+def _lookup(ctx: RequestContext[DataPlane], topic: str, wanted: ListOffsetsRequest.ListOffsetsPartition,
             isolation_level: int, replica_id: int = -1) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
     index = wanted.partition_index
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import (
@@ -16,7 +17,7 @@ from grete.protocol.messages import (
 
 
 @api(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
-async def handle(ctx: RequestContext, request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
+async def handle(ctx: RequestContext[Admin], request: ListPartitionReassignmentsRequest) -> ListPartitionReassignmentsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         return ListPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, topics=[])
     try:

@@ -6,13 +6,14 @@ import re
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, ListTransactionsRequest, ListTransactionsResponse
 
 
 @api(ApiKey.LIST_TRANSACTIONS, 0, 2)
-def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
+def handle(ctx: RequestContext[Transactions], request: ListTransactionsRequest) -> ListTransactionsResponse:
     pattern = request.transactional_id_pattern if ctx.version >= 2 else None
     if pattern:
         try:

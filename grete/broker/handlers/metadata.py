@@ -19,6 +19,7 @@ from typing import Any
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.broker.security.authorizer import CLUSTER_OPERATIONS as CLUSTER_OPS
 from grete.broker.security.authorizer import TOPIC_OPERATIONS as TOPIC_OPS
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed, operations
@@ -38,7 +39,7 @@ NOT_THERE_YET = (ErrorCode.TOPIC_ALREADY_EXISTS, ErrorCode.REQUEST_TIMED_OUT)
 
 
 @api(ApiKey.METADATA, 0, 13)
-def handle(ctx: RequestContext,
+def handle(ctx: RequestContext[Admin],
            request: MetadataRequest) -> MetadataResponse | Coroutine[Any, Any, MetadataResponse]:
     broker = ctx.broker
     response = MetadataResponse(brokers=_brokers(ctx), cluster_id=broker.metadata.cluster_id,
@@ -72,7 +73,7 @@ def handle(ctx: RequestContext,
     return response
 
 
-async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, response: MetadataResponse,
+async def _create_then_answer(ctx: RequestContext[Admin], request: MetadataRequest, response: MetadataResponse,
                               missing: list[str], with_ops: bool, refused: dict[str, int]) -> MetadataResponse:
     failed: dict[str, int] = dict(refused)
     # Kafka answers a topic its Metadata call auto-creates as not there yet (KRaft:
@@ -90,7 +91,7 @@ async def _create_then_answer(ctx: RequestContext, request: MetadataRequest, res
     return response
 
 
-def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, with_ops: bool,
+def _lookup(ctx: RequestContext[Admin], wanted: MetadataRequest.MetadataRequestTopic, with_ops: bool,
             failed: dict[str, int]) -> MetadataResponse.MetadataResponseTopic:
     broker = ctx.broker
     if broker.authorizer is not None:
@@ -116,14 +117,14 @@ def _lookup(ctx: RequestContext, wanted: MetadataRequest.MetadataRequestTopic, w
     return _describe(ctx, meta, with_ops)
 
 
-def _brokers(ctx: RequestContext) -> list[MetadataResponse.MetadataResponseBroker]:
+def _brokers(ctx: RequestContext[Admin]) -> list[MetadataResponse.MetadataResponseBroker]:
     """Every live broker with an endpoint on the listener the request came in on (Kafka lists only
     those); on the embedded node, this node at the address advertised for that listener."""
     return [MetadataResponse.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
             for b in ctx.broker.cluster.listed_brokers(ctx.listener)]
 
 
-def _describe(ctx: RequestContext, meta: TopicMeta, with_ops: bool) -> MetadataResponse.MetadataResponseTopic:
+def _describe(ctx: RequestContext[Admin], meta: TopicMeta, with_ops: bool) -> MetadataResponse.MetadataResponseTopic:
     """A cluster broker answers from its metadata cache (Kafka's ZkMetadataCache): a leader that is
     not live, or has no endpoint on this listener, is reported as none (LEADER_NOT_AVAILABLE;
     LISTENER_NOT_FOUND from v6 when the leader lives but lacks the listener). The embedded node

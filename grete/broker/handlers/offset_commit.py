@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.groups.group_types import OffsetCommit
 from grete.protocol.errors import ErrorCode
@@ -13,7 +14,7 @@ from grete.protocol.messages import ApiKey, OffsetCommitRequest, OffsetCommitRes
 
 
 @api(ApiKey.OFFSET_COMMIT, 2, 10)
-async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+async def handle(ctx: RequestContext[Groups], request: OffsetCommitRequest) -> OffsetCommitResponse:
     unknown_ids = _names_from_ids(ctx, request) if ctx.version >= 10 else set()
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
@@ -43,7 +44,7 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
         for topic in request.topics])
 
 
-def split_unknown(ctx: RequestContext,
+def split_unknown(ctx: RequestContext[Groups],
                   commits: list[OffsetCommit]) -> tuple[list[OffsetCommit], dict[tuple[str, int], int]]:
     """Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a partition its metadata does not have, before
     the coordinator sees the commit: (commits for known partitions, errors of the others)."""
@@ -59,7 +60,7 @@ def split_unknown(ctx: RequestContext,
     return known, errors
 
 
-def _names_from_ids(ctx: RequestContext, request: OffsetCommitRequest) -> set[str]:
+def _names_from_ids(ctx: RequestContext[Groups], request: OffsetCommitRequest) -> set[str]:
     """v10 names topics by id: fill in each topic's name; an id the broker does not know gets a
     stand-in name (returned) whose partitions answer UNKNOWN_TOPIC_ID, as Kafka 4.3.1 does."""
     unknown: set[str] = set()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, OffsetDeleteRequest, OffsetDeleteResponse
 
 
 @api(ApiKey.OFFSET_DELETE, 0, 0)
-async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+async def handle(ctx: RequestContext[Groups], request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     if not allowed(ctx, Op.DELETE, Res.GROUP, request.group_id):
         return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, topics=[])
     if ctx.broker.share_groups.holds(request.group_id):

@@ -9,6 +9,7 @@ from typing import Any
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode
@@ -18,7 +19,7 @@ Partitions = list[tuple[str, int]] | None
 
 
 @api(ApiKey.OFFSET_FETCH, 1, 10)
-def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+def handle(ctx: RequestContext[Groups], request: OffsetFetchRequest) -> OffsetFetchResponse:
     if ctx.version >= 8:
         groups = []
         for group in request.groups:
@@ -55,7 +56,7 @@ def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchRespo
         for name, parts in topics.items()])
 
 
-def _fetch(ctx: RequestContext, group_id: str, wanted: Partitions,
+def _fetch(ctx: RequestContext[Groups], group_id: str, wanted: Partitions,
            require_stable: bool) -> tuple[int, dict[str, list[tuple[int, Any]]]]:
     if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
@@ -95,7 +96,7 @@ class _UnknownId(_Refused):
     error = ErrorCode.UNKNOWN_TOPIC_ID
 
 
-def _names_from_ids(ctx: RequestContext, group: OffsetFetchRequest.OffsetFetchRequestGroup
+def _names_from_ids(ctx: RequestContext[Groups], group: OffsetFetchRequest.OffsetFetchRequestGroup
                     ) -> list[OffsetFetchRequest.OffsetFetchRequestTopics]:
     """v10 names topics by id: fill in the names; the topics whose id is unknown are returned."""
     unknown = []
@@ -107,6 +108,6 @@ def _names_from_ids(ctx: RequestContext, group: OffsetFetchRequest.OffsetFetchRe
     return unknown
 
 
-def _topic_id(ctx: RequestContext, name: str) -> uuid.UUID:
+def _topic_id(ctx: RequestContext[Groups], name: str) -> uuid.UUID:
     meta = ctx.broker.metadata.topic(name)
     return meta.topic_id if meta is not None else ZERO_UUID

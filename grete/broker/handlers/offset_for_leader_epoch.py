@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
@@ -14,7 +15,7 @@ EpochEndOffset = OffsetForLeaderEpochResponse.EpochEndOffset
 
 
 @api(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
-def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+def handle(ctx: RequestContext[DataPlane], request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     topics = []
     # A follower's request needs CLUSTER_ACTION; a client's, DESCRIBE on each topic.
     cluster_action = ctx.broker.authorizer is None or cluster_allowed(ctx, Op.CLUSTER_ACTION)

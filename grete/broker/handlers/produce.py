@@ -12,6 +12,7 @@ from grete.broker.replica.appends import Replicating, Verifying, partition_error
 from grete.broker.requests.context import CloseConnection, RequestContext
 from grete.broker.requests.leader_hints import current_leader
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, ProduceRequest, ProduceResponse
@@ -24,7 +25,7 @@ TOPIC_IDS_VERSION = 13  # KIP-516: topics named by id
 
 
 @api(ApiKey.PRODUCE, 0, 13)
-def handle(ctx: RequestContext,
+def handle(ctx: RequestContext[DataPlane],
            request: ProduceRequest) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse | None] | None:
     broker = ctx.broker
     acks = request.acks
@@ -66,7 +67,7 @@ def handle(ctx: RequestContext,
     return _answer(ctx, request, names, produced, replicating, failed)
 
 
-def _answer(ctx: RequestContext, request: ProduceRequest, names: list[str | None], produced: ProduceResponse,
+def _answer(ctx: RequestContext[DataPlane], request: ProduceRequest, names: list[str | None], produced: ProduceResponse,
             replicating: list[Replicating], failed: bool) -> ProduceResponse | Coroutine[Any, Any, ProduceResponse] | None:
     """The response once every batch is appended: none for acks=0 (a failure closes the connection,
     as Kafka does), with leader hints, after the delayed produce for acks=all."""
@@ -81,14 +82,14 @@ def _answer(ctx: RequestContext, request: ProduceRequest, names: list[str | None
     return produced
 
 
-def _names(ctx: RequestContext, request: ProduceRequest) -> list[str | None]:
+def _names(ctx: RequestContext[DataPlane], request: ProduceRequest) -> list[str | None]:
     """Each topic's name: the request's, or from v13 the one its id maps to (None: an unknown id)."""
     if ctx.version < TOPIC_IDS_VERSION:
         return [t.name for t in request.topic_data]
     return [ctx.broker.topic_name_for(t.topic_id) for t in request.topic_data]
 
 
-def _leader_hints(ctx: RequestContext, names: list[str | None], response: ProduceResponse) -> None:
+def _leader_hints(ctx: RequestContext[DataPlane], names: list[str | None], response: ProduceResponse) -> None:
     """KIP-951: a partition refused with NOT_LEADER_OR_FOLLOWER names the leader this broker knows,
     and the answer carries its endpoint."""
     endpoints: dict[int, ProduceResponse.NodeEndpoint] = {}
@@ -106,7 +107,7 @@ def _leader_hints(ctx: RequestContext, names: list[str | None], response: Produc
     response.node_endpoints = list(endpoints.values())
 
 
-async def _await_replication(ctx: RequestContext, response: ProduceResponse, replicating: list[Replicating],
+async def _await_replication(ctx: RequestContext[DataPlane], response: ProduceResponse, replicating: list[Replicating],
                              timeout_ms: int) -> ProduceResponse:
     """acks=all: answer once the replica layer's delayed produce is over, counting each outcome."""
     await ctx.broker.appends.await_replication(replicating, timeout_ms)
@@ -114,14 +115,14 @@ async def _await_replication(ctx: RequestContext, response: ProduceResponse, rep
     return response
 
 
-def _count(ctx: RequestContext, answers: Iterable[PartitionResponse]) -> None:
+def _count(ctx: RequestContext[DataPlane], answers: Iterable[PartitionResponse]) -> None:
     """Kafka's ErrorsPerSec counts each partition's outcome, once it is known."""
     errors = ctx.broker.metrics.api(0).errors
     for answer in answers:
         errors[answer.error_code] = errors.get(answer.error_code, 0) + 1
 
 
-async def _verify_then_append(ctx: RequestContext, request: ProduceRequest, names: list[str | None],
+async def _verify_then_append(ctx: RequestContext[DataPlane], request: ProduceRequest, names: list[str | None],
                               produced: ProduceResponse, verifying: list[Verifying], replicating: list[Replicating],
                               failed: bool) -> ProduceResponse | None:
     """KIP-890 part 1 across brokers: the parked batches appended once the transaction's coordinator

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Admin
 from grete.protocol.errors import KafkaError
 from grete.protocol.messages import ApiKey, PushTelemetryRequest, PushTelemetryResponse
 
 
 @api(ApiKey.PUSH_TELEMETRY, 0, 0)
-def handle(ctx: RequestContext, request: PushTelemetryRequest) -> PushTelemetryResponse:
+def handle(ctx: RequestContext[Admin], request: PushTelemetryRequest) -> PushTelemetryResponse:
     try:
         ctx.broker.client_telemetry.push(id(ctx.session), request.client_instance_id, request.subscription_id,
                                          request.terminating, request.compression_type, len(request.metrics),

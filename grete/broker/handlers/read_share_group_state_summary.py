@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.share.share_format import ShareKey
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -19,7 +20,7 @@ Response = ReadShareGroupStateSummaryResponse
 
 
 @api(ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 0, 1)
-def handle(ctx: RequestContext, request: ReadShareGroupStateSummaryRequest) -> ReadShareGroupStateSummaryResponse:
+def handle(ctx: RequestContext[Groups], request: ReadShareGroupStateSummaryRequest) -> ReadShareGroupStateSummaryResponse:
     allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
     results = []
     for topic in request.topics:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from grete.broker.quorum.voter_changes import outcome, remove_voter
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.protocol.messages import ApiKey, RemoveRaftVoterRequest, RemoveRaftVoterResponse
 
 
 @api(ApiKey.REMOVE_RAFT_VOTER, 0, 0)
-async def handle(ctx: RequestContext, request: RemoveRaftVoterRequest) -> RemoveRaftVoterResponse:
+async def handle(ctx: RequestContext[ClusterControl], request: RemoveRaftVoterRequest) -> RemoveRaftVoterResponse:
     driver = ctx.broker.quorum
     assert driver is not None  # the connection refuses the API without one
     change = remove_voter(driver, request.cluster_id, request.voter_id, request.voter_directory_id)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Basics
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse
 
 
 @api(ApiKey.SASL_AUTHENTICATE, 0, 2)
-def handle(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
+def handle(ctx: RequestContext[Basics], request: SaslAuthenticateRequest) -> SaslAuthenticateResponse:
     sasl = ctx.session.sasl
     if sasl is None:
         return SaslAuthenticateResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE,

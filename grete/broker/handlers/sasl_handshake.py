@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Basics
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, SaslHandshakeRequest, SaslHandshakeResponse
 
 
 @api(ApiKey.SASL_HANDSHAKE, 0, 1)
-def handle(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeResponse:
+def handle(ctx: RequestContext[Basics], request: SaslHandshakeRequest) -> SaslHandshakeResponse:
     sasl = ctx.session.sasl
     if sasl is None:
         return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])

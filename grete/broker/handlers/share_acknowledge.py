@@ -9,6 +9,7 @@ from grete.broker.groups.share_requests import acks_of, apply_acks, leader_of
 from grete.broker.groups.share_sessions import FINAL_EPOCH
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, ShareAcknowledgeRequest, ShareAcknowledgeResponse
@@ -17,7 +18,7 @@ Response = ShareAcknowledgeResponse
 
 
 @api(ApiKey.SHARE_ACKNOWLEDGE, 1, 2)
-async def handle(ctx: RequestContext, request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
+async def handle(ctx: RequestContext[Groups], request: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse:
     group_id, member_id = request.group_id or "", request.member_id
     if not allowed(ctx, Op.READ, Res.GROUP, group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)

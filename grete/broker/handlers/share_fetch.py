@@ -21,6 +21,7 @@ from grete.broker.groups.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, Parti
 from grete.broker.replica.partition import Partition
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, ShareFetchRequest, ShareFetchResponse
@@ -30,7 +31,7 @@ RECORD_LIMIT = 1
 
 
 @api(ApiKey.SHARE_FETCH, 1, 2)
-async def handle(ctx: RequestContext, request: ShareFetchRequest) -> ShareFetchResponse:
+async def handle(ctx: RequestContext[Groups], request: ShareFetchRequest) -> ShareFetchResponse:
     group_id, member_id = request.group_id or "", request.member_id
     if not allowed(ctx, Op.READ, Res.GROUP, group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
@@ -67,7 +68,7 @@ def _update_session(session: ShareSession, request: ShareFetchRequest) -> None:
         session.partitions.difference_update((forgotten.topic_id, i) for i in forgotten.partitions)
 
 
-async def _acquire(ctx: RequestContext, request: ShareFetchRequest, session: ShareSession,
+async def _acquire(ctx: RequestContext[Groups], request: ShareFetchRequest, session: ShareSession,
                    rows: dict[PartitionKey, Response.PartitionData]) -> None:
     shares = ctx.broker.share_groups
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
@@ -102,7 +103,7 @@ async def _acquire(ctx: RequestContext, request: ShareFetchRequest, session: Sha
         await _park(ctx, session, remaining)
 
 
-async def _park(ctx: RequestContext, session: ShareSession, timeout: float) -> None:
+async def _park(ctx: RequestContext[Groups], session: ShareSession, timeout: float) -> None:
     """Until a session partition gets records, or records are released or expire, or ``timeout``."""
     shares = ctx.broker.share_groups
     partitions = []
@@ -121,7 +122,7 @@ async def _park(ctx: RequestContext, session: ShareSession, timeout: float) -> N
         shares.discard_waiter(shared)
 
 
-def _records_row(ctx: RequestContext, key: PartitionKey, grant: Grant, max_bytes: int,
+def _records_row(ctx: RequestContext[Groups], key: PartitionKey, grant: Grant, max_bytes: int,
                  ack_error: int) -> Response.PartitionData:
     partition = grant.partition
     first = min(a.first for a in grant.acquired)
@@ -151,14 +152,14 @@ def _ack_error(rows: dict[PartitionKey, Response.PartitionData], key: PartitionK
     return row.acknowledge_error_code if row is not None else 0
 
 
-def _row(ctx: RequestContext, key: PartitionKey, *, error: int = 0, ack_error: int = 0) -> Response.PartitionData:
+def _row(ctx: RequestContext[Groups], key: PartitionKey, *, error: int = 0, ack_error: int = 0) -> Response.PartitionData:
     leader, leader_epoch = leader_of(ctx, key)
     return Response.PartitionData(partition_index=key[1], error_code=error, acknowledge_error_code=ack_error,
                                   current_leader=Response.LeaderIdAndEpoch(leader_id=leader, leader_epoch=leader_epoch),
                                   records=b"")
 
 
-def _response(ctx: RequestContext, group_id: str, rows: dict[PartitionKey, Response.PartitionData]) -> Response:
+def _response(ctx: RequestContext[Groups], group_id: str, rows: dict[PartitionKey, Response.PartitionData]) -> Response:
     by_topic: dict[uuid.UUID, list[Response.PartitionData]] = {}
     for (topic_id, _), row in sorted(rows.items(), key=lambda kv: kv[0]):
         by_topic.setdefault(topic_id, []).append(row)

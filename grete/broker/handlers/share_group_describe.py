@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authorizer import GROUP_OPERATIONS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.protocol.errors import ErrorCode
@@ -13,12 +14,12 @@ Response = ShareGroupDescribeResponse
 
 
 @api(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1)
-def handle(ctx: RequestContext, request: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:
+def handle(ctx: RequestContext[Groups], request: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse:
     return Response(groups=[_describe(ctx, group_id, request.include_authorized_operations)
                             for group_id in request.group_ids])
 
 
-def _describe(ctx: RequestContext, group_id: str, include_operations: bool) -> Response.DescribedGroup:
+def _describe(ctx: RequestContext[Groups], group_id: str, include_operations: bool) -> Response.DescribedGroup:
     if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
         return Response.DescribedGroup(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     status = ctx.broker.share_groups.coordinator_error(group_id)

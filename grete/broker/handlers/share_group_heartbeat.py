@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
@@ -13,7 +14,7 @@ Response = ShareGroupHeartbeatResponse
 
 
 @api(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
-async def handle(ctx: RequestContext, request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
+async def handle(ctx: RequestContext[Groups], request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, member_epoch=-1)
     if not request.group_id:

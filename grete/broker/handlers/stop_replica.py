@@ -6,12 +6,13 @@ from __future__ import annotations
 from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, StopReplicaRequest, StopReplicaResponse
 
 
 @api(ApiKey.STOP_REPLICA, 3, 4)
-def handle(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
+def handle(ctx: RequestContext[DataPlane], request: StopReplicaRequest) -> StopReplicaResponse:
     broker = ctx.broker
     cluster = broker.cluster
     assert isinstance(cluster, ZkBroker)

@@ -9,6 +9,7 @@ from collections import defaultdict
 from grete.broker.handlers.consumer_group_describe import GROUP_OPERATIONS, NO_OPERATIONS
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.coordinator.groups.streams_state import StreamsGroup, StreamsMember, Tasks
 from grete.coordinator.groups.streams_topology import TopicInfo
@@ -19,7 +20,7 @@ Response = StreamsGroupDescribeResponse
 
 
 @api(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)
-def handle(ctx: RequestContext, request: StreamsGroupDescribeRequest) -> Response:
+def handle(ctx: RequestContext[Groups], request: StreamsGroupDescribeRequest) -> Response:
     described = []
     for group_id in request.group_ids:
         if not allowed(ctx, Op.DESCRIBE, Res.GROUP, group_id):
@@ -44,7 +45,7 @@ def _failed(group_id: str, error: ErrorCode, message: str | None) -> Response.De
                                    authorized_operations=NO_OPERATIONS)
 
 
-def _topology(ctx: RequestContext, group: StreamsGroup) -> Response.Topology | None:
+def _topology(ctx: RequestContext[Groups], group: StreamsGroup) -> Response.Topology | None:
     """The subtopologies with the internal topics' partition counts as configured, or as the
     topology declares them while it is not ready (missing or wrongly partitioned topics), as Kafka
     4.3.1 answers."""

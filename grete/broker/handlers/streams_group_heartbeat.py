@@ -15,6 +15,7 @@ from collections import defaultdict
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.coordinator.groups.streams_requests import (
     ACCEPTABLE_RECOVERY_LAG,
@@ -34,7 +35,7 @@ log = logging.getLogger("grete.broker")
 
 
 @api(ApiKey.STREAMS_GROUP_HEARTBEAT, 0, 0)
-async def handle(ctx: RequestContext, request: Request) -> Response:
+async def handle(ctx: RequestContext[Groups], request: Request) -> Response:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return Response(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, status=[])
     result = await ctx.broker.group_coordinator.streams_group_heartbeat(StreamsHeartbeat(
@@ -66,7 +67,7 @@ async def handle(ctx: RequestContext, request: Request) -> Response:
         partitions_by_user_endpoint=None if result.endpoints is None else _endpoints(result.endpoints))
 
 
-async def _create_internal_topics(ctx: RequestContext, topics: tuple[TopicInfo, ...]) -> None:
+async def _create_internal_topics(ctx: RequestContext[Groups], topics: tuple[TopicInfo, ...]) -> None:
     """Create what is missing, as a CreateTopics by this principal would (TOPIC_ALREADY_EXISTS from a
     concurrent heartbeat is fine; other failures are logged and retried on the next heartbeat)."""
     may_create_all = cluster_allowed(ctx, Op.CREATE)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, Res, allowed
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, SyncGroupRequest, SyncGroupResponse
 
 
 @api(ApiKey.SYNC_GROUP, 0, 5)
-async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+async def handle(ctx: RequestContext[Groups], request: SyncGroupRequest) -> SyncGroupResponse:
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")
     result = await ctx.broker.group_coordinator.sync_group(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from grete.broker.handlers.offset_commit import split_unknown
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed
 from grete.coordinator.groups.group_types import OffsetCommit
 from grete.coordinator.transactions.txn import TV2
@@ -24,7 +25,7 @@ ADD_VERSION = 5  # transaction version 2: the commit adds the group's partition
 
 
 @api(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
-async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+async def handle(ctx: RequestContext[Transactions], request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
                             p.committed_metadata)
                for topic in request.topics for p in topic.partitions]
@@ -55,7 +56,7 @@ async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOff
         for topic in request.topics])
 
 
-def _refused(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode | None:
+def _refused(ctx: RequestContext[Transactions], request: TxnOffsetCommitRequest) -> ErrorCode | None:
     if not allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
@@ -63,7 +64,7 @@ def _refused(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode 
     return None
 
 
-async def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
+async def _verify(ctx: RequestContext[Transactions], request: TxnOffsetCommitRequest) -> ErrorCode:
     if not request.group_id:
         return ErrorCode.INVALID_GROUP_ID
     coordinator = ctx.broker.group_coordinator
@@ -79,7 +80,7 @@ async def _verify(ctx: RequestContext, request: TxnOffsetCommitRequest) -> Error
         request.producer_id, request.producer_epoch, offsets_partition)
 
 
-async def _add(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets_partition: tuple[str, int]) -> ErrorCode:
+async def _add(ctx: RequestContext[Transactions], request: TxnOffsetCommitRequest, offsets_partition: tuple[str, int]) -> ErrorCode:
     """Transaction version 2: add the group's offsets partition to the transaction (Kafka's
     addPartition operation), unless the producer's transaction is already open on it here."""
     broker = ctx.broker
@@ -104,7 +105,7 @@ async def _add(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets_par
     return _OFFSET_COMMIT_ERRORS.get(error, error)
 
 
-async def _verify_remotely(ctx: RequestContext, request: TxnOffsetCommitRequest,
+async def _verify_remotely(ctx: RequestContext[Transactions], request: TxnOffsetCommitRequest,
                            offsets_partition: tuple[str, int]) -> ErrorCode:
     """The transaction's coordinator is on another broker: ask it (AddPartitionsToTxn v4, verify-only)
     unless the producer's transaction is already open on the group's offsets partition here, and

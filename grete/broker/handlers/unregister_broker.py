@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -16,7 +17,7 @@ from grete.protocol.messages import ApiKey, UnregisterBrokerRequest, UnregisterB
 
 
 @api(ApiKey.UNREGISTER_BROKER, 0, 0)
-async def handle(ctx: RequestContext, request: UnregisterBrokerRequest) -> Message:
+async def handle(ctx: RequestContext[ClusterControl], request: UnregisterBrokerRequest) -> Message:
     if not cluster_allowed(ctx, Op.ALTER):
         return UnregisterBrokerResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     forwarded = await ctx.broker.cluster.forwarded(request, ctx.version)  # a KRaft broker's controller answers

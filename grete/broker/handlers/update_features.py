@@ -12,6 +12,7 @@ from __future__ import annotations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.features import UPGRADE, FeatureUpdate
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, UpdateFeaturesRequest, UpdateFeaturesResponse
@@ -20,7 +21,7 @@ Response = UpdateFeaturesResponse
 
 
 @api(ApiKey.UPDATE_FEATURES, 0, 2)
-async def handle(ctx: RequestContext, request: UpdateFeaturesRequest) -> Response:
+async def handle(ctx: RequestContext[ClusterControl], request: UpdateFeaturesRequest) -> Response:
     # v0's AllowDowngrade is read by nobody in Kafka 4.3: its controller takes the upgrade type,
     # which a v0 request cannot carry, so a v0 downgrade is refused as an upgrade to a lower level.
     updates = [FeatureUpdate(u.feature, u.max_version_level, u.upgrade_type if ctx.version >= 1 else UPGRADE)

@@ -7,12 +7,13 @@ from __future__ import annotations
 from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import DataPlane
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, UpdateMetadataRequest, UpdateMetadataResponse
 
 
 @api(ApiKey.UPDATE_METADATA, 5, 8)
-def handle(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
+def handle(ctx: RequestContext[DataPlane], request: UpdateMetadataRequest) -> UpdateMetadataResponse:
     cluster = ctx.broker.cluster
     assert isinstance(cluster, ZkBroker)
     if request.broker_epoch != -1 and request.broker_epoch < cluster.broker_epoch:

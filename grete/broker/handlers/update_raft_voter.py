@@ -10,13 +10,14 @@ from __future__ import annotations
 from grete.broker.quorum.voter_changes import check_request, update_voter
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import ClusterControl
 from grete.coordinator.kraft.voters import Endpoint, VoterNode
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, UpdateRaftVoterRequest, UpdateRaftVoterResponse
 
 
 @api(ApiKey.UPDATE_RAFT_VOTER, 0, 0)
-async def handle(ctx: RequestContext, request: UpdateRaftVoterRequest) -> UpdateRaftVoterResponse:
+async def handle(ctx: RequestContext[ClusterControl], request: UpdateRaftVoterRequest) -> UpdateRaftVoterResponse:
     driver = ctx.broker.quorum
     assert driver is not None  # the connection refuses the API without one
     error = ErrorCode.NONE

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Groups
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.coordinator.share.share_format import ShareKey, StateBatch
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -15,7 +16,7 @@ Response = WriteShareGroupStateResponse
 
 
 @api(ApiKey.WRITE_SHARE_GROUP_STATE, 0, 1)
-async def handle(ctx: RequestContext, request: WriteShareGroupStateRequest) -> WriteShareGroupStateResponse:
+async def handle(ctx: RequestContext[Groups], request: WriteShareGroupStateRequest) -> WriteShareGroupStateResponse:
     allowed = cluster_allowed(ctx, Op.CLUSTER_ACTION)
     results = []
     for topic in request.topics:

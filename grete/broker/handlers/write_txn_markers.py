@@ -18,6 +18,7 @@ from grete.broker.replica.appends import delayed_produce
 from grete.broker.replica.partition import Partition
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
+from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, WriteTxnMarkersRequest, WriteTxnMarkersResponse
@@ -35,7 +36,7 @@ Replicating = tuple[PartitionResult, Partition, int]
 
 
 @api(ApiKey.WRITE_TXN_MARKERS, 0, 2)
-def handle(ctx: RequestContext,
+def handle(ctx: RequestContext[Transactions],
            request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse | Coroutine[Any, Any, WriteTxnMarkersResponse]:
     results = []
     replicating: list[Replicating] = []
@@ -63,7 +64,7 @@ async def _await_replication(response: WriteTxnMarkersResponse,
     return response
 
 
-def _write(ctx: RequestContext, marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int,
+def _write(ctx: RequestContext[Transactions], marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int,
            answer: PartitionResult, replicating: list[Replicating]) -> int:
     broker = ctx.broker
     if not cluster_allowed(ctx, Op.CLUSTER_ACTION):

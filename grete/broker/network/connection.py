@@ -48,6 +48,7 @@ from grete.broker.requests.registry import (
     Handler,
     handlers,
 )
+from grete.broker.requests.services import Everything
 from grete.protocol.codec import Message, Reader
 from grete.protocol.codec import Writer as Encoder
 from grete.protocol.errors import ErrorCode, FrameTooLarge, ProtocolError
@@ -387,7 +388,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _complete_async(self, future: asyncio.Future[Any], slot: Slot, handler: Handler,
                         version: int, correlation_id: int, memo_key: MemoKey | None,
-                        ctx: RequestContext | None = None) -> None:
+                        ctx: RequestContext[Everything] | None = None) -> None:
         if self._closed:
             return
         try:
@@ -398,7 +399,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._completed(slot, handler, version, correlation_id, memo_key, ctx, response, None)
 
     def _completed(self, slot: Slot, handler: Handler, version: int, correlation_id: int,
-                   memo_key: MemoKey | None, ctx: RequestContext | None, response: Any,
+                   memo_key: MemoKey | None, ctx: RequestContext[Everything] | None, response: Any,
                    error: BaseException | None) -> None:
         """A deferred answer is ready (``error``: the handler or the pipeline ended with it)."""
         if self._closed:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from grete.broker.requests.context import RequestContext
+from grete.broker.requests.services import DataPlane
 
 _SIZE_AND_ID = struct.Struct(">ii")
 
@@ -25,7 +26,7 @@ class AnswerSnapshot(Protocol):
     def reordered(self, first: bytes, repeat: bytes) -> bytes | None: ...
     def wait(self, max_wait_ms: int, done: Callable[[bool, float], None]) -> None: ...
     def release(self) -> None: ...
-    def resume(self, ctx: RequestContext, request: Any, deadline: float) -> Any: ...
+    def resume(self, ctx: RequestContext[DataPlane], request: Any, deadline: float) -> Any: ...
 
 
 MemoKey = tuple[bytes, Any, str | None]

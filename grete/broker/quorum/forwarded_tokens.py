@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from grete.broker.quorum.broker_store import BrokerMetadataStore
 from grete.broker.requests.context import RequestContext
+from grete.broker.requests.services import Admin
 from grete.coordinator.metadata import DelegationTokenInfo
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
@@ -29,19 +30,19 @@ from grete.protocol.messages import (
 R = TypeVar("R", bound=Message)
 
 
-def kraft_broker_store(ctx: RequestContext) -> BrokerMetadataStore | None:
+def kraft_broker_store(ctx: RequestContext[Admin]) -> BrokerMetadataStore | None:
     """The store of a KRaft broker (``process.roles=broker``), which forwards token requests; else None."""
     store = ctx.broker.metadata
     return store if isinstance(store, BrokerMetadataStore) else None
 
 
-async def _forward(ctx: RequestContext, store: BrokerMetadataStore, request: Message, answer: type[R]) -> R:
+async def _forward(ctx: RequestContext[Admin], store: BrokerMetadataStore, request: Message, answer: type[R]) -> R:
     session = ctx.session
     return await store.forward(request, answer, ctx.api_version, ctx.client_id, session.principal,
                                session.token_authenticated, session.client_host)
 
 
-async def create(ctx: RequestContext, store: BrokerMetadataStore,
+async def create(ctx: RequestContext[Admin], store: BrokerMetadataStore,
                  request: CreateDelegationTokenRequest) -> CreateDelegationTokenResponse:
     answer = await _forward(ctx, store, request, CreateDelegationTokenResponse)
     if answer.error_code == ErrorCode.NONE:
@@ -49,7 +50,7 @@ async def create(ctx: RequestContext, store: BrokerMetadataStore,
     return answer
 
 
-async def renew(ctx: RequestContext, store: BrokerMetadataStore,
+async def renew(ctx: RequestContext[Admin], store: BrokerMetadataStore,
                 request: RenewDelegationTokenRequest) -> RenewDelegationTokenResponse:
     known = ctx.broker.delegation_tokens.token_for_hmac(bytes(request.hmac))
     answer = await _forward(ctx, store, request, RenewDelegationTokenResponse)
@@ -57,7 +58,7 @@ async def renew(ctx: RequestContext, store: BrokerMetadataStore,
     return answer
 
 
-async def expire(ctx: RequestContext, store: BrokerMetadataStore,
+async def expire(ctx: RequestContext[Admin], store: BrokerMetadataStore,
                  request: ExpireDelegationTokenRequest) -> ExpireDelegationTokenResponse:
     known = ctx.broker.delegation_tokens.token_for_hmac(bytes(request.hmac))
     answer = await _forward(ctx, store, request, ExpireDelegationTokenResponse)

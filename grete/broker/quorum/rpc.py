@@ -20,6 +20,7 @@ from grete.protocol.topics import METADATA_TOPIC
 if TYPE_CHECKING:
     from grete.broker.quorum.driver import RaftDriver
     from grete.broker.requests.context import RequestContext
+from grete.broker.requests.services import Basics
 
 QuorumRequest = (wire.VoteRequest | wire.BeginQuorumEpochRequest | wire.EndQuorumEpochRequest | wire.FetchRequest
                  | wire.FetchSnapshotRequest)
@@ -60,7 +61,7 @@ def _refusal(request: QuorumRequest, error: ErrorCode) -> Message:
     return response
 
 
-async def answer(ctx: RequestContext, driver: RaftDriver, request: QuorumRequest) -> Message:
+async def answer(ctx: RequestContext[Basics], driver: RaftDriver, request: QuorumRequest) -> Message:
     """The answer to one voter RPC from another replica of the quorum."""
     if request.cluster_id is not None and request.cluster_id != driver.cluster_id:
         return _refusal(request, ErrorCode.INCONSISTENT_CLUSTER_ID)

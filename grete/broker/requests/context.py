@@ -1,14 +1,14 @@
-"""What a handler knows about the request it is answering, and about the connection it came on."""
+"""What a handler knows about the request it is answering, about the connection it came on, and (its
+room's view of) the node answering it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from grete.broker.broker import Broker
     from grete.broker.security.sasl import SaslAuthenticator
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -37,9 +37,14 @@ class Session:
     close_after_response: bool = False
 
 
+# The part of the node a handler sees: one of grete.broker.requests.services' views (the node itself
+# has them all).
+View = TypeVar("View", covariant=True)
+
+
 @dataclass(slots=True)
-class RequestContext:
-    broker: Broker
+class RequestContext(Generic[View]):
+    broker: View
     api_key: int
     api_version: int
     correlation_id: int

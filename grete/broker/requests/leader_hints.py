@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from grete.broker.requests.context import RequestContext
+from grete.broker.requests.services import DataPlane
 
 
 class CurrentLeader(NamedTuple):
@@ -19,7 +20,7 @@ class CurrentLeader(NamedTuple):
     endpoint: tuple[str, int, str | None] | None  # host, port, rack
 
 
-def current_leader(ctx: RequestContext, topic: str, index: int) -> CurrentLeader:
+def current_leader(ctx: RequestContext[DataPlane], topic: str, index: int) -> CurrentLeader:
     broker = ctx.broker
     partition = broker.replicas.partitions.get((topic, index))
     if partition is not None:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from grete.broker.metrics.broker_metrics import BrokerMetrics
 from grete.broker.requests.context import CloseConnection, Later, RequestContext
 from grete.broker.requests.features import GATES
+from grete.broker.requests.services import Everything
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import APIS, ApiKey
@@ -46,7 +47,7 @@ class HandlerShape(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def fn(self) -> Callable[[RequestContext, Any], Any]: ...
+    def fn(self) -> Callable[[RequestContext[Everything], Any], Any]: ...
 
 
 class NotAuthenticated(Exception):
@@ -58,27 +59,27 @@ class Quotas(Protocol):
 
     active: bool
 
-    def throttle(self, ctx: RequestContext, request: Any, response: Any,
+    def throttle(self, ctx: RequestContext[Everything], request: Any, response: Any,
                  handler_s: float) -> tuple[int, Any]: ...
 
 
 # The authorization step: None to run the handler, or the whole answer when the request is refused
 # outright (most APIs check per resource inside their handler, through ``ctx.broker.authorizer``).
-Authorize = Callable[[RequestContext, Any], Message | None]
+Authorize = Callable[[RequestContext[Everything], Any], Message | None]
 
 
-def allow_all(ctx: RequestContext, request: Any) -> Message | None:
+def allow_all(ctx: RequestContext[Everything], request: Any) -> Message | None:
     return None
 
 
-def illegal_sasl_state(ctx: RequestContext, request: Any) -> Message:
+def illegal_sasl_state(ctx: RequestContext[Everything], request: Any) -> Message:
     info = APIS[ctx.api_key]
     kafka_name = re.sub(r"(?<!^)(?=[A-Z])", "_", info.name).upper()  # Kafka's ApiKeys name
     return error_response(info.response, request, ctx.api_version, ErrorCode.ILLEGAL_SASL_STATE,
                           f"Unexpected Kafka request of type {kafka_name} during SASL authentication.")
 
 
-def unsupported(ctx: RequestContext, request: Any) -> Message:
+def unsupported(ctx: RequestContext[Everything], request: Any) -> Message:
     return error_response(APIS[ctx.api_key].response, request, ctx.api_version, ErrorCode.UNSUPPORTED_VERSION, None)
 
 
@@ -89,7 +90,7 @@ class Pipeline:
         self.authorize = authorize  # None: no authorizer (authorizer.class.name unset)
         self.metrics = metrics
 
-    def run(self, conn: Any, ctx: RequestContext, handler: HandlerShape, request: Any) -> Any:
+    def run(self, conn: Any, ctx: RequestContext[Everything], handler: HandlerShape, request: Any) -> Any:
         """The handler's result (a response, a coroutine or future of one, a :class:`Later`, or None
         for no answer), after the gate and with the throttle applied to whatever it answers."""
         session = ctx.session
@@ -140,7 +141,7 @@ class Pipeline:
             return self._then(ctx, handler, request, result, handler_s)
         return self._later(ctx, handler, request, result, handler_s)
 
-    def _then(self, ctx: RequestContext, handler: HandlerShape, request: Any, pending: Later,
+    def _then(self, ctx: RequestContext[Everything], handler: HandlerShape, request: Any, pending: Later,
               handler_s: float) -> Later:
         """``_later`` for a handler's :class:`Later`: the same steps, run when it settles."""
         answer = Later()
@@ -165,7 +166,7 @@ class Pipeline:
         pending.then(settled)
         return answer
 
-    async def _later(self, ctx: RequestContext, handler: HandlerShape, request: Any, pending: Awaitable[Any],
+    async def _later(self, ctx: RequestContext[Everything], handler: HandlerShape, request: Any, pending: Awaitable[Any],
                      handler_s: float) -> Any:
         try:
             response = await pending
@@ -175,7 +176,7 @@ class Pipeline:
             return self._failed(ctx, handler, request)
         return None if response is None else self._finish(ctx, request, response, handler_s)
 
-    def _failed(self, ctx: RequestContext, handler: HandlerShape, request: Any) -> Message:
+    def _failed(self, ctx: RequestContext[Everything], handler: HandlerShape, request: Any) -> Message:
         """Kafka's RequestHandlerHelper.handleError: log the exception, answer UNKNOWN_SERVER_ERROR."""
         log.exception("Unexpected error handling %s v%d request (correlation id %d) from client %r at %s",
                       handler.name, ctx.api_version, ctx.correlation_id, ctx.client_id, ctx.session.client_host)
@@ -188,7 +189,7 @@ class Pipeline:
             errors[code] = errors.get(code, 0) + 1
         return self._finish(ctx, request, response)  # type: ignore[no-any-return]
 
-    def _finish(self, ctx: RequestContext, request: Any, response: Any, handler_s: float = 0.0) -> Any:
+    def _finish(self, ctx: RequestContext[Everything], request: Any, response: Any, handler_s: float = 0.0) -> Any:
         quotas = self.quotas
         if quotas is not None and quotas.active and ctx.api_key not in EXEMPT_APIS:
             throttle, response = quotas.throttle(ctx, request, response, handler_s)

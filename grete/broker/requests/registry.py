@@ -28,7 +28,7 @@ from grete.protocol.messages import APIS, ApiKey
 if TYPE_CHECKING:
     from grete.broker.requests.context import RequestContext
 
-HandlerFn = Callable[["RequestContext", Any], Any | Awaitable[Any] | None]
+HandlerFn = Callable[["RequestContext[Any]", Any], Any | Awaitable[Any] | None]
 PACKAGE = "grete.broker.handlers"
 
 

@@ -4,29 +4,30 @@ authorizer is configured (``authorizer.class.name`` unset), as in Kafka."""
 from __future__ import annotations
 
 from grete.broker.requests.context import RequestContext
+from grete.broker.requests.services import Basics
 from grete.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 Op = AclOperation
 Res = ResourceType
 
 
-def allowed(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+def allowed(ctx: RequestContext[Basics], operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
     authorizer = ctx.broker.authorizer
     return authorizer is None or authorizer.authorize(ctx.session.principal, ctx.session.client_host, operation,
                                                       resource_type, name)
 
 
-def cluster_allowed(ctx: RequestContext, operation: AclOperation) -> bool:
+def cluster_allowed(ctx: RequestContext[Basics], operation: AclOperation) -> bool:
     return allowed(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-def allowed_any(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType) -> bool:
+def allowed_any(ctx: RequestContext[Basics], operation: AclOperation, resource_type: ResourceType) -> bool:
     authorizer = ctx.broker.authorizer
     return authorizer is None or authorizer.authorize_any(ctx.session.principal, ctx.session.client_host,
                                                           operation, resource_type)
 
 
-def operations(ctx: RequestContext, resource_type: ResourceType, name: str,
+def operations(ctx: RequestContext[Basics], resource_type: ResourceType, name: str,
                candidates: tuple[AclOperation, ...]) -> int:
     """The authorized-operations bitfield; every candidate without an authorizer."""
     authorizer = ctx.broker.authorizer
