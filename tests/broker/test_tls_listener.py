@@ -4,8 +4,10 @@ principal), large Fetch answers encrypted on the wire, and bad TLS input refused
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -148,6 +150,38 @@ def test_pkcs12_keystore_and_client_certificates(certs: Certs) -> None:
         assert _round_trip(b.bootstrap_servers, conf, b"again") == b"hello"  # still served (offset 0)
 
 
+def _keytool(*args: str) -> None:
+    subprocess.run(["keytool", *args], check=True, capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="keytool (a JDK) is not installed")
+def test_jks_stores_as_keytool_writes_them(certs: Certs, tmp_path: Path) -> None:
+    """Kafka's default store type: a JKS keystore whose certificate is signed with SHA-1 (as client
+    projects' test keystores are: OpenSSL's default level refuses it, Java's Kafka serves it) and a
+    JKS truststore holding the CA of the client certificates."""
+    keystore, truststore = tmp_path / "server.keystore.jks", tmp_path / "server.truststore.jks"
+    _keytool("-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048", "-sigalg", "SHA1withRSA",
+             "-dname", "CN=localhost", "-validity", "2", "-storetype", "JKS", "-keystore", str(keystore),
+             "-storepass", "store-secret", "-keypass", "key-secret")
+    _keytool("-importcert", "-noprompt", "-alias", "caroot", "-file", str(certs.ca), "-storetype", "JKS",
+             "-keystore", str(truststore), "-storepass", "trust-secret")
+    overrides = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(keystore),
+                 "ssl.keystore.password": "store-secret", "ssl.key.password": "key-secret",
+                 "ssl.client.auth": "required", "ssl.truststore.location": str(truststore),
+                 "ssl.truststore.password": "trust-secret"}
+    with broker(overrides, topics={"secure": 1}) as b:
+        conf = _ssl_client(b.bootstrap_servers, certs, **{
+            "ssl.certificate.location": str(certs.client_cert), "ssl.key.location": str(certs.client_key),
+            "enable.ssl.certificate.verification": False})  # a self-signed SHA-1 certificate
+        assert _round_trip(b.bootstrap_servers, conf, b"from a jks") == b"from a jks"
+    with pytest.raises(ConfigError, match="keystore password was incorrect"):
+        with broker({**overrides, "ssl.keystore.password": "wrong"}):
+            pass
+    with pytest.raises(ConfigError, match="key password was incorrect"):
+        with broker({**overrides, "ssl.key.password": "wrong"}):
+            pass
+
+
 def test_plaintext_and_garbage_on_a_tls_port(certs: Certs) -> None:
     overrides = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
                  "ssl.keystore.location": str(certs.server)}
@@ -167,7 +201,7 @@ def test_ssl_listener_without_a_keystore_fails_clearly(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="ssl.keystore.location"):
         with broker({"listeners": "SSL://127.0.0.1:0"}):
             pass
-    with pytest.raises(ConfigError, match="JKS"):
+    with pytest.raises(ConfigError, match="cannot read the keystore"):
         with broker({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(tmp_path / "k.jks")}):
             pass
     # A SASL listener with Kafka's default mechanism (GSSAPI) is refused, naming what grete serves.

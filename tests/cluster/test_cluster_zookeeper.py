@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import closing
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection
@@ -24,6 +25,8 @@ from grete.protocol.messages import (
     DescribeQuorumResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     ProduceRequest,
     ProduceResponse,
     UpdateMetadataRequest,
@@ -31,8 +34,8 @@ from grete.protocol.messages import (
 )
 from grete.protocol.records.record import Record, build_batch
 from grete.testing import _wire
-from grete.testing.cluster import GreteCluster
-from tests.cluster.conftest import wait_until
+from grete.testing.cluster import GreteCluster, cluster
+from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 from tools.kafka_admin import alter_client_quotas, describe_client_quotas
 
 pytestmark = pytest.mark.slow
@@ -290,3 +293,29 @@ def test_a_deposed_controller_cannot_write(grete_cluster: GreteCluster, zk: Kazo
     asyncio.run(attempt(current))  # the current epoch's version passes the same check
     assert zk.get("/grete-fence-probe")[0] == b"zombie"
     zk.delete("/grete-fence-probe")
+
+
+def _listed_groups(running: GreteCluster, broker_id: int) -> tuple[int, list[str]]:
+    host, port = running.brokers[broker_id].bootstrap_servers.rsplit(":", 1)
+    with closing(_wire.Wire(host, int(port), timeout=30.0)) as wire:
+        answer = wire.call(ListGroupsRequest(), ListGroupsResponse, 4)
+    return answer.error_code, sorted(g.group_id for g in answer.groups)
+
+
+def test_list_groups_is_answered_by_brokers_leading_no_offsets_partition() -> None:
+    """Kafka's group coordinator starts with the broker: ListGroups answers NONE and the groups of
+    the partitions it leads (none yet), also before __consumer_offsets exists (kafkajs's tests list
+    groups on a fresh cluster) and on a broker that leads none of its partitions."""
+    need_zookeeper()
+    overrides = {**CLUSTER_OVERRIDES, "offsets.topic.num.partitions": "1", "offsets.topic.replication.factor": "1"}
+    with cluster(2, overrides=overrides) as running:
+        assert [_listed_groups(running, b) for b in sorted(running.brokers)] == [(0, []), (0, [])]
+        create(running, "listed-topic", 1, 1)
+        consumer = Consumer({"bootstrap.servers": running.bootstrap_servers, "group.id": "listed",
+                             "auto.offset.reset": "earliest"})
+        try:
+            consumer.subscribe(["listed-topic"])
+            wait_until(lambda: consumer.poll(0.2) is None and bool(consumer.assignment()), 60, "the group formed")
+            assert sorted(_listed_groups(running, b) for b in running.brokers) == [(0, []), (0, ["listed"])]
+        finally:
+            consumer.close()

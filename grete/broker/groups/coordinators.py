@@ -155,6 +155,8 @@ async def start_group_coordinator(broker: Broker) -> GroupCoordinator:
                                    topic_view=lambda: topic_view(broker),
                                    group_overrides=lambda group_id: broker.metadata.group_configs(group_id))
     broker.share_groups.attach(coordinator)  # before any load: share groups come back with theirs
-    if not broker.cluster.replicates:
+    if broker.cluster.replicates:
+        coordinator.startup()
+    else:
         await coordinator.load()
     return coordinator

@@ -4,10 +4,9 @@ A topic config's value is its override, else its broker synonym chain (``log.ret
 ``log.retention.minutes`` -> ``log.retention.hours``, static before default), else the topic
 default; ``config_source`` names where the value came from and ``synonyms`` (when asked) lists
 that chain in Kafka's order: topic override first, then dynamic/static/default broker entries.
-
-One deliberate difference: Kafka drops broker synonyms ahead of the primary one (a filter meant
-for listener-prefixed keys), so it reports ``retention.ms`` as DEFAULT_CONFIG with no synonyms even
-when ``log.retention.hours`` is set in server.properties. grete keeps the whole chain.
+As Kafka's ConfigHelper, broker synonyms listed ahead of the primary one are dropped (a filter meant
+for listener-prefixed keys): ``retention.ms`` with ``log.retention.hours`` set (or defaulted) and
+``log.retention.ms`` not is DEFAULT_CONFIG with no synonyms, its value the effective one.
 
 The entry builders here are shared by CreateTopics (v5+ returns a new topic's configs).
 """
@@ -88,6 +87,8 @@ def topic_config_entry(config: BrokerConfig, overrides: dict[str, str], key: str
     definition, synonym = TOPIC_CONFIGS[key]
     sensitive = definition.type == ConfigType.PASSWORD
     synonyms = _broker_chain(config, synonym, sensitive) if synonym is not None else []
+    while synonyms and synonyms[0][0] != synonym:
+        synonyms.pop(0)
     if key in overrides:
         value: str | None = overrides[key]
         synonyms.insert(0, (key, None if sensitive else value, ConfigSource.DYNAMIC_TOPIC_CONFIG))

@@ -4,8 +4,10 @@ certificate.
 Keys are looked up per listener first (``listener.name.<listener>.ssl.keystore.location``), then
 broker-wide, as Kafka does. Keystores: PEM files (``ssl.keystore.type=PEM``: key and certificate
 chain in ``ssl.keystore.location``, or inline in ``ssl.keystore.key`` and
-``ssl.keystore.certificate.chain``), and PKCS12 (read with ``cryptography``). JKS, Kafka's default
-type, is Java's own format: refused with a clear error naming the alternatives.
+``ssl.keystore.certificate.chain``), PKCS12 (read with ``cryptography``) and JKS, Kafka's default
+type (``grete.broker.network.jks``; a JKS-typed file that is really PKCS12 is read as such, as Java
+does). A keystore certificate signed with SHA-1 or MD5, which OpenSSL's default security level
+refuses and Java's Kafka serves (test suites' keystores are often such), is served too, with a warning.
 
 The principal of an authenticated client certificate is ``User:`` + its subject as an RFC 2253
 distinguished name, mapped by ``ssl.principal.mapping.rules`` (Kafka's DefaultKafkaPrincipalBuilder
@@ -30,6 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from grete.broker.config import BrokerConfig, ConfigError
+from grete.broker.network import jks
 from grete.broker.network.tls_offload import TlsProtocol, ktls_unavailable
 
 log = logging.getLogger(__name__)
@@ -51,13 +54,20 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _set_protocols(context, value("ssl.enabled.protocols") or "TLSv1.2,TLSv1.3", listener)
-    ciphers = value("ssl.cipher.suites")
+    configured = value("ssl.cipher.suites")
+    ciphers = ":".join(c.strip() for c in configured.split(",") if c.strip()) if configured else ""
     if ciphers:
         try:
-            context.set_ciphers(":".join(c.strip() for c in ciphers.split(",") if c.strip()))
+            context.set_ciphers(ciphers)
         except ssl.SSLError as exc:
             raise ConfigError(f"listener {listener}: ssl.cipher.suites: {exc}") from None
-    _load_keystore(context, value, listener)
+    try:
+        _load_keystore(context, value, listener)
+    except WeakCertificate as exc:
+        log.warning("listener %s: %s; served anyway, as Java's Kafka serves it (OpenSSL security level 0 "
+                    "for this listener)", listener, exc)
+        context.set_ciphers((ciphers or "DEFAULT") + ":@SECLEVEL=0")
+        _load_keystore(context, value, listener)
     client_auth = (value("ssl.client.auth") or "none").lower()
     context.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
                            "required": ssl.CERT_REQUIRED}.get(client_auth, ssl.CERT_NONE)
@@ -187,6 +197,10 @@ def _set_protocols(context: ssl.SSLContext, enabled: str, listener: str) -> None
 Lookup = Callable[[str], str | None]
 
 
+class WeakCertificate(ConfigError):
+    """The keystore's certificate is signed with a digest (SHA-1, MD5) OpenSSL's level refuses."""
+
+
 def _load_keystore(context: ssl.SSLContext, get: Lookup, listener: str) -> None:
     kind = (get("ssl.keystore.type") or "JKS").upper()
     location, password = get("ssl.keystore.location"), get("ssl.keystore.password")
@@ -201,27 +215,43 @@ def _load_keystore(context: ssl.SSLContext, get: Lookup, listener: str) -> None:
                           "(or ssl.keystore.key and ssl.keystore.certificate.chain with ssl.keystore.type=PEM)")
     if kind == "PEM":
         _load_chain(context, location, key_password, listener)
-    elif kind == "PKCS12":
-        pem = _pkcs12_to_pem(Path(location), password, listener)
-        with _private_file(pem) as path:
-            _load_chain(context, path, None, listener)
+        return
+    if kind not in ("PKCS12", "JKS"):
+        raise ConfigError(f"listener {listener}: ssl.keystore.type {kind} is not served; use JKS, PKCS12 or PEM")
+    data = _read_store(Path(location), "keystore", listener)
+    if jks.is_jks(data):
+        try:
+            pem = jks.key_and_chain_pem(data, password, key_password)
+        except (jks.JksError, ValueError) as exc:
+            raise ConfigError(f"listener {listener}: cannot read the JKS keystore {location}: {exc}") from None
     else:
-        raise ConfigError(f"listener {listener}: ssl.keystore.type {kind} is Java's own format; "
-                          "use PKCS12 or PEM (keytool -importkeystore converts a JKS keystore)")
+        pem = _pkcs12_to_pem(data, Path(location), password, listener)
+    with _private_file(pem) as path:
+        _load_chain(context, path, None, listener)
+
+
+def _read_store(path: Path, what: str, listener: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"listener {listener}: cannot read the {what} {path}: {exc}") from None
 
 
 def _load_chain(context: ssl.SSLContext, path: str, password: str | None, listener: str) -> None:
     try:
         context.load_cert_chain(path, password=password)
-    except (ssl.SSLError, OSError) as exc:
+    except ssl.SSLError as exc:
+        if "TOO_WEAK" in str(exc).upper():
+            raise WeakCertificate(f"the keystore's certificate is refused by OpenSSL: {exc}") from None
+        raise ConfigError(f"listener {listener}: cannot load the keystore: {exc}") from None
+    except OSError as exc:
         raise ConfigError(f"listener {listener}: cannot load the keystore: {exc}") from None
 
 
-def _pkcs12_to_pem(path: Path, password: str | None, listener: str) -> bytes:
+def _pkcs12_to_pem(data: bytes, path: Path, password: str | None, listener: str) -> bytes:
     try:
-        key, cert, extra = pkcs12.load_key_and_certificates(path.read_bytes(),
-                                                            password.encode() if password else None)
-    except (OSError, ValueError) as exc:
+        key, cert, extra = pkcs12.load_key_and_certificates(data, password.encode() if password else None)
+    except ValueError as exc:
         raise ConfigError(f"listener {listener}: cannot read the PKCS12 keystore {path}: {exc}") from None
     if key is None or cert is None:
         raise ConfigError(f"listener {listener}: the PKCS12 keystore {path} holds no key and certificate")
@@ -240,16 +270,18 @@ def _load_truststore(context: ssl.SSLContext, get: Lookup, listener: str) -> Non
             context.load_verify_locations(cadata=inline)
         elif kind == "PEM" and location:
             context.load_verify_locations(cafile=location)
-        elif kind == "PKCS12" and location:
+        elif kind in ("PKCS12", "JKS") and location:
             password = get("ssl.truststore.password")
-            certs = pkcs12.load_pkcs12(Path(location).read_bytes(), password.encode() if password else None)
-            cadata = "".join(c.certificate.public_bytes(serialization.Encoding.PEM).decode()
-                             for c in certs.additional_certs)
-            if certs.cert is not None:
-                cadata += certs.cert.certificate.public_bytes(serialization.Encoding.PEM).decode()
+            data = Path(location).read_bytes()
+            if jks.is_jks(data):  # its trusted certificate entries, as Java's trust managers take them
+                cadata = jks.trusted_pem(data, password)
+            else:
+                certs = pkcs12.load_pkcs12(data, password.encode() if password else None)
+                cadata = "".join(c.certificate.public_bytes(serialization.Encoding.PEM).decode()
+                                 for c in certs.additional_certs)
+                if certs.cert is not None:
+                    cadata += certs.cert.certificate.public_bytes(serialization.Encoding.PEM).decode()
             context.load_verify_locations(cadata=cadata)
-        elif kind == "JKS":
-            raise ConfigError(f"listener {listener}: ssl.truststore.type JKS is Java's own format; use PKCS12 or PEM")
         else:
             raise ConfigError(f"listener {listener}: ssl.client.auth needs a truststore (ssl.truststore.location "
                               "or ssl.truststore.certificates)")

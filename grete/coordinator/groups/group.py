@@ -138,6 +138,12 @@ class GroupCoordinator:
         if not self._loaded:
             await self.load()
 
+    def startup(self) -> None:
+        """Kafka's GroupCoordinator.startup in a cluster, at the broker's start: requests are answered
+        from now on (ListGroups with the groups of the partitions loaded here, none yet; a group of a
+        partition led elsewhere NOT_COORDINATOR), whether or not this broker leads any partition."""
+        self.partitions.startup()
+
     async def load_partition(self, partition: int, epoch: int = NO_EPOCH) -> None:
         await self.partitions.load_partition(partition, epoch)
         self.consumer.arm_loaded(self.ctx.groups_in(partition))
