@@ -188,7 +188,8 @@ def test_a_paused_broker_waits_for_its_session_timeout(started: list[Any], tmp_p
 @pytest.mark.parametrize("controller", ["grete", pytest.param("kafka", marks=pytest.mark.long)])
 def test_feature_levels_through_a_broker(started: list[Any], tmp_path: Path, controller: str) -> None:
     """kafka-features through a grete broker: the finalized levels read from its image, and a
-    downgrade sent on to the controller (UpdateFeatures), seen in the image after."""
+    downgrade sent on to the controller (UpdateFeatures), seen in the image after; an upgrade made
+    at the controller directly, seen by the broker too."""
     quorum = start_quorum([controller], tmp_path / "quorum")
     started.append(quorum)
     quorum.leader_view()
@@ -206,3 +207,9 @@ def test_feature_levels_through_a_broker(started: list[Any], tmp_path: Path, con
                                      "--feature", "streams.version=0")
     assert downgraded.returncode == 0 and "streams.version was downgraded to 0." in downgraded.stdout, downgraded
     assert streams_level() == "0"
+    # Set at the controller itself: the broker's answers follow its image, not what it last set.
+    controller_at = f"127.0.0.1:{quorum.voters[quorum.leader_view().leader_id].port}"
+    upgraded = kafka_dist.run_tool(KAFKA, "kafka-features", "--bootstrap-controller", controller_at, "upgrade",
+                                   "--feature", "streams.version=1")
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    wait_for(lambda: streams_level() == "1", 30, "the broker answering the controller's level")

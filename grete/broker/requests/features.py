@@ -91,18 +91,23 @@ class Features:
         self.store = store
         self.node_id = node_id
         self.kraft = kraft
-        self._levels: dict[str, int] = {}
-        self.epoch = 0
-        if store is not None:
-            self._load()
 
-    def _load(self) -> None:
-        assert self.store is not None
-        self.epoch, stored = self.store.finalized_features()
+    @property
+    def _levels(self) -> dict[str, int]:
+        """The store's levels as they stand: a KRaft node's follow its metadata log (another node's
+        UpdateFeatures, the format step's bootstrap records), read at each use."""
+        if self.store is None:
+            return {}
+        stored = self.store.finalized_features()[1]
         if stored is None:  # a node that never had an update: Kafka's bootstrap levels
             stored = {spec.name: spec.default_level for spec in SUPPORTED}
         # A level of a feature this grete does not offer (a newer grete wrote it) is not served.
-        self._levels = {name: level for name, level in stored.items() if name in _BY_NAME}
+        return {name: level for name, level in stored.items() if name in _BY_NAME}
+
+    @property
+    def epoch(self) -> int:
+        """The metadata offset of the last feature change (KRaft's FinalizedFeaturesEpoch)."""
+        return self.store.finalized_features()[0] if self.store is not None else 0
 
     @property
     def managed(self) -> bool:
@@ -154,8 +159,7 @@ class Features:
         if validate_only or not updates:
             return
         assert self.store is not None
-        self.epoch = await self.store.set_finalized_features(levels)
-        self._levels = {name: level for name, level in levels.items() if level > 0}
+        await self.store.set_finalized_features(levels)
 
     def _check(self, u: FeatureUpdate) -> str | None:
         if u.upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
