@@ -68,6 +68,11 @@ def test_a_static_quorum_is_upgraded_to_kraft_version_1_and_then_changes_its_vot
             return False
         wait_for(upgraded, 60, "kraft.version upgraded", every=1.0)
         assert _levels(bootstrap) == {**before, "kraft.version": "1"}  # metadata.version and the others as they were
+        # metadata.version: the same level again is nothing to do; a downgrade is refused.
+        same = _tool("kafka-features", "--bootstrap-controller", bootstrap, "upgrade", "--metadata", before["metadata.version"])
+        assert same.returncode == 0, same.stdout + same.stderr
+        down = _tool("kafka-features", "--bootstrap-controller", bootstrap, "downgrade", "--metadata", "3.9-IV0")
+        assert down.returncode != 0 and "Refusing to perform the requested downgrade" in down.stdout + down.stderr
 
         removed = _tool("kafka-metadata-quorum", "--bootstrap-controller", bootstrap, "remove-controller",
                         "--controller-id", str(follower.node_id), "--controller-directory-id", _directory(follower))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from grete.broker.requests import release_versions as rv
 from grete.protocol.errors import ErrorCode, KafkaError
 
 
@@ -43,8 +44,12 @@ SUPPORTED = (
     FeatureSpec("transaction.version", 2, 2),
 )
 _BY_NAME = {spec.name: spec for spec in SUPPORTED}
-KRAFT_VERSION = "kraft.version"
+KRAFT_VERSION = rv.KRAFT_VERSION
 KRAFT_SPEC = FeatureSpec(KRAFT_VERSION, 1, 0)  # 0: a static quorum, 1: a dynamic one (KIP-853)
+# A KRaft cluster's metadata.version, from the first KRaft can bootstrap to the latest production one.
+METADATA_SPEC = FeatureSpec(rv.METADATA_VERSION, rv.LATEST_PRODUCTION.level, rv.LATEST_PRODUCTION.level,
+                            rv.METADATA_VERSIONS[0].level)
+FAILED = "The update failed for all features since the following feature had an error: "
 
 # API key -> (feature, lowest level that serves it), as Kafka's KafkaApis checks before handling.
 GATES: dict[int, tuple[str, int]] = {
@@ -92,8 +97,7 @@ class Features:
         self.node_id = node_id
         self.kraft = kraft
 
-    @property
-    def _levels(self) -> dict[str, int]:
+    def _stored(self) -> dict[str, int]:
         """The store's levels as they stand: a KRaft node's follow its metadata log (another node's
         UpdateFeatures, the format step's bootstrap records), read at each use."""
         if self.store is None:
@@ -101,8 +105,17 @@ class Features:
         stored = self.store.finalized_features()[1]
         if stored is None:  # a node that never had an update: Kafka's bootstrap levels
             stored = {spec.name: spec.default_level for spec in SUPPORTED}
-        # A level of a feature this grete does not offer (a newer grete wrote it) is not served.
-        return {name: level for name, level in stored.items() if name in _BY_NAME}
+        return stored
+
+    @property
+    def _levels(self) -> dict[str, int]:
+        """The levels of the features below (one this grete does not offer, a newer grete's, is not served)."""
+        return {name: level for name, level in self._stored().items() if name in _BY_NAME}
+
+    @property
+    def _cluster_specs(self) -> tuple[FeatureSpec, ...]:
+        """A KRaft cluster of several also offers its metadata.version and kraft.version."""
+        return (METADATA_SPEC, KRAFT_SPEC) if self.kraft is not None else ()
 
     @property
     def epoch(self) -> int:
@@ -114,19 +127,19 @@ class Features:
         return self.store is not None
 
     def supported(self) -> list[FeatureSpec]:
-        if not self.managed:
-            return []
-        return [*SUPPORTED, KRAFT_SPEC] if self.kraft is not None else list(SUPPORTED)
+        return [*SUPPORTED, *self._cluster_specs] if self.managed else []
 
     def finalized(self) -> dict[str, int]:
         levels = dict(self._levels)
-        if self.kraft is not None:
-            levels[KRAFT_VERSION] = self.kraft.level
+        for spec in self._cluster_specs:
+            levels[spec.name] = self.level(spec.name)
         return {name: level for name, level in sorted(levels.items()) if level > 0}
 
     def level(self, name: str) -> int:
         if name == KRAFT_VERSION and self.kraft is not None:
             return self.kraft.level
+        if name == rv.METADATA_VERSION and self.kraft is not None:
+            return self._stored().get(name, 0)
         return self._levels.get(name, 0)
 
     def refuses(self, api_key: int) -> bool:
@@ -146,9 +159,7 @@ class Features:
         for u in updates:
             problem = self._check(u)
             if problem is not None:
-                raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
-                                 "The update failed for all features since the following feature had an "
-                                 f"error: Invalid update version {u.level} for feature {u.feature}. {problem}")
+                raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, FAILED + problem)
             levels[u.feature] = u.level
         # kraft.version is no FeatureLevelRecord: the quorum's leader takes it (Kafka's raft client),
         # after every other check passed.
@@ -162,11 +173,23 @@ class Features:
         await self.store.set_finalized_features(levels)
 
     def _check(self, u: FeatureUpdate) -> str | None:
+        problem = self._problem(u)
+        if problem is not None:
+            return f"Invalid update version {u.level} for feature {u.feature}. {problem}"
+        current = self.level(u.feature)
+        if u.feature == rv.METADATA_VERSION and u.level < current:
+            # Kafka downgrades only between versions that changed no metadata; grete refuses them all.
+            reason = ("Unsafe metadata downgrade is not supported in this version." if u.upgrade_type == UNSAFE_DOWNGRADE
+                      else "Refusing to perform the requested downgrade because it might delete metadata information.")
+            return f"Unsupported metadata.version downgrade from {current} to {u.level}. {reason}"
+        return None
+
+    def _problem(self, u: FeatureUpdate) -> str | None:
         if u.upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
             return "The controller does not support the given upgrade type."
         if u.level < 0:
             return "A feature version cannot be less than 0."
-        spec = KRAFT_SPEC if u.feature == KRAFT_VERSION and self.kraft is not None else _BY_NAME.get(u.feature)
+        spec = next((c for c in self._cluster_specs if c.name == u.feature), None) or _BY_NAME.get(u.feature)
         if spec is None:
             if u.level == 0:
                 return f"Feature {u.feature} not found."
