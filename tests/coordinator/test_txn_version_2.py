@@ -158,3 +158,24 @@ async def test_a_takeover_while_the_abort_s_markers_travel_is_asked_to_retry() -
     again = c.init_producer_id("tx", 60000)
     assert again.error is ErrorCode.NONE and again.producer_id == pid and again.producer_epoch > e + 1
     c.shutdown()
+
+
+@async_test
+async def test_the_next_end_while_the_commit_s_markers_travel_is_asked_to_retry() -> None:
+    """An empty abort right after a commit, under the epoch the commit returned, while the commit's
+    markers are still on their way to other brokers: CONCURRENT_TRANSACTIONS, then done once the
+    commit completes (Kafka's coordinator since KAFKA-18464; it was fenced before, PRODUCER_FENCED)."""
+    markers = _RemoteMarkers()
+    c = _coordinator(markers=markers)
+    init = c.init_producer_id("tx", 60000)
+    pid, e = init.producer_id, init.producer_epoch
+    assert c.add_partitions("tx", pid, e, [TP], TV2) is ErrorCode.NONE
+    assert c.end_txn("tx", pid, e, True, TV2) == EndResult(ErrorCode.NONE, pid, e + 1)
+    assert c.end_txn("tx", pid, e + 1, False, TV2).error is ErrorCode.CONCURRENT_TRANSACTIONS
+    assert c.end_txn("tx", pid, e, True, TV2).error is ErrorCode.CONCURRENT_TRANSACTIONS  # its retry, too
+    assert markers.pending is not None
+    markers.pending.set_result(None)
+    await asyncio.sleep(0)
+    assert c.end_txn("tx", pid, e, True, TV2) == EndResult(ErrorCode.NONE, pid, e + 1)  # the retry, answered
+    assert c.end_txn("tx", pid, e + 1, False, TV2) == EndResult(ErrorCode.NONE, pid, e + 2)
+    c.shutdown()

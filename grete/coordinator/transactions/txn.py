@@ -277,14 +277,18 @@ class TransactionCoordinator:
         meta = self.txns.get(transactional_id)
         if meta is None:
             return EndResult(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            # The previous end's markers are still on their way (leaders on other brokers): whatever
+            # this is (its retry, or the next transaction's end under the epoch that end returned), it
+            # is asked to retry before any epoch check. Kafka's pendingTransitionInProgress check, moved
+            # first by KAFKA-18464: an empty abort right after a commit was fenced otherwise.
+            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         retry_on_overflow = (meta.previous_producer_id == producer_id and producer_epoch == MAX_PRODUCER_EPOCH - 1
                              and meta.producer_epoch == 0)
         retry_on_bump = meta.producer_epoch == producer_epoch + 1
         retry = retry_on_bump or retry_on_overflow
         state = meta.state
-        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            valid_epoch = retry_on_bump
-        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             valid_epoch = retry or producer_epoch == meta.producer_epoch
         else:
             valid_epoch = producer_epoch == meta.producer_epoch
@@ -293,11 +297,8 @@ class TransactionCoordinator:
         if not valid_epoch:
             return EndResult(ErrorCode.PRODUCER_FENCED)
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if state is done and retry:
             return EndResult(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)
-        if state is preparing:
-            return EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         if state is TxnState.ONGOING or (not commit and not retry and state in (
                 TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)):
             try:
