@@ -60,6 +60,10 @@ class QuorumLevel:
     def __init__(self) -> None:
         self.level = 0
         self.asked: list[tuple[int, bool]] = []
+        self.lacking: dict[str, str] = {}  # feature -> why a registered node cannot run it
+
+    def unsupported(self, feature: str, level: int) -> str | None:
+        return self.lacking.get(feature)
 
     async def upgrade(self, level: int, validate_only: bool) -> None:
         self.asked.append((level, validate_only))
@@ -84,3 +88,15 @@ def test_kraft_version_is_the_quorums_and_only_upgrades(tmp_path: Path) -> None:
         asyncio.run(features.update([FeatureUpdate("kraft.version", 2, UPGRADE)], validate_only=False))
     assert "Local controller 1 only supports versions 0-1" in (beyond.value.message or "")
     assert kraft.asked == [(1, True), (1, False)]
+
+
+def test_a_level_a_registered_node_cannot_run_is_refused(tmp_path: Path) -> None:
+    kraft = QuorumLevel()
+    features = Features(open_local_store(tmp_path, 1), node_id=1, kraft=kraft)
+    kraft.lacking["streams.version"] = "Broker 7 does not support this feature."
+    with pytest.raises(KafkaError) as refused:
+        asyncio.run(features.update([FeatureUpdate("streams.version", 0, SAFE_DOWNGRADE),
+                                     FeatureUpdate("streams.version", 1, UPGRADE)], validate_only=False))
+    assert refused.value.message == ("The update failed for all features since the following feature had an error: "
+                                     "Invalid update version 0 for feature streams.version. Broker 7 does not "
+                                     "support this feature.")

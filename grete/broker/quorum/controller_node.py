@@ -114,7 +114,8 @@ def controller_broker(config: BrokerConfig) -> Broker:
     async def append(values: list[bytes]) -> int:
         return await driver_ref[0].append(values)
     store = QuorumMetadataStore(cluster_id, append)
-    broker = Broker(config, metadata=store, kraft_version=ControllerKRaftVersion(lambda: driver_ref[0], store.commit))
+    broker = Broker(config, metadata=store, kraft_version=ControllerKRaftVersion(lambda: driver_ref[0], store.commit,
+                                                                              lambda: registry))
     boot = _Bootstrap(store, directory / BOOTSTRAP_CHECKPOINT)
 
     registry = BrokerRegistry(cluster_id, config.get_int("broker.session.timeout.ms"), store.commit,

@@ -79,13 +79,17 @@ class FeatureStore(Protocol):
 
 
 class KRaftVersion(Protocol):
-    """kraft.version on a node of a KRaft cluster of several (grete/broker/quorum/kraft_version.py)."""
+    """kraft.version on a node of a KRaft cluster of several, and what the cluster's other nodes
+    support (grete/broker/quorum/kraft_version.py)."""
 
     @property
     def level(self) -> int: ...
 
     async def upgrade(self, level: int, validate_only: bool) -> None:
         """Raises KafkaError with the code and message UpdateFeatures answers."""
+
+    def unsupported(self, feature: str, level: int) -> str | None:
+        """Why a registered broker or controller cannot run ``level`` (None: every one can)."""
 
 
 class Features:
@@ -196,6 +200,9 @@ class Features:
             return f"Local controller {self.node_id} does not support this feature."
         if not spec.min_level <= u.level <= spec.max_level:
             return f"Local controller {self.node_id} only supports versions {spec.min_level}-{spec.max_level}"
+        elsewhere = self.kraft.unsupported(u.feature, u.level) if self.kraft is not None else None
+        if elsewhere is not None:
+            return elsewhere
         current = self.level(u.feature)
         if u.level < current and u.upgrade_type == UPGRADE:
             return ("Can't downgrade the version of this feature without setting the upgrade type to "
