@@ -20,9 +20,10 @@ from grete.protocol.metadata import (
     BrokerRegistrationChangeRecord,
     DelegationTokenRecord,
     FeatureLevelRecord,
+    PartitionChangeRecord,
     RegisterBrokerRecord,
 )
-from grete.protocol.metadata_frame import encode_metadata_record
+from grete.protocol.metadata_frame import decode_metadata_record, encode_metadata_record
 
 
 class Quorum:
@@ -245,3 +246,46 @@ def test_a_voter_s_token_index_follows_records_another_voter_wrote() -> None:
 
 async def _discard(values: list[bytes]) -> int:
     raise AssertionError("nothing is written here")
+
+
+def test_a_topic_is_removed_between_partition_changes_never_under_one() -> None:
+    """A reassignment asked for while the topic's removal is on its way to the log is decided after
+    it: on a topic that is gone (UNKNOWN_TOPIC_OR_PARTITION), so no partition change follows the
+    RemoveTopicRecord (every node would fail to apply it)."""
+    async def run() -> None:
+        q = Quorum()
+        changing = asyncio.Lock()
+        slow_commits: list[str] = []
+
+        async def append(values: list[bytes]) -> int:
+            await asyncio.sleep(0.02)  # committing takes a while
+            offset = await q.append(values)
+            slow_commits.extend(type(decode_metadata_record(v)[0]).__name__ for v in values)
+            return offset
+        q.store = QuorumMetadataStore("cluster", append, changing)
+        q.registry = BrokerRegistry("cluster", 9000, q.store.commit, lambda: q.offset, lambda: True,
+                                    lambda: q.store.next_producer_id)
+        q.control = PartitionControl(q.store, q.registry, q.store.commit, lambda: True, changing=changing)
+        for broker in (1, 2):
+            await q.broker(broker)
+        await q.store.create_topic("t", {0: [1]}, {})
+        deletion = asyncio.ensure_future(q.store.delete_topic("t"))
+        await asyncio.sleep(0)  # the removal is on its way
+        outcome = await q.control.reassign({("t", 0): [2]})
+        await deletion
+        assert outcome[("t", 0)][0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert slow_commits[-1] == "RemoveTopicRecord" and "PartitionChangeRecord" not in slow_commits
+    asyncio.run(run())
+
+
+def test_a_partition_change_of_a_topic_that_is_gone_is_skipped_by_the_store() -> None:
+    async def run() -> None:
+        q = Quorum()
+        await q.broker(1)
+        meta = await q.store.create_topic("t", {0: [1]}, {})
+        await q.store.delete_topic("t")
+        await q.store.commit([PartitionChangeRecord(topic_id=meta.topic_id, partition_id=0, leader=1)])
+        assert q.store.topic("t") is None
+        await q.store.create_topic("u", {0: [1]}, {})  # the log goes on
+        assert q.store.topic("u") is not None
+    asyncio.run(run())

@@ -113,7 +113,8 @@ def controller_broker(config: BrokerConfig) -> Broker:
 
     async def append(values: list[bytes]) -> int:
         return await driver_ref[0].append(values)
-    store = QuorumMetadataStore(cluster_id, append)
+    changing = asyncio.Lock()  # one partition change at a time, topic deletions among them
+    store = QuorumMetadataStore(cluster_id, append, changing)
     broker = Broker(config, metadata=store, kraft_version=ControllerKRaftVersion(lambda: driver_ref[0], store.commit,
                                                                               lambda: registry))
     boot = _Bootstrap(store, directory / BOOTSTRAP_CHECKPOINT)
@@ -136,7 +137,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
                         bootstrap=bootstrap, local=local, snapshots=snapshot_policy(config),
                         log_config=metadata_log_config(config))
     driver.leadership_listeners.append(registry.leadership_changed)
-    partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads, config.raw)
+    partitions = PartitionControl(store, registry, store.commit, lambda: driver_ref[0].leads, config.raw, changing)
 
     def loaded(end_offset: int, values: list[bytes]) -> None:
         load_snapshot(store, registry, end_offset, values, partitions.reassigning)

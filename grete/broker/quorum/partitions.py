@@ -43,7 +43,8 @@ Commit = Callable[[Sequence[Message]], Awaitable[None]]
 
 class PartitionControl:
     def __init__(self, store: QuorumMetadataStore, registry: BrokerRegistry, commit: Commit,
-                 leads: Callable[[], bool], defaults: Callable[[str], str | None] = lambda _key: None) -> None:
+                 leads: Callable[[], bool], defaults: Callable[[str], str | None] = lambda _key: None,
+                 changing: asyncio.Lock | None = None) -> None:
         self._store = store
         self._defaults = defaults  # the controller's own value of a topic config's broker key
         self._registry = registry
@@ -52,7 +53,7 @@ class PartitionControl:
         # One change at a time, each decided on the state the one before left: a change is read
         # from the committed records, so two decided together (two brokers fenced at once, an
         # AlterPartition meanwhile) would each undo the other's part (Kafka's controller has one queue).
-        self._changing = asyncio.Lock()
+        self._changing = changing if changing is not None else asyncio.Lock()  # the store's too: deletions
         self.reassigning = ReassignmentLists()
 
     def applied(self, record: Message) -> None:

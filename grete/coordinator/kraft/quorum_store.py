@@ -9,11 +9,13 @@ back committed, like everyone else's.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.store import KRaftMetadataStore
+from grete.coordinator.metadata import TopicMeta
 from grete.protocol.codec import ZERO_UUID, Message
 from grete.protocol.metadata import BeginTransactionRecord, EndTransactionRecord, PartitionRecord
 from grete.protocol.metadata_frame import decode_metadata_record, encode_metadata_record
@@ -27,9 +29,12 @@ UNASSIGNED_DIRECTORY = ZERO_UUID  # Kafka's DirectoryId.UNASSIGNED
 
 
 class QuorumMetadataStore(KRaftMetadataStore):
-    def __init__(self, cluster_id: str, append: Append) -> None:  # noqa: D107 - the module says it
+    def __init__(self, cluster_id: str, append: Append, changing: asyncio.Lock | None = None) -> None:  # noqa: D107
         self._init_state(cluster_id)
         self._append = append
+        # The controller's lock over partition changes (grete/broker/quorum/partitions.py): a topic
+        # is removed between them, never while one decided on it is on its way to the log.
+        self._changing = changing if changing is not None else asyncio.Lock()
         # broker id -> the log dir its replicas go to (set by the controller from registrations)
         self.directory_of: Callable[[int], uuid.UUID] = lambda _broker: UNASSIGNED_DIRECTORY
 
@@ -68,6 +73,10 @@ class QuorumMetadataStore(KRaftMetadataStore):
     async def _commit(self, records: Sequence[Message]) -> None:
         if records:
             await self._append([encode_metadata_record(record) for record in records])
+
+    async def delete_topic(self, name: str) -> TopicMeta:
+        async with self._changing:
+            return await super().delete_topic(name)
 
     async def commit(self, records: Sequence[Message]) -> None:
         """Append ``records`` as one batch through the quorum's leader; done once committed (they

@@ -148,7 +148,14 @@ class KRaftMetadataStore(MetadataState):
             self._apply_security(record)
 
     def _apply_partition_change(self, record: PartitionChangeRecord) -> None:
-        part = self._by_id[record.topic_id].partitions[record.partition_id]
+        topic = self._by_id.get(record.topic_id)
+        part = topic.partitions.get(record.partition_id) if topic is not None else None
+        if part is None:
+            # Kafka's controller never writes one; a log that has it (a change decided as its topic
+            # was being removed) must not stop every node replaying it (Kafka's brokers log it too).
+            log.error("metadata: a PartitionChangeRecord for partition %d of topic id %s, which does not exist: "
+                      "ignored", record.partition_id, record.topic_id)
+            return
         # Kafka's conventions: a leader of -2 is "no change"; a null list is "no change".
         if record.leader != -2:
             part.leader = record.leader
