@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -73,6 +74,34 @@ def partitions_seen(bootstrap: str, topic: str) -> dict[int, PartitionView] | No
     if t is None or t.error is not None:
         return None
     return {p: PartitionView(v.leader, tuple(v.replicas), tuple(v.isrs)) for p, v in t.partitions.items()}
+
+
+def await_full_isrs(cluster: Any, bootstrap: str, replicas: set[int], timeout: float = 30.0) -> None:
+    """Until every partition of every topic lists ``replicas`` as its ISR. On a timeout the failure
+    names the partitions short of it and, from each grete broker's log, its last ISR changes."""
+    short: list[str] = []
+
+    def full() -> bool:
+        short[:] = [f"{name}-{p}: leader {v.leader}, ISR {sorted(v.isrs)}"
+                    for name, t in metadata(bootstrap).topics.items() for p, v in sorted(t.partitions.items())
+                    if set(v.isrs) != replicas]
+        return not short
+
+    try:
+        wait_until(full, timeout, f"ISRs of {sorted(replicas)} everywhere")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; short: {short}{_isr_log_lines(cluster)}") from None
+
+
+def _isr_log_lines(cluster: Any) -> str:
+    directory = getattr(cluster, "directory", None)
+    if directory is None:
+        return ""
+    lines = []
+    for log_path in sorted(Path(directory).glob("broker-*.log")):
+        text = log_path.read_text(errors="replace").splitlines()
+        lines += [f"{log_path.name}: {line}" for line in text if "ISR" in line or "AlterPartition" in line][-15:]
+    return "\n" + "\n".join(lines)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3, replication: int = 3,

@@ -70,11 +70,9 @@ def test_preferred_election_after_a_restart(cluster_target: ClusterTarget) -> No
     name = h.unique("elect")
     partition, victim = preferred_on_a_follower(cluster_target, name)
     restart(cluster_target, victim)
-    full = set(cluster_target.broker_ids)
     # Every topic's, not only this one's: the election below asks for all partitions, and one whose
     # preferred replica (stopped by an earlier test) is still catching up would fail it.
-    h.wait_until(lambda: all(set(p.isrs) == full for t in h.metadata(cluster_target.bootstrap).topics.values()
-                             for p in t.partitions.values()), 30, "every replica back in the ISRs")
+    h.await_full_isrs(cluster_target.cluster, cluster_target.bootstrap, set(cluster_target.broker_ids))
     before = h.partitions_seen(cluster_target.bootstrap, name)
     assert before is not None and before[partition].leader != victim  # not moved back on its own
     zk = h.zk_client(cluster_target.zk_connect)

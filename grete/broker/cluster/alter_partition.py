@@ -55,15 +55,25 @@ class AlterPartitionManager:
             batch = {k: v for k, v in batch.items() if v[0].is_leader}
             if not batch:
                 continue
-            response = await self._send(batch)
+            try:
+                response = await self._send(batch)
+            except Exception:  # noqa: BLE001 - this task carries every ISR change of the broker: it must live on
+                log.exception("AlterPartition to the controller failed")
+                response = None
             if response is None or response.error_code != ErrorCode.NONE:
                 # Not the controller any more, a stale broker epoch, unreachable: send again.
-                for key, entry in batch.items():
-                    self._pending.setdefault(key, entry)
+                self._retry_later(batch)
                 await asyncio.sleep(RETRY_BACKOFF_S)
-                self._wake.set()
                 continue
-            self._settle(batch, response)
+            unanswered = self._settle(batch, response)
+            if unanswered:
+                self._retry_later(unanswered)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    def _retry_later(self, batch: dict[tuple[str, int], tuple[Partition, list[int]]]) -> None:
+        for key, entry in batch.items():
+            self._pending.setdefault(key, entry)  # a newer proposal queued meanwhile wins
+        self._wake.set()
 
     async def _send(self, batch: dict[tuple[str, int], tuple[Partition, list[int]]]) -> AlterPartitionResponse | None:
         controller = self._controller()
@@ -89,7 +99,9 @@ class AlterPartitionManager:
             log.info("AlterPartition to the controller failed: %s", exc)
             return None
 
-    def _settle(self, batch: dict[tuple[str, int], tuple[Partition, list[int]]], response: AlterPartitionResponse) -> None:
+    def _settle(self, batch: dict[tuple[str, int], tuple[Partition, list[int]]], response: AlterPartitionResponse
+                ) -> dict[tuple[str, int], tuple[Partition, list[int]]]:
+        """Each answered partition settled; the ones the answer left out, to be sent again."""
         answered = set()
         by_id = {partition.topic_id: topic for (topic, _), (partition, _) in batch.items()}
         for topic_data in response.topics:
@@ -102,6 +114,4 @@ class AlterPartitionManager:
                 entry[0].isr_change_answered(ErrorCode(p.error_code), p.leader_epoch, list(p.isr), p.partition_epoch)
                 if p.error_code not in (ErrorCode.NONE, ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA):
                     log.info("AlterPartition for %s-%d: %s", topic, p.partition_index, ErrorCode(p.error_code).name)
-        for key, entry in batch.items():
-            if key not in answered:
-                self._pending.setdefault(key, entry)
+        return {key: entry for key, entry in batch.items() if key not in answered}

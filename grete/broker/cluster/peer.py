@@ -15,6 +15,7 @@ import struct
 from typing import Any, TypeVar
 
 from grete.protocol.codec import Message, Reader, Writer
+from grete.protocol.errors import ProtocolError
 from grete.protocol.headers import RequestHeader, decode_response_header, encode_request_header
 from grete.protocol.messages import APIS, request_header_version, response_header_version
 
@@ -66,12 +67,13 @@ class PeerConnection:
 
     async def call(self, request: Message, version: int) -> Any:
         """Send ``request`` at ``version``; its response. Raises PeerError (the connection is then
-        closed, and the next call reconnects)."""
+        closed, and the next call reconnects), also for an answer that cannot be decoded."""
         async with self._lock:
             try:
                 async with asyncio.timeout(self.timeout_s):  # no task per call, as wait_for makes
                     return await self._call(request, version)
-            except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ProtocolError) as exc:
+                # An answer that cannot be decoded leaves the connection in doubt: start it over.
                 self.abort()
                 raise PeerError(f"{type(request).__name__} to {self.host}:{self.port} failed: "
                                 f"{exc or type(exc).__name__}", timed_out=isinstance(exc, TimeoutError)) from None

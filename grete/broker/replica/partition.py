@@ -16,6 +16,7 @@ parked_fetches.py's.
 from __future__ import annotations
 
 import asyncio
+import logging
 import operator
 import uuid
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
 from grete.storage.config import LogConfig
 from grete.storage.log import AppendResult, Log
+
+log = logging.getLogger(__name__)
 
 # What a follower's fetcher asks its leader for, of a partition: (leader epoch, fetch offset = log end,
 # last fetched epoch, log start), read without a Python call of its own (``map`` over the partitions
@@ -168,6 +171,8 @@ class Partition(PartitionLogView):
         moved, follower.log_end_offset = follower.log_end_offset != fetch_offset, fetch_offset
         follower.last_fetch_leader_leo, follower.last_fetch_ms = leo, now_ms
         if replica_id not in self.isr and self._pending_isr is None and self._may_join_isr(replica_id, follower):
+            log.info("[%s-%d] Expanding ISR from %s to %s", self.topic, self.index, _ids(self.isr),
+                     _ids(self.isr + [replica_id]))
             self._propose_isr(self.isr + [replica_id])
         if moved:
             self._advance_high_watermark()
@@ -187,6 +192,8 @@ class Partition(PartitionLogView):
             return
         joining = [r for r, f in self._followers.items() if r not in self.isr and self._may_join_isr(r, f)]
         if joining:
+            log.info("[%s-%d] Expanding ISR from %s to %s", self.topic, self.index, _ids(self.isr),
+                     _ids(self.isr + joining))
             self._propose_isr(self.isr + joining)
 
     def read_replicas(self, fetch_offset: int) -> list[int]:
@@ -206,6 +213,9 @@ class Partition(PartitionLogView):
         lagging = [r for r in self.isr if r != self.broker_id and (f := self._followers.get(r)) is not None
                    and f.log_end_offset != leo and now_ms - f.last_caught_up_ms > lag_max_ms]
         if lagging:
+            log.info("[%s-%d] Shrinking ISR from %s to %s. Leader: (highWatermark: %d, endOffset: %d). "
+                     "Out of sync replicas: %s.", self.topic, self.index, _ids(self.isr),
+                     _ids([r for r in self.isr if r not in lagging]), self.high_watermark, leo, _ids(lagging))
             self._propose_isr([r for r in self.isr if r not in lagging])
 
     def _propose_isr(self, isr: list[int]) -> None:
@@ -224,11 +234,18 @@ class Partition(PartitionLogView):
                     self.isr_changed(len(self.isr), len(isr))
                 self.isr = list(isr)
                 self.partition_epoch = partition_epoch
+                log.info("[%s-%d] ISR updated to %s and version updated to %d", self.topic, self.index,
+                         _ids(isr), partition_epoch)
             self._pending_isr = None
             self._advance_high_watermark()
             self._complete_produce_waiters()
         elif error in (ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA):
+            log.info("[%s-%d] Failed to alter partition to %s: %s; the ISR stays %s", self.topic, self.index,
+                     _ids(self._pending_isr), error.name, _ids(self.isr))
             self._pending_isr = None  # back to the last committed ISR
+        else:
+            log.info("[%s-%d] Failed to alter partition to %s: %s; waiting for the controller's next state",
+                     self.topic, self.index, _ids(self._pending_isr), error.name)
         # Any other error: the change stays pending until the next LeaderAndIsr settles it.
         if self._pending_isr is None and self._recheck_expansion:
             self._recheck_expansion = False
@@ -453,3 +470,7 @@ def fetch_state(partition: Partition) -> tuple[bool, int, int, int, int, int]:
     high watermark, last stable offset, log start, log end (a repeated idle fetch compares them, one
     call per partition)."""
     return (partition.online, partition.leader_epoch, *partition._log.offsets())
+
+
+def _ids(replicas: list[int]) -> str:
+    return ",".join(map(str, replicas))
