@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grete.broker.requests.features import SAFE_DOWNGRADE, UPGRADE, Features, FeatureUpdate
+from grete.broker.requests.features import FAILED, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE, Features, FeatureUpdate
 from grete.coordinator.kraft.local import open_local_store
 from grete.protocol.errors import ErrorCode, KafkaError
 
@@ -100,3 +100,27 @@ def test_a_level_a_registered_node_cannot_run_is_refused(tmp_path: Path) -> None
     assert refused.value.message == ("The update failed for all features since the following feature had an error: "
                                      "Invalid update version 0 for feature streams.version. Broker 7 does not "
                                      "support this feature.")
+
+
+def test_metadata_version_downgrades_only_where_no_record_changed(tmp_path: Path) -> None:
+    """As Kafka's FeatureControlManager: 4.2-IV1 (29) down to 4.0-IV2 (24) crosses no version that
+    changed the records; 4.3-IV0 (30) and 4.0-IV1 (23) did, so a downgrade across them is refused."""
+    store = open_local_store(tmp_path, 1)
+    asyncio.run(store.set_finalized_features({"metadata.version": 30}))
+    features = Features(store, node_id=1, kraft=QuorumLevel())
+
+    def downgrade(level: int, upgrade_type: int = SAFE_DOWNGRADE) -> str | None:
+        try:
+            asyncio.run(features.update([FeatureUpdate("metadata.version", level, upgrade_type)], validate_only=False))
+        except KafkaError as refused:
+            assert refused.code == ErrorCode.INVALID_UPDATE_VERSION
+            return refused.message
+        return None
+
+    assert downgrade(29) == (FAILED + "Unsupported metadata.version downgrade from 30 to 29. Refusing to perform "
+                             "the requested downgrade because it might delete metadata information.")
+    asyncio.run(store.set_finalized_features({"metadata.version": 29}))
+    assert downgrade(24) is None and store.finalized_features()[1]["metadata.version"] == 24  # type: ignore[index]
+    assert downgrade(22, UNSAFE_DOWNGRADE) == (FAILED + "Unsupported metadata.version downgrade from 24 to 22. "
+                                               "Unsafe metadata downgrade is not supported in this version.")
+    assert store.finalized_features()[1]["metadata.version"] == 24  # type: ignore[index]

@@ -181,8 +181,8 @@ class Features:
         if problem is not None:
             return f"Invalid update version {u.level} for feature {u.feature}. {problem}"
         current = self.level(u.feature)
-        if u.feature == rv.METADATA_VERSION and u.level < current:
-            # Kafka downgrades only between versions that changed no metadata; grete refuses them all.
+        if u.feature == rv.METADATA_VERSION and u.level < current and rv.metadata_changed(current, u.level):
+            # As Kafka: a downgrade only between versions whose records mean the same.
             reason = ("Unsafe metadata downgrade is not supported in this version." if u.upgrade_type == UNSAFE_DOWNGRADE
                       else "Refusing to perform the requested downgrade because it might delete metadata information.")
             return f"Unsupported metadata.version downgrade from {current} to {u.level}. {reason}"

@@ -26,7 +26,9 @@ class MetadataVersion:
         return self.name
 
 
-# MetadataVersion.values() from MINIMUM_VERSION (3.3-IV3, the first KRaft can bootstrap) on.
+# MetadataVersion.values() from MINIMUM_VERSION (3.3-IV3, the first KRaft can bootstrap) on; the
+# levels whose records changed (didMetadataChange) are the ones a downgrade may not cross.
+_CHANGED_METADATA: Final = frozenset({7, 8, 11, 13, 14, 15, 17, 23, 30})
 METADATA_VERSIONS: Final = tuple(MetadataVersion(name, level, level <= 30) for name, level in (
     ("3.3-IV3", 7), ("3.4-IV0", 8), ("3.5-IV0", 9), ("3.5-IV1", 10), ("3.5-IV2", 11), ("3.6-IV0", 12),
     ("3.6-IV1", 13), ("3.6-IV2", 14), ("3.7-IV0", 15), ("3.7-IV1", 16), ("3.7-IV2", 17), ("3.7-IV3", 18),
@@ -34,6 +36,15 @@ METADATA_VERSIONS: Final = tuple(MetadataVersion(name, level, level <= 30) for n
     ("4.0-IV3", 25), ("4.1-IV0", 26), ("4.1-IV1", 27), ("4.2-IV0", 28), ("4.2-IV1", 29), ("4.3-IV0", 30),
     ("4.4-IV0", 31),
 ))
+
+
+def metadata_changed(level: int, other: int) -> bool:
+    """Whether records written at one of the two levels may mean something else at the other
+    (MetadataVersion.checkIfMetadataChanged): a version between them, the lower excluded, changed them."""
+    low, high = sorted((level, other))
+    return any(v in _CHANGED_METADATA for v in range(low + 1, high + 1))
+
+
 LATEST_PRODUCTION: Final = next(v for v in reversed(METADATA_VERSIONS) if v.production)
 SCRAM_FROM_LEVEL: Final = 11  # 3.5-IV2: UserScramCredentialRecord in the metadata log
 
