@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from grete.broker.requests.features import FAILED, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE, Features, FeatureUpdate
+from grete.broker.requests.features import (
+    FAILED,
+    SAFE_DOWNGRADE,
+    UNSAFE_DOWNGRADE,
+    UPGRADE,
+    Features,
+    FeatureUpdate,
+)
 from grete.coordinator.kraft.local import open_local_store
 from grete.protocol.errors import ErrorCode, KafkaError
 

@@ -206,6 +206,31 @@ def test_a_reassignment_completed_with_the_isr_at_its_minimum_clears_the_elr() -
     asyncio.run(run())
 
 
+def test_an_isr_shrinking_during_a_reassignment_fills_the_elr() -> None:
+    """A step that does not complete the reassignment follows the ELR rules as any other change:
+    below min.insync.replicas the replicas leaving the ISR become eligible, and one of them leads
+    once the last ISR member is fenced."""
+    async def run() -> None:
+        q = Quorum()
+        q.registry.partitions = q.control
+        await q.store.commit([FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1)])
+        for broker in (1, 2, 3, 4):
+            await q.broker(broker)
+        meta = await q.store.create_topic("t", {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+        epoch_of = {b: r.epoch for b, r in q.registry.brokers.items()}
+        await q.control.reassign({("t", 0): [1, 2, 4]})
+        part = meta.partitions[0]
+        assert (part.replicas, part.isr, part.leader_epoch) == ([1, 2, 4, 3], [1, 2, 3], 0)
+        answer = await q.control.alter_partition(alter(meta.topic_id, 1, epoch_of[1], [1],
+                                                       partition_epoch=part.partition_epoch), 3)
+        assert answer.topics[0].partitions[0].error_code == 0, answer
+        assert (part.replicas, part.isr, part.elr, part.leader) == ([1, 2, 4, 3], [1], [2, 3], 1)
+        q.registry.brokers[1].fenced = True
+        await q.control.broker_fenced(1)
+        assert (part.leader, part.isr, part.elr) == (2, [2], [1, 3])
+    asyncio.run(run())
+
+
 def test_a_new_incarnation_registers_over_a_fenced_broker_at_once() -> None:
     """Another process with a live broker's id is refused while that broker is unfenced and within
     its session; once it is fenced (its process seen dead) the new one registers at once, as Kafka's

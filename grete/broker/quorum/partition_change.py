@@ -15,6 +15,8 @@ Kafka 4.3's PartitionChangeBuilder:
   ELR are empty can elect its last known leader (LastKnownElr holding exactly it) once it is
   acceptable, counted as unclean; an unclean election (``unclean.leader.election.enable`` or ElectLeaders UNCLEAN) takes the
   first acceptable replica. Either unclean way the ISR is the leader alone and the ELR is cleared.
+- **Reassignment steps** (the replicas to leave, in their order, given): a replica leaving bumps the
+  leader epoch even under the same leader; the ELR rules apply to the step's ISR as to any other.
 - **Last known leader.** When the ISR becomes empty, LastKnownElr is set to the leader it had (once);
   it is cleared when the partition has, or keeps, a leader.
 """
@@ -50,6 +52,7 @@ class PartitionChange:
     min_isr: int                       # the topic's effective min ISR
     elr_enabled: bool
     target_isr: list[int] | None = None
+    target_replicas: list[int] | None = None  # a reassignment's step: the replicas it leaves (and their order)
     election: Election = Election.ONLINE
     unclean_shutdown: Iterable[int] = ()
     _isr: list[int] = field(init=False, default_factory=list)
@@ -64,6 +67,8 @@ class PartitionChange:
         record = PartitionChangeRecord(partition_id=self.index, topic_id=self.topic_id, leader=NO_CHANGE)
         self._populate_elr()
         self._elect(record)
+        if record.leader == NO_CHANGE and not set(part.replicas) <= set(self._replicas):
+            record.leader = part.leader  # a replica leaves: a new leader epoch, so the leader's fetchers re-learn the set
         self._record_elr(record)
         if record.isr is None and (self._isr or self.elr_enabled) and self._isr != list(part.isr):
             record.isr = list(self._isr)
@@ -90,10 +95,14 @@ class PartitionChange:
         in_sync = replica in self._isr or (not self._isr and replica in self._elr)
         return in_sync and self.acceptable(replica)
 
+    @property
+    def _replicas(self) -> list[int]:
+        return list(self.part.replicas if self.target_replicas is None else self.target_replicas)
+
     def _choose(self) -> tuple[int, bool]:
         """(leader, unclean): the elected leader, NO_LEADER when none can be."""
         part = self.part
-        replicas = list(part.replicas)
+        replicas = self._replicas
         if self.election is Election.PREFERRED:
             if replicas and self._valid(replicas[0]):
                 return replicas[0], False

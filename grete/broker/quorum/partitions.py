@@ -61,8 +61,11 @@ class PartitionControl:
         self.reassigning.applied(record)
 
     def _planner(self) -> Planner:
+        usable = self._usable()
         return Planner(self._store.topics(), self.reassigning, set(self._registry.brokers),
-                       {b.id for b in self._registry.live()}, self._registry.directory_of)
+                       lambda meta, index, part, isr, replicas: self.change(meta, index, part, usable, target_isr=isr,
+                                                                            target_replicas=replicas),
+                       self._registry.directory_of)
 
     async def reassign(self, wanted: dict[TopicPartition, list[int] | None]) -> Outcome:
         """Start (a target) or cancel (None) reassignments, one batch; NOT_CONTROLLER (raised) on a
@@ -173,27 +176,21 @@ class PartitionControl:
         """The new ISR, completing the partition's reassignment if it holds the whole target; None
         when nothing changes."""
         moving = self.reassigning.of(meta.topic_id, index)
-        record = planner.change(meta, index, part, moving, (list(part.replicas), list(isr), *moving)) if moving else None
-        if record is None:
-            return self.change(meta, index, part, self._usable(), target_isr=list(isr))
-        if record.isr is None:
-            record.isr = list(isr)
-        if (part.elr or part.last_known_elr) and self._elr_enabled() and len(record.isr) >= self._min_isr(meta, part):
-            # At its minimum again the ISR needs no eligible replicas (the builder's rule; a reassignment's
-            # records are the planner's).
-            record.eligible_leader_replicas, record.last_known_elr = [], []
-        return record
+        if moving:
+            return planner.change(meta, index, part, moving, (list(part.replicas), list(isr), *moving))
+        return self.change(meta, index, part, self._usable(), target_isr=list(isr))
 
     # --- one change ----------------------------------------------------------------------------
     def change(self, meta: TopicMeta, index: int, part: PartitionMeta, acceptable: set[int], *,
-               target_isr: list[int] | None = None, election: Election | None = None,
-               unclean_shutdown: Sequence[int] = ()) -> PartitionChangeRecord | None:
+               target_isr: list[int] | None = None, target_replicas: list[int] | None = None,
+               election: Election | None = None, unclean_shutdown: Sequence[int] = ()) -> PartitionChangeRecord | None:
         """The record of one partition's change (partition_change.py), None when nothing changes."""
         if election is None:
             election = Election.UNCLEAN if self._topic_value(meta, "unclean.leader.election.enable") == "true" \
                 else Election.ONLINE
         return PartitionChange(part, meta.topic_id, index, acceptable.__contains__, self._min_isr(meta, part),
-                               self._elr_enabled(), target_isr=target_isr, election=election,
+                               self._elr_enabled(), target_isr=target_isr, target_replicas=target_replicas,
+                               election=election,
                                unclean_shutdown=unclean_shutdown).build()
 
     def _usable(self) -> set[int]:
@@ -211,12 +208,14 @@ class PartitionControl:
         return value if value is not None else self._defaults(key)
 
     def _min_isr(self, meta: TopicMeta, part: PartitionMeta) -> int:
-        """``min.insync.replicas``, at most the replication factor (Kafka's getTopicEffectiveMinIsr)."""
+        """``min.insync.replicas``, at most the replication factor (Kafka's getTopicEffectiveMinIsr:
+        partition 0's, reassigned or not)."""
         try:
             configured = int(self._topic_value(meta, "min.insync.replicas") or 1)
         except ValueError:
             configured = 1
-        return min(configured, max(len(part.replicas), 1))
+        first = meta.partitions.get(0, part)
+        return min(configured, max(len(first.replicas), 1))
 
     def _refusal(self, sender: int, leader: int, leader_epoch: int, partition_epoch: int,
                  wanted: AlterPartitionRequest.PartitionData, isr: list[int]) -> ErrorCode:

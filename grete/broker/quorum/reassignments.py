@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from grete.broker.cluster_view import Reassignment, TopicPartition
 from grete.broker.handlers.create_topics import check_replica_list
@@ -30,7 +31,7 @@ from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata import PartitionChangeRecord, PartitionRecord, RemoveTopicRecord
 
-NO_LEADER = -1
+NO_CHANGE = -2  # PartitionChangeRecord's Leader: unchanged
 UNCLEAN_ELECTION = "unclean.leader.election.enable"
 Moving = tuple[list[int], list[int]]  # (adding, removing)
 Outcome = dict[TopicPartition, tuple[ErrorCode, str | None]]
@@ -84,16 +85,25 @@ class ReassignmentLists:
         return found
 
 
+class Decide(Protocol):
+    """The partition's change to ``isr`` and ``replicas`` (leader election, eligible leader replicas
+    and epochs, as for any change: partition_change.py); None when nothing changes there."""
+
+    def __call__(self, meta: TopicMeta, index: int, part: PartitionMeta, isr: list[int], replicas: list[int]
+                 ) -> PartitionChangeRecord | None: ...
+
+
 class Planner:
     """The records for reassignments asked for, and for an ISR change that may complete one, decided
-    on the committed state: the topics, the lists, the registered and the unfenced brokers."""
+    on the committed state: the topics, the lists, the registered brokers; the leader and the eligible
+    replicas of each step are decided as for any partition change (``decide``)."""
 
     def __init__(self, topics: Mapping[str, TopicMeta], lists: ReassignmentLists, registered: set[int],
-                 usable: set[int], directory_of: Callable[[int], uuid.UUID]) -> None:
+                 decide: Decide, directory_of: Callable[[int], uuid.UUID]) -> None:
         self.topics = topics
         self.lists = lists
         self.registered = registered
-        self.usable = usable
+        self.decide = decide
         self.directory_of = directory_of
 
     def reassign(self, wanted: Mapping[TopicPartition, list[int] | None]) -> tuple[Outcome, list[Message]]:
@@ -134,11 +144,10 @@ class Planner:
         replicas = [r for r in part.replicas if r not in adding]
         isr = [r for r in part.isr if r not in adding]
         if not isr:  # only replicas being added are in sync: going back needs an unclean election
-            unclean = next((r for r in replicas if r in self.usable), None)
-            if meta.configs.get(UNCLEAN_ELECTION) != "true" or unclean is None:
+            if meta.configs.get(UNCLEAN_ELECTION) != "true" or not replicas:
                 raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Unable to revert partition assignment "
                                  f"for {meta.name}:{index} because it would require an unclean leader election.")
-            isr = [unclean]
+            isr = [replicas[0]]  # Kafka's PartitionReassignmentRevert; the election may pick another
         return self.change(meta, index, part, moving, (replicas, isr, [], []))
 
     def change(self, meta: TopicMeta, index: int, part: PartitionMeta, moving: Moving | None,
@@ -152,21 +161,15 @@ class Planner:
             replicas = [r for r in replicas if r not in removing]
             isr = [r for r in isr if r not in removing]
             adding, removing = [], []
-        leader = part.leader
-        if leader not in replicas or leader not in isr:
-            leader = next((r for r in replicas if r in isr and r in self.usable), NO_LEADER)
-        record = PartitionChangeRecord(partition_id=index, topic_id=meta.topic_id)
+        record = self.decide(meta, index, part, isr, replicas) or PartitionChangeRecord(
+            partition_id=index, topic_id=meta.topic_id)
         if replicas != part.replicas:
             record.replicas = replicas
             record.directories = [self.directory_of(r) for r in replicas]
-        if isr != part.isr:
-            record.isr = isr
         if (adding, removing) != (moving or ([], [])):
             record.adding_replicas, record.removing_replicas = adding, removing
-        # A replica leaving bumps the leader epoch even under the same leader (Kafka's
-        # triggerLeaderEpochBumpForReplicaReassignmentIfNeeded): the leader's fetchers re-learn the set.
-        if leader != part.leader or any(r not in replicas for r in part.replicas):
-            record.leader = leader
-        if record.replicas is None and record.isr is None and record.adding_replicas is None and record.leader == -2:
+        if (record.replicas is None and record.isr is None and record.adding_replicas is None
+                and record.leader == NO_CHANGE and record.eligible_leader_replicas is None
+                and record.last_known_elr is None):
             return None
         return record
