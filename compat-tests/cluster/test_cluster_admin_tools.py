@@ -132,7 +132,11 @@ def test_reassignment_moves_a_replica(cluster_target: ClusterTarget, tmp_path: P
     consumer = Consumer({"bootstrap.servers": cluster_target.bootstrap, "group.id": h.unique("g"),
                          "log_level": 0, "logger": h.silent_logger()})
     try:
-        assert consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=10) == (0, 5)
+        # The new leader's high watermark starts where it had heard of it as a follower and moves on
+        # with its followers' next fetch: until then ListOffsets answers OFFSET_NOT_AVAILABLE, which
+        # clients retry (Kafka's brokers alike).
+        h.wait_until(lambda: consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=10) == (0, 5), 30,
+                     "the new leader's watermarks (0, 5)")
     finally:
         consumer.close()
 
