@@ -102,6 +102,7 @@ def test_create_v4_has_no_configs_and_validate_only_creates_nothing(grete_broker
     other = topic_name + "-dry"
     (r,) = create(grete_broker, name=other, partitions=5, validate_only=True).topics
     assert r.error_code == 0 and r.num_partitions == 5
+    assert r.replication_factor == 1  # -1 resolved to default.replication.factor, as Kafka answers it
     assert grete_broker.broker.metadata.topic(other) is None
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from grete.broker.config import ConfigSource
 from grete.coordinator.kraft.store import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
@@ -210,6 +211,18 @@ def test_a_broker_and_a_group_config_set_and_read_back(cluster: Cluster) -> None
     _set(first, GROUP_RESOURCE, "shares", "share.auto.offset.reset", "earliest")
     _until(lambda: _config(second, GROUP_RESOURCE, "shares", "share.auto.offset.reset") == "earliest",
            "the group config on the other broker")
+
+
+def test_the_cluster_starts_with_its_min_isr_as_a_cluster_default(cluster: Cluster) -> None:
+    """Eligible leader replicas are on from the format step: the first active controller writes
+    min.insync.replicas as a cluster-level config (Kafka's ELR safety record), which every broker,
+    grete's and Kafka's, lists as a dynamic default."""
+    request = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=BROKER_RESOURCE, resource_name="", configuration_keys=["min.insync.replicas"])])
+    for broker in (*cluster.grete, cluster.kafka):
+        configs = _ask(broker, request, 4).results[0].configs
+        assert [(c.name, c.value, c.config_source) for c in configs] == [
+            ("min.insync.replicas", "1", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)], broker
 
 
 def test_an_acl_created_and_deleted(cluster: Cluster) -> None:

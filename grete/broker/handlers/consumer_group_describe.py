@@ -10,18 +10,15 @@ from collections import defaultdict
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.requests.services import Groups
+from grete.broker.security.authorizer import GROUP_OPERATIONS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.coordinator.groups.consumer_assignors import Assignment
 from grete.coordinator.groups.consumer_state import ConsumerGroup, ConsumerMember
-from grete.protocol.acls import AclOperation
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 Response = ConsumerGroupDescribeResponse
 NO_OPERATIONS = -2147483648
-# What Kafka 4.3.1 reports for a group without an authorizer (3400): group configs are new in 4.
-GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
-                    AclOperation.ALTER_CONFIGS)
 CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1  # v1's MemberType: the protocol the member speaks
 
 

@@ -84,7 +84,9 @@ async def _create(ctx: RequestContext[Admin], topic: CreateTopicsRequest.Creatab
     elif ctx.version >= 5:
         result.num_partitions = len(meta.partitions) if meta is not None else _resolved(broker, partitions)
         result.replication_factor = (len(next(iter(meta.partitions.values())).replicas)
-                                     if meta is not None and meta.partitions else replication)
+                                     if meta is not None and meta.partitions
+                                     else broker.config.get_int("default.replication.factor") if replication == -1
+                                     else replication)
         result.configs = [CreateTopicsResponse.CreatableTopicConfigs(
             name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
             is_sensitive=e.sensitive) for e in topic_config_entries(broker.config, configs)]

@@ -7,13 +7,10 @@ from __future__ import annotations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.requests.services import Groups
-from grete.broker.security.authorizer import GROUP_OPERATIONS as GROUP_OPS
+from grete.broker.security.authorizer import GROUP_OPERATIONS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, DescribeGroupsRequest, DescribeGroupsResponse
-
-# READ, DESCRIBE, DELETE on a group, with no authorizer.
-GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6)
 
 
 @api(ApiKey.DESCRIBE_GROUPS, 0, 6)
@@ -37,7 +34,8 @@ def handle(ctx: RequestContext[Groups], request: DescribeGroupsRequest) -> Descr
                 member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                 client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                 for m in d.members],
-            authorized_operations=operations(ctx, Res.GROUP, group_id, GROUP_OPS)
-            if request.include_authorized_operations
+            # Kafka fills them only in an answer without error (not for v6's GROUP_ID_NOT_FOUND).
+            authorized_operations=operations(ctx, Res.GROUP, group_id, GROUP_OPERATIONS)
+            if request.include_authorized_operations and error == ErrorCode.NONE
             else -2147483648))
     return DescribeGroupsResponse(groups=described)

@@ -19,15 +19,14 @@ def handle(ctx: RequestContext[Transactions], request: DescribeTransactionsReque
     states = []
     for txn_id in request.transactional_ids:
         if not allowed(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, txn_id):
-            states.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=txn_id,
-                                transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
-                                producer_id=-1, producer_epoch=-1, topics=[]))
+            states.append(_failed(txn_id, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+            continue
+        if not txn_id:
+            states.append(_failed(txn_id, ErrorCode.INVALID_REQUEST))
             continue
         meta = coordinator.describe(txn_id)
         if meta is None:
-            states.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=txn_id,
-                                transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
-                                producer_id=-1, producer_epoch=-1, topics=[]))
+            states.append(_failed(txn_id, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND))
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, index in sorted(meta.partitions):
@@ -39,3 +38,10 @@ def handle(ctx: RequestContext[Transactions], request: DescribeTransactionsReque
             producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
             topics=[DescribeTransactionsResponse.TopicData(topic=t, partitions=p) for t, p in by_topic.items()]))
     return DescribeTransactionsResponse(transaction_states=states)
+
+
+def _failed(txn_id: str, error: ErrorCode) -> State:
+    """Kafka's answer for a transactional id it does not describe: the error, every other field at
+    the schema's default (0, not -1)."""
+    return State(error_code=error, transactional_id=txn_id, transaction_state="", transaction_timeout_ms=0,
+                 transaction_start_time_ms=0, producer_id=0, producer_epoch=0, topics=[])

@@ -58,14 +58,10 @@ async def _check(ctx: RequestContext[Transactions], key_type: int, key: str, ver
     if key_type == TRANSACTION and not allowed(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, key):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, -1
     if key_type == GROUP:
-        if not key:
-            return ErrorCode.INVALID_REQUEST, "group id must not be empty", -1
         if not await _ensured(ctx.broker.ensure_offsets_topic()):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} could not be created", -1
         return _available(ctx, OFFSETS_TOPIC, ctx.broker.group_coordinator.partition_for(key))
     if key_type == TRANSACTION:
-        if not key:
-            return ErrorCode.INVALID_REQUEST, "transactional id must not be empty", -1
         if not await _ensured(ensure_transaction_state_topic(ctx.broker)):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TRANSACTION_STATE_TOPIC} could not be created", -1
         return _available(ctx, TRANSACTION_STATE_TOPIC, ctx.broker.txn_coordinator.partition_for(key))

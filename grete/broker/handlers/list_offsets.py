@@ -19,7 +19,7 @@ from grete.protocol.messages import ApiKey, ListOffsetsRequest, ListOffsetsRespo
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -4, -5, -6
 # The first version that may ask for each special timestamp.
-SINCE = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
+SINCE = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
@@ -46,6 +46,10 @@ def _lookup(ctx: RequestContext[DataPlane], topic: str, wanted: ListOffsetsReque
     try:
         if ctx.broker.authorizer is not None and not allowed(ctx, Op.DESCRIBE, Res.TOPIC, topic):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        if wanted.timestamp < 0 and ctx.version < SINCE.get(wanted.timestamp, 1 << 15):
+            # Before the partition is looked up, as Kafka's isListOffsetsTimestampUnsupported.
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {wanted.timestamp} is not supported "
+                             f"at ListOffsets v{ctx.version}")
         partition = ctx.broker.partition(topic, index)
         partition.check_leader_epoch(wanted.current_leader_epoch)
         # A follower (replica id >= 0) sees the whole log, as Kafka answers it; clients up to the
@@ -55,9 +59,6 @@ def _lookup(ctx: RequestContext[DataPlane], topic: str, wanted: ListOffsetsReque
         if replica_id < 0 and ctx.version >= 2 and partition.high_watermark_pending:
             raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE)
         epoch = partition.leader_epoch if ctx.version >= 4 else -1  # LeaderEpoch is v4+ only
-        if ctx.version < SINCE.get(wanted.timestamp, 0):
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
-                             f"timestamp {wanted.timestamp} needs ListOffsets v{SINCE[wanted.timestamp]}")
         if wanted.timestamp == LATEST:
             return PartitionResponse(partition_index=index, timestamp=-1, offset=fetchable, leader_epoch=epoch)
         if wanted.timestamp in (EARLIEST, EARLIEST_LOCAL):
@@ -69,9 +70,6 @@ def _lookup(ctx: RequestContext[DataPlane], topic: str, wanted: ListOffsetsReque
         found: tuple[int, int] | None
         if wanted.timestamp == MAX_TIMESTAMP:
             found = partition.offset_of_max_timestamp()
-        elif wanted.timestamp < 0:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
-                             f"unsupported special timestamp {wanted.timestamp}")
         else:
             found = partition.offset_for_timestamp(wanted.timestamp)
         if found is None or found[0] < 0 or found[0] >= fetchable:

@@ -113,7 +113,11 @@ def _lookup(ctx: RequestContext[Admin], wanted: MetadataRequest.MetadataRequestT
     meta = broker.metadata.topic(wanted.name)
     if meta is None or wanted.name in failed:  # missing, refused, or created by this very call
         error = failed.get(wanted.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        return MetadataResponse.MetadataResponseTopic(error_code=error, name=wanted.name, topic_id=ZERO_UUID)
+        # Kafka fills the operations of every topic it may describe, found or not; not of one it refused.
+        ops = (operations(ctx, Res.TOPIC, wanted.name, TOPIC_OPS)
+               if with_ops and error != ErrorCode.TOPIC_AUTHORIZATION_FAILED else OPERATIONS_NOT_REQUESTED)
+        return MetadataResponse.MetadataResponseTopic(error_code=error, name=wanted.name, topic_id=ZERO_UUID,
+                                                      topic_authorized_operations=ops)
     return _describe(ctx, meta, with_ops)
 
 

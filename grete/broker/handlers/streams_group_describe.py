@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from grete.broker.handlers.consumer_group_describe import GROUP_OPERATIONS, NO_OPERATIONS
+from grete.broker.handlers.consumer_group_describe import NO_OPERATIONS
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.requests.services import Groups
+from grete.broker.security.authorizer import GROUP_OPERATIONS
 from grete.broker.security.authz import Op, Res, allowed, operations
 from grete.coordinator.groups.streams_state import StreamsGroup, StreamsMember, Tasks
 from grete.coordinator.groups.streams_topology import TopicInfo

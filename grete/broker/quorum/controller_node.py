@@ -33,9 +33,11 @@ from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft import RaftConfig
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.raft_snapshots import SnapshotPolicy
+from grete.coordinator.kraft.store import BROKER_RESOURCE, ELR_FEATURE
 from grete.coordinator.kraft.voters import local_node
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import KafkaError
+from grete.protocol.metadata import ConfigRecord, FeatureLevelRecord
 from grete.protocol.metadata_frame import decode_metadata_record
 from grete.storage.checkpoint_file import BOOTSTRAP_CHECKPOINT, CheckpointError, read_checkpoint
 from grete.storage.config import LogConfig
@@ -117,7 +119,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
     store = QuorumMetadataStore(cluster_id, append, changing)
     broker = Broker(config, metadata=store, kraft_version=ControllerKRaftVersion(lambda: driver_ref[0], store.commit,
                                                                               lambda: registry))
-    boot = _Bootstrap(store, directory / BOOTSTRAP_CHECKPOINT)
+    boot = _Bootstrap(store, directory / BOOTSTRAP_CHECKPOINT, config.get_int("min.insync.replicas"))
 
     registry = BrokerRegistry(cluster_id, config.get_int("broker.session.timeout.ms"), store.commit,
                               lambda: driver_ref[0].log.end_offset, lambda: driver_ref[0].leads,
@@ -166,9 +168,10 @@ class _Bootstrap:
     """Writes the bootstrap records once, when this node's leadership is committed on a log that
     has no metadata records yet (Kafka's ActivationRecordsGenerator for an empty log)."""
 
-    def __init__(self, store: QuorumMetadataStore, path: Path) -> None:
+    def __init__(self, store: QuorumMetadataStore, path: Path, min_insync_replicas: int) -> None:
         self.store = store
         self.path = path
+        self.min_insync_replicas = min_insync_replicas  # this controller's static config
         self.task: asyncio.Task[None] | None = None
 
     def committed(self, broker: Broker, batch: RaftBatch) -> None:
@@ -186,6 +189,11 @@ class _Bootstrap:
             log.error("cannot read %s: %s; the quorum starts without its bootstrap records", path, exc)
             return
         records = [decode_metadata_record(value)[0] for value in values]
+        if any(isinstance(r, FeatureLevelRecord) and r.name == ELR_FEATURE and r.feature_level > 0 for r in records):
+            # Eligible leader replicas count on one min ISR for the cluster: Kafka's first controller
+            # writes it as the cluster-level config (its ELR safety record), from its static config.
+            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name="min.insync.replicas",
+                                        value=str(self.min_insync_replicas)))
         try:
             await self.store.bootstrap(records)
             log.info("metadata quorum: wrote %d bootstrap records from %s", len(records), path)
