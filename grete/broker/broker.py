@@ -159,7 +159,7 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         self.producer_ids = ProducerIdManager(self.metadata)
         self.features = Features(self.metadata if isinstance(self.metadata, KRaftMetadataStore) else None, self.node_id,
-                                 kraft_version)
+                                 kraft_version, static_min_isr=config.get_int("min.insync.replicas"))
         self.share_groups = ShareGroups(config, self.metadata, self.partition)
         # The share coordinator of the __share_group_state partitions this broker leads; share-partition
         # leaders read and write through it (a cluster's from other brokers too: zk_broker wires that).

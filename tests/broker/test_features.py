@@ -131,3 +131,20 @@ def test_metadata_version_downgrades_only_where_no_record_changed(tmp_path: Path
     assert downgrade(22, UNSAFE_DOWNGRADE) == (FAILED + "Unsupported metadata.version downgrade from 24 to 22. "
                                                "Unsafe metadata downgrade is not supported in this version.")
     assert store.finalized_features()[1]["metadata.version"] == 24  # type: ignore[index]
+
+
+def test_eligible_leader_replicas_turned_on_bring_the_cluster_min_isr(tmp_path: Path) -> None:
+    """As Kafka's controller (its ELR safety records, in the feature's batch): the cluster-level
+    min.insync.replicas from this node's static config unless one is set, and no broker's own."""
+    store = open_local_store(tmp_path, 1)
+    features = Features(store, node_id=1, static_min_isr=2)
+    elr = "eligible.leader.replicas.version"
+    asyncio.run(features.update([FeatureUpdate(elr, 0, SAFE_DOWNGRADE)], validate_only=False))
+    asyncio.run(store.set_broker_configs("3", {"min.insync.replicas": "3", "log.cleaner.threads": "2"}))
+    assert "min.insync.replicas" not in store.broker_configs("")
+    asyncio.run(features.update([FeatureUpdate(elr, 1, UPGRADE)], validate_only=False))
+    assert store.broker_configs("") == {"min.insync.replicas": "2"}
+    assert store.broker_configs("3") == {"log.cleaner.threads": "2"}
+    asyncio.run(store.set_broker_configs("", {"min.insync.replicas": "1"}))
+    asyncio.run(features.update([FeatureUpdate(elr, 1, UPGRADE)], validate_only=False))
+    assert store.broker_configs("") == {"min.insync.replicas": "1"}  # one already set stays

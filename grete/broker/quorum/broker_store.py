@@ -344,7 +344,7 @@ class BrokerMetadataStore(QuorumMetadataStore):
         _raise_first([(response.error_code, response.error_message)]
                      + [(r.error_code, r.error_message) for r in response.results])
 
-    async def set_finalized_features(self, levels: dict[str, int]) -> int:
+    async def set_finalized_features(self, levels: dict[str, int], static_min_isr: int = 1) -> int:
         """The levels of the features grete manages become ``levels`` (one left out goes to 0), as
         UpdateFeatures to the controller; the epoch once the image shows them. metadata.version and
         kraft.version, which the broker's feature checks do not manage, are left as they are."""

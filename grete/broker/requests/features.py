@@ -75,7 +75,7 @@ class FeatureStore(Protocol):
     """Where finalized levels live: the single node's metadata (FeatureLevelRecords in its log)."""
 
     def finalized_features(self) -> tuple[int, dict[str, int] | None]: ...
-    async def set_finalized_features(self, levels: dict[str, int]) -> int: ...
+    async def set_finalized_features(self, levels: dict[str, int], static_min_isr: int = 1) -> int: ...
 
 
 class KRaftVersion(Protocol):
@@ -96,10 +96,12 @@ class Features:
     """The finalized levels; their owner is the metadata store (the single node's metadata log), None
     in a ZooKeeper cluster; kraft.version's, the quorum's (``kraft``)."""
 
-    def __init__(self, store: FeatureStore | None, node_id: int, kraft: KRaftVersion | None = None) -> None:
+    def __init__(self, store: FeatureStore | None, node_id: int, kraft: KRaftVersion | None = None,
+                 static_min_isr: int = 1) -> None:
         self.store = store
         self.node_id = node_id
         self.kraft = kraft
+        self.static_min_isr = static_min_isr  # min.insync.replicas in this node's properties
 
     def _stored(self) -> dict[str, int]:
         """The store's levels as they stand: a KRaft node's follow its metadata log (another node's
@@ -174,7 +176,7 @@ class Features:
         if validate_only or not updates:
             return
         assert self.store is not None
-        await self.store.set_finalized_features(levels)
+        await self.store.set_finalized_features(levels, self.static_min_isr)
 
     def _check(self, u: FeatureUpdate) -> str | None:
         problem = self._problem(u)

@@ -370,14 +370,29 @@ class KRaftMetadataStore(MetadataState):
             self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
 
     # --- finalized features: FeatureLevelRecords --------------------------------------------------
-    async def set_finalized_features(self, levels: dict[str, int]) -> int:
+    async def set_finalized_features(self, levels: dict[str, int], static_min_isr: int = 1) -> int:
         """Finalize the levels named (level 0 drops a feature, as Kafka does); a feature not named
         keeps its level (a quorum's metadata.version, which UpdateFeatures does not move here).
         The new epoch is the log offset that holds the change, as in KRaft."""
         current = self._features or {}
-        await self._commit([FeatureLevelRecord(name=name, feature_level=level)
-                            for name, level in sorted(levels.items()) if current.get(name, 0) != level])
+        safety = self._elr_safety_records(static_min_isr) if levels.get(ELR_FEATURE, 0) > 0 else []
+        await self._commit([*safety, *(FeatureLevelRecord(name=name, feature_level=level)
+                                       for name, level in sorted(levels.items()) if current.get(name, 0) != level)])
+        if safety:
+            self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
         return self._features_epoch
+
+    def _elr_safety_records(self, static_min_isr: int) -> list[Message]:
+        """Eligible leader replicas count on one min ISR for the whole cluster: the cluster-level
+        min.insync.replicas (the controller's static value) unless set, and no broker's own (Kafka's
+        maybeGenerateElrSafetyRecords, written with the feature level in one batch)."""
+        records: list[Message] = []
+        if MIN_ISR not in self._broker_configs.get("", {}):
+            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_ISR,
+                                        value=str(static_min_isr)))
+        records += [ConfigRecord(resource_type=BROKER_RESOURCE, resource_name=scope, name=MIN_ISR, value=None)
+                    for scope, configs in sorted(self._broker_configs.items()) if scope and MIN_ISR in configs]
+        return records
 
 
 def _partition_records(topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> list[Message]:
