@@ -80,6 +80,12 @@ async def test_simple_commits_for_unknown_and_empty_groups() -> None:
         ("simple", "", "Empty", "classic")]
     # The empty group id is allowed for offset APIs (backwards compatibility), not for JoinGroup.
     assert await commit(coord, group="", offsets=[OffsetCommit("t", 0, 1)]) == {("t", 0): ErrorCode.NONE}
+    # Without a generation any member id may commit for an Empty group, as on Kafka: a KIP-848
+    # consumer with manually assigned partitions names the member id it generated itself.
+    for group in ("manual", "simple"):
+        assert await commit(coord, group=group, member="made-up-id", offsets=[OffsetCommit("t", 1, 5)]) == {
+            ("t", 1): ErrorCode.NONE}
+        assert coord.fetch_offsets(group, [("t", 1)])[1][("t", 1)].offset == 5
     await coord.shutdown()
 
 

@@ -86,16 +86,15 @@ class Offsets:
 
     def _validate_offset_commit(self, group: Group, generation_id: int, member_id: str,
                                 instance_id: str | None) -> ErrorCode | None:
-        if group.is_(GroupState.DEAD):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
-            error = self.members.validate_current_member(group, member_id, instance_id)
-            if error is not None:
-                return error
-            return ErrorCode.ILLEGAL_GENERATION if generation_id != group.generation_id else None
-        if not group.is_(GroupState.EMPTY):
+        """Kafka's ClassicGroup.validateOffsetCommit: an Empty group takes a commit without a
+        generation whatever member it names (a manually assigned KIP-848 consumer names the id it
+        made up); once a generation is named the member must be current; without one a group with
+        members refuses it."""
+        error = self._validate_txn_offset_commit(group, generation_id, member_id, instance_id)
+        if error is None and generation_id < 0 and member_id == UNKNOWN_MEMBER_ID and instance_id is None \
+                and not group.is_(GroupState.EMPTY):
             return ErrorCode.UNKNOWN_MEMBER_ID  # only members may commit for a group with members
-        return None
+        return error
 
     async def _store_offsets(self, group: Group, offsets: list[OffsetCommit], retention_ms: int, *,
                              producer: tuple[int, int] | None = None) -> dict[TopicPartition, ErrorCode]:
