@@ -24,6 +24,12 @@ from grete.protocol.messages import (
     DescribeClientQuotasResponse,
     FetchRequest,
     FetchResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    ShareFetchRequest,
+    ShareFetchResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
 )
 from grete.testing._wire import Wire
 from grete.testing.inprocess import RunningBroker
@@ -194,5 +200,42 @@ def test_throttled_fetch_answers_empty_then_mutes(grete_broker: RunningBroker, g
         slow.send(fetch_request(grete_topic), 11)
         slow.receive(FetchResponse, 11)
         assert time.monotonic() - asked >= first.throttle_time_ms / 1000 - 0.1
+    finally:
+        slow.close()
+
+
+def test_a_share_fetch_counts_against_the_consumer_byte_rate(grete_broker: RunningBroker, grete_topic: str) -> None:
+    """ShareFetch is measured against consumer_byte_rate, as Fetch is. Kafka answers a throttled
+    ShareFetch empty, its acquired records left locked until they time out; grete delivers them and
+    throttles the next request."""
+    producer = Producer({"bootstrap.servers": grete_broker.bootstrap_servers, "linger.ms": 50})
+    for _ in range(50):
+        producer.produce(grete_topic, b"x" * 1000)
+    assert producer.flush(10) == 0
+    admin = connect(grete_broker)
+    configs = admin.call(IncrementalAlterConfigsRequest(resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=32, resource_name="sg", configs=[IncrementalAlterConfigsRequest.AlterableConfig(
+            name="share.auto.offset.reset", config_operation=0, value="earliest")])]), IncrementalAlterConfigsResponse, 1)
+    assert configs.responses[0].error_code == 0, configs.responses[0]
+    assert alter(admin, {"client-id": "slow-share"}, {"consumer_byte_rate": 2000.0}).error_code == 0
+    admin.close()
+    slow = connect(grete_broker, "slow-share")
+    try:
+        joined = slow.call(ShareGroupHeartbeatRequest(group_id="sg", member_id="m-slow", member_epoch=0,
+                                                      subscribed_topic_names=[grete_topic]), ShareGroupHeartbeatResponse, 1)
+        assert joined.error_code == 0, joined.error_message
+        (assigned,) = joined.assignment.topic_partitions
+        deadline = time.monotonic() + 20
+        for epoch in range(1000):
+            request = ShareFetchRequest(group_id="sg", member_id="m-slow", share_session_epoch=epoch, max_wait_ms=500,
+                                        min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500, topics=[
+                                            ShareFetchRequest.FetchTopic(topic_id=assigned.topic_id, partitions=[
+                                                ShareFetchRequest.FetchPartition(partition_index=0)])] if epoch == 0 else [])
+            answer = slow.call(request, ShareFetchResponse, 2)
+            assert answer.error_code == 0, answer.error_message
+            records = [a for t in answer.responses for p in t.partitions for a in p.acquired_records]
+            if records or time.monotonic() > deadline:
+                break
+        assert records and answer.throttle_time_ms > 0, (records, answer.throttle_time_ms)
     finally:
         slow.close()

@@ -367,6 +367,12 @@ class ClientQuotas:
                     self.unrecord(FETCH_RATE, user, client, size, now_ms)
                 return throttle, throttled_fetch(request, response, throttle)
             return 0, response
+        if api == ApiKey.SHARE_FETCH and response is not None and FETCH_RATE in self._limits:
+            # The consumer byte rate covers share consumers too, as in Kafka. Kafka answers a throttled
+            # ShareFetch empty, leaving what it acquired locked until the lock times out and then
+            # delivered again; grete sends those records and throttles the next request instead (the
+            # bytes stay counted, so the rate holds over the window).
+            return max(self.record(FETCH_RATE, user, client, fetched_bytes(response), now_ms), request_ms), response
         return request_ms, response
 
 
