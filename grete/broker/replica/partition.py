@@ -171,8 +171,6 @@ class Partition(PartitionLogView):
         moved, follower.log_end_offset = follower.log_end_offset != fetch_offset, fetch_offset
         follower.last_fetch_leader_leo, follower.last_fetch_ms = leo, now_ms
         if replica_id not in self.isr and self._pending_isr is None and self._may_join_isr(replica_id, follower):
-            log.info("[%s-%d] Expanding ISR from %s to %s", self.topic, self.index, _ids(self.isr),
-                     _ids(self.isr + [replica_id]))
             self._propose_isr(self.isr + [replica_id])
         if moved:
             self._advance_high_watermark()
@@ -192,8 +190,6 @@ class Partition(PartitionLogView):
             return
         joining = [r for r, f in self._followers.items() if r not in self.isr and self._may_join_isr(r, f)]
         if joining:
-            log.info("[%s-%d] Expanding ISR from %s to %s", self.topic, self.index, _ids(self.isr),
-                     _ids(self.isr + joining))
             self._propose_isr(self.isr + joining)
 
     def read_replicas(self, fetch_offset: int) -> list[int]:
@@ -209,18 +205,14 @@ class Partition(PartitionLogView):
         """Followers in the ISR that have not caught up for ``replica.lag.time.max.ms`` leave it."""
         if not self.is_leader or self._pending_isr is not None:
             return
-        leo = self._log.log_end_offset
-        lagging = [r for r in self.isr if r != self.broker_id and (f := self._followers.get(r)) is not None
-                   and f.log_end_offset != leo and now_ms - f.last_caught_up_ms > lag_max_ms]
+        lagging = _lagging(self.isr, self._followers, self.broker_id, self._log.log_end_offset, now_ms - lag_max_ms)
         if lagging:
-            log.info("[%s-%d] Shrinking ISR from %s to %s. Leader: (highWatermark: %d, endOffset: %d). "
-                     "Out of sync replicas: %s.", self.topic, self.index, _ids(self.isr),
-                     _ids([r for r in self.isr if r not in lagging]), self.high_watermark, leo, _ids(lagging))
             self._propose_isr([r for r in self.isr if r not in lagging])
 
     def _propose_isr(self, isr: list[int]) -> None:
         if self.alter_isr is None:
             return
+        _log_proposal(self, isr)
         self._pending_isr = isr
         self.alter_isr(self, isr)
 
@@ -228,24 +220,18 @@ class Partition(PartitionLogView):
         """The controller's answer to an AlterPartition (Kafka's submitAlterPartition handling)."""
         if self._pending_isr is None:
             return
+        _log_answer(self, error, isr, partition_epoch)
         if error == ErrorCode.NONE:
             if leader_epoch == self.leader_epoch and partition_epoch >= self.partition_epoch:
                 if self.isr_changed is not None and len(isr) != len(self.isr):
                     self.isr_changed(len(self.isr), len(isr))
                 self.isr = list(isr)
                 self.partition_epoch = partition_epoch
-                log.info("[%s-%d] ISR updated to %s and version updated to %d", self.topic, self.index,
-                         _ids(isr), partition_epoch)
             self._pending_isr = None
             self._advance_high_watermark()
             self._complete_produce_waiters()
         elif error in (ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA):
-            log.info("[%s-%d] Failed to alter partition to %s: %s; the ISR stays %s", self.topic, self.index,
-                     _ids(self._pending_isr), error.name, _ids(self.isr))
             self._pending_isr = None  # back to the last committed ISR
-        else:
-            log.info("[%s-%d] Failed to alter partition to %s: %s; waiting for the controller's next state",
-                     self.topic, self.index, _ids(self._pending_isr), error.name)
         # Any other error: the change stays pending until the next LeaderAndIsr settles it.
         if self._pending_isr is None and self._recheck_expansion:
             self._recheck_expansion = False
@@ -474,3 +460,31 @@ def fetch_state(partition: Partition) -> tuple[bool, int, int, int, int, int]:
 
 def _ids(replicas: list[int]) -> str:
     return ",".join(map(str, replicas))
+
+
+def _lagging(isr: list[int], followers: dict[int, FollowerState], leader: int, leo: int, since_ms: int) -> list[int]:
+    """ISR followers behind the leader's log end that have not caught up since ``since_ms``."""
+    return [r for r in isr if r != leader and (f := followers.get(r)) is not None and f.log_end_offset != leo
+            and f.last_caught_up_ms < since_ms]
+
+
+def _log_proposal(p: Partition, isr: list[int]) -> None:
+    """An ISR change proposed to the controller, in Kafka's words."""
+    if len(isr) > len(p.isr):
+        log.info("[%s-%d] Expanding ISR from %s to %s", p.topic, p.index, _ids(p.isr), _ids(isr))
+        return
+    log.info("[%s-%d] Shrinking ISR from %s to %s. Leader: (highWatermark: %d, endOffset: %d). Out of sync replicas: "
+             "%s.", p.topic, p.index, _ids(p.isr), _ids(isr), p.high_watermark, p.log_end_offset,
+             _ids([r for r in p.isr if r not in isr]))
+
+
+def _log_answer(p: Partition, error: ErrorCode, isr: list[int], partition_epoch: int) -> None:
+    """The controller's answer to a proposed ISR change: taken, refused, or left for its next state."""
+    if error == ErrorCode.NONE:
+        log.info("[%s-%d] ISR updated to %s and version updated to %d", p.topic, p.index, _ids(isr), partition_epoch)
+    elif error in (ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA):
+        log.info("[%s-%d] Failed to alter partition to %s: %s; the ISR stays %s", p.topic, p.index,
+                 _ids(p._pending_isr or []), error.name, _ids(p.isr))
+    else:
+        log.info("[%s-%d] Failed to alter partition to %s: %s; waiting for the controller's next state", p.topic,
+                 p.index, _ids(p._pending_isr or []), error.name)
