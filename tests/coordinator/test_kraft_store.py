@@ -11,6 +11,8 @@ import pytest
 
 from grete.coordinator.kraft.local import IMPORTED_SUFFIX, open_local_store
 from grete.coordinator.kraft.quorum import QUORUM_STATE_FILE, SingleVoterQuorum
+from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
+from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.coordinator.metadata import (
     METADATA_FILE,
@@ -182,3 +184,25 @@ def test_an_unreadable_json_file_stops_the_start_naming_it(tmp_path: Path) -> No
         open_local_store(tmp_path, 1)
     assert str(tmp_path / METADATA_FILE) in (refused.value.message or "")
     assert (tmp_path / METADATA_FILE).exists()  # left as it was
+
+
+def test_changes_asked_at_once_are_decided_one_after_the_other() -> None:
+    """A quorum's store decides each change on what is committed: three CreateTopics of one name at
+    once (through three brokers) make one topic."""
+    async def run() -> None:
+        offset = 0
+
+        async def append(values: list[bytes]) -> int:
+            nonlocal offset
+            await asyncio.sleep(0.01)  # the quorum's round trip, during which others may ask
+            batch = RaftBatch(offset, 1, tuple(values))
+            offset += len(values)
+            store.apply_batch(batch)
+            return offset - 1
+
+        store = QuorumMetadataStore("cluster", append)
+        created = await asyncio.gather(*(store.create_topic("t", {0: [1]}, {}) for _ in range(3)),
+                                       return_exceptions=True)
+        assert sorted(type(r).__name__ for r in created) == ["TopicExists", "TopicExists", "TopicMeta"]
+        assert len([r for r in store.topics() if r == "t"]) == 1
+    asyncio.run(run())

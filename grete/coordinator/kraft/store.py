@@ -9,9 +9,12 @@ only then published. A restart reads the log from its start, so state and log ca
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from grete.coordinator.kraft.quorum import SingleVoterQuorum
 from grete.coordinator.metadata import (
@@ -62,6 +65,23 @@ SCRAM_MECHANISM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 _MECHANISM_NAMES = {code: name for name, code in SCRAM_MECHANISM_TYPES.items()}
 
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+_S = TypeVar("_S", bound="KRaftMetadataStore")
+
+
+def _one_at_a_time(change: Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]]
+                   ) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]]:
+    """A change is decided on the applied state and written after an await: two at once would both
+    pass their checks (two CreateTopics of one name through two brokers made two topics of it). One
+    at a time, each sees what the last one committed, as Kafka's controller decides each on its one
+    thread."""
+    async def serialized(store: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        async with store._writes:
+            return await change(store, *args, **kwargs)
+    functools.update_wrapper(serialized, change)
+    return serialized
+
 class KRaftMetadataStore(MetadataState):
     """The metadata store of a KRaft node whose quorum is itself (the embedded node, a combined
     node of one); the same interface as every other store (grete.coordinator.metadata)."""
@@ -82,6 +102,7 @@ class KRaftMetadataStore(MetadataState):
     def _init_state(self, cluster_id: str) -> None:
         MetadataState.__init__(self)
         self.cluster_id = cluster_id
+        self._writes = asyncio.Lock()  # one change decided at a time: see _one_at_a_time
         self._acl_ids: dict[AclBinding, uuid.UUID] = {}
         self._configs_by_resource: dict[tuple[int, str], dict[str, str]] = {}
         self.records_applied = 0
@@ -255,6 +276,7 @@ class KRaftMetadataStore(MetadataState):
         self._write(records)
 
     # --- topics -----------------------------------------------------------------------------------
+    @_one_at_a_time
     async def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str],
                            internal: bool = False, elected: bool = True) -> TopicMeta:
         if name in self._topics:
@@ -269,18 +291,21 @@ class KRaftMetadataStore(MetadataState):
         self.changes.publish(MetadataChange(ChangeKind.TOPIC_CREATED, meta, tuple(sorted(meta.partitions))))
         return meta
 
+    @_one_at_a_time
     async def delete_topic(self, name: str) -> TopicMeta:
         meta = self._existing(name)
         await self._commit([RemoveTopicRecord(topic_id=meta.topic_id)])
         self.changes.publish(MetadataChange(ChangeKind.TOPIC_DELETED, meta, tuple(sorted(meta.partitions))))
         return meta
 
+    @_one_at_a_time
     async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMeta:
         meta = self._existing(name)
         await self._commit(self._partition_records(meta.topic_id, assignment))
         self.changes.publish(MetadataChange(ChangeKind.PARTITIONS_ADDED, meta, tuple(sorted(assignment))))
         return meta
 
+    @_one_at_a_time
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         meta = self._existing(name)
         records = _config_records(TOPIC_RESOURCE, name, meta.configs, configs)
@@ -298,6 +323,7 @@ class KRaftMetadataStore(MetadataState):
         return meta
 
     # --- configs ----------------------------------------------------------------------------------
+    @_one_at_a_time
     async def set_broker_configs(self, scope: str, configs: dict[str, str]) -> None:
         records = _config_records(BROKER_RESOURCE, scope, self._broker_configs.get(scope, {}), configs)
         await self._commit(records + (self._elrs_cleared("", records) if scope == "" else []))
@@ -312,14 +338,17 @@ class KRaftMetadataStore(MetadataState):
             return []
         return [ClearElrRecord(topic_name=topic_name)]
 
+    @_one_at_a_time
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
         await self._commit(_config_records(GROUP_RESOURCE, group_id, self._group_configs.get(group_id, {}), configs))
         self.changes.publish(MetadataChange(ChangeKind.GROUP_CONFIGS_CHANGED))
 
+    @_one_at_a_time
     async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
         await self._commit(_config_records(CLIENT_METRICS_RESOURCE, name, self._client_metrics.get(name, {}),
                                            configs))
 
+    @_one_at_a_time
     async def allocate_producer_ids(self, count: int) -> int:
         """A block of ``count`` ids, as the controller grants AllocateProducerIds: the record holds
         the next free id, so ids never repeat after a restart."""
@@ -329,6 +358,7 @@ class KRaftMetadataStore(MetadataState):
         return first
 
     # --- security ---------------------------------------------------------------------------------
+    @_one_at_a_time
     async def set_scram_credential(self, user: str, mechanism: str, credential: ScramCredential | None) -> None:
         code = SCRAM_MECHANISM_TYPES[mechanism]
         record: Message
@@ -343,16 +373,19 @@ class KRaftMetadataStore(MetadataState):
         await self._commit([record])
         self.changes.publish(MetadataChange(ChangeKind.SCRAM_CREDENTIALS_CHANGED))
 
+    @_one_at_a_time
     async def add_acls(self, acls: list[AclBinding]) -> None:
         new = [a for a in dict.fromkeys(acls) if a not in self._acl_ids]
         await self._commit([_acl_record(a) for a in new])
         self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
 
+    @_one_at_a_time
     async def remove_acls(self, acls: list[AclBinding]) -> None:
         ids = [self._acl_ids[a] for a in dict.fromkeys(acls) if a in self._acl_ids]
         await self._commit([RemoveAccessControlEntryRecord(id=i) for i in ids])
         self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
 
+    @_one_at_a_time
     async def alter_client_quotas(self, entity: QuotaEntity, changes: dict[str, float | None]) -> None:
         entity_data = [ClientQuotaRecord.EntityData(entity_type=kind, entity_name=name) for kind, name in entity]
         await self._commit([ClientQuotaRecord(entity=entity_data, key=key, value=0.0 if value is None else value,
@@ -360,16 +393,19 @@ class KRaftMetadataStore(MetadataState):
                             for key, value in sorted(changes.items())])
         self.changes.publish(MetadataChange(ChangeKind.CLIENT_QUOTAS_CHANGED))
 
+    @_one_at_a_time
     async def set_delegation_token(self, token: DelegationTokenInfo) -> None:
         await self._commit([_token_record(token)])
         self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
 
+    @_one_at_a_time
     async def remove_delegation_token(self, token_id: str) -> None:
         if token_id in self._tokens:
             await self._commit([RemoveDelegationTokenRecord(token_id=token_id)])
             self.changes.publish(MetadataChange(ChangeKind.DELEGATION_TOKENS_CHANGED))
 
     # --- finalized features: FeatureLevelRecords --------------------------------------------------
+    @_one_at_a_time
     async def set_finalized_features(self, levels: dict[str, int], static_min_isr: int = 1) -> int:
         """Finalize the levels named (level 0 drops a feature, as Kafka does); a feature not named
         keeps its level (a quorum's metadata.version, which UpdateFeatures does not move here).
