@@ -100,18 +100,49 @@ async def test_one_entry_per_transactional_id() -> None:
     older = asyncio.ensure_future(verifier.verify(2, "a", 1, 3, [TP], add=False))
     await asyncio.sleep(0)
     assert await verifier.verify(2, "a", 1, 2, [TP], add=False) == {TP: ErrorCode.INVALID_PRODUCER_EPOCH}
-    retry = asyncio.ensure_future(verifier.verify(2, "a", 1, 3, [TP], add=False))
+    # The same producer again (a pipelined produce, or a retry): it joins the check waiting, for
+    # its own partitions; neither is failed.
+    retry = asyncio.ensure_future(verifier.verify(2, "a", 1, 3, [TP, ("t", 1)], add=False))
     await asyncio.sleep(0)
-    assert await older == {TP: ErrorCode.NETWORK_EXCEPTION}  # the same epoch: a client retrying
+    assert not older.done() and not retry.done()
     newer = asyncio.ensure_future(verifier.verify(2, "a", 1, 4, [TP], add=False))
     await asyncio.sleep(0)
-    assert await retry == {TP: ErrorCode.INVALID_PRODUCER_EPOCH}  # fenced by the newer epoch
+    assert await older == {TP: ErrorCode.INVALID_PRODUCER_EPOCH}  # fenced by the newer epoch
+    assert await retry == {TP: ErrorCode.INVALID_PRODUCER_EPOCH, ("t", 1): ErrorCode.INVALID_PRODUCER_EPOCH}
     coordinator.release.put_nowait({})
     assert await busy == {}
     await asyncio.sleep(0)
     coordinator.release.put_nowait({})
     assert await newer == {}
     assert [t.producer_epoch for t in coordinator.sent[1][1].transactions] == [4]
+
+
+@async_test
+async def test_pipelined_produces_of_one_producer_share_one_check_in_order() -> None:
+    """Produces of one transaction pipelined on a connection: one AddPartitionsToTxn for all of them,
+    each answered for its partitions and resumed in the order it asked (so batches append in their
+    sequence order)."""
+    verifier, coordinator = _verifier()
+    busy = asyncio.ensure_future(verifier.verify(2, "other", 9, 0, [TP], add=False))
+    await asyncio.sleep(0)
+    resumed: list[int] = []
+
+    async def produce(n: int, partition: int) -> dict[tuple[str, int], ErrorCode]:
+        outcome = await verifier.verify(2, "a", 1, 0, [("t", partition)], add=False)
+        resumed.append(n)
+        return outcome
+    produces = [asyncio.ensure_future(produce(n, p)) for n, p in enumerate((0, 1, 0))]
+    await asyncio.sleep(0)
+    coordinator.release.put_nowait({})
+    assert await busy == {}
+    await asyncio.sleep(0)
+    coordinator.release.put_nowait({"a": ErrorCode.TRANSACTION_ABORTABLE})
+    abortable = ErrorCode.TRANSACTION_ABORTABLE
+    assert [await p for p in produces] == [{("t", 0): abortable}, {("t", 1): abortable}, {("t", 0): abortable}]
+    assert resumed == [0, 1, 2]
+    (sent,) = coordinator.sent[1][1].transactions
+    assert (sent.transactional_id, sorted((t.name, p) for t in sent.topics for p in t.partitions)) == (
+        "a", [("t", 0), ("t", 1)])
 
 
 @async_test

@@ -190,6 +190,37 @@ def test_a_stock_client_transaction_across_brokers(grete_cluster: GreteCluster, 
     assert seen == {f"stock-{marker}-{p}".encode() for p in range(3)}
 
 
+def test_pipelined_batches_of_a_transaction_are_verified_together(grete_cluster: GreteCluster, topic: str) -> None:
+    """One record per batch (librdkafka's batch.num.messages=1): a partition leader reads the batches a
+    producer pipelines on one connection before answering the first, and their checks with the
+    coordinator are one, so each batch is written, in order, and every transaction commits."""
+    txn_id = f"pipelined-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "transactional.id": txn_id,
+                         "batch.num.messages": 1, "linger.ms": 0})
+    producer.init_transactions(30)
+    marker = uuid.uuid4().hex[:6]
+    failed: list[str] = []
+    for txn in range(3):
+        producer.begin_transaction()
+        for p in range(len(BROKERS)):
+            for i in range(4):
+                producer.produce(topic, value=f"{marker}-{txn}-{p}-{i}".encode(), partition=p,
+                                 on_delivery=lambda err, _m: failed.append(err.name()) if err else None)
+        producer.commit_transaction(30)
+    assert failed == []
+    consumer = Consumer({"bootstrap.servers": grete_cluster.bootstrap_servers, "group.id": "unused",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(len(BROKERS))])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(seen) < 3 * 4 * len(BROKERS) and time.monotonic() < deadline:
+        seen += [m.value() for m in consumer.consume(100, 0.5)
+                 if m.error() is None and m.value().startswith(marker.encode())]
+    consumer.close()
+    assert sorted(seen) == sorted(f"{marker}-{t}-{p}-{i}".encode() for t in range(3) for p in range(len(BROKERS))
+                                  for i in range(4))
+
+
 def _group_coordinated_elsewhere(grete_cluster: GreteCluster, avoid: int) -> tuple[str, int]:
     """A group id whose coordinator is not broker ``avoid``, and that coordinator."""
     for n in range(100):

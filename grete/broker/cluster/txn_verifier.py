@@ -5,8 +5,8 @@ unset when a produce adds its partition itself (part 2).
 Per coordinator broker, one request is in flight; what arrives meanwhile waits for the next one,
 which carries every waiting transaction. Each waiting produce holds a future that the answer (or
 the failure of the channel) resolves: nothing polls. At most one entry per transactional id waits
-per broker; a second one settles the first as Kafka does (an older epoch is fenced, the same epoch
-gets a retriable NETWORK_EXCEPTION).
+per broker: a newer epoch fences the one waiting (INVALID_PRODUCER_EPOCH), the same producer's joins
+it (pipelined produces, or a retry: whichever appends second finds its batch a duplicate).
 """
 
 from __future__ import annotations
@@ -79,17 +79,24 @@ class ClusterTxnVerifier:
         channel = self._channel(coordinator)
         if channel is None:
             return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        incoming = _Waiting(producer_id, producer_epoch, list(partitions), add)
         existing = channel.waiting.get(transactional_id)
         if existing is not None:
             if producer_epoch < existing.producer_epoch:
                 return dict.fromkeys(partitions, ErrorCode.INVALID_PRODUCER_EPOCH)  # the newcomer is fenced
-            existing.fail(ErrorCode.INVALID_PRODUCER_EPOCH if existing.producer_epoch < producer_epoch
-                          else ErrorCode.NETWORK_EXCEPTION)  # the same epoch: a client retrying
+            if (existing.producer_id, existing.producer_epoch, existing.add) == (producer_id, producer_epoch, add):
+                # The same producer's produces, pipelined on one connection (grete reads the next
+                # request before answering the last, where Kafka mutes the connection): one check
+                # for them all, answered in the order they asked, so they append in their sequence
+                # order. Settling the first as a retry would fail every batch but the last (which
+                # the client then counts as delivering the ones before it).
+                existing.partitions += [tp for tp in partitions if tp not in existing.partitions]
+                return _theirs(await asyncio.shield(existing.answer), partitions)
+            existing.fail(ErrorCode.INVALID_PRODUCER_EPOCH)  # a newer epoch fences it
+        incoming = _Waiting(producer_id, producer_epoch, list(partitions), add)
         channel.waiting[transactional_id] = incoming
         if channel.sending is None:
             channel.sending = asyncio.ensure_future(self._send_while_waiting(coordinator, channel))
-        return await incoming.answer
+        return _theirs(await asyncio.shield(incoming.answer), partitions)
 
     def _channel(self, coordinator: int) -> _CoordinatorChannel | None:
         endpoint = self.broker.broker_endpoint(coordinator, self.listener)
@@ -156,6 +163,11 @@ class ClusterTxnVerifier:
                 waiting.fail(ErrorCode.NETWORK_EXCEPTION)
             channel.peer.close()
         self._channels.clear()
+
+
+def _theirs(outcome: Outcome, partitions: list[TopicPartition]) -> Outcome:
+    """The part of a shared check's outcome that concerns one produce's partitions."""
+    return {tp: error for tp, error in outcome.items() if tp in partitions}
 
 
 def _topics(partitions: list[TopicPartition]) -> list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic]:
