@@ -8,8 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -27,14 +25,6 @@ from grete.protocol.records.record import Record, build_batch  # noqa: E402
 from grete.testing._wire import Wire  # noqa: E402
 
 V = 12  # names, not topic ids; sessions behave the same from v7
-
-
-@pytest.fixture
-def wire(broker):
-    host, port = broker.bootstrap.rsplit(":", 1)
-    w = Wire(host, int(port), timeout=30)
-    yield w
-    w.close()
 
 
 def writable(wire: Wire, topic: str, partitions: int) -> str:

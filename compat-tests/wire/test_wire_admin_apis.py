@@ -46,14 +46,6 @@ NO_OPERATIONS = -2147483648
 
 
 @pytest.fixture
-def wire(broker):
-    host, port = broker.bootstrap.rsplit(":", 1)
-    w = Wire(host, int(port), timeout=30)
-    yield w
-    w.close()
-
-
-@pytest.fixture
 def topics(make_topic):
     """Three topics named in a known order: -a with 3 partitions, -b with 1, -c with 2."""
     prefix = "dtp-" + uuid.uuid4().hex[:8]

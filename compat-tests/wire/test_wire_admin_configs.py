@@ -36,14 +36,6 @@ pytestmark = pytest.mark.skipif("config.getoption('--target', default=None) == '
                                 reason="Kafka 4.3's KRaft rules (ELR, list-style messages)")
 
 
-@pytest.fixture
-def wire(broker):
-    host, port = broker.bootstrap.rsplit(":", 1)
-    w = Wire(host, int(port), timeout=30)
-    yield w
-    w.close()
-
-
 def node_id(wire: Wire) -> str:
     return str(wire.call(DescribeClusterRequest(), DescribeClusterResponse, 0).brokers[0].broker_id)
 

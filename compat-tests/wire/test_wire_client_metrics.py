@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,14 +37,6 @@ INVALID_REQUEST, INVALID_CONFIG = ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_C
 
 pytestmark = pytest.mark.skipif("config.getoption('--target', default=None) == 'kafka-3.9'",
                                 reason="measured against Kafka 4.3.1 (KRaft)")
-
-
-@pytest.fixture
-def wire(broker) -> Iterator[Wire]:
-    host, port = broker.bootstrap.rsplit(":", 1)
-    w = Wire(host, int(port), timeout=30)
-    yield w
-    w.close()
 
 
 def name() -> str:

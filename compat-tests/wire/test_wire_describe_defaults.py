@@ -34,14 +34,6 @@ pytestmark = pytest.mark.skipif("config.getoption('--target', default=None) == '
                                 reason="Kafka 4's defaults (num.recovery.threads.per.data.dir=2)")
 
 
-@pytest.fixture
-def wire(broker):
-    host, port = broker.bootstrap.rsplit(":", 1)
-    w = Wire(host, int(port), timeout=30)
-    yield w
-    w.close()
-
-
 def describe(wire: Wire, rtype: int, name: str, keys: list[str]) -> DescribeConfigsResponse.DescribeConfigsResult:
     request = DescribeConfigsRequest(resources=[Resource(resource_type=rtype, resource_name=name, configuration_keys=keys)],
                                      include_synonyms=True)

@@ -47,14 +47,6 @@ pytestmark = pytest.mark.skipif("config.getoption('--target', default=None) == '
                                 reason="Kafka 4.3's answers (3.9's groups have no configs)")
 
 
-@pytest.fixture
-def wire(broker):
-    host, port = broker.bootstrap.rsplit(":", 1)
-    w = Wire(host, int(port), timeout=30)
-    yield w
-    w.close()
-
-
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,6 @@ pytestmark = pytest.mark.skipif("config.getoption('--target', default=None) == '
 UPGRADE, SAFE, UNSAFE = 1, 2, 3
 GRETE_FEATURES = ("eligible.leader.replicas.version", "group.version", "share.version", "streams.version")
 PREFIX = "The update failed for all features since the following feature had an error: "
-
-
-@pytest.fixture
-def wire(broker) -> Iterator[Wire]:
-    host, port = broker.bootstrap.rsplit(":", 1)
-    w = Wire(host, int(port), timeout=30)
-    yield w
-    w.close()
 
 
 def versions(wire: Wire) -> ApiVersionsResponse:

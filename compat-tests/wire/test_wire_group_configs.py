@@ -34,14 +34,6 @@ pytestmark = pytest.mark.skipif("config.getoption('--target', default=None) == '
                                 reason="Kafka 3.9 has no GROUP config resource")
 
 
-@pytest.fixture
-def wire(broker):
-    host, port = broker.bootstrap.rsplit(":", 1)
-    w = Wire(host, int(port), timeout=30)
-    yield w
-    w.close()
-
-
 def incremental(wire: Wire, group: str, ops: list[tuple[str, int, str | None]]) -> tuple[int, str | None]:
     IAC = IncrementalAlterConfigsRequest
     (r,) = wire.call(IAC(resources=[IAC.AlterConfigsResource(resource_type=GROUP, resource_name=group, configs=[
