@@ -42,6 +42,8 @@ from grete.testing._wire import Wire  # noqa: E402
 ALL_TOPIC_OPERATIONS, ALL_GROUP_OPERATIONS = 3576, 3400
 GROUP, TRANSACTION = 0, 1
 BROKER_RESOURCE = 4
+# A coordinator whose partition is still being created or loaded.
+LOADING = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 pytestmark = pytest.mark.skipif("config.getoption('--target', default=None) == 'kafka-3.9'",
                                 reason="Kafka 4.3's answers (3.9's groups have no configs)")
@@ -66,7 +68,7 @@ def test_a_group_reports_every_group_operation(wire):
         (answer,) = wire.call(request, DescribeGroupsResponse, version).groups
         return answer.error_code, answer.group_state, answer.authorized_operations
 
-    while described(5)[0] in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+    while described(5)[0] in LOADING:
         assert time.monotonic() < deadline, "no group coordinator"
         find_coordinator(wire, group, GROUP)  # creates the offsets topic
         time.sleep(0.2)
@@ -121,8 +123,7 @@ def test_an_unknown_or_empty_transactional_id_is_described_with_defaults(wire):
                  s.producer_id, s.producer_epoch) for s in answer.transaction_states]
 
     states = described()
-    while any(s[1] in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR) for s in states) \
-            and time.monotonic() < deadline:  # the new coordinator partition is being loaded
+    while any(s[1] in LOADING for s in states) and time.monotonic() < deadline:  # the coordinator loads
         time.sleep(0.2)
         states = described()
     assert states == [(name, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, "", 0, 0, 0),
