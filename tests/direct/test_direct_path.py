@@ -104,9 +104,11 @@ def test_shared_producers_race_on_the_ordering_word(direct_broker: RunningBroker
     """Four processes reserve space with fetch-and-add in one shared region (65 KiB, so regions fill
     and are replaced mid-run); every record lands exactly once, in each writer's order."""
     servers, writers, count = direct_broker.bootstrap_servers, 4, 1500
-    queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
-    procs = [multiprocessing.Process(target=_shared_writer, args=(servers, topic, w, count, queue))
-             for w in range(writers)]
+    # Spawned, not forked: a fork copies the locks other threads of this process (librdkafka's, from
+    # earlier tests) hold at that moment, and a child then waits on one for ever.
+    spawn = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue = spawn.Queue()  # type: ignore[type-arg]
+    procs = [spawn.Process(target=_shared_writer, args=(servers, topic, w, count, queue)) for w in range(writers)]
     for p in procs:
         p.start()
     reports = [queue.get(timeout=60) for _ in procs]
