@@ -33,11 +33,11 @@ from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.raft import RaftConfig
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.raft_snapshots import SnapshotPolicy
-from grete.coordinator.kraft.store import BROKER_RESOURCE, ELR_FEATURE
+from grete.coordinator.kraft.store import ELR_FEATURE
 from grete.coordinator.kraft.voters import local_node
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import KafkaError
-from grete.protocol.metadata import ConfigRecord, FeatureLevelRecord
+from grete.protocol.metadata import FeatureLevelRecord
 from grete.protocol.metadata_frame import decode_metadata_record
 from grete.storage.checkpoint_file import BOOTSTRAP_CHECKPOINT, CheckpointError, read_checkpoint
 from grete.storage.config import LogConfig
@@ -192,8 +192,7 @@ class _Bootstrap:
         if any(isinstance(r, FeatureLevelRecord) and r.name == ELR_FEATURE and r.feature_level > 0 for r in records):
             # Eligible leader replicas count on one min ISR for the cluster: Kafka's first controller
             # writes it as the cluster-level config (its ELR safety record), from its static config.
-            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name="min.insync.replicas",
-                                        value=str(self.min_insync_replicas)))
+            records += self.store.elr_safety_records(self.min_insync_replicas)
         try:
             await self.store.bootstrap(records)
             log.info("metadata quorum: wrote %d bootstrap records from %s", len(records), path)

@@ -26,12 +26,12 @@ from typing import Protocol
 
 from grete.broker.cluster_view import Reassignment, TopicPartition
 from grete.broker.handlers.create_topics import check_replica_list
+from grete.broker.quorum.partition_change import NO_CHANGE
 from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata import PartitionChangeRecord, PartitionRecord, RemoveTopicRecord
 
-NO_CHANGE = -2  # PartitionChangeRecord's Leader: unchanged
 UNCLEAN_ELECTION = "unclean.leader.election.enable"
 Moving = tuple[list[int], list[int]]  # (adding, removing)
 Outcome = dict[TopicPartition, tuple[ErrorCode, str | None]]

@@ -411,14 +411,14 @@ class KRaftMetadataStore(MetadataState):
         keeps its level (a quorum's metadata.version, which UpdateFeatures does not move here).
         The new epoch is the log offset that holds the change, as in KRaft."""
         current = self._features or {}
-        safety = self._elr_safety_records(static_min_isr) if levels.get(ELR_FEATURE, 0) > 0 else []
+        safety = self.elr_safety_records(static_min_isr) if levels.get(ELR_FEATURE, 0) > 0 else []
         await self._commit([*safety, *(FeatureLevelRecord(name=name, feature_level=level)
                                        for name, level in sorted(levels.items()) if current.get(name, 0) != level)])
         if safety:
             self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
         return self._features_epoch
 
-    def _elr_safety_records(self, static_min_isr: int) -> list[Message]:
+    def elr_safety_records(self, static_min_isr: int) -> list[Message]:
         """Eligible leader replicas count on one min ISR for the whole cluster: the cluster-level
         min.insync.replicas (the controller's static value) unless set, and no broker's own (Kafka's
         maybeGenerateElrSafetyRecords, written with the feature level in one batch)."""
