@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_helpers import group_name, produce_all, producer
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tools import kafka_dist
@@ -41,11 +41,29 @@ def bootstrap(target: str) -> Iterator[str]:
         yield ref.bootstrap
 
 
+# What a broker may answer a member's commit while its group rebalances (a commit queued behind the
+# member's own JoinGroup carries the generation that join ended): the member commits again once it
+# knows the new generation, at the latest when a partition is revoked.
+REBALANCING = (KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.STALE_MEMBER_EPOCH)
+
+
 def member(bootstrap: str, group: str, topic: str, **config: Any) -> Consumer:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False, **config})
-    c.subscribe([topic])
+
+    def revoked(consumer: Consumer, partitions: list[Any]) -> None:
+        commit(consumer)  # what was read of the partitions it gives up, before their next owner reads
+
+    c.subscribe([topic], on_revoke=revoked)
     return c
+
+
+def commit(c: Consumer) -> None:
+    try:
+        c.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() not in (*REBALANCING, KafkaError._NO_OFFSET):
+            raise
 
 
 def step(consumers: list[Consumer], seen: list[int]) -> None:
@@ -55,7 +73,7 @@ def step(consumers: list[Consumer], seen: list[int]) -> None:
         batch = [m for m in c.consume(num_messages=100, timeout=0.1) if _data(m)]
         seen.extend(int(m.value()) for m in batch)
         if batch:
-            c.commit(asynchronous=False)
+            commit(c)
 
 
 def _data(m: Any) -> bool:

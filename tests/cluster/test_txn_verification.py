@@ -21,6 +21,8 @@ from grete.protocol.messages import (
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
+    FetchRequest,
+    FetchResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ProduceRequest,
@@ -292,16 +294,24 @@ def test_transaction_version_2_across_brokers(grete_cluster: GreteCluster, topic
     txn.wire.close()
 
 
-def test_a_parked_batch_is_written_as_it_was_sent(grete_cluster: GreteCluster, topic: str) -> None:
-    """A batch parked for verification outlives its request's receive buffer: a request pipelined
-    right behind it (here a produce of the same size) must not change the bytes that get written."""
+def _first_batch_elsewhere(grete_cluster: GreteCluster, topic: str,
+                           prefix: bytes) -> tuple[Txn, int, Wire, int, bytes, bytearray]:
+    """A transaction with a partition added whose leader is not its coordinator: the transaction, the
+    partition, a connection to its leader, its log end, and the transaction's first batch for it
+    (one record, ``prefix`` and a unique value), which that leader verifies before appending."""
     txn, _, (added, _) = _transaction(grete_cluster)
     assert settled(lambda: max(txn.add(topic, added).values())) == 0
     leader = _wire(grete_cluster, added + 1)
-    start = latest(leader, topic, 0, added)
-    value = b"parked-" + uuid.uuid4().hex.encode()
+    value = prefix + uuid.uuid4().hex.encode()
     batch = build_batch([Record(0, 0, None, value)], producer_id=txn.pid, producer_epoch=txn.epoch,
                         base_sequence=0, transactional=True)
+    return txn, added, leader, latest(leader, topic, 0, added), value, batch
+
+
+def test_a_parked_batch_is_written_as_it_was_sent(grete_cluster: GreteCluster, topic: str) -> None:
+    """A batch parked for verification outlives its request's receive buffer: a request pipelined
+    right behind it (here a produce of the same size) must not change the bytes that get written."""
+    txn, added, leader, start, value, batch = _first_batch_elsewhere(grete_cluster, topic, b"parked-")
     other = build_batch([Record(0, 0, None, b"x" * len(value))])
     for records, transactional_id in ((batch, txn.id), (other, None)):
         leader.send(ProduceRequest(transactional_id=transactional_id, acks=-1, timeout_ms=5000, topic_data=[
@@ -318,6 +328,26 @@ def test_a_parked_batch_is_written_as_it_was_sent(grete_cluster: GreteCluster, t
     leader.close()
     txn.wire.close()
 
+
+def test_a_request_behind_a_batch_being_verified_waits_for_it(grete_cluster: GreteCluster, topic: str) -> None:
+    """A produce parked for its transaction's verification holds its connection, as Kafka's muted
+    channel holds every request: a request pipelined behind it, in the same write, is read only once
+    the batch is written and answered. Otherwise the producer's next batch could be appended before
+    the parked one, between the coordinator's answer and the parked batch's append."""
+    txn, added, leader, start, value, batch = _first_batch_elsewhere(grete_cluster, topic, b"held-")
+    produce = ProduceRequest(transactional_id=txn.id, acks=1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=added, records=batch)])])
+    read = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchPartition(
+                            partition=added, fetch_offset=start, partition_max_bytes=1 << 20)])])
+    leader.send_together([(produce, 9), (read, 12)])
+    assert leader.receive(ProduceResponse, 9).responses[0].partition_responses[0].error_code == 0
+    part = leader.receive(FetchResponse, 12).responses[0].partitions[0]
+    assert [r.value for b in iter_batches(bytes(part.records or b"")) for r in decode_records(b)] == [value]
+    assert txn.end(commit=False) == 0
+    leader.close()
+    txn.wire.close()
 
 
 def test_java_4_transactions_across_brokers(grete_cluster: GreteCluster, topic: str) -> None:

@@ -63,6 +63,7 @@ def handle(ctx: RequestContext[DataPlane],
                                                            partition_responses=responses))
     produced = ProduceResponse(responses=topics)
     if verifying:
+        ctx.holds_connection = True
         return _verify_then_append(ctx, request, names, produced, verifying, replicating, failed)
     return _answer(ctx, request, names, produced, replicating, failed)
 

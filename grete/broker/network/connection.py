@@ -63,6 +63,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SIZE_AND_ID = struct.Struct(">ii")
+# The data plane's requests, which do not hold back the requests behind them: a Produce appends
+# before its first wait, in request order (one that must wait first, for its transaction's
+# verification, holds the connection), and a parked Fetch changes nothing. Every other request
+# answered later holds the connection until its answer is sent, as Kafka's muted channel does.
+PIPELINED = frozenset({ApiKey.PRODUCE, FETCH_CONSUMER, FETCH_FOLLOWER})
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
@@ -299,6 +304,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         elif isinstance(result, Later):  # settled by the handler's own timer or wake: no task
             result.then(partial(self._completed, slot, handler, version, header.correlation_id, memo_key, ctx))
         else:  # a coroutine or future of the answer
+            if key not in PIPELINED or ctx.holds_connection:
+                # Kafka mutes a channel until its request is answered: a request behind this one
+                # sees its effects (an OffsetFetch behind an OffsetCommit, say).
+                self._pause_reading()
             future = asyncio.ensure_future(result)
             future.add_done_callback(
                 lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key, ctx))

@@ -52,6 +52,9 @@ class RequestContext(Generic[View]):
     session: Session
     size: int = 0  # the request's bytes on the wire (the producer byte-rate quota counts them)
     throttle_ms: int = 0  # set by the quota step: the connection reads nothing more for that long
+    # Set by a Produce that waits before it appends (transaction verification): the connection reads
+    # nothing more until it is answered, so the producer's next batches cannot be appended first.
+    holds_connection: bool = False
 
     @property
     def version(self) -> int:
