@@ -5,6 +5,7 @@ themselves (opening, rolling, flushing, closing, failing) are segmented_log.py's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,6 +22,8 @@ from grete.storage.producer_state import CompletedTxn, ProducerStateEntry
 from grete.storage.segment import INT32_MAX
 from grete.storage.segmented_log import storage_op
 from grete.storage.txnindex import AbortedTxn
+
+log = logging.getLogger(__name__)
 
 
 class UnexpectedAppendOffsetError(ValueError):
@@ -144,11 +147,25 @@ class Log(LogRetention):
             leo = self.log_end_offset
             if not batches:
                 return AppendResult(leo, leo - 1, -1, self.log_start_offset)
+            first = batches[0].base_offset
+            if first < leo == self.log_start_offset <= batches[-1].last_offset:
+                leo = self._start_at_batch(first)
             self._check_follower_batches(batches, leo)
             for batch in batches:
                 self._write_replicated(batch, now_ms)
             return AppendResult(batches[0].base_offset, batches[-1].last_offset, -1, self.log_start_offset,
                                 False, max(b.max_timestamp for b in batches))
+
+    def _start_at_batch(self, first: int) -> int:
+        """Kafka's Partition.appendRecordsToFollowerOrFutureReplica: an empty log was started at the
+        leader's log start offset, which falls inside the leader's first batch (DeleteRecords cut
+        it): the log starts over at that batch's base offset, so the batch is kept whole (the
+        leader's log start is taken again once the high watermark passes it)."""
+        log.info("Unexpected offset in append to %s-%d. First offset %d is less than log start offset %d. "
+                 "Since this is the first record to be appended to the follower's log, will start the log "
+                 "from offset %d.", self.topic, self.partition, first, self.log_start_offset, first)
+        self.truncate_fully_and_start_at(first)
+        return self.log_end_offset
 
     def _check_follower_batches(self, batches: list[RecordBatch], leo: int) -> None:
         first = batches[0].base_offset

@@ -117,6 +117,24 @@ def test_follower_offsets_below_the_log_end_or_out_of_order_are_refused(tmp_path
     assert all_bytes(follower) == before and follower.log_end_offset == 6  # nothing of it written
 
 
+def test_an_empty_follower_started_inside_the_leaders_first_batch_starts_at_that_batch(tmp_path: Path) -> None:
+    """DeleteRecords left the leader's log start inside a batch; a follower that starts over there
+    (its fetch was out of range) gets that whole batch: its log starts at the batch's base offset,
+    as Kafka's follower does, instead of refusing the batch at every fetch."""
+    leader = leader_with(tmp_path / "l" / "t-0", [(0, 4), (0, 4), (0, 4)])
+    leader.high_watermark = leader.log_end_offset
+    leader.delete_records_before(6)
+    assert leader.log_start_offset == 6
+    follower = open_log(tmp_path / "f" / "t-0")
+    follower.truncate_fully_and_start_at(6)
+    follower.append_as_follower(fetch_all(leader, 6), now_ms=1)
+    assert (follower.log_start_offset, follower.log_end_offset) == (4, 12)
+    assert [o for o, _, _ in records(follower, 4)] == list(range(4, 12))
+    # Not when the log holds data: offsets below its end are a real conflict.
+    with pytest.raises(UnexpectedAppendOffsetError):
+        follower.append_as_follower(fetch_all(leader, 6), now_ms=1)
+
+
 def test_follower_refuses_a_corrupt_batch(tmp_path: Path) -> None:
     follower = open_log(tmp_path / "t-0")
     raw = bytearray(make_batch([b"payload"]).bytes_view())
