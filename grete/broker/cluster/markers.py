@@ -15,6 +15,7 @@ from typing import Protocol
 from grete.broker.broker import Broker
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.replica.partition import Partition
+from grete.coordinator.transactions.txn_commit import FENCED_MARKER
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
@@ -27,14 +28,18 @@ MARKER_TIMEOUT_MS = 30_000
 TopicPartition = tuple[str, int]
 # (producer id, producer epoch, commit, coordinator epoch, transaction version)
 Marker = tuple[int, int, bool, int, int]
+# Refusals a marker is sent again after (to the partition's leader of the moment); any other is final.
+RETRIED = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
+                     ErrorCode.KAFKA_STORAGE_ERROR})
 
 
 class LocalMarkers(Protocol):
     """The markers this broker writes itself (``transactions.LocalMarkerWriter``)."""
 
     def append_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                       partitions: Iterable[TopicPartition], *,
-                       transaction_version: int = 0) -> list[tuple[Partition, int]]: ...
+                       partitions: Iterable[TopicPartition], *, transaction_version: int = 0,
+                       refused: dict[TopicPartition, ErrorCode] | None = None) -> list[tuple[Partition, int]]: ...
 
 
 class ClusterMarkerWriter:
@@ -94,11 +99,14 @@ class ClusterMarkerWriter:
             for leader, tps in by_leader.items():
                 if leader == self.broker.node_id:  # leadership came here meanwhile
                     mine, _ = self._split(tps)
+                    refused: dict[TopicPartition, ErrorCode] = {}
                     for partition, offset in self.local.append_markers(
                             producer_id, producer_epoch, commit, coordinator_epoch, mine,
-                            transaction_version=transaction_version):
+                            transaction_version=transaction_version, refused=refused):
                         if await partition.wait_for_replication(offset, MARKER_TIMEOUT_MS) == ErrorCode.NONE:
                             pending.discard((partition.topic, partition.index))
+                    # As a refusal from another broker: given up, not written again and again.
+                    pending.difference_update(tp for tp, code in refused.items() if code not in RETRIED)
                     continue
                 written = await self._send(leader, marker, tps)
                 pending.difference_update(written)
@@ -137,11 +145,10 @@ class ClusterMarkerWriter:
                 for p in answered.partitions:
                     if p.error_code == ErrorCode.NONE:
                         written.append((answered.name, p.partition_index))
-                    elif p.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                              ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                                              ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR):
-                        log.error("broker %d refused the marker of producer %d for %s-%d: %s", leader, producer_id,
-                                  answered.name, p.partition_index, ErrorCode(p.error_code).name)
+                    elif p.error_code not in RETRIED:
+                        log.log(logging.INFO if p.error_code in FENCED_MARKER else logging.ERROR,
+                                "broker %d refused the marker of producer %d for %s-%d: %s", leader, producer_id,
+                                answered.name, p.partition_index, ErrorCode(p.error_code).name)
                         written.append((answered.name, p.partition_index))  # Kafka gives up on these too
         return written
 

@@ -17,6 +17,7 @@ from grete.broker.replica.partition import Partition
 from grete.broker.requests.services import Transactions
 from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.transactions.txn import MarkerWriter, TransactionCoordinator
+from grete.coordinator.transactions.txn_commit import FENCED_MARKER
 from grete.coordinator.transactions.txn_state import TopicPartition, TxnConfig
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.records.batch import RecordBatch
@@ -78,9 +79,10 @@ class LocalMarkerWriter:
                             transaction_version=transaction_version)
 
     def append_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                       partitions: Iterable[TopicPartition], *,
-                       transaction_version: int = 0) -> list[tuple[Partition, int]]:
-        """Append the markers here; (partition, offset after its marker) for each written."""
+                       partitions: Iterable[TopicPartition], *, transaction_version: int = 0,
+                       refused: dict[TopicPartition, ErrorCode] | None = None) -> list[tuple[Partition, int]]:
+        """Append the markers here; (partition, offset after its marker) for each written, and in
+        ``refused`` the error of each its partition refused."""
         now = self.broker.now_ms()
         written = []
         for topic, index in sorted(partitions):
@@ -91,8 +93,11 @@ class LocalMarkerWriter:
             try:
                 result = partition.append(RecordBatch(marker), now, transaction_version=transaction_version)
             except KafkaError as exc:
-                log.error("could not write the %s marker of producer %d to %s-%d: %s",
-                          "COMMIT" if commit else "ABORT", producer_id, topic, index, exc)
+                level = logging.INFO if exc.code in FENCED_MARKER else logging.ERROR
+                log.log(level, "could not write the %s marker of producer %d to %s-%d: %s",
+                        "COMMIT" if commit else "ABORT", producer_id, topic, index, exc)
+                if refused is not None:
+                    refused[(topic, index)] = exc.code
                 continue
             written.append((partition, result.last_offset + 1))
             groups = self.broker.coordinators()[0]

@@ -18,7 +18,7 @@ from grete.coordinator.transactions.txn_state import (
     TxnMetadata,
 )
 from grete.coordinator.transactions.txn_state_manager import TxnStateManager
-from grete.protocol.errors import KafkaError
+from grete.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("grete.coordinator.transactions.txn")
 
@@ -27,6 +27,12 @@ TV2 = 2  # transaction version 2 (KIP-890 part 2): an epoch bump at every end of
 
 def epoch_exhausted(epoch: int) -> bool:
     return epoch >= MAX_PRODUCER_EPOCH - 1
+
+
+# A marker refused because the producer or the coordinator moved on to a newer epoch (a coordinator
+# that took over sends the markers again): its writer gives the partition up, as Kafka's
+# TransactionMarkerRequestCompletionHandler does; an answer, not a failure.
+FENCED_MARKER = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED})
 
 
 class MarkerWriter(Protocol):
