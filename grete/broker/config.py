@@ -484,6 +484,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, "10000", minimum=1),
     _d("transaction.remove.expired.transaction.cleanup.interval.ms", INT, "3600000", minimum=1),
     _d("transaction.partition.verification.enable", BOOL, "true"),
+    _d("add.partitions.to.txn.retry.backoff.max.ms", INT, "100", minimum=0,
+       doc="how long a leader keeps asking a coordinator still completing a producer's previous transaction "
+           "(CONCURRENT_TRANSACTIONS) to add a partition (transaction version 2), at most request.timeout.ms"),
+    _d("add.partitions.to.txn.retry.backoff.ms", INT, "20", minimum=1),
     _d("producer.id.expiration.ms", INT, "86400000", minimum=1),
     _d("auto.leader.rebalance.enable", BOOL, "true"),
     _d("leader.imbalance.per.broker.percentage", INT, "10", minimum=0),

@@ -15,12 +15,14 @@ from grete.broker.replica.appends import Appends, Replicating, Verifying, delaye
 from grete.broker.replica.partition import Partition
 from grete.broker.replica.txn_verification import TopicPartition
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.messages import ProduceResponse
 from grete.protocol.records.batch import RecordBatch
 from grete.protocol.records.record import Record, build_batch
 from grete.storage.config import LogConfig
 from grete.storage.log import Log
 
 PRODUCE_VERSION = 11
+ADD_VERSION = 12  # KIP-890 part 2: the batch adds its partition to the transaction
 
 
 class Hosted:
@@ -167,3 +169,46 @@ async def _verified(tmp_path: Path) -> None:
     assert (answers[1].error_code, answers[1].error_message) == (ErrorCode.INVALID_TXN_STATE,
                                                                  "Partition was not added to the transaction")
     assert refused.log_end_offset == 0 and metrics.failed == [("t", len(txn))]
+
+
+class Busy(Verifier):
+    """A coordinator still completing the producer's previous transaction for its first ``busy``
+    answers (CONCURRENT_TRANSACTIONS), then adding the partitions."""
+
+    def __init__(self, busy: int) -> None:
+        super().__init__({})
+        self.busy = busy
+
+    async def verify(self, coordinator: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[TopicPartition], *, add: bool) -> dict[TopicPartition, ErrorCode]:
+        await super().verify(coordinator, transactional_id, producer_id, producer_epoch, partitions, add=add)
+        busy = len(self.asked) <= self.busy
+        return dict.fromkeys(partitions, ErrorCode.CONCURRENT_TRANSACTIONS) if busy else {}
+
+
+def _adding(tmp_path: Path, busy: int) -> tuple[Busy, Partition, ProduceResponse.PartitionProduceResponse, Any]:
+    p = leader(tmp_path, 0, isr=[1])
+    verifier = Busy(busy)
+    path = Appends(Hosted(p), Elsewhere(verifier), Counted())
+    verifying: list[Verifying] = []
+    txn = records(1, producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+    answer = path.append_records(ADD_VERSION, "t", 0, txn, -1, int(time.time() * 1000), [], "tx", verifying)
+    return verifier, p, answer, path.append_verified(ADD_VERSION, "tx", -1, verifying, [])
+
+
+def test_a_partition_added_while_the_previous_transaction_completes_is_asked_again(tmp_path: Path) -> None:
+    """Transaction version 2 (Produce v12 adds its partition): the coordinator answers
+    CONCURRENT_TRANSACTIONS while it writes the producer's previous markers; the leader asks again
+    (every add.partitions.to.txn.retry.backoff.ms, 20) before the producer is told, as Kafka does."""
+    verifier, p, answer, appending = _adding(tmp_path, busy=2)
+    assert not asyncio.run(appending)
+    assert [add for *_, add in verifier.asked] == [True, True, True]
+    assert (answer.error_code, answer.base_offset, p.log_end_offset) == (0, 0, 1)
+
+
+def test_the_retries_stop_after_add_partitions_to_txn_retry_backoff_max_ms(tmp_path: Path) -> None:
+    verifier, p, answer, appending = _adding(tmp_path, busy=1000)
+    started = time.monotonic()
+    assert asyncio.run(appending)
+    assert time.monotonic() - started < 1.0 and 2 <= len(verifier.asked) <= 6  # 100 ms in steps of 20
+    assert (answer.error_code, p.log_end_offset) == (ErrorCode.CONCURRENT_TRANSACTIONS, 0)

@@ -218,7 +218,10 @@ class Appends:
         partitions (one request for them all), then append those it confirmed, each only while its
         verification guard still stands (a marker written meanwhile ends the guard). Fills in each
         parked answer; True if any was refused."""
-        refused = await self._ask_coordinator(transactional_id, verifying, version >= ADD_PARTITION_PRODUCE_VERSION)
+        add = version >= ADD_PARTITION_PRODUCE_VERSION
+        refused = await self._ask_coordinator(transactional_id, verifying, add)
+        if add and ErrorCode.CONCURRENT_TRANSACTIONS in refused.values():
+            refused = await self._ask_while_concurrent(transactional_id, verifying, refused)
         now_ms = int(time.time() * 1000)  # appended once the coordinator answered
         failed = False
         for parked in verifying:
@@ -240,6 +243,23 @@ class Appends:
             if acks == -1 and partition.has_followers:
                 replicating.append((answer, partition, result.last_offset + 1))
         return failed
+
+    async def _ask_while_concurrent(self, transactional_id: str, verifying: list[Verifying],
+                                    refused: dict[TopicPartition, ErrorCode]) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's maybeRetryOnConcurrentTransactions (transaction version 2): a coordinator still
+        writing the markers of the producer's previous transaction answers CONCURRENT_TRANSACTIONS;
+        the leader asks again every add.partitions.to.txn.retry.backoff.ms for up to
+        add.partitions.to.txn.retry.backoff.max.ms (request.timeout.ms at most) before the producer
+        is told, so the batches it pipelined behind this one are not refused out of order."""
+        config = self.transactions.config
+        budget_s = min(config.get_int("add.partitions.to.txn.retry.backoff.max.ms"),
+                       config.get_int("request.timeout.ms")) / 1000
+        backoff_s = config.get_int("add.partitions.to.txn.retry.backoff.ms") / 1000
+        deadline = time.monotonic() + budget_s
+        while ErrorCode.CONCURRENT_TRANSACTIONS in refused.values() and time.monotonic() + backoff_s <= deadline:
+            await asyncio.sleep(backoff_s)  # Kafka's scheduled retry: the coordinator is busy for milliseconds
+            refused = await self._ask_coordinator(transactional_id, verifying, True)
+        return refused
 
     async def _ask_coordinator(self, transactional_id: str, verifying: list[Verifying],
                                add: bool) -> dict[TopicPartition, ErrorCode]:
