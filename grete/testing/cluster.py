@@ -173,11 +173,18 @@ class GreteCluster:
         """Start the brokers side by side (each launched before any is waited for)."""
         launched = [self._launch(broker_id) for broker_id in broker_ids]
         started = []
-        for broker_id, (process, data_dir, log_path, skip) in zip(broker_ids, launched, strict=True):
-            running = await_start(process, data_dir, log_path, timeout, skip)
-            self.brokers[broker_id] = running
-            self.ports.setdefault(broker_id, running.port)  # it keeps its port across restarts
-            started.append(running)
+        try:
+            for broker_id, (process, data_dir, log_path, skip) in zip(broker_ids, launched, strict=True):
+                running = await_start(process, data_dir, log_path, timeout, skip)
+                self.brokers[broker_id] = running
+                self.ports.setdefault(broker_id, running.port)  # it keeps its port across restarts
+                started.append(running)
+        except BaseException:
+            # One failed to start: those launched beside it and not yet waited for are nobody's to
+            # stop later (stop() knows only the started ones), so they stop here.
+            for process, data_dir, log_path, _ in launched[len(started):]:
+                BrokerProcess(process, "", 0, data_dir, log_path).stop()
+            raise
         if wait_metadata:
             self.await_metadata()
         return started
@@ -290,3 +297,4 @@ def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides:
         running.stop()
         if directory is None and not keep:
             shutil.rmtree(scratch, ignore_errors=True)
+

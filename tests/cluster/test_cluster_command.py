@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from grete.testing import _wire
+from grete.testing.common import free_ports
 from tests.cluster.conftest import need_zookeeper, wait_until
 
 pytestmark = pytest.mark.slow
@@ -233,3 +235,31 @@ def test_combined_nodes_lead_the_quorum_in_turn_and_a_restarted_one_rejoins(comb
     supervisor.process.send_signal(signal.SIGINT)
     assert supervisor.process.wait(90) == 0
     assert [pid for pid in pids if _alive(pid)] == []
+
+
+def _processes_under(directory: Path) -> list[int]:
+    """Processes whose command line names ``directory`` (the brokers and controllers it runs)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(directory) in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_broker_that_cannot_start_leaves_no_process_behind(tmp_path: Path) -> None:
+    """Broker 2's port is taken: ``grete cluster`` reports it and exits 1, and the brokers launched
+    beside it (broker 3 was started before broker 2 was waited for) and the controllers are stopped."""
+    first = free_ports(3)
+    directory = tmp_path / "cluster"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", first + 1))
+        held.listen()
+        done = subprocess.run([sys.executable, "-m", "grete.cli", "cluster", "--brokers", "3", "--controllers", "1",
+                               "--port", str(first), "--dir", str(directory)],
+                              capture_output=True, text=True, timeout=START_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "address already in use" in done.stderr
+    assert _processes_under(directory) == []
