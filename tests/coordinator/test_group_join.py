@@ -295,3 +295,26 @@ async def test_leader_disconnecting_mid_sync_still_delivers_the_assignment() -> 
     assert (await parked).assignment == b"F"
     assert coord.describe_group("g").state == "Stable"
     await coord.shutdown()
+
+
+@async_test
+async def test_the_leader_is_answered_before_a_member_that_synced_behind_it() -> None:
+    """The leader's SyncGroup starts the assignment's write; a member that syncs while it is written
+    is parked and answered with the others. Every member is answered in the same step, the leader
+    first, as Kafka completes them when the write does: a leader that asked first learns its new
+    assignment no later than a member that asked after it."""
+    store = InMemoryOffsetsStore()
+    coord = await started(store)
+    a, b = await join_all(join(coord), join(coord))
+    store.append_delay_s = 0.05
+    leader, follower = (a, b) if a.leader == a.member_id else (b, a)
+    answered: list[str] = []
+    lead = task(sync(coord, leader, assignments=[(leader.member_id, b"L"), (follower.member_id, b"F")]))
+    lead.add_done_callback(lambda _t: answered.append("leader"))
+    await asyncio.sleep(0.01)  # the write is under way
+    behind = task(sync(coord, follower))
+    behind.add_done_callback(lambda _t: answered.append("follower"))
+    assert ((await lead).assignment, (await behind).assignment) == (b"L", b"F")
+    await settle()  # the done callbacks
+    assert answered == ["leader", "follower"]
+    await coord.shutdown()

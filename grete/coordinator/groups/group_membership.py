@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable
+from functools import partial
 
 from grete.coordinator.groups.consumer_records import tombstones
 from grete.coordinator.groups.group_context import GROUP_WRITE_ERRORS, GroupContext, cancel, log
@@ -281,7 +282,11 @@ class Membership:
         group.complete_sync(member, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))  # a duplicate SyncGroup
         member.sync_future = future
         if group.is_leader(member_id):
-            await self.ctx.detached(self._apply_leader_assignment(group, dict(assignments)))
+            # The write runs on its own (a leader that went away must not stop it half-applied); the
+            # leader is answered as the other members are, when the assignment is propagated: in the
+            # same loop step and first, not a task switch after members that synced behind it.
+            writing = self.ctx.spawn(self._apply_leader_assignment(group, dict(assignments)))
+            writing.add_done_callback(partial(_fail_sync, future))
         return await asyncio.shield(future)
 
     def _validate_sync(self, group: Group, generation_id: int, member_id: str, instance_id: str | None,
@@ -424,3 +429,10 @@ class _JoinRequest:
         self.protocols = protocols
         self.reason = reason
         self.supports_skip_assignment = supports_skip_assignment
+
+
+def _fail_sync(future: asyncio.Future[SyncResult], writing: asyncio.Task[None]) -> None:
+    """The leader's assignment write failed unexpectedly: its SyncGroup fails with it (answered
+    UNKNOWN_SERVER_ERROR) instead of waiting for an answer nothing will give."""
+    if not writing.cancelled() and writing.exception() is not None and not future.done():
+        future.set_exception(writing.exception())  # type: ignore[arg-type]
