@@ -24,6 +24,10 @@ from grete.testing import RunningBroker
 from grete.testing.process import broker_process
 from tests.direct.conftest import DIRECT, consume, produce
 
+# Children are spawned, not forked: a fork copies locks that threads of earlier tests (librdkafka's,
+# the broker's) hold, and a child could hang on one.
+SPAWN = multiprocessing.get_context("spawn")
+
 
 class RawProducer:
     """The wire of the direct path by hand: a session, a grant, reservations and announcements."""
@@ -162,8 +166,8 @@ def test_a_producer_killed_mid_write_leaves_a_clean_log(direct_broker: RunningBr
     before.write(offset, first)
     before.announce(order, offset, len(first))
     assert before.answers(1) == [(order, 0, 0)]
-    ready = multiprocessing.Event()
-    dead = multiprocessing.Process(target=_reserve_and_die, args=(
+    ready = SPAWN.Event()
+    dead = SPAWN.Process(target=_reserve_and_die, args=(
         before.grant.region_address, before.grant.data_offset + before.grant.data_length, 400, ready))
     dead.start()
     assert ready.wait(10)
@@ -203,8 +207,8 @@ def test_a_consumer_that_dies_has_its_slots_freed(direct_broker: RunningBroker, 
         return int(direct_broker.call(lambda: len(direct_broker.broker.direct.consumers)))  # type: ignore[union-attr]
 
     before = consumers()
-    ready = multiprocessing.Event()
-    child = multiprocessing.Process(target=_assign_and_die, args=(direct_broker.bootstrap_servers, topic, ready))
+    ready = SPAWN.Event()
+    child = SPAWN.Process(target=_assign_and_die, args=(direct_broker.bootstrap_servers, topic, ready))
     child.start()
     assert ready.wait(10)
     child.join(10)

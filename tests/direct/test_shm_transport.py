@@ -16,6 +16,10 @@ from grete.direct.layout import ORDER_WORD, SLOT, SLOT_BYTES, reservation_delta,
 from grete.direct.shm import ShmFileReader, ShmRegion
 from grete.direct.transport import transport
 
+# Children are spawned, not forked: a fork copies locks that threads of earlier tests (librdkafka's,
+# the broker's) hold, and a child could hang on one.
+SPAWN = multiprocessing.get_context("spawn")
+
 ROUNDS = 20_000
 
 
@@ -28,9 +32,9 @@ def _reserve(path: str, size: int, rounds: int, out: multiprocessing.Queue) -> N
 def test_fetch_add_races_from_processes_reserve_disjoint_ranges(tmp_path: Path) -> None:
     path = tmp_path / "r"
     region = ShmRegion(path, 4096, writable=True, create=True)
-    queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
+    queue: multiprocessing.Queue = SPAWN.Queue()  # type: ignore[type-arg]
     sizes = [100, 7, 61, 4096]
-    procs = [multiprocessing.Process(target=_reserve, args=(str(path), s, ROUNDS, queue)) for s in sizes]
+    procs = [SPAWN.Process(target=_reserve, args=(str(path), s, ROUNDS, queue)) for s in sizes]
     for p in procs:
         p.start()
     results = [queue.get(timeout=60) for _ in procs]
