@@ -301,13 +301,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if self.session.close_after_response:  # a failed authentication: answered, then closed
                 log.info("closing connection from %s: authentication failed", self.peer)
                 self._close()
-        elif isinstance(result, Later):  # settled by the handler's own timer or wake: no task
+            return
+        if key not in PIPELINED or ctx.holds_connection:
+            # Kafka mutes a channel until its request is answered: a request behind this one sees
+            # its effects (an OffsetFetch behind an OffsetCommit, say). Paused before a Later can
+            # settle: its answer may come within then() and resume reading.
+            self._pause_reading()
+        if isinstance(result, Later):  # settled by the handler's own timer or wake: no task
             result.then(partial(self._completed, slot, handler, version, header.correlation_id, memo_key, ctx))
         else:  # a coroutine or future of the answer
-            if key not in PIPELINED or ctx.holds_connection:
-                # Kafka mutes a channel until its request is answered: a request behind this one
-                # sees its effects (an OffsetFetch behind an OffsetCommit, say).
-                self._pause_reading()
             future = asyncio.ensure_future(result)
             future.add_done_callback(
                 lambda f: self._complete_async(f, slot, handler, version, header.correlation_id, memo_key, ctx))
