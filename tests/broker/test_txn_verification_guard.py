@@ -89,3 +89,30 @@ def test_a_transaction_version_2_marker_keeps_the_next_transactions_guard(tmp_pa
     p.append(marker(1, commit=True), 1000, transaction_version=2)
     p.append(data(1), 1000, next_guard)
     assert p.has_ongoing_transaction(PID, 1)
+
+
+def test_nothing_above_the_lowest_sequence_asked_under_a_guard_goes_first(tmp_path: Path) -> None:
+    """Kafka's lowestSequence: the producer's first batch (sequence 0) was refused or is still being
+    verified; its next batch (sequence 1), verified meanwhile, must not be written before it — else
+    the retried first batch is out of order for ever."""
+    p = leader(tmp_path)
+    first = p.start_verification(PID, 0, 1000, base_sequence=0)
+    assert first is not None and p.start_verification(PID, 0, 1000, base_sequence=1) is first
+    with pytest.raises(KafkaError) as refused:
+        p.append(data(0, 1), 1000, first)
+    assert refused.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert "1 (incoming seq. number), 0 (earliest seen sequence)" in str(refused.value.message)
+    p.append(data(0, 0), 1000, first)
+    p.append(data(0, 1), 1000)  # the transaction is ongoing here now: in sequence after 0
+    assert p.log_end_offset == 2
+
+
+def test_a_transaction_version_2_producer_new_here_starts_at_sequence_0(tmp_path: Path) -> None:
+    p = leader(tmp_path)
+    guard = p.start_verification(PID, 0, 1000, base_sequence=5, epoch_bump=True)
+    assert guard is not None
+    with pytest.raises(KafkaError) as refused:
+        p.append(data(0, 5), 1000, guard)
+    assert refused.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert "Expected sequence 0 for transactions v2" in str(refused.value.message)
+    assert p.log_end_offset == 0

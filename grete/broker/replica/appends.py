@@ -178,7 +178,8 @@ class Appends:
             return None
         if not partition.is_leader:  # refused now, not after a round trip to the coordinator
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"this broker is not the leader of {topic}-{index}")
-        guard = partition.start_verification(batch.producer_id, batch.producer_epoch, now_ms)
+        guard = partition.start_verification(batch.producer_id, batch.producer_epoch, now_ms, batch.base_sequence,
+                                             version >= ADD_PARTITION_PRODUCE_VERSION)
         if guard is None:
             return None
         if acks == -1:

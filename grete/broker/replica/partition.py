@@ -323,11 +323,9 @@ class Partition(PartitionLogView):
     # --- writes -----------------------------------------------------------------------------------
     def append(self, batch: RecordBatch, now_ms: int, verification: VerificationGuard | None = None, *,
                transaction_version: int = 0) -> AppendResult:
-        """Append as leader: the log assigns offsets and stamps this partition's leader epoch.
-        ``verification``: the guard a transactional batch was verified under (see
-        ``start_verification``); the batch is refused unless the guard still stands.
-        ``transaction_version`` of a marker: 2 (KIP-890 part 2) carries a bumped epoch, so it must
-        be above the producer's (Kafka's strict check for TV2 markers, KIP-1228)."""
+        """Append as leader (the log assigns offsets and stamps the leader epoch). ``verification``: the
+        guard a transactional batch was verified under, which must still stand; ``transaction_version``
+        2 of a marker: its bumped epoch must be above the producer's (KIP-1228)."""
         if not self.online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.topic}-{self.index} is offline")
         if not self.is_leader:
@@ -337,6 +335,8 @@ class Partition(PartitionLogView):
             self._check_verification(batch, verification)
         if transaction_version >= 2 and batch.is_control:
             self._check_tv2_marker(batch)
+        elif self._guards.by_producer and batch.is_transactional:
+            self._guards.check_sequence(batch, self._log, f"{self.topic}-{self.index}")
         result = self._log.append(batch, leader_epoch=self.leader_epoch, now_ms=now_ms)
         if self._guards.by_producer and batch.is_transactional:
             self._guards.clear(batch, transaction_version)
@@ -351,18 +351,18 @@ class Partition(PartitionLogView):
                              f"last seen epoch {entry.epoch} (TV2)")
 
     # --- KIP-890 part 1: verification guards (Kafka's VerificationStateEntry) ---------------------
-    def start_verification(self, producer_id: int, producer_epoch: int, now_ms: int) -> VerificationGuard | None:
+    def start_verification(self, producer_id: int, producer_epoch: int, now_ms: int, base_sequence: int = 0,
+                           epoch_bump: bool = False) -> VerificationGuard | None:
         """Kafka's maybeStartTransactionVerification: None if the producer's transaction is already
-        ongoing here (nothing to ask), else the guard its first batch must be appended under. A
-        guard of the same or a newer epoch is shared; an older one is replaced."""
+        ongoing here (nothing to ask), else the guard its first batch must be appended under."""
         if self.has_ongoing_transaction(producer_id, producer_epoch):
             return None
-        return self._guards.start(producer_id, producer_epoch, now_ms, self._log.config.producer_id_expiration_ms)
+        return self._guards.start(producer_id, producer_epoch, now_ms, self._log.config.producer_id_expiration_ms,
+                                  base_sequence, epoch_bump)
 
     def _check_verification(self, batch: RecordBatch, guard: VerificationGuard) -> None:
-        if not batch.is_transactional or self.has_ongoing_transaction(batch.producer_id, batch.producer_epoch):
-            return
-        self._guards.check(batch.producer_id, guard)
+        if batch.is_transactional and not self.has_ongoing_transaction(batch.producer_id, batch.producer_epoch):
+            self._guards.check(batch.producer_id, guard)
 
     def append_as_follower(self, records: RecordBatch | bytes | bytearray | memoryview, now_ms: int) -> None:
         """Append a leader's batches as they are (offsets, epochs, timestamps kept); the high
