@@ -27,14 +27,8 @@ from types import TracebackType
 
 from grete.coordinator.metadata import new_topic_id
 from grete.storage.files import uuid_to_kafka
+from grete.testing.common import free_port
 from tools import kafka_dist
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the kernel's choice; there is a small race until it is bound)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

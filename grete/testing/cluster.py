@@ -128,7 +128,11 @@ class GreteCluster:
         return "127.0.0.1"
 
     def broker_items(self, broker_id: int) -> dict[str, str]:
-        port = self.ports.get(broker_id, 0)
+        # Chosen here, not by the broker's bind(0): a restarted broker binds its port again, and a
+        # kernel-chosen port may meanwhile be any outgoing connection's (free_port avoids those).
+        if broker_id not in self.ports:
+            self.ports[broker_id] = free_port()
+        port = self.ports[broker_id]
         items = {
             "listeners": f"PLAINTEXT://{self.host_of(broker_id)}:{port}",
             "log.dirs": str(self.directory / f"broker-{broker_id}"),
@@ -177,7 +181,6 @@ class GreteCluster:
             for broker_id, (process, data_dir, log_path, skip) in zip(broker_ids, launched, strict=True):
                 running = await_start(process, data_dir, log_path, timeout, skip)
                 self.brokers[broker_id] = running
-                self.ports.setdefault(broker_id, running.port)  # it keeps its port across restarts
                 started.append(running)
         except BaseException:
             # One failed to start: those launched beside it and not yet waited for are nobody's to

@@ -12,11 +12,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from grete.testing.common import free_port
 
 
 def _start(data: Path, port: int, *extra: str) -> subprocess.Popen[str]:
@@ -56,7 +52,7 @@ def _consume(port: int, topic: str, count: int) -> list[bytes | None]:
 
 
 def test_sigterm_stops_cleanly_and_restart_serves_acknowledged_data(tmp_path):
-    data, port = tmp_path / "data", _free_port()
+    data, port = tmp_path / "data", free_port()
     proc = _start(data, port)
     try:
         producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True})
@@ -98,14 +94,14 @@ def test_port_in_use_is_reported(tmp_path):
 
 
 def test_a_second_broker_on_the_same_log_dir_is_refused_and_the_first_serves_on(tmp_path: Path) -> None:
-    data, port = tmp_path / "data", _free_port()
+    data, port = tmp_path / "data", free_port()
     proc = _start(data, port)
     try:
         producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True})
         producer.produce("shared", value=b"before")
         assert producer.flush(15) == 0
         second = subprocess.run(
-            [sys.executable, "-m", "grete.cli", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{_free_port()}",
+            [sys.executable, "-m", "grete.cli", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}",
              "--override", f"log.dirs={data}"], capture_output=True, text=True, timeout=30)
         assert second.returncode == 1, second.stderr
         assert second.stderr == (  # one line, no traceback

@@ -21,6 +21,7 @@ from grete.broker.config import ConfigError
 from grete.protocol.messages import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 from grete.testing import broker
 from grete.testing._wire import Wire
+from grete.testing.common import free_port
 from tests.broker._tls import Certs, issue_server, make_certs
 
 
@@ -28,11 +29,6 @@ from tests.broker._tls import Certs, issue_server, make_certs
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     return make_certs(tmp_path_factory.mktemp("tls"))
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TapProxy:
@@ -104,7 +100,7 @@ def test_large_fetch_answers_are_encrypted_on_the_wire(certs: Certs) -> None:
     """A 900 KB record produced and fetched over an SSL listener: the client gets it exactly, and
     the bytes that crossed the wire never contain it (the Fetch answer took the copy path, not a
     raw-socket sendfile under the TLS stream)."""
-    proxy_port = _free_port()
+    proxy_port = free_port()
     overrides = {"listeners": "SSL://127.0.0.1:0", "advertised.listeners": f"SSL://127.0.0.1:{proxy_port}",
                  "ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs.server),
                  "message.max.bytes": "2000000"}

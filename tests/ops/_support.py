@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -23,11 +22,6 @@ def entrypoint() -> ModuleType:
     spec.loader.exec_module(module)
     return module
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_serving(proc: subprocess.Popen[str]) -> None:
