@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from grete.broker.cluster.config_znodes import change_sequence, read_config, write_config
 from grete.broker.cluster.security_cache import ZkSecurityCache, ZkTokenCache
+from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
 from grete.coordinator.metadata import (
     ChangeFeed,
     ChangeKind,
@@ -278,6 +279,11 @@ class ZkMetadataCache:
     async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          "CLIENT_METRICS config resources are kept by grete's single node only, not in a ZooKeeper cluster")
+
+    async def validate_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
+        """Written by this broker: only client metrics, which a ZooKeeper cluster does not keep, are refused."""
+        if resource_type == CLIENT_METRICS:
+            await self.set_client_metrics(name, configs)
 
     async def allocate_producer_ids(self, count: int, for_broker: int | None = None) -> int:
         """The next block of ids from /latest_producer_id_block, with a conditional write, so two

@@ -92,6 +92,7 @@ async def replace_broker_configs(ctx: RequestContext[Admin], name: str, configs:
         raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
     ctx.broker.cluster.check_broker_configs(scope, ctx.broker.metadata.broker_configs(scope), clean)
     if validate_only:
+        await ctx.broker.metadata.validate_configs(BROKER, scope, clean)
         return
     if own:
         await ctx.broker.set_dynamic_configs(scope, clean)
@@ -104,7 +105,9 @@ async def replace_client_metrics(ctx: RequestContext[Admin], name: str, configs:
     """A client-metrics subscription's new config set (an empty one deletes it)."""
     check_name(name)
     clean = validate_client_metrics(configs)
-    if not validate_only:
+    if validate_only:
+        await ctx.broker.metadata.validate_configs(CLIENT_METRICS, name, clean)
+    else:
         await ctx.broker.metadata.set_client_metrics(name, clean)
 
 
@@ -118,7 +121,9 @@ async def replace_group_configs(ctx: RequestContext[Admin], name: str, configs: 
         clean = validate_group_configs(configs, ctx.broker.config)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-    if not validate_only:
+    if validate_only:
+        await ctx.broker.metadata.validate_configs(GROUP, name, clean)
+    else:
         await ctx.broker.metadata.set_group_configs(name, clean)
 
 
@@ -134,7 +139,9 @@ async def replace_topic_configs(ctx: RequestContext[Admin], name: str, configs: 
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if ctx.broker.metadata.topic(name) is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
-    if not validate_only:
+    if validate_only:
+        await ctx.broker.metadata.validate_configs(TOPIC, name, clean)
+    else:
         await ctx.broker.set_topic_configs(name, clean)
 
 

@@ -234,16 +234,25 @@ class BrokerMetadataStore(QuorumMetadataStore):
     async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
         await self._set_configs(CLIENT_METRICS_RESOURCE, name, configs)
 
+    async def validate_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
+        """Asked of the controller with validate_only, as Kafka's brokers forward a validating
+        IncrementalAlterConfigs: its rules (eligible leader replicas' among them) are the ones that count."""
+        await self._set_configs(resource_type, name, configs, topic=name if resource_type == TOPIC_RESOURCE else None,
+                                validate_only=True)
+
     async def _set_configs(self, resource_type: int, name: str, configs: dict[str, str],
-                           topic: str | None = None) -> None:
+                           topic: str | None = None, *, validate_only: bool = False) -> None:
         """The resource's configs become ``configs``: SET and DELETE against the image."""
         ops = _config_ops(self._configs_by_resource.get((resource_type, name), {}), configs)
         if not ops:
             return
-        request = IncrementalAlterConfigsRequest(resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
-            resource_type=resource_type, resource_name=name, configs=ops)])
+        request = IncrementalAlterConfigsRequest(validate_only=validate_only, resources=[
+            IncrementalAlterConfigsRequest.AlterConfigsResource(resource_type=resource_type, resource_name=name,
+                                                                configs=ops)])
         response = await self._ask(request, INCREMENTAL_ALTER_CONFIGS, IncrementalAlterConfigsResponse)
         _raise_first([(r.error_code, r.error_message) for r in response.responses], topic)
+        if validate_only:
+            return
 
         def shown() -> bool:
             current = self._configs_by_resource.get((resource_type, name), {})

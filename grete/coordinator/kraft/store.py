@@ -343,6 +343,9 @@ class KRaftMetadataStore(MetadataState):
         await self._commit(_config_records(GROUP_RESOURCE, group_id, self._group_configs.get(group_id, {}), configs))
         self.changes.publish(MetadataChange(ChangeKind.GROUP_CONFIGS_CHANGED))
 
+    async def validate_configs(self, resource_type: int, name: str, configs: dict[str, str]) -> None:
+        """Nothing beyond the request's own checks, which ran on this node, the one writing."""
+
     @_one_at_a_time
     async def set_client_metrics(self, name: str, configs: dict[str, str]) -> None:
         await self._commit(_config_records(CLIENT_METRICS_RESOURCE, name, self._client_metrics.get(name, {}),
