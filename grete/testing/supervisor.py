@@ -86,6 +86,10 @@ class ClusterSupervisor:
         self.condition: dict[int, str] = {}
         self.closing = False
         self.done = asyncio.Event()
+        # Set once every process has stopped and the socket is gone: ``stop`` answers then, so a
+        # script's next ``grete cluster`` in the same directory finds the ports and the socket free.
+        self.stopped = asyncio.Event()
+        self._answering: set[asyncio.Task[None]] = set()
         zookeeper = running.zookeeper
         self._zk = KazooClient(hosts=zookeeper.connect) if zookeeper is not None else None
         self._watches: set[asyncio.Task[None]] = set()
@@ -115,6 +119,9 @@ class ClusterSupervisor:
                 self._zk.close()
             await self._in_lifecycle(self.running.stop)
             path.unlink(missing_ok=True)
+            self.stopped.set()
+            if self._answering:  # the stop request's answer, written before the loop ends
+                await asyncio.wait(list(self._answering), timeout=5)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
@@ -164,6 +171,10 @@ class ClusterSupervisor:
 
     # --- the control socket ------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
         try:
             line = (await reader.readline()).decode(errors="replace").split()
             code, text = await self._answer(line)
@@ -179,7 +190,8 @@ class ClusterSupervisor:
             return 0, await self.status()
         if words == ["stop"]:
             self.shut_down()
-            return 0, "stopping every broker and " + ("ZooKeeper\n" if self._zk is not None else "the controllers\n")
+            await self.stopped.wait()
+            return 0, "stopped every broker and " + ("ZooKeeper\n" if self._zk is not None else "the controllers\n")
         if len(words) == 2 and words[0] in ("restart", "stop") and words[1].isdigit():
             broker_id = int(words[1])
             if self._process(broker_id) is None:
