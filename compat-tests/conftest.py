@@ -111,6 +111,12 @@ class Broker:
     def is_grete(self) -> bool:
         return self.kind == "grete"
 
+    @property
+    def address(self) -> tuple[str, int]:
+        """The first broker's host and port (of a cluster's comma-separated bootstrap, broker 1's)."""
+        host, port = self.bootstrap.split(",")[0].rsplit(":", 1)
+        return host, int(port)
+
 
 def api_versions_ok(host: str, port: int, timeout: float = 2.0) -> bool:
     """One ApiVersions v0 round trip on a raw socket: the least any Kafka client does first."""

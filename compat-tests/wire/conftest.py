@@ -13,7 +13,7 @@ from grete.testing._wire import Wire
 
 @pytest.fixture
 def wire(broker: Any) -> Iterator[Wire]:
-    host, port = broker.bootstrap.split(",")[0].rsplit(":", 1)  # a cluster's first broker
+    host, port = broker.address
     w = Wire(host, int(port), timeout=30)
     yield w
     w.close()

@@ -43,7 +43,7 @@ KAFKA_43 = {0: (0, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13)}
 def wire(broker):
     if broker.kind.startswith("kafka-3"):
         pytest.skip("Kafka 4's versions")
-    host, port = broker.bootstrap.rsplit(":", 1)
+    host, port = broker.address
     w = Wire(host, int(port), timeout=30)
     yield w
     w.close()

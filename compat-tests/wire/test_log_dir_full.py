@@ -84,7 +84,7 @@ def _partition_on(wire: Wire, topic: str, log_dir: Path) -> int:
 
 def test_a_full_log_dir(two_dir_broker: tuple[str, Path]) -> None:
     bootstrap, small = two_dir_broker
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
     wire = Wire(host, int(port), timeout=30)
     create = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
         name="full", num_partitions=4, replication_factor=1)], timeout_ms=30_000)

@@ -57,7 +57,7 @@ def client_versions(request, monkeypatch):
 
 @pytest.fixture
 def wire(broker):
-    host, port = broker.bootstrap.rsplit(":", 1)
+    host, port = broker.address
     w = Wire(host, int(port), timeout=30)
     # Both coordinators' topics exist before the first transactional request (Kafka creates them
     # asynchronously and answers COORDINATOR_NOT_AVAILABLE until then).

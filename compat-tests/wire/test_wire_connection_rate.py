@@ -31,7 +31,7 @@ BROKER_RESOURCE = 4
 
 
 def endpoint(broker: Any) -> tuple[str, int]:
-    host, port = broker.bootstrap.rsplit(":", 1)
+    host, port = broker.address
     return host, int(port)
 
 

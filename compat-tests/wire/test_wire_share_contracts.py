@@ -69,7 +69,7 @@ def own_broker(target: str, overrides: dict[str, str]) -> Iterator[str]:
 
 
 def wire_to(bootstrap: str) -> Wire:
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
     return Wire(host, int(port))
 
 

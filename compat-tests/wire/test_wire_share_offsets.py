@@ -66,7 +66,7 @@ A, D, X = AlterShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest, Delet
 def wire(broker: Any, target: str) -> Any:
     if target.startswith("kafka-3"):
         pytest.skip("Kafka 3.9 has no share groups")
-    host, port = broker.bootstrap.rsplit(":", 1)
+    host, port = broker.address
     w = Wire(host, int(port))
     yield w
     w.close()
@@ -179,7 +179,7 @@ def test_disconnect_releases_acquired_records(wire: Wire, broker: Any, make_topi
     group = f"sgd-{uuid.uuid4().hex[:8]}"
     call(wire, FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4,
          lambda r: r.coordinators[0].error_code)
-    host, port = broker.bootstrap.rsplit(":", 1)
+    host, port = broker.address
     doomed = Wire(host, int(port))
     a, topic_id, _ = join(doomed, group, topic)
     b, _, _ = join(wire, group, topic)

@@ -86,7 +86,7 @@ class Restartable:
         shutil.rmtree(self.data, ignore_errors=True)
 
     def wire(self) -> Wire:
-        host, port = self.bootstrap.rsplit(":", 1)
+        host, port = self.bootstrap.split(",")[0].rsplit(":", 1)
         return Wire(host, int(port))
 
 

@@ -36,7 +36,7 @@ ZSTD, GZIP = 4, 1
 @pytest.fixture
 def connect(broker):
     opened: list[Wire] = []
-    host, port = broker.bootstrap.rsplit(":", 1)
+    host, port = broker.address
 
     def new() -> Wire:
         opened.append(Wire(host, int(port), timeout=30))

@@ -17,7 +17,7 @@ from grete.testing._wire import Wire  # noqa: E402
 
 
 def test_an_unknown_broker_id_is_not_registered(broker, target):
-    host, port = broker.bootstrap.rsplit(":", 1)
+    host, port = broker.address
     wire = Wire(host, int(port), timeout=30)
     try:
         answer = wire.call(UnregisterBrokerRequest(broker_id=4242), UnregisterBrokerResponse, 0)
