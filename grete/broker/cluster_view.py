@@ -64,6 +64,9 @@ class ClusterView(Protocol):
     # Whether this node removes expired delegation tokens when it is the controller (a KRaft broker
     # never: its quorum's active controller does, as Kafka 4's).
     sweeps_tokens: bool
+    # Whether AddRaftVoter and RemoveRaftVoter are served by forwarding them to the active controller
+    # (a KRaft broker, as Kafka 4's KafkaApis), so tools reach the quorum with --bootstrap-server.
+    forwards_voter_changes: bool
 
     def live_brokers(self) -> list[BrokerInfo]: ...
     def controller_id(self) -> int: ...

@@ -40,6 +40,7 @@ class LocalCluster:
     auto_create_waits_open = True  # the answer goes out once the new partitions take writes
     configures_every_broker = False
     sweeps_tokens = True
+    forwards_voter_changes = False
 
     def __init__(self, broker: Node) -> None:
         self._broker = broker

@@ -271,18 +271,19 @@ def cluster(brokers: int = 3, *, directory: str | Path | None = None, overrides:
             keep: bool = False,
             broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
             controllers: int = 0, controller_ports: Mapping[int, int] | None = None,
-            combined: bool = False) -> Iterator[GreteCluster]:
+            combined: bool = False, controller_overrides: Mapping[str, str] | None = None) -> Iterator[GreteCluster]:
     """``brokers`` grete brokers (ids 1..N) and ZooKeeper, or with ``controllers`` a KRaft quorum of
     that many grete controllers (ids 1001..), or with ``combined`` brokers that are the quorum's voters
     themselves (``controller_ports`` by broker id then); stopped (and, unless ``keep`` or a ``directory`` was
     given, removed) on exit. ``broker_overrides``: properties of single brokers (e.g.
-    ``{1: {"broker.rack": "a"}}``)."""
+    ``{1: {"broker.rack": "a"}}``); ``controller_overrides``: properties of every controller."""
     scratch = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="grete-cluster-",
                                                                                   dir=scratch_root()))
     scratch.mkdir(parents=True, exist_ok=True)
     zookeeper = ZooKeeperProcess(scratch, zookeeper_port) if not controllers and not combined else None
     quorum = (CombinedQuorum(scratch, brokers, controller_ports) if combined
-              else ControllerQuorum(scratch, controllers, controller_ports) if controllers else None)
+              else ControllerQuorum(scratch, controllers, controller_ports, controller_overrides) if controllers
+              else None)
     running = GreteCluster(scratch, zookeeper, overrides, ports, broker_overrides, quorum)
     try:
         if zookeeper is not None:

@@ -16,6 +16,7 @@ NOT_CONTROLLER = "This is not the correct controller for this cluster."
 class ZkCluster(ZkBroker, BrokersFromMetadata):
     zk_broker_apis = True
     replicates = True
+    forwards_voter_changes = False
     auto_create_error = ErrorCode.LEADER_NOT_AVAILABLE
     # The answer goes out once the topic is in ZooKeeper, as Kafka's AutoTopicCreationManager answers:
     # the controller elects the leaders meanwhile.

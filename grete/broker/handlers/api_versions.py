@@ -26,7 +26,8 @@ def handle(ctx: RequestContext[ClusterControl], request: ApiVersionsRequest) -> 
     keys = [ApiVersionsResponse.ApiVersion(api_key=key, min_version=lo, max_version=hi)
             for key, lo, hi in advertised_versions(zk_broker=ctx.broker.cluster.zk_broker_apis,
                                                    direct=ctx.broker.direct is not None,
-                                                   controller_only=ctx.broker.controller_only)]
+                                                   controller_only=ctx.broker.controller_only,
+                                                   voter_changes=ctx.broker.cluster.forwards_voter_changes)]
     features = ctx.broker.features
     supported = [ApiVersionsResponse.SupportedFeatureKey(name=f.name, min_version=f.min_level, max_version=f.max_level)
                  for f in features.supported() if ctx.version >= ALL_FEATURES_VERSION or f.min_level > 0]

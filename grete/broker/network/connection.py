@@ -44,6 +44,7 @@ from grete.broker.requests.registry import (
     DIRECT_APIS,
     KRAFT_APIS,
     RAFT_APIS,
+    VOTER_CHANGE_APIS,
     ZK_BROKER_APIS,
     Handler,
     handlers,
@@ -254,7 +255,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         elif ((header.api_key in ZK_BROKER_APIS and not self.broker.cluster.zk_broker_apis)
               or (header.api_key in KRAFT_APIS and self.broker.cluster.zk_broker_apis)
               or (header.api_key in DIRECT_APIS and self.broker.direct is None)
-              or header.api_key in RAFT_APIS):
+              or (header.api_key in RAFT_APIS
+                  and not (header.api_key in VOTER_CHANGE_APIS and self.broker.cluster.forwards_voter_changes))):
             handler = None
         version = header.api_version
         if handler is None or not handler.min_version <= version <= handler.max_version:

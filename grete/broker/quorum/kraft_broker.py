@@ -75,6 +75,7 @@ class KRaftBroker(BrokersFromMetadata):
     auto_create_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     auto_create_waits_open = False
     sweeps_tokens = False  # the active controller removes expired tokens (Kafka 4's QuorumController)
+    forwards_voter_changes = True
 
     def __init__(self, config: BrokerConfig, voter: RaftDriver | None = None) -> None:
         """``voter``: a combined node's own Raft voter, whose committed batches feed this broker's

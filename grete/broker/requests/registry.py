@@ -115,6 +115,9 @@ KRAFT_APIS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.UNREGISTER_BROKER})
 RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH_SNAPSHOT, ApiKey.ENVELOPE,
                        ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ADD_RAFT_VOTER,
                        ApiKey.REMOVE_RAFT_VOTER, ApiKey.UPDATE_RAFT_VOTER, ApiKey.CONTROLLER_REGISTRATION})
+# The voter changes a KRaft broker also serves and advertises, forwarding them to the active
+# controller as Kafka 4's brokers do (``kafka-metadata-quorum --bootstrap-server ... add-controller``).
+VOTER_CHANGE_APIS = frozenset({ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})
 # The admin requests a KRaft controller carries out for its brokers, sent in an Envelope (Kafka's
 # ForwardingManager) or directly by tools with --bootstrap-controller: CreateTopics, DeleteTopics,
 # CreateAcls, DeleteAcls, AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs,
@@ -153,8 +156,8 @@ DIRECT_APIS = frozenset({ApiKey.DIRECT_PRODUCE_ADDRESS, ApiKey.DIRECT_CONSUME_AD
                          ApiKey.DIRECT_REPLICA_REGISTER})
 
 
-def advertised_versions(zk_broker: bool = False, direct: bool = False,
-                        controller_only: bool = False) -> list[tuple[int, int, int]]:
+def advertised_versions(zk_broker: bool = False, direct: bool = False, controller_only: bool = False,
+                        voter_changes: bool = False) -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
     if controller_only:
         return [(key, max(adv_min, CONTROLLER_MIN_VERSIONS.get(key, 0)), hi)
@@ -162,7 +165,8 @@ def advertised_versions(zk_broker: bool = False, direct: bool = False,
     return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
             if (zk_broker or key not in ZK_BROKER_APIS) and not (zk_broker and key in KRAFT_APIS)
             and key not in UNADVERTISED_APIS
-            and (direct or key not in DIRECT_APIS) and key not in RAFT_APIS]
+            and (direct or key not in DIRECT_APIS)
+            and (key not in RAFT_APIS or (voter_changes and key in VOTER_CHANGE_APIS))]
 
 
 def declared_handlers() -> dict[int, Handler]:

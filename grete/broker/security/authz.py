@@ -9,6 +9,8 @@ from grete.protocol.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 Op = AclOperation
 Res = ResourceType
+# Kafka's Errors.CLUSTER_AUTHORIZATION_FAILED.message(), which answers carrying a message give.
+CLUSTER_DENIED = "Cluster authorization failed."
 
 
 def allowed(ctx: RequestContext[Basics], operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
