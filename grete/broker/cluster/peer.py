@@ -55,8 +55,13 @@ class PeerConnection:
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self._reader is not None and self._writer is not None and not self._writer.is_closing():
-            return self._reader, self._writer
+        kept, keeping = self._reader, self._writer
+        if kept is not None and keeping is not None and not keeping.is_closing():
+            if not kept.at_eof() and kept.exception() is None:
+                return kept, keeping
+            # The peer closed it while it was unused (its connections.max.idle.ms, a restart): a
+            # request written to it would read nothing back, so a new one, as Kafka's client reconnects.
+            self.close()
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
         except (TimeoutError, OSError) as exc:
