@@ -19,20 +19,28 @@ from grete.protocol.errors import ErrorCode  # noqa: E402
 from grete.protocol.messages import (  # noqa: E402
     ApiVersionsRequest,
     ApiVersionsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListConfigResourcesRequest,
     ListConfigResourcesResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
 )
 from grete.testing._wire import Wire  # noqa: E402
 
@@ -216,3 +224,37 @@ def test_find_coordinator_v5(wire):
             break
         time.sleep(0.2)
     assert group.error_code == 0 and group.node_id >= 0 and group.port > 0
+
+
+def test_elect_leaders_answers_each_partition_with_the_controllers_message(wire, make_topic):
+    """A KRaft controller's answers (Kafka 4.3.1's ReplicationControlManager): a partition led by its
+    preferred replica needs no election, an unknown topic or partition is named in the message."""
+    topic = make_topic(partitions=1)
+    missing = "missing-" + uuid.uuid4().hex[:8]
+    request = ElectLeadersRequest(election_type=0, timeout_ms=30000, topic_partitions=[
+        ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0, 5]),
+        ElectLeadersRequest.TopicPartitions(topic=missing, partitions=[0])])
+    answer = wire.call(request, ElectLeadersResponse, 2)
+    assert answer.error_code == 0
+    assert {(r.topic, p.partition_id): (p.error_code, p.error_message)
+            for r in answer.replica_election_results for p in r.partition_result} == {
+        (topic, 0): (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."),
+        (topic, 5): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-5"),
+        (missing, 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {missing}"),
+    }
+
+
+def test_messages_of_successful_admin_answers(wire):
+    """Null or empty, as Kafka 4.3.1 fills them: DescribeClientQuotas leaves the field's default,
+    the controller's ListPartitionReassignments sets null, and its CreatePartitions of an unknown
+    topic gives no message."""
+    quotas = wire.call(DescribeClientQuotasRequest(components=[], strict=False), DescribeClientQuotasResponse, 1)
+    assert (quotas.error_code, quotas.error_message) == (0, "")
+    listed = wire.call(ListPartitionReassignmentsRequest(timeout_ms=30000, topics=None),
+                       ListPartitionReassignmentsResponse, 0)
+    assert (listed.error_code, listed.error_message) == (0, None)
+    missing = "missing-" + uuid.uuid4().hex[:8]
+    grown = wire.call(CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name=missing, count=2, assignments=None)], timeout_ms=30000, validate_only=False), CreatePartitionsResponse, 3)
+    assert [(r.name, r.error_code, r.error_message) for r in grown.results] == [
+        (missing, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)]

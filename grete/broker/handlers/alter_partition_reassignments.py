@@ -56,5 +56,8 @@ async def _reassign(ctx: RequestContext[Admin],
         PartitionResponse(partition_index=p.partition_index, error_code=outcome[(t.name, p.partition_index)][0],
                           error_message=outcome[(t.name, p.partition_index)][1]) for p in t.partitions])
         for t in request.topics]
-    return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NONE, responses=topics)
+    # A KRaft controller answers a null message (Kafka 4.3.1's), a ZooKeeper-mode broker an empty one (3.9's).
+    return AlterPartitionReassignmentsResponse(error_code=ErrorCode.NONE,
+                                               error_message="" if ctx.broker.cluster.zk_broker_apis else None,
+                                               responses=topics)
 

@@ -45,9 +45,9 @@ async def _grow(ctx: RequestContext[Admin], topic: CreatePartitionsRequest.Creat
         if not allowed(ctx, Op.ALTER, Res.TOPIC, topic.name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         meta = broker.metadata.topic(topic.name)
-        if meta is None:
+        if meta is None:  # a KRaft controller's answer carries no message (Kafka 4.3.1's), 3.9's this one
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                             "This server does not host this topic-partition.")
+                             "This server does not host this topic-partition." if broker.cluster.zk_broker_apis else None)
         current = len(meta.partitions)
         if topic.count == current:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")

@@ -33,7 +33,7 @@ def handle(ctx: RequestContext[Admin], request: DescribeClientQuotasRequest) -> 
         values=[Response.ValueData(key=k, value=v) for k, v in sorted(values.items())])
         for entity, values in sorted(ctx.broker.metadata.client_quotas().items(), key=lambda e: repr(e[0]))
         if matches(entity, exact, named, request.strict)]
-    return Response(error_code=0, error_message=None, entries=entries)
+    return Response(error_code=0, error_message="", entries=entries)  # Kafka's: the field's default, not null
 
 
 def parse_filter(request: DescribeClientQuotasRequest) -> tuple[dict[str, str | None], set[str]]:

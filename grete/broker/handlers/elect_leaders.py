@@ -20,12 +20,20 @@ from grete.protocol.messages import ApiKey, ElectLeadersRequest, ElectLeadersRes
 
 Result = ElectLeadersResponse.ReplicaElectionResult
 PREFERRED = 0
-MESSAGES = {
+# Kafka 3.9's ZooKeeper controller's messages (its election strategies').
+ZK_MESSAGES = {
     ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "Failed to elect leader for partition under strategy "
                                               "PreferredReplicaPartitionLeaderElectionStrategy",
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "Failed to elect leader for partition under strategy "
                                               "OfflinePartitionLeaderElectionStrategy",
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "The partition does not exist.",
+}
+# A KRaft controller's (Kafka 4.3.1's ReplicationControlManager: the error's own message); an unknown
+# topic or partition is named.
+KRAFT_MESSAGES = {
+    ErrorCode.ELECTION_NOT_NEEDED: "Leader election not needed for topic partition.",
+    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "The preferred leader was not available.",
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "Eligible topic partition leaders are not available.",
 }
 
 
@@ -51,6 +59,15 @@ async def _elect(ctx: RequestContext[Admin], request: ElectLeadersRequest) -> El
     by_topic: dict[str, list[ElectLeadersResponse.PartitionResult]] = {}
     for (topic, index), code in outcome.items():
         by_topic.setdefault(topic, []).append(ElectLeadersResponse.PartitionResult(
-            partition_id=index, error_code=code, error_message=MESSAGES.get(code)))
+            partition_id=index, error_code=code, error_message=_message(ctx, topic, index, code)))
     return ElectLeadersResponse(error_code=ErrorCode.NONE, replica_election_results=[
         Result(topic=topic, partition_result=results) for topic, results in by_topic.items()])
+
+
+def _message(ctx: RequestContext[Admin], topic: str, index: int, code: ErrorCode) -> str | None:
+    if ctx.broker.cluster.zk_broker_apis:
+        return ZK_MESSAGES.get(code)
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        return (f"No such topic as {topic}" if ctx.broker.metadata.topic(topic) is None
+                else f"No such partition as {topic}-{index}")
+    return KRAFT_MESSAGES.get(code)
