@@ -58,7 +58,8 @@ def _fetch(broker: Broker, replica: int, offset: int | None, session_id: int = 0
         partition=0, fetch_offset=offset, partition_max_bytes=1 << 20, current_leader_epoch=0)])]
     request = FetchRequest(replica_id=replica, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
                            session_id=session_id, session_epoch=epoch, topics=named)
-    ctx: Any = SimpleNamespace(broker=broker, version=VERSION, api_version=VERSION)
+    ctx: Any = SimpleNamespace(broker=broker, version=VERSION, api_version=VERSION,
+                               session=SimpleNamespace(principal="User:broker", client_host="127.0.0.1"))
     response = fetch_handler.handle(ctx, request)
     assert isinstance(response, FetchResponse)
     return response
@@ -166,3 +167,36 @@ def test_a_quiet_follower_fetch_is_not_read_again_at_its_deadline_unless_somethi
         assert [p.log_start_offset for t in answer.responses for p in t.partitions] == [1]
 
     asyncio.run(run())
+
+
+class Authorizer:
+    """Allows ``allowed`` principals everything; counts what it is asked."""
+
+    def __init__(self, allowed: set[str]) -> None:
+        self.allowed = allowed
+        self.asked: list[tuple[str, Any, Any, str]] = []
+
+    def authorize(self, principal: str, host: str, operation: Any, resource_type: Any, name: str) -> bool:
+        self.asked.append((principal, operation, resource_type, name))
+        return principal in self.allowed
+
+
+def test_with_an_authorizer_a_replica_is_asked_for_once_and_its_idle_partitions_are_not_read(
+        tmp_path: Path, reads) -> None:
+    asyncio.run(_authorized(tmp_path, reads))
+
+
+async def _authorized(tmp_path: Path, reads: list[int]) -> None:
+    partition, broker = _leading(tmp_path)
+    broker.authorizer = Authorizer({"User:broker"})
+    session = _fetch(broker, 2, 0).session_id
+    assert session and reads[0] == 1 and len(broker.authorizer.asked) == 1  # CLUSTER_ACTION, once
+    reads[0] = 0
+    idle = _fetch(broker, 2, None, session, 1)
+    assert idle.error_code == 0 and idle.responses == []
+    assert reads[0] == 0, "an idle session partition was read under an authorizer"
+    assert len(broker.authorizer.asked) == 2
+
+    broker.authorizer.allowed = set()  # no longer CLUSTER_ACTION: every partition is refused, read or not
+    refused = _fetch(broker, 2, None, session, 2)
+    assert [p.error_code for t in refused.responses for p in t.partitions] == [29]  # TOPIC_AUTHORIZATION_FAILED

@@ -94,7 +94,10 @@ def _read(ctx: RequestContext[DataPlane], request: FetchRequest, fetch_plan: ses
     # No memo for a follower's fetch: each one moves its fetch state (caught-up time, ISR, HW); nor
     # for one in a session, whose every answer moves the session.
     nothing_to_read = replica_id < 0 and fetch_plan.session is None and not fetch_plan.create
-    quiet = _quiet_check(ctx, request, fetch_plan, replica_id, update_fetch_state)
+    # Kafka's isFromFollower branch: a replica's fetch needs CLUSTER_ACTION on the cluster, asked once
+    # per request (else every partition answers TOPIC_AUTHORIZATION_FAILED).
+    replica_allowed = replica_id < 0 or ctx.broker.authorizer is None or cluster_allowed(ctx, Op.CLUSTER_ACTION)
+    quiet = _quiet_check(ctx, request, fetch_plan, replica_id, replica_allowed, update_fetch_state)
     all_quiet = quiet is not None and replica_id >= 0
     for group_index, (name, topic_id, wanted_partitions) in enumerate(fetch_plan.groups):
         partitions: list[PartitionData | None] = []
@@ -108,8 +111,8 @@ def _read(ctx: RequestContext[DataPlane], request: FetchRequest, fetch_plan: ses
                     continue
             all_quiet = False
             if replica_id >= 0:
-                data, partition = _read_for_follower(ctx, request, replica_id, name, topic_id, wanted,
-                                                     remaining, total == 0, update_fetch_state)
+                data, partition = _read_for_follower(ctx, request, replica_id, replica_allowed, name, topic_id,
+                                                     wanted, remaining, total == 0, update_fetch_state)
             else:
                 data, partition = _read_partition(ctx, request, name, topic_id, wanted, remaining, total == 0)
             size = _records_size(data.records)
@@ -137,14 +140,32 @@ QuietCheck = Callable[[str | None, uuid.UUID, FetchRequest.FetchPartition, sessi
 
 
 def _quiet_check(ctx: RequestContext[DataPlane], request: FetchRequest, fetch_plan: sessions.FetchPlan,
-                 replica_id: int, update_fetch_state: bool = True) -> QuietCheck | None:
+                 replica_id: int, replica_allowed: bool, update_fetch_state: bool = True) -> QuietCheck | None:
     """For an incremental fetch: a check that finds a session partition with nothing new for its
     fetcher without reading it (the cost of an idle partition in a session is this check). Only on
-    a leader, without an authorizer or a rack to consider; None: read every partition."""
-    if fetch_plan.cached is None or ctx.broker.authorizer is not None or request.rack_id:
+    a leader, without a rack to consider, for a fetcher allowed to read (a replica's right asked once
+    per request, a consumer's once per topic); None: read every partition."""
+    if fetch_plan.cached is None or request.rack_id:
         return None
     if replica_id >= 0:
-        return _quiet_follower(ctx, replica_id, update_fetch_state)
+        return _quiet_follower(ctx, replica_id, update_fetch_state) if replica_allowed else None
+    quiet = _quiet_consumer(ctx, request)
+    if ctx.broker.authorizer is None:
+        return quiet
+    readable: dict[str, bool] = {}
+
+    def quiet_if_readable(name: str | None, topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition,
+                          cp: sessions.CachedPartition) -> Partition | None:
+        if name is None:
+            return None
+        if name not in readable:
+            readable[name] = allowed(ctx, Op.READ, Res.TOPIC, name)
+        return quiet(name, topic_id, wanted, cp) if readable[name] else None  # else read: the refusal
+
+    return quiet_if_readable
+
+
+def _quiet_consumer(ctx: RequestContext[DataPlane], request: FetchRequest) -> QuietCheck:
     hosted = ctx.broker.partitions
     by_id = ctx.version >= sessions.TOPIC_IDS_VERSION
     committed = request.isolation_level == READ_COMMITTED
@@ -346,17 +367,15 @@ def _preferred_read_replica(ctx: RequestContext[DataPlane], request: FetchReques
     return max(same_rack, key=lambda r: (partition.follower_log_end(r), -r))
 
 
-def _read_for_follower(ctx: RequestContext[DataPlane], request: FetchRequest, replica_id: int, name: str | None,
-                       topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition, remaining: int,
+def _read_for_follower(ctx: RequestContext[DataPlane], request: FetchRequest, replica_id: int, replica_allowed: bool,
+                       name: str | None, topic_id: uuid.UUID, wanted: FetchRequest.FetchPartition, remaining: int,
                        first: bool, update_fetch_state: bool = True) -> tuple[PartitionData, Partition | None]:
     """A follower's fetch (Kafka's Partition.fetchRecords for a replica): the leader's whole log up
     to its end, or the epoch where the follower's log diverged (KIP-320); then the follower's
     fetch state moves (ISR, high watermark)."""
     try:
         topic = _known(ctx, name)
-        # Kafka's isFromFollower branch: a replica's fetch needs CLUSTER_ACTION on the cluster, else
-        # every partition answers TOPIC_AUTHORIZATION_FAILED.
-        if ctx.broker.authorizer is not None and not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        if not replica_allowed:
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         partition = ctx.broker.partition(topic, wanted.partition)
         _check_topic_id(ctx, partition, topic_id)
