@@ -97,7 +97,8 @@ class ReplicaFetcher:
             if not ready:
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), backoff_s)
+                    async with asyncio.timeout(backoff_s):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
                 continue

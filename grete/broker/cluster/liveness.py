@@ -74,7 +74,8 @@ class ProcessWatch:
         route) say nothing about the process: wait and try again."""
         while True:
             try:
-                return await asyncio.wait_for(asyncio.open_connection(self.host, self.port), CONNECT_TIMEOUT_S)
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    return await asyncio.open_connection(self.host, self.port)
             except ConnectionRefusedError:
                 return None
             except (TimeoutError, OSError):

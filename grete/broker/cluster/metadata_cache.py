@@ -191,7 +191,8 @@ class ZkMetadataCache:
         entry = (condition, future)
         self._waiters.append(entry)
         try:
-            await asyncio.wait_for(future, WAIT_TIMEOUT_S)
+            async with asyncio.timeout(WAIT_TIMEOUT_S):
+                await future
         except TimeoutError:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the controller has not {what} yet") from None
         finally:

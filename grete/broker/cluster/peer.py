@@ -63,7 +63,8 @@ class PeerConnection:
             # request written to it would read nothing back, so a new one, as Kafka's client reconnects.
             self.close()
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                reader, writer = await asyncio.open_connection(self.host, self.port)
         except (TimeoutError, OSError) as exc:
             raise PeerError(f"cannot connect to {self.host}:{self.port}: {exc}",
                             timed_out=isinstance(exc, TimeoutError)) from None

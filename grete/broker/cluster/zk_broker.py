@@ -192,7 +192,8 @@ class ZkBroker:
                     "zookeeper.session.timeout.ms=%d ms after it was last heard from: waiting for that, "
                     "up to %d ms, before registering", self.broker_id, owner, session_ms, bound_ms)
         try:
-            await asyncio.wait_for(self.zk.wait_deleted(path), bound_ms / 1000)
+            async with asyncio.timeout(bound_ms / 1000):
+                await self.zk.wait_deleted(path)
         except TimeoutError:
             raise ClusterError(f"broker id {self.broker_id} is already registered in ZooKeeper ({self.zk.connect}) "
                                f"and session 0x{owner:x} holding it did not expire within {bound_ms} ms; is "

@@ -177,7 +177,8 @@ class BrokerLifecycle:
         self._want_shut_down = True
         self._heartbeat_soon(0)
         try:
-            await asyncio.wait_for(self._shut_down.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._shut_down.wait()
         except TimeoutError:
             log.warning("controlled shutdown of broker %d did not complete in %.0f s; stopping anyway",
                         self.registration.broker_id, timeout_s)

@@ -150,7 +150,8 @@ class BrokerMetadataStore(QuorumMetadataStore):
         entry = (condition, asyncio.get_running_loop().create_future())
         self._waiters.append(entry)
         try:
-            await asyncio.wait_for(entry[1], self.channel.timeout_s)
+            async with asyncio.timeout(self.channel.timeout_s):
+                await entry[1]
         except TimeoutError:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"the metadata image does not show {what} yet") from None
         finally:

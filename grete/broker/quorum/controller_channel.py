@@ -75,7 +75,8 @@ class ControllerChannel:
         """``request`` at ``version`` to the active controller; its answer, which is not NOT_CONTROLLER.
         UNSUPPORTED_VERSION when the controller does not serve it; REQUEST_TIMED_OUT after ``timeout_s``."""
         try:
-            return await asyncio.wait_for(self._call(request, version), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                return await self._call(request, version)
         except TimeoutError:
             if self._peer is not None:  # a request may be in flight on it: its answer is not awaited
                 self._peer.abort()

@@ -88,7 +88,8 @@ async def _refuses(peer: PeerConnection) -> bool:
     """Whether the peer's port refuses a new connection now: its process is gone (a live process,
     even a paused one, has the kernel accept for it; a silent host times out instead)."""
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(peer.host, peer.port), PROBE_TIMEOUT_S)
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(peer.host, peer.port)
     except ConnectionRefusedError:
         return True
     except (OSError, TimeoutError):

@@ -259,7 +259,8 @@ class Partition(PartitionLogView):
         self._produce_waiters.append(entry)
         self._complete_produce_waiters()
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await asyncio.shield(future)
         except TimeoutError:
             return ErrorCode.REQUEST_TIMED_OUT
         finally:
