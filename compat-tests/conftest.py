@@ -50,6 +50,9 @@ COMPAT_DIR = Path(__file__).resolve().parent
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--target", choices=TARGETS, default=None,
                      help="broker the compat tests run against (default: $GRETE_TEST_TARGET or grete)")
+    parser.addoption("--single-node-suites-on-clusters", action="store_true", default=False,
+                     help="run the wire and security suites against a cluster target too (by hand: many of "
+                          "their tests assume the partition's leader or the coordinator on the first broker)")
 
 
 def target_of(config: pytest.Config) -> str:
@@ -82,7 +85,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         folder = path.relative_to(COMPAT_DIR).parts[0]
         if reference or folder in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
-        if target == "grete-kraft" and folder in SINGLE_NODE_FOLDERS:
+        if (target == "grete-kraft" and folder in SINGLE_NODE_FOLDERS
+                and not config.getoption("--single-node-suites-on-clusters")):
             item.add_marker(single_node)
 
 

@@ -28,6 +28,7 @@ from grete.protocol.messages import (
     SaslHandshakeResponse,
 )
 from grete.testing._wire import Wire
+from grete.testing.cluster import cluster
 from tests.broker._tls import Certs, make_certs
 from tools import kafka_dist
 from tools.reference_kafka import (
@@ -112,6 +113,9 @@ def _serving(port: int) -> bool:
 def secure_broker(target: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     tmp = tmp_path_factory.mktemp("secure")
     certs = make_certs(tmp)
+    if target == "grete-kraft":
+        yield from _grete_kraft_cluster(tmp, certs)
+        return
     if target != "grete":
         version = target.removeprefix("kafka-")
         try:
@@ -139,3 +143,21 @@ def secure_broker(target: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield SecureBroker("grete", sasl, sasl_ssl, certs.ca)
     finally:
         stop_process(proc, grace=10.0)
+
+
+def _grete_kraft_cluster(tmp: Path, certs: Certs) -> Iterator[SecureBroker]:
+    """Three grete brokers under a grete controller, each with the single node's listeners and keys
+    (the brokers' PLAINTEXT listener carries their own traffic, User:ANONYMOUS a super user as on
+    Kafka); the controller gets the authorizer, the super users and the token secret, which it
+    applies to what the brokers forward. Tests speak to broker 1."""
+    ports = {b: (free_port(), free_port(), free_port()) for b in (1, 2, 3)}
+    per_broker = {}
+    for b, (plain, sasl, sasl_ssl) in ports.items():
+        items = _grete_overrides(plain, sasl, sasl_ssl, certs, tmp / f"broker-{b}")
+        del items["log.dirs"]
+        per_broker[b] = items
+    controller = {"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:admin;User:ANONYMOUS", **TOKENS}
+    with cluster(3, directory=tmp / "cluster", controllers=1, ports={b: p[0] for b, p in ports.items()},
+                 broker_overrides=per_broker, controller_overrides=controller):
+        _, sasl, sasl_ssl = ports[1]
+        yield SecureBroker("grete", sasl, sasl_ssl, certs.ca)
