@@ -24,7 +24,12 @@ from grete.broker.broker import Broker
 from grete.broker.config import BrokerConfig, ConfigError, StartupError
 from grete.broker.groups.coordinators import start_group_coordinator
 from grete.broker.network.connection import KafkaConnection
-from grete.broker.network.listeners import Listener, parse_listeners, security_protocol
+from grete.broker.network.listeners import (
+    Listener,
+    check_internal_listeners,
+    parse_listeners,
+    security_protocol,
+)
 from grete.broker.quotas.connection_quotas import LISTEN_BACKLOG
 from grete.broker.requests.pipeline import Pipeline
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -80,18 +85,22 @@ def _new_parts(config: BrokerConfig) -> Parts:
     if not config.get_str("zookeeper.connect"):
         roles = set(config.get_list("process.roles"))
         if roles == {"controller"}:  # loaded by name: the embedded node runs no quorum of several
+            check_internal_listeners(config, inter_broker=False, controller=True)
             controller = importlib.import_module("grete.broker.quorum.controller_node").controller_broker(config)
             return None, controller, controller
         if roles == {"broker"}:
             # Loaded by name and only for a KRaft broker, as ZooKeeper's below (the Raft observer,
             # the fetch codec, the authorizer's parts the embedded node does not load at start).
+            check_internal_listeners(config, inter_broker=True, controller=True)
             kraft = importlib.import_module("grete.broker.quorum.kraft_broker").KRaftBroker(config)
             return kraft, Broker(config, metadata=kraft.metadata, cluster=kraft, kraft_version=kraft.kraft_version), None
         if _quorum_of_others(config):
+            check_internal_listeners(config, inter_broker=True, controller=True)
             controller, membership, broker = importlib.import_module(
                 "grete.broker.quorum.combined").combined_node(config)
             return membership, broker, controller
         return None, Broker(config), None
+    check_internal_listeners(config, inter_broker=True, controller=False)
     # Loaded by name and only for a cluster: kazoo costs ~30 ms of start-up.
     cluster = importlib.import_module("grete.broker.cluster.zk_cluster")
     zk_broker = cluster.ZkCluster(config)

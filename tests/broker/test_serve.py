@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from grete.testing.common import free_port
@@ -91,6 +92,24 @@ def test_port_in_use_is_reported(tmp_path):
             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert "address already in use" in result.stderr.lower()
+
+
+@pytest.mark.parametrize("mode", [
+    ["zookeeper.connect=127.0.0.1:1", "broker.id=5", "listeners=SSL://127.0.0.1:0",
+     "security.inter.broker.protocol=SSL"],
+    ["process.roles=broker", "node.id=5", "controller.listener.names=CONTROLLER",
+     "controller.quorum.voters=1@127.0.0.1:1", "listeners=PLAINTEXT://127.0.0.1:0",
+     "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"],
+], ids=["zookeeper-inter-broker-tls", "kraft-controller-sasl"])
+def test_a_cluster_node_whose_own_traffic_asks_for_sasl_or_tls_is_refused(tmp_path, mode):
+    """Brokers and controllers connect to each other in PLAINTEXT only: said at start, not left to
+    every such connection being closed by its peers."""
+    overrides = [arg for item in [*mode, f"log.dirs={tmp_path}"] for arg in ("--override", item)]
+    result = subprocess.run([sys.executable, "-m", "grete.cli", "serve", *overrides],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert "connect to each other in PLAINTEXT only" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line, no traceback
 
 
 def test_a_second_broker_on_the_same_log_dir_is_refused_and_the_first_serves_on(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.cluster.share_persister import ClusterSharePersister
 from grete.broker.config import BrokerConfig, ConfigError, StartupError
-from grete.broker.network.listeners import security_protocol
+from grete.broker.network.listeners import inter_broker_listener, security_protocol
 from grete.broker.security.authorizer import configured
 from grete.broker.security.delegation_tokens import tokens_enabled
 from grete.coordinator.metadata import new_topic_id
@@ -38,12 +38,6 @@ CONTROLLED_SHUTDOWN_VERSION = 3
 
 class ClusterError(StartupError):
     """The broker cannot join the cluster (ZooKeeper unreachable, id taken, incompatible features)."""
-
-
-def inter_broker_listener(config: BrokerConfig) -> str:
-    """``inter.broker.listener.name``, else the listener named after
-    ``security.inter.broker.protocol`` (Kafka's rule)."""
-    return config.get_str("inter.broker.listener.name") or config.get_str("security.inter.broker.protocol") or "PLAINTEXT"
 
 
 class ZkBroker:

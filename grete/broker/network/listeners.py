@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grete.broker.config import BrokerConfig, ConfigError
+from grete.broker.config import BrokerConfig, ConfigError, StartupError
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +47,24 @@ def security_protocol(config: BrokerConfig, listener: str) -> str:
         raise ConfigError(f"listener {listener}: security protocol {protocol} is not supported yet "
                           f"(grete serves {', '.join(SUPPORTED)})")
     return protocol
+
+
+def inter_broker_listener(config: BrokerConfig) -> str:
+    """``inter.broker.listener.name``, else the listener named after
+    ``security.inter.broker.protocol`` (Kafka's rule)."""
+    return config.get_str("inter.broker.listener.name") or config.get_str("security.inter.broker.protocol") or "PLAINTEXT"
+
+
+def check_internal_listeners(config: BrokerConfig, inter_broker: bool, controller: bool) -> None:
+    """grete's brokers and controllers connect to each other (replication, the controller's and the
+    quorum's requests, transaction markers) without SASL or TLS. A node of a cluster whose inter-broker
+    or controller listener asks for either is refused at start, naming the listener, rather than
+    left to have every such connection closed by its peers."""
+    internal = ([("inter-broker", inter_broker_listener(config))] if inter_broker else []) + (
+        [("controller", name) for name in config.get_list("controller.listener.names")] if controller else [])
+    for role, name in internal:
+        protocol = security_protocol(config, name)
+        if protocol != "PLAINTEXT":
+            raise StartupError(f"the {role} listener {name} uses {protocol}: grete's brokers and controllers "
+                               f"connect to each other in PLAINTEXT only; give that traffic a PLAINTEXT listener "
+                               f"(SASL and TLS serve clients on the others)")

@@ -24,10 +24,9 @@ from grete.broker.cluster.alter_partition import AlterPartitionManager
 from grete.broker.cluster.fetcher import ReplicaFetcherManager
 from grete.broker.cluster.requests import PROTOCOL_IDS
 from grete.broker.cluster.share_persister import ClusterSharePersister
-from grete.broker.cluster.zk_broker import inter_broker_listener
 from grete.broker.cluster_view import BrokersFromMetadata, Reassignment, TopicPartition
 from grete.broker.config import BrokerConfig, StartupError
-from grete.broker.network.listeners import security_protocol
+from grete.broker.network.listeners import inter_broker_listener, security_protocol
 from grete.broker.quorum.addresses import VoterAddress
 from grete.broker.quorum.broker_lifecycle import BrokerLifecycle, Registration
 from grete.broker.quorum.broker_store import BrokerMetadataStore
