@@ -200,3 +200,33 @@ async def _authorized(tmp_path: Path, reads: list[int]) -> None:
     broker.authorizer.allowed = set()  # no longer CLUSTER_ACTION: every partition is refused, read or not
     refused = _fetch(broker, 2, None, session, 2)
     assert [p.error_code for t in refused.responses for p in t.partitions] == [29]  # TOPIC_AUTHORIZATION_FAILED
+
+
+def test_a_consumer_naming_its_rack_keeps_idle_session_partitions_unread_without_a_rack_aware_selector(
+        tmp_path: Path, monkeypatch) -> None:
+    """A rack matters only with the rack-aware selector (it may send the consumer to a follower);
+    with Kafka's default one an idle partition of a consumer's session is not read again."""
+    consumer_reads = counted(monkeypatch, fetch_handler, "_read_partition")
+
+    async def run() -> None:
+        partition, broker = _leading(tmp_path)
+        broker.replicas = SimpleNamespace(readable=lambda topic, index, from_follower: broker.partitions[(topic, index)])
+        broker.config = SimpleNamespace(get_str=lambda key: "")  # replica.selector.class: Kafka's default
+        ctx: Any = SimpleNamespace(broker=broker, version=VERSION, api_version=VERSION,
+                                   session=SimpleNamespace(principal="User:ANONYMOUS", client_host="127.0.0.1"))
+
+        def consume(session: int, epoch: int, named: bool) -> FetchResponse:
+            topics = [FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=0)])] if named else []
+            request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, rack_id="rack-a",
+                                   session_id=session, session_epoch=epoch, topics=topics)
+            response = fetch_handler.handle(ctx, request)
+            assert isinstance(response, FetchResponse)
+            return response
+
+        session = consume(0, 0, named=True).session_id
+        assert session and consumer_reads[0] == 1
+        assert consume(session, 1, named=False).responses == []
+        assert consumer_reads[0] == 1, "an idle session partition was read for a consumer naming its rack"
+
+    asyncio.run(run())

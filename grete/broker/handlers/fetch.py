@@ -143,9 +143,9 @@ def _quiet_check(ctx: RequestContext[DataPlane], request: FetchRequest, fetch_pl
                  replica_id: int, replica_allowed: bool, update_fetch_state: bool = True) -> QuietCheck | None:
     """For an incremental fetch: a check that finds a session partition with nothing new for its
     fetcher without reading it (the cost of an idle partition in a session is this check). Only on
-    a leader, without a rack to consider, for a fetcher allowed to read (a replica's right asked once
-    per request, a consumer's once per topic); None: read every partition."""
-    if fetch_plan.cached is None or request.rack_id:
+    a leader, for a fetcher allowed to read (a replica's right asked once per request, a consumer's once
+    per topic) that its rack cannot send to a follower; None: read every partition."""
+    if fetch_plan.cached is None or _rack_may_redirect(ctx, request):
         return None
     if replica_id >= 0:
         return _quiet_follower(ctx, replica_id, update_fetch_state) if replica_allowed else None
@@ -349,14 +349,20 @@ def _check_topic_id(ctx: RequestContext[DataPlane], partition: Partition, topic_
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
+def _rack_may_redirect(ctx: RequestContext[DataPlane], request: FetchRequest) -> bool:
+    """Whether a consumer's rack may send it to a follower (KIP-392): Fetch v11+, a rack named, the
+    rack-aware selector configured. A rack alone, with Kafka's default selector, changes nothing."""
+    return (bool(request.rack_id) and ctx.version >= 11
+            and ctx.broker.config.get_str("replica.selector.class") == RACK_AWARE_SELECTOR)
+
+
 def _preferred_read_replica(ctx: RequestContext[DataPlane], request: FetchRequest, partition: Partition,
                             fetch_offset: int) -> int:
     """Kafka's RackAwareReplicaSelector, asked by a leader for a consumer that named its rack
     (``client.rack``, Fetch v11+): the leader itself if it is in that rack (or no replica is),
     else the in-sync follower there that holds the fetch offset and has the most of the log.
     -1: read here."""
-    if (ctx.version < 11 or not request.rack_id or not partition.is_leader or not partition.has_followers
-            or ctx.broker.config.get_str("replica.selector.class") != RACK_AWARE_SELECTOR):
+    if not _rack_may_redirect(ctx, request) or not partition.is_leader or not partition.has_followers:
         return -1
     racks = {b.id: b.rack for b in ctx.broker.live_brokers()}
     if racks.get(partition.leader_id) == request.rack_id:
