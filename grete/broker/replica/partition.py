@@ -255,8 +255,7 @@ class Partition(PartitionLogView):
         NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below min.insync.replicas meanwhile,
         NOT_LEADER_OR_FOLLOWER if leadership moved, REQUEST_TIMED_OUT after ``timeout_ms``."""
         future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
-        entry = (required_offset, future)
-        self._produce_waiters.append(entry)
+        self._produce_waiters.append(entry := (required_offset, future))
         self._complete_produce_waiters()
         try:
             async with asyncio.timeout(timeout_ms / 1000):
