@@ -19,9 +19,10 @@ from grete.broker.child_process import spawn
 from grete.broker.config import BrokerConfig, read_properties
 from grete.broker.network.listeners import parse_listeners, security_protocol
 from grete.testing.cluster import ZooKeeperProcess, zookeeper_available
+from grete.testing.common import free_port
 from grete.testing.process import await_start
 
-from ._support import DOCKER, entrypoint, free_port
+from ._support import DOCKER, entrypoint
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the compose file")
 

@@ -13,8 +13,9 @@ import pytest
 
 from grete.broker.config import BrokerConfig, read_properties
 from grete.broker.network.listeners import parse_listeners, security_protocol
+from grete.testing.common import free_port
 
-from ._support import DOCKER, REPO, entrypoint, free_port, round_trip, wait_serving
+from ._support import DOCKER, REPO, entrypoint, round_trip, wait_serving
 
 ep = entrypoint()
 

@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from ._support import DOCKER, REPO, free_port, round_trip
+from grete.testing.common import free_port
+
+from ._support import DOCKER, REPO, round_trip
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
