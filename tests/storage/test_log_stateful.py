@@ -62,6 +62,9 @@ class LogMachine(RuleBasedStateMachine):
             self.log.truncate_to(offset)
             del self.model[offset:]
             del self.batch_last[offset:]
+            # A batch that held the start is gone with it: a later truncation, inside batches
+            # appended from here, must not walk back into it.
+            self.batch_last[:offset] = [min(last, offset - 1) for last in self.batch_last[:offset]]
             return
         # A batch is never split: the log ends where the batch holding ``offset`` starts.
         first = offset
