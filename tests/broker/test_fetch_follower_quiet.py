@@ -230,3 +230,35 @@ def test_a_consumer_naming_its_rack_keeps_idle_session_partitions_unread_without
         assert consumer_reads[0] == 1, "an idle session partition was read for a consumer naming its rack"
 
     asyncio.run(run())
+
+
+def test_under_an_authorizer_a_consumer_losing_read_is_refused_in_its_session(tmp_path: Path, monkeypatch) -> None:
+    """An idle session partition is skipped only for a consumer still allowed to READ its topic
+    (asked once per topic and request); once the right is gone the partition is read, and refused."""
+    consumer_reads = counted(monkeypatch, fetch_handler, "_read_partition")
+
+    async def run() -> None:
+        _partition, broker = _leading(tmp_path)
+        broker.replicas = SimpleNamespace(readable=lambda topic, index, from_follower: broker.partitions[(topic, index)])
+        broker.config = SimpleNamespace(get_str=lambda key: "")
+        broker.authorizer = Authorizer({"User:alice"})
+        ctx: Any = SimpleNamespace(broker=broker, version=VERSION, api_version=VERSION,
+                                   session=SimpleNamespace(principal="User:alice", client_host="127.0.0.1"))
+
+        def consume(session: int, epoch: int, named: bool) -> FetchResponse:
+            topics = [FetchRequest.FetchTopic(topic="t", partitions=[FetchRequest.FetchPartition(
+                partition=0, fetch_offset=0, partition_max_bytes=1 << 20, current_leader_epoch=0)])] if named else []
+            response = fetch_handler.handle(ctx, FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0,
+                                                              max_bytes=1 << 20, session_id=session,
+                                                              session_epoch=epoch, topics=topics))
+            assert isinstance(response, FetchResponse)
+            return response
+
+        session = consume(0, 0, named=True).session_id
+        assert session and consumer_reads[0] == 1
+        assert consume(session, 1, named=False).responses == [] and consumer_reads[0] == 1  # skipped
+        broker.authorizer.allowed = set()
+        refused = consume(session, 2, named=False)
+        assert [p.error_code for t in refused.responses for p in t.partitions] == [29]  # TOPIC_AUTHORIZATION_FAILED
+
+    asyncio.run(run())
