@@ -35,12 +35,9 @@ async def handle(ctx: RequestContext[Admin], request: ListPartitionReassignments
             by_topic.setdefault(topic, []).append(Ongoing(partition_index=index, replicas=replicas,
                                                           adding_replicas=adding, removing_replicas=removing))
     # A KRaft controller answers a null message (Kafka 4.3.1's), a ZooKeeper-mode broker an empty one (3.9's).
-    return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE, error_message=_no_message(ctx), topics=[
+    return ListPartitionReassignmentsResponse(error_code=ErrorCode.NONE,
+                                              error_message="" if ctx.broker.cluster.zk_broker_apis else None, topics=[
         ListPartitionReassignmentsResponse.OngoingTopicReassignment(name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
 Ongoing = ListPartitionReassignmentsResponse.OngoingPartitionReassignment
-
-
-def _no_message(ctx: RequestContext[Admin]) -> str | None:
-    return "" if ctx.broker.cluster.zk_broker_apis else None
