@@ -15,6 +15,7 @@ from grete.coordinator.share.share_records import (
     CURRENT_MEMBER_ASSIGNMENT,
     GROUP_METADATA,
     MEMBER_METADATA,
+    STATE_PARTITION_METADATA,
     TARGET_ASSIGNMENT_MEMBER,
 )
 from grete.protocol.errors import ErrorCode
@@ -86,6 +87,29 @@ def test_a_deleted_group_is_gone_and_others_stay() -> None:
     gone.members.clear()
     log += share_records.tombstones(gone)
     assert set(share_records.load(log)) == {"kept"}
+
+
+def test_the_partitions_a_group_was_assigned_outlive_its_members() -> None:
+    """ShareGroupStatePartitionMetadata: every partition ever assigned is written once, kept when the
+    members leave, and loaded back by another coordinator (DescribeShareGroupOffsets without topics
+    reads it); deleting the group tombstones it."""
+    group = ShareGroup("g")
+    join(group, "m1", ["a"])
+    log = share_records.changes(group)
+    assert (STATE_PARTITION_METADATA, False) in record_types(log)
+    join(group, "m2", ["b"])
+    log += share_records.changes(group)
+    for member_id in ("m1", "m2"):
+        group.heartbeat(member_id, -1, rack_id=None, subscribed=None, client_id="", client_host="", topics=TOPICS,
+                        max_size=10)
+    left = share_records.changes(group)
+    assert STATE_PARTITION_METADATA not in [t for t, _ in record_types(left)]  # unchanged: not written again
+    loaded = share_records.load(log + left)["g"]
+    assert not loaded.members
+    assert {t: (i.name, i.partitions) for t, i in loaded.initialized.items()} == {T1: ("a", {0, 1, 2}),
+                                                                                 T2: ("b", {0})}
+    assert loaded.initialized[T1].create_ms == group.initialized[T1].create_ms > 0
+    assert (STATE_PARTITION_METADATA, True) in record_types(share_records.tombstones(loaded))
 
 
 def test_a_member_without_its_metadata_record_is_dropped() -> None:

@@ -249,14 +249,16 @@ class ShareGroups:
     async def described(self, group_id: str, keys: list[PartitionKey] | None) -> dict[PartitionKey, tuple[int, int]]:
         """(SPSO, delivery-complete count) of the group's share partitions (``keys``; None: all it has).
         In a cluster from their share coordinators, as Kafka's group coordinator reads them (None: the
-        partitions of the topics its members subscribe to, and those this broker holds)."""
+        partitions it has assigned, those of the topics its members subscribe to, and those this
+        broker holds)."""
         if self.persister is None:
             found = self.summaries(group_id)
             return found if keys is None else {k: found[k] for k in keys if k in found}
         if keys is None:
             group = self.groups.get(group_id)
             view = self.members.topic_view(group.subscribed_topics()) if group is not None else {}
-            keys = sorted({(t, i) for t, n in view.values() for i in range(n)} | self.known(group_id))
+            assigned = {(t, i) for t, topic in group.initialized.items() for i in topic.partitions} if group else set()
+            keys = sorted({(t, i) for t, n in view.values() for i in range(n)} | assigned | self.known(group_id))
         if self.metadata.topic(SHARE_GROUP_STATE_TOPIC) is None:
             return {}
         out: dict[PartitionKey, tuple[int, int]] = {}
@@ -331,6 +333,9 @@ class ShareGroups:
                 await self.persister.delete(ShareKey(group_id, topic_id, index))
             self.persistence.drop((group_id, topic_id, index))
             self.persistence.held.get(group_id, set()).discard((topic_id, index))
+        group = self.groups.get(group_id)
+        if group is not None and group.initialized.pop(topic_id, None) is not None:
+            await self.members.write_membership(group_id)
 
     def delete_start_offsets(self, group_id: str, topic_id: uuid.UUID) -> list[int]:
         """DeleteShareGroupOffsets: the group forgets the topic's share partitions; their indexes."""

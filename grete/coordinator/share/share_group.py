@@ -11,6 +11,7 @@ Pure state: the owner (grete.broker.groups.share_groups) keeps the session timer
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,16 @@ class ShareMember:
     client_host: str = ""
     subscribed: list[str] = field(default_factory=list)
     assignment: Assignment = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InitializedTopic:
+    """A topic whose share partitions the group has (ShareGroupStatePartitionMetadata's
+    TopicPartitionsInfo): assigned to a member at least once, so a share-partition leader may hold
+    state for them. What DescribeShareGroupOffsets without topics reports, members or not."""
+    name: str
+    partitions: set[int]
+    create_ms: int
 
 
 @dataclass(slots=True)
@@ -93,6 +104,7 @@ class ShareGroup:
         self.assignment_epoch = 0
         self.metadata_hash = 0
         self.members: dict[str, ShareMember] = {}
+        self.initialized: dict[uuid.UUID, InitializedTopic] = {}
         # the group's records in __consumer_offsets as last written (grete.coordinator.share.share_records),
         # and the members whose records may have changed since
         self.persisted: dict[bytes, bytes] = {}
@@ -166,6 +178,14 @@ class ShareGroup:
     def _assign(self, topics: TopicView) -> None:
         target = simple_assign(list(self.members.values()), topics)
         self.dirty.update(target)
+        names = {topic_id: name for name, (topic_id, _count) in topics.items()}
         for member_id, assignment in target.items():
             self.members[member_id].assignment = {t: sorted(ps) for t, ps in assignment.items()}
+            for topic_id, partitions in assignment.items():
+                self._initialized(topic_id, names[topic_id]).partitions.update(partitions)
         self.assignment_epoch = self.epoch
+
+    def _initialized(self, topic_id: uuid.UUID, name: str) -> InitializedTopic:
+        if topic_id not in self.initialized:
+            self.initialized[topic_id] = InitializedTopic(name, set(), int(time.time() * 1000))
+        return self.initialized[topic_id]

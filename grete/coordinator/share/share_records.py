@@ -9,9 +9,15 @@ kafka-group-coordinator schemas), so a share group outlives its coordinator's re
   State int8, AssignedPartitions[{TopicId, Partitions[]}]
 
 Keys are an int16 record type then classic strings; values an int16 version (0) then the flexible
-encoding. Type 9 (ShareGroupPartitionMetadata) is deprecated, and 15 (ShareGroupStatePartitionMetadata,
-which share partitions the group coordinator initialized) is not written: grete's share-partition
-leaders initialize their state at first fetch. Both are skipped on load.
+encoding. Type 9 (ShareGroupPartitionMetadata) is deprecated and skipped on load.
+
+* 15 ShareGroupStatePartitionMetadata (GroupId) -> InitializingTopics[], InitializedTopics[{TopicId,
+  TopicName, Partitions[], CreateTimestamp}], DeletingTopics[{TopicId, TopicName}]
+
+grete's share-partition leaders initialize their state at first fetch, so the coordinator writes the
+partitions it has assigned as InitializedTopics (initializing and deleting ones, which Kafka's
+coordinator writes, are read as initialized and not written): what the group has, members or not,
+wherever its coordinator moves.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import logging
 from collections.abc import Iterable
 
 from grete.coordinator.groups.coordinator_records import Record, key, latest_by_key, typed_key, value_writer
-from grete.coordinator.share.share_group import Assignment, ShareGroup, ShareMember
+from grete.coordinator.share.share_group import Assignment, InitializedTopic, ShareGroup, ShareMember
 from grete.protocol.codec import Reader, Writer
 from grete.protocol.errors import ProtocolError
 
@@ -99,6 +105,32 @@ def target_member_value(m: ShareMember) -> bytes:
     return w.getvalue()
 
 
+def state_partitions_value(group: ShareGroup) -> bytes:
+    w = value_writer()
+    w.length(0, True)  # InitializingTopics
+    w.length(len(group.initialized), True)
+    for topic_id, topic in sorted(group.initialized.items()):
+        w.uuid(topic_id)
+        w.string(topic.name, True)
+        w.length(len(topic.partitions), True)
+        for p in sorted(topic.partitions):
+            w.int32(p)
+        w.int64(topic.create_ms)
+        w.uvarint(0)
+    w.length(0, True)  # DeletingTopics
+    w.uvarint(0)
+    return w.getvalue()
+
+
+def _read_state_partitions(group: ShareGroup, r: Reader) -> None:
+    for _ in range(2):  # InitializingTopics, then InitializedTopics
+        for _ in range(r.array_length(True)):
+            topic_id, name = r.uuid(), r.string(True)
+            partitions = {r.int32() for _ in range(r.array_length(True))}
+            group.initialized[topic_id] = InitializedTopic(name, partitions, r.int64())
+            r.tagged_fields()
+
+
 def current_assignment_value(m: ShareMember) -> bytes:
     w = value_writer()
     w.int32(m.epoch)
@@ -118,6 +150,8 @@ def group_records(group: ShareGroup, member_ids: Iterable[str]) -> dict[bytes, b
     gid = group.group_id
     records = {key(GROUP_METADATA, gid): group_metadata_value(group),
                key(TARGET_ASSIGNMENT_METADATA, gid): target_metadata_value(group)}
+    if group.initialized or key(STATE_PARTITION_METADATA, gid) in group.persisted:
+        records[key(STATE_PARTITION_METADATA, gid)] = state_partitions_value(group)
     for member_id in member_ids:
         m = group.members.get(member_id)
         if m is None:
@@ -188,6 +222,8 @@ def load(records: Iterable[Record]) -> dict[str, ShareGroup]:
         if group is None or v is None or member_id is None:
             if group is not None and v is not None and record_type == TARGET_ASSIGNMENT_METADATA:
                 group.assignment_epoch = _int32_value(v)
+            elif group is not None and v is not None and record_type == STATE_PARTITION_METADATA:
+                _read_group_record(group, v)
             continue
         m = members.setdefault((gid, member_id), ShareMember(member_id))
         try:
@@ -209,6 +245,13 @@ def _group(gid: str, r: Reader) -> ShareGroup:
     group.epoch = r.int32()
     group.metadata_hash = r.int64()
     return group
+
+
+def _read_group_record(group: ShareGroup, v: bytes) -> None:
+    try:
+        _read_state_partitions(group, Reader(v[2:]))
+    except (ProtocolError, ValueError) as exc:
+        log.error("skipping unreadable share group record of %s: %s", group.group_id, exc)
 
 
 def _int32_value(v: bytes) -> int:
