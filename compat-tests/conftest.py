@@ -51,8 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--target", choices=TARGETS, default=None,
                      help="broker the compat tests run against (default: $GRETE_TEST_TARGET or grete)")
     parser.addoption("--single-node-suites-on-clusters", action="store_true", default=False,
-                     help="run the wire and security suites against a cluster target too (by hand: many of "
-                          "their tests assume the partition's leader or the coordinator on the first broker)")
+                     help="run the wire and security suites against a cluster target too (by hand; their raw "
+                          "requests then go where a client sends them: grete/testing/routed_wire.py)")
 
 
 def target_of(config: pytest.Config) -> str:
@@ -67,8 +67,8 @@ def target_of(config: pytest.Config) -> str:
 SLOW_FOLDERS = frozenset({"kafka-cli", "java", "cluster", "connect", "kafka-streams", "kafka-tools"})
 
 
-# Suites that speak to one broker's socket (one connection answers for every partition): against a
-# single node of any kind, not a cluster (docs/compatibility.md).
+# Suites written against one broker's socket: on a cluster target only when asked for, their requests
+# then routed as a client routes them (docs/compatibility.md).
 SINGLE_NODE_FOLDERS = frozenset({"wire", "security"})
 
 

@@ -7,13 +7,17 @@ from typing import Any
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None,
-                 timeout: float = 30.0) -> None:
-    """Create through confluent-kafka's AdminClient and wait until every partition has a leader."""
+                 timeout: float = 30.0, replicas: list[int] | None = None) -> None:
+    """Create through confluent-kafka's AdminClient and wait until every partition has a leader.
+    ``replicas``: every partition on these brokers, led by the first; else one replica, placed by
+    the controller."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                            config=dict(config or {}))], operation_timeout=timeout)
+    placed = (NewTopic(name, num_partitions=partitions, replication_factor=-1, replica_assignment=[list(replicas)] * partitions,
+                       config=dict(config or {}))
+              if replicas else NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {})))
+    futures = admin.create_topics([placed], operation_timeout=timeout)
     futures[name].result(timeout=timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -56,9 +60,13 @@ def describe_client_quotas(bootstrap: str, timeout: float = 10.0) -> dict[tuple[
 
 
 def call(bootstrap: str, request: Any, version: int, timeout: float = 10.0, client_id: str = "kafka_admin") -> Any:
-    """One request on a fresh connection to the first bootstrap server; the decoded answer."""
+    """One request on a fresh connection, to where a client would send it (on a cluster, the leader or
+    coordinator it names; else the first bootstrap server); the decoded answer."""
     from grete.protocol.messages import APIS
-    from grete.testing import _wire
+    from grete.testing.routed_wire import open_wire
 
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    return _wire.call(host, int(port), request, APIS[request.API_KEY].response, version, timeout, client_id)
+    wire = open_wire(bootstrap, timeout, client_id=client_id)
+    try:
+        return wire.call(request, APIS[request.API_KEY].response, version)
+    finally:
+        wire.close()

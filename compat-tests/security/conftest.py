@@ -29,6 +29,7 @@ from grete.protocol.messages import (
 )
 from grete.testing._wire import Wire
 from grete.testing.cluster import cluster
+from grete.testing.routed_wire import RoutedWire
 from tests.broker._tls import Certs, make_certs
 from tools import kafka_dist
 from tools.reference_kafka import (
@@ -58,28 +59,40 @@ class SecureBroker:
     sasl_port: int
     sasl_ssl_port: int
     ca: Path  # the test CA's certificate (PEM), for SASL_SSL clients
+    more_sasl_ports: tuple[int, ...] = ()  # a cluster's other brokers', after broker 1's
+    more_sasl_ssl_ports: tuple[int, ...] = ()
 
     @property
     def sasl_bootstrap(self) -> str:
-        return f"{HOST}:{self.sasl_port}"
+        return ",".join(f"{HOST}:{port}" for port in (self.sasl_port, *self.more_sasl_ports))
 
     @property
     def sasl_ssl_bootstrap(self) -> str:
-        return f"{HOST}:{self.sasl_ssl_port}"
+        return ",".join(f"{HOST}:{port}" for port in (self.sasl_ssl_port, *self.more_sasl_ssl_ports))
 
     @property
     def is_grete(self) -> bool:
         return self.kind == "grete"
 
-    def login(self, user: str, password: str | None = None) -> Wire:
-        """A wire connection authenticated with SASL/PLAIN as ``user``."""
-        wire = Wire(HOST, self.sasl_port, timeout=30.0)
-        answer = wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, 1)
-        assert answer.error_code == 0, answer
-        token = f"\0{user}\0{password or USERS[user]}".encode()
-        done = wire.call(SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, 2)
-        assert done.error_code == 0, done
-        return wire
+    def login(self, user: str, password: str | None = None) -> Wire | RoutedWire:
+        """A wire connection authenticated with SASL/PLAIN as ``user``; on a cluster, one per broker,
+        each request sent where a client would send it (admin asks where that is)."""
+        def as_user(host: str, port: int) -> Wire:
+            return _plain_login(host, port, user, password or USERS[user])
+
+        if not self.more_sasl_ports:
+            return as_user(HOST, self.sasl_port)
+        return RoutedWire(HOST, self.sasl_port, connect=as_user,
+                          lookup=lambda host, port: _plain_login(host, port, "admin", USERS["admin"]))
+
+
+def _plain_login(host: str, port: int, user: str, password: str) -> Wire:
+    wire = Wire(host, port, timeout=30.0)
+    answer = wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, 1)
+    assert answer.error_code == 0, answer
+    done = wire.call(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{password}".encode()), SaslAuthenticateResponse, 2)
+    assert done.error_code == 0, done
+    return wire
 
 
 def _grete_overrides(plain: int, sasl: int, sasl_ssl: int, certs: Certs, data: Path) -> dict[str, str]:
@@ -149,7 +162,7 @@ def _grete_kraft_cluster(tmp: Path, certs: Certs) -> Iterator[SecureBroker]:
     """Three grete brokers under a grete controller, each with the single node's listeners and keys
     (the brokers' PLAINTEXT listener carries their own traffic, User:ANONYMOUS a super user as on
     Kafka); the controller gets the authorizer, the super users and the token secret, which it
-    applies to what the brokers forward. Tests speak to broker 1."""
+    applies to what the brokers forward. Raw requests go where a client would send them."""
     ports = {b: (free_port(), free_port(), free_port()) for b in (1, 2, 3)}
     per_broker = {}
     for b, (plain, sasl, sasl_ssl) in ports.items():
@@ -160,4 +173,5 @@ def _grete_kraft_cluster(tmp: Path, certs: Certs) -> Iterator[SecureBroker]:
     with cluster(3, directory=tmp / "cluster", controllers=1, ports={b: p[0] for b, p in ports.items()},
                  broker_overrides=per_broker, controller_overrides=controller):
         _, sasl, sasl_ssl = ports[1]
-        yield SecureBroker("grete", sasl, sasl_ssl, certs.ca)
+        yield SecureBroker("grete", sasl, sasl_ssl, certs.ca, more_sasl_ports=(ports[2][1], ports[3][1]),
+                           more_sasl_ssl_ports=(ports[2][2], ports[3][2]))

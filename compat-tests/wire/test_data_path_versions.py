@@ -33,6 +33,7 @@ from grete.protocol.messages import (  # noqa: E402
 from grete.protocol.records.batch import iter_batches  # noqa: E402
 from grete.protocol.records.record import Record, build_batch  # noqa: E402
 from grete.testing._wire import Wire  # noqa: E402
+from grete.testing.routed_wire import open_wire  # noqa: E402
 from tests.broker._txn import READ_COMMITTED, Txn, latest, settled  # noqa: E402
 
 # Kafka 4.3.1's ApiVersions for the data path (measured with tools/reference_kafka.py).
@@ -43,8 +44,7 @@ KAFKA_43 = {0: (0, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13)}
 def wire(broker):
     if broker.kind.startswith("kafka-3"):
         pytest.skip("Kafka 4's versions")
-    host, port = broker.address
-    w = Wire(host, int(port), timeout=30)
+    w = open_wire(broker.bootstrap, timeout=30)
     yield w
     w.close()
 

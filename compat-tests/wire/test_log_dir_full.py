@@ -34,6 +34,7 @@ from grete.protocol.messages import (  # noqa: E402
 from grete.protocol.records.record import Record, build_batch  # noqa: E402
 from grete.testing import broker as grete_broker  # noqa: E402
 from grete.testing._wire import Wire  # noqa: E402
+from grete.testing.cluster import cluster  # noqa: E402
 from tools.reference_kafka import ReferenceKafka  # noqa: E402
 
 
@@ -61,6 +62,10 @@ def two_dir_broker(target: str, small_disk: Path, tmp_path: Path) -> Iterator[tu
         with grete_broker({"log.dirs": dirs}, data_dir=first) as b:
             yield b.bootstrap_servers, small_disk
         return
+    if target == "grete-kraft":  # broker 1 of a cluster of its own has the two dirs
+        with cluster(3, directory=tmp_path / "cluster", controllers=1, broker_overrides={1: {"log.dirs": dirs}}) as nodes:
+            yield nodes.bootstrap_servers, small_disk
+        return
     with ReferenceKafka(target.removeprefix("kafka-"), overrides={"log.dirs": dirs}) as ref:
         yield ref.bootstrap, small_disk
 
@@ -86,8 +91,12 @@ def test_a_full_log_dir(two_dir_broker: tuple[str, Path]) -> None:
     bootstrap, small = two_dir_broker
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     wire = Wire(host, int(port), timeout=30)
-    create = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
-        name="full", num_partitions=4, replication_factor=1)], timeout_ms=30_000)
+    C = CreateTopicsRequest
+    # On a cluster the partitions are placed on the first broker, the one with the two dirs.
+    topic = (C.CreatableTopic(name="full", num_partitions=4, replication_factor=1) if "," not in bootstrap else
+             C.CreatableTopic(name="full", num_partitions=-1, replication_factor=-1, assignments=[
+                 C.CreatableReplicaAssignment(partition_index=i, broker_ids=[1]) for i in range(4)]))
+    create = C(topics=[topic], timeout_ms=30_000)
     assert wire.call(create, CreateTopicsResponse, 5).topics[0].error_code == 0
     deadline = time.monotonic() + 30
     while _produce(wire, "full", 0, b"warm") != 0:  # the reference creates partitions asynchronously

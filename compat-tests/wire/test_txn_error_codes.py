@@ -31,6 +31,7 @@ from grete.protocol.messages import (  # noqa: E402
 )
 from grete.protocol.records.record import Record, build_batch  # noqa: E402
 from grete.testing._wire import Wire  # noqa: E402
+from grete.testing.routed_wire import open_wire  # noqa: E402
 from tests.broker._txn import (  # noqa: E402
     KIP890_VERSIONS,
     LEGACY_VERSIONS,
@@ -57,8 +58,7 @@ def client_versions(request, monkeypatch):
 
 @pytest.fixture
 def wire(broker):
-    host, port = broker.address
-    w = Wire(host, int(port), timeout=30)
+    w = open_wire(broker.bootstrap, timeout=30)
     # Both coordinators' topics exist before the first transactional request (Kafka creates them
     # asynchronously and answers COORDINATOR_NOT_AVAILABLE until then).
     for key_type, key in ((1, "warm-up"), (0, "warm-up")):

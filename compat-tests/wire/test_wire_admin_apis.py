@@ -82,7 +82,8 @@ def test_describe_topic_partitions_whole(wire, topics):
     assert first.error_code == 0 and first.topic_id.int != 0 and not first.is_internal
     assert first.topic_authorized_operations == ALL_TOPIC_OPERATIONS
     part = first.partitions[0]
-    assert part.leader_id >= 0 and part.leader_epoch >= 0 and part.isr_nodes == part.replica_nodes == [part.leader_id]
+    assert part.leader_id >= 0 and part.leader_epoch >= 0 and part.isr_nodes == part.replica_nodes
+    assert part.replica_nodes[0] == part.leader_id  # one replica on a single node; a cluster's topics here have one per broker
     assert part.eligible_leader_replicas == [] and part.last_known_elr == [] and part.offline_replicas == []
 
 
@@ -138,7 +139,7 @@ def list_config_resources(wire: Wire, types: list[int], version: int = 1) -> tup
 
 
 def test_list_config_resources(wire, topics):
-    broker_id = str(wire.call(DescribeClusterRequest(), DescribeClusterResponse, 0).brokers[0].broker_id)
+    brokers = {str(b.broker_id) for b in wire.call(DescribeClusterRequest(), DescribeClusterResponse, 0).brokers}
     group = "lcr-" + uuid.uuid4().hex[:8]
     IAC = IncrementalAlterConfigsRequest
     resource = IAC.AlterConfigsResource(resource_type=GROUP, resource_name=group, configs=[
@@ -147,13 +148,14 @@ def test_list_config_resources(wire, topics):
 
     code, everything = list_config_resources(wire, [])
     assert code == 0
-    assert {(TOPIC, t) for t in topics} | {(BROKER, broker_id), (BROKER_LOGGER, broker_id), (GROUP, group)} <= everything
+    assert {(TOPIC, t) for t in topics} | {(BROKER, b) for b in brokers} | {(BROKER_LOGGER, b) for b in brokers} | \
+        {(GROUP, group)} <= everything
     assert {t for t, _ in everything} <= {TOPIC, BROKER, BROKER_LOGGER, GROUP, CLIENT_METRICS}
     assert list_config_resources(wire, [TOPIC, GROUP, BROKER])[0] == 0  # answered in Kafka's order
     code, only_topics = list_config_resources(wire, [TOPIC, TOPIC])
     assert code == 0 and only_topics == {r for r in everything if r[0] == TOPIC}
-    assert list_config_resources(wire, [BROKER]) == (0, {(BROKER, broker_id)})
-    assert list_config_resources(wire, [BROKER_LOGGER]) == (0, {(BROKER_LOGGER, broker_id)})
+    assert list_config_resources(wire, [BROKER]) == (0, {(BROKER, b) for b in brokers})  # every live broker
+    assert list_config_resources(wire, [BROKER_LOGGER]) == (0, {(BROKER_LOGGER, b) for b in brokers})
     # Client-metrics subscriptions (test_wire_client_metrics.py) are whatever other tests left.
     code, subscriptions = list_config_resources(wire, [CLIENT_METRICS])
     assert code == 0 and subscriptions == {r for r in everything if r[0] == CLIENT_METRICS}
@@ -163,43 +165,63 @@ def test_list_config_resources(wire, topics):
         assert list_config_resources(wire, bad) == (ErrorCode.UNSUPPORTED_VERSION, set())
 
 
-def test_describe_log_dirs_cordoned(wire):
-    broker_id = str(wire.call(DescribeClusterRequest(), DescribeClusterResponse, 0).brokers[0].broker_id)
+def test_describe_log_dirs_cordoned(wire, broker):
+    """Every broker's log dirs cordoned (on a cluster, each broker's), no topic can be placed."""
+    broker_ids = [str(b.broker_id) for b in wire.call(DescribeClusterRequest(), DescribeClusterResponse, 0).brokers]
+    nodes = [Wire(host, int(port), timeout=30) for host, port in
+             (address.rsplit(":", 1) for address in broker.bootstrap.split(","))]  # each broker's own dirs
     dirs = wire.call(DescribeLogDirsRequest(topics=[]), DescribeLogDirsResponse, 5).results
     assert dirs and not any(d.is_cordoned for d in dirs)
     log_dir = dirs[0].log_dir
     IAC = IncrementalAlterConfigsRequest
 
     def cordon(value: str | None) -> tuple[int, str | None]:
-        resource = IAC.AlterConfigsResource(resource_type=BROKER, resource_name=broker_id, configs=[
+        resources = [IAC.AlterConfigsResource(resource_type=BROKER, resource_name=broker_id, configs=[
             IAC.AlterableConfig(name="cordoned.log.dirs", config_operation=0 if value is not None else 1,
-                                value=value)])
-        (r,) = wire.call(IAC(resources=[resource]), IncrementalAlterConfigsResponse, 1).responses
-        return r.error_code, r.error_message
+                                value=value)]) for broker_id in broker_ids]
+        answers = {(r.error_code, r.error_message)
+                   for r in wire.call(IAC(resources=resources), IncrementalAlterConfigsResponse, 1).responses}
+        assert len(answers) == 1, answers
+        return answers.pop()
+
+    def cordoned_everywhere(wanted: bool) -> None:
+        deadline = time.monotonic() + 30  # Kafka's broker applies the controller's record a moment later
+        while any(n.call(DescribeLogDirsRequest(topics=[]), DescribeLogDirsResponse, 5).results[0].is_cordoned
+                  != wanted for n in nodes):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+    def create(name: str, validate_only: bool = False) -> CreateTopicsResponse.CreatableTopicResult:
+        return wire.call(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=1, replication_factor=-1)], timeout_ms=10_000, validate_only=validate_only),
+            CreateTopicsResponse, 5).topics[0]
 
     assert cordon("/nonexistent") == (ErrorCode.INVALID_REQUEST, "requirement failed: All entries in "
                                       "cordoned.log.dirs must be present in log.dirs or log.dir. Missing "
                                       "entries : /nonexistent")
     assert cordon("*") == (0, None)
     try:
-        deadline = time.monotonic() + 30  # Kafka's broker applies the controller's record a moment later
-        while not wire.call(DescribeLogDirsRequest(topics=[]), DescribeLogDirsResponse, 5).results[0].is_cordoned:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        cordoned_everywhere(True)
         name = "cordoned-" + uuid.uuid4().hex[:8]
-        created = wire.call(CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=1, replication_factor=-1)], timeout_ms=10_000), CreateTopicsResponse, 5)
-        assert (created.topics[0].error_code, created.topics[0].error_message) == (
+        deadline = time.monotonic() + 30  # on a cluster, until every broker's heartbeat has told the controller
+        while len(nodes) > 1 and create(name, validate_only=True).error_code == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        created = create(name)
+        assert (created.error_code, created.error_message) == (
             ErrorCode.INVALID_REPLICATION_FACTOR, "Unable to replicate the partition 1 time(s): All brokers "
             "are currently fenced, or have all their log directories cordoned.")
         v4 = wire.call(DescribeLogDirsRequest(topics=[]), DescribeLogDirsResponse, 4).results[0]
         assert v4.log_dir == log_dir and not v4.is_cordoned  # not in v4
     finally:
         assert cordon(None) == (0, None)
-        deadline = time.monotonic() + 30  # later tests create topics: wait until the broker applied it
-        while wire.call(DescribeLogDirsRequest(topics=[]), DescribeLogDirsResponse, 5).results[0].is_cordoned:
+        cordoned_everywhere(False)  # later tests create topics: wait until every broker applied it
+        deadline = time.monotonic() + 30
+        while len(nodes) > 1 and create("uncordoned-" + uuid.uuid4().hex[:8], validate_only=True).error_code:
             assert time.monotonic() < deadline
-            time.sleep(0.1)
+            time.sleep(0.2)
+        for n in nodes:
+            n.close()
 
 
 def test_describe_cluster_v2(wire):

@@ -34,7 +34,9 @@ from grete.protocol.messages import (
     ShareGroupHeartbeatResponse,
 )
 from grete.testing._wire import Wire
+from grete.testing.cluster import cluster
 from grete.testing.process import broker_process
+from grete.testing.routed_wire import open_wire
 from tools import kafka_dist
 from tools.kafka_admin import create_topic
 from tools.reference_kafka import ReferenceKafka
@@ -55,12 +57,17 @@ def bootstrap(broker: Any, target: str) -> str:
 
 @contextmanager
 def own_broker(target: str, overrides: dict[str, str]) -> Iterator[str]:
-    """A broker of the target of its own, started with ``overrides``; its bootstrap."""
+    """A broker of the target of its own (a cluster of its own for a cluster target), started with
+    ``overrides``; its bootstrap."""
     if target.startswith("kafka-3"):
         pytest.skip("Kafka 3.9 has no share groups")
     if target == "grete":
         with broker_process(overrides) as running:
             yield running.bootstrap_servers
+        return
+    if target == "grete-kraft":
+        with cluster(3, controllers=1, overrides=overrides) as nodes:
+            yield nodes.bootstrap_servers
         return
     version = target.removeprefix("kafka-")
     kafka_dist.fetch(version)
@@ -69,8 +76,7 @@ def own_broker(target: str, overrides: dict[str, str]) -> Iterator[str]:
 
 
 def wire_to(bootstrap: str) -> Wire:
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    return Wire(host, int(port))
+    return open_wire(bootstrap)
 
 
 class Member:

@@ -38,7 +38,9 @@ from grete.protocol.messages import (
     ShareGroupDescribeResponse,
 )
 from grete.testing._wire import Wire
+from grete.testing.cluster import GreteCluster, cluster
 from grete.testing.process import broker_process
+from grete.testing.routed_wire import open_wire
 from tools import kafka_dist
 from tools.reference_kafka import ReferenceKafka
 
@@ -47,7 +49,8 @@ ACCEPT = 1
 
 
 class Restartable:
-    """One broker of the target that can be SIGKILLed and started again on the same data."""
+    """One broker of the target (every broker of a cluster target) that can be SIGKILLed and started
+    again on the same data."""
 
     def __init__(self, target: str, stack: ExitStack) -> None:
         self.target, self.stack = target, stack
@@ -55,8 +58,12 @@ class Restartable:
         self.data = Path(tempfile.mkdtemp(prefix="grete-share-restart-"))
         self.inner: ExitStack | None = None
         self.bootstrap = ""
+        self.nodes: GreteCluster | None = None
         if target == "grete":
             self._start_grete()
+        elif target == "grete-kraft":  # every broker of a cluster of its own is killed and restarted
+            self.nodes = stack.enter_context(cluster(3, directory=self.data, controllers=1))
+            self.bootstrap = self.nodes.bootstrap_servers
         else:
             version = target.removeprefix("kafka-")
             kafka_dist.fetch(version)
@@ -70,6 +77,12 @@ class Restartable:
         self.bootstrap = running.bootstrap_servers
 
     def kill_and_restart(self) -> None:
+        if self.nodes is not None:
+            brokers = sorted(self.nodes.brokers)
+            for broker_id in brokers:
+                self.nodes.kill_broker(broker_id)
+            self.nodes.start_brokers(brokers)
+            return
         if self.ref is not None:
             self.ref.kill()
             self.ref.restart()
@@ -86,8 +99,7 @@ class Restartable:
         shutil.rmtree(self.data, ignore_errors=True)
 
     def wire(self) -> Wire:
-        host, port = self.bootstrap.split(",")[0].rsplit(":", 1)
-        return Wire(host, int(port))
+        return open_wire(self.bootstrap)
 
 
 @pytest.fixture
