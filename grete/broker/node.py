@@ -34,6 +34,7 @@ from grete.broker.quotas.connection_quotas import LISTEN_BACKLOG
 from grete.broker.requests.pipeline import Pipeline
 from grete.protocol.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from grete.storage.dir_lock import DirLock, LogDirLockedError, lock_log_dirs, release_all
+from grete.storage.failure import KafkaStorageException
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,8 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.exit_code = 0  # what `grete serve` exits with: 1 when every log dir failed, as Kafka halts
+        self._halting = False  # every log dir failed: stop without asking the controller first
+        self._halt: asyncio.Future[None] | None = None
 
     @property
     def config(self) -> BrokerConfig:
@@ -184,7 +187,7 @@ class Node:
 
     async def stop(self) -> None:
         broker = self.broker
-        if self.membership is not None:
+        if self.membership is not None and not self._halting:
             # While the listeners still serve: the controller moves leadership away first.
             await self.membership.controlled_shutdown()
         for server in self.servers:
@@ -218,7 +221,10 @@ class Node:
         # brokers and the embedded node write -1, as Kafka 3.9's do.
         kraft = not broker.config.get_str("zookeeper.connect") and broker.cluster.broker_epoch >= 0
         broker.log_manager.shutdown(broker.cluster.broker_epoch if kraft else -1)
-        broker.close_metadata()
+        try:
+            broker.close_metadata()
+        except KafkaStorageException as exc:  # its dir failed (and was reported): the rest still stops
+            log.error("closing the metadata log: %s", exc.message)
         if self.membership is not None:
             await self.membership.stop()  # the session ends: our registration vanishes at once
         if self.controller is not None:  # a combined node's controller goes last, as in Kafka
@@ -234,7 +240,10 @@ class Node:
             conn.close()
         if controller.controller_registration is not None:
             await controller.controller_registration.close()
-        await controller.quorum.close()
+        try:
+            await controller.quorum.close()
+        except KafkaStorageException as exc:
+            log.error("closing the metadata log: %s", exc.message)
         release_all(self.dir_locks)
         self._stopped.set()
 
@@ -259,8 +268,11 @@ class Node:
     def _all_dirs_offline(self) -> None:
         dirs = ", ".join(f"{d} ({why})" for d, why in self.broker.log_manager.offline_dirs.items())
         log.error("shutting down: every log dir has failed: %s", dirs)
-        self.exit_code = 1
-        self._tasks.append(asyncio.ensure_future(self.stop()))
+        # Kafka halts here: no controlled shutdown, whose answer (a combined node's own metadata log
+        # is in a failed dir) may never come; the session's end tells the controller instead.
+        self.exit_code, self._halting = 1, True
+        # Not among self._tasks, which stop() cancels: it would cancel itself at its next await.
+        self._halt = asyncio.ensure_future(self.stop())
 
     # --- listeners ---------------------------------------------------------------------------
     async def _listen(self, broker: Broker, listener: Listener) -> None:

@@ -27,6 +27,17 @@ class IndexError_(Exception):
     """An index file that fails its sanity check; the caller rebuilds it from the log."""
 
 
+def _written_length(fd: int, length: int) -> int:
+    """``length`` less a trailing hole (the data ends at a block boundary). An active segment's index is
+    pre-sized as a sparse file, and one an unclean shutdown left behind keeps that size: reading a
+    hole through a shared mapping allocates a page, which on a full tmpfs is SIGBUS instead of an
+    error. The hole holds only zeros, which are no entries."""
+    try:
+        return min(length, os.lseek(fd, 0, os.SEEK_HOLE))
+    except OSError:  # no SEEK_HOLE on this file system: the whole file is data
+        return length
+
+
 class _MappedIndex:
     """Fixed-size big-endian entries in a file, appended through an mmap."""
 
@@ -41,6 +52,7 @@ class _MappedIndex:
         self._fd = io.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         length = os.fstat(self._fd).st_size if existed else 0
         self.opened_length = length  # a cleanly closed index is trimmed to whole entries
+        length = _written_length(self._fd, length)
         self.entries = length // self.entry_size
         self._map: mmap.mmap | None = None
         self.writable = False

@@ -261,6 +261,8 @@ class LogManager:
         self.failures.listeners.append(listener)
 
     def _log_failed(self, lg: Log, exc: OSError) -> None:
+        if exc.filename is None:  # pwrite and fsync name no file: say which log's it was
+            exc = OSError(exc.errno, exc.strerror, str(lg.dir))
         self.dir_failed(lg.log_dir, exc)
 
     def dir_failed(self, d: Path, exc: BaseException) -> None:
