@@ -226,7 +226,10 @@ class Node:
         except KafkaStorageException as exc:  # its dir failed (and was reported): the rest still stops
             log.error("closing the metadata log: %s", exc.message)
         if self.membership is not None:
-            await self.membership.stop()  # the session ends: our registration vanishes at once
+            try:
+                await self.membership.stop()  # the session ends: our registration vanishes at once
+            except KafkaStorageException as exc:  # its metadata log's dir failed (and was reported)
+                log.error("closing the metadata log: %s", exc.message)
         if self.controller is not None:  # a combined node's controller goes last, as in Kafka
             await self._stop_controller()
             return

@@ -1,0 +1,72 @@
+"""A broker of a KRaft cluster whose only log dir fills up stops at once with status 1 (Kafka halts),
+and the cluster goes on: its partitions' leadership and ISR move to the other replicas, and an
+acks=all producer of a replication-factor-3 topic loses nothing it was told was written."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from grete.testing.cluster import cluster
+
+pytestmark = pytest.mark.slow
+
+LIMIT_S = 20.0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mnt)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_broker_with_a_full_disk_stops_and_the_cluster_goes_on(small_disk: Path, tmp_path: Path) -> None:
+    with cluster(3, directory=tmp_path / "c", controllers=1,
+                 broker_overrides={2: {"log.dirs": str(small_disk / "data")}}) as nodes:
+        admin = AdminClient({"bootstrap.servers": nodes.bootstrap_servers})
+        admin.create_topics([NewTopic("t", num_partitions=3, replication_factor=3)])["t"].result(30)
+        producer = Producer({"bootstrap.servers": nodes.bootstrap_servers, "acks": "all", "linger.ms": 5,
+                             "message.timeout.ms": 60_000})
+        errors: list[str] = []
+        producer_ok = [0]
+
+        def delivered(err: object, _msg: object) -> None:
+            if err is None:
+                producer_ok[0] += 1
+            else:
+                errors.append(str(err))
+
+        broker2 = nodes.brokers[2]
+        deadline = time.monotonic() + 90
+        while "every log dir has failed" not in broker2.log_path.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "broker 2's disk filled up and it did not say so"
+            try:
+                for _ in range(20):
+                    producer.produce("t", b"x" * 50_000, callback=delivered)
+            except BufferError:
+                pass
+            producer.poll(0.05)
+        failed_at = time.monotonic()
+        while broker2.process.poll() is None and time.monotonic() - failed_at < LIMIT_S:
+            producer.poll(0.1)
+        assert broker2.process.returncode == 1, broker2.log_path.read_text(errors="replace")[-3000:]
+        for _ in range(200):
+            producer.produce("t", b"after", callback=delivered)
+        assert producer.flush(60) == 0
+        assert not errors and producer_ok[0] > 200
+        partitions = admin.list_topics("t", timeout=10).topics["t"].partitions
+        assert all(p.leader in (1, 3) and 2 not in p.isrs for p in partitions.values())
