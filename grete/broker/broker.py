@@ -253,9 +253,9 @@ class Broker:
                         start: int | None = None) -> dict[int, list[int]]:
         """Replica placement over the live brokers. Raises INVALID_REPLICATION_FACTOR when there are
         fewer live brokers than replicas, with Kafka's message."""
-        brokers = self.live_brokers()
-        if not self.cluster.replicates and self.log_manager.cordoned >= set(self.log_dirs):
-            # Kafka 4.3's controller places no replica on a cordoned dir (KIP-1066).
+        # Kafka 4.3's controller places no replica on a broker whose log dirs are all cordoned (KIP-1066).
+        brokers = [b for b in self.live_brokers() if not b.cordoned]
+        if not brokers:
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication} time(s): All brokers are currently "
                              "fenced, or have all their log directories cordoned.")

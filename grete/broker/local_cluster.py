@@ -4,6 +4,7 @@ of it, and runs as a Kafka 4.3 KRaft cluster of one answers."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from grete.broker.cluster_view import (
@@ -20,6 +21,7 @@ from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
+from grete.storage.manager import LogManager
 
 MIN_ISR = "min.insync.replicas"
 
@@ -31,6 +33,8 @@ class Node(Protocol):
     config: BrokerConfig
     advertised: list[Listener]
     replicas: ReplicaManager
+    log_manager: LogManager
+    log_dirs: list[Path]
 
 
 class LocalCluster:
@@ -50,7 +54,8 @@ class LocalCluster:
         broker = self._broker
         endpoints = tuple(EndPoint(a.name, a.host, a.port, security_protocol(broker.config, a.name))
                           for a in broker.advertised)
-        return [BrokerInfo(broker.node_id, endpoints, broker.config.get_str("broker.rack") or None)]
+        cordoned = broker.log_manager.cordoned >= set(broker.log_dirs)
+        return [BrokerInfo(broker.node_id, endpoints, broker.config.get_str("broker.rack") or None, cordoned=cordoned)]
 
     def controller_id(self) -> int:
         return self._broker.node_id

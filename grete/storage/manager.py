@@ -249,6 +249,10 @@ class LogManager:
     def online_dirs(self) -> list[Path]:
         return [d for d in self.log_dirs if not self.failures.is_offline(d)]
 
+    def cordoned_ids(self) -> list[uuid.UUID]:
+        """The directory ids of the cordoned log dirs, as a KRaft broker reports them."""
+        return sorted(self.dir_ids[d] for d in self.cordoned if d in self.dir_ids)
+
     @property
     def all_dirs_offline(self) -> bool:
         """No log dir is left: Kafka shuts the broker down then."""

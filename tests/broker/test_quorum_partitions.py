@@ -35,6 +35,10 @@ class Quorum:
         self.registry = BrokerRegistry("cluster", 9000, self.store.commit, lambda: self.offset, lambda: True,
                                        lambda: self.store.next_producer_id)
         self.control = PartitionControl(self.store, self.registry, self.store.commit, lambda: True)
+        # the log a new quorum's first leader starts: its bootstrap records, before anything else
+        self.bootstrap = (encode_metadata_record(FeatureLevelRecord(name="metadata.version", feature_level=30)),)
+        self.store.apply_batch(RaftBatch(0, 1, self.bootstrap))
+        self.offset = 1
 
     async def append(self, values: list[bytes]) -> int:
         batch = RaftBatch(self.offset, 1, tuple(values))
@@ -288,6 +292,7 @@ def test_a_topic_is_removed_between_partition_changes_never_under_one() -> None:
             slow_commits.extend(type(decode_metadata_record(v)[0]).__name__ for v in values)
             return offset
         q.store = QuorumMetadataStore("cluster", append, changing)
+        q.store.apply_batch(RaftBatch(0, 1, q.bootstrap))
         q.registry = BrokerRegistry("cluster", 9000, q.store.commit, lambda: q.offset, lambda: True,
                                     lambda: q.store.next_producer_id)
         q.control = PartitionControl(q.store, q.registry, q.store.commit, lambda: True, changing=changing)

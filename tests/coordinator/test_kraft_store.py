@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 
 import pytest
 
+from grete.coordinator.kraft import quorum_store
 from grete.coordinator.kraft.local import IMPORTED_SUFFIX, open_local_store
 from grete.coordinator.kraft.quorum import QUORUM_STATE_FILE, SingleVoterQuorum
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
@@ -22,9 +24,16 @@ from grete.coordinator.metadata import (
     quota_entity,
 )
 from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from grete.protocol.errors import KafkaError
-from grete.protocol.metadata import LeaderChangeMessage, PartitionRecord, RemoveTopicRecord, TopicRecord
-from grete.protocol.metadata_frame import decode_control_value
+from grete.protocol.errors import ErrorCode, KafkaError
+from grete.protocol.metadata import (
+    FeatureLevelRecord,
+    LeaderChangeMessage,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from grete.protocol.metadata_frame import decode_control_value, decode_metadata_record
 from grete.protocol.records.control import ControlType, parse_control_key
 from grete.protocol.records.record import decode_records
 from grete.storage.files import META_PROPERTIES, read_properties, uuid_to_kafka
@@ -201,8 +210,42 @@ def test_changes_asked_at_once_are_decided_one_after_the_other() -> None:
             return offset - 1
 
         store = QuorumMetadataStore("cluster", append)
+        await store.bootstrap([])  # a new quorum's first records
         created = await asyncio.gather(*(store.create_topic("t", {0: [1]}, {}) for _ in range(3)),
                                        return_exceptions=True)
         assert sorted(type(r).__name__ for r in created) == ["TopicExists", "TopicExists", "TopicMeta"]
         assert len([r for r in store.topics() if r == "t"]) == 1
+    asyncio.run(run())
+
+
+def test_a_new_quorum_writes_its_bootstrap_records_before_anything_else() -> None:
+    """A write asked for between a new leader's election and its bootstrap records (a broker's
+    registration) waits for them: metadata.version is the log's first metadata record, which Kafka's
+    nodes need before any other (they stop on a log without it). Without them it is NOT_CONTROLLER."""
+    async def run() -> None:
+        written: list[str] = []
+
+        async def append(values: list[bytes]) -> int:
+            records = [decode_metadata_record(v)[0] for v in values]
+            written.extend(type(r).__name__ for r in records)
+            store.apply_batch(RaftBatch(len(written) - len(values), 1, tuple(values)))
+            return len(written) - 1
+
+        store = QuorumMetadataStore("cluster", append)
+        registration = asyncio.ensure_future(store.commit([RegisterBrokerRecord(broker_id=1, broker_epoch=0,
+                                                                                incarnation_id=uuid.uuid4())]))
+        await asyncio.sleep(0.05)
+        assert written == [] and not registration.done()
+        await store.bootstrap([FeatureLevelRecord(name="metadata.version", feature_level=30)])
+        await registration
+        assert written == ["BeginTransactionRecord", "FeatureLevelRecord", "EndTransactionRecord", "RegisterBrokerRecord"]
+
+        never = QuorumMetadataStore("cluster", append)
+        quorum_store.ACTIVATION_WAIT_S, saved = 0.05, quorum_store.ACTIVATION_WAIT_S
+        try:
+            with pytest.raises(KafkaError) as refused:
+                await never.commit([RegisterBrokerRecord(broker_id=2, broker_epoch=0, incarnation_id=uuid.uuid4())])
+        finally:
+            quorum_store.ACTIVATION_WAIT_S = saved
+        assert refused.value.code == ErrorCode.NOT_CONTROLLER
     asyncio.run(run())

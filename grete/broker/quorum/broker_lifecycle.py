@@ -30,7 +30,7 @@ from grete.protocol.messages import (
 log = logging.getLogger(__name__)
 
 REGISTRATION_VERSION = 4  # v4 lists every feature, those with level 0 too
-HEARTBEAT_VERSION = 1
+HEARTBEAT_VERSION = 2  # v2 carries the cordoned log dirs (KIP-1066)
 RETRY_BACKOFF_S = 0.1
 
 Call = Callable[[Message, int], Awaitable[Message]]
@@ -57,8 +57,10 @@ class Registration:
 
 class BrokerLifecycle:
     def __init__(self, registration: Registration, call: Call, applied_offset: Callable[[], int],
-                 heartbeat_interval_ms: int, previous_epoch: int = -1) -> None:
+                 heartbeat_interval_ms: int, previous_epoch: int = -1,
+                 cordoned: Callable[[], list[uuid.UUID]] = list) -> None:
         self.registration = registration
+        self._cordoned = cordoned  # the ids of this broker's cordoned log dirs, read at each heartbeat
         # The epoch this broker's last process had if it stopped cleanly (its log dirs'
         # clean-shutdown files), told to the controller: not a clean stop, it leaves every ELR.
         self._previous_epoch = previous_epoch
@@ -129,7 +131,7 @@ class BrokerLifecycle:
         offset = self._applied_offset()
         request = BrokerHeartbeatRequest(broker_id=self.registration.broker_id, broker_epoch=self.broker_epoch,
                                          current_metadata_offset=offset, want_fence=False,
-                                         want_shut_down=self._want_shut_down)
+                                         want_shut_down=self._want_shut_down, cordoned_log_dirs=self._cordoned())
         try:
             response = await self._call(request, HEARTBEAT_VERSION)
         except KafkaError as exc:

@@ -82,6 +82,12 @@ class Registration:
     rack: str | None = None
     log_dirs: list[uuid.UUID] = field(default_factory=list)
     features: list[RegisterBrokerRecord.BrokerFeature] = field(default_factory=list)
+    cordoned_dirs: list[uuid.UUID] = field(default_factory=list)  # KIP-1066, from its heartbeats
+
+    @property
+    def cordoned(self) -> bool:
+        """Every log dir cordoned: the controller places no new replica on it."""
+        return bool(self.log_dirs) and set(self.log_dirs) <= set(self.cordoned_dirs)
 
     def record(self) -> RegisterBrokerRecord:
         """The registration as one record (a snapshot's): fencing and shutdown state included."""
@@ -89,6 +95,7 @@ class Registration:
             broker_id=self.broker_id, is_migrating_zk_broker=False, incarnation_id=self.incarnation,
             broker_epoch=self.epoch, rack=self.rack, fenced=self.fenced, in_controlled_shutdown=self.in_controlled_shutdown,
             log_dirs=list(self.log_dirs), features=list(self.features),
+            cordoned_log_dirs=list(self.cordoned_dirs) if self.cordoned_dirs else None,
             end_points=[RegisterBrokerRecord.BrokerEndpoint(name=name, host=host, port=port, security_protocol=code)
                         for name, host, port, code in self.endpoints])
 
@@ -117,7 +124,7 @@ class Registrations:
                 record.broker_id, record.broker_epoch, record.incarnation_id, record.fenced,
                 record.in_controlled_shutdown,
                 [(e.name, e.host, e.port, e.security_protocol) for e in record.end_points], record.rack,
-                list(record.log_dirs), list(record.features))
+                list(record.log_dirs), list(record.features), list(record.cordoned_log_dirs or []))
         elif isinstance(record, RegisterControllerRecord):
             self.controllers[record.controller_id] = record
         elif isinstance(record, BrokerRegistrationChangeRecord):
@@ -126,6 +133,8 @@ class Registrations:
                 found.fenced = record.fenced == FENCE
             if found is not None and record.in_controlled_shutdown:
                 found.in_controlled_shutdown = record.in_controlled_shutdown == 1
+            if found is not None and record.cordoned_log_dirs is not None:
+                found.cordoned_dirs = list(record.cordoned_log_dirs)
         elif isinstance(record, FenceBrokerRecord | UnfenceBrokerRecord):
             found = self._current(record.id, record.epoch)
             if found is not None:
@@ -148,7 +157,8 @@ class Registrations:
     def live(self) -> list[BrokerInfo]:
         """The unfenced brokers, where partitions may be placed (Kafka's usable brokers)."""
         return [BrokerInfo(r.broker_id, tuple(EndPoint(name, host, port, SECURITY_PROTOCOLS.get(code, "PLAINTEXT"))
-                                              for name, host, port, code in r.endpoints), r.rack, r.epoch)
+                                              for name, host, port, code in r.endpoints), r.rack, r.epoch,
+                           cordoned=r.cordoned)
                 for r in sorted(self.brokers.values(), key=lambda r: r.broker_id) if not r.fenced]
 
 
@@ -261,6 +271,10 @@ class BrokerRegistry(Registrations):
             return answer(ErrorCode.STALE_BROKER_EPOCH)
         self._heard(request.broker_id)
         caught_up = request.current_metadata_offset >= found.epoch
+        cordoned = request.cordoned_log_dirs
+        if cordoned is not None and sorted(cordoned) != sorted(found.cordoned_dirs):  # v2 (KIP-1066)
+            await self._commit([BrokerRegistrationChangeRecord(broker_id=found.broker_id, broker_epoch=found.epoch,
+                                                               cordoned_log_dirs=list(cordoned))])
         if request.want_shut_down:
             if not found.fenced:
                 await self._fence(found)

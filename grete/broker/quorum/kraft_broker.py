@@ -213,7 +213,7 @@ class KRaftBroker(BrokersFromMetadata):
         self._heartbeats = ControllerChannel(self.broker_id, QuorumLeader(self.driver), self.channel.timeout_s)
         self.lifecycle = BrokerLifecycle(registration, self._heartbeats.call, lambda: self.applied_offset,
                                          self.config.get_int("broker.heartbeat.interval.ms"),
-                                         broker.log_manager.previous_broker_epoch)
+                                         broker.log_manager.previous_broker_epoch, broker.log_manager.cordoned_ids)
         if self._observer:
             self.driver.start()
         await self.lifecycle.register()

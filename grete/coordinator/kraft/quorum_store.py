@@ -17,6 +17,7 @@ from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.store import KRaftMetadataStore
 from grete.coordinator.metadata import TopicMeta
 from grete.protocol.codec import ZERO_UUID, Message
+from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata import BeginTransactionRecord, EndTransactionRecord, PartitionRecord
 from grete.protocol.metadata_frame import decode_metadata_record, encode_metadata_record
 
@@ -24,6 +25,8 @@ from grete.protocol.metadata_frame import decode_metadata_record, encode_metadat
 BOOTSTRAP_TRANSACTION = "Bootstrap records"
 
 Append = Callable[[list[bytes]], Awaitable[int]]
+# How long a write waits for a new quorum's bootstrap records before it is answered NOT_CONTROLLER.
+ACTIVATION_WAIT_S = 10.0
 # Kafka's DirectoryId.UNASSIGNED: a replica whose broker has not said which log dir holds it.
 UNASSIGNED_DIRECTORY = ZERO_UUID  # Kafka's DirectoryId.UNASSIGNED
 
@@ -32,6 +35,7 @@ class QuorumMetadataStore(KRaftMetadataStore):
     def __init__(self, cluster_id: str, append: Append, changing: asyncio.Lock | None = None) -> None:  # noqa: D107
         self._init_state(cluster_id)
         self._append = append
+        self._activated = asyncio.Event()  # the log holds metadata records (the bootstrap's first)
         # The controller's lock over partition changes (grete/broker/quorum/partitions.py): a topic
         # is removed between them, never while one decided on it is on its way to the log.
         self._changing = changing if changing is not None else asyncio.Lock()
@@ -64,13 +68,26 @@ class QuorumMetadataStore(KRaftMetadataStore):
     def apply_records(self, records: list[tuple[Message, int]]) -> list[tuple[Message, int]]:
         for record, offset in records:
             self._apply(record, offset)
+        if self.records_applied:
+            self._activated.set()
         return records
 
     def partition_record(self, record: PartitionRecord) -> None:
         """A snapshot's PartitionRecord with the directories the controller places replicas in."""
         record.directories = [self.directory_of(replica) for replica in record.replicas]
 
-    async def _commit(self, records: Sequence[Message]) -> None:
+    async def _commit(self, records: Sequence[Message], *, bootstrap: bool = False) -> None:
+        if records and not bootstrap and not self._activated.is_set():
+            # An empty log's first metadata records are the bootstrap records (metadata.version first
+            # of all: Kafka's nodes replaying the log stop on anything before it). A write that comes
+            # between a new leader's election and them, a broker's registration say, waits for them,
+            # as everything waits for the activation records in Kafka's controller.
+            try:
+                async with asyncio.timeout(ACTIVATION_WAIT_S):
+                    await self._activated.wait()
+            except TimeoutError:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "the metadata quorum has not written its bootstrap records "
+                                 "yet") from None
         if records:
             await self._append([encode_metadata_record(record) for record in records])
 
@@ -86,7 +103,8 @@ class QuorumMetadataStore(KRaftMetadataStore):
     async def bootstrap(self, records: Sequence[Message]) -> None:
         """A new quorum's first records, as Kafka's first active controller writes them: the format
         step's feature levels and credentials, in one metadata transaction."""
-        await self._commit([BeginTransactionRecord(name=BOOTSTRAP_TRANSACTION), *records, EndTransactionRecord()])
+        await self._commit([BeginTransactionRecord(name=BOOTSTRAP_TRANSACTION), *records, EndTransactionRecord()],
+                           bootstrap=True)
 
     def close(self) -> None:
         """The log is the driver's and closes with it."""

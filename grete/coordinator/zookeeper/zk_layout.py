@@ -148,6 +148,7 @@ class BrokerInfo:
     rack: str | None = None
     epoch: int = -1
     features: dict[str, tuple[int, int]] = field(default_factory=dict)
+    cordoned: bool = False  # every log dir cordoned (KIP-1066, KRaft): no new replica is placed here
 
     def endpoint(self, listener: str) -> EndPoint | None:
         return next((e for e in self.endpoints if e.listener == listener), None)
