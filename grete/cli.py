@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
     from grete.broker.config import BrokerConfig, ConfigError, StartupError
     from grete.broker.server import embedded_config, run
+    from grete.protocol.errors import KafkaError
 
     try:
         if args.properties:
@@ -107,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as exc:  # e.g. the port is in use
         print(f"grete: {exc}", file=sys.stderr)
+        return 1
+    except KafkaError as exc:  # e.g. a log dir formatted for another node or cluster
+        print(f"grete: {exc.message}", file=sys.stderr)
         return 1
 
 

@@ -454,6 +454,13 @@ class LogManager:
         return moved
 
 
+def mismatched_node_id(path: Path, stored: object, configured: int) -> str:
+    """Kafka's refusal of a log dir formatted for another node."""
+    return (f"Stored node id {stored} doesn't match previous node id {configured} in {path}. If you moved your data, "
+            "make sure your configured node id matches. If you intend to create a new node, you should remove all "
+            "data in your data directories.")
+
+
 def ensure_meta(d: Path, cluster_id: str | None, node_id: int | None) -> uuid.UUID:
     """Check a log dir's existing meta.properties against this broker, or write a KRaft v1 one;
     the dir's id."""
@@ -470,11 +477,11 @@ def ensure_meta(d: Path, cluster_id: str | None, node_id: int | None) -> uuid.UU
         write_properties(path, new)
         return dir_id
     if cluster_id is not None and props.get("cluster.id") not in (None, cluster_id):
-        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                         f"{path}: cluster.id {props.get('cluster.id')} does not match {cluster_id}")
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Invalid cluster.id in: {path}. Expected {cluster_id}, "
+                         f"but read {props.get('cluster.id')}")  # Kafka's words
     stored_node = props.get("node.id", props.get("broker.id"))
     if node_id is not None and stored_node not in (None, str(node_id)):
-        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{path}: node.id {stored_node} does not match {node_id}")
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, mismatched_node_id(path, stored_node, node_id))
     raw = props.get("directory.id")
     # An older (v0) file without a directory id is left as it is; the id only lives in memory.
     return uuid_from_kafka(raw) if raw else uuid.uuid4()

@@ -21,6 +21,7 @@ from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata_frame import decode_metadata_record
 from grete.storage.checkpoint_file import BOOTSTRAP_CHECKPOINT, CheckpointError, read_checkpoint
 from grete.storage.files import META_PROPERTIES, uuid_to_kafka
+from grete.storage.manager import mismatched_node_id
 from grete.storage.meta_properties import (
     V1,
     MetaProperties,
@@ -44,8 +45,8 @@ def format_if_needed(directory: Path, node_id: int, cluster_id: str | None = Non
         raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
     if meta is not None and meta.node_id is not None and meta.node_id != node_id:
         # Kafka's MetaPropertiesEnsemble check: a dir belongs to one node.
-        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{directory / META_PROPERTIES}: node.id {meta.node_id} "
-                                                        f"does not match {node_id}")
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, mismatched_node_id(directory / META_PROPERTIES, meta.node_id,
+                                                                            node_id))
     if meta is not None and meta.version == V1 and meta.cluster_id and meta.directory_id is not None:
         return meta.cluster_id, meta.directory_id
     legacy = directory / METADATA_FILE
