@@ -42,6 +42,7 @@ from grete.storage.checkpoint_file import CheckpointError
 from grete.storage.config import LogConfig
 
 log = logging.getLogger(__name__)
+CLUSTER_ID_LOG_EVERY_S = 60.0
 
 PROBE_TIMEOUT_S = 0.5  # a connection probe of a voter whose connection ended
 # The versions this voter sends (Kafka 4.3.1's; Vote v2 carries KIP-996's pre-vote).
@@ -142,6 +143,7 @@ class RaftDriver:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._reported_gone: tuple[int, int] | None = None  # (leader, epoch) last seen gone
+        self._cluster_id_refused_at = -CLUSTER_ID_LOG_EVERY_S  # when INCONSISTENT_CLUSTER_ID was last logged
         self.leadership_listeners: list[Callable[[bool], None]] = []  # told whether this voter leads
 
     # --- inputs ---------------------------------------------------------------------------------
@@ -418,10 +420,20 @@ class RaftDriver:
         assert isinstance(message, core.VoteRequest | core.BeginQuorumEpochRequest | core.EndQuorumEpochRequest
                           | core.FetchRequest | core.FetchSnapshotRequest | core.UpdateVoterRequest)
         answer = from_wire(response, message.correlation_id)
+        if getattr(answer, "error_code", None) is ErrorCode.INCONSISTENT_CLUSTER_ID:
+            self._refused_cluster_id(destination)
         if isinstance(answer, core.UpdateVoterResponse):
             log.log(logging.INFO if answer.error_code else logging.DEBUG,
                     "metadata quorum: UpdateRaftVoter to leader %d: %s", destination, answer.error_code.name)
         self._run(self.raft.receive(destination, answer, _now_ms()))
+
+    def _refused_cluster_id(self, node: int) -> None:
+        """Kafka logs this on every answer; once a minute says the same without flooding the log."""
+        now = time.monotonic()
+        if now - self._cluster_id_refused_at >= CLUSTER_ID_LOG_EVERY_S:
+            self._cluster_id_refused_at = now
+            log.error("metadata quorum: node %d answered INCONSISTENT_CLUSTER_ID: this node's cluster id %s is not "
+                      "the quorum's (were its log dirs formatted for another cluster?)", node, self.cluster_id)
 
     def _leader_gone(self, leader: int, gone: tuple[int, int]) -> None:
         self._reported_gone = gone
