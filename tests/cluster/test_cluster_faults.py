@@ -10,7 +10,7 @@ import time
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -167,3 +167,33 @@ def test_preferred_leader_election(grete_cluster: GreteCluster, zk: KazooClient,
     assert states(zk, topic_name)[0]["leader"] == preferred
     again = client.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)]).result(30)
     assert again[TopicPartition(topic_name, 0)].code() == KafkaError.ELECTION_NOT_NEEDED
+
+
+def test_unclean_election_enabled_on_a_topic_elects_its_offline_partitions(
+        grete_cluster: GreteCluster, zk: KazooClient, topic_name: str) -> None:
+    """An offline partition (its only in-sync replica gone, another replica back) stays offline while
+    unclean election is off, and gets the other replica as leader as soon as the topic's
+    ``unclean.leader.election.enable`` is turned on (Kafka's TopicUncleanLeaderElectionEnable), not
+    at the next broker change."""
+    live = sorted(grete_cluster.brokers)
+    first, second = live[-1], live[-2]  # not broker 1, whose listener the tool below uses
+    client = AdminClient({"bootstrap.servers": grete_cluster.brokers[live[0]].bootstrap_servers})
+    client.create_topics([NewTopic(topic_name, 1, replica_assignment=[[first, second]])])[topic_name].result(30)
+    wait_until(lambda: states(zk, topic_name)[0]["isr"] == [first, second], 30, "both replicas in the ISR")
+    grete_cluster.kill_broker(second)
+    wait_until(lambda: states(zk, topic_name)[0]["isr"] == [first], 60, "the ISR without the second replica")
+    grete_cluster.kill_broker(first)
+    wait_until(lambda: states(zk, topic_name)[0]["leader"] == -1, 60, "the partition offline")
+    try:
+        grete_cluster.start_broker(second)
+        time.sleep(3)
+        assert states(zk, topic_name)[0]["leader"] == -1  # unclean election is off
+        futures = client.incremental_alter_configs([ConfigResource(
+            "topic", topic_name, incremental_configs=[ConfigEntry("unclean.leader.election.enable", "true",
+                                                                  incremental_operation=AlterConfigOpType.SET)])])
+        next(iter(futures.values())).result(30)
+        wait_until(lambda: states(zk, topic_name)[0]["leader"] == second, 10, "the second replica leading")
+        assert states(zk, topic_name)[0]["isr"] == [second]
+    finally:
+        grete_cluster.start_broker(first)
+    wait_until(lambda: str(first) in zk.get_children("/brokers/ids"), 30, "the broker registered again")

@@ -77,6 +77,12 @@ class Controller:
         self._worker = asyncio.ensure_future(self._run_events())
         self.zk.watch_data(zk.CONTROLLER, self._on_controller_znode)
 
+    def unclean_election_enabled(self) -> None:
+        """A topic's ``unclean.leader.election.enable`` was turned on: its offline partitions get a
+        leader now (Kafka's TopicUncleanLeaderElectionEnable event), not at the next broker change."""
+        if self.active:
+            self.core.enqueue(self.elections.elect_offline_partitions)
+
     async def shutdown(self) -> None:
         self.core.stopped = True
         self._resign()

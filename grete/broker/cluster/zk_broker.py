@@ -21,7 +21,7 @@ from grete.broker.config import BrokerConfig, ConfigError, StartupError
 from grete.broker.network.listeners import inter_broker_listener, security_protocol
 from grete.broker.security.authorizer import configured
 from grete.broker.security.delegation_tokens import tokens_enabled
-from grete.coordinator.metadata import new_topic_id
+from grete.coordinator.metadata import ChangeKind, MetadataChange, new_topic_id
 from grete.coordinator.zookeeper import zk_layout as zk
 from grete.coordinator.zookeeper.zk_client import MultiOpError, NodeExistsError, Op, SessionState, ZkClient
 from grete.protocol.errors import ErrorCode
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from grete.broker.broker import Broker
 
 log = logging.getLogger(__name__)
+UNCLEAN = "unclean.leader.election.enable"
 
 CONTROLLED_SHUTDOWN_VERSION = 3
 
@@ -141,7 +142,14 @@ class ZkBroker:
         self._registration = zk.encode_broker(info, int(time.time() * 1000))
         await self._register()
         self.zk.on_state(self._on_session_state)
+        self.metadata.changes.subscribe(self._on_metadata_change)
         self.controller.startup()
+
+    def _on_metadata_change(self, change: MetadataChange) -> None:
+        topic = change.topic
+        if (change.kind is ChangeKind.TOPIC_CONFIGS_CHANGED and topic is not None
+                and topic.configs.get(UNCLEAN, "").strip().lower() == "true"):
+            self.controller.unclean_election_enabled()
 
     async def _check_endpoints_free(self, info: zk.BrokerInfo) -> None:
         mine = {(e.host, e.port) for e in info.endpoints}
