@@ -4,6 +4,7 @@ replication with diverging epochs, the high watermark, resignation."""
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 
@@ -399,6 +400,20 @@ def test_an_empty_fetch_is_parked_until_there_is_something_to_say() -> None:
     assert not sent(leader.receive(3, fetch(3, 5, last_epoch=3, epoch=3, cid=2), 3), FetchResponse)
     assert not sent(leader.tick(3 + CONFIG.fetch_max_wait_ms - 1), FetchResponse)
     assert sent(leader.tick(3 + CONFIG.fetch_max_wait_ms), FetchResponse)
+
+
+def test_two_observers_with_one_node_id_keep_their_own_parked_fetches() -> None:
+    """Two processes started with one node.id (an operator's mistake), told apart by their directory
+    ids: the second one's parked fetch does not replace the first one's, so an append answers both
+    (it left the live broker unanswered until its request timed out, again and again)."""
+    leader = leader_at_epoch_3()
+    leader.receive(2, fetch(2, 4, last_epoch=3, epoch=3), 0)  # commits 4
+    for cid, directory in ((7, uuid.UUID(int=1)), (8, uuid.UUID(int=2))):
+        request = FetchRequest(correlation_id=cid, replica_id=9, current_leader_epoch=3, fetch_offset=4,
+                               last_fetched_epoch=3, high_watermark=4, replica_directory_id=directory)
+        assert not sent(leader.receive(9, request, 1), FetchResponse)
+    answers = sent(leader.append([b"new"], 2), FetchResponse)
+    assert sorted(m.correlation_id for to, m in answers if to == 9) == [7, 8]
 
 
 def test_a_fetcher_behind_the_high_watermark_is_answered_at_once() -> None:

@@ -279,7 +279,8 @@ class LeaderRole(ABC):
         if diverging is not None:
             self.send(sender, self._fetch_answer(request, ErrorCode.NONE, diverging))
             return
-        state.parked.pop(replica, None)
+        fetcher = (replica, request.replica_directory_id)
+        state.parked.pop(fetcher, None)
         state.progress.setdefault(replica, ReplicaProgress()).fetched(request.fetch_offset, self.log.end_offset, now_ms)
         state.progress[replica].directory_id = request.replica_directory_id
         moved = False
@@ -293,7 +294,7 @@ class LeaderRole(ABC):
         if moved or behind or request.fetch_offset < self.log.end_offset:
             self.send(sender, self._fetch_answer(request, ErrorCode.NONE))
         else:
-            state.parked[replica] = ParkedFetch(sender, request, now_ms + self.config.fetch_max_wait_ms)
+            state.parked[fetcher] = ParkedFetch(sender, request, now_ms + self.config.fetch_max_wait_ms)
 
     def _snapshot_for(self, request: FetchRequest) -> OffsetAndEpoch | None:
         """The snapshot a fetcher must load first (Kafka's tryCompleteFetchRequest and
@@ -391,9 +392,9 @@ class LeaderRole(ABC):
         return True
 
     def _answer_parked(self, state: Leader, now_ms: int, expired_only: bool) -> None:
-        for replica, parked in list(state.parked.items()):
+        for fetcher, parked in list(state.parked.items()):
             if not expired_only or now_ms >= parked.deadline:
-                del state.parked[replica]
+                del state.parked[fetcher]
                 self.send(parked.sender, self._fetch_answer(parked.request, ErrorCode.NONE))
 
     def _fetch_answer(self, request: FetchRequest, error: ErrorCode, diverging: OffsetAndEpoch | None = None,

@@ -137,7 +137,9 @@ class Leader:
     unacked: set[int]  # voters that have not acknowledged the epoch (BeginQuorumEpoch)
     observer_offsets: dict[int, int] = field(default_factory=dict)
     fetched_voters: set[int] = field(default_factory=set)
-    parked: dict[int, ParkedFetch] = field(default_factory=dict)
+    # by replica id and directory id: two processes started with one node.id (an operator's mistake)
+    # each keep their own, so the one the controller refused cannot starve the other
+    parked: dict[tuple[int, uuid.UUID], ParkedFetch] = field(default_factory=dict)
     progress: dict[int, ReplicaProgress] = field(default_factory=dict)
     # Whether a record of this epoch is committed: until then the leader does not know the high
     # watermark (what it learned as a follower may be below what others have seen) and reports -1.
