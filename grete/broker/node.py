@@ -129,7 +129,8 @@ class Node:
         self._stopped = asyncio.Event()
         self.exit_code = 0  # what `grete serve` exits with: 1 when every log dir failed, as Kafka halts
         self._halting = False  # every log dir failed: stop without asking the controller first
-        self._halt: asyncio.Future[None] | None = None
+        self.halted_because = ""  # why the node stopped on its own (a failed disk)
+        self._halt_task: asyncio.Future[None] | None = None
 
     @property
     def config(self) -> BrokerConfig:
@@ -138,6 +139,9 @@ class Node:
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         broker = self.broker
+        for driver in {id(d): d for d in (self.controller.quorum if self.controller else None,
+                                          getattr(self.membership, "driver", None)) if d is not None}.values():
+            driver.failure_listeners.append(self._halt)  # a KRaft node's metadata log
         if self.controller is not None:  # a voter of a quorum of several: the quorum and its listeners
             for listener in self.controller.listeners:
                 await self._listen(self.controller, listener)
@@ -270,12 +274,18 @@ class Node:
 
     def _all_dirs_offline(self) -> None:
         dirs = ", ".join(f"{d} ({why})" for d, why in self.broker.log_manager.offline_dirs.items())
-        log.error("shutting down: every log dir has failed: %s", dirs)
+        self._halt(f"every log dir has failed: {dirs}")
+
+    def _halt(self, why: str) -> None:
+        if self._halting:
+            return
+        log.error("shutting down: %s", why)
+        self.halted_because = why
         # Kafka halts here: no controlled shutdown, whose answer (a combined node's own metadata log
         # is in a failed dir) may never come; the session's end tells the controller instead.
         self.exit_code, self._halting = 1, True
         # Not among self._tasks, which stop() cancels: it would cancel itself at its next await.
-        self._halt = asyncio.ensure_future(self.stop())
+        self._halt_task = asyncio.ensure_future(self.stop())
 
     # --- listeners ---------------------------------------------------------------------------
     async def _listen(self, broker: Broker, listener: Listener) -> None:

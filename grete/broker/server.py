@@ -38,7 +38,7 @@ async def serve(config: BrokerConfig, *, started: float | None = None) -> int:
              ", ".join(str(d) for d in broker.log_dirs), broker.metadata.cluster_id, elapsed)
     await node.wait_stopped()
     if node.exit_code:
-        log.error("grete node %d stopped: every log dir has failed", broker.node_id)
+        log.error("grete node %d stopped: %s", broker.node_id, node.halted_because)
     else:
         log.info("grete node %d stopped cleanly", broker.node_id)
     return node.exit_code

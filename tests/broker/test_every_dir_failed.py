@@ -4,7 +4,6 @@ for a controlled shutdown that cannot be answered."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,26 +12,19 @@ import pytest
 from confluent_kafka import Producer
 
 from grete.testing.process import broker_process
+from tests.small_disk import small_disk
 
 LIMIT_S = 20.0  # a controlled shutdown that waits for its controller takes a minute here
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with small_disk(tmp_path / "small", "8m") as mounted:
+        yield mounted
 
 
-def test_the_node_stops_when_its_last_log_dir_fails(small_disk: Path) -> None:
-    with broker_process({"num.partitions": "1"}, data_dir=small_disk / "data") as node:
+def test_the_node_stops_when_its_last_log_dir_fails(disk: Path) -> None:
+    with broker_process({"num.partitions": "1"}, data_dir=disk / "data") as node:
         producer = Producer({"bootstrap.servers": node.bootstrap_servers, "linger.ms": 5, "acks": "1",
                              "message.timeout.ms": 20_000})
         value = b"x" * 100_000
@@ -50,5 +42,5 @@ def test_the_node_stops_when_its_last_log_dir_fails(small_disk: Path) -> None:
             time.sleep(0.1)
         log = node.log_path.read_text(errors="replace")
         assert node.process.returncode == 1, log[-3000:]
-        assert f"No space left on device: '{small_disk / 'data' / 'fill-0'}'" in log  # the log it happened in
+        assert f"No space left on device: '{disk / 'data' / 'fill-0'}'" in log  # the log it happened in
         producer.purge()

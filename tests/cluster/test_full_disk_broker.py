@@ -14,6 +14,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from grete.testing.cluster import cluster
+from tests.small_disk import small_disk
 
 pytestmark = pytest.mark.slow
 
@@ -21,22 +22,14 @@ LIMIT_S = 20.0
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mnt)], capture_output=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with small_disk(tmp_path / "small", "30m") as mounted:
+        yield mounted
 
 
-def test_a_broker_with_a_full_disk_stops_and_the_cluster_goes_on(small_disk: Path, tmp_path: Path) -> None:
+def test_a_broker_with_a_full_disk_stops_and_the_cluster_goes_on(disk: Path, tmp_path: Path) -> None:
     with cluster(3, directory=tmp_path / "c", controllers=1,
-                 broker_overrides={2: {"log.dirs": str(small_disk / "data")}}) as nodes:
+                 broker_overrides={2: {"log.dirs": str(disk / "data")}}) as nodes:
         admin = AdminClient({"bootstrap.servers": nodes.bootstrap_servers})
         admin.create_topics([NewTopic("t", num_partitions=3, replication_factor=3)])["t"].result(30)
         producer = Producer({"bootstrap.servers": nodes.bootstrap_servers, "acks": "all", "linger.ms": 5,
@@ -70,3 +63,26 @@ def test_a_broker_with_a_full_disk_stops_and_the_cluster_goes_on(small_disk: Pat
         assert not errors and producer_ok[0] > 200
         partitions = admin.list_topics("t", timeout=10).topics["t"].partitions
         assert all(p.leader in (1, 3) and 2 not in p.isrs for p in partitions.values())
+
+
+def test_a_broker_whose_metadata_log_dir_fails_stops(disk: Path, tmp_path: Path) -> None:
+    """Its data dirs fine, its metadata log's full: the broker cannot follow the quorum any more and
+    stops with status 1 (Kafka's metadata log dir failure is fatal too), saying which log."""
+    with cluster(3, directory=tmp_path / "c", controllers=1,
+                 broker_overrides={2: {"metadata.log.dir": str(disk / "metadata")}}) as nodes:
+        admin = AdminClient({"bootstrap.servers": nodes.bootstrap_servers})
+        filler = disk / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1M", "count=64"], capture_output=True)
+        broker2 = nodes.brokers[2]
+        deadline = time.monotonic() + 60
+        created = 0
+        while broker2.process.poll() is None:
+            assert time.monotonic() < deadline, broker2.log_path.read_text(errors="replace")[-3000:]
+            names = [f"m{created + i}" for i in range(20)]
+            admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in names])
+            created += len(names)
+            time.sleep(0.2)
+        log = broker2.log_path.read_text(errors="replace")
+        assert broker2.process.returncode == 1, log[-3000:]
+        assert f"the metadata log {disk / 'metadata' / '__cluster_metadata-0'} is offline" in log
+        assert admin.list_topics(timeout=10).brokers.keys() == {1, 3}

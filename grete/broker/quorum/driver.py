@@ -40,6 +40,8 @@ from grete.protocol.metadata import KRaftVersionRecord, VotersRecord
 from grete.protocol.metadata_frame import encode_metadata_record
 from grete.storage.checkpoint_file import CheckpointError
 from grete.storage.config import LogConfig
+from grete.storage.failure import describe
+from grete.storage.log import Log
 
 log = logging.getLogger(__name__)
 CLUSTER_ID_LOG_EVERY_S = 60.0
@@ -145,6 +147,10 @@ class RaftDriver:
         self._reported_gone: tuple[int, int] | None = None  # (leader, epoch) last seen gone
         self._cluster_id_refused_at = -CLUSTER_ID_LOG_EVERY_S  # when INCONSISTENT_CLUSTER_ID was last logged
         self.leadership_listeners: list[Callable[[bool], None]] = []  # told whether this voter leads
+        # Told once if the metadata log's dir fails: the node cannot follow the quorum any more and
+        # stops, as Kafka's does (a metadata log dir failure is fatal, KIP-858).
+        self.failure_listeners: list[Callable[[str], None]] = []
+        self.log.log.on_storage_error = self._log_failed
 
     # --- inputs ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -426,6 +432,12 @@ class RaftDriver:
             log.log(logging.INFO if answer.error_code else logging.DEBUG,
                     "metadata quorum: UpdateRaftVoter to leader %d: %s", destination, answer.error_code.name)
         self._run(self.raft.receive(destination, answer, _now_ms()))
+
+    def _log_failed(self, failed: Log, exc: OSError) -> None:
+        reason = describe(exc)
+        log.error("the metadata log %s is offline: %s", failed.dir, reason)
+        for listener in self.failure_listeners:
+            listener(f"the metadata log {failed.dir} is offline: {reason}")
 
     def _refused_cluster_id(self, node: int) -> None:
         """Kafka logs this on every answer; once a minute says the same without flooding the log."""
