@@ -18,6 +18,8 @@ import importlib
 import logging
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from grete.broker.broker import Broker
@@ -139,9 +141,8 @@ class Node:
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         broker = self.broker
-        for driver in {id(d): d for d in (self.controller.quorum if self.controller else None,
-                                          getattr(self.membership, "driver", None)) if d is not None}.values():
-            driver.failure_listeners.append(self._halt)  # a KRaft node's metadata log
+        for driver in self._metadata_logs():
+            driver.failure_listeners.append(self._halt)
         if self.controller is not None:  # a voter of a quorum of several: the quorum and its listeners
             for listener in self.controller.listeners:
                 await self._listen(self.controller, listener)
@@ -225,15 +226,11 @@ class Node:
         # brokers and the embedded node write -1, as Kafka 3.9's do.
         kraft = not broker.config.get_str("zookeeper.connect") and broker.cluster.broker_epoch >= 0
         broker.log_manager.shutdown(broker.cluster.broker_epoch if kraft else -1)
-        try:
+        with _failed_dir_reported():
             broker.close_metadata()
-        except KafkaStorageException as exc:  # its dir failed (and was reported): the rest still stops
-            log.error("closing the metadata log: %s", exc.message)
         if self.membership is not None:
-            try:
+            with _failed_dir_reported():
                 await self.membership.stop()  # the session ends: our registration vanishes at once
-            except KafkaStorageException as exc:  # its metadata log's dir failed (and was reported)
-                log.error("closing the metadata log: %s", exc.message)
         if self.controller is not None:  # a combined node's controller goes last, as in Kafka
             await self._stop_controller()
             return
@@ -247,10 +244,8 @@ class Node:
             conn.close()
         if controller.controller_registration is not None:
             await controller.controller_registration.close()
-        try:
+        with _failed_dir_reported():
             await controller.quorum.close()
-        except KafkaStorageException as exc:
-            log.error("closing the metadata log: %s", exc.message)
         release_all(self.dir_locks)
         self._stopped.set()
 
@@ -271,6 +266,15 @@ class Node:
                 self._tasks.append(asyncio.ensure_future(transactions.load_partition(index, leader_epoch)))
             else:
                 transactions.unload_partition(index, leader_epoch)
+
+    def _metadata_logs(self) -> list[Any]:
+        """The Raft drivers of the metadata logs this node keeps: a controller's, a KRaft broker's
+        (a combined node's two are one); none for the embedded node or a ZooKeeper broker."""
+        found = [self.controller.quorum] if self.controller is not None and self.controller.quorum is not None else []
+        observer = getattr(self.membership, "driver", None)  # KRaftBroker's; ZooKeeper's membership has none
+        if observer is not None and not any(observer is d for d in found):
+            found.append(observer)
+        return found
 
     def _all_dirs_offline(self) -> None:
         dirs = ", ".join(f"{d} ({why})" for d, why in self.broker.log_manager.offline_dirs.items())
@@ -355,3 +359,13 @@ class Node:
                     last_checkpoint = time.monotonic()
             except Exception:
                 log.exception("log maintenance failed")
+
+
+@contextmanager
+def _failed_dir_reported() -> Iterator[None]:
+    """Closing a log whose dir has failed (already reported when it failed): logged, and the stop
+    goes on (a node halting for a failed disk must not hang on it)."""
+    try:
+        yield
+    except KafkaStorageException as exc:
+        log.error("closing the metadata log: %s", exc.message)

@@ -131,8 +131,7 @@ class RoutedWire:
         as partition leaders send it), to each coordinator of the groups or transactions they name."""
         api = request.API_KEY
         if api == ApiKey.LIST_GROUPS:
-            metadata = self._lookup.call(MetadataRequest(topics=[]), MetadataResponse, 12)
-            return [((b.host, b.port), request) for b in sorted(metadata.brokers, key=lambda b: b.node_id)]
+            return [(address, request) for _, address in sorted(self._brokers().items())]
         if api in BY_GROUP:
             field = BY_GROUP[api][0]
             return self._by_coordinator(request, field, GROUP, lambda group: str(group))
@@ -145,9 +144,12 @@ class RoutedWire:
     def _config_destination(self, resource: Any) -> Address:
         if resource.resource_type not in BROKER_RESOURCES or not str(resource.resource_name).isdigit():
             return self._bootstrap
+        return self._brokers().get(int(resource.resource_name), self._bootstrap)
+
+    def _brokers(self) -> dict[int, Address]:
+        """The live brokers' addresses on this listener, by id."""
         metadata = self._lookup.call(MetadataRequest(topics=[]), MetadataResponse, 12)
-        return next(((b.host, b.port) for b in metadata.brokers if b.node_id == int(resource.resource_name)),
-                    self._bootstrap)
+        return {b.node_id: (b.host, b.port) for b in metadata.brokers}
 
     def _by_coordinator(self, request: Any, field: str, key_type: int,
                         key: Callable[[Any], str]) -> list[tuple[Address, Any]] | None:

@@ -127,8 +127,10 @@ def _read_state_partitions(group: ShareGroup, r: Reader) -> None:
         for _ in range(r.array_length(True)):
             topic_id, name = r.uuid(), r.string(True)
             partitions = {r.int32() for _ in range(r.array_length(True))}
-            group.initialized[topic_id] = InitializedTopic(name, partitions, r.int64())
+            created = r.int64()
             r.tagged_fields()
+            known = group.initialized.setdefault(topic_id, InitializedTopic(name, set(), created))
+            known.partitions |= partitions  # a topic partly initializing, partly initialized: one
 
 
 def current_assignment_value(m: ShareMember) -> bytes:
