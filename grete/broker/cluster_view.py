@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from grete.coordinator.metadata import TopicMeta
+from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -130,8 +130,12 @@ class BrokersFromMetadata:
                          else ErrorCode.LEADER_NOT_AVAILABLE)
                 leader_id = -1
             states.append(PartitionState(error, leader_id, pmeta.leader_epoch, list(pmeta.isr),
-                                         list(pmeta.offline_replicas)))
+                                         self.offline_replicas(pmeta, listener)))
         return states
+
+    def offline_replicas(self, pmeta: PartitionMeta, listener: str) -> list[int]:
+        """The replicas Metadata lists as offline: as the controller last said (UpdateMetadata)."""
+        return list(pmeta.offline_replicas)
 
     def coordinator_for(self, topic: str, index: int) -> tuple[int, str | None, int]:
         """The leader of the coordinator's partition, as the metadata cache knows it."""

@@ -54,6 +54,15 @@ class PartitionMeta:
     # partition has none.
     elr: list[int] = field(default_factory=list)
     last_known_elr: list[int] = field(default_factory=list)
+    # KRaft (KIP-858): the log dir holding each replica, in the order of ``replicas``; empty when
+    # the metadata does not say (a single node, ZooKeeper mode, a metadata.version before 3.7).
+    directories: list[uuid.UUID] = field(default_factory=list)
+
+    def directory(self, replica: int) -> uuid.UUID | None:
+        """The log dir the metadata assigns ``replica`` to; None when it does not say."""
+        if len(self.directories) != len(self.replicas) or replica not in self.replicas:
+            return None
+        return self.directories[self.replicas.index(replica)]
 
 
 @dataclass(slots=True)

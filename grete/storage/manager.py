@@ -253,6 +253,10 @@ class LogManager:
         """The directory ids of the cordoned log dirs, as a KRaft broker reports them."""
         return sorted(self.dir_ids[d] for d in self.cordoned if d in self.dir_ids)
 
+    def offline_ids(self) -> list[uuid.UUID]:
+        """The directory ids of the failed log dirs, as a KRaft broker's heartbeat reports them."""
+        return sorted(self.dir_ids[d] for d in self.offline_dirs if d in self.dir_ids)
+
     @property
     def all_dirs_offline(self) -> bool:
         """No log dir is left: Kafka shuts the broker down then."""

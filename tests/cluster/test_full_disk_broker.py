@@ -85,4 +85,8 @@ def test_a_broker_whose_metadata_log_dir_fails_stops(disk: Path, tmp_path: Path)
         log = broker2.log_path.read_text(errors="replace")
         assert broker2.process.returncode == 1, log[-3000:]
         assert f"the metadata log {disk / 'metadata' / '__cluster_metadata-0'} is offline" in log
-        assert admin.list_topics(timeout=10).brokers.keys() == {1, 3}
+        # Fenced once the controller sees its process gone (at once; the session timeout at worst).
+        deadline = time.monotonic() + 15
+        while admin.list_topics(timeout=10).brokers.keys() != {1, 3}:
+            assert time.monotonic() < deadline, "the stopped broker is still listed"
+            time.sleep(0.2)

@@ -83,3 +83,11 @@ def test_small_znodes() -> None:
     # What a 3.9.2 controller writes (Kafka's decoder cannot even read a level-0 feature).
     assert zk.encode_feature(zk.FINALIZED_FEATURES) == b'{"features":{},"version":2,"status":1}'
     assert zk.decode_feature(b'{"version":2,"status":0,"features":{}}') == {}
+
+
+def test_log_dir_event_as_kafka_writes_it() -> None:
+    # Kafka's LogDirEventNotificationSequenceZNode.encode: version, broker, event (1: a dir failed).
+    assert zk.encode_log_dir_event(4) == b'{"version":1,"broker":4,"event":1}'
+    assert zk.decode_log_dir_event(b'{"version":1,"broker":4,"event":1}') == 4
+    assert zk.decode_log_dir_event(b"not json") is None
+    assert zk.decode_log_dir_event(b'{"version":1}') is None

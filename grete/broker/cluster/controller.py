@@ -11,8 +11,8 @@ controlled shutdown) are handled one at a time by one task, as Kafka's Controlle
 the state has one owner and no event sees another half done. This module runs the events, the
 election and failover, and the watches on brokers and topics; its parts are the shared state and
 fenced writes (controller_core.py), leader election (leader_election.py), fencing of dead processes
-(broker_fencing.py), reassignment (reassignment.py), topic deletion (topic_deletion.py) and leaders'
-ISR changes (isr_changes.py).
+(broker_fencing.py), reassignment (reassignment.py), topic deletion (topic_deletion.py), leaders'
+ISR changes (isr_changes.py) and brokers' failed log dirs (log_dir_events.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from grete.broker.cluster.channels import ControllerChannels
 from grete.broker.cluster.controller_core import ControllerCore, ControllerMoved, ControllerSettings
 from grete.broker.cluster.isr_changes import IsrChange, IsrChanges, IsrResult
 from grete.broker.cluster.leader_election import LeaderElection
+from grete.broker.cluster.log_dir_events import LogDirEvents
 from grete.broker.cluster.reassignment import Reassignments
 from grete.broker.cluster.state import ControllerContext, TopicPartition
 from grete.broker.cluster.topic_deletion import TopicDeletion
@@ -53,6 +54,7 @@ class Controller:
         self.reassignment = Reassignments(self.core)
         self.deletion = TopicDeletion(self.core)
         self.isr_changes = IsrChanges(self.core, self.reassignment)
+        self.log_dirs = LogDirEvents(self.core, self.elections)
         self._worker: asyncio.Task[None] | None = None
         self._watching = False
 
@@ -202,6 +204,8 @@ class Controller:
             self.zk.watch_children(zk.BROKER_IDS, lambda c: self.core.enqueue(lambda: self._on_brokers(c)))
             self.zk.watch_children(zk.BROKER_TOPICS, lambda c: self.core.enqueue(lambda: self._on_topics(c)))
             self.zk.watch_children(zk.DELETE_TOPICS, lambda c: self.core.enqueue(lambda: self.deletion.on_deletions(c)))
+            self.zk.watch_children(zk.LOG_DIR_EVENT_NOTIFICATION,
+                                   lambda c: self.core.enqueue(lambda: self.log_dirs.on_notifications(c)))
         else:
             self.core.enqueue(self._refresh_all)
 
@@ -209,6 +213,7 @@ class Controller:
         await self._on_brokers(await self.zk.children(zk.BROKER_IDS))
         await self._on_topics(await self.zk.children(zk.BROKER_TOPICS))
         await self.deletion.on_deletions(await self.zk.children(zk.DELETE_TOPICS))
+        await self.log_dirs.on_notifications(await self.zk.children(zk.LOG_DIR_EVENT_NOTIFICATION))
 
     async def _setup_features(self) -> None:
         """Create /feature as a 3.9 controller does (finalized metadata.version 21, kraft.version 0),
@@ -275,6 +280,8 @@ class Controller:
 
     async def _on_broker_startup(self, brokers: list[int]) -> None:
         log.info("controller: broker(s) %s joined the cluster", brokers)
+        for broker_id in brokers:
+            self.log_dirs.broker_started(broker_id)
         others = [b for b in self.ctx.live if b not in brokers]
         self.core.send_update_metadata(others, [])
         self.core.send_update_metadata(brokers, self.ctx.partitions())

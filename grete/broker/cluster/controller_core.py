@@ -20,6 +20,7 @@ from grete.broker.cluster.channels import ControllerChannels
 from grete.broker.cluster.state import ControllerContext, TopicPartition
 from grete.coordinator.zookeeper import zk_layout as zk
 from grete.coordinator.zookeeper.zk_client import MultiOpError, Op, ZkClient, ZookeeperError
+from grete.protocol.messages import LeaderAndIsrResponse
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class ControllerCore:
         self.channels: ControllerChannels | None = None
         self.stopped = False
         self.events: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        # Every broker's answer to a LeaderAndIsr (the replicas it could not serve: a failed log dir).
+        self.leader_and_isr_answered: Callable[[int, LeaderAndIsrResponse], None] | None = None
 
     # --- events ------------------------------------------------------------------------------------
     def enqueue(self, event: Callable[[], Awaitable[None]]) -> None:
@@ -135,7 +138,9 @@ class ControllerCore:
         request = build.leader_and_isr(self.ctx, broker_id, info.epoch, [tp for tp in partitions if tp in self.ctx.states],
                                        self.settings.inter_broker_listener, is_new)
         if request is not None:
-            self.channels.send(broker_id, request, build.LEADER_AND_ISR_VERSION)
+            answered = self.leader_and_isr_answered
+            self.channels.send(broker_id, request, build.LEADER_AND_ISR_VERSION,
+                               None if answered is None else lambda response: answered(broker_id, response))
 
     def send_update_metadata(self, brokers: Iterable[int], partitions: Iterable[TopicPartition],
                              *, deleting: Iterable[TopicPartition] = ()) -> None:

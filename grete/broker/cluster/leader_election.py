@@ -33,7 +33,7 @@ class LeaderElection:
     def offline_leader(self, tp: TopicPartition, unclean: bool) -> zk.PartitionState | None:
         """A new state for a partition whose leader is gone, or None if no replica can lead it."""
         state = self.ctx.states[tp]
-        live = [r for r in self.ctx.replicas(tp) if r in self.ctx.live and r not in self.ctx.shutting_down]
+        live = [r for r in self.ctx.replicas(tp) if self.ctx.replica_online(r, tp) and r not in self.ctx.shutting_down]
         in_isr = [r for r in live if r in state.isr]
         if in_isr:
             leader = in_isr[0]
@@ -57,10 +57,10 @@ class LeaderElection:
         for tp, state in sorted(self.ctx.states.items()):
             if tp[0] in self.ctx.deleting:
                 continue
-            if state.leader in self.ctx.live and state.leader not in self.ctx.shutting_down:
+            if self.ctx.replica_online(state.leader, tp) and state.leader not in self.ctx.shutting_down:
                 continue
             unclean = await self._unclean_allowed(tp[0]) if not any(
-                r in self.ctx.live for r in state.isr) else False
+                self.ctx.replica_online(r, tp) for r in state.isr) else False
             new = self.offline_leader(tp, unclean)
             if new is not None:
                 changes[tp] = new
@@ -75,7 +75,7 @@ class LeaderElection:
         replicas, epoch 0; LeaderAndIsr (IsNew) to them, UpdateMetadata to all."""
         changes = {}
         for tp in partitions:
-            live = [r for r in self.ctx.replicas(tp) if r in self.ctx.live]
+            live = [r for r in self.ctx.replicas(tp) if self.ctx.replica_online(r, tp)]
             if not live:
                 log.warning("no replica of new partition %s-%d is live; it stays offline", *tp)
                 continue
@@ -83,24 +83,28 @@ class LeaderElection:
         if changes:
             self.core.publish(await self.core.write_states(changes, create=True), is_new=True)
 
-    async def take_replicas_offline(self, gone: set[int]) -> None:
+    async def take_replicas_offline(self, gone: set[int], on_dirs: dict[int, set[TopicPartition]] | None = None) -> None:
         """Partitions led by ``gone`` get a new leader; ``gone`` leaves every ISR (leader epoch +1);
-        the last ISR member stays in the ISR with no leader, as Kafka keeps it."""
+        the last ISR member stays in the ISR with no leader, as Kafka keeps it. ``on_dirs``: replicas
+        of live brokers whose log dir failed, taken offline the same way, those partitions alone."""
+        dirs = on_dirs or {}
         changes: dict[TopicPartition, zk.PartitionState] = {}
         for tp, state in sorted(self.ctx.states.items()):
-            if tp[0] in self.ctx.deleting or not (gone & set(self.ctx.replicas(tp))):
+            leaving = {r for r in self.ctx.replicas(tp) if r in gone or tp in dirs.get(r, ())}
+            if tp[0] in self.ctx.deleting or not leaving:
                 continue
-            if state.leader in gone:
+            if state.leader in leaving:
                 unclean = await self._unclean_allowed(tp[0]) if not any(
-                    r in self.ctx.live and r not in self.ctx.shutting_down for r in state.isr) else False
+                    self.ctx.replica_online(r, tp) and r not in self.ctx.shutting_down and r not in leaving
+                    for r in state.isr) else False
                 new = self.offline_leader(tp, unclean)
                 if new is None:
-                    isr = [r for r in state.isr if r not in gone] or state.isr
+                    isr = [r for r in state.isr if r not in leaving] or state.isr
                     new = zk.PartitionState(NO_LEADER, state.leader_epoch + 1, isr, self.ctx.epoch, False,
                                             state.zk_version)
                 changes[tp] = new
-            elif gone & set(state.isr):
-                isr = [r for r in state.isr if r not in gone]
+            elif leaving & set(state.isr):
+                isr = [r for r in state.isr if r not in leaving]
                 changes[tp] = zk.PartitionState(state.leader, state.leader_epoch + 1, isr, self.ctx.epoch,
                                                 state.recovering, state.zk_version)
         written = await self.core.write_states(changes) if changes else []
@@ -116,7 +120,7 @@ class LeaderElection:
         wanted = partitions if partitions is not None else [
             tp for tp, s in sorted(self.ctx.states.items())
             if tp[0] not in self.ctx.deleting and self.ctx.replicas(tp) and (
-                s.leader != self.ctx.replicas(tp)[0] if preferred else s.leader not in self.ctx.live)]
+                s.leader != self.ctx.replicas(tp)[0] if preferred else not self.ctx.replica_online(s.leader, tp))]
         outcome: dict[TopicPartition, ErrorCode] = {}
         changes: dict[TopicPartition, zk.PartitionState] = {}
         for tp in wanted:
@@ -128,12 +132,13 @@ class LeaderElection:
                 first = replicas[0]
                 if state.leader == first:
                     outcome[tp] = ErrorCode.ELECTION_NOT_NEEDED
-                elif first not in self.ctx.live or first not in state.isr or first in self.ctx.shutting_down:
+                elif (not self.ctx.replica_online(first, tp) or first not in state.isr
+                      or first in self.ctx.shutting_down):
                     outcome[tp] = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
                 else:
                     changes[tp] = zk.PartitionState(first, state.leader_epoch + 1, list(state.isr), self.ctx.epoch,
                                                     state.recovering, state.zk_version)
-            elif state.leader in self.ctx.live:
+            elif self.ctx.replica_online(state.leader, tp):
                 outcome[tp] = ErrorCode.ELECTION_NOT_NEEDED
             else:
                 new = self.offline_leader(tp, unclean=True)

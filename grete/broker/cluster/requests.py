@@ -75,7 +75,7 @@ def update_metadata(ctx: ControllerContext, broker_epoch: int, partitions: list[
                 topic_name=topic, partition_index=index, controller_epoch=state.controller_epoch,
                 leader=state.leader, leader_epoch=state.leader_epoch, isr=list(state.isr),
                 zk_version=state.zk_version, replicas=replicas,
-                offline_replicas=[r for r in replicas if r not in ctx.live]))
+                offline_replicas=[r for r in replicas if not ctx.replica_online(r, (topic, index))]))
         for index in gone.get(topic, []):
             state = ctx.states.get((topic, index))
             replicas = list(assignment.partitions.get(index, []))

@@ -21,6 +21,13 @@ class ControllerContext:
     states: dict[TopicPartition, zk.PartitionState] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     shutting_down: set[int] = field(default_factory=set)
+    # Replicas on a live broker whose log dir failed, by broker (Kafka's replicasOnOfflineDirs): they
+    # answered LeaderAndIsr with KAFKA_STORAGE_ERROR; forgotten when the broker starts again.
+    offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
+
+    def replica_online(self, broker_id: int, tp: TopicPartition) -> bool:
+        """The replica of ``tp`` on ``broker_id`` can serve: its broker is live and its dir online."""
+        return broker_id in self.live and tp not in self.offline_dirs.get(broker_id, ())
 
     def replicas(self, tp: TopicPartition) -> list[int]:
         assignment = self.assignments.get(tp[0])

@@ -23,7 +23,14 @@ from grete.broker.security.authorizer import configured
 from grete.broker.security.delegation_tokens import tokens_enabled
 from grete.coordinator.metadata import ChangeKind, MetadataChange, new_topic_id
 from grete.coordinator.zookeeper import zk_layout as zk
-from grete.coordinator.zookeeper.zk_client import MultiOpError, NodeExistsError, Op, SessionState, ZkClient
+from grete.coordinator.zookeeper.zk_client import (
+    MultiOpError,
+    NodeExistsError,
+    Op,
+    SessionState,
+    ZkClient,
+    ZookeeperError,
+)
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ControlledShutdownRequest, ControlledShutdownResponse
 from grete.storage.files import uuid_to_kafka
@@ -127,6 +134,19 @@ class ZkBroker:
         broker.replicas.replica_alive = lambda replica: self.metadata.broker(replica) is not None
         # Share partitions' state goes to their share coordinators, wherever those are.
         broker.share_groups.persister = ClusterSharePersister(broker, self.listener)
+        broker.log_manager.on_dir_offline(lambda _dir, _error, _partitions: self._tell_dir_failed())
+
+    def _tell_dir_failed(self) -> None:
+        """A log dir failed: a log dir event for the controller, which then asks this broker which of
+        its replicas are offline (LeaderAndIsr answered KAFKA_STORAGE_ERROR) and moves their
+        leaderships (Kafka's propagateLogDirEvent)."""
+        async def notify() -> None:
+            try:
+                await self.zk.create(f"{zk.LOG_DIR_EVENT_NOTIFICATION}/{zk.LOG_DIR_EVENT_PREFIX}",
+                                     zk.encode_log_dir_event(self.broker_id), sequence=True, makepath=True)
+            except ZookeeperError as exc:  # ZooKeeper away: the controller learns at its next LeaderAndIsr
+                log.error("could not tell the controller of the failed log dir: %s", exc)
+        asyncio.ensure_future(notify())
 
     async def register(self, broker: Broker) -> None:
         """Register (after the listeners are bound: the registration names their ports), then run

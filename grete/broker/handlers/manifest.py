@@ -77,6 +77,7 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     70: ("controller_registration", 0, 0, 0),  # ControllerRegistration
     71: ("get_telemetry_subscriptions", 0, 0, 0),  # GetTelemetrySubscriptions
     72: ("push_telemetry", 0, 0, 0),  # PushTelemetry
+    73: ("assign_replicas_to_dirs", 0, 0, 0),  # AssignReplicasToDirs
     74: ("list_config_resources", 0, 1, 0),  # ListConfigResources
     75: ("describe_topic_partitions", 0, 0, 0),  # DescribeTopicPartitions
     76: ("share_group_heartbeat", 1, 1, 1),  # ShareGroupHeartbeat

@@ -8,6 +8,7 @@ broker catches up (so a starting broker is unfenced as soon as it can be, not a 
 later). A heartbeat answered BROKER_ID_NOT_REGISTERED or STALE_BROKER_EPOCH (the controller no
 longer knows this registration) registers again. A clean stop asks to shut down (controlled
 shutdown): the controller moves this broker's leaderships away, then answers ``should_shut_down``.
+Every heartbeat names the broker's failed log dirs, and a dir's failure sends one at once.
 """
 
 from __future__ import annotations
@@ -58,9 +59,11 @@ class Registration:
 class BrokerLifecycle:
     def __init__(self, registration: Registration, call: Call, applied_offset: Callable[[], int],
                  heartbeat_interval_ms: int, previous_epoch: int = -1,
-                 cordoned: Callable[[], list[uuid.UUID]] = list) -> None:
+                 cordoned: Callable[[], list[uuid.UUID]] = list,
+                 offline: Callable[[], list[uuid.UUID]] = list) -> None:
         self.registration = registration
         self._cordoned = cordoned  # the ids of this broker's cordoned log dirs, read at each heartbeat
+        self._offline = offline  # the ids of its failed log dirs, read at each heartbeat (KIP-858)
         # The epoch this broker's last process had if it stopped cleanly (its log dirs'
         # clean-shutdown files), told to the controller: not a clean stop, it leaves every ELR.
         self._previous_epoch = previous_epoch
@@ -114,6 +117,12 @@ class BrokerLifecycle:
                 and self._applied_offset() >= self.broker_epoch):
             self._heartbeat_soon(0)
 
+    def dir_failed(self) -> None:
+        """A log dir failed: the controller hears of it now, not a heartbeat interval later, so the
+        leaderships of the replicas in it move at once (Kafka's propagateDirectoryFailure)."""
+        if self.broker_epoch >= 0:
+            self._heartbeat_soon(0)
+
     def _heartbeat_soon(self, delay_s: float) -> None:
         if self._closed:
             return
@@ -131,7 +140,8 @@ class BrokerLifecycle:
         offset = self._applied_offset()
         request = BrokerHeartbeatRequest(broker_id=self.registration.broker_id, broker_epoch=self.broker_epoch,
                                          current_metadata_offset=offset, want_fence=False,
-                                         want_shut_down=self._want_shut_down, cordoned_log_dirs=self._cordoned())
+                                         want_shut_down=self._want_shut_down, cordoned_log_dirs=self._cordoned(),
+                                         offline_log_dirs=self._offline())
         try:
             response = await self._call(request, HEARTBEAT_VERSION)
         except KafkaError as exc:

@@ -39,6 +39,8 @@ from grete.protocol.messages import (
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -53,6 +55,7 @@ from grete.protocol.metadata import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
+from grete.storage.files import uuid_to_kafka
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,9 @@ PRODUCER_ID_BLOCK = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 SECURITY_PROTOCOLS = {0: "PLAINTEXT", 1: "SSL", 2: "SASL_PLAINTEXT", 3: "SASL_SSL"}
 # BrokerRegistrationChangeRecord's Fenced: Kafka's BrokerRegistrationFencingChange.
 FENCE, UNFENCE = 1, -1
+# Kafka's DirectoryId: a replica whose broker has not said which log dir holds it, and one being
+# moved from ZooKeeper mode, both counted online; a replica whose dir is known lost.
+UNASSIGNED_DIR, LOST_DIR, MIGRATING_DIR = ZERO_UUID, uuid.UUID(int=1), uuid.UUID(int=2)
 
 Commit = Callable[[Sequence[Message]], Awaitable[None]]
 
@@ -69,6 +75,9 @@ class AlterPartitionTaker(Protocol):
     async def alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse: ...
     async def broker_unregistered(self, broker_id: int, record: Message) -> None: ...
     async def broker_registered(self, broker_id: int, clean: bool, record: Message) -> None: ...
+    async def dirs_offline(self, broker_id: int, dirs: set[uuid.UUID], record: Message) -> None: ...
+    async def assign_dirs(self, request: AssignReplicasToDirsRequest, online: Callable[[uuid.UUID], bool]
+                          ) -> AssignReplicasToDirsResponse: ...
 
 
 @dataclass
@@ -80,9 +89,16 @@ class Registration:
     in_controlled_shutdown: bool = False
     endpoints: list[tuple[str, str, int, int]] = field(default_factory=list)  # name, host, port, protocol
     rack: str | None = None
-    log_dirs: list[uuid.UUID] = field(default_factory=list)
+    log_dirs: list[uuid.UUID] = field(default_factory=list)  # its log dirs that are online (KIP-858)
     features: list[RegisterBrokerRecord.BrokerFeature] = field(default_factory=list)
     cordoned_dirs: list[uuid.UUID] = field(default_factory=list)  # KIP-1066, from its heartbeats
+
+    def online_dir(self, directory: uuid.UUID) -> bool:
+        """Whether a replica assigned to ``directory`` on this broker is in an online log dir
+        (Kafka's DirectoryId.isOnline: unassigned counts as online, as does a broker that listed none)."""
+        if directory in (UNASSIGNED_DIR, MIGRATING_DIR):
+            return True
+        return directory != LOST_DIR and (not self.log_dirs or directory in self.log_dirs)
 
     @property
     def cordoned(self) -> bool:
@@ -135,6 +151,8 @@ class Registrations:
                 found.in_controlled_shutdown = record.in_controlled_shutdown == 1
             if found is not None and record.cordoned_log_dirs is not None:
                 found.cordoned_dirs = list(record.cordoned_log_dirs)
+            if found is not None and record.log_dirs:  # empty: no change (Kafka's BrokerRegistration.cloneWith)
+                found.log_dirs = list(record.log_dirs)
         elif isinstance(record, FenceBrokerRecord | UnfenceBrokerRecord):
             found = self._current(record.id, record.epoch)
             if found is not None:
@@ -153,6 +171,16 @@ class Registrations:
         exactly one (Kafka's ClusterControlManager.defaultDir), else unassigned."""
         found = self.brokers.get(broker_id)
         return found.log_dirs[0] if found is not None and len(found.log_dirs) == 1 else ZERO_UUID
+
+    def replica_offline(self, broker_id: int, directory: uuid.UUID | None, listener: str | None = None) -> bool:
+        """A replica on ``broker_id`` that Metadata lists as offline (Kafka's KRaftMetadataCache):
+        its broker unregistered or fenced, without ``listener``, or its log dir offline."""
+        found = self.brokers.get(broker_id)
+        if found is None or found.fenced:
+            return True
+        if listener is not None and not any(name == listener for name, *_ in found.endpoints):
+            return True
+        return directory is not None and not found.online_dir(directory)
 
     def live(self) -> list[BrokerInfo]:
         """The unfenced brokers, where partitions may be placed (Kafka's usable brokers)."""
@@ -186,6 +214,7 @@ class BrokerRegistry(Registrations):
         self._last_heartbeat: dict[int, float] = {}  # monotonic seconds, the leader's only
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._watches: dict[int, tuple[int, ProcessWatch]] = {}  # broker id -> (epoch, watch), the leader's
+        self._dirs_going: dict[int, set[uuid.UUID]] = {}  # log dirs being recorded offline, by broker
 
     # --- requests (the leader) -----------------------------------------------------------------
     async def register(self, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
@@ -239,13 +268,9 @@ class BrokerRegistry(Registrations):
         ProducerIdControlManager): a ProducerIdsRecord holding the next free id, one at a time."""
         def refused(error: ErrorCode) -> AllocateProducerIdsResponse:
             return AllocateProducerIdsResponse(error_code=error, producer_id_start=-1, producer_id_len=-1)
-        if not self._leads():
-            return refused(ErrorCode.NOT_CONTROLLER)
-        found = self.brokers.get(request.broker_id)
-        if found is None:
-            return refused(ErrorCode.BROKER_ID_NOT_REGISTERED)
-        if found.epoch != request.broker_epoch:
-            return refused(ErrorCode.STALE_BROKER_EPOCH)
+        error, _found = self._standing(request.broker_id, request.broker_epoch)
+        if error is not ErrorCode.NONE:
+            return refused(error)
         async with self._allocating:  # the next block is read after the previous one is applied
             first = self.next_producer_id()
             try:
@@ -262,15 +287,12 @@ class BrokerRegistry(Registrations):
             return BrokerHeartbeatResponse(error_code=error, is_caught_up=caught_up,
                                            is_fenced=found.fenced if found is not None else True,
                                            should_shut_down=shut_down)
-        if not self._leads():
-            return answer(ErrorCode.NOT_CONTROLLER)
-        found = self.brokers.get(request.broker_id)
+        error, found = self._standing(request.broker_id, request.broker_epoch)
         if found is None:
-            return answer(ErrorCode.BROKER_ID_NOT_REGISTERED)
-        if found.epoch != request.broker_epoch:
-            return answer(ErrorCode.STALE_BROKER_EPOCH)
+            return answer(error)
         self._heard(request.broker_id)
         caught_up = request.current_metadata_offset >= found.epoch
+        await self._dirs_offline(found, request.offline_log_dirs)
         cordoned = request.cordoned_log_dirs
         if cordoned is not None and sorted(cordoned) != sorted(found.cordoned_dirs):  # v2 (KIP-1066)
             await self._commit([BrokerRegistrationChangeRecord(broker_id=found.broker_id, broker_epoch=found.epoch,
@@ -289,6 +311,52 @@ class BrokerRegistry(Registrations):
         elif not found.fenced and request.want_fence:
             await self._fence(found)
         return answer(ErrorCode.NONE, self.brokers.get(found.broker_id), caught_up)
+
+    async def _dirs_offline(self, found: Registration, offline: list[uuid.UUID]) -> None:
+        """Log dirs a heartbeat reports failed (KIP-858, Kafka's handleDirectoriesOffline): the
+        broker's replicas in them leave their ISRs and leaderships, and its registration keeps only
+        the dirs still online, in one batch."""
+        taking = self._dirs_going.setdefault(found.broker_id, set())
+        failed = {d for d in offline if d in found.log_dirs and d not in taking}
+        if not failed:
+            return
+        online = [d for d in found.log_dirs if d not in failed]
+        record = BrokerRegistrationChangeRecord(broker_id=found.broker_id, broker_epoch=found.epoch, log_dirs=online)
+        log.warning("Directories [%s] in broker %d marked offline, remaining directories: [%s]",
+                    ", ".join(uuid_to_kafka(d) for d in sorted(failed)), found.broker_id,
+                    ", ".join(uuid_to_kafka(d) for d in online))
+        taking |= failed  # a heartbeat meanwhile (before the record is applied) does not repeat it
+        try:
+            if self.partitions is not None:
+                await self.partitions.dirs_offline(found.broker_id, failed, record)
+            else:
+                await self._commit([record])
+        finally:
+            taking -= failed
+
+    async def assign_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsResponse:
+        """AssignReplicasToDirs (KIP-858): which log dir holds each of a broker's replicas, as the
+        broker placed them (Kafka's handleAssignReplicasToDirs)."""
+        error, found = self._standing(request.broker_id, request.broker_epoch)
+        if found is None:
+            return AssignReplicasToDirsResponse(error_code=error)
+        assert self.partitions is not None
+        try:
+            return await self.partitions.assign_dirs(request, found.online_dir)
+        except KafkaError as exc:  # the leadership lost while writing
+            return AssignReplicasToDirsResponse(error_code=exc.code)
+
+    def _standing(self, broker_id: int, epoch: int) -> tuple[ErrorCode, Registration | None]:
+        """A broker's request to the active controller: its registration, or why it is refused
+        (NOT_CONTROLLER, BROKER_ID_NOT_REGISTERED, STALE_BROKER_EPOCH), as Kafka's checkBrokerEpoch."""
+        if not self._leads():
+            return ErrorCode.NOT_CONTROLLER, None
+        found = self.brokers.get(broker_id)
+        if found is None:
+            return ErrorCode.BROKER_ID_NOT_REGISTERED, None
+        if found.epoch != epoch:
+            return ErrorCode.STALE_BROKER_EPOCH, None
+        return ErrorCode.NONE, found
 
     # --- sessions (the leader) -------------------------------------------------------------------
     def _alive(self, broker_id: int) -> bool:

@@ -40,6 +40,7 @@ from grete.broker.quorum.controller_node import (
     raft_config,
     snapshot_policy,
 )
+from grete.broker.quorum.dir_assignments import DirAssignments
 from grete.broker.quorum.driver import RaftDriver
 from grete.broker.quorum.image_changes import ImageChanges
 from grete.broker.quorum.kraft_version import BrokerKRaftVersion
@@ -49,7 +50,7 @@ from grete.broker.replica.replica_manager import PartitionOrder
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.voters import VoterNode
-from grete.coordinator.metadata import TopicMeta
+from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import ZERO_UUID, Message
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -117,6 +118,7 @@ class KRaftBroker(BrokersFromMetadata):
             self.driver.snapshot_source = lambda: snapshot_records(self.metadata, self.registry)
         self.applied_offset = -1
         self.alter_partitions: AlterPartitionManager | None = None
+        self.dir_assignments: DirAssignments | None = None
         self._broker: Broker | None = None
         self._touched: set[uuid.UUID] = set()  # topics whose partitions changed since the last delta
         self._removed: set[uuid.UUID] = set()
@@ -143,6 +145,11 @@ class KRaftBroker(BrokersFromMetadata):
 
     def controller_listeners(self) -> list[str]:
         return []
+
+    def offline_replicas(self, pmeta: PartitionMeta, listener: str) -> list[int]:
+        """As Kafka's KRaft metadata cache: replicas whose broker is fenced or gone, lacks the
+        listener, or has the replica's log dir offline."""
+        return [r for r in pmeta.replicas if self.registry.replica_offline(r, pmeta.directory(r), listener)]
 
     def check_broker_configs(self, scope: str, before: dict[str, str], after: dict[str, str]) -> None:
         """The controller checks what it is sent (eligible leader replicas' rules included)."""
@@ -192,6 +199,9 @@ class KRaftBroker(BrokersFromMetadata):
         broker.replicas.alter_isr = self.alter_partitions.submit
         broker.replicas.replica_alive = lambda replica: any(b.id == replica for b in self.live_brokers())
         broker.share_groups.persister = ClusterSharePersister(broker, self.listener)
+        self.dir_assignments = DirAssignments(self.broker_id, lambda: self.broker_epoch, self.channel.call,
+                                              self._assignment_wanted)
+        broker.replicas.log_placed = lambda partition: self._check_dir(broker, partition.topic, partition.index)
         if (self._touched or self._removed) and not self._delta_due:
             # A combined node's voter may have committed records before the broker was here to act.
             self._delta_due = True
@@ -213,10 +223,15 @@ class KRaftBroker(BrokersFromMetadata):
         self._heartbeats = ControllerChannel(self.broker_id, QuorumLeader(self.driver), self.channel.timeout_s)
         self.lifecycle = BrokerLifecycle(registration, self._heartbeats.call, lambda: self.applied_offset,
                                          self.config.get_int("broker.heartbeat.interval.ms"),
-                                         broker.log_manager.previous_broker_epoch, broker.log_manager.cordoned_ids)
+                                         broker.log_manager.previous_broker_epoch, broker.log_manager.cordoned_ids,
+                                         broker.log_manager.offline_ids)
+        lifecycle = self.lifecycle
+        broker.log_manager.on_dir_offline(lambda _dir, _error, _partitions: lifecycle.dir_failed())
         if self._observer:
             self.driver.start()
         await self.lifecycle.register()
+        if self.dir_assignments is not None:
+            self.dir_assignments.kick()
 
     # --- the metadata log -------------------------------------------------------------------------------
     def _leader_address(self) -> VoterAddress | None:
@@ -315,6 +330,26 @@ class KRaftBroker(BrokersFromMetadata):
             failed = {i: e.name for i, e in errors.items() if e not in (ErrorCode.NONE, ErrorCode.STALE_CONTROLLER_EPOCH)}
             if failed:
                 log.warning("%s: partitions not opened: %s", meta.name, failed)
+        for index in hosted:
+            self._check_dir(broker, meta.name, index)
+
+    # --- which log dir holds each replica (KIP-858) ---------------------------------------------------
+    def _check_dir(self, broker: Broker, topic: str, index: int) -> None:
+        """Tell the controller the log dir of a replica opened or moved here, if its metadata says
+        another (a controller leaves it unassigned for a broker with several dirs)."""
+        partition = broker.replicas.partitions.get((topic, index))
+        if self.dir_assignments is None or partition is None or not partition.online:
+            return
+        directory = broker.log_manager.dir_ids.get(partition.log_dir)
+        if directory is not None and self._assignment_wanted(partition.topic_id, index, directory):
+            self.dir_assignments.submit(partition.topic_id, index, directory)
+
+    def _assignment_wanted(self, topic_id: uuid.UUID, index: int, directory: uuid.UUID) -> bool:
+        """The image gives this replica a dir (a metadata.version with directories), not this one."""
+        meta = self.metadata.topic_by_id(topic_id)
+        pmeta = meta.partitions.get(index) if meta is not None else None
+        current = pmeta.directory(self.broker_id) if pmeta is not None else None
+        return current is not None and current != directory
 
     def _stop_all(self, broker: Broker, topic_id: uuid.UUID) -> None:
         name = self._names.pop(topic_id, None)
@@ -331,6 +366,8 @@ class KRaftBroker(BrokersFromMetadata):
     async def stop(self) -> None:
         if self.lifecycle is not None:
             self.lifecycle.close()
+        if self.dir_assignments is not None:
+            self.dir_assignments.close()
         if self.alter_partitions is not None:
             self.alter_partitions.shutdown()
         self.channel.close()

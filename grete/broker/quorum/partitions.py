@@ -15,6 +15,8 @@ ReplicationControlManager), as PartitionChangeRecords:
 - each change decided by :mod:`grete.broker.quorum.partition_change` (Kafka's PartitionChangeBuilder):
   with eligible leader replicas on, replicas leaving an ISR below ``min.insync.replicas`` become
   eligible leaders, the ISR may become empty, and a leaderless partition's leader comes from its ELR;
+- a broker's log dirs failed (its heartbeat says which), or a replica placed in one already failed
+  (AssignReplicasToDirs): its replicas there leave their ISRs and leaderships as a fenced broker's do;
 - reassignments (grete/broker/quorum/reassignments.py): started and cancelled here, completed by the
   AlterPartition whose ISR holds the whole target; one that moves the leader away answers the sender
   NEW_LEADER_ELECTED, as Kafka's does.
@@ -23,10 +25,12 @@ ReplicationControlManager), as PartitionChangeRecords:
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from grete.broker.cluster_view import Reassignment, TopicPartition
 from grete.broker.quorum.brokers import BrokerRegistry
+from grete.broker.quorum.dir_assignments import dir_assignments
 from grete.broker.quorum.elections import elect
 from grete.broker.quorum.partition_change import NO_CHANGE, NO_LEADER, Election, PartitionChange
 from grete.broker.quorum.reassignments import Outcome, Planner, ReassignmentLists
@@ -35,7 +39,12 @@ from grete.coordinator.kraft.store import ELR_FEATURE
 from grete.coordinator.metadata import PartitionMeta, TopicMeta
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
-from grete.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
+from grete.protocol.messages import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
+)
 from grete.protocol.metadata import PartitionChangeRecord
 
 Commit = Callable[[Sequence[Message]], Awaitable[None]]
@@ -124,6 +133,27 @@ class PartitionControl:
         """Partitions left without a leader that the unfenced broker can lead get one, one batch."""
         async with self._changing:
             await self._broker_unfenced(broker_id)
+
+    async def dirs_offline(self, broker_id: int, dirs: set[uuid.UUID], record: Message) -> None:
+        """A broker's log dirs failed: its replicas there leave their ISRs and leaderships, as if
+        that broker were fenced for those partitions alone, with ``record`` (its registration's
+        dirs left online), one batch."""
+        async with self._changing:
+            await self._commit([*self._fenced_records(broker_id, only=lambda part: part.directory(broker_id) in dirs),
+                                record])
+
+    async def assign_dirs(self, request: AssignReplicasToDirsRequest, online: Callable[[uuid.UUID], bool]
+                          ) -> AssignReplicasToDirsResponse:
+        """Each named replica of the broker recorded in the log dir it says holds it; one placed in
+        a dir already offline leaves its ISR and leadership in the same batch."""
+        async with self._changing:
+            records, answer, offline = dir_assignments(self._store.topic_by_id, request)
+            moved = {(topic_id, index) for topic_id, index, directory in offline if not online(directory)}
+            if moved:
+                records += self._fenced_records(request.broker_id, only_partitions=moved)
+            if records:
+                await self._commit(records)
+            return answer
 
     async def _alter_partition(self, request: AlterPartitionRequest, version: int) -> AlterPartitionResponse:
         Response = AlterPartitionResponse
@@ -237,15 +267,21 @@ class PartitionControl:
         if records:
             await self._commit(records)
 
-    def _fenced_records(self, broker_id: int, *, elr_too: bool = False, unclean: bool = False) -> list[Message]:
+    def _fenced_records(self, broker_id: int, *, elr_too: bool = False, unclean: bool = False,
+                        only: Callable[[PartitionMeta], bool] | None = None,
+                        only_partitions: set[tuple[uuid.UUID, int]] | None = None) -> list[Message]:
         """``broker_id`` out of every ISR (and, ``elr_too``, every partition whose ELR holds it is
         re-decided), its leaderships moved to another ISR (or ELR) member; ``unclean``: it shut down
-        uncleanly, so it leaves the ELRs and may not lead."""
+        uncleanly, so it leaves the ELRs and may not lead. ``only``, ``only_partitions``: those
+        partitions alone (its replicas in a failed log dir)."""
         usable = self._usable() - {broker_id}
         records: list[Message] = []
         for meta in self._store.topics().values():
             for index, part in sorted(meta.partitions.items()):
                 if broker_id not in part.isr and part.leader != broker_id and not (elr_too and broker_id in part.elr):
+                    continue
+                if (only is not None and not only(part)) or (
+                        only_partitions is not None and (meta.topic_id, index) not in only_partitions):
                     continue
                 record = self.change(meta, index, part, usable, target_isr=[r for r in part.isr if r != broker_id],
                                      unclean_shutdown=[broker_id] if unclean else ())

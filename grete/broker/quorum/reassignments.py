@@ -165,7 +165,9 @@ class Planner:
             partition_id=index, topic_id=meta.topic_id)
         if replicas != part.replicas:
             record.replicas = replicas
-            record.directories = [self.directory_of(r) for r in replicas]
+            # A replica that stays keeps its log dir; a new one goes where its broker places it.
+            record.directories = [d if (d := part.directory(r)) is not None else self.directory_of(r)
+                                  for r in replicas]
         if (adding, removing) != (moving or ([], [])):
             record.adding_replicas, record.removing_replicas = adding, removing
         if (record.replicas is None and record.isr is None and record.adding_replicas is None

@@ -81,6 +81,8 @@ class ReplicaManager:
         # Called once when no log dir is left (the node shuts down, as Kafka halts).
         self.on_all_offline: Callable[[], None] | None = None
         self._moves: dict[PartitionKey, asyncio.Task[None]] = {}
+        # Told of a replica whose log moved to another dir (a KRaft broker tells its controller).
+        self.log_placed: Callable[[Partition], None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -365,6 +367,8 @@ class ReplicaManager:
                 if self.log_manager.copy_to_future(*key):
                     partition.replace_log(self.log_manager.replace_current_with_future(*key))
                     log.info("moved %s-%d to %s", key[0], key[1], partition.log_dir)
+                    if self.log_placed is not None:
+                        self.log_placed(partition)
                     return
                 await asyncio.sleep(0)
         except KafkaError as exc:  # a dir failed under the move: reported once by the storage layer

@@ -110,11 +110,12 @@ ZK_BROKER_APIS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.U
 KRAFT_APIS = frozenset({ApiKey.DESCRIBE_QUORUM, ApiKey.UNREGISTER_BROKER})
 # The voters' RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, FetchSnapshot, a dynamic quorum's Add-, Remove- and
 # UpdateRaftVoter, ControllerRegistration) and the KRaft brokers' (Envelope, BrokerRegistration,
-# BrokerHeartbeat): served and advertised only by a voter of a quorum of several
+# BrokerHeartbeat, AssignReplicasToDirs): served and advertised only by a voter of a quorum of several
 # controllers (process.roles=controller); a quorum of one has no peer and no broker to answer.
 RAFT_APIS = frozenset({ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH_SNAPSHOT, ApiKey.ENVELOPE,
                        ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ADD_RAFT_VOTER,
-                       ApiKey.REMOVE_RAFT_VOTER, ApiKey.UPDATE_RAFT_VOTER, ApiKey.CONTROLLER_REGISTRATION})
+                       ApiKey.REMOVE_RAFT_VOTER, ApiKey.UPDATE_RAFT_VOTER, ApiKey.CONTROLLER_REGISTRATION,
+                       ApiKey.ASSIGN_REPLICAS_TO_DIRS})
 # The voter changes a KRaft broker also serves and advertises, forwarding them to the active
 # controller as Kafka 4's brokers do (``kafka-metadata-quorum --bootstrap-server ... add-controller``).
 VOTER_CHANGE_APIS = frozenset({ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER})

@@ -73,8 +73,10 @@ class QuorumMetadataStore(KRaftMetadataStore):
         return records
 
     def partition_record(self, record: PartitionRecord) -> None:
-        """A snapshot's PartitionRecord with the directories the controller places replicas in."""
-        record.directories = [self.directory_of(replica) for replica in record.replicas]
+        """A snapshot's PartitionRecord: the directories its records gave, or where the controller
+        places replicas when they gave none (a log written before directories were kept)."""
+        if len(record.directories) != len(record.replicas):
+            record.directories = [self.directory_of(replica) for replica in record.replicas]
 
     async def _commit(self, records: Sequence[Message], *, bootstrap: bool = False) -> None:
         if records and not bootstrap and not self._activated.is_set():

@@ -31,7 +31,7 @@ from grete.coordinator.metadata import (
     new_topic_id,
 )
 from grete.protocol.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from grete.protocol.codec import Message
+from grete.protocol.codec import ZERO_UUID, Message
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.metadata import (
     AccessControlEntryRecord,
@@ -154,7 +154,7 @@ class KRaftMetadataStore(MetadataState):
             topic.partitions[record.partition_id] = PartitionMeta(
                 record.leader, record.leader_epoch, list(record.replicas), list(record.isr),
                 partition_epoch=record.partition_epoch, elr=list(record.eligible_leader_replicas or ()),
-                last_known_elr=list(record.last_known_elr or ()))
+                last_known_elr=list(record.last_known_elr or ()), directories=list(record.directories or ()))
         elif isinstance(record, PartitionChangeRecord):
             self._apply_partition_change(record)
         elif isinstance(record, ClearElrRecord):
@@ -183,6 +183,12 @@ class KRaftMetadataStore(MetadataState):
             part.leader_epoch += 1
         if record.isr is not None:
             part.isr = list(record.isr)
+        if record.directories is not None:
+            part.directories = list(record.directories)
+        elif record.replicas is not None and part.directories:
+            # New replicas without directories: theirs unknown, the others' kept (Kafka's merge).
+            known = dict(zip(part.replicas, part.directories, strict=False))
+            part.directories = [known.get(r, ZERO_UUID) for r in record.replicas]
         if record.replicas is not None:
             part.replicas = list(record.replicas)
         if record.eligible_leader_replicas is not None:
@@ -457,7 +463,8 @@ def _state_records(state: MetadataState, acl_ids: dict[AclBinding, uuid.UUID] | 
                                      partition_epoch=p.partition_epoch,
                                      # tagged: written only when not empty, as Kafka's PartitionRegistration
                                      eligible_leader_replicas=list(p.elr) or None,
-                                     last_known_elr=list(p.last_known_elr) or None)
+                                     last_known_elr=list(p.last_known_elr) or None,
+                                     directories=list(p.directories))
             partition_record(record)
             records.append(record)
     for kind, names, configs_of in ((BROKER_RESOURCE, state.broker_scopes(), state.broker_configs),

@@ -264,6 +264,23 @@ def decode_config_change(data: bytes) -> tuple[str, str]:
     return kind, entity
 
 
+# --- /log_dir_event_notification (a broker's log dir failed) --------------------------------------
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(data: bytes) -> int | None:
+    """The broker a log dir event names; None for one that cannot be read."""
+    try:
+        return int(_loads(data)["broker"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 # --- /latest_producer_id_block -------------------------------------------------------------------
 def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:
     return _dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)})
