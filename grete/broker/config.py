@@ -252,6 +252,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
        "if no heartbeats are made. Used when running in KRaft mode.", minimum=0),
     _d("broker.heartbeat.interval.ms", INT, "2000", "The length of time in milliseconds between broker heartbeats. "
        "Used when running in KRaft mode.", minimum=0),
+    _d("initial.broker.registration.timeout.ms", INT, "60000", "When initially registering with the controller "
+       "quorum, the number of milliseconds to wait before declaring failure and exiting the broker process.",
+       minimum=0),
     _d("controller.quorum.retry.backoff.ms", INT, "20", "The amount of time to wait before attempting to retry "
        "a failed request to a given topic partition.", minimum=0),
     _d("log.dirs", LIST, None),

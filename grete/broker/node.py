@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -168,8 +169,11 @@ class Node:
         # After the groups: finishing an interrupted commit may apply transactional offsets.
         broker.start_transactions(self.membership.listener if self.membership is not None else "PLAINTEXT")
         broker.delegation_tokens.start()
+        # A KRaft broker binds its listeners now (its registration names their ports) and serves
+        # once registered and caught up with the metadata log (below), as Kafka 4's brokers do.
+        waiting = self.membership is not None and self.membership.serves_once_caught_up
         for listener in broker.listeners:
-            await self._listen(broker, listener)
+            await self._listen(broker, listener, serve=not waiting)
         if broker.config.get_str("metrics.listener"):
             # Loaded by name and only when configured: prometheus-client costs ~40 ms and ~3 MB at
             # start-up, which the embedded node (start <= 0.3 s, idle RSS <= 40 MB) does not pay.
@@ -189,6 +193,9 @@ class Node:
         if self.membership is not None:
             self._tasks.append(asyncio.ensure_future(self._isr_expiration_loop()))
             await self.membership.register(broker)  # last: the registration names the bound ports
+            for server in self.servers:
+                if not server.is_serving():
+                    await server.start_serving()
 
     async def stop(self) -> None:
         broker = self.broker
@@ -292,7 +299,7 @@ class Node:
         self._halt_task = asyncio.ensure_future(self.stop())
 
     # --- listeners ---------------------------------------------------------------------------
-    async def _listen(self, broker: Broker, listener: Listener) -> None:
+    async def _listen(self, broker: Broker, listener: Listener, serve: bool = True) -> None:
         pipeline = self.pipelines[broker]
         loop = asyncio.get_running_loop()
         protocol = security_protocol(broker.config, listener.name)
@@ -321,7 +328,12 @@ class Node:
         if rcvbuf != -1:
             for sock in server.sockets:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        await server.start_serving()
+        if serve:
+            await server.start_serving()
+        else:  # listening, not accepting yet: a client's connection waits in the backlog, as on Kafka's
+            for sock in server.sockets:  # (asyncio's socket wrapper has no listen(): on a duplicate)
+                with socket.socket(fileno=os.dup(sock.fileno())) as same:
+                    same.listen(LISTEN_BACKLOG)
         self.servers.append(server)
         port = server.sockets[0].getsockname()[1]
         broker.bound.append(Listener(listener.name, listener.host, port))

@@ -7,7 +7,7 @@ import logging
 import signal
 import time
 
-from grete.broker.config import BrokerConfig
+from grete.broker.config import BrokerConfig, StartupError
 from grete.broker.network.eventloop import new_event_loop
 from grete.broker.node import Node
 
@@ -28,7 +28,11 @@ def embedded_config(overrides: list[str] | tuple[str, ...] = (), *, strict: bool
 async def serve(config: BrokerConfig, *, started: float | None = None) -> int:
     node = Node(config)
     broker = node.broker
-    await node.start()
+    try:
+        await node.start()
+    except StartupError:  # e.g. a KRaft broker the controller quorum never registered: closed cleanly
+        await node.stop()
+        raise
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: asyncio.ensure_future(node.stop()))

@@ -76,6 +76,10 @@ class KRaftBroker(BrokersFromMetadata):
     auto_create_waits_open = False
     sweeps_tokens = False  # the active controller removes expired tokens (Kafka 4's QuorumController)
     forwards_voter_changes = True
+    # As Kafka 4's BrokerServer: the listeners are bound before the registration (which names their
+    # ports) but serve only once the broker is registered and its image has caught up with it, so no
+    # client is answered from an image that lacks the cluster's topics (a restart's first replay).
+    serves_once_caught_up = True
 
     def __init__(self, config: BrokerConfig, voter: RaftDriver | None = None) -> None:
         """``voter``: a combined node's own Raft voter, whose committed batches feed this broker's
@@ -117,6 +121,7 @@ class KRaftBroker(BrokersFromMetadata):
         if self._observer:
             self.driver.snapshot_source = lambda: snapshot_records(self.metadata, self.registry)
         self.applied_offset = -1
+        self._caught_up = asyncio.Event()  # the image holds this broker's own registration
         self.alter_partitions: AlterPartitionManager | None = None
         self.dir_assignments: DirAssignments | None = None
         self._broker: Broker | None = None
@@ -229,9 +234,19 @@ class KRaftBroker(BrokersFromMetadata):
         broker.log_manager.on_dir_offline(lambda _dir, _error, _partitions: lifecycle.dir_failed())
         if self._observer:
             self.driver.start()
-        await self.lifecycle.register()
+        timeout_ms = self.config.get_int("initial.broker.registration.timeout.ms")
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await self.lifecycle.register()
+        except TimeoutError:
+            raise StartupError(f"Shutting down because we were unable to register with the controller quorum "
+                               f"within initial.broker.registration.timeout.ms={timeout_ms}") from None
         if self.dir_assignments is not None:
             self.dir_assignments.kick()
+        self._note_caught_up()
+        if not self._caught_up.is_set():
+            log.info("waiting for the metadata log to reach this broker's registration (offset %d)", self.broker_epoch)
+            await self._caught_up.wait()
 
     # --- the metadata log -------------------------------------------------------------------------------
     def _leader_address(self) -> VoterAddress | None:
@@ -274,6 +289,11 @@ class KRaftBroker(BrokersFromMetadata):
             asyncio.get_running_loop().call_soon(self._apply_delta)
         if self.lifecycle is not None:
             self.lifecycle.metadata_advanced()
+        self._note_caught_up()
+
+    def _note_caught_up(self) -> None:
+        if 0 <= self.broker_epoch <= self.applied_offset:
+            self._caught_up.set()
 
     def _note(self, record: Message) -> None:
         if isinstance(record, PartitionRecord | PartitionChangeRecord):
