@@ -266,7 +266,9 @@ def txn_with_partition(ctx: Ctx) -> None:
 
 
 def idempotent_pid(ctx: Ctx) -> None:
-    answer = admin_call(ctx, init_pid(ctx, None), InitProducerIdResponse, 4)
+    # Retried as clients do: a KRaft broker's first ids come from the controller (Kafka's
+    # RPCProducerIdManager answers COORDINATOR_LOAD_IN_PROGRESS until its first block is there).
+    answer = retrying(lambda: admin_call(ctx, init_pid(ctx, None), InitProducerIdResponse, 4), 4)
     assert answer.error_code == 0, answer
     ctx.pid, ctx.epoch = answer.producer_id, answer.producer_epoch
 

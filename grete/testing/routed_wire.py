@@ -126,11 +126,11 @@ class RoutedWire:
     # --- where a request goes ---------------------------------------------------------------
 
     def _split(self, request: Any) -> list[tuple[Address, Any]] | None:
-        """A request a client sends in parts, else None: ListGroups to every broker (each lists the
-        groups it coordinates); requests naming several groups, and a batched AddPartitionsToTxn (v4+,
+        """A request a client sends in parts, else None: ListGroups and ListTransactions to every
+        broker (each lists the groups or transactions it coordinates, as Kafka's Admin asks); requests naming several groups, and a batched AddPartitionsToTxn (v4+,
         as partition leaders send it), to each coordinator of the groups or transactions they name."""
         api = request.API_KEY
-        if api == ApiKey.LIST_GROUPS:
+        if api in (ApiKey.LIST_GROUPS, ApiKey.LIST_TRANSACTIONS):
             return [(address, request) for _, address in sorted(self._brokers().items())]
         if api in BY_GROUP:
             field = BY_GROUP[api][0]
@@ -287,7 +287,8 @@ def _merged_field(api_key: int) -> str:
         return BY_GROUP[api_key][1]
     if api_key in CONFIG_APIS:
         return CONFIG_APIS[api_key]
-    return "groups" if api_key == ApiKey.LIST_GROUPS else "results_by_transaction"
+    return {ApiKey.LIST_GROUPS: "groups", ApiKey.LIST_TRANSACTIONS: "transaction_states"}.get(
+        api_key, "results_by_transaction")
 
 
 def open_wire(bootstrap: str, timeout: float = 30.0, connect: Connect | None = None,

@@ -18,7 +18,12 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from grete.protocol.messages import MetadataRequest, MetadataResponse
+from grete.protocol.messages import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from grete.testing._wire import Wire
 from grete.testing.cluster import GreteCluster, cluster
 from tests.small_disk import small_disk
@@ -49,9 +54,27 @@ def _metadata(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], lis
             for p in answer.topics[0].partitions}
 
 
+def _move(address: str, partition: int, to: Path) -> None:
+    """AlterReplicaLogDirs on the broker at ``address``: partition ``partition`` of "t" to ``to``."""
+    host, port = address.rsplit(":", 1)
+    wire = Wire(host, int(port), timeout=10)
+    try:
+        request = AlterReplicaLogDirsRequest(dirs=[AlterReplicaLogDirsRequest.AlterReplicaLogDir(
+            path=str(to), topics=[AlterReplicaLogDirsRequest.AlterReplicaLogDirTopic(name="t", partitions=[partition])])])
+        answer = wire.call(request, AlterReplicaLogDirsResponse, 2)
+    finally:
+        wire.close()
+    assert answer.results[0].partitions[0].error_code == 0
+    deadline = time.monotonic() + 30
+    while not (to / f"t-{partition}").exists():
+        assert time.monotonic() < deadline, f"t-{partition} did not move to {to}"
+        time.sleep(0.1)
+
+
 def _fail_one_dir(bootstrap: str, failing: int, others: tuple[int, int], big: Path, small: Path,
-                  alive: Callable[[], bool], log_text: Callable[[], str]) -> None:
-    """Broker ``failing`` has the dirs ``big`` and ``small`` (on a tmpfs); fill ``small`` under a
+                  alive: Callable[[], bool], log_text: Callable[[], str], failing_address: str) -> None:
+    """Broker ``failing`` has the dirs ``big`` and ``small`` (on a tmpfs); one of its replicas moves
+    from ``small`` to ``big`` (the controller must learn where it went); fill ``small`` under a
     producer's writes and check what the cluster does."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     # Every partition led by the failing broker: its two dirs take three each (the one with fewest first).
@@ -62,7 +85,10 @@ def _fail_one_dir(bootstrap: str, failing: int, others: tuple[int, int], big: Pa
         assert time.monotonic() < deadline, f"broker {failing} did not open its replicas"
         time.sleep(0.1)
     on_small = {i for i in range(PARTITIONS) if (small / f"t-{i}").exists()}
-    assert on_small and len(on_small) < PARTITIONS
+    assert len(on_small) > 1 and len(on_small) < PARTITIONS
+    moved_away = min(on_small)
+    _move(failing_address, moved_away, big)
+    on_small.discard(moved_away)
     time.sleep(1)  # the placements reach the controller (KRaft) before the dir fails
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60_000})
     errors: list[str] = []
@@ -100,7 +126,7 @@ def test_one_of_two_log_dirs_fails(mode: str, disk: Path, tmp_path: Path) -> Non
                  broker_overrides={2: {"log.dirs": f"{big},{small}"}}) as nodes:
         broker2 = nodes.brokers[2]
         _fail_one_dir(nodes.bootstrap_servers, 2, (1, 3), big, small, lambda: broker2.process.poll() is None,
-                      lambda: broker2.log_path.read_text(errors="replace"))
+                      lambda: broker2.log_path.read_text(errors="replace"), broker2.bootstrap_servers)
         assert "Traceback" not in broker2.log_path.read_text(errors="replace")
 
 
@@ -128,7 +154,7 @@ def test_one_of_two_log_dirs_fails_on_mixed_clusters(controller: str, kinds: lis
              "every broker listed")
     _fail_one_dir(bootstrap, 11, (10, 12), big, small,
                   lambda: failing.process is not None and failing.process.poll() is None,
-                  lambda: failing.log.read_text(errors="replace"))
+                  lambda: failing.log.read_text(errors="replace"), failing.bootstrap)
 
 
 @pytest.mark.long
@@ -154,6 +180,6 @@ def test_one_of_two_log_dirs_fails_on_mixed_zookeeper_clusters(cluster_kind: str
             wait_for(lambda: len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).brokers) == 4,
                      60, "every broker listed")
             _fail_one_dir(bootstrap, 4, (1, 2), big, small, lambda: broker.process.poll() is None,
-                          lambda: broker.log_path.read_text(errors="replace"))
+                          lambda: broker.log_path.read_text(errors="replace"), broker.bootstrap_servers)
         finally:
             broker.stop(30)
