@@ -287,8 +287,9 @@ def _merged_field(api_key: int) -> str:
         return BY_GROUP[api_key][1]
     if api_key in CONFIG_APIS:
         return CONFIG_APIS[api_key]
-    return {ApiKey.LIST_GROUPS: "groups", ApiKey.LIST_TRANSACTIONS: "transaction_states"}.get(
-        api_key, "results_by_transaction")
+    if api_key == ApiKey.LIST_GROUPS:
+        return "groups"
+    return "transaction_states" if api_key == ApiKey.LIST_TRANSACTIONS else "results_by_transaction"
 
 
 def open_wire(bootstrap: str, timeout: float = 30.0, connect: Connect | None = None,
