@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from grete.protocol.messages import (
@@ -128,6 +128,28 @@ def test_one_of_two_log_dirs_fails(mode: str, disk: Path, tmp_path: Path) -> Non
         _fail_one_dir(nodes.bootstrap_servers, 2, (1, 3), big, small, lambda: broker2.process.poll() is None,
                       lambda: broker2.log_path.read_text(errors="replace"), broker2.bootstrap_servers)
         assert "Traceback" not in broker2.log_path.read_text(errors="replace")
+        # The disk freed and the broker restarted (a failed dir comes back only then, as in Kafka):
+        # its replicas there catch up, rejoin their ISRs, lead again and hold every record.
+        (disk / "filler").unlink()
+        nodes.stop_broker(2)
+        nodes.start_broker(2)
+        deadline = time.monotonic() + 60
+        while any(len(isr) < 3 for _leader, isr, _offline in _metadata(nodes.bootstrap_servers, "t").values()):
+            assert time.monotonic() < deadline, f"not back in every ISR: {_metadata(nodes.bootstrap_servers, 't')}"
+            time.sleep(0.2)
+        admin = AdminClient({"bootstrap.servers": nodes.bootstrap_servers})
+        partitions = [TopicPartition("t", i) for i in range(PARTITIONS)]
+        admin.elect_leaders(ElectionType.PREFERRED, partitions).result(30)
+        assert all(leader == 2 for leader, _isr, _offline in _metadata(nodes.bootstrap_servers, "t").values())
+        consumer = Consumer({"bootstrap.servers": nodes.bootstrap_servers, "group.id": "check",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition("t", i, OFFSET_BEGINNING) for i in range(PARTITIONS)])
+        read: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(read) < 600 and time.monotonic() < deadline:
+            read += [m.value() for m in consumer.consume(600, 0.5) if m.error() is None]
+        consumer.close()
+        assert len(read) == 600
 
 
 @pytest.mark.long
