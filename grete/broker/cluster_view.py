@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from grete.coordinator.metadata import PartitionMeta, TopicMeta
+from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -74,6 +74,7 @@ class ClusterView(Protocol):
     def listed_brokers(self, listener: str) -> list[ListedBroker]: ...
     def partition_states(self, meta: TopicMeta, indexes: list[int], listener: str,
                          listener_not_found: bool) -> list[PartitionState]: ...
+    def offline_replicas(self, meta: TopicMeta, index: int, listener: str) -> list[int]: ...
     def coordinator_for(self, topic: str, index: int) -> tuple[int, str | None, int]: ...
     def check_broker_configs(self, scope: str, before: dict[str, str], after: dict[str, str]) -> None: ...
     async def elect_leaders(self, preferred: bool,
@@ -130,12 +131,12 @@ class BrokersFromMetadata:
                          else ErrorCode.LEADER_NOT_AVAILABLE)
                 leader_id = -1
             states.append(PartitionState(error, leader_id, pmeta.leader_epoch, list(pmeta.isr),
-                                         self.offline_replicas(pmeta, listener)))
+                                         self.offline_replicas(meta, index, listener)))
         return states
 
-    def offline_replicas(self, pmeta: PartitionMeta, listener: str) -> list[int]:
+    def offline_replicas(self, meta: TopicMeta, index: int, listener: str) -> list[int]:
         """The replicas Metadata lists as offline: as the controller last said (UpdateMetadata)."""
-        return list(pmeta.offline_replicas)
+        return list(meta.partitions[index].offline_replicas)
 
     def coordinator_for(self, topic: str, index: int) -> tuple[int, str | None, int]:
         """The leader of the coordinator's partition, as the metadata cache knows it."""

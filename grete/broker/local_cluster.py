@@ -77,6 +77,10 @@ class LocalCluster:
         LEADER_NOT_AVAILABLE while it is not open."""
         return [self._partition_state(meta, index) for index in indexes]
 
+    def offline_replicas(self, meta: TopicMeta, index: int, listener: str) -> list[int]:
+        """This node, when its replica's log dir failed."""
+        return [self._broker.node_id] if self._broker.replicas.is_offline(meta.name, index) else []
+
     def _partition_state(self, meta: TopicMeta, index: int) -> PartitionState:
         replicas, node = self._broker.replicas, self._broker.node_id
         pmeta = meta.partitions[index]

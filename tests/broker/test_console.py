@@ -73,8 +73,10 @@ def _stub(node_id: int, live: list[int], controller: int, topics: list[TopicMeta
     infos = [BrokerInfo(i, (EndPoint("PLAINTEXT", f"h{i}", 9092, "PLAINTEXT"),)) for i in live]
     by_name = {t.name: t for t in topics}
     metadata = SimpleNamespace(cluster_id="c1", topics=lambda: by_name, topic=by_name.get)
+    cluster = SimpleNamespace(replicates=True, offline_replicas=lambda meta, index, _listener: list(
+        meta.partitions[index].offline_replicas))
     return SimpleNamespace(node_id=node_id, live_brokers=lambda: infos, controller_id=lambda: controller,
-                           partitions={}, metadata=metadata, cluster=SimpleNamespace(replicates=True))
+                           partitions={}, metadata=metadata, cluster=cluster, advertised=[])
 
 
 def test_cluster_view_shows_dead_brokers_under_replication_and_offline_partitions() -> None:

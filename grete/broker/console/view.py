@@ -139,11 +139,13 @@ def cluster_view(broker: Broker) -> ClusterView:
     hosted = broker.partitions
     topics = []
     counts: dict[int, list[int]] = {}  # broker -> [leaders, replicas]
+    listener = broker.advertised[0].name if broker.advertised else ""  # offline replicas as Metadata lists them
     for name, meta in sorted(broker.metadata.topics().items()):
         rows = []
         for index, p in sorted(meta.partitions.items()):
             local = hosted.get((name, index))
-            rows.append(PartitionRow(index, p.leader, list(p.replicas), list(p.isr), list(p.offline_replicas),
+            offline = broker.cluster.offline_replicas(meta, index, listener)
+            rows.append(PartitionRow(index, p.leader, list(p.replicas), list(p.isr), offline,
                                      p.leader in live, len(p.isr) < len(p.replicas),
                                      local.size_bytes if local is not None else None,
                                      local.high_watermark if local is not None and local.is_leader else None))

@@ -50,7 +50,7 @@ from grete.broker.replica.replica_manager import PartitionOrder
 from grete.coordinator.kraft.quorum import METADATA_PARTITION_DIR
 from grete.coordinator.kraft.raft_log import RaftBatch
 from grete.coordinator.kraft.voters import VoterNode
-from grete.coordinator.metadata import PartitionMeta, TopicMeta
+from grete.coordinator.metadata import TopicMeta
 from grete.coordinator.zookeeper.zk_layout import BrokerInfo, EndPoint
 from grete.protocol.codec import ZERO_UUID, Message
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -151,9 +151,10 @@ class KRaftBroker(BrokersFromMetadata):
     def controller_listeners(self) -> list[str]:
         return []
 
-    def offline_replicas(self, pmeta: PartitionMeta, listener: str) -> list[int]:
+    def offline_replicas(self, meta: TopicMeta, index: int, listener: str) -> list[int]:
         """As Kafka's KRaft metadata cache: replicas whose broker is fenced or gone, lacks the
         listener, or has the replica's log dir offline."""
+        pmeta = meta.partitions[index]
         return [r for r in pmeta.replicas if self.registry.replica_offline(r, pmeta.directory(r), listener)]
 
     def check_broker_configs(self, scope: str, before: dict[str, str], after: dict[str, str]) -> None:
