@@ -278,6 +278,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     _d("max.connections.per.ip.overrides", STR, ""),
     # Client quotas (grete/broker/quotas/client_quotas.py): the sliding window their rates are measured over.
     _d("quota.window.num", INT, "11", minimum=1),
+    _d("replication.quota.window.num", INT, "11", "The number of samples to retain in memory for replication "
+       "quotas", minimum=1),
+    _d("replication.quota.window.size.seconds", INT, "1", "The time span of each sample for replication quotas",
+       minimum=1),
     _d("quota.window.size.seconds", INT, "1", minimum=1),
     _d("controller.quota.window.num", INT, "11", minimum=1),
     _d("controller.quota.window.size.seconds", INT, "1", minimum=1),

@@ -15,6 +15,10 @@ whose fetch came back clean (no error, no diverging epoch) is registered with it
 pushes its appends from this replica's log end on; the
 fetcher leaves it out of its fetches until a push fails or the partition is followed anew, and
 fetching (with its truncation) takes over again.
+
+Replication throttles (KIP-73, the follower's side): while the broker's follower quota is exceeded,
+partitions its topic configs throttle here and that have not caught up are left out of the fetches
+(grete/broker/quotas/replication_quotas.py).
 """
 
 from __future__ import annotations
@@ -25,16 +29,21 @@ import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from grete.broker.cluster.fetcher_session import FollowerSession
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.config import BrokerConfig
 from grete.broker.direct.base import PushReceiver
 from grete.broker.metrics.broker_metrics import BrokerMetrics
+from grete.broker.quotas.replication_quotas import FollowerQuota
 from grete.broker.replica.partition import Partition, fetch_position_of
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from grete.storage import KafkaStorageException
+
+if TYPE_CHECKING:
+    from grete.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +59,7 @@ PushSource = Callable[[], PushReceiver | None]
 class _Followed:
     partition: Partition
     delayed_until: float = 0.0  # after an error: not fetched again before this (monotonic) time
+    in_sync: bool = False  # its last fetch brought it to the leader's high watermark (Kafka's lag <= 0)
 
 
 @dataclass
@@ -61,6 +71,7 @@ class ReplicaFetcher:
     config: BrokerConfig
     metrics: BrokerMetrics
     push: PushSource
+    quota: FollowerQuota | None = None  # replication throttles (KIP-73), the follower's side
     partitions: dict[PartitionKey, _Followed] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -94,6 +105,8 @@ class ReplicaFetcher:
             ready = {k: f for k, f in self.partitions.items()
                      if f.delayed_until <= now and f.partition.online and not f.partition.is_leader
                      and (receiver is None or not receiver.pushed(k))}
+            for key in self._held_back(ready):
+                del ready[key]
             if not ready:
                 self._wake.clear()
                 try:
@@ -127,6 +140,15 @@ class ReplicaFetcher:
             receiver = self.push()
             if receiver is not None:
                 await self._register_push(receiver, clean)
+
+    def _held_back(self, ready: dict[PartitionKey, _Followed]) -> list[PartitionKey]:
+        """Throttled partitions not in sync, while the follower's replication quota is exceeded
+        (Kafka's shouldFollowerThrottle); with nothing else to fetch the fetcher waits its backoff."""
+        quota = self.quota
+        if quota is None:
+            return []
+        held = [key for key, followed in ready.items() if not followed.in_sync and quota.throttled(*key)]
+        return held if held and quota.exceeded() else []
 
     async def _register_push(self, receiver: PushReceiver, clean: list[Partition]) -> None:
         """Partitions whose fetch came back clean are pushed from now on, from their log end (not
@@ -173,6 +195,9 @@ class ReplicaFetcher:
                 records = data.records if isinstance(data.records, bytes | bytearray | memoryview) else b""
                 self.metrics.replica_fetch_bytes += len(records)
                 partition.follower_append(records, data.high_watermark, data.log_start_offset, _now_ms())
+                followed.in_sync = partition.log_end_offset >= data.high_watermark
+                if self.quota is not None and records and self.quota.throttled(partition.topic, partition.index):
+                    self.quota.record(len(records))
                 return True
             elif data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 log.info("%s-%d: fetch offset %d out of range on broker %d", partition.topic, partition.index,
@@ -232,9 +257,10 @@ class ReplicaFetcherManager:
     """The fetchers of this broker, one per leader it follows partitions of."""
 
     def __init__(self, broker_id: int, config: BrokerConfig, metrics: BrokerMetrics | None = None,
-                 push: PushSource | None = None) -> None:
+                 push: PushSource | None = None, quota: FollowerQuota | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
+        self.quota = quota
         self.metrics = metrics if metrics is not None else BrokerMetrics()
         self.push: PushSource = push if push is not None else _no_push
         self._fetchers: dict[int, ReplicaFetcher] = {}
@@ -251,7 +277,7 @@ class ReplicaFetcherManager:
             if fetcher is not None:
                 fetcher.stop()
             fetcher = ReplicaFetcher(leader_id, endpoint[0], endpoint[1], self.broker_id, self.config,
-                                     self.metrics, self.push)
+                                     self.metrics, self.push, self.quota)
             fetcher.start()
             self._fetchers[leader_id] = fetcher
         fetcher.add(partition)
@@ -274,6 +300,14 @@ class ReplicaFetcherManager:
 
 
 _partition_of = operator.attrgetter("partition")
+
+
+def follower_quota(broker_id: int, broker: Broker) -> FollowerQuota:
+    """The replication throttle of ``broker``'s fetchers, reading its topics' configs as they are."""
+    def configs(topic: str) -> dict[str, str] | None:
+        meta = broker.metadata.topic(topic)
+        return meta.configs if meta is not None else None
+    return FollowerQuota(broker_id, broker.config, configs)
 
 
 def _no_push() -> PushReceiver | None:

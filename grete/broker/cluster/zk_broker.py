@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from grete.broker.cluster.alter_partition import AlterPartitionManager
 from grete.broker.cluster.controller import Controller, ControllerSettings
-from grete.broker.cluster.fetcher import ReplicaFetcherManager
+from grete.broker.cluster.fetcher import ReplicaFetcherManager, follower_quota
 from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.cluster.share_persister import ClusterSharePersister
@@ -125,7 +125,8 @@ class ZkBroker:
         their ISR changes to the controller."""
         self.fetchers = ReplicaFetcherManager(
             self.broker_id, self.config, broker.metrics,
-            lambda: broker.direct.push_receiver() if broker.direct is not None else None)
+            lambda: broker.direct.push_receiver() if broker.direct is not None else None,
+            follower_quota(self.broker_id, broker))
         self.alter_partitions = AlterPartitionManager(
             self.broker_id, lambda: self.broker_epoch, lambda: self.metadata.broker(self.metadata.controller_id),
             self.listener)

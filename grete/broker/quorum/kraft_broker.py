@@ -21,7 +21,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from grete.broker.cluster.alter_partition import AlterPartitionManager
-from grete.broker.cluster.fetcher import ReplicaFetcherManager
+from grete.broker.cluster.fetcher import ReplicaFetcherManager, follower_quota
 from grete.broker.cluster.requests import PROTOCOL_IDS
 from grete.broker.cluster.share_persister import ClusterSharePersister
 from grete.broker.cluster_view import BrokersFromMetadata, Reassignment, TopicPartition
@@ -198,7 +198,8 @@ class KRaftBroker(BrokersFromMetadata):
         """Followers fetch from their leaders; leaders send their ISR changes to the active controller."""
         self._broker = broker
         fetchers = ReplicaFetcherManager(self.broker_id, self.config, broker.metrics,
-                                         lambda: broker.direct.push_receiver() if broker.direct is not None else None)
+                                         lambda: broker.direct.push_receiver() if broker.direct is not None else None,
+                                         follower_quota(self.broker_id, broker))
         self.alter_partitions = AlterPartitionManager(self.broker_id, lambda: self.broker_epoch,
                                                       self._controller_info, self.controller_listener)
         broker.replicas.followers = fetchers
