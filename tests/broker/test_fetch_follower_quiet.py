@@ -33,7 +33,8 @@ class Broker(SimpleNamespace):
 
     def __init__(self, partition: Partition) -> None:
         super().__init__(quorum=None, authorizer=None, fetch_sessions=sessions.FetchSessionCache(1000),
-                         metrics=BrokerMetrics(), partitions={("t", 0): partition}, clock=[1000])
+                         metrics=BrokerMetrics(), partitions={("t", 0): partition}, clock=[1000],
+                         replicas=SimpleNamespace(leader_quota=None))
 
     def now_ms(self) -> int:
         return int(self.clock[0])

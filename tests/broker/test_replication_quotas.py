@@ -4,7 +4,7 @@ broker, and when the measured rate holds them back."""
 from __future__ import annotations
 
 from grete.broker.config import BrokerConfig
-from grete.broker.quotas.replication_quotas import ALL, FollowerQuota, throttled_partitions
+from grete.broker.quotas.replication_quotas import ALL, ReplicationQuota, throttled_partitions
 
 
 def test_throttled_replicas_name_partitions_of_this_broker() -> None:
@@ -16,8 +16,8 @@ def test_throttled_replicas_name_partitions_of_this_broker() -> None:
 
 def test_the_quota_holds_back_once_the_rate_is_exceeded() -> None:
     configs = {"t": {"follower.replication.throttled.replicas": "0:2"}, "u": {}}
-    quota = FollowerQuota(2, BrokerConfig({"node.id": "2", "follower.replication.throttled.rate": "1000"}),
-                          configs.get)
+    quota = ReplicationQuota(2, BrokerConfig({"node.id": "2", "follower.replication.throttled.rate": "1000"}),
+                             configs.get, "follower")
     assert quota.throttled("t", 0) and not quota.throttled("t", 1) and not quota.throttled("u", 0)
     assert not quota.throttled("gone", 0)
     assert not quota.exceeded(0)
@@ -29,6 +29,6 @@ def test_the_quota_holds_back_once_the_rate_is_exceeded() -> None:
 
 
 def test_an_unlimited_rate_never_holds_back() -> None:
-    quota = FollowerQuota(1, BrokerConfig({"node.id": "1"}), lambda _topic: {})
+    quota = ReplicationQuota(1, BrokerConfig({"node.id": "1"}), lambda _topic: {}, "leader")
     quota.record(10**12, 0)
     assert not quota.exceeded(1)

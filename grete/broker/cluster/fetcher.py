@@ -36,7 +36,7 @@ from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.config import BrokerConfig
 from grete.broker.direct.base import PushReceiver
 from grete.broker.metrics.broker_metrics import BrokerMetrics
-from grete.broker.quotas.replication_quotas import FollowerQuota
+from grete.broker.quotas.replication_quotas import ReplicationQuota
 from grete.broker.replica.partition import Partition, fetch_position_of
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
@@ -71,7 +71,7 @@ class ReplicaFetcher:
     config: BrokerConfig
     metrics: BrokerMetrics
     push: PushSource
-    quota: FollowerQuota | None = None  # replication throttles (KIP-73), the follower's side
+    quota: ReplicationQuota | None = None  # replication throttles (KIP-73), the follower's side
     partitions: dict[PartitionKey, _Followed] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -257,7 +257,7 @@ class ReplicaFetcherManager:
     """The fetchers of this broker, one per leader it follows partitions of."""
 
     def __init__(self, broker_id: int, config: BrokerConfig, metrics: BrokerMetrics | None = None,
-                 push: PushSource | None = None, quota: FollowerQuota | None = None) -> None:
+                 push: PushSource | None = None, quota: ReplicationQuota | None = None) -> None:
         self.broker_id = broker_id
         self.config = config
         self.quota = quota
@@ -302,12 +302,13 @@ class ReplicaFetcherManager:
 _partition_of = operator.attrgetter("partition")
 
 
-def follower_quota(broker_id: int, broker: Broker) -> FollowerQuota:
-    """The replication throttle of ``broker``'s fetchers, reading its topics' configs as they are."""
+def replication_quota(broker_id: int, broker: Broker, side: str) -> ReplicationQuota:
+    """A replication throttle of ``broker`` ("leader": its answers to followers; "follower": its
+    fetchers), reading its topics' configs as they are."""
     def configs(topic: str) -> dict[str, str] | None:
         meta = broker.metadata.topic(topic)
         return meta.configs if meta is not None else None
-    return FollowerQuota(broker_id, broker.config, configs)
+    return ReplicationQuota(broker_id, broker.config, configs, side)
 
 
 def _no_push() -> PushReceiver | None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from grete.broker.cluster.alter_partition import AlterPartitionManager
 from grete.broker.cluster.controller import Controller, ControllerSettings
-from grete.broker.cluster.fetcher import ReplicaFetcherManager, follower_quota
+from grete.broker.cluster.fetcher import ReplicaFetcherManager, replication_quota
 from grete.broker.cluster.metadata_cache import ZkMetadataCache
 from grete.broker.cluster.peer import PeerConnection, PeerError
 from grete.broker.cluster.share_persister import ClusterSharePersister
@@ -126,11 +126,12 @@ class ZkBroker:
         self.fetchers = ReplicaFetcherManager(
             self.broker_id, self.config, broker.metrics,
             lambda: broker.direct.push_receiver() if broker.direct is not None else None,
-            follower_quota(self.broker_id, broker))
+            replication_quota(self.broker_id, broker, "follower"))
         self.alter_partitions = AlterPartitionManager(
             self.broker_id, lambda: self.broker_epoch, lambda: self.metadata.broker(self.metadata.controller_id),
             self.listener)
         broker.replicas.followers = self.fetchers
+        broker.replicas.leader_quota = replication_quota(self.broker_id, broker, "leader")
         broker.replicas.alter_isr = self.alter_partitions.submit
         broker.replicas.replica_alive = lambda replica: self.metadata.broker(replica) is not None
         # Share partitions' state goes to their share coordinators, wherever those are.

@@ -404,11 +404,17 @@ def _read_for_follower(ctx: RequestContext[DataPlane], request: FetchRequest, re
         if offset < partition.log_start_offset or offset > partition.log_end_offset:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
         records: Any = b""
-        if offset < partition.log_end_offset:
+        quota = ctx.broker.replicas.leader_quota
+        throttled = quota is not None and replica_id not in partition.isr and quota.throttled(topic, wanted.partition)
+        # A throttled replica that has not caught up gets nothing while the leader's quota is
+        # exceeded (Kafka's shouldLeaderThrottle); what it is sent counts against the quota.
+        if offset < partition.log_end_offset and not (throttled and quota is not None and quota.exceeded()):
             result = partition.read(offset, min(wanted.partition_max_bytes, remaining),
                                     upper_bound=partition.log_end_offset, min_one=first)
             if result.size:
                 records = result
+                if throttled and quota is not None:
+                    quota.record(result.size)
         if update_fetch_state:
             partition.update_follower(replica_id, offset, ctx.broker.now_ms())
     except KafkaError as exc:

@@ -21,7 +21,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from grete.broker.cluster.alter_partition import AlterPartitionManager
-from grete.broker.cluster.fetcher import ReplicaFetcherManager, follower_quota
+from grete.broker.cluster.fetcher import ReplicaFetcherManager, replication_quota
 from grete.broker.cluster.requests import PROTOCOL_IDS
 from grete.broker.cluster.share_persister import ClusterSharePersister
 from grete.broker.cluster_view import BrokersFromMetadata, Reassignment, TopicPartition
@@ -199,10 +199,11 @@ class KRaftBroker(BrokersFromMetadata):
         self._broker = broker
         fetchers = ReplicaFetcherManager(self.broker_id, self.config, broker.metrics,
                                          lambda: broker.direct.push_receiver() if broker.direct is not None else None,
-                                         follower_quota(self.broker_id, broker))
+                                         replication_quota(self.broker_id, broker, "follower"))
         self.alter_partitions = AlterPartitionManager(self.broker_id, lambda: self.broker_epoch,
                                                       self._controller_info, self.controller_listener)
         broker.replicas.followers = fetchers
+        broker.replicas.leader_quota = replication_quota(self.broker_id, broker, "leader")
         broker.replicas.alter_isr = self.alter_partitions.submit
         broker.replicas.replica_alive = lambda replica: any(b.id == replica for b in self.live_brokers())
         broker.share_groups.persister = ClusterSharePersister(broker, self.listener)

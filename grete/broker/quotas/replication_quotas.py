@@ -1,13 +1,14 @@
-"""Replication throttles (KIP-73), the follower's side, as Kafka's ReplicationQuotaManager for
-``follower.replication.throttled.rate``.
+"""Replication throttles (KIP-73), as Kafka's ReplicationQuotaManager: one quota for the bytes a
+broker sends as leader to its followers, one for the bytes it fetches as a follower.
 
-A partition is throttled on this broker when its topic's ``follower.replication.throttled.replicas``
-names it with this broker's id (``<partition>:<broker>,...``) or is ``*``: what
-``kafka-reassign-partitions --throttle`` sets for the replicas a reassignment adds. While the bytes
-this broker fetched for throttled partitions, measured over ``replication.quota.window.num``
-windows of ``replication.quota.window.size.seconds``, exceed the broker's
-``follower.replication.throttled.rate``, its fetchers leave out the throttled partitions that have
-not caught up with their leader (an in-sync replica is never held back, as in Kafka).
+A partition is throttled on this broker, for a side, when its topic's
+``<side>.replication.throttled.replicas`` names it with this broker's id (``<partition>:<broker>,...``)
+or is ``*``: ``kafka-reassign-partitions --throttle`` sets the leader side for a reassignment's
+existing replicas and the follower side for the ones it adds. While the bytes this broker moved for
+throttled partitions on that side, measured over ``replication.quota.window.num`` windows of
+``replication.quota.window.size.seconds``, exceed its ``<side>.replication.throttled.rate``, a
+replica that has not caught up is held back: the follower's fetchers leave its partitions out, the
+leader answers its fetches for them with no records (an in-sync replica never is, as in Kafka).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from collections.abc import Callable, Mapping
 from grete.broker.config import BrokerConfig
 from grete.broker.quotas.client_quotas import Rate
 
-THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
-RATE = "follower.replication.throttled.rate"
 UNLIMITED = 2**63 - 1  # the rate's default, Long.MAX_VALUE: not throttled
 ALL = frozenset({-1})  # "*": every partition of the topic
 CACHED_TOPICS = 1024
@@ -41,8 +40,11 @@ def throttled_partitions(value: str, broker_id: int) -> frozenset[int]:
     return frozenset(found)
 
 
-class FollowerQuota:
-    def __init__(self, broker_id: int, config: BrokerConfig, topic_configs: TopicConfigs) -> None:
+class ReplicationQuota:
+    def __init__(self, broker_id: int, config: BrokerConfig, topic_configs: TopicConfigs, side: str) -> None:
+        """``side``: "leader" or "follower"."""
+        self._replicas_key = f"{side}.replication.throttled.replicas"
+        self._rate_key = f"{side}.replication.throttled.rate"
         self._broker_id = broker_id
         self._config = config
         self._topic_configs = topic_configs
@@ -51,7 +53,7 @@ class FollowerQuota:
 
     def throttled(self, topic: str, index: int) -> bool:
         configs = self._topic_configs(topic)
-        value = configs.get(THROTTLED_REPLICAS, "") if configs is not None else ""
+        value = configs.get(self._replicas_key, "") if configs is not None else ""
         if not value:
             return False
         partitions = self._parsed.get((topic, value))
@@ -63,7 +65,7 @@ class FollowerQuota:
 
     def exceeded(self, now_ms: float | None = None) -> bool:
         """The throttled partitions' fetched bytes are above the rate (never while it is unlimited)."""
-        limit = self._config.get_int(RATE)
+        limit = self._config.get_int(self._rate_key)
         if limit >= UNLIMITED or self._sensor is None:
             return False
         now = time.monotonic() * 1000 if now_ms is None else now_ms

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from grete.broker.quotas.replication_quotas import ReplicationQuota
 from grete.broker.replica.partition import Partition
 from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore, TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -67,6 +68,8 @@ class ReplicaManager:
         self.controller_epoch = -1
         self.on_leadership: LeadershipListener | None = None
         self.followers: Followers | None = None  # set by the node in a cluster
+        # Replication throttles (KIP-73), the leader's side: what this leader sends lagging followers.
+        self.leader_quota: ReplicationQuota | None = None
         # The cluster's AlterPartition sender: a leader's proposed ISR goes to the controller.
         self.alter_isr: Callable[[Partition, list[int]], None] | None = None
         self.replica_alive: Callable[[int], bool] | None = None  # a broker in the cluster's live set
