@@ -38,6 +38,7 @@ from grete.broker.network.listeners import Listener, parse_listeners
 from grete.broker.network.log_limit import LimitedWarnings
 from grete.broker.quotas.client_quotas import ClientQuotas
 from grete.broker.quotas.connection_quotas import ConnectionQuotas
+from grete.broker.quotas.replication_quotas import alter_log_dirs_quota
 from grete.broker.replica.appends import Appends
 from grete.broker.replica.fetch_sessions import FetchSessionCache
 from grete.broker.replica.partition import Partition
@@ -137,6 +138,7 @@ class Broker:
         self.log_manager.cordoned = cordoned_dirs(config)
         self.replicas = ReplicaManager(self.node_id, self.log_manager, self.metadata, self.topic_log_config,
                                        cluster=self.cluster.replicates)
+        self.replicas.alter_dirs_quota = alter_log_dirs_quota(config)
         self.connections: set[OpenConnection] = set()
         self.client_telemetry = ClientTelemetry()
         self.connection_quotas = ConnectionQuotas(config, self.metadata)

@@ -7,6 +7,9 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     AlterReplicaLogDirsRequest,
@@ -81,4 +84,37 @@ def test_a_partition_moves_to_another_dir_and_keeps_its_records(tmp_path: Path) 
         assert not (Path(source) / "t-0").exists()
         assert _move(wire, str(tmp_path / "elsewhere")) == ErrorCode.LOG_DIR_NOT_FOUND
         assert _move(wire, str(source), topic="no-such-topic") == ErrorCode.REPLICA_NOT_AVAILABLE
+        wire.close()
+
+
+@pytest.mark.slow
+def test_a_move_copies_no_faster_than_replica_alter_log_dirs_io_max_bytes_per_second(tmp_path: Path) -> None:
+    """The quota's first windows let a burst through (11 windows of a second), then the rate holds;
+    a loaded machine only copies slower. Raised, the move finishes."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    rate = 100_000
+    limited = {"log.dirs": f"{a},{b}", "replica.alter.log.dirs.io.max.bytes.per.second": str(rate)}
+    with broker(limited, data_dir=a) as running:
+        running.create_topic("t", 1)
+        source = running.broker.partitions[("t", 0)].log_dir
+        target = b if os.path.abspath(source) == os.path.abspath(a) else a
+        wire = Wire(running.host, running.port)
+        for _ in range(200):
+            _produce(wire, os.urandom(20_000))  # 4 MB
+        assert _move(wire, str(target)) == ErrorCode.NONE
+        began = time.monotonic()
+        time.sleep(3)
+        future = running.broker.log_manager.get_future_log("t", 0)
+        assert future is not None, "the whole partition moved: the quota did nothing"
+        elapsed = time.monotonic() - began
+        assert future.size_bytes < rate * (10 + elapsed) + (1 << 20)
+        admin = AdminClient({"bootstrap.servers": f"{running.host}:{running.port}"})
+        raised = ConfigResource(ResourceType.BROKER, str(running.broker.node_id), incremental_configs=[ConfigEntry(
+            "replica.alter.log.dirs.io.max.bytes.per.second", str(1 << 40),
+            incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([raised])[raised].result(30)
+        deadline = time.monotonic() + 30
+        while running.broker.partitions[("t", 0)].log_dir != target:
+            assert time.monotonic() < deadline, "the move did not finish"
+            time.sleep(0.05)
         wire.close()

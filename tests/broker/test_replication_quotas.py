@@ -4,7 +4,12 @@ broker, and when the measured rate holds them back."""
 from __future__ import annotations
 
 from grete.broker.config import BrokerConfig
-from grete.broker.quotas.replication_quotas import ALL, ReplicationQuota, throttled_partitions
+from grete.broker.quotas.replication_quotas import (
+    ALL,
+    ReplicationQuota,
+    alter_log_dirs_quota,
+    throttled_partitions,
+)
 
 
 def test_throttled_replicas_name_partitions_of_this_broker() -> None:
@@ -32,3 +37,12 @@ def test_an_unlimited_rate_never_holds_back() -> None:
     quota = ReplicationQuota(1, BrokerConfig({"node.id": "1"}), lambda _topic: {}, "leader")
     quota.record(10**12, 0)
     assert not quota.exceeded(1)
+
+
+def test_moves_between_log_dirs_have_a_quota_of_their_own() -> None:
+    quota = alter_log_dirs_quota(BrokerConfig({"node.id": "1",
+                                               "replica.alter.log.dirs.io.max.bytes.per.second": "100"}))
+    quota.record(500, 0)
+    assert not quota.exceeded(1)  # 50 B/s over the windows' span
+    quota.record(1_000, 2)
+    assert quota.exceeded(3)

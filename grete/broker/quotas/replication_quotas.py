@@ -40,31 +40,16 @@ def throttled_partitions(value: str, broker_id: int) -> frozenset[int]:
     return frozenset(found)
 
 
-class ReplicationQuota:
-    def __init__(self, broker_id: int, config: BrokerConfig, topic_configs: TopicConfigs, side: str) -> None:
-        """``side``: "leader" or "follower"."""
-        self._replicas_key = f"{side}.replication.throttled.replicas"
-        self._rate_key = f"{side}.replication.throttled.rate"
-        self._broker_id = broker_id
+class MeasuredRate:
+    """Bytes a second over the replication quota's windows, against the limit a broker config gives
+    (Long.MAX_VALUE, the default: never exceeded)."""
+
+    def __init__(self, config: BrokerConfig, rate_key: str) -> None:
         self._config = config
-        self._topic_configs = topic_configs
-        self._parsed: dict[tuple[str, str], frozenset[int]] = {}
+        self._rate_key = rate_key
         self._sensor: Rate | None = None
 
-    def throttled(self, topic: str, index: int) -> bool:
-        configs = self._topic_configs(topic)
-        value = configs.get(self._replicas_key, "") if configs is not None else ""
-        if not value:
-            return False
-        partitions = self._parsed.get((topic, value))
-        if partitions is None:
-            if len(self._parsed) >= CACHED_TOPICS:
-                self._parsed.clear()
-            partitions = self._parsed[(topic, value)] = throttled_partitions(value, self._broker_id)
-        return partitions is ALL or index in partitions
-
     def exceeded(self, now_ms: float | None = None) -> bool:
-        """The throttled partitions' fetched bytes are above the rate (never while it is unlimited)."""
         limit = self._config.get_int(self._rate_key)
         if limit >= UNLIMITED or self._sensor is None:
             return False
@@ -77,3 +62,31 @@ class ReplicationQuota:
             self._sensor = Rate(self._config.get_int("replication.quota.window.num"),
                                 self._config.get_int("replication.quota.window.size.seconds") * 1000, now)
         self._sensor.record(size, now)
+
+
+def alter_log_dirs_quota(config: BrokerConfig) -> MeasuredRate:
+    """``replica.alter.log.dirs.io.max.bytes.per.second``: what moves between a broker's own log dirs
+    (AlterReplicaLogDirs) copy, all of them together (Kafka's alter-log-dirs quota)."""
+    return MeasuredRate(config, "replica.alter.log.dirs.io.max.bytes.per.second")
+
+
+class ReplicationQuota(MeasuredRate):
+    def __init__(self, broker_id: int, config: BrokerConfig, topic_configs: TopicConfigs, side: str) -> None:
+        """``side``: "leader" or "follower"."""
+        super().__init__(config, f"{side}.replication.throttled.rate")
+        self._replicas_key = f"{side}.replication.throttled.replicas"
+        self._broker_id = broker_id
+        self._topic_configs = topic_configs
+        self._parsed: dict[tuple[str, str], frozenset[int]] = {}
+
+    def throttled(self, topic: str, index: int) -> bool:
+        configs = self._topic_configs(topic)
+        value = configs.get(self._replicas_key, "") if configs is not None else ""
+        if not value:
+            return False
+        partitions = self._parsed.get((topic, value))
+        if partitions is None:
+            if len(self._parsed) >= CACHED_TOPICS:
+                self._parsed.clear()
+            partitions = self._parsed[(topic, value)] = throttled_partitions(value, self._broker_id)
+        return partitions is ALL or index in partitions

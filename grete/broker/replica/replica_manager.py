@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from grete.broker.quotas.replication_quotas import ReplicationQuota
+from grete.broker.quotas.replication_quotas import MeasuredRate, ReplicationQuota
 from grete.broker.replica.partition import Partition
 from grete.coordinator.metadata import ChangeKind, MetadataChange, MetadataStore, TopicMeta
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -31,6 +31,7 @@ from grete.storage.manager import LogManager
 log = logging.getLogger(__name__)
 
 OPEN_CHUNK = 64  # partitions opened per loop step when a topic is created (about 45 ms of work)
+MOVE_BACKOFF_S = 1.0  # a throttled move waits this long, as Kafka's fetchers back off (replica.fetch.backoff.ms)
 
 PartitionKey = tuple[str, int]
 
@@ -70,6 +71,8 @@ class ReplicaManager:
         self.followers: Followers | None = None  # set by the node in a cluster
         # Replication throttles (KIP-73), the leader's side: what this leader sends lagging followers.
         self.leader_quota: ReplicationQuota | None = None
+        # replica.alter.log.dirs.io.max.bytes.per.second: moves between this broker's log dirs.
+        self.alter_dirs_quota: MeasuredRate | None = None
         # The cluster's AlterPartition sender: a leader's proposed ISR goes to the controller.
         self.alter_isr: Callable[[Partition, list[int]], None] | None = None
         self.replica_alive: Callable[[int], bool] | None = None  # a broker in the cluster's live set
@@ -365,9 +368,17 @@ class ReplicaManager:
     async def _move(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
         try:
-            while self.partitions.get(key) is partition and self.log_manager.get_future_log(*key) is not None:
+            while self.partitions.get(key) is partition and (future := self.log_manager.get_future_log(*key)) is not None:
+                quota = self.alter_dirs_quota
+                if quota is not None and quota.exceeded():  # Kafka's alter-log-dirs thread backs off
+                    await asyncio.sleep(MOVE_BACKOFF_S)
+                    continue
+                before = future.size_bytes
                 # The last copy step and the swap run in one loop step: no append falls between.
-                if self.log_manager.copy_to_future(*key):
+                caught_up = self.log_manager.copy_to_future(*key)
+                if quota is not None:
+                    quota.record(max(future.size_bytes - before, 0))
+                if caught_up:
                     partition.replace_log(self.log_manager.replace_current_with_future(*key))
                     log.info("moved %s-%d to %s", key[0], key[1], partition.log_dir)
                     if self.log_placed is not None:
