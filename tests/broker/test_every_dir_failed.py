@@ -4,7 +4,6 @@ for a controlled shutdown that cannot be answered."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from grete.testing.process import broker_process
-from tests.small_disk import small_disk
+from tests.small_disk import fill_until_halted, small_disk
 
 LIMIT_S = 20.0  # a controlled shutdown that waits for its controller takes a minute here
 
@@ -27,19 +26,7 @@ def test_the_node_stops_when_its_last_log_dir_fails(disk: Path) -> None:
     with broker_process({"num.partitions": "1"}, data_dir=disk / "data") as node:
         producer = Producer({"bootstrap.servers": node.bootstrap_servers, "linger.ms": 5, "acks": "1",
                              "message.timeout.ms": 20_000})
-        value = b"x" * 100_000
-        deadline = time.monotonic() + 60
-        while "every log dir has failed" not in node.log_path.read_text(errors="replace"):
-            assert time.monotonic() < deadline, "the disk filled up and the node did not say so"
-            try:
-                for _ in range(10):
-                    producer.produce("fill", value)
-            except BufferError:
-                pass
-            producer.poll(0.05)
-        failed_at = time.monotonic()
-        while node.process.poll() is None and time.monotonic() - failed_at < LIMIT_S:
-            time.sleep(0.1)
+        fill_until_halted(producer, "fill", b"x" * 100_000, node.process, node.log_path, timeout=60, limit_s=LIMIT_S)
         log = node.log_path.read_text(errors="replace")
         assert node.process.returncode == 1, log[-3000:]
         assert f"No space left on device: '{disk / 'data' / 'fill-0'}'" in log  # the log it happened in
