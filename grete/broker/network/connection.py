@@ -34,7 +34,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from grete.broker.metrics.broker_metrics import FETCH_CONSUMER, FETCH_FOLLOWER
-from grete.broker.network.channel import IdleClock, ResponseQueue, Slot
+from grete.broker.network.channel import IdleTimer, Mute, ResponseQueue, Slot
 from grete.broker.network.fetch_memo import FetchMemo, MemoKey
 from grete.broker.replica.writers import Writer, writer_for
 from grete.broker.requests.context import CloseConnection, Later, RequestContext, Session
@@ -72,6 +72,9 @@ PIPELINED = frozenset({ApiKey.PRODUCE, FETCH_CONSUMER, FETCH_FOLLOWER})
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
+    """A client's connection: its requests decoded and run in arrival order, their answers sent in
+    that order, reading muted while an answer must go first (see the module's docstring)."""
+
     def __init__(self, broker: Broker, pipeline: Pipeline, listener: str = "PLAINTEXT",
                  security_protocol: str = "PLAINTEXT",
                  principal_of: Callable[[Any], str] | None = None,
@@ -86,13 +89,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._reader = FrameReader(broker.config.get_int("socket.request.max.bytes"), broker.buffer_pool,
                                    broker.memory_pool)
         self._responses = ResponseQueue()
-        self._idle = IdleClock(broker.config.get_int("connections.max.idle.ms"))
         self._fetch_memo: FetchMemo | None = None
         self._sending = False
-        self._paused_reading = False
-        self._paused_writing = False
-        self._waiting_for_memory = False
-        self._throttled: asyncio.TimerHandle | None = None  # KIP-219: muted until this fires
+        self._loop = asyncio.get_running_loop()
+        self._idle = IdleTimer(self._loop, broker.config.get_int("connections.max.idle.ms"),
+                               lambda: len(self._responses) > 0, self._idle_close)
+        self._mute = Mute(self._loop, self._reader, self._responses, lambda: self._closed, self._process_frames)
+        self._quota_abort: asyncio.TimerHandle | None = None  # connection quotas: closed when this fires
         self._held = False  # accepted, not yet admitted by the connection quotas
         self._closed = False
         self.transport: asyncio.Transport | None = None
@@ -103,22 +106,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # Until authenticated: only the SASL exchange, in frames of sasl.server.max.receive.size.
             self.session.sasl = sasl.authenticator(self.session, self._sasl_complete)
             self._reader.max_frame = min(self._reader.max_frame, sasl.max_receive_size)
-        self._idle_handle: asyncio.TimerHandle | None = None
         self._sndbuf = broker.config.get_int("socket.send.buffer.bytes")
-        self._loop = asyncio.get_running_loop()
 
     # --- asyncio callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if self._sndbuf != -1:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
-            except OSError:
-                pass
+        self.transport = self._mute.transport = transport
+        _tune(transport.get_extra_info("socket"), self._sndbuf)
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if peer else "unknown"
         self.session.client_host = self.peer
@@ -145,7 +139,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._held:
             self._held = False
             self.transport.resume_reading()
-        self._touch()
+        self._idle.touch()
 
     def refuse(self) -> None:
         assert self.transport is not None
@@ -157,7 +151,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = True
         if not self._held:
             self.hold()
-        self._throttled = self._loop.call_later(delay_s, self.transport.abort)
+        self._quota_abort = self._loop.call_later(delay_s, self.transport.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.transport is not None and self in self.broker.connections:
@@ -167,41 +161,33 @@ class KafkaConnection(asyncio.BufferedProtocol):
         elif self._held:
             self.broker.connection_quotas.depart(self)
         self._closed = True
-        if self._waiting_for_memory:
-            self._waiting_for_memory = False
-            self._reader.forget_waiting()
+        self._mute.end()
         self._reader.close()
         self._forget_memo()
         self.broker.share_groups.connection_closed(id(self.session))  # KIP-932: its share sessions end
-        if self._idle_handle is not None:
-            self._idle_handle.cancel()
-        if self._throttled is not None:
-            self._throttled.cancel()
+        self._idle.cancel()
+        if self._quota_abort is not None:
+            self._quota_abort.cancel()
 
     def pause_writing(self) -> None:
-        self._paused_writing = True
-        self._pause_reading()
+        self._mute.socket_full(True)
 
     def resume_writing(self) -> None:
-        self._paused_writing = False
-        self._maybe_resume_reading()
+        self._mute.socket_full(False)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._reader.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         self._reader.received(nbytes)
-        self._touch()
+        self._idle.touch()
         self._process_frames()
-
-    def eof_received(self) -> bool | None:
-        return None
 
     # --- frames -----------------------------------------------------------------------------
     def _process_frames(self) -> None:
         reader = self._reader
         try:
-            while not self._closed and not self._paused_reading:
+            while not self._closed and not self._mute.paused:
                 frame = reader.next_frame()
                 if frame is None:
                     break
@@ -213,25 +199,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._protocol_violation(str(exc))
             return
         reader.settle()
-        if reader.starved:
-            self._wait_for_memory()
+        if reader.starved:  # Kafka mutes the channel until the pool can take this request
+            self._mute.wait_for_memory()
 
     def trim(self, quiet_since: float) -> None:
         """Give back a grown receive buffer if nothing arrived since ``quiet_since`` (loop time)."""
         if self._idle.last_active < quiet_since:
             self._reader.trim()
-
-    def _wait_for_memory(self) -> None:
-        """A request's size is read and queued.max.request.bytes is used up: read no more (Kafka
-        mutes the channel) until the pool, in turn, reserves this request's memory."""
-        self._pause_reading()
-        if not self._waiting_for_memory:
-            self._waiting_for_memory = True
-            self._reader.when_memory_released(self._memory_released)
-
-    def _memory_released(self) -> None:
-        self._waiting_for_memory = False
-        self._maybe_resume_reading()
 
     # --- dispatch ---------------------------------------------------------------------------
     def _dispatch(self, frame: memoryview) -> None:
@@ -248,16 +222,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if memo is not None and self._answer_from_memo(memo, frame_bytes):
                 return
         header, body_pos = decode_request_header(frame)
-        handler = self._handlers.get(header.api_key)
-        if self.broker.controller_only:  # a KRaft controller serves its own APIs alone
-            if header.api_key not in CONTROLLER_APIS:
-                handler = None
-        elif ((header.api_key in ZK_BROKER_APIS and not self.broker.cluster.zk_broker_apis)
-              or (header.api_key in KRAFT_APIS and self.broker.cluster.zk_broker_apis)
-              or (header.api_key in DIRECT_APIS and self.broker.direct is None)
-              or (header.api_key in RAFT_APIS
-                  and not (header.api_key in VOTER_CHANGE_APIS and self.broker.cluster.forwards_voter_changes))):
-            handler = None
+        handler = self._handlers.get(header.api_key) if _served(self.broker, header.api_key) else None
         version = header.api_version
         if handler is None or not handler.min_version <= version <= handler.max_version:
             if header.api_key == ApiKey.API_VERSIONS:
@@ -273,25 +238,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.session.client_software_version = request.client_software_version
         ctx = RequestContext(self.broker, header.api_key, version, header.correlation_id, header.client_id,
                              self.session, len(frame))
-        key = header.api_key
-        if key == ApiKey.FETCH:
-            key = FETCH_FOLLOWER if (request.replica_id if version < 15 else request.replica_state.replica_id) >= 0 \
-                else FETCH_CONSUMER
+        key = _metrics_key(header.api_key, version, request)
         counters = self._metrics.request(key, version)
         started = perf_counter()
-        try:
+        try:  # the pipeline answers a handler's own failure (UNKNOWN_SERVER_ERROR): these are its own
             result = self._pipeline.run(self, ctx, handler, request)
-        except (CloseConnection, NotAuthenticated) as exc:
-            log.info("closing connection from %s: %s", self.peer, exc)
-            self._close()
-            return
-        except Exception:
-            log.exception("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer)
-            self._close()
+        except Exception as exc:
+            self._close_on(exc, handler, version)
             return
         local_done = perf_counter()
         if ctx.throttle_ms:
-            self._throttle(ctx.throttle_ms)
+            self._mute.throttle(ctx.throttle_ms)
         if result is None:
             return  # acks=0 produce: no response at all
         slot = self._new_slot()
@@ -308,7 +265,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # Kafka mutes a channel until its request is answered: a request behind this one sees
             # its effects (an OffsetFetch behind an OffsetCommit, say). Paused before a Later can
             # settle: its answer may come within then() and resume reading.
-            self._pause_reading()
+            self._mute.pause()
         if isinstance(result, Later):  # settled by the handler's own timer or wake: no task
             result.then(partial(self._completed, slot, handler, version, header.correlation_id, memo_key, ctx))
         else:  # a coroutine or future of the answer
@@ -335,7 +292,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _new_slot(self) -> Slot:
         slot = self._responses.reserve()
         if self._responses.full:
-            self._pause_reading()
+            self._mute.pause()
         return slot
 
     # --- repeated empty fetches -------------------------------------------------------------
@@ -344,7 +301,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         body = memo.body_for(frame)
         if body is None:
             return False
-        if memo.acls != self._acl_generation():  # READ may have been revoked: authorized again
+        if memo.acls != _acl_generation(self.broker):  # READ may have been revoked: authorized again
             self._forget_memo()
             return False
         max_wait_ms = memo.request.max_wait_ms
@@ -402,14 +359,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _complete_async(self, future: asyncio.Future[Any], slot: Slot, handler: Handler,
                         version: int, correlation_id: int, memo_key: MemoKey | None,
                         ctx: RequestContext[Everything] | None = None) -> None:
-        if self._closed:
-            return
-        try:
-            response = future.result()
-        except Exception as exc:
-            self._completed(slot, handler, version, correlation_id, memo_key, ctx, None, exc)
-            return
-        self._completed(slot, handler, version, correlation_id, memo_key, ctx, response, None)
+        if not self._closed:
+            error = future.exception()
+            response = None if error is not None else future.result()
+            self._completed(slot, handler, version, correlation_id, memo_key, ctx, response, error)
 
     def _completed(self, slot: Slot, handler: Handler, version: int, correlation_id: int,
                    memo_key: MemoKey | None, ctx: RequestContext[Everything] | None, response: Any,
@@ -417,17 +370,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """A deferred answer is ready (``error``: the handler or the pipeline ended with it)."""
         if self._closed:
             return
-        if isinstance(error, CloseConnection):
-            log.info("closing connection from %s: %s", self.peer, error)
-            self._close()
-            return
         if error is not None:
-            log.error("%s v%d handler failed; closing connection from %s", handler.name, version, self.peer,
-                      exc_info=error)
-            self._close()
+            self._close_on(error, handler, version)
             return
         if ctx is not None and ctx.throttle_ms:
-            self._throttle(ctx.throttle_ms)
+            self._mute.throttle(ctx.throttle_ms)
         if slot.timing is not None:
             slot.timing[3] = perf_counter()
         if response is None:
@@ -438,11 +385,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _encode(self, response: Any, handler: Handler, version: int, correlation_id: int,
                 memo_key: MemoKey | None = None) -> list[Any]:
-        w = Encoder()
-        size_pos = w.reserve_int32()
-        encode_response_header(w, correlation_id, response_header_version(handler.api_key, version))
-        response.encode(w, version)
-        w.patch_int32(size_pos, w.nbytes - 4)
+        w = _encoded(response, handler.api_key, version, correlation_id)
         if memo_key is None:
             return w.parts()
         # The Fetch handler's EmptyFetchResponse carries its snapshot (looked up by attribute: the
@@ -453,12 +396,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return w.parts()
         encoded = w.getvalue()
         frame, request, client_id = memo_key
-        self._fetch_memo = FetchMemo(frame, request, snapshot, encoded, version, client_id, self._acl_generation())
+        self._fetch_memo = FetchMemo(frame, request, snapshot, encoded, version, client_id,
+                                     _acl_generation(self.broker))
         return [encoded]
-
-    def _acl_generation(self) -> int:
-        authorizer = self.broker.authorizer
-        return authorizer.generation if authorizer is not None else 0
 
     def _forget_memo(self) -> None:
         memo, self._fetch_memo = self._fetch_memo, None
@@ -467,12 +407,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _answer_unsupported_api_versions(self, correlation_id: int) -> None:
         """KIP-511: a v0-format body with UNSUPPORTED_VERSION and our ApiVersions range."""
-        info = APIS[ApiKey.API_VERSIONS]
         handler = self._handlers[ApiKey.API_VERSIONS]
-        response_cls: Any = info.response
-        response = response_cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[
-            response_cls.ApiVersion(api_key=ApiKey.API_VERSIONS, min_version=handler.min_version,
-                                    max_version=handler.max_version)])
+        response_cls: Any = APIS[ApiKey.API_VERSIONS].response
+        response = response_cls(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=[response_cls.ApiVersion(
+            api_key=ApiKey.API_VERSIONS, min_version=handler.min_version, max_version=handler.max_version)])
         slot = self._responses.reserve()
         slot.parts = self._encode(response, handler, 0, correlation_id)
         self._flush()
@@ -496,7 +434,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._sending = True
                 asyncio.ensure_future(self._send_rest(writer, rest))
                 return
-        self._maybe_resume_reading()
+        self._mute.maybe_resume()
 
     async def _send_rest(self, writer: Writer, parts: list[Any]) -> None:
         try:
@@ -509,54 +447,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._sending = False
         self._flush()
 
-    # --- flow control and closing -----------------------------------------------------------
-    def _pause_reading(self) -> None:
-        if not self._paused_reading and self.transport is not None and not self._closed:
-            self._paused_reading = True
-            self.transport.pause_reading()
+    # --- idleness and closing ----------------------------------------------------------------
+    def _idle_close(self) -> None:
+        if not self._closed:
+            log.debug("closing idle connection from %s (connections.max.idle.ms)", self.peer)
+            self._close()
 
-    def _throttle(self, throttle_ms: int) -> None:
-        """KIP-219: the answer goes out now; nothing more is read from this client for
-        ``throttle_ms`` (a later, longer throttle extends the pause)."""
-        until = self._loop.time() + throttle_ms / 1000
-        current = self._throttled
-        if current is not None:
-            if current.when() >= until:
-                return
-            current.cancel()
-        self._throttled = self._loop.call_at(until, self._end_throttle)
-        self._pause_reading()
-
-    def _end_throttle(self) -> None:
-        self._throttled = None
-        self._maybe_resume_reading()
-
-    def _maybe_resume_reading(self) -> None:
-        if (self._paused_reading and not self._paused_writing and not self._closed and self._throttled is None
-                and not self._waiting_for_memory and self._responses.drained and self.transport is not None):
-            self._paused_reading = False
-            self.transport.resume_reading()
-            if self._reader.pending:  # frames that arrived before the pause
-                self._loop.call_soon(self._process_frames)
-
-    def _touch(self) -> None:
-        idle = self._idle
-        idle.touch(self._loop.time())
-        if idle.enabled and self._idle_handle is None:
-            self._idle_handle = self._loop.call_at(idle.deadline(), self._idle_timeout)
-
-    def _idle_timeout(self) -> None:
-        self._idle_handle = None
-        if self._closed:
-            return
-        now = self._loop.time()
-        if len(self._responses):  # still answering: not idle
-            self._idle.touch(now)
-        deadline = self._idle.deadline()
-        if deadline > now:  # active since the timer was set: wait out the rest
-            self._idle_handle = self._loop.call_at(deadline, self._idle_timeout)
-            return
-        log.debug("closing idle connection from %s (connections.max.idle.ms)", self.peer)
+    def _close_on(self, error: BaseException, handler: Handler, version: int) -> None:
+        if isinstance(error, (CloseConnection, NotAuthenticated)):
+            log.info("closing connection from %s: %s", self.peer, error)
+        else:
+            log.error("%s v%d failed; closing connection from %s", handler.name, version, self.peer, exc_info=error)
         self._close()
 
     def _protocol_violation(self, why: str, kind: str = "malformed requests") -> None:
@@ -570,6 +471,53 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self._close()
+
+
+def _tune(sock: socket.socket | None, sndbuf: int) -> None:
+    """No Nagle delay on answers; ``socket.send.buffer.bytes`` unless -1 (the kernel's default)."""
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if sndbuf != -1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        except OSError:
+            pass
+
+
+def _metrics_key(api_key: int, version: int, request: Any) -> int:
+    """The request's metrics name: a Fetch is a follower's or a consumer's."""
+    if api_key != ApiKey.FETCH:
+        return api_key
+    replica_id = request.replica_id if version < 15 else request.replica_state.replica_id
+    return FETCH_FOLLOWER if replica_id >= 0 else FETCH_CONSUMER
+
+
+def _served(broker: Broker, api_key: int) -> bool:
+    """Whether this node serves ``api_key`` at all: a KRaft controller its own APIs alone, a broker
+    its cluster mode's (ZooKeeper's or KRaft's), the direct path's when that is on, and the quorum's
+    voter changes only when it forwards them."""
+    if broker.controller_only:
+        return api_key in CONTROLLER_APIS
+    zk = broker.cluster.zk_broker_apis
+    return not ((api_key in ZK_BROKER_APIS and not zk) or (api_key in KRAFT_APIS and zk)
+                or (api_key in DIRECT_APIS and broker.direct is None)
+                or (api_key in RAFT_APIS and not (api_key in VOTER_CHANGE_APIS
+                                                  and broker.cluster.forwards_voter_changes)))
+
+
+def _encoded(response: Any, api_key: int, version: int, correlation_id: int) -> Encoder:
+    """A response frame: size, header, body."""
+    w = Encoder()
+    size_pos = w.reserve_int32()
+    encode_response_header(w, correlation_id, response_header_version(api_key, version))
+    response.encode(w, version)
+    w.patch_int32(size_pos, w.nbytes - 4)
+    return w
+
+
+def _acl_generation(broker: Broker) -> int:
+    """Which ACLs a memoized answer was authorized under (0: no authorizer)."""
+    return broker.authorizer.generation if broker.authorizer is not None else 0
 
 
 def _observe(timing: list[Any]) -> None:
