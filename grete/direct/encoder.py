@@ -14,9 +14,7 @@ encoder, which is also the reference the tests hold the C one to.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import logging
 import os
 from collections.abc import Callable
@@ -95,17 +93,7 @@ PYTHON = Encoder("python", py_append, py_seal)
 
 # --- the C encoder ---------------------------------------------------------------------------------
 def _compile_into(tmp: Path) -> Path:
-    # setuptools drives the compiler (as it does for cffi's atomics): needed to build, not to load
-    from setuptools import Distribution, Extension  # type: ignore[import-untyped, unused-ignore]
-
-    dist = Distribution({"ext_modules": [Extension(MODULE, [str(SOURCE_PATH)], extra_compile_args=["-O2"])]})
-    dist.verbose = 0
-    command: Any = dist.get_command_obj("build_ext")
-    command.build_lib = command.build_temp = str(tmp)
-    with contextlib.redirect_stdout(io.StringIO()):
-        dist.run_command("build_ext")
-    [output] = command.get_outputs()
-    return Path(output)
+    return native.compile_extension(tmp, MODULE, SOURCE_PATH)
 
 
 def build() -> Path:

@@ -1,4 +1,4 @@
-"""Where the direct path's C modules are compiled and how they are loaded.
+"""Where grete's C modules (the direct path's, the TLS record reader) are compiled and how they are loaded.
 
 Each module is compiled once per source text (its name carries a digest of the source and of the
 Python version) into ``${GRETE_CACHE:-~/.cache/grete}/direct/``, on first use: a checkout, an
@@ -9,15 +9,18 @@ first uses never load a half-written module.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
+import io
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 
 def cache_dir() -> Path:
@@ -57,3 +60,19 @@ def load(name: str, path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def compile_extension(tmp: Path, module: str, source: Path, link_args: Sequence[str] = ()) -> Path:
+    """Compile ``source`` into the extension module ``module`` in ``tmp``; its path."""
+    # setuptools drives the compiler (as it does for cffi's atomics): needed to build, not to load
+    from setuptools import Distribution, Extension  # type: ignore[import-untyped, unused-ignore]
+
+    extension = Extension(module, [str(source)], extra_compile_args=["-O2"], extra_link_args=list(link_args))
+    dist = Distribution({"ext_modules": [extension]})
+    dist.verbose = 0
+    command: Any = dist.get_command_obj("build_ext")
+    command.build_lib = command.build_temp = str(tmp)
+    with contextlib.redirect_stdout(io.StringIO()):
+        dist.run_command("build_ext")
+    [output] = command.get_outputs()
+    return Path(output)

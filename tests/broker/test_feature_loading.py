@@ -14,7 +14,7 @@ from tests.broker._txn import Txn
 # Modules a single node uses only for a feature it is not asked for at start.
 OPTIONAL = ("grete.broker.security.authorizer", "grete.broker.groups.transactions", "grete.coordinator.transactions.txn",
             "grete.broker.cluster.markers", "grete.broker.cluster.txn_verifier", "grete.protocol.messages.fetch",
-            "grete.broker.quorum.controller_node", "grete.broker.quorum.driver")
+            "grete.broker.quorum.controller_node", "grete.broker.quorum.driver", "grete.broker.network.tls_records")
 
 START_AND_LIST = """
 import asyncio, sys

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from grete.broker.network import tls_offload
+from grete.broker.network import tls_offload, tls_records
 from grete.broker.network.tls_offload import (
     CRYPTO_THREADS,
     OFFLOAD_MIN_BYTES,
@@ -109,8 +109,8 @@ def serve(certs: Certs, make_app: Callable[[], Answerer],
 def test_megabytes_each_way_byte_for_byte(certs: Certs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """6 MB up, and an answer of bytes and file slices (slices larger than one job, cut across
     jobs) down: both arrive exactly, the large answer was read and encrypted on the crypto threads,
-    small writes stayed on the loop, and the request was decrypted on the loop (a record per
-    ``SSLObject.read``: a worker would queue for the interpreter lock after each)."""
+    small writes stayed on the loop, and the request was decrypted on the loop, many records per call
+    with the C record reader."""
     segment = tmp_path / "segment"
     content = os.urandom(5_000_000)
     segment.write_bytes(content)
@@ -118,18 +118,19 @@ def test_megabytes_each_way_byte_for_byte(certs: Certs, tmp_path: Path, monkeypa
     threads: list[tuple[str, int]] = []
     encrypt = tls_offload._encrypt
 
-    read_into = tls_offload._read_into
-    decrypted_on: set[str] = set()
+    name, read_into = tls_records.select()
+    reads: list[tuple[str, int]] = []
 
     def spy(sslobj: ssl.SSLObject, outgoing: ssl.MemoryBIO, work: Any) -> Any:
         threads.append((threading.current_thread().name, work.size))
         return encrypt(sslobj, outgoing, work)
 
-    def read_spy(sslobj: ssl.SSLObject, buf: memoryview) -> int:
-        decrypted_on.add(threading.current_thread().name)
-        return read_into(sslobj, buf)
+    def read_spy(sslobj: ssl.SSLObject, buf: memoryview) -> tuple[int, int]:
+        n, state = read_into(sslobj, buf)
+        reads.append((threading.current_thread().name, n))
+        return n, state
     monkeypatch.setattr(tls_offload, "_encrypt", spy)
-    monkeypatch.setattr(tls_offload, "_read_into", read_spy)
+    monkeypatch.setattr(tls_records, "select", lambda: (name, read_spy))
 
     fd = os.open(segment, os.O_RDONLY)
     try:
@@ -154,7 +155,9 @@ def test_megabytes_each_way_byte_for_byte(certs: Certs, tmp_path: Path, monkeypa
     small = {name for name, size in threads if size < OFFLOAD_MIN_BYTES}
     assert big and all(name.startswith("grete-tls") for name in big)
     assert small == {threading.current_thread().name}  # asyncio.run's loop runs on the test's thread
-    assert decrypted_on == {threading.current_thread().name}
+    assert {thread for thread, _ in reads} == {threading.current_thread().name}
+    if name == "c":
+        assert max(n for _, n in reads) > 16384  # many records per call
 
 
 def test_client_gone_mid_transfer_leaves_nothing_behind(certs: Certs, tmp_path: Path) -> None:
@@ -203,7 +206,8 @@ def test_listener_names_why_kernel_tls_is_not_used(certs: Certs, caplog: pytest.
     with caplog.at_level(logging.INFO, logger="grete.broker.network.tls"), broker(overrides):
         pass
     lines = [r.getMessage() for r in caplog.records if "kernel TLS not used" in r.getMessage()]
-    assert lines == [f"listener SSL: TLS records encrypted by OpenSSL off the event loop; kernel TLS not used: "
+    assert lines == [f"listener SSL: TLS records encrypted by OpenSSL off the event loop, read by the "
+                     f"{tls_records.select()[0]} record reader; kernel TLS not used: "
                      f"{ktls_unavailable() or 'grete has no kTLS transport'}"]
 
 
@@ -248,8 +252,8 @@ class Echo(Answerer):
 
 def test_one_job_at_a_time_per_connection(certs: Certs, monkeypatch: pytest.MonkeyPatch) -> None:
     """8 MB echoed as it arrives: the answers are encrypted on the crypto threads while more keeps
-    arriving, yet a connection's SSLObject is never in two jobs at once nor read on the loop while a
-    job holds it, and the echo comes back exactly."""
+    arriving, yet a connection's SSLObject is never used by two threads at once (nor read on the
+    loop while a job holds it), and the echo comes back exactly."""
     active: dict[int, int] = {}
     overlaps: list[int] = []
     workers: set[str] = set()
@@ -268,13 +272,9 @@ def test_one_job_at_a_time_per_connection(certs: Certs, monkeypatch: pytest.Monk
                     active[id(sslobj)] -= 1
         return run
     monkeypatch.setattr(tls_offload, "_encrypt", exclusive(tls_offload._encrypt))
-    read_into = tls_offload._read_into
+    name, read_into = tls_records.select()
 
-    def read_when_free(sslobj: ssl.SSLObject, buf: memoryview) -> int:
-        with lock:
-            overlaps.append(active.get(id(sslobj), 0) + 1)
-        return read_into(sslobj, buf)
-    monkeypatch.setattr(tls_offload, "_read_into", read_when_free)
+    monkeypatch.setattr(tls_records, "select", lambda: (name, exclusive(read_into)))
     request = os.urandom(8_000_000)
 
     async def body(connect: Client, layers: list[TlsProtocol], apps: list[Answerer]) -> None:
@@ -286,3 +286,49 @@ def test_one_job_at_a_time_per_connection(certs: Certs, monkeypatch: pytest.Monk
     serve(certs, lambda: Echo(0, []), body)
     assert any(name.startswith("grete-tls") for name in workers)
     assert overlaps and max(overlaps) == 1
+
+
+class Pausing(Answerer):
+    """Pauses its reading for a moment after every 200 KB received, with a small receive buffer;
+    notes the peer's close_notify (eof_received) and how much had arrived by then."""
+
+    def __init__(self) -> None:
+        super().__init__(-1, [])
+        self._buf = bytearray(30_000)
+        self.eof_at: int | None = None
+
+    def buffer_updated(self, nbytes: int) -> None:
+        before = len(self.received)
+        self.received += self._buf[:nbytes]
+        assert self.transport is not None
+        if before // 200_000 != len(self.received) // 200_000:
+            self.transport.pause_reading()
+            asyncio.get_running_loop().call_later(0.01, self.transport.resume_reading)
+
+    def eof_received(self) -> bool | None:
+        self.eof_at = len(self.received)
+        return None
+
+
+def test_a_paused_app_gets_every_byte_then_the_close(certs: Certs) -> None:
+    """4 MB sent in one go and closed with close_notify, to an app that pauses its reading every
+    200 KB and takes 30 KB per buffer: what the BIO holds waits for it, every byte arrives in
+    order, and the close comes after the last byte."""
+    request = os.urandom(4_000_000)
+
+    async def body(connect: Client, layers: list[TlsProtocol], apps: list[Answerer]) -> None:
+        reader, writer = await connect(1 << 16)
+        writer.write(request)
+        await writer.drain()
+        writer.close()  # close_notify right behind the data
+        while not apps:  # the server's side of the handshake ends after the client's
+            await asyncio.sleep(0.01)
+        await apps[0].lost
+    apps: list[Pausing] = []
+
+    def make() -> Pausing:
+        apps.append(Pausing())
+        return apps[-1]
+    serve(certs, make, body)
+    assert bytes(apps[0].received) == request
+    assert apps[0].eof_at == len(request)

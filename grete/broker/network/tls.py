@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from grete.broker.config import BrokerConfig, ConfigError
-from grete.broker.network import jks
+from grete.broker.network import jks, tls_records
 from grete.broker.network.tls_offload import TlsProtocol, ktls_unavailable
 
 log = logging.getLogger(__name__)
@@ -96,13 +96,15 @@ class ListenerTls:
         self._stores = _stores(config, listener)
         rules = listener_value(config, listener, "ssl.principal.mapping.rules") or "DEFAULT"
         self.mapper = PrincipalMapper(rules)  # refused at start-up (ConfigError) when malformed
-        log.info("listener %s: TLS records encrypted by OpenSSL off the event loop; kernel TLS not used: %s",
-                 listener, ktls_unavailable() or "grete has no kTLS transport")
+        self._reader = tls_records.select()
+        log.info("listener %s: TLS records encrypted by OpenSSL off the event loop, read by the %s record "
+                 "reader; kernel TLS not used: %s", listener, self._reader[0],
+                 ktls_unavailable() or "grete has no kTLS transport")
 
     def protocol_factory(self, app_factory: Callable[[], asyncio.BufferedProtocol]) -> Callable[[], TlsProtocol]:
         """What the listener's server makes per accepted socket: the TLS record layer under the
         connection's protocol (grete.broker.network.tls_offload)."""
-        return lambda: TlsProtocol(self.context, app_factory)
+        return lambda: TlsProtocol(self.context, app_factory, self._reader[1])
 
     def principal_of(self, ssl_object: ssl.SSLObject | None) -> str:
         return principal_of(ssl_object, self.mapper)

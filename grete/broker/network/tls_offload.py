@@ -10,10 +10,15 @@ protocol a :class:`TlsTransport`. Large answers are encrypted on a small shared 
 (one call cuts a quarter of a megabyte into 16 KB records) while the loop serves other connections.
 Small answers stay on the loop, where a thread hand-off would cost more than the crypto.
 
-Requests are decrypted on the loop. ``SSLObject.read`` returns one 16 KB record per call, so a
-worker decrypting a megabyte takes the interpreter lock back 64 times, each time queueing behind the
-loop: on two cores that cost more than the decryption itself (a Produce stream over TLS ran at 250
-MB/s decrypted on a worker, 290 MB/s on the loop; docs/benchmarks.md, "What TLS costs").
+Requests are decrypted on the loop, straight into the connection's receive buffer, by the C record
+reader (grete.broker.network.tls_records): every whole record the BIO holds in one call, where
+``SSLObject.read`` returns one per call and clients send records of 1-2 KB. Decrypting on a worker
+instead cost more than it saved on two cores, for two reasons measured (docs/benchmarks.md, "What
+TLS costs"): the socket must not be read while the worker holds the SSLObject, or the ciphertext
+stashed behind it goes into OpenSSL's memory BIO in one piece afterwards, and that BIO grows by
+reallocating and wiping its whole buffer (a megabyte written in 16 KB pieces into a growing BIO
+costs 2.3 ms); and not reading meanwhile serializes a connection's decryption with its requests'
+handling, adding a thread hand-off per read.
 
 One rule keeps this safe: a connection's ``SSLObject`` and BIOs are used by one thread at a time.
 Each connection has at most one job in flight; while it runs, the loop only queues (ciphertext that
@@ -40,6 +45,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from grete.broker.network import tls_records
 from grete.broker.replica.writers import FileRange, Slice, fd_path, is_bytes
 
 log = logging.getLogger(__name__)
@@ -133,11 +139,6 @@ def _encrypt(sslobj: ssl.SSLObject, outgoing: ssl.MemoryBIO, work: _Work) -> _Wo
     return work
 
 
-def _read_into(sslobj: Any, buf: memoryview) -> int:
-    """``SSLObject.read`` into ``buf``: how many bytes it read, 0 at the peer's close_notify."""
-    return int(sslobj.read(len(buf), buf))
-
-
 def _take(queue: deque[Any], limit: int) -> tuple[list[Any], int]:
     """Parts from the front of ``queue`` up to ``limit`` bytes, the last one cut if it is larger."""
     taken: list[Any] = []
@@ -165,8 +166,10 @@ class TlsProtocol(asyncio.BufferedProtocol):
     """The protocol on the accepted TCP socket: the TLS handshake, then the record layer for the
     connection's own protocol (``app_factory()``, a BufferedProtocol) through a TlsTransport."""
 
-    def __init__(self, context: ssl.SSLContext, app_factory: Callable[[], asyncio.BufferedProtocol]) -> None:
+    def __init__(self, context: ssl.SSLContext, app_factory: Callable[[], asyncio.BufferedProtocol],
+                 read_into: tls_records.Reader | None = None) -> None:
         self._app_factory = app_factory
+        self._read_into = read_into or tls_records.select()[1]
         self._loop = asyncio.get_running_loop()
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
@@ -268,32 +271,23 @@ class TlsProtocol(asyncio.BufferedProtocol):
 
     # --- the record layer --------------------------------------------------------------------
     def _read(self) -> None:
-        """Decrypt what the BIO holds straight into the app's receive buffer, on the loop: for
-        small reads a hand-off costs more than the decryption. OpenSSL returns one 16 KB record per
-        call; the buffer is filled with as many as it holds before the app hears of them."""
+        """Decrypt what the BIO holds straight into the app's receive buffer, on the loop, every
+        whole record that fits in one call, before the app hears of them."""
         app = self.app
         while app is not None and self.job is None and not self.app_paused and not self.closed and not self.closing:
             buf = memoryview(app.get_buffer(-1))
-            filled, eof = 0, False
             try:
-                while filled < len(buf):
-                    n = _read_into(self.sslobj, buf[filled:])
-                    if not n:  # close_notify
-                        eof = True
-                        break
-                    filled += n
-            except ssl.SSLWantReadError:
-                pass
+                filled, state = self._read_into(self.sslobj, buf)
             except (ssl.SSLError, OSError) as exc:
                 log.debug("TLS connection from %s failed: %s", self._peer(), exc)
                 self._abort()
                 return
             if filled:
                 app.buffer_updated(filled)
-            if eof:
+            if state == tls_records.CLOSED:
                 app.eof_received()
                 self.close()
-            if filled < len(buf):
+            if state != tls_records.FULL:
                 break
         if self.job is None and self._outgoing.pending:  # what reading wrote (alerts, key updates)
             self._send_ciphertext([self._outgoing.read()])
