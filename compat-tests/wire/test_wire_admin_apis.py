@@ -280,3 +280,20 @@ def test_messages_of_successful_admin_answers(wire):
         name=missing, count=2, assignments=None)], timeout_ms=30000, validate_only=False), CreatePartitionsResponse, 3)
     assert [(r.name, r.error_code, r.error_message) for r in grown.results] == [
         (missing, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)]
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("", "the empty string is not allowed"),
+    (".", "'.' is not allowed"),
+    ("..", "'..' is not allowed"),
+    ("a" * 250, f"the length of '{'a' * 250}' is longer than the max allowed length 249"),
+    ("bad name!", "'bad name!' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"),
+])
+def test_create_topics_names_why_a_name_is_invalid(wire, name, reason):
+    """Kafka's Topic.validate wording, which clients' suites match (rdkafka-ruby's, Strimzi's)."""
+    request = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=10000, validate_only=True)
+    (answer,) = wire.call(request, CreateTopicsResponse, 7).topics
+    assert (answer.error_code, answer.error_message) == (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                                         f"Topic name is invalid: {reason}")

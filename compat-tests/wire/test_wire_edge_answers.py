@@ -138,3 +138,29 @@ def test_a_special_timestamp_newer_than_the_version_is_refused_first(wire):
             partition_index=0, current_leader_epoch=-1, timestamp=-3)])])
     (partition,) = wire.call(request, ListOffsetsResponse, 6).topics[0].partitions
     assert (partition.error_code, partition.offset, partition.timestamp) == (ErrorCode.UNSUPPORTED_VERSION, -1, -1)
+
+
+def test_a_finished_transaction_keeps_its_start_time(broker, wire, make_topic):
+    """DescribeTransactions after a commit: CompleteCommit with the transaction's start time still
+    given (Kafka's coordinator keeps txnStartTimestamp until the next transaction starts)."""
+    from confluent_kafka import Producer
+
+    topic = make_topic()
+    txn_id = unique("finished-txn")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(30)
+    before_ms = int(time.time() * 1000)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", partition=0)
+    producer.commit_transaction(30)
+
+    def state() -> DescribeTransactionsResponse.TransactionState:
+        return wire.call(DescribeTransactionsRequest(transactional_ids=[txn_id]), DescribeTransactionsResponse,
+                         0).transaction_states[0]
+    deadline = time.monotonic() + 30
+    described = state()
+    while described.transaction_state != "CompleteCommit" and time.monotonic() < deadline:
+        time.sleep(0.1)  # the markers are being written
+        described = state()
+    assert described.transaction_state == "CompleteCommit"
+    assert before_ms - 5000 <= described.transaction_start_time_ms <= int(time.time() * 1000)

@@ -242,6 +242,11 @@ class Broker:
         """Every live broker with its advertised endpoints and rack (this node alone when embedded)."""
         return self.cluster.live_brokers()
 
+    def registered_brokers(self) -> list[BrokerInfo]:
+        """Every broker a replica may be assigned to: a KRaft cluster's registered ones, fenced
+        included; the live ones elsewhere."""
+        return self.cluster.registered_brokers()
+
     def controller_id(self) -> int:
         return self.cluster.controller_id()
 
@@ -252,26 +257,32 @@ class Broker:
         return info.endpoint(listener) if info is not None else None
 
     def assign_replicas(self, partitions: int, replication: int, first_partition: int = 0,
-                        start: int | None = None) -> dict[int, list[int]]:
-        """Replica placement over the live brokers. Raises INVALID_REPLICATION_FACTOR when there are
-        fewer live brokers than replicas, with Kafka's message."""
+                        continuing: TopicMeta | None = None) -> dict[int, list[int]]:
+        """Replica placement over the live brokers, or, in a KRaft cluster with too few of them, over
+        the registered ones, fenced included, as Kafka's replica placer does: a fenced broker is a
+        follower, never a partition's first replica, and the controller leaves it out of the ISR.
+        ``continuing``: the topic whose partitions are added to. Raises INVALID_REPLICATION_FACTOR
+        with Kafka's message."""
         # Kafka 4.3's controller places no replica on a broker whose log dirs are all cordoned (KIP-1066).
-        brokers = [b for b in self.live_brokers() if not b.cordoned]
-        if not brokers:
+        live = [b for b in self.live_brokers() if not b.cordoned]
+        if not live:
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Unable to replicate the partition {replication} time(s): All brokers are currently "
                              "fenced, or have all their log directories cordoned.")
+        brokers = live if replication <= len(live) else [b for b in self.cluster.registered_brokers() if not b.cordoned]
         if replication > len(brokers):
-            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                             f"Replication factor: {replication} larger than available brokers: {len(brokers)}.")
-        return assign_replicas(brokers, partitions, replication, first_partition, start=start)
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, self._too_few_brokers(replication, len(brokers)))
+        start = None if continuing is None else _continuation(continuing, brokers)
+        placed = assign_replicas(brokers, partitions, replication, first_partition, start=start)
+        live_ids = {b.id for b in live}
+        return {p: _led_by_live(replicas, live_ids) for p, replicas in placed.items()}
 
-    def _continuation(self, meta: TopicMeta) -> int:
-        """Where added partitions start in the broker list (Kafka's AdminZkClient.addPartitions):
-        at partition 0's first replica, so preferred leaders keep rotating."""
-        first = meta.partitions[0].replicas[0] if 0 in meta.partitions and meta.partitions[0].replicas else 0
-        ids = sorted(b.id for b in self.live_brokers())
-        return next((i for i, broker_id in enumerate(ids) if broker_id >= first), 0)
+    def _too_few_brokers(self, replication: int, brokers: int) -> str:
+        if self.cluster.zk_broker_apis:  # Kafka 3.9's AdminUtils
+            return f"Replication factor: {replication} larger than available brokers: {brokers}."
+        return (f"Unable to replicate the partition {replication} time(s): The target replication factor of "
+                f"{replication} cannot be reached because only {brokers} broker(s) are registered or some "
+                "brokers have all their log directories cordoned.")
 
     # --- coordinators ------------------------------------------------------------------------
     @property
@@ -442,7 +453,7 @@ class Broker:
         replication = len(next(iter(meta.partitions.values())).replicas) if meta.partitions else 1
         placed = ({current + i: replicas for i, replicas in enumerate(assignment)} if assignment
                   else self.assign_replicas(total - current, replication, first_partition=current,
-                                            start=self._continuation(meta)))
+                                            continuing=meta))
         meta = await self.metadata.add_partitions(name, placed)
         await self.replicas.ready(meta)
 
@@ -510,3 +521,17 @@ class Broker:
 
     def data_dir(self) -> Path:
         return self.log_dirs[0]
+
+
+def _continuation(meta: TopicMeta, brokers: list[BrokerInfo]) -> int:
+    """Where added partitions start in the broker list (Kafka's AdminZkClient.addPartitions): at
+    partition 0's first replica, so preferred leaders keep rotating."""
+    first = meta.partitions[0].replicas[0] if 0 in meta.partitions and meta.partitions[0].replicas else 0
+    ids = sorted(b.id for b in brokers)
+    return next((i for i, broker_id in enumerate(ids) if broker_id >= first), 0)
+
+
+def _led_by_live(replicas: list[int], live: set[int]) -> list[int]:
+    """``replicas`` with a live broker first (the partition's first leader), the others in order."""
+    first = next((r for r in replicas if r in live), replicas[0])
+    return [first, *(r for r in replicas if r != first)]

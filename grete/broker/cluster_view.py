@@ -69,6 +69,9 @@ class ClusterView(Protocol):
     forwards_voter_changes: bool
 
     def live_brokers(self) -> list[BrokerInfo]: ...
+    # Where partitions may be placed when the live brokers are too few: a KRaft cluster's registered
+    # brokers, fenced ones included (Kafka's replica placer); the live ones elsewhere.
+    def registered_brokers(self) -> list[BrokerInfo]: ...
     def controller_id(self) -> int: ...
     def controller_listeners(self) -> list[str]: ...
     def listed_brokers(self, listener: str) -> list[ListedBroker]: ...
@@ -100,6 +103,10 @@ class BrokersFromMetadata:
 
     def live_brokers(self) -> list[BrokerInfo]:
         raise NotImplementedError
+
+    def registered_brokers(self) -> list[BrokerInfo]:
+        """A ZooKeeper cluster's brokers are registered while they live."""
+        return self.live_brokers()
 
     def known_topic(self, name: str) -> TopicMeta | None:
         """The topic as this broker's metadata knows it."""

@@ -57,6 +57,9 @@ class LocalCluster:
         cordoned = broker.log_manager.cordoned >= set(broker.log_dirs)
         return [BrokerInfo(broker.node_id, endpoints, broker.config.get_str("broker.rack") or None, cordoned=cordoned)]
 
+    def registered_brokers(self) -> list[BrokerInfo]:
+        return self.live_brokers()
+
     def controller_id(self) -> int:
         return self._broker.node_id
 

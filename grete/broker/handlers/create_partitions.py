@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from grete.broker.handlers.create_topics import check_replica_list, live_broker_ids
+from grete.broker.handlers.create_topics import check_replica_list, registered_broker_ids
 from grete.broker.quotas.client_quotas import MutationQuota, throttle_for_mutations
 from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
@@ -63,7 +63,7 @@ async def _grow(ctx: RequestContext[Admin], topic: CreatePartitionsRequest.Creat
             replication = (len(next(iter(meta.partitions.values())).replicas)
                            if meta is not None and meta.partitions else None)
             for assignment in topic.assignments:
-                check_replica_list(assignment.broker_ids, live_broker_ids(broker), replication)
+                check_replica_list(assignment.broker_ids, registered_broker_ids(broker), replication)
         if not validate_only:
             quota.record(topic.count - current)
         await broker.add_partitions(topic.name, topic.count, validate_only=validate_only,

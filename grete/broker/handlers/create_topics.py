@@ -148,7 +148,7 @@ def _manual_assignment(broker: Admin, topic: CreateTopicsRequest.CreatableTopic)
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Found multiple manual partition "
                              f"assignments for partition {assignment.partition_index}")
         seen.add(assignment.partition_index)
-        check_replica_list(assignment.broker_ids, live_broker_ids(broker), replication)
+        check_replica_list(assignment.broker_ids, registered_broker_ids(broker), replication)
         replication = len(assignment.broker_ids)
     if seen != set(range(len(seen))):
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -156,12 +156,13 @@ def _manual_assignment(broker: Admin, topic: CreateTopicsRequest.CreatableTopic)
     return {a.partition_index: list(a.broker_ids) for a in topic.assignments}
 
 
-def live_broker_ids(broker: Admin) -> set[int]:
-    return {b.id for b in broker.live_brokers()}
+def registered_broker_ids(broker: Admin) -> set[int]:
+    return {b.id for b in broker.registered_brokers()}
 
 
 def check_replica_list(broker_ids: list[int], registered: set[int], replication: int | None) -> None:
-    """Kafka's validateManualPartitionAssignment against the registered (live) brokers."""
+    """Kafka's validateManualPartitionAssignment against the registered brokers (a KRaft cluster's
+    fenced ones included; the controller leaves them out of the new partitions' ISR)."""
     if not broker_ids:
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          "The manual partition assignment includes an empty replica list.")

@@ -6,7 +6,6 @@ from grete.broker.requests.context import RequestContext
 from grete.broker.requests.registry import api
 from grete.broker.requests.services import Transactions
 from grete.broker.security.authz import Op, Res, allowed
-from grete.coordinator.transactions.txn_format import TxnState
 from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse
 
@@ -31,10 +30,9 @@ def handle(ctx: RequestContext[Transactions], request: DescribeTransactionsReque
         by_topic: dict[str, list[int]] = {}
         for topic, index in sorted(meta.partitions):
             by_topic.setdefault(topic, []).append(index)
-        ongoing = meta.state is TxnState.ONGOING or meta.in_flight
         states.append(State(
             error_code=ErrorCode.NONE, transactional_id=txn_id, transaction_state=meta.state.kafka_name,
-            transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms if ongoing else -1,
+            transaction_timeout_ms=meta.timeout_ms, transaction_start_time_ms=meta.start_ms,  # kept once it ends, as Kafka's
             producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
             topics=[DescribeTransactionsResponse.TopicData(topic=t, partitions=p) for t, p in by_topic.items()]))
     return DescribeTransactionsResponse(transaction_states=states)

@@ -183,11 +183,24 @@ class Registrations:
         return directory is not None and not found.online_dir(directory)
 
     def live(self) -> list[BrokerInfo]:
-        """The unfenced brokers, where partitions may be placed (Kafka's usable brokers)."""
-        return [BrokerInfo(r.broker_id, tuple(EndPoint(name, host, port, SECURITY_PROTOCOLS.get(code, "PLAINTEXT"))
-                                              for name, host, port, code in r.endpoints), r.rack, r.epoch,
-                           cordoned=r.cordoned)
-                for r in sorted(self.brokers.values(), key=lambda r: r.broker_id) if not r.fenced]
+        """The unfenced brokers, where partitions are placed first (Kafka's usable brokers)."""
+        return [info for info, fenced in self._infos() if not fenced]
+
+    def registered(self) -> list[BrokerInfo]:
+        """Every registered broker, fenced ones included: where a partition's followers may be
+        placed when too few are unfenced (Kafka's StripedReplicaPlacer)."""
+        return [info for info, _fenced in self._infos()]
+
+    def active(self, broker_id: int) -> bool:
+        """Registered, unfenced and not shutting down: a new partition's ISR member (Kafka's isActive)."""
+        found = self.brokers.get(broker_id)
+        return found is not None and not found.fenced and not found.in_controlled_shutdown
+
+    def _infos(self) -> list[tuple[BrokerInfo, bool]]:
+        return [(BrokerInfo(r.broker_id, tuple(EndPoint(name, host, port, SECURITY_PROTOCOLS.get(code, "PLAINTEXT"))
+                                               for name, host, port, code in r.endpoints), r.rack, r.epoch,
+                            cordoned=r.cordoned), r.fenced)
+                for r in sorted(self.brokers.values(), key=lambda r: r.broker_id)]
 
 
 class BrokerRegistry(Registrations):

@@ -36,6 +36,9 @@ class QuorumCluster(LocalCluster):
     def live_brokers(self) -> list[BrokerInfo]:
         return self._registry.live()
 
+    def registered_brokers(self) -> list[BrokerInfo]:
+        return self._registry.registered()
+
     def controller_id(self) -> int:
         return self._driver.describe()[0]
 

@@ -150,6 +150,7 @@ def controller_broker(config: BrokerConfig) -> Broker:
     registry.fenced_listeners.append(partitions.broker_fenced)
     registry.unfenced_listeners.append(partitions.broker_unfenced)
     store.directory_of = registry.directory_of
+    store.active = registry.active
     driver_ref.append(driver)
     broker.quorum = driver
     broker.kraft_brokers = registry

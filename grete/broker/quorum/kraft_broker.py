@@ -140,6 +140,9 @@ class KRaftBroker(BrokersFromMetadata):
     def live_brokers(self) -> list[BrokerInfo]:
         return self.registry.live()
 
+    def registered_brokers(self) -> list[BrokerInfo]:
+        return self.registry.registered()
+
     def known_topic(self, name: str) -> TopicMeta | None:
         return self.metadata.topic(name)
 

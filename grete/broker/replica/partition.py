@@ -244,11 +244,10 @@ class Partition(PartitionLogView):
         return min(self._log.config.min_insync_replicas, max(len(self.replicas), 1))
 
     def check_enough_replicas(self) -> None:
-        """acks=all before appending: NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas."""
+        """acks=all before appending: NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas,
+        with no message (Kafka answers one only for a record that fails validation)."""
         if self.replicated and len(self.isr) < self._min_isr():
-            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                             f"The size of the current ISR {self.isr} is insufficient to satisfy the min.isr "
-                             f"requirement of {self._min_isr()} for partition {self.topic}-{self.index}")
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
 
     async def wait_for_replication(self, required_offset: int, timeout_ms: int) -> ErrorCode:
         """acks=all after appending: NONE once the high watermark reaches ``required_offset``,

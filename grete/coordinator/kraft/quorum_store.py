@@ -41,13 +41,23 @@ class QuorumMetadataStore(KRaftMetadataStore):
         self._changing = changing if changing is not None else asyncio.Lock()
         # broker id -> the log dir its replicas go to (set by the controller from registrations)
         self.directory_of: Callable[[int], uuid.UUID] = lambda _broker: UNASSIGNED_DIRECTORY
+        # broker id -> whether it is registered, unfenced and not shutting down (set by the controller)
+        self.active: Callable[[int], bool] = lambda _broker: True
 
     def _partition_records(self, topic_id: uuid.UUID, assignment: dict[int, list[int]]) -> list[Message]:
-        """As Kafka's controller places them: each replica in its broker's log dir when the broker
-        registered exactly one, else unassigned (the broker then picks one and says which)."""
+        """As Kafka's controller writes them: the ISR is the replicas on active brokers (a fenced
+        one follows once it is back), led by the first of them; each replica in its broker's log dir
+        when the broker registered exactly one, else unassigned (the broker then picks one and says which)."""
         records = super()._partition_records(topic_id, assignment)
         for record in records:
             assert isinstance(record, PartitionRecord)
+            record.isr = [replica for replica in record.replicas if self.active(replica)]
+            if not record.isr:
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 f"Unable to replicate the partition {len(record.replicas)} time(s): All brokers "
+                                 f"specified in the partition assignment for partition {record.partition_id} are "
+                                 "fenced or in controlled shutdown.")
+            record.leader = record.isr[0]
             record.directories = [self.directory_of(replica) for replica in record.replicas]
         return records
 
