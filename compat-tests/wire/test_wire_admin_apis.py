@@ -297,3 +297,18 @@ def test_create_topics_names_why_a_name_is_invalid(wire, name, reason):
     (answer,) = wire.call(request, CreateTopicsResponse, 7).topics
     assert (answer.error_code, answer.error_message) == (ErrorCode.INVALID_TOPIC_EXCEPTION,
                                                          f"Topic name is invalid: {reason}")
+
+
+@pytest.mark.parametrize("level", ["LOUD", "OFF", "info"])
+def test_a_broker_logger_takes_kafkas_level_names_only(wire, broker, level):
+    """IncrementalAlterConfigs on the root broker logger: a level outside Kafka's six names, by exact
+    spelling, is INVALID_CONFIG with Kafka's list of them."""
+    node_id = wire.call(DescribeClusterRequest(), DescribeClusterResponse, 0).brokers[0].broker_id
+    request = IncrementalAlterConfigsRequest(resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=BROKER_LOGGER, resource_name=str(node_id), configs=[
+            IncrementalAlterConfigsRequest.AlterableConfig(name="root", config_operation=0, value=level)])],
+        validate_only=False)
+    (answer,) = wire.call(request, IncrementalAlterConfigsResponse, 1).responses
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.INVALID_CONFIG, f"Cannot set the log level of root to {level} as it is not a supported log "
+        "level. Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN")

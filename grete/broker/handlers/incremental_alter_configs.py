@@ -43,6 +43,8 @@ from grete.protocol.messages import ApiKey, IncrementalAlterConfigsRequest, Incr
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+# The levels a broker logger may be set to (Kafka's LogLevelConfig.VALID_LOG_LEVELS: OFF is only described).
+SETTABLE_LEVELS = frozenset({"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"})
 Resource = IncrementalAlterConfigsRequest.AlterConfigsResource
 Op = IncrementalAlterConfigsRequest.AlterableConfig
 
@@ -134,11 +136,11 @@ def _alter_loggers(ctx: RequestContext[Admin], resource: Resource, validate_only
     for op in resource.configs:
         logger = logging.root if op.name == ROOT_LOGGER else logging.getLogger(op.name)
         if op.config_operation == SET:
-            level = LOG4J_LEVELS.get((op.value or "").upper())
-            if level is None:
+            level = LOG4J_LEVELS.get(op.value or "") if op.value in SETTABLE_LEVELS else None
+            if level is None:  # Kafka's LogLevelConfig.VALID_LOG_LEVELS, by exact name
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Cannot set the log level of {op.name} to "
                                  f"{op.value} as it is not a supported log level. Valid log levels are "
-                                 f"{', '.join(LOG4J_LEVELS)}")
+                                 f"{', '.join(sorted(SETTABLE_LEVELS))}")
             changes.append((logger, level))
         elif op.config_operation == DELETE:
             if logger is logging.root:
