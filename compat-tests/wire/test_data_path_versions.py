@@ -190,3 +190,21 @@ def test_produce_12_adds_its_partition_to_the_transaction(wire, make_topic):
     while latest(wire, topic, READ_COMMITTED) != 2:  # the record and the commit marker
         assert time.monotonic() < deadline, "the transaction's records never became stable"
         time.sleep(0.1)
+
+
+def test_a_fetch_older_than_v4_closes_the_connection(broker, make_topic):
+    """Kafka 4 removed Fetch v0-3 (KIP-896) and closes a connection that sends one; so do grete's single
+    node and KRaft brokers (a ZooKeeper cluster's serve them: compat-tests/cluster/test_cluster_old_fetch.py)."""
+    if broker.kind.startswith("kafka-3"):
+        pytest.skip("Kafka 4's versions")
+    topic = make_topic()
+    host, port = broker.bootstrap.split(",")[0].rsplit(":", 1)
+    wire = Wire(host, int(port), timeout=10)
+    request = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
+        FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    try:
+        with pytest.raises((ConnectionError, EOFError, OSError)):
+            wire.call(request, FetchResponse, 3)
+    finally:
+        wire.close()

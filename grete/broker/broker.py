@@ -243,9 +243,7 @@ class Broker:
         return self.cluster.live_brokers()
 
     def registered_brokers(self) -> list[BrokerInfo]:
-        """Every broker a replica may be assigned to: a KRaft cluster's registered ones, fenced
-        included; the live ones elsewhere."""
-        return self.cluster.registered_brokers()
+        return self.cluster.registered_brokers()  # a KRaft cluster's fenced ones included
 
     def controller_id(self) -> int:
         return self.cluster.controller_id()
@@ -271,18 +269,12 @@ class Broker:
                              "fenced, or have all their log directories cordoned.")
         brokers = live if replication <= len(live) else [b for b in self.cluster.registered_brokers() if not b.cordoned]
         if replication > len(brokers):
-            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, self._too_few_brokers(replication, len(brokers)))
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             _too_few_brokers(replication, len(brokers), self.cluster.zk_broker_apis))
         start = None if continuing is None else _continuation(continuing, brokers)
         placed = assign_replicas(brokers, partitions, replication, first_partition, start=start)
         live_ids = {b.id for b in live}
         return {p: _led_by_live(replicas, live_ids) for p, replicas in placed.items()}
-
-    def _too_few_brokers(self, replication: int, brokers: int) -> str:
-        if self.cluster.zk_broker_apis:  # Kafka 3.9's AdminUtils
-            return f"Replication factor: {replication} larger than available brokers: {brokers}."
-        return (f"Unable to replicate the partition {replication} time(s): The target replication factor of "
-                f"{replication} cannot be reached because only {brokers} broker(s) are registered or some "
-                "brokers have all their log directories cordoned.")
 
     # --- coordinators ------------------------------------------------------------------------
     @property
@@ -521,6 +513,14 @@ class Broker:
 
     def data_dir(self) -> Path:
         return self.log_dirs[0]
+
+
+def _too_few_brokers(replication: int, brokers: int, zookeeper: bool) -> str:
+    if zookeeper:  # Kafka 3.9's AdminUtils
+        return f"Replication factor: {replication} larger than available brokers: {brokers}."
+    return (f"Unable to replicate the partition {replication} time(s): The target replication factor of "
+            f"{replication} cannot be reached because only {brokers} broker(s) are registered or some "
+            "brokers have all their log directories cordoned.")
 
 
 def _continuation(meta: TopicMeta, brokers: list[BrokerInfo]) -> int:

@@ -12,6 +12,10 @@ carrying a :class:`Snapshot` of the state it was built from, taken in the same l
 the connection keeps the encoded answer and, for the next identical request, asks
 :meth:`Snapshot.unchanged` instead of decoding, reading and encoding again (see connection.py); for
 the same request in another order of partitions, :meth:`Snapshot.reordered` (fetch_repeats.py).
+
+Fetch v0-3, which a broker of a ZooKeeper cluster serves as Kafka 3.9's does (Kafka 4 removed them,
+KIP-896; the registry refuses them elsewhere), take records in the message formats before v2: the
+answer's slices are read and down-converted (v0-1: magic 0, v2-3: magic 1), as Kafka 3.9 converts.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from grete.broker.quorum.rpc import answer, is_metadata_fetch
 from grete.broker.replica import fetch_sessions as sessions
@@ -27,6 +31,7 @@ from grete.broker.replica import fetch_watch as watch
 from grete.broker.replica.fetch_watch import expiry, park_on
 from grete.broker.replica.partition import Partition
 from grete.broker.replica.partition_log_view import high_watermark_and_start_of
+from grete.broker.replica.writers import Slice, read_slice
 from grete.broker.requests.context import Later, RequestContext
 from grete.broker.requests.leader_hints import current_leader
 from grete.broker.requests.registry import api
@@ -34,16 +39,18 @@ from grete.broker.requests.services import DataPlane
 from grete.broker.security.authz import Op, Res, allowed, cluster_allowed
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ApiKey, FetchRequest, FetchResponse
+from grete.protocol.records.legacy import downconvert
 
 if TYPE_CHECKING:
     from grete.broker.quorum.driver import RaftDriver
 
 READ_COMMITTED = 1
+FIRST_V2_VERSION = 4  # Fetch versions before it take the message formats before v2
 LEADER_HINTS_VERSION = 16  # KIP-951: CurrentLeader and NodeEndpoints in the answer
 PartitionData = FetchResponse.PartitionData
 
 
-@api(ApiKey.FETCH, 4, 18)
+@api(ApiKey.FETCH, 0, 18, advertised_min=4)
 def handle(ctx: RequestContext[DataPlane], request: FetchRequest) -> FetchResponse | Later | Coroutine[Any, Any, FetchResponse]:
     broker = ctx.broker
     if broker.quorum is not None and is_metadata_fetch(request):
@@ -235,7 +242,25 @@ def _answer(ctx: RequestContext[DataPlane], fetch_plan: sessions.FetchPlan, resp
     if fetch_plan.session is not None or fetch_plan.create:
         response.session_id, response.responses = sessions.finish(
             ctx.broker.fetch_sessions, fetch_plan, response.responses, _records_size, ctx.broker.now_ms())
+    if ctx.version < FIRST_V2_VERSION:
+        _down_convert(response, 0 if ctx.version <= 1 else 1)
     return _counted(ctx, response)
+
+
+def _down_convert(response: FetchResponse, magic: int) -> None:
+    """Each partition's records as a message set of ``magic``, control batches left out; a zstd
+    batch cannot be (UNSUPPORTED_COMPRESSION_TYPE for its partition, as Kafka 3.9 answers)."""
+    for topic in response.responses:
+        for data in topic.partitions:
+            records = data.records
+            if records is not None and _records_size(records):
+                raw = records if isinstance(records, bytes | bytearray | memoryview) else \
+                    b"".join(read_slice(cast(Slice, chunk)) for chunk in records.chunks)
+                try:
+                    data.records = downconvert(raw, magic)
+                except KafkaError as exc:  # as Kafka 3.9 answers it: no offsets, null records
+                    data.error_code, data.records = exc.code, None
+                    data.high_watermark = data.last_stable_offset = data.log_start_offset = -1
 
 
 def _leader_hints(ctx: RequestContext[DataPlane], fetch_plan: sessions.FetchPlan, response: FetchResponse) -> None:

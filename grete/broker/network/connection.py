@@ -48,6 +48,7 @@ from grete.broker.requests.registry import (
     ZK_BROKER_APIS,
     Handler,
     handlers,
+    lowest_version,
 )
 from grete.broker.requests.services import Everything
 from grete.protocol.codec import Message, Reader
@@ -224,7 +225,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         header, body_pos = decode_request_header(frame)
         handler = self._handlers.get(header.api_key) if _served(self.broker, header.api_key) else None
         version = header.api_version
-        if handler is None or not handler.min_version <= version <= handler.max_version:
+        if handler is None or not (lowest_version(handler, self.broker.cluster.zk_broker_apis)
+                                   <= version <= handler.max_version):
             if header.api_key == ApiKey.API_VERSIONS:
                 self._answer_unsupported_api_versions(header.correlation_id)
                 return

@@ -146,6 +146,18 @@ CONTROLLER_APIS = frozenset({ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.API_VER
 # Kafka 4 (KIP-896).
 CONTROLLER_MIN_VERSIONS: dict[int, int] = {ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1,
                                            ApiKey.DESCRIBE_CONFIGS: 1}
+# A broker of a ZooKeeper cluster serves and advertises from Kafka 3.9's oldest version where Kafka 4
+# removed older ones (KIP-896) and grete serves them there only: Fetch v0-3, whose records go out
+# down-converted to the message formats before v2. Elsewhere such a request closes the connection,
+# as Kafka 4's.
+ZK_MODE_MIN_VERSIONS: dict[int, int] = {ApiKey.FETCH: 0}
+
+
+def lowest_version(handler: Handler, zk_broker: bool) -> int:
+    """The oldest version of ``handler``'s API this node serves and advertises."""
+    return ZK_MODE_MIN_VERSIONS.get(handler.api_key, handler.advertised_min) if zk_broker else handler.advertised_min
+
+
 # Served but never advertised: Kafka 4.3.1 answers the client-telemetry APIs (KIP-714) without
 # advertising them unless a client-telemetry metrics reporter is configured, which grete has not.
 UNADVERTISED_APIS = frozenset({ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY})
@@ -163,7 +175,8 @@ def advertised_versions(zk_broker: bool = False, direct: bool = False, controlle
     if controller_only:
         return [(key, max(adv_min, CONTROLLER_MIN_VERSIONS.get(key, 0)), hi)
                 for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items()) if key in CONTROLLER_APIS]
-    return [(key, adv_min, hi) for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
+    return [(key, ZK_MODE_MIN_VERSIONS.get(key, adv_min) if zk_broker else adv_min, hi)
+            for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())
             if (zk_broker or key not in ZK_BROKER_APIS) and not (zk_broker and key in KRAFT_APIS)
             and key not in UNADVERTISED_APIS
             and (direct or key not in DIRECT_APIS)

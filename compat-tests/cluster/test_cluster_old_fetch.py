@@ -1,0 +1,117 @@
+"""Fetch v0-3 on a ZooKeeper cluster, on grete and on Apache Kafka 3.9.2: records written as v2
+batches (plain, gzip, headers, a committed transaction) come back down-converted to the message
+format the version reads (v0-1: magic 0, v2-3: magic 1 with timestamps), control batches left out;
+a zstd batch cannot be converted (UNSUPPORTED_COMPRESSION_TYPE). ApiVersions advertises Fetch from
+v0. A client speaking a pre-0.11 version (kafka-python with ``api_version=(0, 10, 1)``) consumes.
+Kafka 4 removed these versions (KIP-896), and so do grete's KRaft brokers and single node."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import cluster_helpers as h
+import pytest
+from cluster_targets import ClusterTarget
+from confluent_kafka import Producer
+
+from grete.protocol.errors import ErrorCode
+from grete.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse
+from grete.protocol.records.legacy import decode_message_set
+from grete.testing import _wire
+
+# Recent, or the log would roll a segment per batch and delete them by time (a fetch reads one segment).
+TIMESTAMP = int(time.time() * 1000) - 60_000
+
+
+def _leader(target: ClusterTarget, topic: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+    meta = AdminClient({"bootstrap.servers": target.bootstrap}).list_topics(topic, timeout=10)
+    return target.cluster.brokers[meta.topics[topic].partitions[0].leader]
+
+
+def _topic(target: ClusterTarget, config: dict[str, str] | None = None) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    name = f"old-fetch-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})  # kept until the future is done
+    admin.create_topics([NewTopic(name, 1, 3, config=config or {})])[name].result(30)
+    return name
+
+
+def _produce(target: ClusterTarget, topic: str, transaction: bool = True) -> None:
+    plain = Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 0})
+    plain.produce(topic, key=b"k0", value=b"v0", partition=0, timestamp=TIMESTAMP)
+    plain.produce(topic, value=b"v1", partition=0, timestamp=TIMESTAMP + 1, headers=[("h", b"dropped")])
+    assert plain.flush(30) == 0
+    gzip = Producer({"bootstrap.servers": target.bootstrap, "compression.type": "gzip", "linger.ms": 50})
+    for i in (2, 3, 4):
+        gzip.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0, timestamp=TIMESTAMP + i)
+    assert gzip.flush(30) == 0
+    if not transaction:
+        return
+    txn = Producer({"bootstrap.servers": target.bootstrap, "transactional.id": f"old-fetch-{uuid.uuid4()}"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, value=b"v5", partition=0, timestamp=TIMESTAMP + 5)
+    txn.commit_transaction(30)  # a control batch follows: no old consumer sees it
+
+
+def _fetch(broker: Any, topic: str, version: int) -> FetchResponse.PartitionData:
+    request = FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, topics=[
+        FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    answer = _wire.call(broker.host, broker.port, request, FetchResponse, version, timeout=30)
+    return answer.responses[0].partitions[0]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_old_fetch_versions_read_converted_records(cluster_target: ClusterTarget, version: int) -> None:
+    topic = _topic(cluster_target)
+    _produce(cluster_target, topic)
+    leader = _leader(cluster_target, topic)
+    data = h.wait_until(lambda: d if (d := _fetch(leader, topic, version)).high_watermark >= 7 else None, 30,
+                        "the transaction's marker replicated")
+    assert data.error_code == ErrorCode.NONE
+    # Kafka 3.9 sizes the answer before converting: a partial message may trail the last whole one.
+    records = decode_message_set(bytes(data.records), strict=False)
+    magic = 0 if version <= 1 else 1
+    assert [(r.offset, r.key, r.value, r.magic) for r in records] == [
+        (0, b"k0", b"v0", magic), (1, None, b"v1", magic), (2, b"k2", b"v2", magic), (3, b"k3", b"v3", magic),
+        (4, b"k4", b"v4", magic), (5, None, b"v5", magic)]
+    assert [r.timestamp for r in records] == ([-1] * 6 if magic == 0 else [TIMESTAMP + i for i in range(6)])
+
+
+def test_a_zstd_batch_cannot_go_to_an_old_fetch(cluster_target: ClusterTarget) -> None:
+    topic = _topic(cluster_target)
+    producer = Producer({"bootstrap.servers": cluster_target.bootstrap, "compression.type": "zstd"})
+    producer.produce(topic, value=b"z" * 100, partition=0)
+    assert producer.flush(30) == 0
+    leader = _leader(cluster_target, topic)
+    h.wait_until(lambda: _fetch(leader, topic, 4).high_watermark >= 1, 30, "the record replicated")
+    data = _fetch(leader, topic, 3)
+    assert (data.error_code, data.high_watermark, bytes(data.records or b"")) == (
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, -1, b"")
+
+
+def test_fetch_is_advertised_from_version_0(cluster_target: ClusterTarget) -> None:
+    broker = cluster_target.cluster.brokers[cluster_target.broker_ids[0]]
+    answer = _wire.call(broker.host, broker.port, ApiVersionsRequest(), ApiVersionsResponse, 0, timeout=30)
+    assert [(k.min_version, k.max_version >= 16) for k in answer.api_keys if k.api_key == 1] == [(0, True)]
+
+
+def test_a_pre_0_11_client_consumes(cluster_target: ClusterTarget) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic = _topic(cluster_target)
+    # No transaction: behind a transaction's marker Kafka 3.9 answers such a client a partial message
+    # it never gets past ("no complete records were found").
+    _produce(cluster_target, topic, transaction=False)
+    consumer = KafkaConsumer(bootstrap_servers=cluster_target.bootstrap, api_version=(0, 10, 1),
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=15000)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        values = [m.value for m in consumer]
+    finally:
+        consumer.close()
+    assert values == [b"v0", b"v1", b"v2", b"v3", b"v4"]
