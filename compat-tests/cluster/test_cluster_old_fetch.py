@@ -1,9 +1,10 @@
-"""Fetch v0-3 on a ZooKeeper cluster, on grete and on Apache Kafka 3.9.2: records written as v2
-batches (plain, gzip, headers, a committed transaction) come back down-converted to the message
-format the version reads (v0-1: magic 0, v2-3: magic 1 with timestamps), control batches left out;
-a zstd batch cannot be converted (UNSUPPORTED_COMPRESSION_TYPE). ApiVersions advertises Fetch from
-v0. A client speaking a pre-0.11 version (kafka-python with ``api_version=(0, 10, 1)``) consumes.
-Kafka 4 removed these versions (KIP-896), and so do grete's KRaft brokers and single node."""
+"""Fetch v0-3 and ListOffsets v0 on a ZooKeeper cluster, on grete and on Apache Kafka 3.9.2: records
+written as v2 batches (plain, gzip, headers, a committed transaction) come back down-converted to
+the message format the version reads (v0-1: magic 0, v2-3: magic 1 with timestamps), control batches
+left out; a zstd batch cannot be converted (UNSUPPORTED_COMPRESSION_TYPE). ListOffsets v0 answers
+offsets before a time by segment. ApiVersions advertises both from v0. Clients speaking pre-0.11
+versions (kafka-python with ``api_version`` (0, 10, 0) and (0, 10, 1)) consume. Kafka 4 removed
+these versions (KIP-896), and so do grete's KRaft brokers and single node."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ from cluster_targets import ClusterTarget
 from confluent_kafka import Producer
 
 from grete.protocol.errors import ErrorCode
-from grete.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse
+from grete.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
 from grete.protocol.records.legacy import decode_message_set
 from grete.testing import _wire
 
@@ -94,20 +102,40 @@ def test_a_zstd_batch_cannot_go_to_an_old_fetch(cluster_target: ClusterTarget) -
         ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, -1, b"")
 
 
-def test_fetch_is_advertised_from_version_0(cluster_target: ClusterTarget) -> None:
+def test_fetch_and_list_offsets_are_advertised_from_version_0(cluster_target: ClusterTarget) -> None:
     broker = cluster_target.cluster.brokers[cluster_target.broker_ids[0]]
     answer = _wire.call(broker.host, broker.port, ApiVersionsRequest(), ApiVersionsResponse, 0, timeout=30)
-    assert [(k.min_version, k.max_version >= 16) for k in answer.api_keys if k.api_key == 1] == [(0, True)]
+    assert [(k.api_key, k.min_version) for k in answer.api_keys if k.api_key in (1, 2)] == [(1, 0), (2, 0)]
 
 
-def test_a_pre_0_11_client_consumes(cluster_target: ClusterTarget) -> None:
+def _offsets_v0(broker: Any, topic: str, timestamp: int, count: int) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
+    request = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+        ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=timestamp, max_num_offsets=count)])])
+    return _wire.call(broker.host, broker.port, request, ListOffsetsResponse, 0, timeout=30).topics[0].partitions[0]
+
+
+def test_list_offsets_v0_answers_offsets_before_a_time(cluster_target: ClusterTarget) -> None:
+    topic = _topic(cluster_target)
+    _produce(cluster_target, topic, transaction=False)
+    leader = _leader(cluster_target, topic)
+    h.wait_until(lambda: _fetch(leader, topic, 4).high_watermark >= 5, 30, "the records replicated")
+    now_ms = int(time.time() * 1000)
+    answers = {(timestamp, count): ((a := _offsets_v0(leader, topic, timestamp, count)).error_code,
+                                    list(a.old_style_offsets))
+               for timestamp, count in ((-1, 1), (-2, 1), (-1, 10), (now_ms + 3_600_000, 10), (0, 10))}
+    assert answers == {(-1, 1): (0, [5]), (-2, 1): (0, [0]), (-1, 10): (0, [5, 0]),
+                       (now_ms + 3_600_000, 10): (0, [5, 0]), (0, 10): (0, [])}
+
+
+@pytest.mark.parametrize("api_version", [(0, 10, 0), (0, 10, 1)], ids=lambda v: ".".join(map(str, v)))
+def test_a_pre_0_11_client_consumes(cluster_target: ClusterTarget, api_version: tuple[int, int, int]) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
     topic = _topic(cluster_target)
     # No transaction: behind a transaction's marker Kafka 3.9 answers such a client a partial message
     # it never gets past ("no complete records were found").
     _produce(cluster_target, topic, transaction=False)
-    consumer = KafkaConsumer(bootstrap_servers=cluster_target.bootstrap, api_version=(0, 10, 1),
+    consumer = KafkaConsumer(bootstrap_servers=cluster_target.bootstrap, api_version=api_version,
                              auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=15000)
     try:
         consumer.assign([TopicPartition(topic, 0)])

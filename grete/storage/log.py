@@ -272,6 +272,14 @@ class Log(LogRetention):
             segments = self.segments
         return log_read.offset_for_timestamp(segments, timestamp, self.log_start_offset)
 
+    @storage_op
+    def legacy_offsets_before(self, timestamp: int, max_count: int, now_ms: int) -> list[int]:
+        """ListOffsets v0's offsets (log_read.legacy_offsets_before)."""
+        with self.lock:
+            segments = list(self.segments)
+        return log_read.legacy_offsets_before(segments, timestamp, max_count, self.log_start_offset,
+                                              self.log_end_offset, now_ms)
+
     def offset_of_max_timestamp(self) -> tuple[int, int]:
         """(offset, timestamp) of the largest timestamp in the log; (-1, -1) if there is none."""
         return log_read.offset_of_max_timestamp(self.segments)

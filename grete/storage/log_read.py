@@ -5,6 +5,7 @@ range, offsets by timestamp."""
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -164,3 +165,25 @@ def offset_of_max_timestamp(segments: list[LogSegment]) -> tuple[int, int]:
 def _batch_size_at(seg: LogSegment, position: int) -> int:
     head = io.pread(seg.fd, 12, position)
     return int.from_bytes(head[8:12], "big", signed=True) + 12
+
+
+def legacy_offsets_before(segments: list[LogSegment], timestamp: int, max_count: int, log_start_offset: int,
+                          log_end_offset: int, now_ms: int) -> list[int]:
+    """ListOffsets v0's answer, Kafka's legacyFetchOffsetsBefore: each segment's base offset (not below
+    the log start) with the time its file was last written, and the log end offset now if the last
+    segment holds anything; from the latest of those written at or before ``timestamp`` (-1: the
+    last, -2: the first) back, at most ``max_count`` offsets, highest first."""
+    points = [(max(seg.base_offset, log_start_offset), int(os.stat(seg.log_path).st_mtime * 1000))
+              for seg in segments]
+    if segments and segments[-1].size > 0:
+        points.append((log_end_offset, now_ms))
+    if timestamp == -1:
+        start = len(points) - 1
+    elif timestamp == -2:
+        start = 0
+    else:
+        start = len(points) - 1
+        while start >= 0 and points[start][1] > timestamp:
+            start -= 1
+    count = max(min(max_count, start + 1), 0)
+    return sorted((points[start - j][0] for j in range(count)), reverse=True)

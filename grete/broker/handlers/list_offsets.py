@@ -5,7 +5,12 @@ offset at or after a timestamp (time index). No match answers offset -1, timesta
 Without tiered storage (KIP-405) the local log is the whole log, as Kafka answers then: -4 is the
 earliest offset, and -5 / -6 find nothing. A special timestamp older than the request's version
 answers UNSUPPORTED_VERSION for its partition, as Kafka does. v10's TimeoutMs bounds a remote
-lookup (KIP-1075); there is none here."""
+lookup (KIP-1075); there is none here.
+
+v0, which a broker of a ZooKeeper cluster serves as Kafka 3.9's does (Kafka 4 removed it, KIP-896),
+answers up to MaxNumOffsets offsets: the segments' base offsets written at or before the timestamp
+and the log end, highest first (Kafka's legacyFetchOffsetsBefore; a consumer's capped at the high
+watermark)."""
 
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ SINCE = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIE
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
-@api(ApiKey.LIST_OFFSETS, 1, 11)
+@api(ApiKey.LIST_OFFSETS, 0, 11, advertised_min=1)
 def handle(ctx: RequestContext[DataPlane], request: ListOffsetsRequest) -> ListOffsetsResponse:
     topics = []
     for topic in request.topics:
@@ -35,9 +40,27 @@ def handle(ctx: RequestContext[DataPlane], request: ListOffsetsRequest) -> ListO
                                                     error_code=ErrorCode.INVALID_REQUEST))
                 continue
             seen.add(wanted.partition_index)
+            if ctx.version == 0:
+                partitions.append(_legacy_lookup(ctx, topic.name, wanted, request.replica_id))
+                continue
             partitions.append(_lookup(ctx, topic.name, wanted, request.isolation_level, request.replica_id))
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return ListOffsetsResponse(topics=topics)
+
+
+def _legacy_lookup(ctx: RequestContext[DataPlane], topic: str, wanted: ListOffsetsRequest.ListOffsetsPartition,
+                   replica_id: int) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
+    index = wanted.partition_index
+    try:
+        if ctx.broker.authorizer is not None and not allowed(ctx, Op.DESCRIBE, Res.TOPIC, topic):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        partition = ctx.broker.partition(topic, index)
+        # A consumer (-1) sees none past the high watermark; a debugging replica (-2) does.
+        offsets = partition.legacy_offsets_before(wanted.timestamp, wanted.max_num_offsets, ctx.broker.now_ms(),
+                                                  consumer=replica_id == -1)
+    except KafkaError as exc:
+        return PartitionResponse(partition_index=index, error_code=exc.code, old_style_offsets=[])
+    return PartitionResponse(partition_index=index, old_style_offsets=offsets)
 
 
 def _lookup(ctx: RequestContext[DataPlane], topic: str, wanted: ListOffsetsRequest.ListOffsetsPartition,

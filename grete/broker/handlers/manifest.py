@@ -6,7 +6,7 @@ a test fails when it is out of date. Do not edit by hand."""
 HANDLERS: dict[int, tuple[str, int, int, int]] = {
     0: ("produce", 0, 13, 0),  # Produce
     1: ("fetch", 0, 18, 4),  # Fetch
-    2: ("list_offsets", 1, 11, 1),  # ListOffsets
+    2: ("list_offsets", 0, 11, 1),  # ListOffsets
     3: ("metadata", 0, 13, 0),  # Metadata
     4: ("leader_and_isr", 2, 7, 2),  # LeaderAndIsr
     5: ("stop_replica", 3, 4, 3),  # StopReplica

@@ -107,6 +107,15 @@ class PartitionLogView:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         return self._log.offset_for_timestamp(timestamp)
 
+    def legacy_offsets_before(self, timestamp: int, max_count: int, now_ms: int, consumer: bool) -> list[int]:
+        """ListOffsets v0 (Kafka's legacyFetchOffsetsForTimestamp); a consumer's with none above the
+        high watermark, which takes the place of those."""
+        offsets = self._log.legacy_offsets_before(timestamp, max_count, now_ms)
+        high_watermark = self.high_watermark
+        if consumer and any(offset > high_watermark for offset in offsets):
+            return [high_watermark, *(offset for offset in offsets if offset <= high_watermark)]
+        return offsets
+
     def offset_of_max_timestamp(self) -> tuple[int, int]:
         """(offset, timestamp) of the first record carrying the log's largest timestamp, exact to the
         record as Kafka 3.7+ answers ListOffsets MAX_TIMESTAMP (KAFKA-16310), not the batch's last
