@@ -194,7 +194,7 @@ def test_produce_12_adds_its_partition_to_the_transaction(wire, make_topic):
 
 def test_a_fetch_older_than_v4_closes_the_connection(broker, make_topic):
     """Kafka 4 removed Fetch v0-3 (KIP-896) and closes a connection that sends one; so do grete's single
-    node and KRaft brokers (a ZooKeeper cluster's serve them: compat-tests/cluster/test_cluster_old_fetch.py)."""
+    node and KRaft brokers (a ZooKeeper cluster's serve them: compat-tests/cluster/test_cluster_old_versions.py)."""
     if broker.kind.startswith("kafka-3"):
         pytest.skip("Kafka 4's versions")
     topic = make_topic()

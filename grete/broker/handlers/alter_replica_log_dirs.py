@@ -24,7 +24,7 @@ TopicResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult
 PartitionResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirPartitionResult
 
 
-@api(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 2)
+@api(ApiKey.ALTER_REPLICA_LOG_DIRS, 0, 2, advertised_min=1)
 def handle(ctx: RequestContext[DataPlane], request: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse:
     configured = {Path(os.path.abspath(d)): d for d in ctx.broker.log_dirs}
     results: dict[str, list[PartitionResult]] = {}

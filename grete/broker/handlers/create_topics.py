@@ -28,7 +28,7 @@ Result = CreateTopicsResponse.CreatableTopicResult
 STRICT_QUOTA_SINCE = 6
 
 
-@api(ApiKey.CREATE_TOPICS, 2, 7)
+@api(ApiKey.CREATE_TOPICS, 0, 7, advertised_min=2)
 async def handle(ctx: RequestContext[Admin], request: CreateTopicsRequest) -> CreateTopicsResponse:
     counts = Counter(topic.name for topic in request.topics)
     created: list[TopicMeta] = []

@@ -32,7 +32,7 @@ Result = DeleteTopicsResponse.DeletableTopicResult
 STRICT_QUOTA_SINCE = 5
 
 
-@api(ApiKey.DELETE_TOPICS, 1, 6)
+@api(ApiKey.DELETE_TOPICS, 0, 6, advertised_min=1)
 async def handle(ctx: RequestContext[Admin], request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     results: list[Result] = []
     names, ids = _requested(ctx, request, results)

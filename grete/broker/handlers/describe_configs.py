@@ -180,7 +180,7 @@ def _doc(definition: ConfigDef) -> str | None:
 
 
 # --- handler --------------------------------------------------------------------------------
-@api(ApiKey.DESCRIBE_CONFIGS, 1, 4)
+@api(ApiKey.DESCRIBE_CONFIGS, 0, 4, advertised_min=1)
 def handle(ctx: RequestContext[Admin], request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     results = []
     for resource in request.resources:
@@ -261,6 +261,7 @@ def _encode(entry: ConfigEntry, include_synonyms: bool, version: int) -> Entry:
     return Entry(name=entry.name, value=entry.value, read_only=entry.read_only,
                  config_source=entry.source, is_sensitive=entry.sensitive, synonyms=synonyms,
                  config_type=entry.type if version >= 3 else 0, documentation=entry.doc)
+    # v0's IsDefault stays false: Kafka 3.9 never sets it (its entries carry a source from v1 on)
 
 
 # --- broker loggers (Python logging levels under Kafka's log4j names) --------------------------

@@ -22,7 +22,7 @@ from grete.protocol.messages import ApiKey, DescribeLogDirsRequest, DescribeLogD
 Result = DescribeLogDirsResponse.DescribeLogDirsResult
 
 
-@api(ApiKey.DESCRIBE_LOG_DIRS, 1, 5)
+@api(ApiKey.DESCRIBE_LOG_DIRS, 0, 5, advertised_min=1)
 def handle(ctx: RequestContext[DataPlane], request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
     if not cluster_allowed(ctx, Op.DESCRIBE):
         # Kafka: an empty answer (v3+ with CLUSTER_AUTHORIZATION_FAILED).

@@ -23,11 +23,11 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     16: ("list_groups", 0, 5, 0),  # ListGroups
     17: ("sasl_handshake", 0, 1, 0),  # SaslHandshake
     18: ("api_versions", 0, 4, 0),  # ApiVersions
-    19: ("create_topics", 2, 7, 2),  # CreateTopics
-    20: ("delete_topics", 1, 6, 1),  # DeleteTopics
+    19: ("create_topics", 0, 7, 2),  # CreateTopics
+    20: ("delete_topics", 0, 6, 1),  # DeleteTopics
     21: ("delete_records", 0, 2, 0),  # DeleteRecords
     22: ("init_producer_id", 0, 5, 0),  # InitProducerId
-    23: ("offset_for_leader_epoch", 2, 4, 2),  # OffsetForLeaderEpoch
+    23: ("offset_for_leader_epoch", 0, 4, 2),  # OffsetForLeaderEpoch
     24: ("add_partitions_to_txn", 0, 5, 0),  # AddPartitionsToTxn
     25: ("add_offsets_to_txn", 0, 4, 0),  # AddOffsetsToTxn
     26: ("end_txn", 0, 5, 0),  # EndTxn
@@ -36,10 +36,10 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     29: ("describe_acls", 0, 3, 0),  # DescribeAcls
     30: ("create_acls", 0, 3, 0),  # CreateAcls
     31: ("delete_acls", 0, 3, 0),  # DeleteAcls
-    32: ("describe_configs", 1, 4, 1),  # DescribeConfigs
+    32: ("describe_configs", 0, 4, 1),  # DescribeConfigs
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
-    34: ("alter_replica_log_dirs", 1, 2, 1),  # AlterReplicaLogDirs
-    35: ("describe_log_dirs", 1, 5, 1),  # DescribeLogDirs
+    34: ("alter_replica_log_dirs", 0, 2, 1),  # AlterReplicaLogDirs
+    35: ("describe_log_dirs", 0, 5, 1),  # DescribeLogDirs
     36: ("sasl_authenticate", 0, 2, 0),  # SaslAuthenticate
     37: ("create_partitions", 0, 3, 0),  # CreatePartitions
     38: ("create_delegation_token", 1, 3, 1),  # CreateDelegationToken

@@ -14,7 +14,7 @@ from grete.protocol.messages import ApiKey, OffsetForLeaderEpochRequest, OffsetF
 EpochEndOffset = OffsetForLeaderEpochResponse.EpochEndOffset
 
 
-@api(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
+@api(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 4, advertised_min=2)
 def handle(ctx: RequestContext[DataPlane], request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     topics = []
     # A follower's request needs CLUSTER_ACTION; a client's, DESCRIBE on each topic.

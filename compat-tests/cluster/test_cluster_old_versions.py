@@ -3,8 +3,11 @@ written as v2 batches (plain, gzip, headers, a committed transaction) come back 
 the message format the version reads (v0-1: magic 0, v2-3: magic 1 with timestamps), control batches
 left out; a zstd batch cannot be converted (UNSUPPORTED_COMPRESSION_TYPE). ListOffsets v0 answers
 offsets before a time by segment. ApiVersions advertises both from v0. Clients speaking pre-0.11
-versions (kafka-python with ``api_version`` (0, 10, 0) and (0, 10, 1)) consume. Kafka 4 removed
-these versions (KIP-896), and so do grete's KRaft brokers and single node."""
+versions (kafka-python with ``api_version`` (0, 10, 0) and (0, 10, 1)) consume. The admin versions
+Kafka 4 removed whose semantics are their successors' answer as Kafka 3.9's: CreateTopics v0-1,
+DeleteTopics v0, DescribeConfigs v0 (IsDefault left false, as Kafka 3.9 leaves it), OffsetForLeaderEpoch v0-1,
+DescribeLogDirs v0. Kafka 4 removed these versions (KIP-896), and so do grete's KRaft brokers and
+single node."""
 
 from __future__ import annotations
 
@@ -21,10 +24,20 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
 )
 from grete.protocol.records.legacy import decode_message_set
 from grete.testing import _wire
@@ -105,7 +118,8 @@ def test_a_zstd_batch_cannot_go_to_an_old_fetch(cluster_target: ClusterTarget) -
 def test_fetch_and_list_offsets_are_advertised_from_version_0(cluster_target: ClusterTarget) -> None:
     broker = cluster_target.cluster.brokers[cluster_target.broker_ids[0]]
     answer = _wire.call(broker.host, broker.port, ApiVersionsRequest(), ApiVersionsResponse, 0, timeout=30)
-    assert [(k.api_key, k.min_version) for k in answer.api_keys if k.api_key in (1, 2)] == [(1, 0), (2, 0)]
+    old = (1, 2, 19, 20, 23, 32, 34, 35)  # Fetch, ListOffsets, Create/DeleteTopics, OffsetForLeaderEpoch, ...
+    assert [(k.api_key, k.min_version) for k in answer.api_keys if k.api_key in old] == [(key, 0) for key in old]
 
 
 def _offsets_v0(broker: Any, topic: str, timestamp: int, count: int) -> ListOffsetsResponse.ListOffsetsPartitionResponse:
@@ -143,3 +157,47 @@ def test_a_pre_0_11_client_consumes(cluster_target: ClusterTarget, api_version: 
     finally:
         consumer.close()
     assert values == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+
+
+def _controller(target: ClusterTarget) -> Any:
+    """A broker to send admin requests to (ZooKeeper mode: any broker writes to ZooKeeper)."""
+    return target.cluster.brokers[target.broker_ids[0]]
+
+
+def test_old_admin_versions(cluster_target: ClusterTarget) -> None:
+    broker = _controller(cluster_target)
+
+    def call(request: Any, response: Any, version: int) -> Any:
+        return _wire.call(broker.host, broker.port, request, response, version, timeout=30)
+    name = f"old-admin-{uuid.uuid4().hex[:8]}"
+    create = CreateTopicsRequest(timeout_ms=30000, topics=[CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=2, replication_factor=3, assignments=[], configs=[
+            CreateTopicsRequest.CreatableTopicConfig(name="retention.ms", value="3600000")])])
+    assert [t.error_code for t in call(create, CreateTopicsResponse, 0).topics] == [ErrorCode.NONE]
+    assert [t.error_code for t in call(create, CreateTopicsResponse, 1).topics] == [ErrorCode.TOPIC_ALREADY_EXISTS]
+    leader = h.wait_until(lambda: _leader(cluster_target, name), 30, "the topic led")
+
+    described = call(DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=2, resource_name=name, configuration_keys=["retention.ms", "cleanup.policy"])]),
+        DescribeConfigsResponse, 0).results[0]
+    assert described.error_code == ErrorCode.NONE
+    assert sorted((c.name, c.value, c.is_default) for c in described.configs) == [
+        ("cleanup.policy", "delete", False), ("retention.ms", "3600000", False)]  # Kafka 3.9 leaves IsDefault false
+
+    epochs = call(OffsetForLeaderEpochRequest(topics=[OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+        topic=name, partitions=[OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=0, leader_epoch=0)])]),
+        OffsetForLeaderEpochResponse, 0).topics[0].partitions[0]
+    assert (epochs.error_code, epochs.end_offset) in ((ErrorCode.NONE, 0), (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1))
+    leader_epochs = _wire.call(leader.host, leader.port, OffsetForLeaderEpochRequest(topics=[
+        OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=name, partitions=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=0, leader_epoch=0)])]),
+        OffsetForLeaderEpochResponse, 1, timeout=30).topics[0].partitions[0]
+    assert (leader_epochs.error_code, leader_epochs.leader_epoch, leader_epochs.end_offset) == (ErrorCode.NONE, 0, 0)
+
+    dirs = call(DescribeLogDirsRequest(topics=[DescribeLogDirsRequest.DescribableLogDirTopic(
+        topic=name, partitions=[0, 1])]), DescribeLogDirsResponse, 0).results
+    assert [(d.error_code, sorted(p.partition_index for t in d.topics for p in t.partitions)) for d in dirs] \
+        == [(ErrorCode.NONE, [0, 1])]
+
+    deleted = call(DeleteTopicsRequest(topic_names=[name], timeout_ms=30000), DeleteTopicsResponse, 0)
+    assert [(r.name, r.error_code) for r in deleted.responses] == [(name, ErrorCode.NONE)]
