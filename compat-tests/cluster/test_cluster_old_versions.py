@@ -6,8 +6,9 @@ offsets before a time by segment. ApiVersions advertises both from v0. Clients s
 versions (kafka-python with ``api_version`` (0, 10, 0) and (0, 10, 1)) consume. The admin versions
 Kafka 4 removed whose semantics are their successors' answer as Kafka 3.9's: CreateTopics v0-1,
 DeleteTopics v0, DescribeConfigs v0 (IsDefault left false, as Kafka 3.9 leaves it), OffsetForLeaderEpoch v0-1,
-DescribeLogDirs v0. Kafka 4 removed these versions (KIP-896), and so do grete's KRaft brokers and
-single node."""
+DescribeLogDirs v0. OffsetCommit v0 keeps offsets in ZooKeeper, where OffsetFetch v0 reads them;
+OffsetCommit v1 stores them as later versions do. Kafka 4 removed these versions (KIP-896), and so
+do grete's KRaft brokers and single node."""
 
 from __future__ import annotations
 
@@ -34,8 +35,14 @@ from grete.protocol.messages import (
     DescribeLogDirsResponse,
     FetchRequest,
     FetchResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
@@ -118,7 +125,7 @@ def test_a_zstd_batch_cannot_go_to_an_old_fetch(cluster_target: ClusterTarget) -
 def test_fetch_and_list_offsets_are_advertised_from_version_0(cluster_target: ClusterTarget) -> None:
     broker = cluster_target.cluster.brokers[cluster_target.broker_ids[0]]
     answer = _wire.call(broker.host, broker.port, ApiVersionsRequest(), ApiVersionsResponse, 0, timeout=30)
-    old = (1, 2, 19, 20, 23, 32, 34, 35)  # Fetch, ListOffsets, Create/DeleteTopics, OffsetForLeaderEpoch, ...
+    old = (1, 2, 8, 9, 19, 20, 23, 32, 34, 35)  # Fetch, ListOffsets, OffsetCommit/Fetch, Create/DeleteTopics, ...
     assert [(k.api_key, k.min_version) for k in answer.api_keys if k.api_key in old] == [(key, 0) for key in old]
 
 
@@ -201,3 +208,60 @@ def test_old_admin_versions(cluster_target: ClusterTarget) -> None:
 
     deleted = call(DeleteTopicsRequest(topic_names=[name], timeout_ms=30000), DeleteTopicsResponse, 0)
     assert [(r.name, r.error_code) for r in deleted.responses] == [(name, ErrorCode.NONE)]
+
+
+def _commit(broker: Any, group: str, topic: str, offsets: dict[int, int], version: int) -> list[int]:
+    request = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+        OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+            OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=p, committed_offset=o,
+                                                             committed_metadata="m", commit_timestamp=-1)
+            for p, o in offsets.items()])])
+    answer = _wire.call(broker.host, broker.port, request, OffsetCommitResponse, version, timeout=30)
+    return [p.error_code for p in answer.topics[0].partitions]
+
+
+def _committed(broker: Any, group: str, topic: str, partitions: list[int], version: int) -> list[tuple[int, int]]:
+    request = OffsetFetchRequest(group_id=group, topics=[
+        OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=partitions)])
+    answer = _wire.call(broker.host, broker.port, request, OffsetFetchResponse, version, timeout=30)
+    return [(p.error_code, p.committed_offset) for p in answer.topics[0].partitions]
+
+
+def test_offsets_of_version_0_live_in_zookeeper(cluster_target: ClusterTarget) -> None:
+    from kazoo.client import KazooClient
+
+    topic = _topic(cluster_target)
+    group = f"old-group-{uuid.uuid4().hex[:8]}"
+    broker = _controller(cluster_target)
+    assert _commit(broker, group, topic, {0: 42}, 0) == [ErrorCode.NONE]
+    assert _commit(broker, group, "no-such-topic", {0: 1}, 0) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    zk = KazooClient(hosts=cluster_target.zk_connect)
+    zk.start(timeout=30)
+    try:
+        assert zk.get(f"/consumers/{group}/offsets/{topic}/0")[0] == b"42"
+    finally:
+        zk.stop()
+        zk.close()
+    # v0 reads ZooKeeper, from any broker; nothing kept for partition 1, no partition 7
+    other = cluster_target.cluster.brokers[cluster_target.broker_ids[-1]]
+    # none kept: UNKNOWN_TOPIC_OR_PARTITION with offset -1, as Kafka 3.9 answers (its UNKNOWN_PARTITION)
+    assert _committed(other, group, topic, [0, 1, 7], 0) == [
+        (ErrorCode.NONE, 42), (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1), (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)]
+    assert _commit(broker, group, topic, {0: 43}, 0) == [ErrorCode.NONE]  # set again
+    assert _committed(other, group, topic, [0], 0) == [(ErrorCode.NONE, 43)]
+
+
+def test_offset_commit_v1_goes_to_the_group_coordinator(cluster_target: ClusterTarget) -> None:
+    topic = _topic(cluster_target)
+    group = f"v1-group-{uuid.uuid4().hex[:8]}"
+    broker = _controller(cluster_target)
+
+    def coordinator_id() -> int | None:
+        found = _wire.call(broker.host, broker.port, FindCoordinatorRequest(key=group, key_type=0),
+                           FindCoordinatorResponse, 3, timeout=30)
+        return found.node_id if found.error_code == ErrorCode.NONE else None
+    coordinator = cluster_target.cluster.brokers[h.wait_until(coordinator_id, 60, "the group's coordinator")]
+    assert h.wait_until(lambda: (e := _commit(coordinator, group, topic, {0: 7}, 1)) == [0] and e, 30,
+                        "the commit taken") == [ErrorCode.NONE]
+    assert _committed(coordinator, group, topic, [0], 1) == [(ErrorCode.NONE, 7)]
+    assert _committed(coordinator, group, topic, [0], 0) == [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)]  # not in ZooKeeper

@@ -92,6 +92,10 @@ class ClusterView(Protocol):
     # UnregisterBroker: the broker's registration and its replicas' ISR memberships and leaderships
     # go (KRaft's; a broker still running registers again at its next heartbeat).
     async def unregister_broker(self, broker_id: int) -> None: ...
+    # OffsetCommit v0 / OffsetFetch v0: a group's offsets kept in ZooKeeper (a ZooKeeper cluster's
+    # brokers, as Kafka 3.9's; nothing else is asked: the registry serves v0 there only).
+    async def zookeeper_offset(self, group: str, topic: str, partition: int) -> int | None: ...
+    async def store_zookeeper_offset(self, group: str, topic: str, partition: int, offset: int) -> None: ...
 
 
 class BrokersFromMetadata:
@@ -111,6 +115,12 @@ class BrokersFromMetadata:
     def known_topic(self, name: str) -> TopicMeta | None:
         """The topic as this broker's metadata knows it."""
         raise NotImplementedError
+
+    async def zookeeper_offset(self, group: str, topic: str, partition: int) -> int | None:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "offsets in ZooKeeper are a ZooKeeper cluster's")
+
+    async def store_zookeeper_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "offsets in ZooKeeper are a ZooKeeper cluster's")
 
     async def unregister_broker(self, broker_id: int) -> None:
         """A KRaft broker forwards UnregisterBroker to the active controller; a ZooKeeper-mode

@@ -125,6 +125,12 @@ class LocalCluster:
     async def forwarded(self, request: Message, version: int) -> Message | None:
         return None  # answered here
 
+    async def zookeeper_offset(self, group: str, topic: str, partition: int) -> int | None:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "offsets in ZooKeeper are a ZooKeeper cluster's")
+
+    async def store_zookeeper_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "offsets in ZooKeeper are a ZooKeeper cluster's")
+
     async def unregister_broker(self, broker_id: int) -> None:
         """The node's own registration is renewed as soon as it goes (Kafka's combined node of one
         registers again at its next heartbeat): nothing changes. Any other id is not registered."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 from grete.broker.cluster.zk_broker import ZkBroker
 from grete.broker.cluster_view import BrokersFromMetadata, Reassignment, TopicPartition, replica_list_error
 from grete.coordinator.metadata import TopicMeta
+from grete.coordinator.zookeeper.zk_client import NodeExistsError, NoNodeError
+from grete.coordinator.zookeeper.zk_layout import consumer_offset_path
 from grete.protocol.codec import Message
 from grete.protocol.errors import ErrorCode, KafkaError
 
@@ -39,6 +41,21 @@ class ZkCluster(ZkBroker, BrokersFromMetadata):
     async def elect_leaders(self, preferred: bool,
                             partitions: list[TopicPartition] | None) -> dict[TopicPartition, ErrorCode]:
         return dict(sorted((await self.controller.elect_leaders(preferred, partitions)).items()))
+
+    async def zookeeper_offset(self, group: str, topic: str, partition: int) -> int | None:
+        found = await self.zk.get(consumer_offset_path(group, topic, partition))
+        return None if found is None else int(found[0].decode())
+
+    async def store_zookeeper_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Kafka 3.9's setOrCreateConsumerOffset: set the znode, or create it with its parents."""
+        path, data = consumer_offset_path(group, topic, partition), str(offset).encode()
+        try:
+            await self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                await self.zk.create(path, data, makepath=True)
+            except NodeExistsError:  # created meanwhile by another commit
+                await self.zk.set(path, data)
 
     def reassignments(self) -> dict[TopicPartition, Reassignment]:
         """The controller's reassignments in progress; NOT_CONTROLLER (raised) on any other broker."""

@@ -12,8 +12,8 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     5: ("stop_replica", 3, 4, 3),  # StopReplica
     6: ("update_metadata", 5, 8, 5),  # UpdateMetadata
     7: ("controlled_shutdown", 1, 3, 1),  # ControlledShutdown
-    8: ("offset_commit", 2, 10, 2),  # OffsetCommit
-    9: ("offset_fetch", 1, 10, 1),  # OffsetFetch
+    8: ("offset_commit", 0, 10, 2),  # OffsetCommit
+    9: ("offset_fetch", 0, 10, 1),  # OffsetFetch
     10: ("find_coordinator", 0, 6, 0),  # FindCoordinator
     11: ("join_group", 0, 9, 0),  # JoinGroup
     12: ("heartbeat", 0, 4, 0),  # Heartbeat

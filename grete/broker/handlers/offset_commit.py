@@ -1,6 +1,10 @@
 """OffsetCommit (8): group commits (generation and member checked; v9+ carries a KIP-848 member's
 epoch instead, STALE_MEMBER_EPOCH when it is not current) and simple commits (generation -1, empty
-member id), stored in ``__consumer_offsets``. v10 names topics by id."""
+member id), stored in ``__consumer_offsets``. v10 names topics by id.
+
+v0 and v1, which a broker of a ZooKeeper cluster serves as Kafka 3.9's does (Kafka 4 removed them,
+KIP-896): v0's offsets go to ZooKeeper (``/consumers/<group>/offsets/<topic>/<partition>``, read
+back by OffsetFetch v0), v1's to ``__consumer_offsets`` with the commit timestamp it names."""
 
 from __future__ import annotations
 
@@ -13,11 +17,11 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import ApiKey, OffsetCommitRequest, OffsetCommitResponse
 
 
-@api(ApiKey.OFFSET_COMMIT, 2, 10)
+@api(ApiKey.OFFSET_COMMIT, 0, 10, advertised_min=2)
 async def handle(ctx: RequestContext[Groups], request: OffsetCommitRequest) -> OffsetCommitResponse:
     unknown_ids = _names_from_ids(ctx, request) if ctx.version >= 10 else set()
     commits = [OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_leader_epoch,
-                            p.committed_metadata)
+                            p.committed_metadata, p.commit_timestamp if ctx.version == 1 else -1)
                for topic in request.topics if topic.name not in unknown_ids for p in topic.partitions]
     if not allowed(ctx, Op.READ, Res.GROUP, request.group_id):
         errors = {(c.topic, c.partition): int(ErrorCode.GROUP_AUTHORIZATION_FAILED) for c in commits}
@@ -27,7 +31,9 @@ async def handle(ctx: RequestContext[Groups], request: OffsetCommitRequest) -> O
         known, errors = split_unknown(ctx, [c for c in commits if c.topic not in denied])
         errors.update({(c.topic, c.partition): int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                        for c in commits if c.topic in denied})
-    if known and ctx.broker.share_groups.holds(request.group_id):  # a share group commits no offsets
+    if known and ctx.version == 0:
+        errors.update(await _to_zookeeper(ctx, request.group_id, known))
+    elif known and ctx.broker.share_groups.holds(request.group_id):  # a share group commits no offsets
         errors.update({(c.topic, c.partition): int(ErrorCode.GROUP_ID_NOT_FOUND) for c in known})
     elif known:
         errors.update(await ctx.broker.group_coordinator.commit_offsets(
@@ -42,6 +48,21 @@ async def handle(ctx: RequestContext[Groups], request: OffsetCommitRequest) -> O
                 partition_index=p.partition_index, error_code=errors[(topic.name, p.partition_index)])
             for p in topic.partitions])
         for topic in request.topics])
+
+
+async def _to_zookeeper(ctx: RequestContext[Groups], group_id: str,
+                        commits: list[OffsetCommit]) -> dict[tuple[str, int], int]:
+    """v0: each offset written to ZooKeeper, as Kafka 3.9's setOrCreateConsumerOffset."""
+    errors: dict[tuple[str, int], int] = {}
+    limit = ctx.broker.config.get_int("offset.metadata.max.bytes")
+    for commit in commits:
+        tp = (commit.topic, commit.partition)
+        if commit.metadata is not None and len(commit.metadata) > limit:
+            errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            continue
+        await ctx.broker.cluster.store_zookeeper_offset(group_id, commit.topic, commit.partition, commit.offset)
+        errors[tp] = ErrorCode.NONE
+    return errors
 
 
 def split_unknown(ctx: RequestContext[Groups],

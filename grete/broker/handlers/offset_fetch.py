@@ -1,10 +1,12 @@
 """OffsetFetch (9): committed offsets of one group (v1-7) or several (v8+); -1 where none. From v9 a
 KIP-848 member names itself and its epoch (UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH otherwise); v10
-names topics by id."""
+names topics by id. v0, which a broker of a ZooKeeper cluster serves as Kafka 3.9's does (Kafka 4
+removed it, KIP-896), reads the offsets OffsetCommit v0 keeps in ZooKeeper."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Coroutine
 from typing import Any
 
 from grete.broker.requests.context import RequestContext
@@ -18,8 +20,11 @@ from grete.protocol.messages import ApiKey, OffsetFetchRequest, OffsetFetchRespo
 Partitions = list[tuple[str, int]] | None
 
 
-@api(ApiKey.OFFSET_FETCH, 1, 10)
-def handle(ctx: RequestContext[Groups], request: OffsetFetchRequest) -> OffsetFetchResponse:
+@api(ApiKey.OFFSET_FETCH, 0, 10, advertised_min=1)
+def handle(ctx: RequestContext[Groups],
+           request: OffsetFetchRequest) -> OffsetFetchResponse | Coroutine[Any, Any, OffsetFetchResponse]:
+    if ctx.version == 0:
+        return _from_zookeeper(ctx, request)
     if ctx.version >= 8:
         groups = []
         for group in request.groups:
@@ -54,6 +59,29 @@ def handle(ctx: RequestContext[Groups], request: OffsetFetchRequest) -> OffsetFe
                 metadata=o.metadata, error_code=o.error if ctx.version >= 2 or not error else error)
             for p, o in parts])
         for name, parts in topics.items()])
+
+
+async def _from_zookeeper(ctx: RequestContext[Groups], request: OffsetFetchRequest) -> OffsetFetchResponse:
+    """v0: the group's offsets in ZooKeeper; where none is kept or the partition is unknown, offset -1
+    with UNKNOWN_TOPIC_OR_PARTITION, as Kafka 3.9 answers (its UNKNOWN_PARTITION)."""
+    group_allowed = allowed(ctx, Op.DESCRIBE, Res.GROUP, request.group_id)
+    topics = []
+    for topic in request.topics or []:
+        meta = ctx.broker.metadata.topic(topic.name)
+        error = (ErrorCode.GROUP_AUTHORIZATION_FAILED if not group_allowed else
+                 ErrorCode.TOPIC_AUTHORIZATION_FAILED if not allowed(ctx, Op.DESCRIBE, Res.TOPIC, topic.name)
+                 else ErrorCode.NONE)
+        partitions = []
+        for index in topic.partition_indexes:
+            found = None
+            if error == ErrorCode.NONE and meta is not None and index in meta.partitions:
+                found = await ctx.broker.cluster.zookeeper_offset(request.group_id, topic.name, index)
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if error == ErrorCode.NONE and found is None else error
+            partitions.append(OffsetFetchResponse.OffsetFetchResponsePartition(
+                partition_index=index, committed_offset=-1 if found is None else found, metadata="",
+                error_code=code))
+        topics.append(OffsetFetchResponse.OffsetFetchResponseTopic(name=topic.name, partitions=partitions))
+    return OffsetFetchResponse(topics=topics)
 
 
 def _fetch(ctx: RequestContext[Groups], group_id: str, wanted: Partitions,

@@ -149,13 +149,14 @@ CONTROLLER_MIN_VERSIONS: dict[int, int] = {ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREAT
 # A broker of a ZooKeeper cluster serves and advertises from Kafka 3.9's oldest version where Kafka 4
 # removed older ones (KIP-896) and grete serves them there only: Fetch v0-3, whose records go out
 # down-converted to the message formats before v2, ListOffsets v0 (offsets before a time, by
-# segment), and versions whose semantics are their successors' (CreateTopics v0-1, DeleteTopics v0,
-# DescribeConfigs v0, OffsetForLeaderEpoch v0-1, DescribeLogDirs v0, AlterReplicaLogDirs v0).
+# segment), OffsetCommit v0 / OffsetFetch v0 (offsets kept in ZooKeeper), OffsetCommit v1 (its own
+# commit timestamps), and versions whose semantics are their successors' (CreateTopics v0-1,
+# DeleteTopics v0, DescribeConfigs v0, OffsetForLeaderEpoch v0-1, DescribeLogDirs v0, AlterReplicaLogDirs v0).
 # Elsewhere such a request closes the connection, as Kafka 4's.
 ZK_MODE_MIN_VERSIONS: dict[int, int] = {
     ApiKey.FETCH: 0, ApiKey.LIST_OFFSETS: 0, ApiKey.CREATE_TOPICS: 0, ApiKey.DELETE_TOPICS: 0,
     ApiKey.DESCRIBE_CONFIGS: 0, ApiKey.OFFSET_FOR_LEADER_EPOCH: 0, ApiKey.DESCRIBE_LOG_DIRS: 0,
-    ApiKey.ALTER_REPLICA_LOG_DIRS: 0}
+    ApiKey.ALTER_REPLICA_LOG_DIRS: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0}
 
 
 def lowest_version(handler: Handler, zk_broker: bool) -> int:

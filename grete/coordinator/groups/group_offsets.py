@@ -110,7 +110,8 @@ class Offsets:
             if len(metadata) > self.ctx.config.offset_metadata_max_bytes:
                 results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
-                accepted[tp] = CommittedOffset(commit.offset, commit.leader_epoch, metadata, now, expire)
+                committed_at = now if commit.commit_timestamp == -1 else commit.commit_timestamp
+                accepted[tp] = CommittedOffset(commit.offset, commit.leader_epoch, metadata, committed_at, expire)
         if not accepted:
             return results
         records: list[Record] = [

@@ -100,6 +100,7 @@ class OffsetCommit:
     offset: int
     leader_epoch: int = NO_LEADER_EPOCH
     metadata: str | None = ""
+    commit_timestamp: int = -1  # OffsetCommit v1's own timestamp (-1: the time it is stored)
 
 
 @dataclass(frozen=True)

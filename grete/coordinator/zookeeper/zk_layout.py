@@ -94,6 +94,11 @@ def delete_topic_path(topic: str) -> str:
     return f"{DELETE_TOPICS}/{topic}"
 
 
+def consumer_offset_path(group: str, topic: str, partition: int) -> str:
+    """Where OffsetCommit v0 keeps a group's offset (Kafka 3.9's ConsumerPathZNode), as decimal text."""
+    return f"/consumers/{group}/offsets/{topic}/{partition}"
+
+
 def config_root(kind: str) -> str:
     return f"/config/{kind}"
 
