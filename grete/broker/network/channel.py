@@ -122,7 +122,10 @@ class Mute:
 
     def socket_full(self, full: bool) -> None:
         self.writing_paused = full
-        self.pause() if full else self.maybe_resume()
+        if full:
+            self.pause()
+        else:
+            self.maybe_resume()
 
     def throttle(self, throttle_ms: int) -> None:
         """KIP-219: the answer goes out now; nothing more is read from this client for

@@ -110,3 +110,7 @@ def select() -> tuple[str, Reader]:
         n, state = read(_inner(sslobj), buf)
         return int(n), int(state)
     return "c", c_read_into
+
+
+if __name__ == "__main__":
+    print(build())  # ./scripts/install-test-deps builds it ahead, as the direct path's modules
