@@ -6,7 +6,7 @@ offsets before a time by segment. ApiVersions advertises both from v0. Clients s
 versions (kafka-python with ``api_version`` (0, 10, 0) and (0, 10, 1)) consume. The admin versions
 Kafka 4 removed whose semantics are their successors' answer as Kafka 3.9's: CreateTopics v0-1,
 DeleteTopics v0, DescribeConfigs v0 (IsDefault left false, as Kafka 3.9 leaves it), OffsetForLeaderEpoch v0-1,
-DescribeLogDirs v0. OffsetCommit v0 keeps offsets in ZooKeeper, where OffsetFetch v0 reads them;
+DescribeLogDirs v0, the delegation-token APIs' v0 (a plaintext listener refuses them alike). OffsetCommit v0 keeps offsets in ZooKeeper, where OffsetFetch v0 reads them;
 OffsetCommit v1 stores them as later versions do. Kafka 4 removed these versions (KIP-896), and so
 do grete's KRaft brokers and single node."""
 
@@ -25,14 +25,20 @@ from grete.protocol.errors import ErrorCode
 from grete.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    CreateDelegationTokenRequest,
+    CreateDelegationTokenResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeDelegationTokenRequest,
+    DescribeDelegationTokenResponse,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    ExpireDelegationTokenRequest,
+    ExpireDelegationTokenResponse,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -45,6 +51,8 @@ from grete.protocol.messages import (
     OffsetFetchResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
+    RenewDelegationTokenRequest,
+    RenewDelegationTokenResponse,
 )
 from grete.protocol.records.legacy import decode_message_set
 from grete.testing import _wire
@@ -125,7 +133,7 @@ def test_a_zstd_batch_cannot_go_to_an_old_fetch(cluster_target: ClusterTarget) -
 def test_fetch_and_list_offsets_are_advertised_from_version_0(cluster_target: ClusterTarget) -> None:
     broker = cluster_target.cluster.brokers[cluster_target.broker_ids[0]]
     answer = _wire.call(broker.host, broker.port, ApiVersionsRequest(), ApiVersionsResponse, 0, timeout=30)
-    old = (1, 2, 8, 9, 19, 20, 23, 32, 34, 35)  # Fetch, ListOffsets, OffsetCommit/Fetch, Create/DeleteTopics, ...
+    old = (1, 2, 8, 9, 19, 20, 23, 32, 34, 35, 38, 39, 40, 41)  # Fetch, ListOffsets, OffsetCommit/Fetch, ...
     assert [(k.api_key, k.min_version) for k in answer.api_keys if k.api_key in old] == [(key, 0) for key in old]
 
 
@@ -265,3 +273,18 @@ def test_offset_commit_v1_goes_to_the_group_coordinator(cluster_target: ClusterT
                         "the commit taken") == [ErrorCode.NONE]
     assert _committed(coordinator, group, topic, [0], 1) == [(ErrorCode.NONE, 7)]
     assert _committed(coordinator, group, topic, [0], 0) == [(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)]  # not in ZooKeeper
+
+
+def test_delegation_token_v0_is_answered_as_v1(cluster_target: ClusterTarget) -> None:
+    """Version 0 of the four delegation-token APIs is version 1 answered without throttling first
+    (KIP-219); on a plaintext listener both refuse the request with the same error."""
+    broker = _controller(cluster_target)
+    hmac = b"\x01" * 32
+    calls = [(CreateDelegationTokenRequest(renewers=[], max_lifetime_ms=-1), CreateDelegationTokenResponse),
+             (RenewDelegationTokenRequest(hmac=hmac, renew_period_ms=-1), RenewDelegationTokenResponse),
+             (ExpireDelegationTokenRequest(hmac=hmac, expiry_time_period_ms=-1), ExpireDelegationTokenResponse),
+             (DescribeDelegationTokenRequest(owners=None), DescribeDelegationTokenResponse)]
+    for request, response in calls:
+        codes = [_wire.call(broker.host, broker.port, request, response, version, timeout=30).error_code
+                 for version in (0, 1)]
+        assert codes == [ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED] * 2, (type(request).__name__, codes)

@@ -107,3 +107,15 @@ def test_transaction_version_2_bumps_the_epoch_at_every_end(java_client, make_to
     assert state.error_code == 0 and state.transaction_state == "CompleteCommit"
     tv2 = java_client.version.startswith("4") and not broker.kind.startswith("kafka-3")
     assert state.producer_epoch == (3 if tv2 else 0)
+
+
+def test_a_transaction_whose_first_record_is_refused_aborts(java_client, make_topic) -> None:
+    """Kafka adds the partition to the transaction before it validates the records (KIP-890's
+    verification), so the abort that follows a refused first record ends a transaction that began;
+    the producer goes on to commit the next one."""
+    topic = make_topic(config={"cleanup.policy": "compact"})
+    (result,) = java_client.ok("txn-refused", topic, txn_id(), BLOCK)
+    assert result == {"first_error": "InvalidRecordException", "second": "committed"}, result
+    committed, position = read(java_client, topic, "read_committed")
+    assert committed == ["after"]
+    assert position == 3  # the abort's marker, the record, the commit's marker

@@ -44,7 +44,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   times    BOOTSTRAP TOPIC PARTITION TS[,TS...]                          -> {"ts","offset","timestamp"} (null past the end)
  *   roundtrips BOOTSTRAP TOPIC [configs...] [-- ...]                    see SaslRoundTrips
  *   oversize BOOTSTRAP TOPIC SIZE [configs...]                             -> {"error","message"} or {"partition","offset"}
- *   txn-fence | txn-ctp | txn-lso | txn-read ...                            see TxnScenarios
+ *   txn-fence | txn-ctp | txn-lso | txn-read | txn-refused ...              see TxnScenarios
  *   decode-group-records -  (stdin: KEYHEX VALUEHEX lines)                 see GroupRecords (Kafka 4)
  *   share    BOOTSTRAP TOPIC GROUP COUNT                                   see ShareScenarios (kafka-clients 4.x)
  *
@@ -72,6 +72,7 @@ public final class GreteJavaClient {
             case "txn-ctp": TxnScenarios.consumeTransformProduce(args); break;
             case "txn-lso": TxnScenarios.lastStableOffset(args); break;
             case "txn-read": TxnScenarios.read(args); break;
+            case "txn-refused": TxnScenarios.refusedFirstRecord(args); break;
             case "decode-group-records": GroupRecords.decode(args); break;
             case "roundtrips": SaslRoundTrips.run(args); break;
             case "share": ShareScenarios.share(args); break;

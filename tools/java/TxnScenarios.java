@@ -29,6 +29,9 @@ import org.apache.kafka.common.TopicPartition;
  *                                                       transaction of N records is open, then after commit
  *   txn-read  BOOTSTRAP TOPIC ISOLATION SETTLE_MS        every record of partition 0 visible at ISOLATION,
  *                                                       read up to its end offset, then SETTLE_MS more
+ *   txn-refused BOOTSTRAP COMPACTED TXN_ID               a transaction whose first record the broker refuses
+ *                                                       (no key on a compacted topic) is aborted, the next
+ *                                                       commits -> {"first_error","second":"committed"|class}
  */
 final class TxnScenarios {
     private TxnScenarios() { }
@@ -102,6 +105,30 @@ final class TxnScenarios {
                         + (committed == null ? "null" : committed.offset()) + "}");
                 }
             }
+        }
+    }
+
+    static void refusedFirstRecord(String[] args) {
+        String topic = args[2];
+        try (KafkaProducer<String, String> producer = transactional(args[1], args[3], args, 4)) {
+            producer.beginTransaction();
+            String first = "none";
+            try {
+                producer.send(new ProducerRecord<>(topic, 0, null, "no-key")).get();
+            } catch (Exception e) {
+                first = (e.getCause() == null ? e : e.getCause()).getClass().getSimpleName();
+            }
+            producer.abortTransaction();
+            String second = "committed";
+            try {
+                producer.beginTransaction();
+                producer.send(new ProducerRecord<>(topic, 0, "k", "after")).get();
+                producer.commitTransaction();
+            } catch (Exception e) {
+                second = (e.getCause() == null ? e : e.getCause()).getClass().getSimpleName();
+            }
+            System.out.println("{\"first_error\":" + GreteJavaClient.quote(first) + ",\"second\":"
+                + GreteJavaClient.quote(second) + "}");
         }
     }
 

@@ -30,7 +30,7 @@ def _answer(owner: str, requester: str, error: int, *, issue: int = -1, expiry: 
                     token_id=token_id, hmac=hmac)
 
 
-@api(ApiKey.CREATE_DELEGATION_TOKEN, 1, 3)
+@api(ApiKey.CREATE_DELEGATION_TOKEN, 0, 3, advertised_min=1)
 async def handle(ctx: RequestContext[Admin], request: CreateDelegationTokenRequest) -> Response:
     requester = ctx.principal
     owner = (f"{request.owner_principal_type}:{request.owner_principal_name}"

@@ -39,7 +39,7 @@ def _described(token: DelegationTokenInfo, hmac: bytes) -> Described:
                                for r in token.renewers])
 
 
-@api(ApiKey.DESCRIBE_DELEGATION_TOKEN, 1, 3)
+@api(ApiKey.DESCRIBE_DELEGATION_TOKEN, 0, 3, advertised_min=1)
 def handle(ctx: RequestContext[Admin], request: DescribeDelegationTokenRequest) -> Response:
     session = ctx.session
     if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated):

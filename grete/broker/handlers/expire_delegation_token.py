@@ -17,7 +17,7 @@ from grete.protocol.messages import ApiKey, ExpireDelegationTokenRequest, Expire
 Response = ExpireDelegationTokenResponse
 
 
-@api(ApiKey.EXPIRE_DELEGATION_TOKEN, 1, 2)
+@api(ApiKey.EXPIRE_DELEGATION_TOKEN, 0, 2, advertised_min=1)
 async def handle(ctx: RequestContext[Admin], request: ExpireDelegationTokenRequest) -> Response:
     session = ctx.session
     if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated,

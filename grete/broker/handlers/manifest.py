@@ -42,10 +42,10 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     35: ("describe_log_dirs", 0, 5, 1),  # DescribeLogDirs
     36: ("sasl_authenticate", 0, 2, 0),  # SaslAuthenticate
     37: ("create_partitions", 0, 3, 0),  # CreatePartitions
-    38: ("create_delegation_token", 1, 3, 1),  # CreateDelegationToken
-    39: ("renew_delegation_token", 1, 2, 1),  # RenewDelegationToken
-    40: ("expire_delegation_token", 1, 2, 1),  # ExpireDelegationToken
-    41: ("describe_delegation_token", 1, 3, 1),  # DescribeDelegationToken
+    38: ("create_delegation_token", 0, 3, 1),  # CreateDelegationToken
+    39: ("renew_delegation_token", 0, 2, 1),  # RenewDelegationToken
+    40: ("expire_delegation_token", 0, 2, 1),  # ExpireDelegationToken
+    41: ("describe_delegation_token", 0, 3, 1),  # DescribeDelegationToken
     42: ("delete_groups", 0, 2, 0),  # DeleteGroups
     43: ("elect_leaders", 0, 2, 0),  # ElectLeaders
     44: ("incremental_alter_configs", 0, 1, 0),  # IncrementalAlterConfigs

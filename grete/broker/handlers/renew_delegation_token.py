@@ -17,7 +17,7 @@ from grete.protocol.messages import ApiKey, RenewDelegationTokenRequest, RenewDe
 Response = RenewDelegationTokenResponse
 
 
-@api(ApiKey.RENEW_DELEGATION_TOKEN, 1, 2)
+@api(ApiKey.RENEW_DELEGATION_TOKEN, 0, 2, advertised_min=1)
 async def handle(ctx: RequestContext[Admin], request: RenewDelegationTokenRequest) -> Response:
     session = ctx.session
     if not token_requests_allowed(session.security_protocol, ctx.principal, session.token_authenticated,

@@ -34,7 +34,7 @@ from grete.broker.replica.verification_guards import VerificationGuard
 from grete.coordinator.transactions.txn_commit import TV2
 from grete.protocol.errors import ErrorCode, KafkaError
 from grete.protocol.messages import ProduceResponse
-from grete.protocol.records.batch import RecordBatch
+from grete.protocol.records.batch import BATCH_OVERHEAD, RecordBatch
 from grete.protocol.records.validate import RecordValidationError, validate_produce_records
 from grete.protocol.topics import INTERNAL_TOPICS
 
@@ -89,6 +89,7 @@ class Verifying:
     batch: RecordBatch
     guard: VerificationGuard
     size: int
+    refusal: PartitionResponse | None = None  # the records were refused: answered once added
 
 
 async def delayed_produce(pending: Sequence[tuple[Partition, int]], timeout_ms: int) -> list[ErrorCode]:
@@ -147,8 +148,10 @@ class Appends:
             self.metrics.produced(topic, batch.records_count, batch.size)
         except RecordValidationError as exc:
             self.metrics.produce_failed(topic, _records_bytes(records))
-            return partition_error(exc, index, [ProduceResponse.BatchIndexAndErrorMessage(
+            refused = partition_error(exc, index, [ProduceResponse.BatchIndexAndErrorMessage(
                 batch_index=i, batch_index_error_message=message) for i, message in exc.record_errors])
+            return self._added_then_refused(partition, refused, version, acks, now_ms, records, transactional_id,
+                                            verifying)
         except KafkaError as exc:
             self.metrics.produce_failed(topic, _records_bytes(records))
             return partition_error(exc, index)
@@ -192,6 +195,27 @@ class Appends:
         verifying.append(Verifying(parked, partition, kept, guard, _records_bytes(records)))
         return parked
 
+    def _added_then_refused(self, partition: Partition, refused: PartitionResponse, version: int, acks: int,
+                            now_ms: int, records: object, transactional_id: str | None,
+                            verifying: list[Verifying] | None) -> PartitionResponse:
+        """Kafka adds a v12+ transactional batch's partition to its transaction before the records
+        are validated (ReplicaManager verifies first), so a transaction whose first batch is refused
+        has begun all the same, and its abort writes markers. ``refused`` is answered once the
+        partition is added (parked with the batch when the coordinator is on another broker); a
+        failed add is answered instead."""
+        header = _transactional_header(records)
+        if version < ADD_PARTITION_PRODUCE_VERSION or header is None or transactional_id is None:
+            return refused
+        try:
+            parked = self._route_transactional(partition, header, version, acks, now_ms, records, transactional_id,
+                                               verifying)
+        except KafkaError as exc:
+            return partition_error(exc, partition.index)
+        if parked is None or verifying is None:
+            return refused
+        verifying[-1].refusal = refused
+        return parked
+
     def _verify_transaction(self, batch: RecordBatch, topic: str, index: int, version: int) -> None:
         """A transactional batch is accepted only into a partition its transaction added (KIP-890).
         A batch outside its transaction is TRANSACTION_ABORTABLE to a client that knows that code
@@ -232,6 +256,10 @@ class Appends:
                 if error is not None:
                     code, message = produce_error(error, version)
                     raise KafkaError(code, message)
+                if parked.refusal is not None:  # counted as failed when it was refused
+                    _copy_refusal(parked.refusal, answer)
+                    failed = True
+                    continue
                 result = partition.append(parked.batch, now_ms, parked.guard)
             except KafkaError as exc:
                 failed = True
@@ -305,6 +333,21 @@ def partition_error(exc: KafkaError, index: int,
     """A partition's produce answer refused with ``exc``."""
     return PartitionResponse(index=index, error_code=exc.code, base_offset=-1, log_append_time_ms=-1,
                              log_start_offset=-1, record_errors=record_errors or [], error_message=exc.message)
+
+
+def _transactional_header(records: object) -> RecordBatch | None:
+    """The header of the v2 batch ``records`` starts with when it is transactional (read as Kafka
+    reads the first batch to route it, before validation), else None."""
+    if not isinstance(records, bytes | bytearray | memoryview) or len(records) < BATCH_OVERHEAD:
+        return None
+    header = RecordBatch(records)
+    sane = header.magic == 2 and BATCH_OVERHEAD <= header.size <= len(records)
+    return header if sane and header.is_transactional else None
+
+
+def _copy_refusal(refusal: PartitionResponse, answer: PartitionResponse) -> None:
+    answer.error_code, answer.error_message = refusal.error_code, refusal.error_message
+    answer.record_errors = refusal.record_errors
 
 
 def _records_bytes(records: object) -> int:

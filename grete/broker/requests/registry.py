@@ -151,12 +151,14 @@ CONTROLLER_MIN_VERSIONS: dict[int, int] = {ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREAT
 # down-converted to the message formats before v2, ListOffsets v0 (offsets before a time, by
 # segment), OffsetCommit v0 / OffsetFetch v0 (offsets kept in ZooKeeper), OffsetCommit v1 (its own
 # commit timestamps), and versions whose semantics are their successors' (CreateTopics v0-1,
-# DeleteTopics v0, DescribeConfigs v0, OffsetForLeaderEpoch v0-1, DescribeLogDirs v0, AlterReplicaLogDirs v0).
-# Elsewhere such a request closes the connection, as Kafka 4's.
+# DeleteTopics v0, DescribeConfigs v0, OffsetForLeaderEpoch v0-1, DescribeLogDirs v0, AlterReplicaLogDirs v0,
+# the delegation-token APIs' v0). Elsewhere such a request closes the connection, as Kafka 4's.
 ZK_MODE_MIN_VERSIONS: dict[int, int] = {
     ApiKey.FETCH: 0, ApiKey.LIST_OFFSETS: 0, ApiKey.CREATE_TOPICS: 0, ApiKey.DELETE_TOPICS: 0,
     ApiKey.DESCRIBE_CONFIGS: 0, ApiKey.OFFSET_FOR_LEADER_EPOCH: 0, ApiKey.DESCRIBE_LOG_DIRS: 0,
-    ApiKey.ALTER_REPLICA_LOG_DIRS: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0}
+    ApiKey.ALTER_REPLICA_LOG_DIRS: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0,
+    ApiKey.CREATE_DELEGATION_TOKEN: 0, ApiKey.RENEW_DELEGATION_TOKEN: 0, ApiKey.EXPIRE_DELEGATION_TOKEN: 0,
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: 0}
 
 
 def lowest_version(handler: Handler, zk_broker: bool) -> int:
