@@ -169,9 +169,10 @@ class Node:
         # After the groups: finishing an interrupted commit may apply transactional offsets.
         broker.start_transactions(self.membership.listener if self.membership is not None else "PLAINTEXT")
         broker.delegation_tokens.start()
-        # A KRaft broker binds its listeners now (its registration names their ports) and serves
-        # once registered and caught up with the metadata log (below), as Kafka 4's brokers do.
-        waiting = self.membership is not None and self.membership.serves_once_caught_up
+        # A cluster's broker binds its listeners now (its registration names their ports) and serves
+        # once registered (below; KRaft: and caught up with the metadata log), as Kafka's brokers of
+        # 3.9's ZooKeeper mode and 4's KRaft do: one refused as a duplicate never answers a client.
+        waiting = self.membership is not None
         for listener in broker.listeners:
             await self._listen(broker, listener, serve=not waiting)
         if broker.config.get_str("metrics.listener"):

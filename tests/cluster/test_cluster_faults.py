@@ -4,6 +4,7 @@ what clients see. Each test restores the cluster it found (every broker running)
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from grete.protocol.messages import MetadataRequest, MetadataResponse
+from grete.testing import _wire
 from grete.testing.cluster import GreteCluster, cluster, free_port
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 
@@ -124,13 +127,31 @@ def test_controlled_shutdown_moves_leadership_first(grete_cluster: GreteCluster,
 
 def test_broker_id_already_registered(grete_cluster: GreteCluster) -> None:
     items = grete_cluster.broker_items(1)
-    items["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
     items["log.dirs"] = str(grete_cluster.directory / "duplicate")
+    port = free_port()
+    items["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
     command = [sys.executable, "-m", "grete.cli", "serve"] + [a for k, v in items.items()
                                                                for a in ("--override", f"{k}={v}")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0
-    assert "broker id 1 is already registered" in done.stderr
+    duplicate = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Kafka 3.9 binds before registering but serves only once registered: the duplicate never
+        # answers (the connection waits in the backlog until the process exits and resets it).
+        wait_until(lambda: _connects(port) or duplicate.poll() is not None, 30, "the duplicate's port bound")
+        with pytest.raises(OSError):
+            _wire.call("127.0.0.1", port, MetadataRequest(topics=None), MetadataResponse, 1, timeout=60)
+        _, stderr = duplicate.communicate(timeout=60)
+    finally:
+        duplicate.kill()
+    assert duplicate.returncode != 0
+    assert "broker id 1 is already registered" in stderr
+
+
+def _connects(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def test_zookeeper_unreachable_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -23,8 +23,6 @@ class ZkCluster(ZkBroker, BrokersFromMetadata):
     # The answer goes out once the topic is in ZooKeeper, as Kafka's AutoTopicCreationManager answers:
     # the controller elects the leaders meanwhile.
     auto_create_waits_open = False
-    # A ZooKeeper-mode broker serves once registered, its metadata coming from the controller after.
-    serves_once_caught_up = False
 
     def controller_listeners(self) -> list[str]:
         return []  # a ZooKeeper-mode broker has no controller endpoint

@@ -76,11 +76,6 @@ class KRaftBroker(BrokersFromMetadata):
     auto_create_waits_open = False
     sweeps_tokens = False  # the active controller removes expired tokens (Kafka 4's QuorumController)
     forwards_voter_changes = True
-    # As Kafka 4's BrokerServer: the listeners are bound before the registration (which names their
-    # ports) but serve only once the broker is registered and its image has caught up with it, so no
-    # client is answered from an image that lacks the cluster's topics (a restart's first replay).
-    serves_once_caught_up = True
-
     def __init__(self, config: BrokerConfig, voter: RaftDriver | None = None) -> None:
         """``voter``: a combined node's own Raft voter, whose committed batches feed this broker's
         image (Kafka's combined node shares its RaftManager); without it the broker is an observer."""
@@ -220,7 +215,9 @@ class KRaftBroker(BrokersFromMetadata):
 
     async def register(self, broker: Broker) -> None:
         """Follow the metadata log, then register with the controller quorum (after the listeners are
-        bound: the registration names their ports)."""
+        bound: the registration names their ports). Returns once the image has caught up with the
+        registration, the node serving only then (Kafka 4's BrokerServer), so no client is answered
+        from an image that lacks the cluster's topics (a restart's first replay)."""
         endpoints = [BrokerRegistrationRequest.Listener(
             name=a.name, host=a.host, port=a.port,
             security_protocol=PROTOCOL_IDS.get(security_protocol(self.config, a.name), 0)) for a in broker.advertised]
