@@ -16,8 +16,10 @@ from confluent_helpers import group_name, produce_all, producer
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from grete.protocol.messages import ConsumerGroupDescribeRequest
 from tools import kafka_dist
 from tools.grete_target import grete_target
+from tools.kafka_admin import call
 from tools.reference_kafka import ReferenceKafka
 
 pytestmark = pytest.mark.compat
@@ -120,6 +122,20 @@ def test_group_of_three_rebalances_commits_and_resumes(bootstrap: str) -> None:
     step(resumed, later)
     resumed[0].close()
     assert sorted(later) == list(range(600, 660))  # it starts at the commits, not at the beginning
+
+
+def test_a_new_groups_first_member_is_at_epoch_2(bootstrap: str) -> None:
+    """Kafka 4.3 starts a new group at group and assignment epoch 1 (an empty assignment), so the
+    first member's join makes epoch 2 (KAFKA-20268; before 4.3 the first join made 1)."""
+    topic, group = group_name("t848e"), group_name("g848e")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+    c = member(bootstrap, group, topic)
+    until(lambda: len(c.assignment()) == PARTITIONS, [c], [])
+    described = call(bootstrap, ConsumerGroupDescribeRequest(group_ids=[group]), 0).groups[0]
+    c.close()
+    assert (described.group_epoch, described.assignment_epoch, [m.member_epoch for m in described.members]) == (
+        2, 2, [2])
 
 
 def test_rolling_upgrade_from_classic_members_to_the_consumer_protocol(bootstrap: str) -> None:

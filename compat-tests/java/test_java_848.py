@@ -101,10 +101,10 @@ def test_kafka_decodes_the_consumer_group_records_grete_writes() -> None:
         "subscribedTopicNames=[], subscribedTopicRegex='a.*'",
         f"ConsumerGroupTargetAssignmentMemberKey(groupId='g', memberId='B') => ConsumerGroupTargetAssignmentMemberValue("
         f"topicPartitions=[TopicPartition(topicId={topic}, partitions=[2, 3])])",
-        "ConsumerGroupMetadataKey(groupId='g') => ConsumerGroupMetadataValue(epoch=2",
+        "ConsumerGroupMetadataKey(groupId='g') => ConsumerGroupMetadataValue(epoch=3",
         "ConsumerGroupTargetAssignmentMetadataKey(groupId='g') => ConsumerGroupTargetAssignmentMetadataValue("
-        "assignmentEpoch=2",
-        f"ConsumerGroupCurrentMemberAssignmentValue(memberEpoch=1, previousMemberEpoch=0, state=1, "
+        "assignmentEpoch=3",
+        f"ConsumerGroupCurrentMemberAssignmentValue(memberEpoch=2, previousMemberEpoch=0, state=1, "
         f"assignedPartitions=[TopicPartitions(topicId={topic}, partitions=[0, 1], assignmentEpochs=[])], "
         f"partitionsPendingRevocation=[TopicPartitions(topicId={topic}, partitions=[2, 3]",
     ]:
@@ -132,7 +132,7 @@ async def _write_group_records() -> list[tuple[bytes, bytes | None]]:
 
     await beat("A", 0, instance_id="inst", rack_id="r1", server_assignor="range")
     await beat("B", 0, subscribed_topic_names=None, subscribed_topic_regex="a.*")
-    await beat("A", 1, instance_id="inst")
+    await beat("A", 2, instance_id="inst")  # a new group is at 1: the first join made 2
     await coord.shutdown()
     return store.partitions[0]
 

@@ -72,7 +72,7 @@ def test_share_session_acknowledgements_and_restart(tmp_path: Path) -> None:
     with broker(data_dir=data, topics={"t": 1}) as b:
         wire = Wire(b.host, b.port)
         hb = join(wire, "m1")
-        assert hb.member_epoch == 1 and hb.heartbeat_interval_ms == 5000
+        assert hb.member_epoch == 2 and hb.heartbeat_interval_ms == 5000  # a new group is at 1
         (tp,) = hb.assignment.topic_partitions
         topic_id = tp.topic_id
         assert tp.partitions == [0]
@@ -92,7 +92,7 @@ def test_share_session_acknowledgements_and_restart(tmp_path: Path) -> None:
         assert acquired(fetch(other, "m2", 2, topic_id)) == [(3, 3, 2)]  # released: redelivered to m2
         described = wire.call(ShareGroupDescribeRequest(group_ids=["g", "nope"]), ShareGroupDescribeResponse, 1)
         g, nope = described.groups
-        assert (g.group_state, g.group_epoch, sorted(m.member_id for m in g.members)) == ("Stable", 2, ["m1", "m2"])
+        assert (g.group_state, g.group_epoch, sorted(m.member_id for m in g.members)) == ("Stable", 3, ["m1", "m2"])
         assert nope.error_code == ErrorCode.GROUP_ID_NOT_FOUND
         # The final epoch closes both sessions: what they hold is released, and written, now.
         assert acknowledge(other, "m2", -1, topic_id, []).error_code == 0

@@ -49,31 +49,31 @@ def parts(result: HeartbeatResult) -> set[int]:
 async def test_first_member_gets_everything_then_revokes_before_the_second_gets_any() -> None:
     coord = await coordinator()
     a = await hb(coord, "A")
-    assert (a.error, a.member_epoch, parts(a)) == (ErrorCode.NONE, 1, set(range(6)))
+    assert (a.error, a.member_epoch, parts(a)) == (ErrorCode.NONE, 2, set(range(6)))  # a new group is at 1
     b = await hb(coord, "B")
     assert b.error is ErrorCode.NONE and parts(b) == set()  # A still owns everything
-    a2 = await hb(coord, "A", 1)
+    a2 = await hb(coord, "A", 2)
     # A is told its smaller assignment but keeps its epoch until it confirms the revocation.
-    assert a2.member_epoch == 1 and len(parts(a2)) == 3
+    assert a2.member_epoch == 2 and len(parts(a2)) == 3
     assert coord.groups["g"].consumer is not None
     assert coord.groups["g"].consumer.members["A"].state is MemberState.UNREVOKED_PARTITIONS
     b2 = await hb(coord, "B", b.member_epoch)
     assert b2.assignment is None  # nothing released yet: B may not take A's partitions
     kept = frozenset((T1, p) for p in parts(a2))
-    a3 = await hb(coord, "A", 1, owned=kept)
-    assert a3.member_epoch == 2
+    a3 = await hb(coord, "A", 2, owned=kept)
+    assert a3.member_epoch == 3
     b3 = await hb(coord, "B", b.member_epoch, owned=frozenset())
-    assert b3.member_epoch == 2 and parts(b3) == set(range(6)) - parts(a2)
+    assert b3.member_epoch == 3 and parts(b3) == set(range(6)) - parts(a2)
 
 
 @async_test
 async def test_epoch_errors_and_request_validation_as_kafka_answers() -> None:
     coord = await coordinator()
-    assert (await hb(coord, "A")).member_epoch == 1
+    assert (await hb(coord, "A")).member_epoch == 2
     greater = await hb(coord, "A", 5)
     assert greater.error is ErrorCode.FENCED_MEMBER_EPOCH
     assert greater.message == ("The consumer group member has a greater member epoch (5) than the one known by the "
-                               "group coordinator (1). The member must abandon all its partitions and rejoin.")
+                               "group coordinator (2). The member must abandon all its partitions and rejoin.")
     unknown = await hb(coord, "Z", 1)
     assert (unknown.error, unknown.message) == (ErrorCode.UNKNOWN_MEMBER_ID, "Member Z is not a member of group g.")
     assert (await hb(coord, "", 0)).message == "MemberId can't be empty."
@@ -91,11 +91,11 @@ async def test_lost_answer_previous_epoch_is_accepted_if_it_owns_no_more_than_as
     coord = await coordinator()
     await hb(coord, "A")
     b = await hb(coord, "B")
-    a = await hb(coord, "A", 1)
-    await hb(coord, "A", 1, owned=frozenset((T1, p) for p in parts(a)))  # A moves to epoch 2
-    again = await hb(coord, "A", 1, owned=frozenset((T1, p) for p in parts(a)))
-    assert again.error is ErrorCode.NONE and again.member_epoch == 2
-    assert (await hb(coord, "A", 1, owned=frozenset((T1, p) for p in range(6)))).error is ErrorCode.FENCED_MEMBER_EPOCH
+    a = await hb(coord, "A", 2)
+    await hb(coord, "A", 2, owned=frozenset((T1, p) for p in parts(a)))  # A moves to epoch 3
+    again = await hb(coord, "A", 2, owned=frozenset((T1, p) for p in parts(a)))
+    assert again.error is ErrorCode.NONE and again.member_epoch == 3
+    assert (await hb(coord, "A", 2, owned=frozenset((T1, p) for p in range(6)))).error is ErrorCode.FENCED_MEMBER_EPOCH
     assert b.error is ErrorCode.NONE
 
 
@@ -213,7 +213,7 @@ async def test_a_consumer_group_survives_a_restart_from_its_records() -> None:
     await coord.start()
     await hb(coord, "A", instance="ia")
     b = await hb(coord, "B", topics=["a", "b"])
-    a = await hb(coord, "A", 1, instance="ia")  # told to revoke: UNREVOKED_PARTITIONS is stored too
+    a = await hb(coord, "A", 2, instance="ia")  # told to revoke: UNREVOKED_PARTITIONS is stored too
     await hb(coord, "C")
     await hb(coord, "C", -1)  # left: its records are tombstoned
     before = coord.groups["g"].consumer

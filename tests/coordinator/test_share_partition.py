@@ -95,15 +95,15 @@ def test_heartbeat_epochs_and_fencing() -> None:
     topics = {"t": (t, 1)}
     g = ShareGroup("g")
     a = g.heartbeat("a", 0, rack_id=None, subscribed=["t"], client_id="c", client_host="h", topics=topics, max_size=10)
-    assert a.error == ErrorCode.NONE and a.member is not None and a.member.epoch == 1
+    assert a.error == ErrorCode.NONE and a.member is not None and a.member.epoch == 2  # a new group is at 1
     assert a.member.assignment == {t: [0]} and a.send_assignment
     b = g.heartbeat("b", 0, rack_id=None, subscribed=["t"], client_id="c", client_host="h", topics=topics, max_size=10)
-    assert b.member is not None and b.member.assignment == {t: [0]} and b.member.epoch == 2
-    stale = g.heartbeat("a", 0 + 2 + 1, rack_id=None, subscribed=None, client_id="c", client_host="h", topics=topics, max_size=10)
+    assert b.member is not None and b.member.assignment == {t: [0]} and b.member.epoch == 3
+    stale = g.heartbeat("a", 0 + 3 + 1, rack_id=None, subscribed=None, client_id="c", client_host="h", topics=topics, max_size=10)
     assert stale.error == ErrorCode.FENCED_MEMBER_EPOCH
-    again = g.heartbeat("a", 1, rack_id=None, subscribed=None, client_id="c", client_host="h", topics=topics, max_size=10)
-    assert again.member is not None and again.member.epoch == 2 and again.send_assignment
-    unknown = g.heartbeat("z", 3, rack_id=None, subscribed=None, client_id="c", client_host="h", topics=topics, max_size=10)
+    again = g.heartbeat("a", 2, rack_id=None, subscribed=None, client_id="c", client_host="h", topics=topics, max_size=10)
+    assert again.member is not None and again.member.epoch == 3 and again.send_assignment
+    unknown = g.heartbeat("z", 4, rack_id=None, subscribed=None, client_id="c", client_host="h", topics=topics, max_size=10)
     assert unknown.error == ErrorCode.UNKNOWN_MEMBER_ID
     full = g.heartbeat("c", 0, rack_id=None, subscribed=["t"], client_id="c", client_host="h", topics=topics, max_size=2)
     assert full.error == ErrorCode.GROUP_MAX_SIZE_REACHED

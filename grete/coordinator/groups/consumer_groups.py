@@ -4,8 +4,9 @@ check of OffsetFetch (commits: ``consumer_requests.validate_commit``).
 A heartbeat (Kafka's GroupMetadataManager.consumerGroupHeartbeat, in its order; the frame and the
 member's join, epoch check, leaving and timers are shared with streams groups in ``modern_groups``):
 validate the request (``consumer_requests``); get or create the group (created only by a join,
-epoch 0); find or create the member, dynamic or static, and check its epoch; apply what changed; bump the group epoch if membership, a subscription or
-the subscribed topics changed; compute a new target assignment when the group epoch is ahead of the
+at epoch 1: ``ConsumerGroup``); find or create the member, dynamic or static, and check its epoch;
+apply what changed; bump the group epoch if membership, a subscription or the subscribed topics
+changed; compute a new target assignment when the group epoch is ahead of the
 assignment epoch (synchronously: the answer already carries it); reconcile the member
 (``consumer_state.reconcile``); re-arm its session timer (and the rebalance timer while it has
 partitions to revoke). Everything happens within one call on the event loop, so there is one owner;

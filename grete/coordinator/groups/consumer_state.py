@@ -55,6 +55,11 @@ class ConsumerMember(ModernMember[TopicPartition]):
 
 @dataclass(eq=False)
 class ConsumerGroup(ModernGroupState[ConsumerMember, TopicPartition]):
+    # A new group starts at group and assignment epoch 1 (an empty target assignment), so its first
+    # join makes epoch 2: Kafka 4.3's ModernGroup constructor and TargetAssignmentMetadata.INITIAL
+    # (KAFKA-20268; before 4.3 a new group was at 0 and its first join made 1).
+    group_epoch: int = 1
+    assignment_epoch: int = 1
     # The subscribed topics (name -> (id, partitions)) the target assignment was computed from.
     subscribed: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
     assignor: str = ""

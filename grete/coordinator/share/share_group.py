@@ -100,8 +100,10 @@ def topics_hash(topics: TopicView) -> int:
 class ShareGroup:
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
-        self.epoch = 0
-        self.assignment_epoch = 0
+        # Kafka 4.3 starts a share group at epoch 1 with an empty assignment, as a consumer group
+        # (ModernGroup, KAFKA-20268): the first join makes epoch 2.
+        self.epoch = 1
+        self.assignment_epoch = 1
         self.metadata_hash = 0
         self.members: dict[str, ShareMember] = {}
         self.initialized: dict[uuid.UUID, InitializedTopic] = {}
