@@ -4,8 +4,9 @@ announced so every broker's authorizer sees it."""
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka.admin import (
@@ -23,7 +24,10 @@ from confluent_kafka.admin import (
 from kazoo.client import KazooClient
 
 from grete.coordinator.zookeeper import zk_layout as zkl
+from grete.protocol.messages import DescribeAclsRequest, DescribeAclsResponse
+from grete.testing import _wire
 from grete.testing.cluster import GreteCluster, cluster
+from grete.testing.process import BrokerProcess
 from tests.cluster.conftest import CLUSTER_OVERRIDES, need_zookeeper, wait_until
 
 pytestmark = pytest.mark.slow
@@ -71,7 +75,7 @@ def test_acls_in_kafka_acl_znodes(grete_cluster: GreteCluster, zk: KazooClient) 
         {"principal": "User:bob", "permissionType": "Allow", "operation": "Read", "host": "*"}]}
     assert json.loads(zk.get("/kafka-acl-extended/prefixed/Group/team-")[0])["acls"][0]["operation"] == "Read"
     literal_changes = [zk.get(f"/kafka-acl-changes/{c}")[0] for c in zk.get_children("/kafka-acl-changes")]
-    assert b"Topic:orders" in literal_changes
+    assert b"TOPIC:orders" in literal_changes  # as Kafka 3.9 writes it
     other = AdminClient({"bootstrap.servers": grete_cluster.brokers[2].bootstrap_servers})
     everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
                                   AclOperation.ANY, AclPermissionType.ANY)
@@ -80,3 +84,49 @@ def test_acls_in_kafka_acl_znodes(grete_cluster: GreteCluster, zk: KazooClient) 
         future.result(10)
     assert zk.exists("/kafka-acl/Topic/orders") is None
     wait_until(lambda: other.describe_acls(everything).result(10) == [], what="the deletion on the other broker")
+
+
+def _acls_on(broker: BrokerProcess) -> set[tuple[int, str, int]]:
+    """(resource type, name, pattern type) of every ACL one broker's authorizer holds, asked of that
+    broker alone (an admin client sends DescribeAcls to whichever broker it likes)."""
+    request = DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                  principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    answer = _wire.call(broker.host, broker.port, request, DescribeAclsResponse, 3)
+    return {(r.resource_type, r.resource_name, r.pattern_type) for r in answer.resources}
+
+
+def _until_every_broker(brokers: list[tuple[int, BrokerProcess]], done: Callable[[set[tuple[int, str, int]]], bool],
+                        what: str) -> None:
+    for n, broker in brokers:
+        wait_until(functools.partial(lambda b: done(_acls_on(b)), broker), what=f"{what} on broker {n}")
+
+
+def test_every_broker_follows_acl_changes_in_both_spellings(grete_cluster: GreteCluster, zk: KazooClient) -> None:
+    """The first change of a fresh cluster reaches every broker (none is mistaken for what start-up
+    read), and so do changes written as Kafka 3.9 writes them (``kafka-acls --authorizer-properties
+    zookeeper.connect=...``, or a Kafka broker of the cluster): TOPIC:name, "resourceType": "TOPIC"."""
+    brokers = sorted(grete_cluster.brokers.items())
+    client = AdminClient({"bootstrap.servers": brokers[0][1].bootstrap_servers})
+    binding = AclBinding(ResourceType.TOPIC, "sec-", ResourcePatternType.PREFIXED, "User:carol", "*",
+                         AclOperation.ALL, AclPermissionType.ALLOW)
+    for future in client.create_acls([binding]).values():
+        future.result(10)
+    wanted = {(2, "sec-", 4)}
+    _until_every_broker(brokers, lambda found: found >= wanted, "the prefixed ACL")
+    entry = {"principal": "User:eve", "permissionType": "Allow", "operation": "Read", "host": "*"}
+    zk.create("/kafka-acl/Topic/zkacl", json.dumps({"version": 1, "acls": [entry]}).encode(), makepath=True)
+    zk.create("/kafka-acl-changes/acl_changes_", b"TOPIC:zkacl", sequence=True)
+    zk.create("/kafka-acl-extended/prefixed/Group/zk-", json.dumps({"version": 1, "acls": [entry]}).encode(),
+              makepath=True)
+    zk.create("/kafka-acl-extended-changes/acl_changes_", json.dumps(
+        {"version": 1, "resourceType": "GROUP", "name": "zk-", "patternType": "PREFIXED"}).encode(), sequence=True)
+    wanted |= {(2, "zkacl", 3), (3, "zk-", 4)}
+    _until_every_broker(brokers, lambda found: found >= wanted, "the ACLs written to ZooKeeper")
+    changes = [zk.get(f"/kafka-acl-extended-changes/{c}")[0] for c in zk.get_children("/kafka-acl-extended-changes")]
+    assert {"version": 1, "resourceType": "TOPIC", "name": "sec-", "patternType": "PREFIXED"} in [
+        json.loads(c) for c in changes]  # Kafka 3.9's spelling, which it reads as well
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                  AclOperation.ANY, AclPermissionType.ANY)
+    for future in client.delete_acls([everything]).values():
+        future.result(10)
+    _until_every_broker(brokers, lambda found: found == set(), "the deletions")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 
 from grete.broker.cluster.config_znodes import change_sequence, read_config, write_config
@@ -120,27 +119,24 @@ class ZkSecurityCache:
             self._acls.pop((resource_type, name, prefixed), None)
 
     def _on_acl_changes(self, root: str, children: list[str]) -> None:
-        seen = self._acl_changes_seen.setdefault(root, -1)
+        seen = self._acl_changes_seen[root]
         fresh = sorted((c for c in children if change_sequence(c) > seen), key=change_sequence)
         if fresh:
             self._acl_changes_seen[root] = change_sequence(fresh[-1])
-            if seen >= 0:  # the first call lists what start-up already loaded
-                asyncio.ensure_future(self._apply_acl_changes(root, fresh))
+            asyncio.ensure_future(self._apply_acl_changes(root, fresh))
 
     async def _apply_acl_changes(self, root: str, names: list[str]) -> None:
         for child in names:
             found = await self.zk.get(f"{root}/{child}")
             if found is None:
                 continue
-            if root == zk.ACL_LITERAL_CHANGES:
-                type_name, _, name = found[0].decode().partition(":")
-                prefixed = False
-            else:
-                raw = json.loads(found[0])
-                type_name, name, prefixed = raw["resourceType"], raw["name"], raw.get("patternType") == "PREFIXED"
-            resource_type = zk.ACL_RESOURCE_NAMES.get(type_name)
-            if resource_type is not None:
-                await self._reload_acls(resource_type, name, prefixed)
+            try:
+                changed = zk.decode_acl_change(found[0], root == zk.ACL_EXTENDED_CHANGES)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("ACL change notification %s/%s cannot be read: %s", root, child, exc)
+                continue
+            if changed is not None:
+                await self._reload_acls(*changed)
         self.changes.publish(MetadataChange(ChangeKind.ACLS_CHANGED))
 
     # --- client quotas (/config/users, /config/users/<u>/clients, /config/clients, /config/ips) ---
@@ -193,6 +189,12 @@ class ZkSecurityCache:
         await self._load_quotas(users)
         if not self._with_acls:
             return
+        # The notifications after the newest one there now are applied (Kafka's
+        # ZkNodeChangeNotificationListener): those before are in the ACLs read below.
+        for root in (zk.ACL_LITERAL_CHANGES, zk.ACL_EXTENDED_CHANGES):
+            await self.zk.ensure_path(root)
+            existing = await self.zk.children(root)
+            self._acl_changes_seen[root] = max((change_sequence(c) for c in existing), default=-1)
         for prefixed, root in ((False, zk.ACL_LITERAL_ROOT), (True, zk.ACL_PREFIXED_ROOT)):
             for type_name in await self.zk.children(root):
                 resource_type = zk.ACL_RESOURCE_NAMES.get(type_name)
@@ -200,7 +202,6 @@ class ZkSecurityCache:
                     for name in await self.zk.children(f"{root}/{type_name}"):
                         await self._reload_acls(resource_type, name, prefixed)
         for root in (zk.ACL_LITERAL_CHANGES, zk.ACL_EXTENDED_CHANGES):
-            await self.zk.ensure_path(root)
             self.zk.watch_children(root, functools.partial(self._on_acl_changes, root))
 
 

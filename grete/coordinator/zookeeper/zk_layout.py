@@ -332,6 +332,10 @@ ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 ACL_CHANGE_PREFIX = "acl_changes_"
 # Kafka's names for resource types, operations and permissions as its ZooKeeper ACL JSON spells them.
 ACL_RESOURCE_NAMES = {"Topic": 2, "Group": 3, "Cluster": 4, "TransactionalId": 5, "DelegationToken": 6, "User": 7}
+# The change notifications name the type as Java's ResourceType enum (TOPIC:name, "resourceType":
+# "TOPIC"); Kafka 3.9 writes those and reads either spelling.
+ACL_RESOURCE_ENUM_NAMES = {"TOPIC": 2, "GROUP": 3, "CLUSTER": 4, "TRANSACTIONAL_ID": 5, "DELEGATION_TOKEN": 6,
+                           "USER": 7}
 ACL_OPERATION_NAMES = {"All": 2, "Read": 3, "Write": 4, "Create": 5, "Delete": 6, "Alter": 7, "Describe": 8,
                        "ClusterAction": 9, "DescribeConfigs": 10, "AlterConfigs": 11, "IdempotentWrite": 12,
                        "CreateTokens": 13, "DescribeTokens": 14}
@@ -370,10 +374,24 @@ def decode_acls(data: bytes) -> list[ZkAcl]:
 
 
 def encode_acl_change(resource_type: int, name: str, prefixed: bool) -> bytes:
-    type_name = _name_of(ACL_RESOURCE_NAMES, resource_type)
+    type_name = _name_of(ACL_RESOURCE_ENUM_NAMES, resource_type)
     if not prefixed:
         return f"{type_name}:{name}".encode()
     return _dumps({"version": 1, "resourceType": type_name, "name": name, "patternType": "PREFIXED"})
+
+
+def decode_acl_change(data: bytes, prefixed_root: bool) -> tuple[int, str, bool] | None:
+    """(resource type, name, prefixed) of a change notification of /kafka-acl-changes (``TYPE:name``)
+    or /kafka-acl-extended-changes (JSON), either spelling of the type; None for a type not known."""
+    if prefixed_root:
+        raw = json.loads(data)
+        type_name, name = str(raw["resourceType"]), str(raw["name"])
+        prefixed = str(raw.get("patternType", "")).upper() == "PREFIXED"
+    else:
+        type_name, _, name = data.decode().partition(":")
+        prefixed = False
+    resource_type = ACL_RESOURCE_NAMES.get(type_name, ACL_RESOURCE_ENUM_NAMES.get(type_name.upper()))
+    return None if resource_type is None else (resource_type, name, prefixed)
 
 
 # --- SCRAM credentials in /config/users/<user> -----------------------------------------------------
