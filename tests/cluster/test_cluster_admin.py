@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from confluent_kafka.admin import NewTopic
 from kazoo.client import KazooClient
 
 from grete.protocol.messages import (
@@ -19,12 +20,12 @@ from grete.protocol.messages import (
 from grete.testing import _wire
 from grete.testing.cluster import GreteCluster
 from tests.cluster.conftest import wait_until
-from tests.cluster.test_cluster_zookeeper import create
+from tests.cluster.test_cluster_zookeeper import admin, create
 
 pytestmark = pytest.mark.slow
-BROKER = 4
+TOPIC, BROKER = 2, 4
 SET, DELETE = 0, 1
-DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 2, 3
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 IAC = IncrementalAlterConfigsRequest
 
 
@@ -85,3 +86,21 @@ def test_describe_topic_partitions_in_a_cluster(grete_cluster: GreteCluster, top
     for p in topic.partitions:
         assert p.error_code == 0 and sorted(p.replica_nodes) == [1, 2, 3] and p.leader_id in p.replica_nodes
         assert sorted(p.isr_nodes) == [1, 2, 3]
+
+
+def test_every_broker_knows_a_topics_overrides(grete_cluster: GreteCluster, topic_name: str) -> None:
+    """A broker that hosts no replica of a topic gets no LeaderAndIsr for it, yet answers its
+    DescribeConfigs (and the min-ISR listings built on it) with its overrides, as Kafka 3.9's."""
+    client = admin(grete_cluster)
+    futures = client.create_topics([NewTopic(topic_name, 1, replica_assignment=[[1]],
+                                             config={"min.insync.replicas": "5", "retention.ms": "7200000"})])
+    futures[topic_name].result(30)
+
+    def overrides(broker_id: int) -> dict[str, str | None]:
+        process = grete_cluster.brokers[broker_id]
+        request = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=TOPIC, resource_name=topic_name, configuration_keys=None)])
+        (result,) = _wire.call(process.host, process.port, request, DescribeConfigsResponse, 4).results
+        return {c.name: c.value for c in result.configs if c.config_source == DYNAMIC_TOPIC_CONFIG}
+    wanted = {"min.insync.replicas": "5", "retention.ms": "7200000"}
+    wait_until(lambda: all(overrides(b) == wanted for b in (1, 2, 3)), what="the overrides on every broker")

@@ -33,7 +33,7 @@ from grete.coordinator.metadata import (
     new_topic_id,
 )
 from grete.coordinator.zookeeper import zk_layout as zk
-from grete.coordinator.zookeeper.zk_client import BadVersionError, NodeExistsError, ZkClient
+from grete.coordinator.zookeeper.zk_client import BadVersionError, NodeExistsError, ZkClient, ZookeeperError
 from grete.protocol.acls import AclBinding
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -66,6 +66,7 @@ class ZkMetadataCache:
         self._group_configs: dict[str, dict[str, str]] = {}  # by group id; none empty
         self._last_change = -1
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._config_reads: set[asyncio.Task[None]] = set()
         self.security = ZkSecurityCache(zk_client, self.changes, acls=acls)
         self.tokens = ZkTokenCache(zk_client, self.changes)
         # Delegation token znodes exist only where a secret key is (Kafka's DelegationTokenManagerZk.startup).
@@ -127,6 +128,20 @@ class ZkMetadataCache:
                 meta.configs = dict(self._topic_configs[name])
         return self._topic_configs[name]
 
+    async def _read_topic_configs(self, name: str, topic_id: uuid.UUID) -> None:
+        """The overrides of a topic this broker hosts no replica of (no LeaderAndIsr reads them): its
+        DescribeConfigs and min-ISR listings need them as Kafka 3.9's, which reads ZooKeeper."""
+        try:
+            configs = await read_config(self.zk, "topics", name)
+        except ZookeeperError as exc:
+            log.warning("the configs of topic %s could not be read from ZooKeeper: %s", name, exc)
+            return
+        meta = self._topics.get(name)
+        if meta is None or meta.topic_id != topic_id or name in self._topic_configs:
+            return  # deleted, created again, or read meanwhile (LeaderAndIsr, a change notification)
+        self._topic_configs[name] = configs
+        meta.configs = dict(configs)
+
     # --- UpdateMetadata ---------------------------------------------------------------------------
     def apply(self, request: UpdateMetadataRequest) -> None:
         """Kafka's ZkMetadataCache.updateMetadata: the live brokers and the controller are replaced,
@@ -171,6 +186,10 @@ class ZkMetadataCache:
                 self._drop(meta)
                 self.changes.publish(MetadataChange(ChangeKind.TOPIC_DELETED, meta, ()))
         for name, indexes in created.items():
+            if name not in self._topic_configs:
+                read = asyncio.ensure_future(self._read_topic_configs(name, self._topics[name].topic_id))
+                self._config_reads.add(read)
+                read.add_done_callback(self._config_reads.discard)
             self.changes.publish(MetadataChange(ChangeKind.TOPIC_CREATED, self._topics[name], tuple(sorted(indexes))))
         for name, indexes in added.items():
             self.changes.publish(MetadataChange(ChangeKind.PARTITIONS_ADDED, self._topics[name], tuple(sorted(indexes))))
