@@ -671,6 +671,11 @@ def _check_resizes(configs: Mapping[str, str], current: BrokerConfig) -> None:
             raise invalid(f"Log cleaner threads cannot be increased to more than double the current value {old}")
 
 
+# Kafka 3.9's defaults where Kafka 4 changed them, for a broker of a ZooKeeper cluster: no bound on
+# timestamps in the future (KIP-1030 set 1 h in 4.0), and no KRaft roles.
+ZK_MODE_DEFAULTS = {"log.message.timestamp.after.max.ms": str(LONG_MAX), "process.roles": ""}
+
+
 def _check_node_id_synonym(props: Mapping[str, str]) -> None:
     """Kafka 4's KafkaConfig: node.id and broker.id name one id; set both, they must agree."""
     if "node.id" in props and "broker.id" in props and int(props["node.id"]) != int(props["broker.id"]):
@@ -708,6 +713,8 @@ class BrokerConfig:
                 definition.parse(raw)  # validate early: a bad value stops start-up with its name
             self.originals[key] = raw
         _check_node_id_synonym(self.originals)
+        # A broker of a ZooKeeper cluster runs as Kafka 3.9's, with its defaults (ZK_MODE_DEFAULTS).
+        self.zookeeper_mode = bool(self.originals.get("zookeeper.connect", "").strip())
 
     @classmethod
     def load(cls, path: str | Path | None, overrides: Iterable[str] = (), *,
@@ -745,6 +752,13 @@ class BrokerConfig:
             definition = BROKER_CONFIGS.get(coarser)
             if definition is not None and definition.default is not None:
                 return str(int(definition.default) * factor)
+        return self.default(key)
+
+    def default(self, key: str) -> str | None:
+        """``key``'s default: Kafka 3.9's where Kafka 4 changed it and this broker is of a ZooKeeper
+        cluster, else its definition's."""
+        if self.zookeeper_mode and key in ZK_MODE_DEFAULTS:
+            return ZK_MODE_DEFAULTS[key]
         definition = BROKER_CONFIGS.get(key)
         return definition.default if definition else None
 

@@ -4,8 +4,10 @@ Kafka's ``/config/brokers`` layout and change notifications, and every broker's 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from kazoo.client import KazooClient
 
@@ -25,7 +27,7 @@ from tests.cluster.test_cluster_zookeeper import admin, create
 pytestmark = pytest.mark.slow
 TOPIC, BROKER = 2, 4
 SET, DELETE = 0, 1
-DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 5
 IAC = IncrementalAlterConfigsRequest
 
 
@@ -104,3 +106,21 @@ def test_every_broker_knows_a_topics_overrides(grete_cluster: GreteCluster, topi
         return {c.name: c.value for c in result.configs if c.config_source == DYNAMIC_TOPIC_CONFIG}
     wanted = {"min.insync.replicas": "5", "retention.ms": "7200000"}
     wait_until(lambda: all(overrides(b) == wanted for b in (1, 2, 3)), what="the overrides on every broker")
+
+
+def test_kafka_3_9_defaults_where_kafka_4_changed_them(grete_cluster: GreteCluster, topic_name: str) -> None:
+    """A ZooKeeper cluster's broker runs with Kafka 3.9's defaults: no bound on timestamps in the
+    future (Kafka 4 has 1 h) and no KRaft process.roles."""
+    create(grete_cluster, topic_name, 1, 3)
+    process = grete_cluster.brokers[1]
+    request = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=TOPIC, resource_name=topic_name, configuration_keys=["message.timestamp.after.max.ms"])])
+    (entry,) = _wire.call(process.host, process.port, request, DescribeConfigsResponse, 4).results[0].configs
+    assert (entry.value, entry.config_source) == (str(2**63 - 1), DEFAULT_CONFIG)
+    assert described(grete_cluster, 2, "process.roles") == ("", DEFAULT_CONFIG)
+    producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers})
+    errors: list[object] = []
+    producer.produce(topic_name, b"later", timestamp=int(time.time() * 1000) + 2 * 3600 * 1000,
+                     on_delivery=lambda err, _msg: errors.append(err))
+    assert producer.flush(30) == 0
+    assert errors == [None]

@@ -76,9 +76,9 @@ def _broker_chain(config: BrokerConfig, key: str, sensitive: bool) -> list[tuple
             found.append((name, None if sensitive else config.originals[name],
                           ConfigSource.STATIC_BROKER_CONFIG))
     for name in chain:
-        definition = BROKER_CONFIGS.get(name)
-        if definition is not None and definition.default is not None:
-            found.append((name, None if sensitive else definition.default, ConfigSource.DEFAULT_CONFIG))
+        default = config.default(name)
+        if default is not None:
+            found.append((name, None if sensitive else default, ConfigSource.DEFAULT_CONFIG))
     return found
 
 
@@ -117,7 +117,7 @@ def broker_config_entry(config: BrokerConfig, key: str, *, with_docs: bool = Fal
         return _broker_id_entry(config, with_docs)
     # A key set nowhere shows its own default, null for log.retention.ms and its kin (Kafka 4.3
     # does not fill in the value derived from log.retention.hours: that shows under its own name).
-    value = chain[0][1] if chain else definition.default
+    value = chain[0][1] if chain else config.default(key)
     source = chain[0][2] if chain else ConfigSource.DEFAULT_CONFIG
     # Kafka marks the configs it can change at run time (DynamicBrokerConfig) as not read-only.
     return ConfigEntry(key, None if sensitive else value, source, key not in DYNAMIC_BROKER_CONFIGS, sensitive,
