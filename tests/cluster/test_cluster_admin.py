@@ -124,3 +124,17 @@ def test_kafka_3_9_defaults_where_kafka_4_changed_them(grete_cluster: GreteClust
                      on_delivery=lambda err, _msg: errors.append(err))
     assert producer.flush(30) == 0
     assert errors == [None]
+
+
+def test_a_manual_assignment_may_name_an_unknown_broker(grete_cluster: GreteCluster, topic_name: str) -> None:
+    """Kafka 3.9's ZooKeeper-mode CreateTopics takes replicas on a broker it does not know (the
+    partition is then under-replicated); a KRaft cluster refuses them."""
+    client = admin(grete_cluster)
+    client.create_topics([NewTopic(topic_name, 1, replica_assignment=[[1, 9]])])[topic_name].result(30)
+    wait_until(lambda: (meta := client.list_topics(topic_name, timeout=10).topics[topic_name]).error is None
+               and meta.partitions[0].leader == 1, what="broker 1 leading")
+    partition = client.list_topics(topic_name, timeout=10).topics[topic_name].partitions[0]
+    assert (partition.replicas, partition.isrs) == ([1, 9], [1])
+    producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "acks": "1"})
+    producer.produce(topic_name, b"kept")
+    assert producer.flush(30) == 0

@@ -143,12 +143,15 @@ def _manual_assignment(broker: Admin, topic: CreateTopicsRequest.CreatableTopic)
                          "but numPartitions was not set to -1.")
     seen: set[int] = set()
     replication: int | None = None
+    # A ZooKeeper cluster takes replicas on brokers it does not know (Kafka 3.9's ZkAdminManager does
+    # not check them, as its TopicCommand never did); a KRaft cluster refuses them.
+    known = None if broker.cluster.zk_broker_apis else registered_broker_ids(broker)
     for assignment in topic.assignments:
         if assignment.partition_index in seen:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Found multiple manual partition "
                              f"assignments for partition {assignment.partition_index}")
         seen.add(assignment.partition_index)
-        check_replica_list(assignment.broker_ids, registered_broker_ids(broker), replication)
+        check_replica_list(assignment.broker_ids, known, replication)
         replication = len(assignment.broker_ids)
     if seen != set(range(len(seen))):
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -160,15 +163,15 @@ def registered_broker_ids(broker: Admin) -> set[int]:
     return {b.id for b in broker.registered_brokers()}
 
 
-def check_replica_list(broker_ids: list[int], registered: set[int], replication: int | None) -> None:
+def check_replica_list(broker_ids: list[int], registered: set[int] | None, replication: int | None) -> None:
     """Kafka's validateManualPartitionAssignment against the registered brokers (a KRaft cluster's
-    fenced ones included; the controller leaves them out of the new partitions' ISR)."""
+    fenced ones included; the controller leaves them out of the new partitions' ISR); None: any."""
     if not broker_ids:
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          "The manual partition assignment includes an empty replica list.")
     previous = None
     for broker_id in sorted(broker_ids):
-        if broker_id not in registered:
+        if registered is not None and broker_id not in registered:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment "
                              f"includes broker {broker_id}, but no such broker is registered.")
         if broker_id == previous:
