@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Iterator
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -130,3 +131,22 @@ def test_every_broker_follows_acl_changes_in_both_spellings(grete_cluster: Grete
     for future in client.delete_acls([everything]).values():
         future.result(10)
     _until_every_broker(brokers, lambda found: found == set(), "the deletions")
+
+
+def test_both_scram_mechanisms_in_one_request(grete_cluster: GreteCluster) -> None:
+    """Kafka 3.9's ZooKeeper mode takes a user's two mechanisms in one request (`kafka-configs
+    --add-config 'SCRAM-SHA-256=[...],SCRAM-SHA-512=[...]'`) and refuses one mechanism named twice;
+    Kafka 4 refuses a user named twice."""
+    client = AdminClient({"bootstrap.servers": grete_cluster.brokers[1].bootstrap_servers})
+    both = [UserScramCredentialUpsertion("dora", ScramCredentialInfo(mechanism, 8192), b"dora-secret")
+            for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
+    for future in client.alter_user_scram_credentials(both).values():
+        future.result(10)
+    found = client.describe_user_scram_credentials(["dora"])["dora"].result(10)
+    assert sorted(i.mechanism for i in found.scram_credential_infos) == [ScramMechanism.SCRAM_SHA_256,
+                                                                         ScramMechanism.SCRAM_SHA_512]
+    twice = [both[0], both[0]]
+    with pytest.raises(KafkaException) as refused:
+        for future in client.alter_user_scram_credentials(twice).values():
+            future.result(10)
+    assert refused.value.args[0].code() == KafkaError.DUPLICATE_RESOURCE

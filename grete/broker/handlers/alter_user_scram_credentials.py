@@ -37,10 +37,12 @@ async def handle(ctx: RequestContext[Admin], request: AlterUserScramCredentialsR
         return Response(results=[Result(user=u, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                         error_message="Cluster authorization failed.") for u in users])
     # One change per user per request, whatever the mechanisms (Apache Kafka 4.3.1 refuses
-    # `kafka-configs --add-config 'SCRAM-SHA-256=[...],SCRAM-SHA-512=[...]'` so too).
-    counts = Counter(c.name for c in changes)
+    # `kafka-configs --add-config 'SCRAM-SHA-256=[...],SCRAM-SHA-512=[...]'` so too); a ZooKeeper
+    # cluster refuses only a user's mechanism named twice, as Kafka 3.9's ZkAdminManager.
+    per_mechanism = ctx.broker.cluster.zk_broker_apis
+    counts = Counter((c.name, c.mechanism if per_mechanism else 0) for c in changes)
     errors: dict[str, tuple[int, str]] = {}
-    for name, count in counts.items():
+    for (name, _), count in counts.items():
         if count > 1:
             errors[name] = (ErrorCode.DUPLICATE_RESOURCE,
                             "A user credential cannot be altered twice in the same request")
