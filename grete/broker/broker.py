@@ -201,6 +201,7 @@ class Broker:
         if change.kind is ChangeKind.BROKER_CONFIGS_CHANGED:
             self._apply_dynamic_configs()
             # What reads the config on each use picks the change up by itself; these hold it.
+            self.log_manager.default_config = self._default_log_config()
             self.replicas.reconfigure_all()
             self.connection_quotas.reload(self.config)
             self.log_manager.cordoned = cordoned_dirs(self.config)

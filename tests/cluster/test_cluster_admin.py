@@ -138,3 +138,18 @@ def test_a_manual_assignment_may_name_an_unknown_broker(grete_cluster: GreteClus
     producer = Producer({"bootstrap.servers": grete_cluster.bootstrap_servers, "acks": "1"})
     producer.produce(topic_name, b"kept")
     assert producer.flush(30) == 0
+
+
+def test_a_restarted_broker_runs_with_the_dynamic_configs(grete_cluster: GreteCluster) -> None:
+    """A broker reads /config/brokers/<default> and /config/brokers/<id> when it starts and runs with
+    them (it was built before they were read, and kept its static configs until the next change)."""
+    assert alter(grete_cluster, 1, "", [("message.max.bytes", SET, "2000123")]) == (0, None)
+    assert alter(grete_cluster, 3, "3", [("log.cleaner.threads", SET, "2")]) == (0, None)
+    try:
+        assert grete_cluster.stop_broker(3) == 0
+        grete_cluster.start_broker(3)
+        assert described(grete_cluster, 3, "message.max.bytes") == ("2000123", DYNAMIC_DEFAULT_BROKER_CONFIG)
+        assert described(grete_cluster, 3, "log.cleaner.threads") == ("2", DYNAMIC_BROKER_CONFIG)
+    finally:
+        alter(grete_cluster, 1, "", [("message.max.bytes", DELETE, None)])
+        alter(grete_cluster, 3, "3", [("log.cleaner.threads", DELETE, None)])

@@ -78,6 +78,8 @@ class ZkMetadataCache:
         topic first shows up, before any partition of it opens)."""
         for scope, entity in ((str(self.broker_id), str(self.broker_id)), ("", zk.DEFAULT_ENTITY)):
             self._broker_configs[scope] = await read_config(self.zk, "brokers", entity)
+        # The broker was built before they were read: it takes them as it takes a change.
+        self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
         existing = await self.zk.children(zk.CONFIG_CHANGES)
         self._last_change = max((change_sequence(c) for c in existing), default=-1)
         self.zk.watch_children(zk.CONFIG_CHANGES, self._on_config_changes)
