@@ -23,6 +23,7 @@ from grete.broker.config import (
     BrokerConfig,
     ConfigError,
     StartupError,
+    applicable_dynamic,
     check_dynamic_update,
     cordoned_dirs,
     validate_topic_configs,
@@ -195,7 +196,8 @@ class Broker:
             self.metadata.close()
 
     def _apply_dynamic_configs(self) -> None:
-        self.config.set_dynamic(self.metadata.broker_configs(str(self.node_id)), self.metadata.broker_configs(""))
+        self.config.set_dynamic(applicable_dynamic(self.metadata.broker_configs(str(self.node_id)), "this broker's"),
+                                applicable_dynamic(self.metadata.broker_configs(""), "the cluster-wide"))
 
     def _on_metadata_change(self, change: MetadataChange) -> None:
         if change.kind is ChangeKind.BROKER_CONFIGS_CHANGED:

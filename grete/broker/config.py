@@ -578,6 +578,23 @@ _THREAD_POOLS = ("num.io.threads", "num.network.threads", "num.replica.fetchers"
                  "num.recovery.threads.per.data.dir", "background.threads")
 
 
+def applicable_dynamic(configs: Mapping[str, str], whose: str) -> dict[str, str]:
+    """The dynamic broker configs whose values parse. A bad value from another writer (a Kafka
+    broker of the cluster, a hand-edited znode) is logged and left out, as Kafka's DynamicBrokerConfig
+    skips what it cannot apply, rather than stopping the broker or failing each later read."""
+    kept: dict[str, str] = {}
+    for key, value in configs.items():
+        definition = _definition(key)
+        try:
+            if definition is not None:
+                definition.parse(value)
+        except ConfigError as exc:
+            log.error("%s dynamic config %s=%r is left out: %s", whose, key, value, exc)
+            continue
+        kept[key] = value
+    return kept
+
+
 def _definition(key: str) -> ConfigDef | None:
     """A broker or topic key's definition; ``listener.name.<listener>.<key>`` is the key's own, as
     Kafka's per-listener overrides are."""

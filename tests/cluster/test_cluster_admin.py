@@ -140,16 +140,22 @@ def test_a_manual_assignment_may_name_an_unknown_broker(grete_cluster: GreteClus
     assert producer.flush(30) == 0
 
 
-def test_a_restarted_broker_runs_with_the_dynamic_configs(grete_cluster: GreteCluster) -> None:
+def test_a_restarted_broker_runs_with_the_dynamic_configs(grete_cluster: GreteCluster, zk: KazooClient) -> None:
     """A broker reads /config/brokers/<default> and /config/brokers/<id> when it starts and runs with
-    them (it was built before they were read, and kept its static configs until the next change)."""
+    them (it was built before they were read, and kept its static configs until the next change); a
+    value it cannot parse (another writer's) is logged and left out, the broker starts."""
     assert alter(grete_cluster, 1, "", [("message.max.bytes", SET, "2000123")]) == (0, None)
     assert alter(grete_cluster, 3, "3", [("log.cleaner.threads", SET, "2")]) == (0, None)
+    own = json.loads(zk.get("/config/brokers/3")[0])
+    zk.set("/config/brokers/3", json.dumps({**own, "config": {**own["config"], "log.cleaner.backoff.ms": "soon"}}).encode())
     try:
         assert grete_cluster.stop_broker(3) == 0
         grete_cluster.start_broker(3)
         assert described(grete_cluster, 3, "message.max.bytes") == ("2000123", DYNAMIC_DEFAULT_BROKER_CONFIG)
         assert described(grete_cluster, 3, "log.cleaner.threads") == ("2", DYNAMIC_BROKER_CONFIG)
+        assert described(grete_cluster, 3, "log.cleaner.backoff.ms") == ("15000", DEFAULT_CONFIG)
+        assert "log.cleaner.backoff.ms='soon' is left out" in grete_cluster.brokers[3].log_path.read_text()
     finally:
+        zk.set("/config/brokers/3", json.dumps(own).encode())
         alter(grete_cluster, 1, "", [("message.max.bytes", DELETE, None)])
         alter(grete_cluster, 3, "3", [("log.cleaner.threads", DELETE, None)])

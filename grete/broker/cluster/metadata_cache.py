@@ -33,7 +33,7 @@ from grete.coordinator.metadata import (
     new_topic_id,
 )
 from grete.coordinator.zookeeper import zk_layout as zk
-from grete.coordinator.zookeeper.zk_client import BadVersionError, NodeExistsError, ZkClient, ZookeeperError
+from grete.coordinator.zookeeper.zk_client import BadVersionError, NodeExistsError, ZkClient
 from grete.protocol.acls import AclBinding
 from grete.protocol.codec import ZERO_UUID
 from grete.protocol.errors import ErrorCode, KafkaError
@@ -76,12 +76,14 @@ class ZkMetadataCache:
     async def start(self) -> None:
         """Read the broker configs, then follow /config/changes (the topic configs are read when a
         topic first shows up, before any partition of it opens)."""
+        # The notifications after the newest one there now are applied: those before are in what is
+        # read next (a change landing between the two is read twice, never missed).
+        existing = await self.zk.children(zk.CONFIG_CHANGES)
+        self._last_change = max((change_sequence(c) for c in existing), default=-1)
         for scope, entity in ((str(self.broker_id), str(self.broker_id)), ("", zk.DEFAULT_ENTITY)):
             self._broker_configs[scope] = await read_config(self.zk, "brokers", entity)
         # The broker was built before they were read: it takes them as it takes a change.
         self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
-        existing = await self.zk.children(zk.CONFIG_CHANGES)
-        self._last_change = max((change_sequence(c) for c in existing), default=-1)
         self.zk.watch_children(zk.CONFIG_CHANGES, self._on_config_changes)
         for entity in await self.zk.children(zk.config_root(zk.GROUP_CONFIGS)):
             self._apply_group_configs(entity, await read_config(self.zk, zk.GROUP_CONFIGS, entity))
@@ -135,7 +137,7 @@ class ZkMetadataCache:
         DescribeConfigs and min-ISR listings need them as Kafka 3.9's, which reads ZooKeeper."""
         try:
             configs = await read_config(self.zk, "topics", name)
-        except ZookeeperError as exc:
+        except Exception as exc:  # a background read: ZooKeeper gone, a bad znode; LeaderAndIsr reads again
             log.warning("the configs of topic %s could not be read from ZooKeeper: %s", name, exc)
             return
         meta = self._topics.get(name)
@@ -355,9 +357,12 @@ class ZkMetadataCache:
                 self.changes.publish(MetadataChange(ChangeKind.BROKER_CONFIGS_CHANGED))
 
     def _apply_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        self._topic_configs[name] = configs
         meta = self._topics.get(name)
-        if meta is not None and meta.configs != configs:
+        if meta is None:  # not known here (yet, or any more): its creation reads them afresh
+            self._topic_configs.pop(name, None)
+            return
+        self._topic_configs[name] = configs
+        if meta.configs != configs:
             meta.configs = dict(configs)
             self.changes.publish(MetadataChange(ChangeKind.TOPIC_CONFIGS_CHANGED, meta, tuple(sorted(meta.partitions))))
 

@@ -263,7 +263,8 @@ class Appends:
                 result = partition.append(parked.batch, now_ms, parked.guard)
             except KafkaError as exc:
                 failed = True
-                self.metrics.produce_failed(partition.topic, parked.size)
+                if parked.refusal is None:  # a refused batch was counted when it was refused
+                    self.metrics.produce_failed(partition.topic, parked.size)
                 answer.error_code, answer.error_message = exc.code, exc.message
                 continue
             self.metrics.produced(partition.topic, parked.batch.records_count, parked.batch.size)
@@ -341,7 +342,8 @@ def _transactional_header(records: object) -> RecordBatch | None:
     if not isinstance(records, bytes | bytearray | memoryview) or len(records) < BATCH_OVERHEAD:
         return None
     header = RecordBatch(records)
-    sane = header.magic == 2 and BATCH_OVERHEAD <= header.size <= len(records)
+    # One batch, whole (Kafka refuses anything else from Produce v3 on before adding the partition).
+    sane = header.magic == 2 and header.size == len(records)
     return header if sane and header.is_transactional else None
 
 
