@@ -39,7 +39,7 @@ async def handle(ctx: RequestContext[Admin], request: AlterUserScramCredentialsR
     # One change per user per request, whatever the mechanisms (Apache Kafka 4.3.1 refuses
     # `kafka-configs --add-config 'SCRAM-SHA-256=[...],SCRAM-SHA-512=[...]'` so too); a ZooKeeper
     # cluster refuses only a user's mechanism named twice, as Kafka 3.9's ZkAdminManager.
-    per_mechanism = ctx.broker.cluster.zk_broker_apis
+    per_mechanism = ctx.broker.config.zookeeper_mode
     counts = Counter((c.name, c.mechanism if per_mechanism else 0) for c in changes)
     errors: dict[str, tuple[int, str]] = {}
     for (name, _), count in counts.items():

@@ -145,7 +145,7 @@ def _manual_assignment(broker: Admin, topic: CreateTopicsRequest.CreatableTopic)
     replication: int | None = None
     # A ZooKeeper cluster takes replicas on brokers it does not know (Kafka 3.9's ZkAdminManager does
     # not check them, as its TopicCommand never did); a KRaft cluster refuses them.
-    known = None if broker.cluster.zk_broker_apis else registered_broker_ids(broker)
+    known = None if broker.config.zookeeper_mode else registered_broker_ids(broker)
     for assignment in topic.assignments:
         if assignment.partition_index in seen:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Found multiple manual partition "
