@@ -1,6 +1,6 @@
 """Broker processes started by another grete process (``grete host``, ``grete cluster``, the test
-clusters): started with their output in a log file and their parent's death as their SIGTERM,
-their ends awaited on a pidfd from the event loop (never polled), described and shown by the last
+clusters): started with their output in a log file and their parent process's death as their
+SIGTERM, their ends awaited on a pidfd from the event loop (never polled), described and shown by the last
 lines of their log."""
 
 from __future__ import annotations
@@ -11,14 +11,25 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 LOG_TAIL_LINES = 10
 
+# Linux sends the parent-death signal when the *thread* that forked the child ends, not its
+# process: a broker started from a short-lived thread (a test starting a broker in the background)
+# would be stopped the moment that thread returned. Every child is forked from this one thread,
+# which lives as long as the process.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grete-spawn")
+
 
 def spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     """Start ``command`` with its output in ``log_path``; it gets SIGTERM (a controlled shutdown)
-    when the thread that started it ends, so no broker outlives what runs it."""
+    when this process ends, so no broker outlives what runs it."""
+    return _SPAWNER.submit(_popen, command, log_path).result()
+
+
+def _popen(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                                 preexec_fn=_die_with_parent, close_fds=True)

@@ -117,6 +117,7 @@ class KRaftBroker(BrokersFromMetadata):
             self.driver.snapshot_source = lambda: snapshot_records(self.metadata, self.registry)
         self.applied_offset = -1
         self._caught_up = asyncio.Event()  # the image holds this broker's own registration
+        self._listed = asyncio.Event()  # ... and, after it, this broker unfenced: it serves from then
         self.alter_partitions: AlterPartitionManager | None = None
         self.dir_assignments: DirAssignments | None = None
         self._broker: Broker | None = None
@@ -216,8 +217,9 @@ class KRaftBroker(BrokersFromMetadata):
     async def register(self, broker: Broker) -> None:
         """Follow the metadata log, then register with the controller quorum (after the listeners are
         bound: the registration names their ports). Returns once the image has caught up with the
-        registration, the node serving only then (Kafka 4's BrokerServer), so no client is answered
-        from an image that lacks the cluster's topics (a restart's first replay)."""
+        registration and the controller has unfenced the broker, the node serving only then (Kafka 4's
+        BrokerServer): no client is answered from an image that lacks the cluster's topics (a
+        restart's first replay), nor told of a cluster this broker is not yet part of."""
         endpoints = [BrokerRegistrationRequest.Listener(
             name=a.name, host=a.host, port=a.port,
             security_protocol=PROTOCOL_IDS.get(security_protocol(self.config, a.name), 0)) for a in broker.advertised]
@@ -250,6 +252,11 @@ class KRaftBroker(BrokersFromMetadata):
         if not self._caught_up.is_set():
             log.info("waiting for the metadata log to reach this broker's registration (offset %d)", self.broker_epoch)
             await self._caught_up.wait()
+        # Caught up, the next heartbeat says so and the controller unfences the broker at once; it
+        # serves once its own image lists it (what its Metadata answers tell clients).
+        if not self._listed.is_set():
+            log.info("waiting for the controller quorum to unfence broker %d", self.broker_id)
+            await self._listed.wait()
 
     # --- the metadata log -------------------------------------------------------------------------------
     def _leader_address(self) -> VoterAddress | None:
@@ -297,6 +304,8 @@ class KRaftBroker(BrokersFromMetadata):
     def _note_caught_up(self) -> None:
         if 0 <= self.broker_epoch <= self.applied_offset:
             self._caught_up.set()
+            if not self._listed.is_set() and any(b.id == self.broker_id for b in self.registry.live()):
+                self._listed.set()
 
     def _note(self, record: Message) -> None:
         if isinstance(record, PartitionRecord | PartitionChangeRecord):
