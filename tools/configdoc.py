@@ -20,6 +20,8 @@ from grete.broker.config import (
     DYNAMIC_BROKER_CONFIGS,
     PER_BROKER_ONLY,
     TOPIC_CONFIGS,
+    ZK_MODE_TOPIC_CONFIGS,
+    ZK_TOPIC_CONFIGS,
     ConfigDef,
     broker_synonyms,
 )
@@ -88,8 +90,8 @@ def broker_table() -> list[str]:
 def topic_table() -> list[str]:
     rows = ["| key | type | default | allowed | broker key it defaults to | notes |",
             "|---|---|---|---|---|---|"]
-    for key in sorted(TOPIC_CONFIGS):
-        d, synonym = TOPIC_CONFIGS[key]
+    for key in sorted(ZK_TOPIC_CONFIGS):
+        d, synonym = ZK_TOPIC_CONFIGS[key]
         rows.append("| " + " | ".join(_cell(c) for c in (
             f"`{key}`", d.type.name.lower(), default_text(d), allowed_text(d),
             _code(synonym or ""), d.doc)) + " |")
@@ -111,7 +113,8 @@ def section() -> str:
         "",
         *broker_table(),
         "",
-        f"### Topic configuration ({len(TOPIC_CONFIGS)} keys)",
+        f"### Topic configuration ({len(TOPIC_CONFIGS)} keys, and {len(ZK_MODE_TOPIC_CONFIGS)} of Kafka 3.9's "
+        "on a broker of a ZooKeeper cluster)",
         "",
         "Set per topic at creation (`kafka-topics --create --config key=value`) or later "
         "(`kafka-configs --alter --entity-type topics`); every topic key is dynamic. Without an "

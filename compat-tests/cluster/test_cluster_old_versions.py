@@ -1,7 +1,8 @@
 """Fetch v0-3 and ListOffsets v0 on a ZooKeeper cluster, on grete and on Apache Kafka 3.9.2: records
 written as v2 batches (plain, gzip, headers, a committed transaction) come back down-converted to
 the message format the version reads (v0-1: magic 0, v2-3: magic 1 with timestamps), control batches
-left out; a zstd batch cannot be converted (UNSUPPORTED_COMPRESSION_TYPE). ListOffsets v0 answers
+left out; a zstd batch cannot be converted (UNSUPPORTED_COMPRESSION_TYPE), nor a topic's with
+``message.downconversion.enable=false`` (UNSUPPORTED_VERSION). ListOffsets v0 answers
 offsets before a time by segment. ApiVersions advertises both from v0. Clients speaking pre-0.11
 versions (kafka-python with ``api_version`` (0, 10, 0) and (0, 10, 1)) consume. The admin versions
 Kafka 4 removed whose semantics are their successors' answer as Kafka 3.9's: CreateTopics v0-1,
@@ -128,6 +129,21 @@ def test_a_zstd_batch_cannot_go_to_an_old_fetch(cluster_target: ClusterTarget) -
     data = _fetch(leader, topic, 3)
     assert (data.error_code, data.high_watermark, bytes(data.records or b"")) == (
         ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, -1, b"")
+
+
+def test_down_conversion_turned_off_refuses_old_fetches(cluster_target: ClusterTarget) -> None:
+    """A topic with message.downconversion.enable=false answers Fetch v0-3 UNSUPPORTED_VERSION (Kafka
+    3.9's topic config, gone in Kafka 4), whether or not there is anything to convert; v4 reads."""
+    topic = _topic(cluster_target, {"message.downconversion.enable": "false"})
+    leader = _leader(cluster_target, topic)
+    assert _fetch(leader, topic, 3).error_code == ErrorCode.UNSUPPORTED_VERSION  # nothing written yet
+    _produce(cluster_target, topic, transaction=False)
+    h.wait_until(lambda: _fetch(leader, topic, 4).high_watermark >= 5, 30, "the records replicated")
+    for version in (0, 3):
+        data = _fetch(leader, topic, version)
+        assert (data.error_code, data.high_watermark, bytes(data.records or b"")) == (
+            ErrorCode.UNSUPPORTED_VERSION, -1, b"")
+    assert _fetch(leader, topic, 4).error_code == ErrorCode.NONE
 
 
 def test_fetch_and_list_offsets_are_advertised_from_version_0(cluster_target: ClusterTarget) -> None:

@@ -3,6 +3,9 @@ see them, on a 3-broker cluster (grete, or Apache Kafka 3.9.2 in ZooKeeper mode)
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import cluster_helpers as h
 import pytest
 from cluster_targets import ClusterTarget
@@ -133,3 +136,50 @@ def test_replication_factor_above_the_broker_count(cluster_target: ClusterTarget
     text = done.stdout + done.stderr
     assert "InvalidReplicationFactorException" in text, text
     assert "Replication factor: 4 larger than available brokers: 3." in text, text
+
+
+# Kafka 3.9's topic configs that Kafka 4 removed (KIP-724, KIP-937): taken, described and, for the
+# timestamp bound, enforced by a broker of a ZooKeeper cluster.
+THREE_NINE_ONLY = {"message.format.version": "2.8", "message.downconversion.enable": "false",
+                   "message.timestamp.difference.max.ms": "3600000"}
+
+
+def _produce_at(bootstrap: str, topic: str, timestamp_ms: int) -> Any:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0, "log_level": 0,
+                         "logger": h.silent_logger()})
+    outcome: list[Any] = []
+    producer.produce(topic, value=b"v", partition=0, timestamp=timestamp_ms,
+                     on_delivery=lambda err, _m: outcome.append(err))
+    producer.flush(30)
+    assert outcome, "no delivery report"
+    return outcome[0]
+
+
+def test_three_nine_topic_configs(cluster_target: ClusterTarget) -> None:
+    from confluent_kafka import KafkaError
+
+    plain = h.unique("plain")
+    h.create_topic(cluster_target.bootstrap, plain, partitions=1, replication=3)
+    bounded = h.unique("bounded")
+    h.create_topic(cluster_target.bootstrap, bounded, partitions=1, replication=3, config=THREE_NINE_ONLY)
+    broker = cluster_target.cluster.brokers[cluster_target.broker_ids[0]]
+    defaults = h.topic_configs_on(broker.host, broker.port, plain)
+    assert {k: defaults.get(k) for k in THREE_NINE_ONLY} == {
+        "message.format.version": "3.0-IV1", "message.downconversion.enable": "true",
+        "message.timestamp.difference.max.ms": "9223372036854775807"}
+    overridden = h.topic_configs_on(broker.host, broker.port, bounded)
+    assert {k: overridden.get(k) for k in THREE_NINE_ONLY} == THREE_NINE_ONLY
+
+    now = int(time.time() * 1000)
+    two_hours = 2 * 3600 * 1000
+    for stamp in (now - two_hours, now + two_hours):  # the difference bounds both sides
+        error = _produce_at(cluster_target.bootstrap, bounded, stamp)
+        assert error is not None and error.code() == KafkaError.INVALID_TIMESTAMP, error
+        assert _produce_at(cluster_target.bootstrap, plain, stamp) is None
+    assert _produce_at(cluster_target.bootstrap, bounded, now) is None
+
+    refused = h.tool("kafka-configs", "--bootstrap-server", cluster_target.bootstrap, "--alter", "--entity-type",
+                     "topics", "--entity-name", plain, "--add-config", "message.format.version=banana")
+    assert refused.returncode != 0 and "InvalidConfigurationException" in refused.stdout + refused.stderr

@@ -403,7 +403,7 @@ class Broker:
         if assignment is None:
             assignment = self.assign_replicas(partitions, replication)
         try:
-            clean = validate_topic_configs(configs or {})
+            clean = validate_topic_configs(configs or {}, zookeeper_mode=self.config.zookeeper_mode)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         if validate_only:
@@ -458,7 +458,7 @@ class Broker:
         if meta is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         try:
-            clean = validate_topic_configs(configs)
+            clean = validate_topic_configs(configs, zookeeper_mode=self.config.zookeeper_mode)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
         await self.metadata.set_topic_configs(name, clean)  # the replica manager applies it to the logs

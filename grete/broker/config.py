@@ -71,6 +71,7 @@ class ConfigDef:
     maximum: float | None = None
     also: float | None = None  # one value allowed outside [minimum, maximum] (gzip's -1: the default level)
     allow_empty: bool = False  # a LIST with choices that may be empty (Kafka's ValidList.anyNonDuplicateValues)
+    version: bool = False  # a Kafka version's name (Kafka 3.9's MetadataVersionValidator)
 
     def parse(self, raw: str) -> object:
         """Parse and validate ``raw``; raises ConfigError with Kafka-like wording."""
@@ -100,6 +101,8 @@ class ConfigDef:
     def _check(self, value: object, raw: str) -> None:
         if isinstance(value, int | float) and not isinstance(value, bool) and value != self.also:
             self._check_range(value, raw)
+        if self.version and not _VERSION_NAME.fullmatch(str(value)):
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: Version `{value}` is not a valid version")
         if self.choices is not None:
             items = value if isinstance(value, list) else [value]
             bad = [v for v in items if v not in self.choices]
@@ -175,6 +178,27 @@ TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, syn) for d
     (_d("segment.ms", LONG, "604800000", minimum=1), "log.roll.ms"),
     (_d("unclean.leader.election.enable", BOOL, "false"), "unclean.leader.election.enable"),
 ]}
+
+# Kafka 3.9's topic configs that Kafka 4 removed, known to a broker of a ZooKeeper cluster only, as
+# to its Kafka 3.9 peers: the message format (KIP-724; shown and ignored, as Kafka 3's since
+# inter.broker.protocol.version 3.0: batches are stored in format v2 whatever it says; grete
+# down-converts for old fetches either way) and the timestamp difference (KIP-937), which bounds
+# both sides of a record's timestamp where message.timestamp.before/after.max.ms are left unset.
+ZK_MODE_TOPIC_CONFIGS: dict[str, tuple[ConfigDef, str | None]] = {d.name: (d, None) for d in [
+    _d("message.downconversion.enable", BOOL, "true", "Kafka 3.9 (ZooKeeper mode): accepted and shown"),
+    _d("message.format.version", STR, "3.0-IV1", "Kafka 3.9 (ZooKeeper mode): accepted and shown", version=True),
+    _d("message.timestamp.difference.max.ms", LONG, str(LONG_MAX),
+       "Kafka 3.9 (ZooKeeper mode): the bound on both sides where before/after.max.ms are unset", minimum=0),
+]}
+ZK_TOPIC_CONFIGS = {**TOPIC_CONFIGS, **ZK_MODE_TOPIC_CONFIGS}
+# MetadataVersion's names up to Kafka 3.9 (0.8.0 ... 3.9-IV0; a third part is ignored past 0.x).
+_VERSION_NAME = re.compile(r"(0\.(8\.[0-2]|9\.0|10\.[0-2]|11\.0)|1\.[01]|2\.[0-8]|3\.[0-9])(\.\d+)?(-IV\d+)?")
+
+
+def topic_configs(zookeeper_mode: bool) -> dict[str, tuple[ConfigDef, str | None]]:
+    """The topic configs a broker knows: Kafka 4.3's, and Kafka 3.9's removed ones in ZooKeeper mode."""
+    return ZK_TOPIC_CONFIGS if zookeeper_mode else TOPIC_CONFIGS
+
 
 # Broker keys that are derived from coarser units when not set themselves (Kafka's precedence).
 _UNIT_FALLBACKS: dict[str, list[tuple[str, int]]] = {
@@ -700,7 +724,7 @@ def _check_node_id_synonym(props: Mapping[str, str]) -> None:
 
 
 def _broker_default_for_topic(topic_key: str) -> str | None:
-    definition, synonym = TOPIC_CONFIGS[topic_key]
+    definition, synonym = ZK_TOPIC_CONFIGS[topic_key]
     if synonym is None:
         return definition.default
     broker_def = BROKER_CONFIGS.get(synonym)
@@ -824,7 +848,7 @@ class BrokerConfig:
 
     def topic_default(self, topic_key: str) -> str | None:
         """The value a topic gets for ``topic_key`` without an override: broker synonym or default."""
-        _, synonym = TOPIC_CONFIGS[topic_key]
+        _, synonym = ZK_TOPIC_CONFIGS[topic_key]
         if synonym is not None:
             value = self.raw(synonym)
             if value is not None:
@@ -832,7 +856,7 @@ class BrokerConfig:
         return _broker_default_for_topic(topic_key)
 
     def topic_defaults(self) -> dict[str, str]:
-        return {key: value for key in TOPIC_CONFIGS if (value := self.topic_default(key)) is not None}
+        return {key: value for key in topic_configs(self.zookeeper_mode) if (value := self.topic_default(key)) is not None}
 
     def broker_source(self, key: str) -> ConfigSource:
         if key in self.dynamic_broker:
@@ -855,15 +879,16 @@ def broker_synonyms(key: str) -> list[str]:
     return [key]
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+def validate_topic_configs(configs: Mapping[str, str | None], *, zookeeper_mode: bool = False) -> dict[str, str]:
     """Validate topic overrides; raises ConfigError naming the first bad key or value."""
+    known = topic_configs(zookeeper_mode)
     clean: dict[str, str] = {}
     for key, value in configs.items():
-        if key not in TOPIC_CONFIGS:
+        if key not in known:
             raise ConfigError(f"Unknown topic config name: {key}")
         if value is None:
             raise ConfigError(f"Null value not supported for topic configs: {key}")
-        TOPIC_CONFIGS[key][0].parse(value)
+        known[key][0].parse(value)
         clean[key] = value
     if clean.get("remote.storage.enable", "false").lower() == "true":
         raise ConfigError("Tiered storage is not supported by grete: remote.storage.enable must be false")

@@ -12,6 +12,8 @@ from grete.protocol.errors import ErrorCode, KafkaError
 
 LONG_MAX: Final = 2**63 - 1
 INT_MAX: Final = 2**31 - 1
+# Kafka 3.9's topic config (a broker of a ZooKeeper cluster), removed in Kafka 4 (KIP-937).
+TIMESTAMP_DIFFERENCE: Final = "message.timestamp.difference.max.ms"
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,13 @@ class LogConfig:
             if field is None:
                 continue
             changes[name] = _parse(key, raw, type(getattr(start, name)))
+        difference = props.get(TIMESTAMP_DIFFERENCE)
+        if difference is not None:
+            # Kafka 3.9's LogConfig: the difference bounds each side whose own bound is unset.
+            bound = _parse(TIMESTAMP_DIFFERENCE, difference, int)
+            for name in ("message_timestamp_before_max_ms", "message_timestamp_after_max_ms"):
+                if changes.get(name, getattr(start, name)) == LONG_MAX:
+                    changes[name] = bound
         cfg = dataclasses.replace(start, **changes)
         cfg.validate()
         return cfg

@@ -134,7 +134,7 @@ async def replace_topic_configs(ctx: RequestContext[Admin], name: str, configs: 
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
     validate_topic_name(name)
     try:
-        clean = validate_topic_configs(configs)
+        clean = validate_topic_configs(configs, zookeeper_mode=ctx.broker.config.zookeeper_mode)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
     if ctx.broker.metadata.topic(name) is None:

@@ -62,7 +62,7 @@ async def _create(ctx: RequestContext[Admin], topic: CreateTopicsRequest.Creatab
         _check_collision(broker, topic.name)
         if broker.metadata.topic(topic.name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
-        configs = _configs(topic)
+        configs = _configs(topic, broker.config.zookeeper_mode)
         manual = _manual_assignment(broker, topic) if topic.assignments else None
         partitions, replication = _sizes(broker, topic) if manual is None else (len(manual), len(manual[0]))
         if not validate_only:
@@ -109,12 +109,12 @@ def _check_collision(broker: Admin, name: str) -> None:
                              f"Topic '{name}' collides with existing topic: {existing}")
 
 
-def _configs(topic: CreateTopicsRequest.CreatableTopic) -> dict[str, str]:
+def _configs(topic: CreateTopicsRequest.CreatableTopic, zookeeper_mode: bool) -> dict[str, str]:
     nulls = [c.name for c in topic.configs if c.value is None]
     if nulls:
         raise KafkaError(ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: " + ",".join(nulls))
     try:
-        return validate_topic_configs({c.name: c.value for c in topic.configs})
+        return validate_topic_configs({c.name: c.value for c in topic.configs}, zookeeper_mode=zookeeper_mode)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 

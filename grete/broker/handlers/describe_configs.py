@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from grete.broker.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
-    TOPIC_CONFIGS,
+    ZK_TOPIC_CONFIGS,
     BrokerConfig,
     ConfigDef,
     ConfigSource,
     ConfigType,
     broker_synonyms,
+    topic_configs,
 )
 from grete.broker.groups.group_configs import GROUP_CONFIGS
 from grete.broker.metrics.client_metrics_configs import CLIENT_METRICS
@@ -84,7 +85,7 @@ def _broker_chain(config: BrokerConfig, key: str, sensitive: bool) -> list[tuple
 
 def topic_config_entry(config: BrokerConfig, overrides: dict[str, str], key: str, *,
                        with_docs: bool = False) -> ConfigEntry:
-    definition, synonym = TOPIC_CONFIGS[key]
+    definition, synonym = ZK_TOPIC_CONFIGS[key]
     sensitive = definition.type == ConfigType.PASSWORD
     synonyms = _broker_chain(config, synonym, sensitive) if synonym is not None else []
     while synonyms and synonyms[0][0] != synonym:
@@ -102,7 +103,8 @@ def topic_config_entry(config: BrokerConfig, overrides: dict[str, str], key: str
 def topic_config_entries(config: BrokerConfig, overrides: dict[str, str], *,
                          with_docs: bool = False) -> list[ConfigEntry]:
     """Every topic config, sorted by name (as CreateTopics answers them)."""
-    return [topic_config_entry(config, overrides, key, with_docs=with_docs) for key in sorted(TOPIC_CONFIGS)]
+    return [topic_config_entry(config, overrides, key, with_docs=with_docs)
+            for key in sorted(topic_configs(config.zookeeper_mode))]
 
 
 def broker_config_entry(config: BrokerConfig, key: str, *, with_docs: bool = False) -> ConfigEntry:

@@ -243,15 +243,23 @@ def _answer(ctx: RequestContext[DataPlane], fetch_plan: sessions.FetchPlan, resp
         response.session_id, response.responses = sessions.finish(
             ctx.broker.fetch_sessions, fetch_plan, response.responses, _records_size, ctx.broker.now_ms())
     if ctx.version < FIRST_V2_VERSION:
-        _down_convert(response, 0 if ctx.version <= 1 else 1)
+        _down_convert(ctx, response, 0 if ctx.version <= 1 else 1)
     return _counted(ctx, response)
 
 
-def _down_convert(response: FetchResponse, magic: int) -> None:
+def _down_convert(ctx: RequestContext[DataPlane], response: FetchResponse, magic: int) -> None:
     """Each partition's records as a message set of ``magic``, control batches left out; a zstd
-    batch cannot be (UNSUPPORTED_COMPRESSION_TYPE for its partition, as Kafka 3.9 answers)."""
+    batch cannot be (UNSUPPORTED_COMPRESSION_TYPE for its partition, as Kafka 3.9 answers), nor a
+    topic's with ``message.downconversion.enable=false`` (UNSUPPORTED_VERSION, Kafka 3.9's answer to
+    a consumer's fetch; a follower's never needs converting)."""
     for topic in response.responses:
+        meta = ctx.broker.metadata.topic(topic.topic)
+        refused = meta is not None and meta.configs.get("message.downconversion.enable", "true").lower() == "false"
         for data in topic.partitions:
+            if refused and data.error_code == ErrorCode.NONE:
+                data.error_code, data.records = ErrorCode.UNSUPPORTED_VERSION, None
+                data.high_watermark = data.last_stable_offset = data.log_start_offset = -1
+                continue
             records = data.records
             if records is not None and _records_size(records):
                 raw = records if isinstance(records, bytes | bytearray | memoryview) else \

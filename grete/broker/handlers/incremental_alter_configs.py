@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from grete.broker.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigType
+from grete.broker.config import BROKER_CONFIGS, ConfigDef, ConfigType, topic_configs
 from grete.broker.handlers.alter_configs import (
     AlterResource,
     answer_each,
@@ -89,7 +89,8 @@ async def _apply(ctx: RequestContext[Admin], resource: Resource, validate_only: 
         meta = ctx.broker.metadata.topic(resource.resource_name)
         current = dict(meta.configs) if meta is not None else {}
         await replace_topic_configs(ctx, resource.resource_name,
-                                    _incremental(current, ops, {k: d for k, (d, _) in TOPIC_CONFIGS.items()}), validate_only)
+                                    _incremental(current, ops, {k: d for k, (d, _) in topic_configs(ctx.broker.config.zookeeper_mode).items()}),
+                                    validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
