@@ -1,6 +1,6 @@
 """The advertised API profile against Kafka 4.3.1's: every API key and version range a
 Kafka 4.3.1 broker advertises, recorded here, must be what grete's single node advertises, except the
-differences listed below, each with its reason (docs/compatibility.md, "The advertised profile").
+difference listed below, with its reason (docs/compatibility.md, "The advertised profile").
 
 Against --target kafka-4 the recording itself is checked against the live broker, so it cannot drift
 from what it claims to be."""
@@ -38,9 +38,6 @@ KAFKA_4_3_1 = {
 # KRaft's voter changes: the single node's quorum is itself alone (it describes it, DescribeQuorum,
 # but has no voter to add or remove). UnregisterBroker it serves, as Kafka's combined node of one.
 KRAFT_ONLY = {80: "AddRaftVoter", 81: "RemoveRaftVoter"}
-# grete still serves versions Kafka 4.0 removed (KIP-896), because its clusters follow Kafka 3.9,
-# whose clients may still send them: the same maximum, a lower minimum.
-OLDER_MINIMUM = {27: (0, 2), 29: (0, 3), 30: (0, 3), 31: (0, 3)}
 
 
 def advertised(broker) -> dict[int, tuple[int, int]]:
@@ -62,5 +59,5 @@ def test_profile(broker, target):
     expected: dict[int, tuple[int, int]] = {}
     for key, versions in KAFKA_4_3_1.items():
         if key not in KRAFT_ONLY or target == "grete-kraft":  # a cluster's brokers forward them
-            expected[key] = OLDER_MINIMUM.get(key, versions)
+            expected[key] = versions
     assert live == expected

@@ -111,7 +111,7 @@ def test_accepted_and_shown(wire, scope, key, value):
     name = node_id(wire) if scope == "id" else scope
     assert alter(wire, name, [(key, SET, value)], validate_only=False) == (0, None)
     try:
-        if key != "grete.custom.key":  # Kafka does not describe keys it has no definition for
+        if key != "grete.custom.key":  # described with no value: the test below
             # Kafka's brokers see the change once the controller's record reaches them.
             deadline = time.monotonic() + 30  # generous: the reference shares two cores with the suite
             source = 2 if scope else DYNAMIC_DEFAULT_BROKER_CONFIG  # (an empty value equals the default's)
@@ -157,3 +157,21 @@ def test_topic_config_keys(wire, fresh_topic):
     assert len(names) == 33
     assert {"compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "remote.log.copy.disable",
             "remote.log.delete.on.disable", "min.insync.replicas", "cleanup.policy"} <= names
+
+
+def test_a_custom_broker_key_is_described_as_sensitive(wire):
+    """A key Kafka has no definition for is kept, and described with no value, as sensitive (its
+    type unknown: KafkaConfig.maybeSensitive), by name or with every key."""
+    name = node_id(wire)
+    assert alter(wire, name, [("custom.broker.key", SET, "kept")], validate_only=False) == (0, None)
+    try:
+        deadline = time.monotonic() + 30
+        while (entry := describe(wire, BROKER, name, []).get("custom.broker.key")) is None:
+            assert time.monotonic() < deadline, "never described"
+            time.sleep(0.1)
+        assert (entry.value, entry.is_sensitive, entry.config_source, entry.read_only, entry.config_type) == (
+            None, True, 2, True, 0)
+        assert [(s.name, s.value, s.source) for s in entry.synonyms] == [("custom.broker.key", None, 2)]
+        assert describe(wire, BROKER, name, ["custom.broker.key"])["custom.broker.key"].value is None
+    finally:
+        assert alter(wire, name, [("custom.broker.key", DELETE, None)], validate_only=False) == (0, None)

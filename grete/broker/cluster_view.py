@@ -35,6 +35,7 @@ class ListedBroker(NamedTuple):
     host: str
     port: int
     rack: str | None
+    fenced: bool = False
 
 
 def replica_list_error(replicas: list[int]) -> tuple[ErrorCode, str] | None:
@@ -74,7 +75,7 @@ class ClusterView(Protocol):
     def registered_brokers(self) -> list[BrokerInfo]: ...
     def controller_id(self) -> int: ...
     def controller_listeners(self) -> list[str]: ...
-    def listed_brokers(self, listener: str) -> list[ListedBroker]: ...
+    def listed_brokers(self, listener: str, *, fenced: bool = False) -> list[ListedBroker]: ...
     def partition_states(self, meta: TopicMeta, indexes: list[int], listener: str,
                          listener_not_found: bool) -> list[PartitionState]: ...
     def offline_replicas(self, meta: TopicMeta, index: int, listener: str) -> list[int]: ...
@@ -127,10 +128,17 @@ class BrokersFromMetadata:
         broker never serves it (Kafka 3.9's do not), so this is reached by neither."""
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "UnregisterBroker is a KRaft controller's request")
 
-    def listed_brokers(self, listener: str) -> list[ListedBroker]:
-        """Every live broker with an endpoint on ``listener`` (Kafka lists only those)."""
-        return [ListedBroker(info.id, e.host, e.port, info.rack)
+    def listed_brokers(self, listener: str, *, fenced: bool = False) -> list[ListedBroker]:
+        """Every live broker with an endpoint on ``listener`` (Kafka lists only those); with
+        ``fenced``, the registered fenced ones too, by id (DescribeCluster v2, KIP-1073)."""
+        live = [ListedBroker(info.id, e.host, e.port, info.rack)
                 for info in self.live_brokers() if (e := info.endpoint(listener)) is not None]
+        if not fenced:
+            return live
+        listed = {b.node_id for b in live}
+        return sorted(live + [ListedBroker(info.id, e.host, e.port, info.rack, True)
+                              for info in self.registered_brokers()
+                              if info.id not in listed and (e := info.endpoint(listener)) is not None])
 
     def partition_states(self, meta: TopicMeta, indexes: list[int], listener: str,
                          listener_not_found: bool) -> list[PartitionState]:

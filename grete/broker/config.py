@@ -608,7 +608,7 @@ def applicable_dynamic(configs: Mapping[str, str], whose: str) -> dict[str, str]
     skips what it cannot apply, rather than stopping the broker or failing each later read."""
     kept: dict[str, str] = {}
     for key, value in configs.items():
-        definition = _definition(key)
+        definition = config_definition(key)
         try:
             if definition is not None:
                 definition.parse(value)
@@ -619,7 +619,7 @@ def applicable_dynamic(configs: Mapping[str, str], whose: str) -> dict[str, str]
     return kept
 
 
-def _definition(key: str) -> ConfigDef | None:
+def config_definition(key: str) -> ConfigDef | None:
     """A broker or topic key's definition; ``listener.name.<listener>.<key>`` is the key's own, as
     Kafka's per-listener overrides are."""
     match = _PER_LISTENER.fullmatch(key)
@@ -744,7 +744,7 @@ class BrokerConfig:
         # Each key's value parsed once, until a dynamic change (set_dynamic) re-parses on next read.
         self._parsed: dict[str, object] = {}
         for key, raw in (props or {}).items():
-            definition = _definition(key)
+            definition = config_definition(key)
             if definition is None:
                 if strict:
                     raise ConfigError(f"Unknown configuration '{key}'")

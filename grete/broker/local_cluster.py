@@ -68,8 +68,9 @@ class LocalCluster:
         (KIP-919's ``--bootstrap-controller``)."""
         return self._broker.config.get_list("controller.listener.names")
 
-    def listed_brokers(self, listener: str) -> list[ListedBroker]:
-        """This node, at the address advertised for ``listener`` (the first one if it has none)."""
+    def listed_brokers(self, listener: str, *, fenced: bool = False) -> list[ListedBroker]:
+        """This node, at the address advertised for ``listener`` (the first one if it has none);
+        it is never fenced."""
         broker = self._broker
         found = next((a for a in broker.advertised if a.name == listener), broker.advertised[0])
         return [ListedBroker(broker.node_id, found.host, found.port, None)]

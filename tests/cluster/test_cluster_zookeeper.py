@@ -258,6 +258,8 @@ def test_control_apis_advertised_and_fenced(grete_cluster: GreteCluster) -> None
     versions = _wire.call(process.host, process.port, ApiVersionsRequest(), ApiVersionsResponse, 3)
     ranges = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
     assert ranges[4][1] == 7 and ranges[6][1] == 8 and ranges[5][1] == 4 and ranges[7][1] == 3
+    # Kafka 3.9's minimums where Kafka 4 removed v0 (KIP-896): WriteTxnMarkers and the ACL APIs.
+    assert [ranges[k][0] for k in (27, 29, 30, 31)] == [0, 0, 0, 0]
     # No metadata quorum to describe: DescribeQuorum is neither advertised nor served (Kafka 3.9's
     # ZooKeeper-mode broker closes the connection on it, as on any API its listener does not serve).
     assert 55 not in ranges

@@ -35,7 +35,7 @@ def _binding(entry: CreateAclsRequest.AclCreation) -> AclBinding:
     return acl
 
 
-@api(ApiKey.CREATE_ACLS, 0, 3)
+@api(ApiKey.CREATE_ACLS, 0, 3, advertised_min=1)
 async def handle(ctx: RequestContext[Admin], request: CreateAclsRequest) -> CreateAclsResponse:
     if ctx.broker.authorizer is None:
         return CreateAclsResponse(results=[Result(error_code=ErrorCode.SECURITY_DISABLED, error_message=NO_AUTHORIZER)

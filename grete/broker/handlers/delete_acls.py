@@ -16,7 +16,7 @@ from grete.protocol.messages import ApiKey, DeleteAclsRequest, DeleteAclsRespons
 FilterResult = DeleteAclsResponse.DeleteAclsFilterResult
 
 
-@api(ApiKey.DELETE_ACLS, 0, 3)
+@api(ApiKey.DELETE_ACLS, 0, 3, advertised_min=1)
 async def handle(ctx: RequestContext[Admin], request: DeleteAclsRequest) -> DeleteAclsResponse:
     if ctx.broker.authorizer is None or not cluster_allowed(ctx, Op.ALTER):
         code, message = ((ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER) if ctx.broker.authorizer is None

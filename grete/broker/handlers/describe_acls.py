@@ -49,7 +49,7 @@ def matching(ctx: RequestContext[Admin], acl_filter: AclFilter) -> list[AclBindi
     return [acl for acl in ctx.broker.metadata.acls() if acl_filter.matches(acl)]
 
 
-@api(ApiKey.DESCRIBE_ACLS, 0, 3)
+@api(ApiKey.DESCRIBE_ACLS, 0, 3, advertised_min=1)
 def handle(ctx: RequestContext[Admin], request: DescribeAclsRequest) -> DescribeAclsResponse:
     if ctx.broker.authorizer is None:
         return DescribeAclsResponse(error_code=ErrorCode.SECURITY_DISABLED,

@@ -7,8 +7,10 @@ endpoints (type 1); on the single node, a listener of ``controller.listener.name
 endpoint (type 2) and answers with the quorum's controller, this node, as a Kafka 4 controller answers
 an admin client started with ``--bootstrap-controller`` (KIP-919). Asking a listener for the other
 type is MISMATCHED_ENDPOINT_TYPE.
-v2 (KIP-1073) may ask for fenced brokers too: grete never fences a broker (a live one is registered,
-a gone one is absent), so every broker listed has ``is_fenced`` false and the flag changes nothing.
+v2 (KIP-1073) may ask for fenced brokers too: a KRaft cluster's registered brokers the controller
+has fenced (stopped, or no heartbeat within ``broker.session.timeout.ms``), listed by id with
+``is_fenced``; a ZooKeeper cluster's brokers are registered only while they live, and the single
+node is never fenced.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ def handle(ctx: RequestContext[ClusterControl], request: DescribeClusterRequest)
                                                                  rack=None) for v in broker.quorum.voter_addresses()]
         controller_id = broker.quorum.describe()[0]
     else:  # as Metadata lists them (the embedded node: on a controller listener, its controller endpoint)
+        fenced = ctx.version >= 2 and request.include_fenced_brokers
         brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port,
-                                                                 rack=b.rack)
-                   for b in broker.cluster.listed_brokers(ctx.listener)]
+                                                                 rack=b.rack, is_fenced=b.fenced)
+                   for b in broker.cluster.listed_brokers(ctx.listener, fenced=fenced)]
     return DescribeClusterResponse(
         error_code=0, error_message=None, endpoint_type=served,
         cluster_id=broker.metadata.cluster_id, controller_id=controller_id,

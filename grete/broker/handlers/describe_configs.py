@@ -25,6 +25,7 @@ from grete.broker.config import (
     ConfigSource,
     ConfigType,
     broker_synonyms,
+    config_definition,
     topic_configs,
 )
 from grete.broker.groups.group_configs import GROUP_CONFIGS
@@ -168,13 +169,46 @@ def default_broker_entries(config: BrokerConfig, *, with_docs: bool = False) -> 
     """The cluster-wide default resource (broker name ""): only the dynamic defaults that are set."""
     entries = []
     for key, value in sorted(config.dynamic_default.items()):
-        definition = BROKER_CONFIGS[key]
-        sensitive = definition.type == ConfigType.PASSWORD
+        definition = config_definition(key)
+        kind, sensitive = _kind(key, definition)
         shown = None if sensitive else value
         entries.append(ConfigEntry(key, shown, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, False, sensitive,
-                                   definition.type, _doc(definition) if with_docs else None,
+                                   kind, _doc(definition) if with_docs and definition is not None else None,
                                    [(key, shown, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)]))
     return entries
+
+
+# The authorizer's own configs, not KafkaConfig's: Kafka lists them only when set, of a type it does
+# not know, so as sensitive (no value).
+AUTHORIZER_KEYS = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
+
+
+def broker_entries(config: BrokerConfig, *, with_docs: bool = False) -> list[ConfigEntry]:
+    """A broker resource: every broker config, then the keys set on it that are none (a listener's
+    override, a custom or an authorizer's key), as Kafka lists its originals."""
+    entries = [broker_config_entry(config, key, with_docs=with_docs)
+               for key in sorted(BROKER_CONFIGS) if key not in AUTHORIZER_KEYS]
+    layers = ((config.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+              (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+              (config.originals, ConfigSource.STATIC_BROKER_CONFIG))
+    others = {key for layer, _ in layers for key in layer} - (BROKER_CONFIGS.keys() - AUTHORIZER_KEYS)
+    for key in sorted(others):
+        definition = config_definition(key)
+        kind, sensitive = _kind(key, definition)
+        synonyms: list[tuple[str, str | None, int]] = [(key, None if sensitive else layer[key], source)
+                                                       for layer, source in layers if key in layer]
+        entries.append(ConfigEntry(key, synonyms[0][1], synonyms[0][2], key not in DYNAMIC_BROKER_CONFIGS,
+                                   sensitive, kind, _doc(definition) if with_docs and definition is not None else None,
+                                   synonyms))
+    return sorted(entries, key=lambda entry: entry.name)
+
+
+def _kind(key: str, definition: ConfigDef | None) -> tuple[ConfigType, bool]:
+    """A key's type and whether its value is hidden: Kafka hides a password and any key whose type
+    it does not know (KafkaConfig.maybeSensitive)."""
+    if definition is None or key in AUTHORIZER_KEYS:
+        return ConfigType.UNKNOWN, True
+    return definition.type, definition.type == ConfigType.PASSWORD or definition.sensitive
 
 
 def _doc(definition: ConfigDef) -> str | None:
@@ -218,7 +252,7 @@ def _describe(ctx: RequestContext[Admin], resource: DescribeConfigsRequest.Descr
         if not name:
             return default_broker_entries(broker.config, with_docs=with_docs)
         check_broker_id(name, broker.node_id)
-        return [broker_config_entry(broker.config, key, with_docs=with_docs) for key in sorted(BROKER_CONFIGS)]
+        return broker_entries(broker.config, with_docs=with_docs)
     if resource.resource_type == GROUP:
         return group_config_entries(broker.config, broker.metadata.group_configs(name), with_docs=with_docs)
     if resource.resource_type == CLIENT_METRICS:

@@ -31,11 +31,11 @@ HANDLERS: dict[int, tuple[str, int, int, int]] = {
     24: ("add_partitions_to_txn", 0, 5, 0),  # AddPartitionsToTxn
     25: ("add_offsets_to_txn", 0, 4, 0),  # AddOffsetsToTxn
     26: ("end_txn", 0, 5, 0),  # EndTxn
-    27: ("write_txn_markers", 0, 2, 0),  # WriteTxnMarkers
+    27: ("write_txn_markers", 0, 2, 1),  # WriteTxnMarkers
     28: ("txn_offset_commit", 0, 5, 0),  # TxnOffsetCommit
-    29: ("describe_acls", 0, 3, 0),  # DescribeAcls
-    30: ("create_acls", 0, 3, 0),  # CreateAcls
-    31: ("delete_acls", 0, 3, 0),  # DeleteAcls
+    29: ("describe_acls", 0, 3, 1),  # DescribeAcls
+    30: ("create_acls", 0, 3, 1),  # CreateAcls
+    31: ("delete_acls", 0, 3, 1),  # DeleteAcls
     32: ("describe_configs", 0, 4, 1),  # DescribeConfigs
     33: ("alter_configs", 0, 2, 0),  # AlterConfigs
     34: ("alter_replica_log_dirs", 0, 2, 1),  # AlterReplicaLogDirs

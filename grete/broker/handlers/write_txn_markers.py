@@ -35,7 +35,7 @@ MARKER_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms for the coordinator's m
 Replicating = tuple[PartitionResult, Partition, int]
 
 
-@api(ApiKey.WRITE_TXN_MARKERS, 0, 2)
+@api(ApiKey.WRITE_TXN_MARKERS, 0, 2, advertised_min=1)
 def handle(ctx: RequestContext[Transactions],
            request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse | Coroutine[Any, Any, WriteTxnMarkersResponse]:
     results = []

@@ -125,6 +125,11 @@ class Appends:
                 raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                  f"Cannot append to internal topic {topic}")
             partition = self.replicas.partition(topic, index)
+            transactional = _transactional_header(records) is not None
+            if acks == -1 and not transactional:
+                # Kafka checks the ISR before it validates the records (Partition.appendRecordsToLeader):
+                # a batch that would be refused too is answered the retriable NOT_ENOUGH_REPLICAS.
+                partition.check_enough_replicas()
             cfg = partition.config
             # A bound into the past needs every record read; the future bound alone (Kafka 4's default,
             # 1 h) is checked on the batch header unless the header shows a record may break it.
@@ -136,13 +141,13 @@ class Appends:
                 max_message_bytes=cfg.max_message_bytes, timestamp_type=cfg.message_timestamp_type,
                 timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
                 timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
-                deep=self.full_validation or cfg.compact or bounded)
+                deep=self.full_validation or cfg.compact or bounded, topic_partition=f"{topic}-{index}")
             if batch.is_transactional:
                 parked = self._route_transactional(partition, batch, version, acks, now_ms, records,
                                                    transactional_id, verifying)
                 if parked is not None:
                     return parked
-            if acks == -1:
+            if acks == -1 and transactional:  # verified first, as Kafka's ReplicaManager does
                 partition.check_enough_replicas()
             result = partition.append(batch, now_ms)
             self.metrics.produced(topic, batch.records_count, batch.size)

@@ -141,24 +141,21 @@ CONTROLLER_APIS = frozenset({ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.API_VER
                              ApiKey.SASL_AUTHENTICATE, ApiKey.ALTER_PARTITION, ApiKey.ENVELOPE,
                              ApiKey.DESCRIBE_CLUSTER, ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.DESCRIBE_CONFIGS,
                              ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS}) | RAFT_APIS | FORWARDED_APIS
-# A controller advertises from Kafka 4.3.1's oldest version where grete's handler, shared with the
-# ZooKeeper-mode broker (Kafka 3.9's range), serves older ones: the ACL APIs' v0 are gone from
-# Kafka 4 (KIP-896).
-CONTROLLER_MIN_VERSIONS: dict[int, int] = {ApiKey.DESCRIBE_ACLS: 1, ApiKey.CREATE_ACLS: 1, ApiKey.DELETE_ACLS: 1,
-                                           ApiKey.DESCRIBE_CONFIGS: 1}
 # A broker of a ZooKeeper cluster serves and advertises from Kafka 3.9's oldest version where Kafka 4
 # removed older ones (KIP-896) and grete serves them there only: Fetch v0-3, whose records go out
 # down-converted to the message formats before v2, ListOffsets v0 (offsets before a time, by
 # segment), OffsetCommit v0 / OffsetFetch v0 (offsets kept in ZooKeeper), OffsetCommit v1 (its own
 # commit timestamps), and versions whose semantics are their successors' (CreateTopics v0-1,
 # DeleteTopics v0, DescribeConfigs v0, OffsetForLeaderEpoch v0-1, DescribeLogDirs v0, AlterReplicaLogDirs v0,
-# the delegation-token APIs' v0). Elsewhere such a request closes the connection, as Kafka 4's.
+# the delegation-token APIs' v0, the ACL APIs' v0, WriteTxnMarkers v0). Elsewhere such a request
+# closes the connection, as Kafka 4's.
 ZK_MODE_MIN_VERSIONS: dict[int, int] = {
     ApiKey.FETCH: 0, ApiKey.LIST_OFFSETS: 0, ApiKey.CREATE_TOPICS: 0, ApiKey.DELETE_TOPICS: 0,
     ApiKey.DESCRIBE_CONFIGS: 0, ApiKey.OFFSET_FOR_LEADER_EPOCH: 0, ApiKey.DESCRIBE_LOG_DIRS: 0,
     ApiKey.ALTER_REPLICA_LOG_DIRS: 0, ApiKey.OFFSET_COMMIT: 0, ApiKey.OFFSET_FETCH: 0,
     ApiKey.CREATE_DELEGATION_TOKEN: 0, ApiKey.RENEW_DELEGATION_TOKEN: 0, ApiKey.EXPIRE_DELEGATION_TOKEN: 0,
-    ApiKey.DESCRIBE_DELEGATION_TOKEN: 0}
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: 0, ApiKey.DESCRIBE_ACLS: 0, ApiKey.CREATE_ACLS: 0, ApiKey.DELETE_ACLS: 0,
+    ApiKey.WRITE_TXN_MARKERS: 0}
 
 
 def lowest_version(handler: Handler, zk_broker: bool) -> int:
@@ -181,7 +178,7 @@ def advertised_versions(zk_broker: bool = False, direct: bool = False, controlle
                         voter_changes: bool = False) -> list[tuple[int, int, int]]:
     """(api_key, min, max) for the ApiVersions response, sorted by key, without imports."""
     if controller_only:
-        return [(key, max(adv_min, CONTROLLER_MIN_VERSIONS.get(key, 0)), hi)
+        return [(key, adv_min, hi)
                 for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items()) if key in CONTROLLER_APIS]
     return [(key, ZK_MODE_MIN_VERSIONS.get(key, adv_min) if zk_broker else adv_min, hi)
             for key, (_, _lo, hi, adv_min) in sorted(HANDLERS.items())

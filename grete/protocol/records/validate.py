@@ -70,12 +70,14 @@ def validate_produce_records(
     now_ms: int,
     deep: bool,
     max_uncompressed_bytes: int = codecs.DEFAULT_MAX_OUTPUT,
+    topic_partition: str = "",
 ) -> RecordBatch:
     """Validate one partition's produce payload; return the single v2 batch to append.
 
     The batch views ``records`` itself, except for legacy (magic 0/1) input and deep-validated
     compressed batches with non-sequential inner offsets: those come back rebuilt in a new buffer.
-    Raises RecordValidationError with Kafka's error code.
+    Raises RecordValidationError with Kafka's error code; a record's error names ``topic_partition``
+    ("topic-index") where Kafka's does.
     """
     buf = records if records is not None else b""
     if len(buf) < LOG_OVERHEAD:
@@ -85,7 +87,8 @@ def validate_produce_records(
     if magic != 2 and produce_version >= MIN_V2_PRODUCE_VERSION:
         raise _fail(ErrorCode.INVALID_RECORD, f"produce v{produce_version} requires magic 2, got magic {magic}")
     if magic in MIN_MESSAGE_SIZE:
-        return _validate_legacy(buf, compacted=compacted, max_message_bytes=max_message_bytes,
+        return _validate_legacy(buf, compacted=compacted, topic_partition=topic_partition,
+                                max_message_bytes=max_message_bytes,
                                 bounds=_bounds(timestamp_type, timestamp_before_max_ms, timestamp_after_max_ms),
                                 now_ms=now_ms, max_uncompressed_bytes=max_uncompressed_bytes)
     if magic != 2:
@@ -94,8 +97,8 @@ def validate_produce_records(
     bounds = _bounds(timestamp_type, timestamp_before_max_ms, timestamp_after_max_ms)
     if not deep and (bounds is None or _header_within(batch, bounds, now_ms)):
         return batch
-    return _validate_v2_records(batch, compacted=compacted, bounds=bounds, now_ms=now_ms,
-                                max_uncompressed_bytes=max_uncompressed_bytes)
+    return _validate_v2_records(batch, compacted=compacted, topic_partition=topic_partition, bounds=bounds,
+                                now_ms=now_ms, max_uncompressed_bytes=max_uncompressed_bytes)
 
 
 def _header_within(batch: RecordBatch, bounds: tuple[int, int], now_ms: int) -> bool:
@@ -181,14 +184,14 @@ def _check_v2_fields(batch: RecordBatch) -> None:
             raise _fail(ErrorCode.UNKNOWN_SERVER_ERROR, problem)
 
 
-def _validate_v2_records(batch: RecordBatch, *, compacted: bool, bounds: tuple[int, int] | None,
-                         now_ms: int, max_uncompressed_bytes: int) -> RecordBatch:
+def _validate_v2_records(batch: RecordBatch, *, compacted: bool, topic_partition: str,
+                         bounds: tuple[int, int] | None, now_ms: int, max_uncompressed_bytes: int) -> RecordBatch:
     try:
         records = decode_records(batch, max_uncompressed_bytes)
     except KafkaError as exc:
         raise _fail(exc.code, exc.message or exc.code.name) from None
     timestamps = [batch.base_timestamp + r.timestamp_delta for r in records]
-    _check_records([r.key for r in records], timestamps, compacted, bounds, now_ms)
+    _check_records([r.key for r in records], timestamps, compacted, topic_partition, bounds, now_ms)
     sequential = all(r.offset_delta == i for i, r in enumerate(records))
     if sequential or batch.compression == codecs.NONE:
         return batch
@@ -208,14 +211,15 @@ def _rebuild_sequential(batch: RecordBatch, records: list[Record]) -> RecordBatc
     return RecordBatch(rebuilt, 0)
 
 
-def _check_records(keys: Sequence[bytes | None], timestamps: Sequence[int], compacted: bool,
+def _check_records(keys: Sequence[bytes | None], timestamps: Sequence[int], compacted: bool, topic_partition: str,
                    bounds: tuple[int, int] | None, now_ms: int) -> None:
     """Collect per-record errors like LogValidator; raise once with all of them."""
     errors: list[tuple[int, str]] = []
     any_timestamp_error = False
     for index, (key, timestamp) in enumerate(zip(keys, timestamps, strict=True)):
         if compacted and key is None:
-            errors.append((index, "Compacted topic cannot accept message without key"))
+            errors.append((index, f"Compacted topic cannot accept message without key in topic partition "
+                                  f"{topic_partition}"))
         elif bounds is not None and timestamp != NO_TIMESTAMP and (
                 now_ms - timestamp > bounds[0] or timestamp - now_ms > bounds[1]):
             any_timestamp_error = True
@@ -226,14 +230,15 @@ def _check_records(keys: Sequence[bytes | None], timestamps: Sequence[int], comp
     if any_timestamp_error:
         raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
                                     "One or more records have been rejected due to invalid timestamp", errors)
-    shown = "; ".join(f"{i}: {m}" for i, m in errors[:RECORD_ERRORS_SHOWN])
+    # Kafka's wording, the first three errors in its RecordError.toString form.
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:RECORD_ERRORS_SHOWN])
     raise RecordValidationError(ErrorCode.INVALID_RECORD,
                                 f"One or more records have been rejected due to {len(errors)} record errors "
-                                f"in total, showing the first {RECORD_ERRORS_SHOWN} at most: {shown}", errors)
+                                f"in total, and only showing the first three errors at most: [{shown}]", errors)
 
 
 # --- legacy (Produce v0-2) ---------------------------------------------------------------------
-def _validate_legacy(buf: Buffer, *, compacted: bool, max_message_bytes: int,
+def _validate_legacy(buf: Buffer, *, compacted: bool, topic_partition: str, max_message_bytes: int,
                      bounds: tuple[int, int] | None, now_ms: int, max_uncompressed_bytes: int) -> RecordBatch:
     """Legacy rules, then up-conversion to one v2 batch (always decoded: conversion needs it)."""
     try:
@@ -251,7 +256,7 @@ def _validate_legacy(buf: Buffer, *, compacted: bool, max_message_bytes: int,
         batch = RecordBatch(upconvert_to_v2(buf, max_output=max_uncompressed_bytes), 0)
     except KafkaError as exc:
         raise _fail(exc.code, exc.message or exc.code.name) from None
-    _check_records([r.key for r in legacy], [r.timestamp for r in legacy], compacted, bounds, now_ms)
+    _check_records([r.key for r in legacy], [r.timestamp for r in legacy], compacted, topic_partition, bounds, now_ms)
     return batch
 
 
