@@ -207,6 +207,11 @@ def test_feature_levels_through_a_broker(started: list[Any], tmp_path: Path, con
                                      "--feature", "streams.version=0")
     assert downgraded.returncode == 0 and "streams.version was downgraded to 0." in downgraded.stdout, downgraded
     assert streams_level() == "0"
+    # Checked by the controller the broker forwards to, which names itself.
+    refused = kafka_dist.run_tool(KAFKA, "kafka-features", "--bootstrap-server", broker.bootstrap, "upgrade",
+                                  "--feature", "no.such.feature=1")
+    leader = quorum.leader_view().leader_id
+    assert f"Local controller {leader} does not support this feature." in refused.stdout + refused.stderr, refused
     # Set at the controller itself: the broker's answers follow its image, not what it last set.
     controller_at = f"127.0.0.1:{quorum.voters[quorum.leader_view().leader_id].port}"
     upgraded = kafka_dist.run_tool(KAFKA, "kafka-features", "--bootstrap-controller", controller_at, "upgrade",

@@ -10,6 +10,7 @@ voter whichever implementation led when they were written.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ def test_three_grete_controllers_elect_replicate_and_fail_over(quorums: Callable
     # The first leader wrote the format step's bootstrap records (a metadata transaction) after its
     # LeaderChangeMessage: more than the one control record is committed.
     assert view.high_watermark > 1
+    # Static voters have no directory id, the leader included: reported as zero, as Kafka's leader does.
+    assert {v.replica_directory_id for v in view.current_voters} == {uuid.UUID(int=0)}
     first_leader, first_epoch = view.leader_id, view.leader_epoch
     quorum.voters[first_leader].kill()
     started = time.monotonic()

@@ -1,7 +1,8 @@
 """UpdateFeatures (57): finalize feature levels (KIP-584). Needs ALTER on the cluster.
 
 The single node checks and applies the updates as Kafka 4.3's controller does: all or nothing, the
-first failing feature named in a top-level INVALID_UPDATE_VERSION (``grete.broker.requests.features``).
+first failing feature named in a top-level INVALID_UPDATE_VERSION (``grete.broker.requests.features``);
+a KRaft cluster's broker forwards the request to the active controller, which answers it.
 v0 can only upgrade (see below); v2 answers without per-feature results, as
 its schema has none. In a ZooKeeper cluster the answer is Kafka 3.9's: NOT_CONTROLLER from a broker
 that is not the controller, else INVALID_REQUEST for every feature (none is supported).
@@ -33,6 +34,11 @@ async def handle(ctx: RequestContext[ClusterControl], request: UpdateFeaturesReq
         if broker.controller_id() != broker.node_id:
             return _top_level(ErrorCode.NOT_CONTROLLER, "This is not the correct controller for this cluster.")
         return _results(ctx.version, broker.features.zk_refusals(updates))
+    # A KRaft broker sends it on to the active controller, whose checks (every broker's supported
+    # levels, its own messages) decide, as Kafka's brokers forward it.
+    forwarded = await broker.cluster.forwarded(request, ctx.version)
+    if isinstance(forwarded, Response):
+        return forwarded
     try:
         await broker.features.update(updates, request.validate_only)
     except KafkaError as exc:

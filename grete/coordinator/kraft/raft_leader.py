@@ -351,9 +351,12 @@ class LeaderRole(ABC):
             fetched, caught_up, directory = progress.last_fetch_ms, progress.last_caught_up_ms, progress.directory_id
             if replica_id == self.node_id:
                 fetched = caught_up = now_ms
-                directory = self.directory_id
-            elif replica_id in self.voters:
+            # A voter's directory id as the voter set has it: none (zero) in a static set of
+            # controller.quorum.voters, as Kafka's leader reports it.
+            if replica_id in self.voters:
                 directory = self.history.latest.directory_of(replica_id)
+            elif replica_id == self.node_id:
+                directory = self.directory_id
             return DescribeQuorumResponse.ReplicaState(replica_id=replica_id, replica_directory_id=directory,
                                                        log_end_offset=end, last_fetch_timestamp=fetched,
                                                        last_caught_up_timestamp=caught_up)
