@@ -175,3 +175,20 @@ def test_a_custom_broker_key_is_described_as_sensitive(wire):
         assert describe(wire, BROKER, name, ["custom.broker.key"])["custom.broker.key"].value is None
     finally:
         assert alter(wire, name, [("custom.broker.key", DELETE, None)], validate_only=False) == (0, None)
+
+
+def test_a_replication_throttle_is_listed_only_when_set(wire):
+    """Kafka's dynamic-only broker configs (the replication throttles) are not among a broker's
+    configs until set, and then carry only the value set, no default among their synonyms."""
+    name, key = node_id(wire), "leader.replication.throttled.rate"
+    assert key not in describe(wire, BROKER, name, [])
+    assert alter(wire, name, [(key, SET, "10000000")], validate_only=False) == (0, None)
+    try:
+        deadline = time.monotonic() + 30
+        while (entry := describe(wire, BROKER, name, []).get(key)) is None:
+            assert time.monotonic() < deadline, "never described"
+            time.sleep(0.1)
+        assert (entry.value, entry.is_sensitive, entry.config_source, entry.read_only) == ("10000000", False, 2, False)
+        assert [(s.name, s.value, s.source) for s in entry.synonyms] == [(key, "10000000", 2)]
+    finally:
+        assert alter(wire, name, [(key, DELETE, None)], validate_only=False) == (0, None)

@@ -181,17 +181,22 @@ def default_broker_entries(config: BrokerConfig, *, with_docs: bool = False) -> 
 # The authorizer's own configs, not KafkaConfig's: Kafka lists them only when set, of a type it does
 # not know, so as sensitive (no value).
 AUTHORIZER_KEYS = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
+# Kafka's dynamic-only broker configs (DynamicConfig.Broker, the replication throttles): listed only
+# when set, with their value, and with no default among their synonyms.
+DYNAMIC_ONLY_KEYS = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                               "replica.alter.log.dirs.io.max.bytes.per.second"})
+_LISTED_WHEN_SET = AUTHORIZER_KEYS | DYNAMIC_ONLY_KEYS
 
 
 def broker_entries(config: BrokerConfig, *, with_docs: bool = False) -> list[ConfigEntry]:
-    """A broker resource: every broker config, then the keys set on it that are none (a listener's
-    override, a custom or an authorizer's key), as Kafka lists its originals."""
+    """A broker resource: every broker config, and the keys set on it that are none of Kafka's own (a
+    listener's override, a custom, an authorizer's or a dynamic-only key), as Kafka lists its originals."""
     entries = [broker_config_entry(config, key, with_docs=with_docs)
-               for key in sorted(BROKER_CONFIGS) if key not in AUTHORIZER_KEYS]
+               for key in sorted(BROKER_CONFIGS) if key not in _LISTED_WHEN_SET]
     layers = ((config.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
               (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
               (config.originals, ConfigSource.STATIC_BROKER_CONFIG))
-    others = {key for layer, _ in layers for key in layer} - (BROKER_CONFIGS.keys() - AUTHORIZER_KEYS)
+    others = {key for layer, _ in layers for key in layer} - (BROKER_CONFIGS.keys() - _LISTED_WHEN_SET)
     for key in sorted(others):
         definition = config_definition(key)
         kind, sensitive = _kind(key, definition)
