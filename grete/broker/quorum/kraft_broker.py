@@ -203,7 +203,9 @@ class KRaftBroker(BrokersFromMetadata):
                                                       self._controller_info, self.controller_listener)
         broker.replicas.followers = fetchers
         broker.replicas.leader_quota = replication_quota(self.broker_id, broker, "leader")
-        broker.replicas.alter_isr = self.alter_partitions.submit
+        submit = self.alter_partitions.submit
+        # Kafka 4's leader proposes its ISR out of a hash set: ascending, for the ids brokers have.
+        broker.replicas.alter_isr = lambda partition, isr: submit(partition, sorted(isr))
         broker.replicas.replica_alive = lambda replica: any(b.id == replica for b in self.live_brokers())
         broker.share_groups.persister = ClusterSharePersister(broker, self.listener)
         self.dir_assignments = DirAssignments(self.broker_id, lambda: self.broker_epoch, self.channel.call,
