@@ -83,6 +83,8 @@ def test_min_insync_replicas_is_a_cluster_default(wire, make_topic):
     ("", [("sasl.kerberos.min.time.before.relogin", SET, "70000")],
      "Cannot update these configs at default cluster level, broker id must be specified: "
      "[sasl.kerberos.min.time.before.relogin]"),
+    ("", [("listeners", SET, "PLAINTEXT://127.0.0.1:9")],
+     "Cannot update these configs at default cluster level, broker id must be specified: [listeners]"),
     ("", [("cordoned.log.dirs", SET, "")],
      "Cannot update these configs at default cluster level, broker id must be specified: [cordoned.log.dirs]"),
     ("id", [("num.io.threads", SET, "0")], "Invalid value 0 for configuration num.io.threads: Value must be at least 1"),

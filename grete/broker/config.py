@@ -642,7 +642,10 @@ def check_dynamic_update(configs: Mapping[str, str], *, cluster_default: bool,
     """Validate a broker resource's dynamic configs in Kafka 4.3's order, with its messages; raises
     ConfigError (INVALID_REQUEST on the wire). Keys grete does not know are kept as they are, as
     Kafka keeps custom configs; ``current`` (the configs in force) bounds thread-pool resizes."""
-    _refuse(sorted(k for k in configs if k in BROKER_CONFIGS and k not in DYNAMIC_BROKER_CONFIGS),
+    # Kafka updates the listener keys per broker: at the cluster level it refuses them as per-broker
+    # configs (below), not as static ones, though grete does not change them at run time.
+    _refuse(sorted(k for k in configs if k in BROKER_CONFIGS and k not in DYNAMIC_BROKER_CONFIGS
+                   and not (cluster_default and k in PER_BROKER_ONLY)),
             "Cannot update these configs dynamically")
     _refuse(sorted(k for k in configs if k in _LISTENER_PREFIX_ONLY),
             "These security configs can be dynamically updated only per-listener using the listener prefix")
