@@ -6,7 +6,7 @@ broker writes nothing to the log itself: each change becomes the request a Kafka
 the controller (CreateTopics with an explicit assignment and the configs, DeleteTopics by topic id,
 CreatePartitions, IncrementalAlterConfigs with SET/DELETE computed against the image,
 AllocateProducerIds with this broker's id and epoch, AlterUserScramCredentials, CreateAcls/DeleteAcls,
-AlterClientQuotas, UpdateFeatures, a client's own request in an Envelope) over a ``ControllerChannel``.
+AlterClientQuotas, a client's own request in an Envelope) over a ``ControllerChannel``.
 The answer's errors are raised as the local stores raise them; then the call waits until the image
 shows the change (a waiter checked after each applied batch), so a handler that reads back at once
 sees it, as under ZooKeeper. A grete controller serves all of these, as Kafka 4.3.1's does.
@@ -35,8 +35,6 @@ from typing import TypeVar
 
 from grete.broker.quorum.controller_channel import ControllerChannel
 from grete.broker.quorum.forwarding import envelope, unwrap
-from grete.broker.requests.features import SAFE_DOWNGRADE, UPGRADE
-from grete.broker.requests.features import SUPPORTED as SUPPORTED_FEATURES
 from grete.broker.security.scram_upsertion import ScramUpsertion
 from grete.coordinator.kraft.quorum_store import QuorumMetadataStore
 from grete.coordinator.kraft.store import (
@@ -77,14 +75,11 @@ from grete.protocol.messages import (
     EnvelopeResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
-    UpdateFeaturesRequest,
-    UpdateFeaturesResponse,
 )
 
 # The versions a Kafka 4.3.1 broker sends (the newest its controller accepts, ak-4.3 specs).
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 7, 6, 3, 1
 ALLOCATE_PRODUCER_IDS, ALTER_SCRAM, CREATE_ACLS, DELETE_ACLS, ALTER_CLIENT_QUOTAS = 0, 0, 3, 3, 1
-UPDATE_FEATURES = 1  # v1: per-feature upgrade types and results
 ENVELOPE = 0
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' OpType
 MISSING_TOPIC = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)
@@ -346,29 +341,7 @@ class BrokerMetadataStore(QuorumMetadataStore):
                          "tokens: ExpireDelegationToken is carried out by the controller")
 
     # --- finalized features: UpdateFeatures -------------------------------------------------------
-    async def upgrade_kraft_version(self, level: int, validate_only: bool) -> None:
-        """kraft.version is the quorum's: the upgrade is the active controller's, answered as it answers."""
-        request = UpdateFeaturesRequest(timeout_ms=self._timeout_ms(), validate_only=validate_only, feature_updates=[
-            UpdateFeaturesRequest.FeatureUpdateKey(feature="kraft.version", max_version_level=level, upgrade_type=UPGRADE)])
-        response = await self._ask(request, UPDATE_FEATURES, UpdateFeaturesResponse)
-        _raise_first([(response.error_code, response.error_message)]
-                     + [(r.error_code, r.error_message) for r in response.results])
-
     async def set_finalized_features(self, levels: dict[str, int], static_min_isr: int = 1) -> int:
-        """The levels of the features grete manages become ``levels`` (one left out goes to 0), as
-        UpdateFeatures to the controller; the epoch once the image shows them. metadata.version and
-        kraft.version, which the broker's feature checks do not manage, are left as they are."""
-        current = self._features or {}
-        managed = {spec.name for spec in SUPPORTED_FEATURES}
-        updates = [UpdateFeaturesRequest.FeatureUpdateKey(
-            feature=name, max_version_level=levels.get(name, 0),
-            upgrade_type=UPGRADE if levels.get(name, 0) > current.get(name, 0) else SAFE_DOWNGRADE)
-            for name in sorted(set(levels) | (set(current) & managed)) if levels.get(name, 0) != current.get(name, 0)]
-        if updates:
-            request = UpdateFeaturesRequest(timeout_ms=self._timeout_ms(), feature_updates=updates)
-            response = await self._ask(request, UPDATE_FEATURES, UpdateFeaturesResponse)
-            _raise_first([(response.error_code, response.error_message)]
-                         + [(r.error_code, r.error_message) for r in response.results])
-            await self.until(lambda: all((self._features or {}).get(u.feature, 0) == u.max_version_level
-                                         for u in updates), "the feature levels")
-        return self._features_epoch
+        """Never reached: a KRaft broker forwards UpdateFeatures whole to the active controller
+        (handlers/update_features.py), whose checks answer it."""
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "UpdateFeatures is carried out by the controller")

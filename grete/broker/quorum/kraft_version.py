@@ -88,7 +88,8 @@ class BrokerKRaftVersion:
         return self._driver.raft.history.kraft_version
 
     async def upgrade(self, level: int, validate_only: bool) -> None:
-        await self._store.upgrade_kraft_version(level, validate_only)
+        """Never reached: the broker forwards UpdateFeatures to the active controller."""
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "UpdateFeatures is carried out by the controller")
 
     def unsupported(self, feature: str, level: int) -> str | None:
         return None  # the controller checks the cluster's nodes when the update reaches it

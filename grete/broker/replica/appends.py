@@ -125,10 +125,10 @@ class Appends:
                 raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                  f"Cannot append to internal topic {topic}")
             partition = self.replicas.partition(topic, index)
-            transactional = _transactional_header(records) is not None
-            if acks == -1 and not transactional:
+            if acks == -1 and _transactional_header(records) is None:
                 # Kafka checks the ISR before it validates the records (Partition.appendRecordsToLeader):
-                # a batch that would be refused too is answered the retriable NOT_ENOUGH_REPLICAS.
+                # a batch that would be refused too is answered the retriable NOT_ENOUGH_REPLICAS. A
+                # transactional batch is verified first (below), as Kafka's ReplicaManager does.
                 partition.check_enough_replicas()
             cfg = partition.config
             # A bound into the past needs every record read; the future bound alone (Kafka 4's default,
@@ -141,13 +141,14 @@ class Appends:
                 max_message_bytes=cfg.max_message_bytes, timestamp_type=cfg.message_timestamp_type,
                 timestamp_before_max_ms=cfg.message_timestamp_before_max_ms,
                 timestamp_after_max_ms=cfg.message_timestamp_after_max_ms, now_ms=now_ms,
-                deep=self.full_validation or cfg.compact or bounded, topic_partition=f"{topic}-{index}")
+                deep=self.full_validation or cfg.compact or bounded,
+                topic_partition=f"{topic}-{index}" if cfg.compact else "")  # named by a keyless record's error
             if batch.is_transactional:
                 parked = self._route_transactional(partition, batch, version, acks, now_ms, records,
                                                    transactional_id, verifying)
                 if parked is not None:
                     return parked
-            if acks == -1 and transactional:  # verified first, as Kafka's ReplicaManager does
+            if acks == -1 and batch.is_transactional:
                 partition.check_enough_replicas()
             result = partition.append(batch, now_ms)
             self.metrics.produced(topic, batch.records_count, batch.size)
